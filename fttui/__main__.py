@@ -1,0 +1,4 @@
+from fttui.cli.main import main
+import sys
+
+sys.exit(main())

@@ -1,0 +1,182 @@
+"""Watching a run from the command line: plain lines without a terminal, a Rich live view in one."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+from fttui.core import fmt
+from fttui.core.rundir import RunDir
+from fttui.core.watch import RunFollower
+
+EXIT = {"completed": 0, "failed": 1, "oom": 3, "cancelled": 4}
+
+
+def status_line(snap, final: dict | None) -> str:
+    st = (final or {}).get("status") or snap.status
+    if st == "oom":
+        kind = (final or {}).get("oom_kind") or (snap.error or {}).get("oom_kind") or "unknown"
+        msg = (final or {}).get("error") or (snap.error or {}).get("message") or ""
+        return f"OUT OF MEMORY ({kind}): {msg}"
+    if st in ("failed", "cancelled"):
+        return f"{st.upper()}: {(final or {}).get('error') or (snap.error or {}).get('message') or ''}"
+    return st.upper()
+
+
+def progress_line(snap) -> str:
+    parts = [f"step {snap.step}/{snap.total_steps or '?'}"]
+    if snap.loss is not None:
+        parts.append(f"loss {snap.loss:.4f}")
+    if snap.samples_per_s is not None:
+        parts.append(f"samples/s {snap.samples_per_s:.2f}")
+    if snap.tokens_per_s is not None:
+        parts.append(f"tokens/s {snap.tokens_per_s:.0f}")
+    if snap.eta_s is not None:
+        parts.append(f"ETA {fmt.duration(snap.eta_s)}")
+    if snap.host is not None:
+        parts.append(f"host RSS {fmt.mb(snap.host.tree_rss_mb)}")
+    if snap.gpu is not None and snap.gpu.available:
+        parts.append("gpu " + " ".join(fmt.mb(g.mem_used_mb) for g in snap.gpu.gpus))
+    return "  ".join(parts)
+
+
+def summary_lines(rd: RunDir) -> list[str]:
+    row = _row(rd)
+    if not row:
+        return [f"run {rd.run_id}: no summary row"]
+    lines = [
+        f"run {row['run_id']}: {row['status']}" + (f" ({row['oom_kind']})" if row.get("oom_kind") else ""),
+        f"  model {row.get('model')}  method {fmt.method_label(row.get('method'))}  batch {row.get('batch_size')}"
+        f" x accum {row.get('grad_accum')} x world {row.get('world_size')} = {row.get('effective_batch')}"
+        f"  max_seq_len {row.get('max_seq_len')}",
+        f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}  tokens {row.get('tokens')}"
+        f" (padded {row.get('tokens_padded')})",
+        f"  samples/s {row.get('samples_per_s')} (steady; whole run {row.get('samples_per_s_avg')})"
+        f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded",
+        f"  duration {fmt.duration(row.get('duration_s'))} training, {fmt.duration(row.get('wall_s'))} wall"
+        f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
+        f"  peak GPU {';'.join(f'{x:.0f}' for x in row.get('peak_gpu_mem_mb') or []) or '-'} MB",
+    ]
+    if row.get("error"):
+        lines.append(f"  error: {row['error']}")
+    lines.append(f"  run dir {rd.path}")
+    return lines
+
+
+def _row(rd: RunDir) -> dict | None:
+    from fttui.core.rundir import read_json
+
+    return read_json(rd.path / "row.json")
+
+
+def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> int:
+    """Follow the run until it ends; Ctrl-C cancels it (a second Ctrl-C detaches)."""
+    interrupts = {"n": 0}
+
+    def on_int(_s, _f):
+        interrupts["n"] += 1
+        if interrupts["n"] == 1 and cancel_on_interrupt:
+            rd.request_cancel()
+            print("\nfttui: cancelling the run (Ctrl-C again to detach and leave it running)",
+                  file=sys.stderr, flush=True)
+        else:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, on_int)
+    print(f"fttui: run {rd.run_id} ({rd.path})", flush=True)
+    try:
+        follower = RunFollower(rd)
+        if rich_live:
+            _follow_rich(follower)
+        else:
+            _follow_plain(follower)
+    except KeyboardInterrupt:
+        print(f"\nfttui: detached; the run goes on: fttui attach {rd.run_id}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if follower.final is None:
+        print(f"fttui: the supervisor of {rd.run_id} is gone without a status", file=sys.stderr)
+        return 1
+    for line in summary_lines(rd):
+        print(line, flush=True)
+    return EXIT.get(follower.final.get("status"), 1)
+
+
+def _follow_plain(f: RunFollower) -> None:
+    last_print, last_step, started = 0.0, -1, False
+    while True:
+        snap = f.poll()
+        if not started and snap.status != "starting":
+            started = True
+            print(f"training: {snap.params_trainable or '?'} of {snap.params_total or '?'} parameters trainable, "
+                  f"{snap.total_steps} steps, world size {snap.world_size}", flush=True)
+        now = time.monotonic()
+        if snap.step and snap.step != last_step and (now - last_print >= 1.0 or snap.step == snap.total_steps):
+            print(progress_line(snap), flush=True)
+            last_print, last_step = now, snap.step
+        if f.done or f.lost():
+            print(status_line(snap, f.final), flush=True)
+            return
+        time.sleep(0.5)
+
+
+def _follow_rich(f: RunFollower) -> None:
+    from rich.live import Live
+
+    with Live(_render(f.poll(), f), refresh_per_second=4, transient=False) as live:
+        while True:
+            snap = f.poll()
+            live.update(_render(snap, f))
+            if f.done or f.lost():
+                return
+            time.sleep(0.5)
+
+
+def _render(snap, f: RunFollower):
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    total = snap.total_steps or 0
+    t.add_row("progress", Group(ProgressBar(total=max(total, 1), completed=snap.step or 0, width=40),
+                                Text(f"step {snap.step}/{total or '?'}  elapsed {fmt.duration(snap.wall_elapsed)}"
+                                     f"  ETA {fmt.duration(snap.eta_s) or '-'}")))
+    t.add_row("throughput", f"{_f(snap.samples_per_s)} samples/s  {_f(snap.tokens_per_s, 0)} tokens/s (steady, "
+                            f"non-padding)  {_f(snap.tokens_padded_per_s, 0)} padded")
+    t.add_row("loss", _f(snap.loss, 4))
+    if snap.host is not None:
+        h = snap.host
+        t.add_row("host", f"RAM {fmt.mb(h.ram_used_mb)} / {fmt.mb(h.ram_total_mb)}  swap {fmt.mb(h.swap_used_mb)}"
+                          f"  training RSS {fmt.mb(h.tree_rss_mb)} (peak {fmt.mb(snap.host_peak_tree_rss_mb)})")
+    if snap.gpu is not None:
+        if snap.gpu.available:
+            for g in snap.gpu.gpus:
+                t.add_row(f"GPU {g.index}", f"{fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
+                                            f"  util {fmt.pct(g.util_pct)}  {g.name}")
+        else:
+            t.add_row("GPU", snap.gpu.reason or "not available")
+    st = status_line(snap, f.final)
+    style = "bold white on red" if "OUT OF MEMORY" in st else ("green" if st == "COMPLETED" else "cyan")
+    t.add_row("status", Text(st, style=style))
+    return Panel(t, title=f"fttui  {f.rd.run_id}", border_style="blue")
+
+
+def _f(x, nd=2):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def print_table(headers, body) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(*headers)
+    for r in body:
+        t.add_row(*r)
+    Console().print(t)

@@ -1,0 +1,243 @@
+"""The `fttui` command.
+
+Exit codes: 0 completed (or success), 1 failed, 2 bad input (profile, dataset, arguments),
+3 out of memory, 4 cancelled, 130 interrupted before launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from fttui import __version__
+from fttui.core.errors import FttuiError
+
+EXIT = {"completed": 0, "failed": 1, "oom": 3, "cancelled": 4}
+
+
+def _add_profile_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--profile", "-p", required=required, help="profile name or path to a .toml file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile key (dotted, e.g. train.batch_size=8); repeatable")
+    p.add_argument("--gpu-memory-limit", metavar="SIZE",
+                   help="cap each training process's CUDA memory (e.g. 24GiB)")
+    p.add_argument("--host-memory-limit", metavar="SIZE",
+                   help="cap the address space the training processes may add (e.g. 2GiB)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fttui", description="Launch, watch and record LLM fine-tuning runs.")
+    ap.add_argument("--version", action="version", version=f"fttui {__version__}")
+    ap.add_argument("--profile", "-p", help="launch this profile and open its run screen")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--headless", action="store_true", help="no app: plain progress lines")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    p = sub.add_parser("run", help="launch a profile and watch it")
+    _add_profile_args(p)
+    p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
+    p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
+
+    p = sub.add_parser("profiles", help="list the profiles")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+
+    p = sub.add_parser("results", help="the stored summary rows")
+    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
+    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all")
+    p.add_argument("--limit", type=int, default=0, help="only the latest N rows")
+
+    sub.add_parser("ls", help="list run directories, live ones marked")
+
+    p = sub.add_parser("cancel", help="stop a live run and everything it started")
+    p.add_argument("run", nargs="?", help="run id or prefix (default: the latest live run)")
+
+    p = sub.add_parser("attach", help="open the run screen of a live or finished run")
+    p.add_argument("run", nargs="?", help="run id, prefix or run directory (default: latest live run)")
+    p.add_argument("--headless", action="store_true")
+
+    return ap
+
+
+def _is_tty() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb"
+
+
+def _resolve(args) -> dict:
+    from fttui.core.profile import load_profile
+
+    overrides = list(getattr(args, "overrides", []) or [])
+    if getattr(args, "gpu_memory_limit", None):
+        overrides.append(f"limits.gpu_memory={json.dumps(args.gpu_memory_limit)}")
+    if getattr(args, "host_memory_limit", None):
+        overrides.append(f"limits.host_memory={json.dumps(args.host_memory_limit)}")
+    return load_profile(args.profile, overrides)
+
+
+def cmd_run(args) -> int:
+    from fttui.core import launch
+
+    resolved = _resolve(args)
+    if not args.headless and not args.detach and _is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
+        from fttui.tui.app import run_app
+
+        return run_app(launch_profile=resolved)
+    rd = launch.launch(resolved)
+    if args.detach:
+        print(rd.run_id)
+        return 0
+    from fttui.cli.live import watch_run
+
+    return watch_run(rd, rich_live=False if args.headless else _is_tty())
+
+
+def cmd_profiles(args) -> int:
+    from fttui.core.profile import discover, load_profile, profile_summary
+
+    items, errors = [], []
+    for ref in discover():
+        try:
+            items.append(profile_summary(load_profile(str(ref.path))) | {"origin": ref.origin})
+        except FttuiError as e:
+            errors.append(str(e))
+    if args.format == "json":
+        print(json.dumps(items, indent=2))
+    else:
+        from fttui.core.tables import to_text
+
+        headers = ["name", "model", "method", "batch", "accum", "gpus", "seq_len", "dataset", "origin", "source"]
+        body = [[str(i["name"]), str(i["model"]), str(i["method"]), str(i["batch_size"]), str(i["grad_accum"]),
+                 str(i["gpus"]), str(i["max_seq_len"]), str(i["dataset"]), i["origin"], _rel(i["source"])]
+                for i in items]
+        sys.stdout.write(to_text(headers, body))
+    for e in errors:
+        print(f"warning: {e}", file=sys.stderr)
+    return 0
+
+
+def _rel(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path
+
+
+def cmd_results(args) -> int:
+    from fttui.core import tables
+    from fttui.core.store import Store
+
+    with Store() as store:
+        rows = store.rows(kind=None if args.kind == "all" else args.kind, limit=args.limit or None)
+    if args.format == "json":
+        sys.stdout.write(tables.to_json(rows))
+        return 0
+    headers, body = tables.reference_table(rows)
+    if args.format == "csv":
+        sys.stdout.write(tables.to_csv(headers, body))
+    elif args.format == "markdown":
+        sys.stdout.write(tables.to_markdown(headers, body))
+    else:
+        if _is_tty():
+            from fttui.cli.live import print_table
+
+            print_table(headers, body)
+        else:
+            sys.stdout.write(tables.to_text(headers, body))
+    return 0
+
+
+def cmd_ls(args) -> int:
+    from fttui.core import rundir
+    from fttui.core.tables import to_text
+
+    body = []
+    for rd in rundir.list_runs():
+        label = rd.state_label()
+        body.append([("* " if label == "running" else "  ") + rd.run_id, label, str(rd.path)])
+    if not body:
+        print("no runs yet")
+        return 0
+    sys.stdout.write(to_text(["run", "status", "directory"], body))
+    return 0
+
+
+def _find_run(run: str | None, live_only: bool = False):
+    from fttui.core import rundir
+
+    rd = rundir.find(run)
+    if rd is None:
+        raise FttuiError(f"no run matches {run!r}" if run else "no runs yet")
+    if live_only and not rd.is_live():
+        raise FttuiError(f"run {rd.run_id} is not live ({rd.state_label()})")
+    return rd
+
+
+def cmd_cancel(args) -> int:
+    import time
+
+    rd = _find_run(args.run, live_only=True)
+    rd.request_cancel()
+    print(f"cancelling {rd.run_id} ...", file=sys.stderr)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if rd.status() is not None or not rd.is_live():
+            break
+        time.sleep(0.2)
+    st = rd.status() or {}
+    print(f"{rd.run_id}: {st.get('status', 'still stopping')}")
+    return 0 if st else 1
+
+
+def cmd_attach(args) -> int:
+    rd = _find_run(args.run)
+    if not args.headless and _is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
+        from fttui.tui.app import run_app
+
+        return run_app(attach=str(rd.path))
+    from fttui.cli.live import watch_run
+
+    return watch_run(rd, rich_live=False, cancel_on_interrupt=False)
+
+
+def cmd_app(args) -> int:
+    if args.profile:
+        args.detach = False
+        return cmd_run(args)
+    if not _is_tty():
+        print("fttui: the app needs a terminal; use `fttui run --profile NAME --headless` "
+              "or `fttui --profile NAME`", file=sys.stderr)
+        return 2
+    from fttui.tui.app import run_app
+
+    return run_app()
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "profiles": cmd_profiles,
+    "results": cmd_results,
+    "ls": cmd_ls,
+    "cancel": cmd_cancel,
+    "attach": cmd_attach,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd is None:
+            return cmd_app(args)
+        return COMMANDS[args.cmd](args)
+    except FttuiError as e:
+        print(f"fttui: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 2)
+    except KeyboardInterrupt:
+        print("fttui: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

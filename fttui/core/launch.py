@@ -1,0 +1,150 @@
+"""From a resolved profile to a launched, supervised run.
+
+The training command is an argument list, never a shell string. The launcher is an existing one:
+plain ``python -m`` for one process, ``torch.distributed.run`` (torchrun) for several processes
+or machines, and DeepSpeed's own launcher for ZeRO-3 offload, because ``accelerate launch
+--cpu`` silently ignores a DeepSpeed config (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fttui.core import rundir
+from fttui.core.errors import FttuiError, ProfileError
+
+WORKER_MODULE = "fttui.worker.train"
+
+
+def processes_per_node(resolved: dict) -> int:
+    dev = resolved["devices"]
+    gpus = int(dev.get("gpus", 1))
+    if gpus > 0:
+        return gpus
+    return max(1, int(dev.get("cpu_processes", 1) or 1))
+
+
+def world_size(resolved: dict) -> int:
+    return processes_per_node(resolved) * int(resolved["devices"].get("nodes", 1))
+
+
+def choose_launcher(resolved: dict) -> str:
+    dev = resolved["devices"]
+    launcher = dev.get("launcher", "auto")
+    if launcher != "auto":
+        return launcher
+    if resolved["method"] == "full-zero3-offload":
+        return "deepspeed"
+    if processes_per_node(resolved) > 1 or int(dev.get("nodes", 1)) > 1:
+        return "torchrun"
+    return "python"
+
+
+def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> list[str]:
+    """The argv of the training command for this profile."""
+    py = python or sys.executable
+    dev = resolved["devices"]
+    nproc = processes_per_node(resolved)
+    nodes = int(dev.get("nodes", 1))
+    worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir)]
+    launcher = choose_launcher(resolved)
+    if launcher == "python":
+        if nproc * nodes != 1:
+            raise ProfileError(
+                resolved.get("source", "?"), "devices.launcher",
+                "the python launcher runs one process only",
+                "use launcher = \"auto\" or \"torchrun\" for several processes",
+            )
+        return [py, *worker]
+    if launcher == "torchrun":
+        cmd = [py, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+        if nodes == 1:
+            cmd.append("--standalone")
+        else:
+            cmd += [
+                f"--nnodes={nodes}",
+                f"--node-rank={int(dev.get('node_rank', 0))}",
+                f"--master-addr={dev.get('main_addr', '127.0.0.1')}",
+                f"--master-port={int(dev.get('main_port', 29500))}",
+            ]
+        return [*cmd, *worker]
+    if launcher == "accelerate":
+        cmd = [py, "-m", "accelerate.commands.launch", f"--num_processes={nproc * nodes}",
+               f"--num_machines={nodes}", f"--machine_rank={int(dev.get('node_rank', 0))}",
+               f"--main_process_ip={dev.get('main_addr', '127.0.0.1')}",
+               f"--main_process_port={int(dev.get('main_port', 29500))}"]
+        if int(dev.get("gpus", 1)) == 0:
+            cmd.append("--cpu")
+        return [*cmd, *worker]
+    if launcher == "deepspeed":
+        cmd = [py, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}"]
+        if nodes > 1:
+            cmd += ["--no_ssh", f"--num_nodes={nodes}", f"--node_rank={int(dev.get('node_rank', 0))}",
+                    f"--master_addr={dev.get('main_addr', '127.0.0.1')}",
+                    f"--master_port={int(dev.get('main_port', 29500))}"]
+        else:
+            cmd += [f"--master_port={int(dev.get('main_port', 29500))}"]
+        return [*cmd, "--module", WORKER_MODULE, "--run-dir", str(run_dir)]
+    raise ProfileError(resolved.get("source", "?"), "devices.launcher", f"unknown launcher {launcher!r}",
+                       "use auto, python, torchrun, accelerate or deepspeed")
+
+
+def child_env(resolved: dict) -> dict[str, str]:
+    """Environment variables added to the training processes (recorded in command.json)."""
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    }
+    if resolved.get("limits", {}).get("host_memory"):
+        # Fewer malloc arenas make a host-memory boundary steadier between processes.
+        env["MALLOC_ARENA_MAX"] = "1"
+    nproc = processes_per_node(resolved)
+    if int(resolved["devices"].get("gpus", 1)) == 0 and nproc > 1:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    return env
+
+
+def validate_before_launch(resolved: dict) -> None:
+    """Checks that need no torch and must fail before anything is written."""
+    from fttui.core.preflight import preflight
+
+    preflight(resolved)
+
+
+def prepare(resolved: dict, run_id: str | None = None) -> rundir.RunDir:
+    """Validate, then create the run directory with the profile and the command."""
+    validate_before_launch(resolved)
+    rid = run_id or rundir.new_run_id(resolved.get("name", "run"))
+    run_path = rundir.paths.runs_dir() / rid
+    argv = build_command(resolved, run_path)
+    return rundir.create(resolved, argv, child_env(resolved), run_id=rid)
+
+
+def start_supervisor(rd: rundir.RunDir) -> int:
+    """Start the supervisor in its own session; it outlives this process."""
+    log = open(rd.path / "supervisor.log", "ab")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fttui.core.supervisor", str(rd.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        log.close()
+    return proc.pid
+
+
+def launch(resolved: dict, run_id: str | None = None) -> rundir.RunDir:
+    rd = prepare(resolved, run_id)
+    start_supervisor(rd)
+    return rd
+
+
+__all__ = ["launch", "prepare", "start_supervisor", "build_command", "FttuiError"]

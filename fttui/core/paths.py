@@ -1,0 +1,74 @@
+"""Where fttui keeps its data (see docs/architecture.md, "Paths").
+
+Every function reads the environment when called, so tests can point ``FTTUI_HOME`` elsewhere.
+Nothing here creates directories except :func:`ensure_dir`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def home() -> Path:
+    """Root of fttui data: ``$FTTUI_HOME``, else ``$XDG_DATA_HOME/fttui``, else ``~/.local/share/fttui``."""
+    explicit = _env_path("FTTUI_HOME")
+    if explicit is not None:
+        return explicit
+    data = _env_path("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return data / "fttui"
+
+
+def runs_dir() -> Path:
+    """Folder holding ``<run_id>/`` run directories."""
+    return home() / "runs"
+
+
+def store_path() -> Path:
+    """The SQLite results store."""
+    return home() / "results.sqlite"
+
+
+def user_profiles_dir() -> Path:
+    """``$FTTUI_HOME/profiles`` when set, else ``$XDG_CONFIG_HOME/fttui/profiles`` (``~/.config``)."""
+    explicit = _env_path("FTTUI_HOME")
+    if explicit is not None:
+        return explicit / "profiles"
+    config = _env_path("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return config / "fttui" / "profiles"
+
+
+def bundled_profiles_dir() -> Path:
+    """The profiles shipped with fttui.
+
+    In a wheel they are package data (``fttui/_profiles``); in a source checkout they are the
+    project's top-level ``profiles/``. The package-data folder is checked first because the parent
+    of an installed package is site-packages, where a stray ``profiles/`` may belong to others.
+    """
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "_profiles"
+    if packaged.is_dir():
+        return packaged
+    return package.parent / "profiles"
+
+
+def ensure_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` (and missing parents) with mode 0700; return it as a Path."""
+    path = Path(path).expanduser()
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for created in missing:  # mkdir's mode is filtered by the umask; make it exact
+        try:
+            os.chmod(created, 0o700)
+        except OSError:
+            pass
+    return path

@@ -1,0 +1,92 @@
+"""Checks before launch that need no torch: they fail in a second, before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fttui.core.errors import DataError, FttuiError, ProfileError
+
+# Methods this build runs end to end. The others are named in profiles but refused before launch.
+RUNNABLE_METHODS = {"full", "lora", "lora-emb", "qlora", "lora-int8", "full-zero3-offload"}
+
+
+def visible_gpu_count() -> tuple[int, str | None]:
+    """(number of GPUs this process may use, reason when 0)."""
+    from fttui.monitor.samplers import make_gpu_sampler, visible_indices
+
+    sampler = make_gpu_sampler()
+    try:
+        snap = sampler.sample()
+    finally:
+        try:
+            sampler.close()
+        except Exception:
+            pass
+    if not snap.available:
+        return 0, snap.reason
+    n = len(snap.gpus)
+    vis = visible_indices()
+    if vis is not None:
+        n = len([i for i in vis if i < n])
+    return n, None
+
+
+def preflight(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -> None:
+    src = resolved.get("source") or resolved.get("name") or "profile"
+    method = resolved["method"]
+    if method not in RUNNABLE_METHODS:
+        raise ProfileError(src, "method", f"method {method!r} is not supported yet",
+                           f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
+    _check_model(resolved, src)
+    _check_data(resolved)
+    gpus = int(resolved["devices"].get("gpus", 1))
+    n, reason = gpu_count if gpu_count is not None else visible_gpu_count()
+    precision = resolved["train"].get("precision", "fp32")
+    if n == 0:
+        if gpus > 1:
+            raise ProfileError(src, "devices.gpus", f"{gpus} GPUs asked for but none is visible ({reason})",
+                               "set devices.gpus = 0 and devices.cpu_processes = N to run N CPU processes")
+        if precision == "fp16":
+            raise ProfileError(src, "train.precision", "fp16 needs a CUDA GPU and none is visible",
+                               "use precision = \"bf16\" or \"fp32\" on CPU")
+    elif gpus > n:
+        raise ProfileError(src, "devices.gpus", f"{gpus} GPUs asked for but only {n} visible",
+                           f"set devices.gpus to at most {n} (or check CUDA_VISIBLE_DEVICES)")
+
+
+def _check_data(resolved: dict) -> None:
+    data = resolved["data"]
+    if data.get("source", "synthetic") == "synthetic":
+        return
+    from fttui.worker.records import load_records  # torch-free
+    from fttui.worker.errors import WorkerInputError
+
+    try:
+        load_records(data["source"], data.get("format", "auto"))
+    except WorkerInputError as e:
+        raise DataError(None, str(e), "fix the data file or point data.source at another one") from None
+
+
+def _check_model(resolved: dict, src: str) -> None:
+    model = resolved["model"]
+    if model.get("init", "pretrained") != "pretrained":
+        return
+    path = Path(str(model.get("name_or_path", "")))
+    if not path.is_dir():
+        return  # a hub id: checked when the worker loads it
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise ProfileError(src, "model.name_or_path", f"{path} has no config.json",
+                           "point it at a folder saved with save_pretrained, or use a hub id")
+    try:
+        conf = json.loads(cfg.read_text())
+    except ValueError as e:
+        raise ProfileError(src, "model.name_or_path", f"{cfg} is not valid JSON ({e})", None) from None
+    if conf.get("auto_map") and not model.get("trust_remote_code"):
+        raise ProfileError(src, "model.trust_remote_code",
+                           f"{path} needs remote code (its config has auto_map)",
+                           "set model.trust_remote_code = true if you trust that code")
+
+
+__all__ = ["preflight", "visible_gpu_count", "FttuiError"]

@@ -1,0 +1,180 @@
+"""Run directories: layout, creation, discovery and liveness (see docs/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from fttui.core import paths
+
+FINAL_STATUSES = ("completed", "failed", "oom", "cancelled")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def new_run_id(profile_name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in profile_name)[:48]
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}-{secrets.token_hex(2)}"
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class RunDir:
+    """A run directory and the files in it."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    # files
+    @property
+    def profile_path(self) -> Path:
+        return self.path / "profile.json"
+
+    @property
+    def command_path(self) -> Path:
+        return self.path / "command.json"
+
+    @property
+    def supervisor_path(self) -> Path:
+        return self.path / "supervisor.json"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / "samples.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "train.log"
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def cancel_path(self) -> Path:
+        return self.path / "cancel"
+
+    # contents
+    def profile(self) -> dict | None:
+        return read_json(self.profile_path)
+
+    def command(self) -> dict | None:
+        return read_json(self.command_path)
+
+    def supervisor(self) -> dict | None:
+        return read_json(self.supervisor_path)
+
+    def status(self) -> dict | None:
+        return read_json(self.status_path)
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    def is_live(self) -> bool:
+        if self.status_path.exists():
+            return False
+        sup = self.supervisor()
+        if sup is None:
+            # Created but the supervisor has not written its pid yet: live for a short while.
+            try:
+                return time.time() - self.path.stat().st_mtime < 30
+            except OSError:
+                return False
+        return pid_alive(sup.get("pid"))
+
+    def state_label(self) -> str:
+        st = self.status()
+        if st:
+            return st.get("status", "unknown")
+        return "running" if self.is_live() else "lost"
+
+    def request_cancel(self) -> None:
+        """Ask the supervisor to stop the run (it polls for this file)."""
+        fd = os.open(self.cancel_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(fd)
+
+
+def create(resolved: dict, argv: list[str], env: dict[str, str], run_id: str | None = None) -> RunDir:
+    """Create the run directory with the resolved profile and the command."""
+    root = paths.ensure_dir(paths.runs_dir())
+    rid = run_id or new_run_id(resolved.get("name", "run"))
+    path = root / rid
+    path.mkdir(mode=0o700)
+    rd = RunDir(path)
+    write_json_atomic(rd.profile_path, resolved)
+    write_json_atomic(rd.command_path, {"argv": argv, "env": env, "created": time.time()})
+    return rd
+
+
+def list_runs() -> list[RunDir]:
+    """All run directories, oldest first."""
+    root = paths.runs_dir()
+    if not root.is_dir():
+        return []
+    runs = [RunDir(p) for p in root.iterdir() if p.is_dir() and (p / "profile.json").exists()]
+    return sorted(runs, key=lambda r: r.run_id)
+
+
+def find(run: str | None) -> RunDir | None:
+    """A run by id, id prefix or path; None = the latest live run, else the latest run."""
+    if run:
+        p = Path(run)
+        if p.is_dir() and (p / "profile.json").exists():
+            return RunDir(p)
+        matches = [r for r in list_runs() if r.run_id == run or r.run_id.startswith(run)]
+        if len(matches) == 1:
+            return matches[0]
+        exact = [r for r in matches if r.run_id == run]
+        return exact[0] if exact else None
+    runs = list_runs()
+    live = [r for r in runs if r.is_live()]
+    if live:
+        return live[-1]
+    return runs[-1] if runs else None

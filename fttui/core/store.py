@@ -1,0 +1,217 @@
+"""The results store: one SQLite row per run, probe trial or sweep cell.
+
+Safe with several writers (WAL, busy timeout, one short transaction per row) and with a writer
+killed mid-transaction (SQLite's journal rolls it back on the next open). The schema carries a
+version (``PRAGMA user_version``) and is brought up to date by ordered migrations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fttui.core import paths
+
+# Column name -> SQL type. Order is the order of `fttui results` columns in JSON and CSV.
+COLUMNS: dict[str, str] = {
+    "run_id": "TEXT PRIMARY KEY",
+    "kind": "TEXT",  # run | probe | sweep
+    "group_id": "TEXT",  # the probe or sweep a trial belongs to
+    "started_at": "TEXT",
+    "ended_at": "TEXT",
+    "profile": "TEXT",
+    "model": "TEXT",
+    "dataset": "TEXT",
+    "method": "TEXT",
+    "precision": "TEXT",
+    "gpu": "TEXT",  # first card's name, or "cpu"
+    "gpu_names": "TEXT",  # JSON list
+    "num_gpus": "INTEGER",
+    "nodes": "INTEGER",
+    "batch_size": "INTEGER",  # micro batch per device
+    "grad_accum": "INTEGER",
+    "world_size": "INTEGER",
+    "effective_batch": "INTEGER",
+    "max_seq_len": "INTEGER",
+    "gradient_checkpointing": "INTEGER",
+    "steps": "INTEGER",
+    "total_steps": "INTEGER",
+    "samples": "INTEGER",
+    "tokens": "INTEGER",
+    "tokens_padded": "INTEGER",
+    "samples_per_s": "REAL",  # steady state (warm-up excluded)
+    "tokens_per_s": "REAL",  # steady state, non-padding tokens
+    "tokens_padded_per_s": "REAL",
+    "samples_per_s_avg": "REAL",  # whole run
+    "tokens_per_s_avg": "REAL",
+    "duration_s": "REAL",  # time inside the training loop (the reference tables' duration)
+    "wall_s": "REAL",  # launch to end, model loading included
+    "peak_gpu_mem_mb": "TEXT",  # JSON list, NVML used, one per card
+    "peak_gpu_proc_mb": "TEXT",  # JSON list, this run's processes, one per card
+    "peak_torch_reserved_mb": "TEXT",  # JSON list, one per rank
+    "peak_torch_alloc_mb": "TEXT",  # JSON list, one per rank
+    "peak_host_rss_mb": "REAL",  # training process tree
+    "host_ram_total_mb": "REAL",
+    "host_ram_peak_used_mb": "REAL",
+    "params_total": "INTEGER",
+    "params_trainable": "INTEGER",
+    "status": "TEXT",  # completed | failed | oom | cancelled
+    "oom_kind": "TEXT",
+    "error": "TEXT",
+    "error_step": "INTEGER",
+    "error_rank": "INTEGER",
+    "exit_code": "INTEGER",
+    "signal": "TEXT",
+    "stalled": "INTEGER",
+    "limits": "TEXT",  # JSON
+    "versions": "TEXT",  # JSON
+    "env": "TEXT",  # JSON
+    "run_dir": "TEXT",
+}
+JSON_COLUMNS = {
+    "gpu_names",
+    "peak_gpu_mem_mb",
+    "peak_gpu_proc_mb",
+    "peak_torch_reserved_mb",
+    "peak_torch_alloc_mb",
+    "limits",
+    "versions",
+    "env",
+}
+
+# Migrations, in order; migration i brings the schema from version i to i + 1.
+MIGRATIONS: list[str] = [
+    "CREATE TABLE runs (" + ", ".join(f"{k} {v}" for k, v in COLUMNS.items()) + ");"
+    "CREATE INDEX runs_started ON runs(started_at);"
+    "CREATE INDEX runs_group ON runs(group_id);",
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(Exception):
+    pass
+
+
+class Store:
+    """The results store. Open, use, close; every write is its own transaction."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path else paths.store_path()
+        paths.ensure_dir(self.path.parent)
+        fresh = not self.path.exists()
+        self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        if fresh:
+            os.chmod(self.path, 0o600)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA busy_timeout = 30000")
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this fttui "
+                    f"({SCHEMA_VERSION}): upgrade fttui"
+                )
+            for i in range(version, SCHEMA_VERSION):
+                for stmt in MIGRATIONS[i].split(";"):
+                    if stmt.strip():
+                        self.conn.execute(stmt)
+            if version != SCHEMA_VERSION:
+                self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def put(self, row: Mapping[str, Any]) -> None:
+        """Insert or replace one row (keyed by run_id). Unknown keys are an error."""
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise StoreError(f"unknown result columns: {sorted(unknown)}")
+        if not row.get("run_id"):
+            raise StoreError("a result row needs a run_id")
+        keys = list(row)
+        values = [_encode(k, row[k]) for k in keys]
+        sql = (
+            f"INSERT OR REPLACE INTO runs ({', '.join(keys)}) "
+            f"VALUES ({', '.join('?' for _ in keys)})"
+        )
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute(sql, values)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        cur = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        r = cur.fetchone()
+        return _decode(r) if r else None
+
+    def rows(
+        self,
+        *,
+        kind: str | Iterable[str] | None = None,
+        group_id: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows, oldest first, filtered by equality on columns."""
+        clauses, args = [], []
+        if kind is not None:
+            kinds = [kind] if isinstance(kind, str) else list(kind)
+            clauses.append(f"kind IN ({', '.join('?' for _ in kinds)})")
+            args += kinds
+        if group_id is not None:
+            clauses.append("group_id = ?")
+            args.append(group_id)
+        for k, v in (where or {}).items():
+            if k not in COLUMNS:
+                raise StoreError(f"unknown column {k!r}")
+            clauses.append(f"{k} = ?")
+            args.append(v)
+        sql = "SELECT * FROM runs"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY started_at, rowid"
+        if limit:
+            sql = f"SELECT * FROM ({sql[:-len(' ORDER BY started_at, rowid')]} ORDER BY started_at DESC, rowid DESC LIMIT {int(limit)}) ORDER BY started_at, rowid"
+        return [_decode(r) for r in self.conn.execute(sql, args)]
+
+
+def _encode(key: str, value: Any) -> Any:
+    if key in JSON_COLUMNS:
+        return None if value is None else json.dumps(value, sort_keys=True)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _decode(r: sqlite3.Row) -> dict[str, Any]:
+    out = dict(r)
+    for k in JSON_COLUMNS:
+        if out.get(k) is not None:
+            try:
+                out[k] = json.loads(out[k])
+            except ValueError:
+                pass
+    return out

@@ -1,0 +1,168 @@
+"""The end of a run: its final status and its summary row."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from fttui.core import rundir
+from fttui.core.launch import processes_per_node, world_size
+
+# Host memory this full (fraction of total) when the process was SIGKILLed: the kernel's OOM
+# killer is the likely cause.
+HOST_OOM_FRACTION = 0.95
+
+
+def _signal_name(rc: int | None) -> str | None:
+    if rc is None or rc >= 0:
+        return None
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def _last_log_line(rd: rundir.RunDir) -> str:
+    try:
+        with open(rd.log_path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 4096))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[-1][:300] if lines else ""
+    except OSError:
+        return ""
+
+
+def final_status(rd: rundir.RunDir, snap, rc: int | None, cancel_reason: str | None,
+                 error: str | None = None) -> dict[str, Any]:
+    """Classify how the run ended: completed, failed, oom or cancelled."""
+    sig = _signal_name(rc)
+    out: dict[str, Any] = {"returncode": rc, "signal": sig, "oom_kind": None, "error": None,
+                           "error_step": None, "error_rank": None}
+    err = snap.error or {}
+    if error:
+        out.update(status="failed", error=error)
+    elif cancel_reason is not None:
+        out.update(status="cancelled", error=cancel_reason)
+    elif err.get("kind") == "oom":
+        out.update(status="oom", oom_kind=err.get("oom_kind") or "unknown", error=err.get("message"),
+                   error_step=err.get("step"), error_rank=err.get("rank"))
+    elif rc == 0 and snap.status == "completed":
+        out.update(status="completed")
+    elif rc == -signal.SIGKILL and _host_memory_pressure(rd, snap):
+        out.update(status="oom", oom_kind="host-kill",
+                   error="killed by SIGKILL while host memory was at its limit (kernel OOM killer)",
+                   error_step=snap.step)
+    elif err:
+        out.update(status="failed", error=err.get("message"), error_step=err.get("step"),
+                   error_rank=err.get("rank"))
+    elif sig:
+        out.update(status="failed", error=f"training process killed by {sig}", error_step=snap.step)
+    elif rc == 0:
+        out.update(status="failed", error="training process exited without finishing (no end event)")
+    else:
+        out.update(status="failed", error=f"exit code {rc}: {_last_log_line(rd)}".rstrip(": "))
+    return out
+
+
+def _host_memory_pressure(rd: rundir.RunDir, snap) -> bool:
+    prof = rd.profile() or {}
+    if prof.get("limits", {}).get("host_memory"):
+        return True
+    total = getattr(snap.host, "ram_total_mb", None) if snap.host else None
+    peak = snap.host_peak_ram_used_mb
+    return bool(total and peak and peak >= HOST_OOM_FRACTION * total)
+
+
+def _per_index(d: dict | None) -> list[float]:
+    if not d:
+        return []
+    return [round(float(d[k]), 1) for k in sorted(d, key=lambda x: int(x))]
+
+
+def _int(x: float | None) -> int | None:
+    return None if x is None else int(round(x))
+
+
+def _round(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, t_end: float,
+              stalled: bool = False) -> dict[str, Any]:
+    prof = rd.profile() or {}
+    train, data, dev, model = (prof.get(k, {}) for k in ("train", "data", "devices", "model"))
+    env = dict(snap.env or {})
+    gpu_snap = snap.gpu
+    gpu_names = [g.name for g in gpu_snap.gpus] if gpu_snap and gpu_snap.available else []
+    gpu_names = env.get("gpu_names") or gpu_names
+    nproc = processes_per_node(prof) if prof else 1
+    ws = snap.world_size or (world_size(prof) if prof else 1)
+    micro = snap.micro_batch or train.get("batch_size")
+    accum = snap.grad_accum or train.get("grad_accum")
+    versions = {k: env.get(k) for k in ("python", "torch", "transformers", "peft", "accelerate",
+                                        "bitsandbytes", "deepspeed", "cuda", "driver") if k in env}
+    num_gpus = len(gpu_names) if gpu_names else 0
+    if gpu_names and int(dev.get("gpus", 1)) > 0:
+        num_gpus = min(len(gpu_names), nproc) if nproc else len(gpu_names)
+    peak_gpu = _per_index(snap.gpu_peak_used_mb)
+    peak_proc = _per_index(snap.gpu_peak_proc_mb)
+    if num_gpus and len(peak_gpu) > num_gpus:
+        peak_gpu, peak_proc = peak_gpu[:num_gpus], peak_proc[:num_gpus]
+    return {
+        "run_id": rd.run_id,
+        "kind": prof.get("_kind", "run"),
+        "group_id": prof.get("_group"),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_launch or t_end)),
+        "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_end)),
+        "profile": prof.get("name"),
+        "model": model.get("label") or model.get("name_or_path") or model.get("arch"),
+        "dataset": data.get("name"),
+        "method": prof.get("method"),
+        "precision": train.get("precision"),
+        "gpu": gpu_names[0] if gpu_names else "cpu",
+        "gpu_names": gpu_names,
+        "num_gpus": num_gpus,
+        "nodes": int(dev.get("nodes", 1)),
+        "batch_size": micro,
+        "grad_accum": accum,
+        "world_size": ws,
+        "effective_batch": (micro or 0) * (accum or 0) * (ws or 1) or None,
+        "max_seq_len": snap.max_seq_len or data.get("max_seq_len"),
+        "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
+        "steps": snap.step,
+        "total_steps": snap.total_steps,
+        "samples": _int(snap.samples),
+        "tokens": _int(snap.tokens),
+        "tokens_padded": _int(snap.tokens_padded),
+        "samples_per_s": _round(snap.samples_per_s),
+        "tokens_per_s": _round(snap.tokens_per_s, 1),
+        "tokens_padded_per_s": _round(snap.tokens_padded_per_s, 1),
+        "samples_per_s_avg": _round(snap.samples_per_s_avg),
+        "tokens_per_s_avg": _round(snap.tokens_per_s_avg, 1),
+        "duration_s": _round(snap.train_time, 2),
+        "wall_s": _round(t_end - t_launch, 2) if t_launch else None,
+        "peak_gpu_mem_mb": peak_gpu,
+        "peak_gpu_proc_mb": peak_proc,
+        "peak_torch_reserved_mb": _per_index(snap.torch_peak_reserved_mb),
+        "peak_torch_alloc_mb": _per_index(snap.torch_peak_alloc_mb),
+        "peak_host_rss_mb": _round(snap.host_peak_tree_rss_mb, 1),
+        "host_ram_total_mb": _round(getattr(snap.host, "ram_total_mb", None), 1) if snap.host else None,
+        "host_ram_peak_used_mb": _round(snap.host_peak_ram_used_mb, 1),
+        "params_total": snap.params_total,
+        "params_trainable": snap.params_trainable,
+        "status": status["status"],
+        "oom_kind": status.get("oom_kind"),
+        "error": status.get("error"),
+        "error_step": status.get("error_step"),
+        "error_rank": status.get("error_rank"),
+        "exit_code": status.get("returncode"),
+        "signal": status.get("signal"),
+        "stalled": bool(stalled),
+        "limits": prof.get("limits") or {},
+        "versions": versions,
+        "env": {k: v for k, v in env.items() if k not in versions},
+        "run_dir": str(rd.path),
+    }

@@ -1,0 +1,75 @@
+"""Stored rows as tables in the shape of the reference tables (CSV, Markdown, plain)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+
+from fttui.core import fmt
+
+# (header, function of a row -> cell text). Same columns as the reference tables, plus the
+# figures they lacked (tokens padded, host RAM, status).
+def _mem_cell(row: dict) -> str:
+    if row.get("status") == "oom":
+        return "OOM"
+    peaks = row.get("peak_gpu_mem_mb") or []
+    return ";".join(f"{p:.1f}" for p in peaks)
+
+
+def _opt(v, nd=3):
+    return "" if v is None or v == "" else fmt.num(v, nd)
+
+
+REFERENCE_COLUMNS: list[tuple[str, object]] = [
+    ("model", lambda r: r.get("model") or ""),
+    ("dataset", lambda r: r.get("dataset") or ""),
+    ("gpu", lambda r: r.get("gpu") or ""),
+    ("num_gpus", lambda r: str(r.get("num_gpus") or 0)),
+    ("method", lambda r: fmt.method_label(r.get("method"))),
+    ("batch_size", lambda r: str(r.get("batch_size") or "")),
+    ("grad_accum", lambda r: str(r.get("grad_accum") or "")),
+    ("max_seq_len", lambda r: str(r.get("max_seq_len") or "")),
+    ("samples_per_s", lambda r: "" if r.get("status") == "oom" else _opt(r.get("samples_per_s"))),
+    ("tokens_per_s", lambda r: "" if r.get("status") == "oom" else _opt(r.get("tokens_per_s"), 2)),
+    ("duration", lambda r: "" if r.get("status") == "oom" else fmt.duration(r.get("duration_s"))),
+    ("gpu_mem_mb", _mem_cell),
+    ("host_rss_mb", lambda r: _opt(r.get("peak_host_rss_mb"), 1)),
+    ("status", lambda r: (r.get("status") or "") + (f" ({r['oom_kind']})" if r.get("oom_kind") else "")),
+]
+
+
+def reference_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = [h for h, _ in REFERENCE_COLUMNS]
+    body = [[f(r) for _, f in REFERENCE_COLUMNS] for r in rows]
+    return headers, body
+
+
+def to_csv(headers: list[str], body: list[list[str]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(headers)
+    w.writerows(body)
+    return buf.getvalue()
+
+
+def to_markdown(headers: list[str], body: list[list[str]]) -> str:
+    def esc(s: str) -> str:
+        return str(s).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def to_text(headers: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
+    return "\n".join(out) + "\n"
+
+
+# Keys of `fttui results --format json` (the stored columns, decoded).
+def to_json(rows: Sequence[dict]) -> str:
+    return json.dumps(list(rows), indent=2, default=str) + "\n"

@@ -1,0 +1,57 @@
+"""Follow a run directory: fold its events and samples into a RunState until it ends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from fttui.core.events import JsonlTail
+from fttui.core.rundir import RunDir
+from fttui.core.state import RunState
+
+
+class RunFollower:
+    """Incremental view of one run directory; call ``poll()`` at the refresh rate."""
+
+    def __init__(self, rd: RunDir):
+        self.rd = rd
+        prof = rd.profile() or {}
+        self.state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
+        self.events = JsonlTail(rd.events_path)
+        self.samples = JsonlTail(rd.samples_path)
+        self.final: dict | None = None
+        self.new_events: list[dict] = []
+
+    def poll(self):
+        """Read what is new; returns the current snapshot."""
+        if self.final is None:
+            st = self.rd.status()
+            if st is not None:
+                self.final = st
+        self.new_events = self.events.read_new()
+        for ev in self.new_events:
+            self.state.apply(ev)
+        for s in self.samples.read_new():
+            self.state.apply_sample(s)
+        if self.final is not None:
+            self.state.set_final(self.final)
+        return self.state.snapshot()
+
+    @property
+    def done(self) -> bool:
+        return self.final is not None
+
+    def lost(self) -> bool:
+        """The supervisor is gone without writing a status (killed by hand, machine reboot)."""
+        return self.final is None and not self.rd.is_live()
+
+
+def follow(rd: RunDir, on_update: Callable, interval: float = 0.5,
+           should_stop: Callable[[], bool] = lambda: False) -> RunFollower:
+    f = RunFollower(rd)
+    while True:
+        snap = f.poll()
+        on_update(f, snap)
+        if f.done or f.lost() or should_stop():
+            return f
+        time.sleep(interval)

@@ -1,0 +1,143 @@
+"""Datasets and collator. ``load_records`` (torch-free) lives in :mod:`fttui.worker.records`;
+torch is imported lazily, only by the dataset / collator parts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import DataError
+from .records import load_records
+
+__all__ = ["load_records", "DataError", "SyntheticDataset", "ListDataset", "build_dataset",
+           "Collator", "tokenize_record", "PROMPT_WITH_INPUT", "PROMPT_NO_INPUT"]
+
+PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"
+IGNORE = -100
+
+
+class SyntheticDataset:
+    """``num_samples`` samples of exactly ``seq_len`` random ids in [4, vocab_size); labels = ids.
+
+    Generated lazily per index from ``seed + index`` (deterministic, no memory for large sets).
+    """
+
+    def __init__(self, num_samples: int, seq_len: int, vocab_size: int, seed: int) -> None:
+        if vocab_size <= 4:
+            raise DataError(f"synthetic: vocab_size {vocab_size} is too small")
+        self.n, self.seq_len, self.vocab_size, self.seed = num_samples, seq_len, vocab_size, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import torch
+
+        if i < 0 or i >= self.n:
+            raise IndexError(i)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        ids = torch.randint(4, self.vocab_size, (self.seq_len,), generator=g, dtype=torch.long)
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+class ListDataset:
+    def __init__(self, items: list[dict[str, list[int]]]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, list[int]]:
+        return self.items[i]
+
+
+def tokenize_record(rec: dict[str, Any], tok, max_seq_len: int) -> dict[str, list[int]]:
+    """Token ids and labels (-100 on prompt / non-assistant parts), truncated to ``max_seq_len``."""
+    ids: list[int] = []
+    labels: list[int] = []
+    if tok.bos_token_id is not None:
+        ids.append(int(tok.bos_token_id))
+        labels.append(IGNORE)
+    eos = tok.eos_token_id
+    if rec["format"] == "instruction":
+        tmpl = PROMPT_WITH_INPUT if rec.get("input") else PROMPT_NO_INPUT
+        prompt = tok.encode(tmpl.format(instruction=rec["instruction"], input=rec.get("input", "")))
+        answer = tok.encode(rec["output"]) + ([int(eos)] if eos is not None else [])
+        ids += prompt + answer
+        labels += [IGNORE] * len(prompt) + answer
+    else:
+        for m in rec["messages"]:
+            head = tok.encode(f"<|{m['role']}|>\n")
+            body = tok.encode(m["content"])
+            ids += head
+            labels += [IGNORE] * len(head)
+            if m["role"] == "assistant":
+                body = body + ([int(eos)] if eos is not None else [])
+                ids += body
+                labels += body
+                nl = tok.encode("\n")
+                ids += nl
+                labels += [IGNORE] * len(nl)
+            else:
+                body = body + tok.encode("\n")
+                ids += body
+                labels += [IGNORE] * len(body)
+    return {"input_ids": ids[:max_seq_len], "labels": labels[:max_seq_len]}
+
+
+def build_dataset(data: dict[str, Any], tok, vocab_size: int, seed: int, records=None):
+    """Dataset from the resolved ``data`` section. Returns ``(dataset, info)``; ``info`` has
+    ``name``, ``num_samples``, ``dropped`` (samples with no trainable token after truncation)."""
+    source = data.get("source") or "synthetic"
+    max_len = int(data.get("max_seq_len") or 512)
+    n = int(data.get("num_samples") or 0)
+    if source == "synthetic":
+        if n <= 0:
+            n = 256
+        return SyntheticDataset(n, max_len, vocab_size, seed), {"name": "synthetic", "num_samples": n, "dropped": 0}
+    if records is None:
+        records = load_records(source, data.get("format") or "auto")
+    if n > 0:
+        records = records[:n]
+    items = []
+    dropped = 0
+    tok_vocab = getattr(tok, "vocab_size", None)
+    if tok_vocab is not None and tok_vocab > vocab_size:
+        from .errors import ConfigError
+
+        raise ConfigError(f"tokenizer has {tok_vocab} ids but the model vocabulary is {vocab_size}; "
+                          "raise model.arch_config.vocab_size or use a matching tokenizer")
+    for rec in records:
+        item = tokenize_record(rec, tok, max_len)
+        if all(lab == IGNORE for lab in item["labels"]):
+            dropped += 1
+            continue
+        items.append(item)
+    if not items:
+        raise DataError(f"{source}: no sample has a response token within max_seq_len={max_len}")
+    return ListDataset(items), {"name": data.get("name") or source, "num_samples": len(items), "dropped": dropped}
+
+
+class Collator:
+    """Pads to the longest sample of the batch (or to ``max_len`` with ``pad_to_max``); labels
+    padded with -100; builds ``attention_mask``."""
+
+    def __init__(self, pad_id: int, max_len: int, pad_to_max: bool = False) -> None:
+        self.pad_id, self.max_len, self.pad_to_max = int(pad_id), int(max_len), bool(pad_to_max)
+
+    def __call__(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        seqs = [torch.as_tensor(b["input_ids"], dtype=torch.long) for b in batch]
+        labs = [torch.as_tensor(b["labels"], dtype=torch.long) for b in batch]
+        width = self.max_len if self.pad_to_max else max(len(s) for s in seqs)
+        n = len(seqs)
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        labels = torch.full((n, width), IGNORE, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, (s, lab) in enumerate(zip(seqs, labs)):
+            k = min(len(s), width)
+            input_ids[i, :k] = s[:k]
+            labels[i, :k] = lab[:k]
+            mask[i, :k] = 1
+        return {"input_ids": input_ids, "labels": labels, "attention_mask": mask}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Set up (or refresh) the project's virtual environment in .venv.
+#  - no NVIDIA driver: install the CPU build of torch (torch==2.13.0) before anything else, so no
+#    dependency pulls a multi-GB CUDA build;
+#  - an NVIDIA driver and a CUDA torch already importable by $PYTHON: create the venv with
+#    --system-site-packages so that torch is used as it is, never replaced.
+# Idempotent: a second call with an unchanged pyproject.toml does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+CPU_TORCH=${FTTUI_CPU_TORCH:-torch==2.13.0}
+stamp="$VENV/.fttui-setup"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/fttui" ]; then
+  exit 0
+fi
+
+has_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi
+user_cuda_torch=0
+if [ "$has_gpu" = 1 ] && "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)' >/dev/null 2>&1; then
+  user_cuda_torch=1
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  if [ "$user_cuda_torch" = 1 ]; then
+    echo "setup: NVIDIA driver and CUDA torch found: the venv reuses that torch (--system-site-packages)"
+    "$PYTHON" -m venv --system-site-packages "$VENV"
+  else
+    "$PYTHON" -m venv "$VENV"
+  fi
+fi
+pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
+
+if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+  if [ "$has_gpu" = 1 ]; then
+    echo "setup: NVIDIA driver found but no CUDA torch: installing torch from the package index"
+    "${pip[@]}" install torch
+  else
+    echo "setup: no NVIDIA driver: installing the CPU build ($CPU_TORCH)"
+    "${pip[@]}" install "$CPU_TORCH"
+  fi
+fi
+echo "setup: installing fttui and its dependencies into $VENV"
+"${pip[@]}" install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+"$VENV/bin/python" -c 'import fttui, torch, transformers, peft, textual' || {
+  echo "setup: the environment is incomplete (see the messages above)" >&2; exit 1; }
+echo "$want" >"$stamp"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run the whole test suite. pytest's exit code 5 ("no tests ran") is a failure here.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+unset NO_COLOR
+export FTTUI_TEST_RUN=1
+.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+rc=$?
+if [ "$rc" = 5 ]; then
+  echo "test.sh: no tests ran: that is a failure" >&2
+  exit 1
+fi
+exit "$rc"

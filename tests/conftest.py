@@ -1,0 +1,42 @@
+"""Shared fixtures: every test gets its own FTTUI_HOME, and a clean colour environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def fttui_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "fttui-home"
+    monkeypatch.setenv("FTTUI_HOME", str(home))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FTTUI_FAKE_GPUS", raising=False)
+    monkeypatch.setenv("FTTUI_NO_APP", "1")
+    return home
+
+
+def fttui_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def run_fttui(*args: str, timeout: float = 240, env: dict | None = None, cwd: Path = ROOT,
+              check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real `fttui` command (python -m fttui) with no terminal."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fttui", *args],
+        cwd=cwd, env=env or fttui_env(), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"fttui {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc

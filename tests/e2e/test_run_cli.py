@@ -1,0 +1,141 @@
+"""End to end: the real `fttui` command on tiny CPU profiles, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fttui.core.events import read_jsonl
+from tests.conftest import ROOT, fttui_env, run_fttui
+from tests.helpers import only_run_dir, processes_mentioning, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _results(home) -> list[dict]:
+    out = run_fttui("results", "--format", "json", check=True)
+    return json.loads(out.stdout)
+
+
+def _independent_rate(run_dir) -> tuple[float, float]:
+    """samples / training time, from the run's own step events (whole run, all ranks)."""
+    steps = [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") == "step"]
+    assert steps, "no step events"
+    last = steps[-1]
+    return last["samples"] / last["train_time"], last["tokens"] / last["train_time"]
+
+
+@pytest.mark.parametrize("profile", ["tiny-lora", "tiny-full"])
+def test_headless_run_writes_a_row(profile, fttui_home):
+    proc = run_fttui("run", "--profile", profile, "--headless")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "COMPLETED" in proc.stdout
+    rows = _results(fttui_home)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == "completed"
+    assert row["profile"] == profile
+    assert row["samples_per_s"] > 0 and row["tokens_per_s"] > 0
+    assert row["steps"] == row["total_steps"] > 0
+    assert row["batch_size"] >= 1 and row["world_size"] == 1
+    assert row["effective_batch"] == row["batch_size"] * row["grad_accum"] * row["world_size"]
+    assert row["peak_host_rss_mb"] > 0
+    assert row["peak_gpu_mem_mb"] == []  # no GPU here
+    run_dir = only_run_dir(fttui_home)
+    # The whole-run figure is samples over training time, computed again from the events.
+    sps, tps = _independent_rate(run_dir)
+    assert row["samples_per_s_avg"] == pytest.approx(sps, rel=0.01)
+    assert row["tokens_per_s_avg"] == pytest.approx(tps, rel=0.01)
+    # The headline (warm-up excluded) stays close to it on a short steady CPU run.
+    assert row["samples_per_s"] == pytest.approx(sps, rel=0.15)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "completed" and status["row_saved"] is True
+    assert not processes_mentioning(str(run_dir))
+
+
+def test_broken_profile_one_line_exit_2(tmp_path, fttui_home):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('# fttui run --profile bad\nmethod = "lora"\n[train]\nbatch_sise = 4\n')
+    proc = run_fttui("run", "--profile", str(bad), "--headless")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "batch_sise" in lines[0] and "batch_size" in lines[0] and "bad.toml" in lines[0]
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+
+
+def test_missing_dataset_one_line_exit_2(fttui_home):
+    proc = run_fttui("run", "--profile", "tiny-full", "--headless", "--set", "data.source=nowhere.jsonl")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "nowhere.jsonl" in proc.stderr
+
+
+def _start_cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fttui", *args], cwd=ROOT, env=fttui_env(),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _first_step(home):
+    runs = home / "runs"
+    if not runs.exists():
+        return None
+    for d in runs.iterdir():
+        ev = d / "events.jsonl"
+        if ev.exists() and any(e.get("event") == "step" for e in read_jsonl(ev)):
+            return d
+    return None
+
+
+def test_cli_killed_row_still_written(fttui_home):
+    cli = _start_cli("run", "--profile", "tiny-lora", "--headless", "--set", "max_steps=60")
+    try:
+        run_dir = wait_for(lambda: _first_step(fttui_home), timeout=120, what="the first step")
+        cli.send_signal(signal.SIGKILL)
+        cli.wait(timeout=10)
+        wait_for(lambda: (run_dir / "status.json").exists(), timeout=180, what="status.json")
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "completed"
+    rows = _results(fttui_home)
+    assert [r["run_id"] for r in rows] == [run_dir.name]
+    assert not processes_mentioning(str(run_dir))
+
+
+def test_cancel_leaves_no_process(fttui_home):
+    proc = run_fttui("run", "--profile", "tiny-lora", "--detach", "--set", "max_steps=100000", check=True)
+    run_id = proc.stdout.strip().splitlines()[-1]
+    run_dir = fttui_home / "runs" / run_id
+    wait_for(lambda: _first_step(fttui_home), timeout=120, what="the first step")
+    assert processes_mentioning(str(run_dir)), "the training process should be alive"
+    out = run_fttui("cancel", run_id, check=True)
+    assert "cancelled" in out.stdout
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "cancelled"
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
+    rows = _results(fttui_home)
+    assert rows[0]["status"] == "cancelled"
+
+
+def test_ctrl_c_cancels_the_run(fttui_home):
+    cli = _start_cli("run", "--profile", "tiny-lora", "--headless", "--set", "max_steps=100000")
+    try:
+        run_dir = wait_for(lambda: _first_step(fttui_home), timeout=120, what="the first step")
+        cli.send_signal(signal.SIGINT)
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 4, out + err
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "cancelled"
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")

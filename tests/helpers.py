@@ -1,0 +1,38 @@
+"""Helpers for end-to-end tests: process checks and waiting."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions `text` (a run directory, say)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(text in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def wait_for(cond, timeout: float = 120, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def only_run_dir(home: Path) -> Path:
+    runs = sorted((home / "runs").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]

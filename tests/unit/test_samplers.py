@@ -1,0 +1,279 @@
+"""fttui.monitor.samplers: NVML without a driver, recorded fake GPUs, host process tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fttui.monitor.samplers import (
+    FAKE_GPUS_ENV,
+    FakeGpuSampler,
+    GpuInfo,
+    GpuSampler,
+    GpuSnapshot,
+    HostSampler,
+    HostSnapshot,
+    make_gpu_sampler,
+    visible_indices,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _nvml_present() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    try:
+        pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    return True
+
+
+HAS_NVML = _nvml_present()
+
+
+@pytest.mark.skipif(HAS_NVML, reason="this machine has an NVIDIA driver")
+def test_gpu_sampler_without_driver_never_raises():
+    s = GpuSampler()
+    for pids in ((), (os.getpid(),), [1, 2, 3]):
+        snap = s.sample(pids)
+        assert isinstance(snap, GpuSnapshot)
+        assert snap.available is False
+        assert "NVML" in snap.reason
+        assert snap.gpus == ()
+    s.close()
+    s.close()  # idempotent
+    assert s.sample().available is False
+    d = s.sample().to_dict()
+    assert d["available"] is False and d["gpus"] == []
+    json.dumps(d)
+
+
+@pytest.mark.skipif(not HAS_NVML, reason="needs an NVIDIA driver")
+def test_gpu_sampler_with_driver():
+    with GpuSampler() as s:
+        snap = s.sample([os.getpid()])
+        assert snap.available is True and snap.reason is None
+        assert snap.gpus and snap.gpus[0].mem_total_mb > 0
+        assert [g.index for g in snap.gpus] == list(range(len(snap.gpus)))
+
+
+def test_gpu_sampler_init_failure_reason(monkeypatch):
+    import pynvml
+
+    def boom():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", boom)
+    snap = GpuSampler().sample()
+    assert snap.available is False and snap.reason.startswith("NVML") and snap.gpus == ()
+
+
+def test_gpu_sampler_field_failures_become_none(monkeypatch):
+    """A fake pynvml where some calls fail: those fields are None, the rest are filled."""
+    import types
+
+    import pynvml
+
+    class Mem:
+        used = 3 * 2**30
+        total = 24 * 2**30
+
+    class Util:
+        gpu = 77
+
+    class P:
+        def __init__(self, pid, used):
+            self.pid, self.usedGpuMemory = pid, used
+
+    def fail(*a):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    fake = types.SimpleNamespace(
+        NVMLError=pynvml.NVMLError,
+        NVMLError_LibraryNotFound=pynvml.NVMLError_LibraryNotFound,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: "550.54.15",
+        nvmlSystemGetCudaDriverVersion=lambda: 12040,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"Fake GPU",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlDeviceGetMemoryInfo=lambda h: Mem(),
+        nvmlDeviceGetUtilizationRates=lambda h: Util() if h == 0 else fail(),
+        nvmlDeviceGetPowerUsage=lambda h: 250500,
+        nvmlDeviceGetTemperature=fail,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [P(10, 2**30), P(11, 2**29), P(99, 2**31)] if h == 0 else fail(),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    s = GpuSampler()
+    snap = s.sample([10, 11])
+    assert snap.available and snap.driver == "550.54.15" and snap.cuda == "12.4"
+    g0, g1 = snap.gpus
+    assert g0 == GpuInfo(0, "Fake GPU", "GPU-0", 3072.0, 24576.0, 77.0, 250.5, None, 1536.0)
+    assert g1.util_pct is None and g1.proc_mem_mb is None and g1.mem_used_mb == 3072.0
+    assert s.sample().gpus[0].proc_mem_mb is None  # no pids asked
+    s.close()
+
+
+def test_fake_gpu_sampler_cycles_frames():
+    frames = [[{"index": 0, "mem_used_mb": float(i)}, {"index": 1, "mem_used_mb": 10.0 + i}] for i in range(3)]
+    s = FakeGpuSampler(frames)
+    got = [s.sample((1, 2)) for _ in range(7)]
+    assert all(g.available and g.reason is None for g in got)
+    assert [g.gpus[0].mem_used_mb for g in got] == [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0]
+    assert [g.gpus[1].index for g in got] == [1] * 7
+    assert got[0].gpus[0].name is None
+
+
+@pytest.mark.parametrize("name,count", [("fake_gpus.json", 2), ("fake_gpus8.json", 8)])
+def test_recorded_files(name, count):
+    path = DATA / name
+    raw = json.loads(path.read_text())
+    s = FakeGpuSampler(path)
+    assert len(raw["frames"]) >= 3
+    for _ in range(len(raw["frames"]) + 1):
+        snap = s.sample()
+        assert snap.available and snap.driver == raw["driver"] and snap.cuda == raw["cuda"]
+        assert [g.index for g in snap.gpus] == list(range(count))
+        for g in snap.gpus:
+            assert g.name and g.uuid and 0 < g.mem_used_mb <= g.mem_total_mb
+            assert g.proc_mem_mb <= g.mem_used_mb
+            assert g.util_pct is not None and g.power_w is not None and g.temp_c is not None
+    # round trip through the sample-line dict
+    assert GpuSnapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+def test_fake_gpu_sampler_bad_file_does_not_raise(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    for p in (bad, tmp_path / "missing.json"):
+        snap = FakeGpuSampler(p).sample()
+        assert snap.available is False and snap.reason
+
+
+def test_make_gpu_sampler_honours_env(monkeypatch):
+    monkeypatch.setenv(FAKE_GPUS_ENV, str(DATA / "fake_gpus8.json"))
+    s = make_gpu_sampler()
+    assert isinstance(s, FakeGpuSampler)
+    assert len(s.sample().gpus) == 8
+    monkeypatch.delenv(FAKE_GPUS_ENV)
+    s = make_gpu_sampler()
+    assert isinstance(s, GpuSampler)
+    s.close()
+
+
+def test_visible_indices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_indices() is None
+    assert visible_indices("0,2, 3") == [0, 2, 3]
+    assert visible_indices("") == []
+    assert visible_indices("-1") == []
+    assert visible_indices("1,x,2") == [1]
+    assert visible_indices("1,1,0") == [1, 0]
+    assert visible_indices("GPU-1234-abcd") is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert visible_indices() == [3, 1]
+    assert GpuSampler.visible_indices() == [3, 1]
+
+
+def test_snapshot_dict_roundtrip():
+    h = HostSnapshot(1.0, 2.0, 0.0, 0.0, 3.5, 4, 12.5)
+    assert HostSnapshot.from_dict(json.loads(json.dumps(h.to_dict()))) == h
+    assert HostSnapshot.from_dict({}) == HostSnapshot()
+    g = GpuInfo(1, "n", "u", 1.0, 2.0, 3.0, 4.0, 5.0, None)
+    assert GpuInfo.from_dict(g.to_dict()) == g
+    assert GpuSnapshot.from_dict(None).available is False
+
+
+def test_host_sampler_process_tree():
+    script = "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(5)']); time.sleep(5); c.kill()"
+    kids = []
+    try:
+        # a child with its own grandchild, plus a direct sleeper
+        kids.append(subprocess.Popen([sys.executable, "-c", script]))
+        kids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"]))
+        h = HostSampler(os.getpid())
+        deadline = time.monotonic() + 5
+        while True:
+            snap = h.sample()
+            if snap.tree_nprocs >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert snap.tree_nprocs >= 4  # this process, 2 children, 1 grandchild
+        assert snap.tree_rss_mb > 0
+        assert snap.tree_cpu_pct is not None and snap.tree_cpu_pct >= 0
+        assert snap.ram_total_mb > 0 and 0 < snap.ram_used_mb <= snap.ram_total_mb
+        assert snap.swap_total_mb is not None
+        pids = h.tree_pids()
+        assert os.getpid() in pids and all(k.pid in pids for k in kids)
+        # children from the root only
+        sub = HostSampler(kids[1].pid).sample()
+        assert sub.tree_nprocs == 1 and sub.tree_rss_mb > 0
+    finally:
+        for k in kids:
+            k.kill()
+        for k in kids:
+            k.wait()
+    snap = h.sample()  # dead processes dropped, nothing raises
+    assert snap.tree_nprocs >= 1
+    assert all(k.pid not in h.tree_pids() for k in kids)
+
+
+def test_host_sampler_dead_root():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    h = HostSampler(p.pid)
+    for _ in range(2):
+        snap = h.sample()
+        assert snap.tree_nprocs == 0 and snap.tree_rss_mb == 0.0
+        assert snap.ram_total_mb > 0
+    assert h.tree_pids() == []
+    assert HostSampler(2**22 + 12345).sample().tree_nprocs == 0
+
+
+def test_host_sampler_without_root():
+    snap = HostSampler().sample()
+    assert snap.tree_nprocs is None and snap.tree_rss_mb is None and snap.ram_total_mb > 0
+    assert HostSampler().tree_pids() == []
+
+
+def test_host_sampler_is_cheap():
+    h = HostSampler(os.getpid())
+    h.sample()
+    n = 50
+    t = time.process_time()
+    for _ in range(n):
+        h.sample()
+    per_sample = (time.process_time() - t) / n
+    assert per_sample < 0.005  # 2 Hz -> < 1 % of a core (typically ~0.3 ms here)
+
+
+def test_no_ui_or_torch_imports():
+    code = (
+        "import sys\n"
+        "import fttui.core.events, fttui.core.state, fttui.monitor.samplers, fttui.monitor\n"
+        "from fttui.monitor.samplers import GpuSampler, HostSampler\n"
+        "GpuSampler().sample(); HostSampler(None).sample()\n"
+        "bad = [m for m in ('textual', 'rich', 'torch', 'transformers') if m in sys.modules]\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
