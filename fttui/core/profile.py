@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from . import paths
+from .archs import ARCHS
 from .errors import ProfileError
 
 __all__ = [
@@ -83,6 +84,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "arch": Field("str", None),
         "config": Field("str", None),
         "arch_config": Field("table", {}),
+        "arch_name": Field("str", None),  # set by resolution: the fttui.core.archs entry
         "trust_remote_code": Field("bool", False),
         "tokenizer": Field("str", None),
         "attn_implementation": Field("str", "sdpa", ("eager", "sdpa", "flash_attention_2")),
@@ -126,7 +128,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "pin_memory": Field("bool", True),
     },
     "devices": {
-        "gpus": Field("int", 1, lo=0, hint="processes per node; 0 = CPU"),
+        "gpus": Field("int", 1, lo=0, hint="GPUs (one process each) per node; 0 = CPU"),
+        "cpu_processes": Field("int", 1, lo=1, hint="processes per node when gpus = 0 (CPU ranks)"),
         "nodes": Field("int", 1, lo=1, hint="number of machines; use 1 or more"),
         "node_rank": Field("int", 0, lo=0, hint="this machine's index, from 0 to nodes - 1"),
         "main_addr": Field("str", "127.0.0.1"),
@@ -136,6 +139,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "limits": {
         "gpu_memory": Field("size", ""),
         "host_memory": Field("size", ""),
+    },
+    "monitor": {
+        "stall_timeout_s": Field("float", 0.0, lo=0, hint="seconds without a step before a run is flagged stalled; 0 = never"),
     },
 }
 
@@ -152,6 +158,7 @@ ALIASES: dict[str, str] = {
     "lr": "train.lr",
     "precision": "train.precision",
     "gpus": "devices.gpus",
+    "cpu_processes": "devices.cpu_processes",
 }
 
 #: keys that may hold a path; relative ones are taken from the folder of the file that set them
@@ -806,6 +813,20 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
         raise ProfileError(_display(leaf), "model.name_or_path", "required",
                            "set a hub id like \"gpt2\" or a local model folder, "
                            "or use init = \"random\" with arch")
+    # model.arch may name an fttui.core.archs entry ("baichuan2-7b"): it becomes the entry's
+    # transformers model_type, arch_config gets the entry's numbers (the profile's keys win) and
+    # arch_name keeps the entry. Re-resolving (apply_overrides) keeps it, and drops the numbers
+    # of a previous entry that another arch replaces.
+    entry, previous = ARCHS.get(model["arch"] or ""), ARCHS.get(model["arch_name"] or "")
+    if entry is not None:
+        given = {k: v for k, v in model["arch_config"].items()
+                 if previous in (None, entry) or (k, v) not in previous.config.items()}
+        model.update(arch=entry.model_type, arch_name=entry.name,
+                     arch_config={**entry.config_dict(), **given})
+    elif previous is None or model["arch"] != previous.model_type:
+        model["arch_name"] = None
+    if model["arch_name"] and "model.name_or_path" in derived:
+        model["name_or_path"] = model["arch_name"]  # the label of a random-init model
     for dk, key in (("model.name_or_path", "name_or_path"), ("model.tokenizer", "tokenizer")):
         value = model[key]
         if value is None or dk in derived or (key == "tokenizer" and value == "byte"):
@@ -943,7 +964,7 @@ def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:
         "gpus": devices["gpus"],
         "nodes": devices["nodes"],
         "effective_batch": train["batch_size"] * train["grad_accum"]
-        * max(devices["gpus"], 1) * devices["nodes"],
+        * (devices["gpus"] or devices["cpu_processes"]) * devices["nodes"],
         "max_seq_len": data["max_seq_len"],
         "dataset": data["name"],
         "source": resolved.get("source", ""),

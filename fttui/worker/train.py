@@ -332,12 +332,20 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fttui.worker.train", description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True, help="run directory holding profile.json")
+    # The deepspeed launcher passes --local_rank (unless --no_local_rank); torchrun uses env only.
+    ap.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
+    if ns.local_rank is not None:
+        os.environ.setdefault("LOCAL_RANK", str(ns.local_rank))
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the supervisor writes the status
     for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
                  ("TOKENIZERS_PARALLELISM", "false"), ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
                  ("HF_HUB_DISABLE_TELEMETRY", "1")):
         os.environ.setdefault(k, v)
+    import warnings
+
+    # transformers 5 calls its own deprecated aliases internally (v6 renames); keep the log readable.
+    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
     run_dir = ns.run_dir
     rank = _env_int("RANK", "LOCAL_RANK", default=0)
     emit = Emitter(os.path.join(run_dir, "events.jsonl"), rank)

@@ -102,3 +102,7 @@ def read_events(run_dir: Path) -> list[dict]:
 @pytest.fixture
 def tiny_profile():
     return make_profile
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "multiprocess: launches several worker processes (torchrun)")

@@ -1,0 +1,147 @@
+"""The fttui app (Textual): profile picker, run screen, results.
+
+Thin: it shows what the core computes and sends intents (launch, cancel) to it. It never
+imports the training stack (torch, transformers, peft); see docs/architecture.md.
+
+    run_app()                          # the picker
+    run_app(launch_profile=resolved)   # launch, then the run screen
+    run_app(attach="runs/<id>")        # the run screen of a live or finished run
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import App
+from textual.binding import Binding
+
+from fttui.core.errors import FttuiError
+from fttui.core.rundir import RunDir
+
+
+class FttuiApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "fttui"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+q", "quit", "Quit", show=False),
+        Binding("r", "results", "Results"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("p", "probe", "Probe", show=False),
+    ]
+
+    def __init__(self, launch_profile: dict | None = None, attach: str | None = None,
+                 gpu_sampler=None) -> None:
+        super().__init__()
+        self.launch_profile = launch_profile
+        self.attach = attach
+        self._gpu_sampler = gpu_sampler
+        self.runs: list[RunDir] = []  # runs this session launched or attached to
+        self.exit_code = 0
+
+    # ---------------------------------------------------------------- services for the screens
+    @property
+    def gpu_sampler(self):
+        if self._gpu_sampler is None:
+            from fttui.monitor.samplers import make_gpu_sampler
+
+            self._gpu_sampler = make_gpu_sampler()
+        return self._gpu_sampler
+
+    def sample_gpus(self):
+        try:
+            return self.gpu_sampler.sample()
+        except Exception as e:  # samplers should never raise; a broken one must not crash us
+            from fttui.monitor.samplers import GpuSnapshot
+
+            return GpuSnapshot(available=False, reason=f"GPU sampler failed: {e}")
+
+    def launch_run(self, resolved: dict) -> RunDir:
+        """Launch a resolved profile (validates first; FttuiError on bad input) and show it."""
+        from fttui.core import launch
+
+        rd = launch.launch(resolved)
+        self.show_run(rd)
+        return rd
+
+    def show_run(self, rd: RunDir) -> None:
+        from fttui.tui.run_screen import RunScreen
+
+        if rd not in self.runs:
+            self.runs.append(rd)
+        self.push_screen(RunScreen(rd))
+
+    # ---------------------------------------------------------------- lifecycle
+    def on_mount(self) -> None:
+        from fttui.tui.picker import PickerScreen
+
+        if self.attach:
+            self.show_run(RunDir(Path(self.attach)))
+            return
+        if self.launch_profile is not None:
+            try:
+                self.launch_run(self.launch_profile)
+                return
+            except FttuiError as e:
+                self.push_screen(PickerScreen(error=str(e)))
+                return
+        self.push_screen(PickerScreen())
+
+    # ---------------------------------------------------------------- actions
+    def live_runs(self) -> list[RunDir]:
+        out = []
+        for rd in self.runs:
+            try:
+                if rd.exists() and rd.is_live():
+                    out.append(rd)
+            except OSError:
+                pass
+        return out
+
+    async def action_quit(self) -> None:
+        live = self.live_runs()
+        if not live:
+            self.exit(self.exit_code)
+            return
+        from fttui.tui.dialogs import QuitScreen
+
+        def done(choice: str | None) -> None:
+            if choice == "stop":
+                for rd in live:
+                    try:
+                        rd.request_cancel()
+                    except OSError:
+                        pass
+                self.exit(self.exit_code)
+            elif choice == "detach":
+                self.exit(self.exit_code)
+
+        if not isinstance(self.screen, QuitScreen):
+            self.push_screen(QuitScreen([rd.run_id for rd in live]), done)
+
+    def action_results(self) -> None:
+        from fttui.tui.results import ResultsScreen
+
+        if not isinstance(self.screen, ResultsScreen):
+            self.push_screen(ResultsScreen())
+
+    def action_help(self) -> None:
+        from fttui.tui.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_probe(self) -> None:
+        self.notify("probe: coming")
+
+
+def run_app(launch_profile: dict | None = None, attach: str | None = None, gpu_sampler=None) -> int:
+    """Run the app; returns the exit code (0 normally)."""
+    app = FttuiApp(launch_profile=launch_profile, attach=attach, gpu_sampler=gpu_sampler)
+    result = app.run()
+    return int(result or 0) if app.return_code in (None, 0) else int(app.return_code)
+
+
+__all__ = ["FttuiApp", "run_app"]

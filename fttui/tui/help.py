@@ -1,0 +1,65 @@
+"""Help: the keys."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = [
+    ("everywhere", [
+        ("q", "quit (asks when a run is live: detach, stop or stay)"),
+        ("r", "results: the stored summary rows"),
+        ("?", "this help"),
+        ("p", "probe (coming)"),
+        ("escape", "back"),
+        ("tab / shift+tab", "next / previous field"),
+    ]),
+    ("profiles", [
+        ("up / down", "choose a profile"),
+        ("enter", "launch it (with the overrides)"),
+        ("tab", "edit the overrides: batch size, grad accum, max_seq_len, GPUs, method"),
+    ]),
+    ("run", [
+        ("c", "cancel the run (asks first)"),
+        ("escape", "back to the profiles (the run goes on)"),
+    ]),
+    ("results", [
+        ("s", "sort by the cursor's column (again: reverse); or click a header"),
+        ("m", "export the visible rows as Markdown"),
+        ("v", "export the visible rows as CSV"),
+        ("tab", "the model / method filters"),
+    ]),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape", "close", "Close"),
+        Binding("question_mark", "close", "Close", show=False),
+        Binding("q", "close", "Close", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="bold", no_wrap=True)
+        t.add_column()
+        for i, (section, keys) in enumerate(KEYS):
+            if i:
+                t.add_row("", "")
+            t.add_row(f"[u]{section}[/u]", "")
+            for k, what in keys:
+                t.add_row(k, what)
+        with VerticalScroll(classes="dialog help"):
+            yield Static(t)
+
+    def on_mount(self) -> None:
+        help_box = self.query_one(".help")
+        help_box.border_title = "keys"
+        help_box.border_subtitle = "escape: close"
+
+    def action_close(self) -> None:
+        self.dismiss(None)

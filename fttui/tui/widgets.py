@@ -1,0 +1,223 @@
+"""Widgets and Rich renderables shared by the screens.
+
+Everything here is display only: it turns snapshots (fttui.core.state.RunSnapshot,
+fttui.monitor.samplers.GpuSnapshot) into text. Bars are drawn with block characters so they read
+without colour (NO_COLOR).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from pathlib import Path
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.widget import Widget
+from textual.widgets import Static
+
+from fttui.core import fmt
+from fttui.core.viewmodel import fraction
+
+FULL, EMPTY = "█", "░"
+
+
+class Bar:
+    """A horizontal bar filling the width it is given, followed by a label.
+
+    ``Bar(0.4, "9.8/24.0 GB")`` renders ``████░░░░░░ 9.8/24.0 GB`` at any width.
+    """
+
+    def __init__(self, frac: float | None, label: str = "", prefix: str = "", style: str = "",
+                 max_bar: int = 40) -> None:
+        self.frac = frac
+        self.label = label
+        self.prefix = prefix
+        self.style = style
+        self.max_bar = max_bar
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        fixed = len(self.prefix) + (len(self.label) + 1 if self.label else 0)
+        bar_w = max(0, min(self.max_bar, width - fixed))
+        if self.prefix:
+            yield Segment(self.prefix, Style(bold=True))
+        if bar_w:
+            if self.frac is None:
+                yield Segment("·" * bar_w, Style(dim=True))
+            else:
+                n = int(round(self.frac * bar_w))
+                yield Segment(FULL * n, Style.parse(self.style) if self.style else Style())
+                yield Segment(EMPTY * (bar_w - n), Style(dim=True))
+        if self.label:
+            yield Segment((" " if bar_w or self.prefix else "") + self.label)
+        yield Segment.line()
+
+
+def bar_style(frac: float | None) -> str:
+    if frac is None:
+        return ""
+    if frac >= 0.95:
+        return "red"
+    if frac >= 0.8:
+        return "yellow"
+    return "green"
+
+
+def gb_pair(used: float | None, total: float | None) -> str:
+    """``9.8/24.0 GB`` (GB above 1 GB total, else MB)."""
+    if used is None and total is None:
+        return "-"
+    if total is not None and total >= 1024:
+        u = "-" if used is None else f"{used / 1024:.1f}"
+        return f"{u}/{total / 1024:.1f} GB"
+    u = "-" if used is None else f"{used:.0f}"
+    t = "-" if total is None else f"{total:.0f}"
+    return f"{u}/{t} MB"
+
+
+def num(x: float | None, nd: int = 2) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{nd}f}"
+
+
+def gpu_card_lines(g, peak_mb: float | None, reserved_mb: float | None) -> list:
+    """Body of one GPU card: memory bar, peaks, util/power/temp."""
+    frac = fraction(g.mem_used_mb, g.mem_total_mb)
+    peak = f"peak {fmt.mb(peak_mb)}"
+    if reserved_mb is not None:
+        peak += f"  torch rsv {fmt.mb(reserved_mb)}"
+    extra = [f"util {fmt.pct(g.util_pct)}",
+             "-" if g.power_w is None else f"{g.power_w:.0f} W",
+             "-" if g.temp_c is None else f"{g.temp_c:.0f}°C"]
+    return [
+        Bar(frac, gb_pair(g.mem_used_mb, g.mem_total_mb), prefix="mem ", style=bar_style(frac)),
+        Text(peak, no_wrap=True, overflow="ellipsis"),
+        Text("  ".join(extra), no_wrap=True, overflow="ellipsis"),
+    ]
+
+
+def gpu_row(g, peak_mb: float | None, reserved_mb: float | None, name_w: int = 0):
+    """One line for one GPU (compact layout for many GPUs)."""
+    from rich.table import Table
+
+    frac = fraction(g.mem_used_mb, g.mem_total_mb)
+    t = Table.grid(padding=(0, 1), expand=True)
+    t.add_column(no_wrap=True)
+    t.add_column(ratio=1, no_wrap=True)
+    t.add_column(no_wrap=True)
+    tail = f"pk {fmt.mb(peak_mb)}"
+    if reserved_mb is not None:
+        tail += f" rsv {fmt.mb(reserved_mb)}"
+    tail += f"  {fmt.pct(g.util_pct)}"
+    tail += "  -" if g.power_w is None else f" {g.power_w:.0f}W"
+    tail += "" if g.temp_c is None else f" {g.temp_c:.0f}°C"
+    t.add_row(Text(f"GPU{g.index}", style="bold"),
+              Bar(frac, gb_pair(g.mem_used_mb, g.mem_total_mb), style=bar_style(frac)),
+              Text(tail))
+    return t
+
+
+def gpu_list_text(gpu) -> Text:
+    """The picker's GPU lines: index, name, memory used/total; or the reason there are none."""
+    if gpu is None:
+        return Text("GPUs: -")
+    if not gpu.available:
+        return Text.assemble(("GPUs: none", "bold"), f" ({gpu.reason or 'not available'})")
+    if not gpu.gpus:
+        return Text.assemble(("GPUs: none", "bold"), " visible")
+    out = Text()
+    head = f"GPUs: {len(gpu.gpus)} visible"
+    if gpu.driver:
+        head += f" (driver {gpu.driver}" + (f", CUDA {gpu.cuda})" if gpu.cuda else ")")
+    out.append(head, style="bold")
+    for g in gpu.gpus:
+        out.append(f"\n  {g.index}  {g.name or '?'}  {gb_pair(g.mem_used_mb, g.mem_total_mb)}")
+        if g.util_pct is not None:
+            out.append(f"  util {fmt.pct(g.util_pct)}")
+    return out
+
+
+class LogTail(Widget):
+    """The last lines of a growing text file, read incrementally (only the new bytes each
+    ``poll()``); keeps at most ``max_lines`` lines and shows the newest that fit."""
+
+    DEFAULT_CSS = """
+    LogTail { height: 1fr; }
+    """
+
+    READ_LIMIT = 256 * 1024  # bytes read per poll at most; older bytes of a burst are skipped
+
+    def __init__(self, path: Path | None = None, max_lines: int = 200, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.path = path
+        self.lines: deque[str] = deque(maxlen=max_lines)
+        self._offset = 0
+        self._partial = ""
+        self._ino: int | None = None
+
+    def poll(self) -> bool:
+        """Read what was appended since the last call; True when there are new lines."""
+        if self.path is None:
+            return False
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_size < self._offset or (self._ino is not None and st.st_ino != self._ino):
+                    self._offset, self._partial = 0, ""  # truncated or replaced: start over
+                    self.lines.clear()
+                self._ino = st.st_ino
+                if st.st_size == self._offset:
+                    return False
+                if st.st_size - self._offset > self.READ_LIMIT:
+                    self._offset, self._partial = st.st_size - self.READ_LIMIT, ""
+                f.seek(self._offset)
+                data = f.read(self.READ_LIMIT)
+        except OSError:
+            return False
+        self._offset += len(data)
+        text = self._partial + data.decode("utf-8", "replace")
+        parts = text.split("\n")
+        self._partial = parts.pop()
+        for line in parts:
+            if "\r" in line:
+                line = line.rstrip("\r").rsplit("\r", 1)[-1]
+            self.lines.append(_printable(line))
+        if parts:
+            self.refresh()
+        return bool(parts)
+
+    def render(self) -> Text:
+        h = max(1, self.content_size.height)
+        shown = list(self.lines)[-h:]
+        if not shown:
+            return Text("(no output yet)", style="dim")
+        return Text("\n".join(shown), no_wrap=True, overflow="ellipsis")
+
+
+def _printable(line: str) -> str:
+    if "\x1b" in line:
+        line = Text.from_ansi(line).plain
+    return "".join(c if c.isprintable() or c == "\t" else " " for c in line).expandtabs(4)
+
+
+class Panel(Static):
+    """A bordered Static whose content is replaced only when it changes."""
+
+    def __init__(self, *args, title: str = "", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if title:
+            self.border_title = title
+        self._key: object = object()
+
+    def show(self, renderable, key: object = None) -> None:
+        """Update with ``renderable``; skipped when ``key`` equals the previous one."""
+        if key is not None and key == self._key:
+            return
+        self._key = key
+        self.update(renderable)

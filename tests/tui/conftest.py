@@ -1,0 +1,33 @@
+"""App test helpers: bounded waiting inside a Pilot session."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+async def until(pilot, cond, timeout: float = 20.0, what: str = "condition", step: float = 0.1):
+    """Pause the pilot until ``cond()`` is true (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(step)
+
+
+@pytest.fixture
+def fake_gpu_sampler():
+    from fttui.monitor.samplers import FakeGpuSampler
+
+    from tests.tui.fixtures import FAKE_GPUS
+
+    return FakeGpuSampler(str(FAKE_GPUS))
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
