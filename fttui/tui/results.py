@@ -15,7 +15,58 @@ from textual.widgets import DataTable, Footer, Header, Label, Select, Static
 from fttui.core import fmt, tables
 from fttui.core.viewmodel import distinct, filter_rows, sort_rows
 
-ANY = "__any__"
+# (reference-table header, label shown): the columns people compare runs by. Exports keep
+# every reference column.
+SHOWN = [
+    ("model", "model"),
+    ("dataset", "dataset"),
+    ("gpu", "GPU"),
+    ("num_gpus", "GPUs"),
+    ("method", "method"),
+    ("batch_size", "batch"),
+    ("samples_per_s", "samples/s"),
+    ("tokens_per_s", "tokens/s"),
+    ("duration", "time"),
+    ("gpu_mem_mb", "GPU MB"),
+    ("host_rss_mb", "host MB"),
+    ("status", "status"),
+]
+
+
+def _short_gpu(name: str) -> str:
+    for prefix in ("NVIDIA GeForce ", "NVIDIA "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _mem(row: dict, cell: str) -> str:
+    if cell == "OOM":
+        return cell
+    peaks = row.get("peak_gpu_mem_mb") or []
+    return " ".join(f"{p:.0f}" for p in peaks if isinstance(p, (int, float)))
+
+
+def display_cells(rows: list[dict]) -> list[list[str]]:
+    """The shown columns of each row (reference-table cells, a little shorter)."""
+    headers, body = tables.reference_table(rows)
+    idx = {h: i for i, h in enumerate(headers)}
+    out = []
+    for row, cells in zip(rows, body):
+        line = []
+        for h, _label in SHOWN:
+            c = cells[idx[h]]
+            if h == "model":
+                c = c.rsplit("/", 1)[-1] or c  # the hub organisation is in the filter and exports
+            elif h == "gpu":
+                c = _short_gpu(c)
+            elif h == "gpu_mem_mb":
+                c = _mem(row, c)
+            elif h == "host_rss_mb" and row.get("peak_host_rss_mb") is not None:
+                c = f"{row['peak_host_rss_mb']:.0f}"
+            line.append(c)
+        out.append(line)
+    return out
 
 
 class ResultsScreen(Screen):
@@ -32,7 +83,7 @@ class ResultsScreen(Screen):
         self.shown_rows: list[dict] = []
         self.sort_header: str | None = None
         self.sort_reverse = False
-        self.headers = [h for h, _ in tables.REFERENCE_COLUMNS]
+        self.headers = [h for h, _ in SHOWN]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -73,12 +124,11 @@ class ResultsScreen(Screen):
         rows = filter_rows(self.all_rows, self._filter_value("#f-model"), self._filter_value("#f-method"))
         rows = sort_rows(rows, self.sort_header, self.sort_reverse)
         self.shown_rows = list(rows)
-        _headers, body = tables.reference_table(self.shown_rows)
+        body = display_cells(self.shown_rows)
         t = self.query_one(DataTable)
         cursor = t.cursor_coordinate
         t.clear(columns=True)
-        for h in self.headers:
-            label = h
+        for h, label in SHOWN:
             if h == self.sort_header:
                 label += " v" if self.sort_reverse else " ^"
             t.add_column(label, key=h)

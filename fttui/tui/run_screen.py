@@ -86,7 +86,7 @@ class RunScreen(Screen):
     async def on_resize(self) -> None:
         await self._layout_gpus(force=True)
         if self.snap is not None:
-            self._update_gpus(self.snap)
+            await self._update_panels(self.snap)
 
     # ------------------------------------------------------------------ data
     async def refresh_data(self) -> None:

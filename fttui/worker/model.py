@@ -73,7 +73,6 @@ def _load_config(m: dict[str, Any]):
     from transformers import AutoConfig
 
     arch_config = dict(m.get("arch_config") or {})
-    trust = bool(m.get("trust_remote_code"))
     cfg_path = m.get("config")
     if cfg_path:
         if os.path.isdir(cfg_path):
@@ -199,8 +198,6 @@ def lora_config(resolved: dict[str, Any], model):
         kwargs["modules_to_save"] = names
         if getattr(model.config, "tie_word_embeddings", False):
             kwargs["ensure_weight_tying"] = True
-        if targets == "all-linear":
-            pass  # peft excludes the output layer from all-linear
     return LoraConfig(**kwargs)
 
 

@@ -167,6 +167,14 @@ def test_lora_emb_trains_embeddings():
     assert info["params_trainable"] == _lora_expected(TINY_ARCH, 8, ["q_proj", "v_proj"]) + 2 * v * h
 
 
+def test_lora_all_linear_count():
+    from fttui.worker.model import build_model
+
+    _, info = build_model(make_profile(**{"lora.target_modules": "all-linear", "lora.r": 4}))
+    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    assert info["params_trainable"] == _lora_expected(TINY_ARCH, 4, every)  # lm_head excluded by peft
+
+
 def test_quantized_bases():
     import bitsandbytes as bnb
 

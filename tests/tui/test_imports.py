@@ -1,0 +1,55 @@
+"""The app never loads the training stack, and starts fast."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+HEAVY = ("torch", "transformers", "peft", "deepspeed", "bitsandbytes", "accelerate")
+
+CODE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import fttui.tui.app
+t_import = time.perf_counter() - t0
+# what the screens import lazily
+import fttui.tui.picker, fttui.tui.run_screen, fttui.tui.results, fttui.tui.dialogs, fttui.tui.help
+import fttui.core.launch, fttui.core.preflight, fttui.core.profile, fttui.core.watch, fttui.core.store
+import fttui.core.tables, fttui.cli.live, fttui.monitor.samplers
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))
+print(json.dumps({"heavy": heavy, "import_s": t_import}))
+"""
+
+FIRST_FRAME = r"""
+import asyncio, json, time
+t0 = time.perf_counter()
+from fttui.tui.app import FttuiApp
+
+async def main():
+    app = FttuiApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        return time.perf_counter() - t0
+
+print(json.dumps({"first_frame_s": asyncio.run(main())}))
+"""
+
+
+def test_app_imports_no_training_stack():
+    out = subprocess.run([sys.executable, "-c", CODE, ",".join(HEAVY)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["heavy"] == [], res
+
+
+def test_first_frame_is_quick():
+    out = subprocess.run([sys.executable, "-c", FIRST_FRAME], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    # well under 0.5 s on a quiet machine; the bound leaves room for a loaded CI box
+    assert res["first_frame_s"] < 2.0, res
