@@ -57,6 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", nargs="?", help="run id, prefix or run directory (default: latest live run)")
     p.add_argument("--headless", action="store_true")
 
+    p = sub.add_parser("probe", help="find the largest batch size / sequence length that fits")
+    _add_profile_args(p)
+    p.add_argument("--param", choices=["batch_size", "max_seq_len"], default="batch_size")
+    p.add_argument("--range", default="1..1024", metavar="LO..HI")
+    p.add_argument("--steps", type=int, default=2, help="training steps per trial (default 2)")
+    p.add_argument("--start", type=int, default=None, help="first value to try (default LO)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--markdown", action="store_true", help="print the trial table as Markdown")
+
     return ap
 
 
@@ -213,7 +222,14 @@ def cmd_app(args) -> int:
     return run_app()
 
 
+def cmd_probe(args) -> int:
+    from fttui.cli.probe_cmds import cmd_probe as run
+
+    return run(args, _resolve)
+
+
 COMMANDS = {
+    "probe": cmd_probe,
     "run": cmd_run,
     "profiles": cmd_profiles,
     "results": cmd_results,

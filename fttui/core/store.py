@@ -71,7 +71,13 @@ COLUMNS: dict[str, str] = {
     "versions": "TEXT",  # JSON
     "env": "TEXT",  # JSON
     "run_dir": "TEXT",
+    # schema 2: probe trials
+    "param": "TEXT",  # the probed setting (batch_size or max_seq_len)
+    "clean": "INTEGER",  # the trial ran in a process that had not run out of memory before
+    "step_time_s": "REAL",
 }
+_ADDED = {2: ("param", "clean", "step_time_s")}
+_LATER = {c for cols in _ADDED.values() for c in cols}
 JSON_COLUMNS = {
     "gpu_names",
     "peak_gpu_mem_mb",
@@ -85,9 +91,10 @@ JSON_COLUMNS = {
 
 # Migrations, in order; migration i brings the schema from version i to i + 1.
 MIGRATIONS: list[str] = [
-    "CREATE TABLE runs (" + ", ".join(f"{k} {v}" for k, v in COLUMNS.items()) + ");"
+    "CREATE TABLE runs (" + ", ".join(f"{k} {v}" for k, v in COLUMNS.items() if k not in _LATER) + ");"
     "CREATE INDEX runs_started ON runs(started_at);"
     "CREATE INDEX runs_group ON runs(group_id);",
+    ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[2]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -83,6 +83,10 @@ class PickerScreen(Screen):
         self.query_one("#gpus", Static).update(Text("GPUs: looking...", style="dim"))
         self.call_after_refresh(self._refresh_gpus)
 
+    def on_screen_resume(self) -> None:
+        # back from a run: the list has the keys (q, r, ?), not a field that would swallow them
+        self.query_one("#profiles", OptionList).focus()
+
     def _refresh_gpus(self) -> None:
         snap = self.app.sample_gpus()
         self.query_one("#gpus", Static).update(gpu_list_text(snap))

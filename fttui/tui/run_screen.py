@@ -144,7 +144,7 @@ class RunScreen(Screen):
         self._spark("#tps-spark", s.tokens_per_s_history)
         loss = "-" if s.loss is None else f"{s.loss:.4f}"
         lo = ""
-        if s.loss_history:
+        if s.loss_history and wide:
             lo = f"  min {min(s.loss_history):.4f}"
         self.query_one("#loss-text", Static).update(Text.assemble(("loss ", "bold"), loss, (lo, "dim")))
         self._spark("#loss-spark", s.loss_history)
@@ -275,16 +275,14 @@ class RunScreen(Screen):
             w.show(Text("no summary row", style="dim"))
         else:
             headers, body = reference_table([row])
+            skip = ("model", "dataset", "status", "grad_accum", "max_seq_len")
             cells = [Text.assemble((f"{h} ", "bold"), v or "-") for h, v in zip(headers, body[0])
-                     if h not in ("model", "dataset", "status")]
-            head = Text.assemble((str(row.get("model") or "?"), "bold"), " on ",
-                                 (str(row.get("dataset") or "?"), "bold"),
-                                 f"  steps {row.get('steps')}/{row.get('total_steps')}",
-                                 f"  wall {fmt.duration(row.get('wall_s')) or '-'}")
-            parts = [head, Columns(cells, padding=(0, 2))]
-            if row.get("error"):
-                parts.append(Text(f"error: {row['error']}", no_wrap=True, overflow="ellipsis"))
-            w.show(Group(*parts))
+                     if h not in skip]
+            w.border_title = (f"summary: {row.get('model') or '?'} on {row.get('dataset') or '?'}, "
+                              f"steps {row.get('steps')}/{row.get('total_steps')}, "
+                              f"wall {fmt.duration(row.get('wall_s')) or '-'}")
+            # the error is in the status line already
+            w.show(Columns(cells, padding=(0, 2)))
         w.display = True
         self._row_shown = True
 

@@ -173,17 +173,25 @@ def _threads(local_world: int) -> int:
     return max(1, n // max(1, local_world))
 
 
-def run(run_dir: str, state: dict[str, Any]) -> int:
-    t_boot = time.perf_counter()
-    rank = state["rank"]
-    world = _env_int("WORLD_SIZE", default=1)
-    local_rank = _env_int("LOCAL_RANK", default=0)
-    local_world = _env_int("LOCAL_WORLD_SIZE", default=world)
-    prefix = f"[rank {rank}] " if world > 1 else ""
+class Setup:
+    """What a worker process builds once: profile, torch state, limits, model and tokenizer."""
 
-    def log(msg: str) -> None:
-        print(prefix + msg, flush=True)
+    profile: dict[str, Any]
+    run_dir: str
+    rank: int
+    world: int
+    local_rank: int
+    use_cuda: bool
+    limits: dict[str, Any]
+    model: Any
+    info: dict[str, Any]
+    tok: Any
+    records: Any
+    t_boot: float
+    log: Any
 
+
+def read_profile(run_dir: str) -> dict[str, Any]:
     try:
         with open(os.path.join(run_dir, "profile.json"), encoding="utf-8") as f:
             profile = json.load(f)
@@ -194,6 +202,25 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
     if not isinstance(profile, dict):
         raise ConfigError("profile.json: expected a JSON object")
     _check_profile(profile)
+    return profile
+
+
+def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = None) -> Setup:
+    """Import the stack, apply the memory limits, build the model and the tokenizer."""
+    su = Setup()
+    su.t_boot = time.perf_counter()
+    su.run_dir = run_dir
+    su.rank = state["rank"]
+    su.world = world = _env_int("WORLD_SIZE", default=1)
+    su.local_rank = local_rank = _env_int("LOCAL_RANK", default=0)
+    local_world = _env_int("LOCAL_WORLD_SIZE", default=world)
+    prefix = f"[rank {su.rank}] " if world > 1 else ""
+
+    def log(msg: str) -> None:
+        print(prefix + msg, flush=True)
+
+    su.log = log
+    su.profile = profile = profile if profile is not None else read_profile(run_dir)
     method = profile["method"]
     m, d, t, lim = profile["model"], profile["data"], profile["train"], profile["limits"]
     host_limit = parse_size(lim.get("host_memory"))
@@ -201,15 +228,15 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
     precision = t.get("precision", "fp32")
 
     # Fast fail on bad data, before the training stack is imported.
-    records = None
+    su.records = None
     source = d.get("source") or "synthetic"
     if source != "synthetic":
-        records = load_records(source, d.get("format") or "auto")
+        su.records = load_records(source, d.get("format") or "auto")
 
     import torch
 
     torch.set_num_threads(_threads(local_world))
-    use_cuda = torch.cuda.is_available()
+    su.use_cuda = use_cuda = torch.cuda.is_available() and int(profile["devices"].get("gpus", 1)) > 0
     if precision == "fp16" and not use_cuda:
         raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
     if method == "full-zero3-offload" and "LOCAL_RANK" not in os.environ:
@@ -219,12 +246,10 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
         torch.cuda.set_device(local_rank)
 
     import transformers  # noqa: F401  (import everything before the host limit)
-    from transformers import TrainingArguments
-    from transformers.trainer_callback import PrinterCallback
+    from transformers import TrainingArguments  # noqa: F401
 
-    from .callback import Counters, CountingTrainer, EventCallback, environment
-    from .data import Collator, build_dataset
-    from .model import build_model, deepspeed_config
+    from . import callback as _callback  # noqa: F401
+    from .model import build_model
     from .tokenizer import load_tokenizer
 
     if method != "full":
@@ -233,6 +258,37 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
         import bitsandbytes  # noqa: F401
     transformers.utils.logging.disable_progress_bar()
 
+    su.tok = load_tokenizer(m)
+    # Start the CPU thread pool before the address-space limit (thread stacks count against it).
+    (torch.ones(64, 64) @ torch.ones(64, 64)).sum().item()
+    limits = {"host_memory": lim.get("host_memory") or "", "gpu_memory": lim.get("gpu_memory") or ""}
+    host_applied = apply_host_limit(host_limit)
+    if host_applied:
+        limits.update(host_applied)
+        log(f"host memory limit: {lim.get('host_memory')} on top of {host_applied['vm_base_bytes'] >> 20} MiB "
+            "virtual size after imports (RLIMIT_AS)")
+    gpu_applied = apply_gpu_limit(gpu_limit, log)
+    if gpu_applied:
+        limits.update(gpu_applied)
+    su.limits = limits
+
+    t_model = time.perf_counter()
+    su.model, su.info = build_model(profile, use_cuda=use_cuda, local_rank=local_rank)
+    info = su.info
+    log(f"model built: {m.get('name_or_path')} ({m.get('init')}), method {method}, dtype {info['dtype']}, "
+        f"params total {info['params_total']:,}, trainable {info['params_trainable']:,} "
+        f"({time.perf_counter() - t_model:.2f}s)")
+    return su
+
+
+def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: bool):
+    """TrainingArguments from the resolved profile."""
+    from transformers import TrainingArguments
+
+    from .model import deepspeed_config
+
+    t = profile["train"]
+    precision = t.get("precision", "fp32")
     optim = t.get("optimizer") or "adamw_torch"
     warmup = float(t.get("warmup_ratio") or 0.0)
     max_steps = int(t.get("max_steps", -1) or -1)
@@ -262,66 +318,66 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
     )
     if world > 1 and not use_cuda:
         ta_kwargs["ddp_backend"] = "gloo"
-    if method == "full-zero3-offload":
+    if profile["method"] == "full-zero3-offload":
         ta_kwargs["deepspeed"] = deepspeed_config(profile, world)
     try:
-        args = TrainingArguments(**ta_kwargs)
+        return TrainingArguments(**ta_kwargs)
     except ValueError as e:
         raise ConfigError(f"training arguments: {one_line(e)}") from e
 
-    tok = load_tokenizer(m)
-    # Start the CPU thread pool before the address-space limit (thread stacks count against it).
-    (torch.ones(64, 64) @ torch.ones(64, 64)).sum().item()
-    limits = {"host_memory": lim.get("host_memory") or "", "gpu_memory": lim.get("gpu_memory") or ""}
-    host_applied = apply_host_limit(host_limit)
-    if host_applied:
-        limits.update(host_applied)
-        log(f"host memory limit: {lim.get('host_memory')} on top of {host_applied['vm_base_bytes'] >> 20} MiB "
-            "virtual size after imports (RLIMIT_AS)")
-    gpu_applied = apply_gpu_limit(gpu_limit, log)
-    if gpu_applied:
-        limits.update(gpu_applied)
 
-    t_model = time.perf_counter()
-    model, info = build_model(profile, use_cuda=use_cuda, local_rank=local_rank)
-    log(f"model built: {m.get('name_or_path')} ({m.get('init')}), method {method}, dtype {info['dtype']}, "
-        f"params total {info['params_total']:,}, trainable {info['params_trainable']:,} "
-        f"({time.perf_counter() - t_model:.2f}s)")
+def make_trainer(su: Setup, profile: dict[str, Any], dataset, counters, callbacks):
+    from transformers.trainer_callback import PrinterCallback
 
-    vocab = model.get_input_embeddings().num_embeddings
-    dataset, dinfo = build_dataset(d, tok, vocab, int(t.get("seed", 42)), records=records)
+    from .callback import CountingTrainer
+    from .data import Collator
+
+    d = profile["data"]
+    trainer = CountingTrainer(
+        model=su.model,
+        args=training_args(profile, su.run_dir, su.world, su.use_cuda),
+        train_dataset=dataset,
+        data_collator=Collator(su.tok.pad_token_id, int(d.get("max_seq_len", 512)), bool(d.get("pad_to_max"))),
+        callbacks=callbacks,
+        counters=counters,
+    )
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def run(run_dir: str, state: dict[str, Any]) -> int:
+    su = setup(run_dir, state)
+    profile, log = su.profile, su.log
+    d, t = profile["data"], profile["train"]
+    from .callback import Counters, EventCallback, environment
+    from .data import build_dataset
+
+    vocab = su.model.get_input_embeddings().num_embeddings
+    dataset, dinfo = build_dataset(d, su.tok, vocab, int(t.get("seed", 42)), records=su.records)
     log(f"dataset: {dinfo['name']}, {dinfo['num_samples']} samples"
         + (f" ({dinfo['dropped']} dropped: no response token within max_seq_len)" if dinfo["dropped"] else "")
-        + f", max_seq_len {d.get('max_seq_len')}, tokenizer {getattr(tok, 'name', '?')}")
+        + f", max_seq_len {d.get('max_seq_len')}, tokenizer {getattr(su.tok, 'name', '?')}")
 
     counters = Counters()
     state["counters"] = counters
     start_fields = {
         "config": profile,
-        "params_total": info["params_total"],
-        "params_trainable": info["params_trainable"],
-        "world_size": world,
+        "params_total": su.info["params_total"],
+        "params_trainable": su.info["params_trainable"],
+        "world_size": su.world,
         "micro_batch": int(t.get("batch_size", 1)),
         "grad_accum": int(t.get("grad_accum", 1)),
         "max_seq_len": int(d.get("max_seq_len", 512)),
         "num_samples": dinfo["num_samples"],
         "env": environment(),
-        "limits": limits,
-        "method": method,
-        "dtype": info["dtype"],
-        "device": "cuda" if use_cuda else "cpu",
-        "setup_time": round(time.perf_counter() - t_boot, 3),
+        "limits": su.limits,
+        "method": profile["method"],
+        "dtype": su.info["dtype"],
+        "device": "cuda" if su.use_cuda else "cpu",
+        "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }
-    callback = EventCallback(state["emit"], counters, start_fields, on_cuda=use_cuda, printer=log)
-    trainer = CountingTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        data_collator=Collator(tok.pad_token_id, int(d.get("max_seq_len", 512)), bool(d.get("pad_to_max"))),
-        callbacks=[callback],
-        counters=counters,
-    )
-    trainer.remove_callback(PrinterCallback)
+    callback = EventCallback(state["emit"], counters, start_fields, on_cuda=su.use_cuda, printer=log)
+    trainer = make_trainer(su, profile, dataset, counters, [callback])
     t_train = time.perf_counter()
     trainer.train()
     log(f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "

@@ -19,6 +19,7 @@ t_import = time.perf_counter() - t0
 import fttui.tui.picker, fttui.tui.run_screen, fttui.tui.results, fttui.tui.dialogs, fttui.tui.help
 import fttui.core.launch, fttui.core.preflight, fttui.core.profile, fttui.core.watch, fttui.core.store
 import fttui.core.tables, fttui.cli.live, fttui.monitor.samplers
+import fttui.worker.records, fttui.worker.errors  # what preflight loads to check a data file
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))
 print(json.dumps({"heavy": heavy, "import_s": t_import}))
 """

@@ -1,0 +1,73 @@
+"""`fttui probe` and `fttui sweep`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+from fttui.core import fmt
+
+
+def _raise_interrupt(_s, _f):
+    raise KeyboardInterrupt
+
+
+def _trial_cells(t) -> list[str]:
+    return [
+        str(t.value),
+        "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
+        "yes" if t.clean else "no",
+        str(t.load),
+        ";".join(f"{x:.0f}" for x in t.peak_gpu_mem_mb) or "-",
+        ";".join(f"{x:.0f}" for x in t.peak_torch_reserved_mb) or "-",
+        "-" if t.peak_host_rss_mb is None else f"{t.peak_host_rss_mb:.0f}",
+        "-" if t.step_time_s is None else f"{t.step_time_s:.3f}",
+        "-" if t.samples_per_s is None else f"{t.samples_per_s:.2f}",
+    ]
+
+
+TRIAL_HEADERS = ["value", "result", "clean", "load", "gpu_mem_mb", "torch_reserved_mb", "host_rss_mb",
+                 "s_per_step", "samples_per_s"]
+
+
+def cmd_probe(args, resolve) -> int:
+    from fttui.core.probe import Prober, parse_range
+    from fttui.core.tables import to_markdown, to_text
+
+    resolved = resolve(args)
+    lo, hi = parse_range(args.range)
+    out = sys.stderr if args.json else sys.stdout
+
+    def on_trial(t):
+        print(f"  {args.param}={t.value}: {'fit' if t.status == 'fit' else 'OOM (' + str(t.oom_kind) + ')'}"
+              f"{'' if t.clean else ' (after an OOM: guide only)'}"
+              f"  host RSS {fmt.mb(t.peak_host_rss_mb)}"
+              + (f"  {t.samples_per_s:.2f} samples/s" if t.samples_per_s else ""), file=out, flush=True)
+
+    prober = Prober(resolved, param=args.param, lo=lo, hi=hi, steps=args.steps, start=args.start,
+                    on_trial=on_trial, on_log=lambda s: print(s, file=out, flush=True))
+    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    print(f"probe {prober.probe_id}: {args.param} in {lo}..{hi}, {args.steps} steps per trial, "
+          f"worst-case length (every sample {resolved['data']['max_seq_len']} tokens)", file=out, flush=True)
+    try:
+        res = prober.run()
+    except KeyboardInterrupt:
+        prober.stop()
+        print("fttui: probe interrupted; no process left", file=sys.stderr)
+        return 130
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2))
+    else:
+        body = [_trial_cells(t) for t in sorted(res.trials, key=lambda t: (t.value, t.load))]
+        print()
+        print((to_markdown if args.markdown else to_text)(TRIAL_HEADERS, body))
+        print(f"largest {res.param} that fits: {res.largest_fit}   smallest that fails: {res.smallest_oom}"
+              f"   ({'exact' if res.exact else 'NOT exact'}; {res.model_loads} model loads, {len(res.trials)} "
+              f"trials, {fmt.duration(res.wall_s)})")
+        if res.note:
+            print(f"note: {res.note}")
+    return 0 if res.exact else 1

@@ -1,0 +1,292 @@
+"""The OOM-boundary probe: the largest value of a setting that fits and the smallest that fails.
+
+Both ends are observed in *clean* trials (a process that has not run out of memory before),
+every trial runs real training steps at worst-case length, and few models are loaded:
+
+  load 1   climbs x2 from the start value (1, 2, 4, ...) reusing the loaded model; its first OOM
+           is clean; it then bisects in the same process between the last fit and that OOM
+           (trials after an OOM only *guide*: allocator state may differ from a fresh process);
+  load 2.. a fresh process starts at the guessed boundary g: g fits and g+1 fails -> done;
+           otherwise it climbs +1 (then in doubling steps) or bisects below, and guesses again.
+
+With a well-behaved allocator that is two model loads for any range; the benchmark in
+bench/probe_vs_accelerate.py measures it against accelerate's find_executable_batch_size.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from fttui.core import launch, paths, rundir
+from fttui.core.events import JsonlTail, append_jsonl
+from fttui.core.errors import FttuiError
+
+PARAMS = ("batch_size", "max_seq_len")
+MAX_LOADS = 8
+
+
+@dataclass
+class Trial:
+    value: int
+    status: str  # fit | oom
+    load: int
+    clean: bool
+    oom_kind: str | None = None
+    message: str | None = None
+    steps: int = 0
+    step_time_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    peak_gpu_mem_mb: list[float] = field(default_factory=list)
+    peak_torch_reserved_mb: list[float] = field(default_factory=list)
+    peak_host_rss_mb: float | None = None
+
+
+@dataclass
+class ProbeResult:
+    probe_id: str
+    param: str
+    lo: int
+    hi: int
+    largest_fit: int | None
+    smallest_oom: int | None
+    exact: bool
+    model_loads: int
+    trials: list[Trial]
+    wall_s: float
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["trials"] = [asdict(t) for t in self.trials]
+        return d
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    try:
+        lo_s, hi_s = text.split("..", 1)
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError:
+        raise FttuiError(f"--range {text!r}: expected LO..HI, e.g. 1..1024") from None
+    if lo < 1 or hi < lo:
+        raise FttuiError(f"--range {text!r}: need 1 <= LO <= HI")
+    return lo, hi
+
+
+class Prober:
+    def __init__(self, resolved: dict, param: str = "batch_size", lo: int = 1, hi: int = 1024,
+                 steps: int = 2, start: int | None = None,
+                 on_trial: Callable[[Trial], None] | None = None,
+                 on_log: Callable[[str], None] | None = None):
+        if param not in PARAMS:
+            raise FttuiError(f"--param {param!r}: use one of {', '.join(PARAMS)}")
+        if launch.processes_per_node(resolved) * int(resolved["devices"].get("nodes", 1)) != 1:
+            raise FttuiError("the probe measures one process: set gpus to 1 (or 0 on CPU); "
+                             "with data parallelism every card holds the same as one")
+        if resolved["method"] == "full-zero3-offload":
+            raise FttuiError("the probe does not support full-zero3-offload yet: use `fttui sweep`")
+        if steps < 1:
+            raise FttuiError("--steps must be >= 1")
+        self.resolved = resolved
+        self.param, self.lo, self.hi, self.steps = param, lo, hi, steps
+        self.start = max(lo, min(hi, start)) if start else lo
+        self.on_trial = on_trial or (lambda t: None)
+        self.on_log = on_log or (lambda s: None)
+        self.probe_id = rundir.new_run_id(f"probe-{resolved.get('name', 'profile')}")
+        self.trials: list[Trial] = []
+        self.loads = 0
+        self.proc: subprocess.Popen | None = None
+        self.stopped = False
+
+    # ------------------------------------------------------------------------------------------
+    def run(self) -> ProbeResult:
+        launch.validate_before_launch(self.resolved)
+        t0 = time.time()
+        clean_fit: int | None = None
+        clean_oom: int | None = None
+        guess: int | None = None
+        note = ""
+        try:
+            while self.loads < MAX_LOADS:
+                if clean_fit is not None and clean_oom is not None and clean_oom == clean_fit + 1:
+                    break
+                if clean_oom == self.lo or clean_fit == self.hi:
+                    break
+                if self.loads == 0:
+                    start, growth = self.start, "mul"
+                else:
+                    low = (clean_fit or self.lo - 1) + 1
+                    high = (clean_oom or self.hi + 1) - 1
+                    start = min(max(guess or low, low), high)
+                    growth = "add"
+                res = self._load(start, growth, clean_fit, clean_oom)
+                for t in res["trials"]:
+                    if not t.clean:
+                        continue
+                    if t.status == "fit":
+                        clean_fit = max(clean_fit or 0, t.value)
+                    elif t.status == "oom":
+                        clean_oom = t.value if clean_oom is None else min(clean_oom, t.value)
+                if res.get("model_oom"):
+                    note = "the model itself does not fit in the memory budget (OOM while loading it)"
+                    break
+                if not res["trials"]:
+                    note = "the probe process ran no trial"
+                    break
+                guess = res.get("guess")
+                if clean_oom is None and clean_fit is not None and clean_fit >= self.hi:
+                    break
+            else:
+                note = f"stopped after {MAX_LOADS} model loads without closing the boundary"
+        finally:
+            self._kill()
+        exact = (clean_fit is not None and clean_oom is not None and clean_oom == clean_fit + 1) or \
+            (clean_oom == self.lo) or (clean_fit == self.hi)
+        if clean_fit == self.hi and clean_oom is None:
+            note = note or f"everything up to {self.hi} fits: raise --range"
+        if clean_oom == self.lo:
+            note = note or f"{self.lo} already fails: nothing in the range fits"
+        return ProbeResult(self.probe_id, self.param, self.lo, self.hi, clean_fit, clean_oom, exact,
+                           self.loads, self.trials, round(time.time() - t0, 2), note)
+
+    # ------------------------------------------------------------------------------------------
+    def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None) -> dict:
+        self.loads += 1
+        k = self.loads
+        prof = dict(self.resolved)
+        prof["_kind"], prof["_group"] = "probe", self.probe_id
+        rid = f"{self.probe_id}-load{k}"
+        argv = [sys.executable, "-m", "fttui.worker.probe", "--run-dir", str(paths.runs_dir() / rid),
+                "--param", self.param, "--start", str(start), "--hi", str(self.hi), "--growth", growth,
+                "--steps", str(self.steps), "--lo-fit", str(clean_fit or 0), "--oom-bound", str(clean_oom or 0)]
+        env_add = launch.child_env(prof)
+        # Big allocations always mmapped (and returned on free): trials in one process stay
+        # comparable with a fresh process.
+        env_add.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
+        env_add["FTTUI_PARENT_PID"] = str(os.getpid())
+        rd = rundir.create(prof, argv, env_add, run_id=rid)
+        self.on_log(f"load {k}: {self.param} from {start} ({'x2' if growth == 'mul' else '+1 steps'})")
+        env = dict(os.environ)
+        env.update(env_add)
+        log = open(rd.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True, close_fds=True)
+        finally:
+            log.close()
+        from fttui.monitor.samplers import HostSampler, make_gpu_sampler
+
+        host = HostSampler(self.proc.pid)
+        gpu = make_gpu_sampler()
+        tail = JsonlTail(rd.events_path)
+        out: dict = {"trials": [], "guess": None, "model_oom": False}
+        window_start: float | None = None
+        window_peak: dict[int, float] = {}
+        while True:
+            done = self.proc.poll() is not None
+            h = host.sample()
+            g = gpu.sample(host.tree_pids())
+            append_jsonl(rd.samples_path, {"t": time.time(), "gpu": g.to_dict(), "host": h.to_dict()})
+            if g.available:
+                for info in g.gpus:
+                    used = info.proc_mem_mb if info.proc_mem_mb is not None else info.mem_used_mb
+                    if used is not None:
+                        window_peak[info.index] = max(window_peak.get(info.index, 0.0), used)
+            for ev in tail.read_new():
+                name = ev.get("event")
+                if name == "trial_start":
+                    window_start, window_peak = ev.get("t"), {}
+                elif name == "trial":
+                    t = self._trial(ev, k, window_peak)
+                    out["trials"].append(t)
+                    self.trials.append(t)
+                    self.on_trial(t)
+                    window_start = None
+                elif name == "probe_guess":
+                    out["guess"] = ev.get("largest_fit")
+                elif name == "error":
+                    if ev.get("kind") == "oom" and not out["trials"]:
+                        out["model_oom"] = True
+                    elif ev.get("kind") != "oom":
+                        self._kill()
+                        raise FttuiError(f"probe load {k} failed: {ev.get('message')} (see {rd.log_path})")
+            if done:
+                break
+            time.sleep(0.25)
+        gpu.close()
+        rc = self.proc.returncode
+        self.proc = None
+        if rc not in (0, 3) and not out["trials"]:
+            raise FttuiError(f"probe load {k} exited with code {rc} (see {rd.log_path})")
+        _ = window_start
+        return out
+
+    def _trial(self, ev: dict, load: int, nvml_peak: dict[int, float]) -> Trial:
+        t = Trial(
+            value=int(ev["value"]), status=ev.get("status", "oom"), load=load, clean=bool(ev.get("clean")),
+            oom_kind=ev.get("oom_kind"), message=ev.get("message"), steps=int(ev.get("steps") or 0),
+            step_time_s=_r(ev.get("step_time"), 4), samples_per_s=_r(ev.get("samples_per_s"), 3),
+            tokens_per_s=_r(ev.get("tokens_per_s"), 1),
+            peak_gpu_mem_mb=[round(nvml_peak[i], 1) for i in sorted(nvml_peak)],
+            peak_torch_reserved_mb=list(ev.get("peak_torch_reserved_mb") or []),
+            peak_host_rss_mb=_r(ev.get("peak_host_rss_mb"), 1),
+        )
+        self._save(t)
+        return t
+
+    def _save(self, t: Trial) -> None:
+        from fttui.core.store import Store
+
+        p = self.resolved
+        train, data = p["train"], p["data"]
+        row = {
+            "run_id": f"{self.probe_id}-{len(self.trials) + 1:02d}",
+            "kind": "probe", "group_id": self.probe_id, "param": self.param, "clean": t.clean,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "profile": p.get("name"), "model": p["model"].get("label") or p["model"].get("name_or_path")
+            or p["model"].get("arch"), "dataset": "synthetic (worst case)", "method": p["method"],
+            "precision": train.get("precision"),
+            "batch_size": t.value if self.param == "batch_size" else train.get("batch_size"),
+            "grad_accum": train.get("grad_accum"), "world_size": 1,
+            "max_seq_len": t.value if self.param == "max_seq_len" else data.get("max_seq_len"),
+            "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
+            "steps": t.steps, "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
+            "tokens_padded_per_s": t.tokens_per_s, "step_time_s": t.step_time_s,
+            "peak_gpu_mem_mb": t.peak_gpu_mem_mb, "peak_torch_reserved_mb": t.peak_torch_reserved_mb,
+            "peak_host_rss_mb": t.peak_host_rss_mb, "status": t.status, "oom_kind": t.oom_kind,
+            "error": t.message, "limits": p.get("limits") or {},
+            "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
+            "effective_batch": (t.value if self.param == "batch_size" else train.get("batch_size"))
+            * int(train.get("grad_accum", 1)),
+        }
+        with Store() as store:
+            store.put(row)
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            try:
+                proc.wait(timeout=5)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._kill()
+
+
+def _r(x, nd):
+    return None if x is None else round(float(x), nd)

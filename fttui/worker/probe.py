@@ -1,0 +1,282 @@
+"""Probe worker: one model load, many trials. ``python -m fttui.worker.probe --run-dir DIR ...``
+
+Each trial trains ``--steps`` real optimizer steps (HF Trainer, the profile's optimizer,
+precision and checkpointing) at one value of ``--param`` (batch_size or max_seq_len), on
+synthetic samples of exactly max_seq_len tokens (the worst case: no padding), and reports
+whether it fit, its peak memory and its speed as a ``trial`` event.
+
+The order of trials is what makes the answer trustworthy:
+  1. climb from ``--start``: multiplicatively (x2) for a first load, additively (+1 four times,
+     then +2, +4, ...) when a boundary is already suspected, never past ``--oom-bound``
+     (a value already seen to fail) or ``--hi``; every trial of the climb runs in a process that
+     has not yet run out of memory (``clean``);
+  2. after the first OOM, bisect in the same process between the last fit and that OOM. Those
+     trials follow an OOM (``clean: false``): they only guide the next fresh process, which
+     checks the suspected boundary clean (see fttui.core.probe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+from .errors import WorkerInputError, classify, one_line
+from .train import Emitter, _env_int, setup
+
+
+def _vm_hwm_mb() -> float | None:
+    try:
+        with open("/proc/self/status", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _reset_hwm() -> None:
+    """Reset the peak RSS of this process (Linux: write 5 to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def trial_profile(profile: dict[str, Any], param: str, value: int, steps: int) -> dict[str, Any]:
+    import copy
+
+    p = copy.deepcopy(profile)
+    t, d = p["train"], p["data"]
+    if param == "batch_size":
+        t["batch_size"] = int(value)
+    else:
+        d["max_seq_len"] = int(value)
+    t["max_steps"] = int(steps)
+    d["source"] = "synthetic"
+    d["num_samples"] = int(t["batch_size"]) * int(t.get("grad_accum", 1)) * int(steps)
+    return p
+
+
+class _StepTimes:
+    def __init__(self):
+        self.ends: list[float] = []
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class CB(TrainerCallback):
+            def on_step_end(self, args, state, control, **kw):
+                outer.ends.append(time.perf_counter())
+
+        return CB()
+
+
+def run_trial(su, param: str, value: int, steps: int) -> dict[str, Any]:
+    import torch
+
+    from .callback import Counters
+    from .data import SyntheticDataset
+
+    prof = trial_profile(su.profile, param, value, steps)
+    seq = int(prof["data"]["max_seq_len"])
+    vocab = su.model.get_input_embeddings().num_embeddings
+    dataset = SyntheticDataset(int(prof["data"]["num_samples"]), seq, vocab, int(prof["train"].get("seed", 42)))
+    counters = Counters()
+    times = _StepTimes()
+    out: dict[str, Any] = {"value": int(value), "steps": 0}
+    gc.collect()
+    if su.use_cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    _reset_hwm()
+    trainer = None
+    t0 = time.perf_counter()
+    try:
+        from .train import make_trainer
+
+        trainer = make_trainer(su, prof, dataset, counters, [times.callback()])
+        trainer.train()
+        out["status"] = "fit"
+    except Exception as exc:  # an OOM is a result; anything else ends the probe
+        kind, oom_kind = classify(exc)
+        if kind != "oom":
+            raise
+        out.update(status="oom", oom_kind=oom_kind, message=one_line(exc)[:300])
+    finally:
+        wall = time.perf_counter() - t0
+        out["steps"] = len(times.ends)
+        out["peak_host_rss_mb"] = _vm_hwm_mb()
+        if su.use_cuda:
+            out["peak_torch_reserved_mb"] = [round(torch.cuda.max_memory_reserved() / 2**20, 1)]
+            out["peak_torch_alloc_mb"] = [round(torch.cuda.max_memory_allocated() / 2**20, 1)]
+        else:
+            out["peak_torch_reserved_mb"] = []
+            out["peak_torch_alloc_mb"] = []
+        if len(times.ends) >= 2:
+            step_time = (times.ends[-1] - times.ends[0]) / (len(times.ends) - 1)
+        elif times.ends:
+            step_time = wall
+        else:
+            step_time = None
+        out["step_time"] = step_time
+        per_step = int(prof["train"]["batch_size"]) * int(prof["train"].get("grad_accum", 1))
+        if step_time and out.get("status") == "fit":
+            out["samples_per_s"] = per_step / step_time
+            out["tokens_per_s"] = per_step * seq / step_time
+        out["wall"] = wall
+        # Free everything the trial allocated; the model stays.
+        if trainer is not None:
+            try:
+                trainer.optimizer = None
+                trainer.lr_scheduler = None
+            except Exception:
+                pass
+        del trainer
+        try:
+            su.model.zero_grad(set_to_none=True)
+        except Exception:
+            pass
+        gc.collect()
+        if su.use_cuda:
+            torch.cuda.empty_cache()
+    return out
+
+
+def plan_and_run(su, emit, ns) -> dict[str, Any]:
+    hi = ns.hi
+    if ns.param == "max_seq_len":
+        cfg = getattr(su.model, "config", None)
+        limit = getattr(cfg, "max_position_embeddings", None)
+        if limit and hi > limit:
+            su.log(f"note: max_seq_len capped at the model's max_position_embeddings {limit}")
+            hi = limit
+    bound = ns.oom_bound if ns.oom_bound and ns.oom_bound > 0 else None
+    last_fit = ns.lo_fit if ns.lo_fit and ns.lo_fit > 0 else None
+    first_oom = None
+    clean = True
+    v = ns.start
+    delta = 1
+    climbed = 0
+
+    def trial(value: int) -> dict[str, Any]:
+        emit("trial_start", value=value, clean=clean)
+        r = run_trial(su, ns.param, value, ns.steps)
+        r["clean"] = clean
+        emit("trial", **r)
+        su.log(f"trial {ns.param}={value}: {r['status']}"
+               + (f" ({r.get('oom_kind')})" if r.get("oom_kind") else "")
+               + (f", peak RSS {r['peak_host_rss_mb']:.0f} MB" if r.get("peak_host_rss_mb") else ""))
+        return r
+
+    # 1. climb (clean trials)
+    while v <= hi and (bound is None or v < bound):
+        r = trial(v)
+        if r["status"] == "fit":
+            last_fit = v
+            if v >= hi:
+                break
+            # additive climb: +1 four times (the guess is usually within a few values), then
+            # doubling steps
+            nxt = v * 2 if ns.growth == "mul" else v + delta
+            climbed += 1
+            if climbed >= 4:
+                delta *= 2
+            if bound is not None:
+                nxt = min(nxt, bound - 1) if nxt >= bound else nxt
+                if nxt <= v:
+                    break
+            v = min(nxt, hi)
+        else:
+            first_oom = v
+            clean = False
+            break
+    # 2. bisect after the first OOM (guides the next fresh process)
+    if first_oom is not None:
+        lo = last_fit or 0
+        high = first_oom
+        while high - lo > 1:
+            mid = (lo + high) // 2
+            if mid < 1:
+                break
+            r = trial(mid)
+            if r["status"] == "fit":
+                lo = mid
+            else:
+                high = mid
+        emit("probe_guess", largest_fit=lo or None, smallest_oom=high)
+        return {"largest_fit": lo or None, "smallest_oom": high}
+    return {"largest_fit": last_fit, "smallest_oom": None}
+
+
+def _die_with_parent() -> None:
+    """The probe's orchestrator may be killed outright: then this process must not stay."""
+    parent = os.environ.get("FTTUI_PARENT_PID")
+    if not parent:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fttui.worker.probe")
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--param", choices=["batch_size", "max_seq_len"], default="batch_size")
+    ap.add_argument("--start", type=int, required=True)
+    ap.add_argument("--hi", type=int, required=True)
+    ap.add_argument("--growth", choices=["mul", "add"], default="mul")
+    ap.add_argument("--lo-fit", type=int, default=0, help="largest value already seen to fit clean")
+    ap.add_argument("--oom-bound", type=int, default=0, help="smallest value already seen to fail clean")
+    ap.add_argument("--steps", type=int, default=2)
+    ns = ap.parse_args(argv)
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                 ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(k, v)
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    rank = _env_int("RANK", "LOCAL_RANK", default=0)
+    emit = Emitter(os.path.join(ns.run_dir, "events.jsonl"), rank)
+    state: dict[str, Any] = {"rank": rank, "emit": emit, "counters": None}
+    try:
+        su = setup(ns.run_dir, state)
+        from .callback import environment
+
+        emit("probe_start", param=ns.param, start=ns.start, hi=ns.hi, growth=ns.growth,
+             params_total=su.info["params_total"], params_trainable=su.info["params_trainable"],
+             limits=su.limits, env=environment(), setup_time=round(time.perf_counter() - su.t_boot, 3))
+        result = plan_and_run(su, emit, ns)
+        emit("probe_end", **result)
+        return 0
+    except Exception as exc:
+        kind, oom_kind = classify(exc)
+        msg = one_line(exc)
+        emit("error", kind=kind, oom_kind=oom_kind, message=msg, step=0,
+             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()[-20:])
+        if isinstance(exc, WorkerInputError):
+            print(f"error: {msg}", file=sys.stderr, flush=True)
+            return 2
+        traceback.print_exc()
+        return 3 if kind == "oom" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
