@@ -66,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--markdown", action="store_true", help="print the trial table as Markdown")
 
+    p = sub.add_parser("sweep", help="run a grid of settings and render a reference-style table")
+    _add_profile_args(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="a dimension of the grid, e.g. batch_size=1,2,4; repeatable")
+    p.add_argument("--steps", type=int, default=10, help="training steps per cell (default 10)")
+    p.add_argument("--out", help="also write the Markdown table to this file")
+
     return ap
 
 
@@ -228,7 +235,14 @@ def cmd_probe(args) -> int:
     return run(args, _resolve)
 
 
+def cmd_sweep(args) -> int:
+    from fttui.cli.probe_cmds import cmd_sweep as run
+
+    return run(args, _resolve)
+
+
 COMMANDS = {
+    "sweep": cmd_sweep,
     "probe": cmd_probe,
     "run": cmd_run,
     "profiles": cmd_profiles,

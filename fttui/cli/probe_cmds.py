@@ -71,3 +71,38 @@ def cmd_probe(args, resolve) -> int:
         if res.note:
             print(f"note: {res.note}")
     return 0 if res.exact else 1
+
+
+def cmd_sweep(args, resolve) -> int:
+    from fttui.core.sweep import Sweeper, parse_grid, render_matrix, render_rows
+
+    resolved = resolve(args)
+    grid = parse_grid(args.grid)
+    sweeper = Sweeper(resolved, grid, steps=args.steps,
+                      on_cell=lambda c: print(
+                          "  " + ", ".join(f"{k}={v}" for k, v in c.settings.items()) + f": {c.status}"
+                          + (" (a smaller setting ran out of memory)" if c.status == "skipped" else "")
+                          + (f"  {c.row['samples_per_s']:.2f} samples/s" if c.row and c.row.get("samples_per_s")
+                             and c.status == "completed" else ""),
+                          file=sys.stderr, flush=True))
+    n = len(sweeper.cells)
+    print(f"sweep {sweeper.sweep_id}: {n} cells, {args.steps} steps each", file=sys.stderr, flush=True)
+    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        res = sweeper.run()
+    except KeyboardInterrupt:
+        print("fttui: sweep interrupted; the running cell was cancelled", file=sys.stderr)
+        return 130
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    text = f"## {resolved.get('name')}: sweep {res.sweep_id}\n\n" + render_rows(res)
+    matrix = render_matrix(res)
+    if matrix:
+        text += "\n" + matrix
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        print(f"table written to {args.out}", file=sys.stderr)
+    print(text)
+    return 4 if res.interrupted else 0

@@ -108,16 +108,17 @@ def child_env(resolved: dict) -> dict[str, str]:
     return env
 
 
-def validate_before_launch(resolved: dict) -> None:
+def validate_before_launch(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -> None:
     """Checks that need no torch and must fail before anything is written."""
     from fttui.core.preflight import preflight
 
-    preflight(resolved)
+    preflight(resolved, gpu_count)
 
 
-def prepare(resolved: dict, run_id: str | None = None) -> rundir.RunDir:
+def prepare(resolved: dict, run_id: str | None = None,
+            gpu_count: tuple[int, str | None] | None = None) -> rundir.RunDir:
     """Validate, then create the run directory with the profile and the command."""
-    validate_before_launch(resolved)
+    validate_before_launch(resolved, gpu_count)
     rid = run_id or rundir.new_run_id(resolved.get("name", "run"))
     run_path = rundir.paths.runs_dir() / rid
     argv = build_command(resolved, run_path)
@@ -141,8 +142,11 @@ def start_supervisor(rd: rundir.RunDir) -> int:
     return proc.pid
 
 
-def launch(resolved: dict, run_id: str | None = None) -> rundir.RunDir:
-    rd = prepare(resolved, run_id)
+def launch(resolved: dict, run_id: str | None = None,
+           gpu_count: tuple[int, str | None] | None = None) -> rundir.RunDir:
+    """Validate, create the run directory and start its supervisor. ``gpu_count`` (number
+    visible, reason when none) overrides NVML's answer, for an app with an injected sampler."""
+    rd = prepare(resolved, run_id, gpu_count)
     start_supervisor(rd)
     return rd
 

@@ -110,6 +110,7 @@ class RunSnapshot:
     gpu_peak_used_mb: dict[int, float] = field(default_factory=dict)
     gpu_peak_proc_mb: dict[int, float] = field(default_factory=dict)
     torch_peak_reserved_mb: dict[int, float] = field(default_factory=dict)
+    rank_peak_rss_mb: dict[int, float] = field(default_factory=dict)  # each rank's own peak RSS
     torch_peak_alloc_mb: dict[int, float] = field(default_factory=dict)
     host_peak_tree_rss_mb: float | None = None
     host_peak_ram_used_mb: float | None = None
@@ -183,6 +184,7 @@ class RunState:
         self._total_steps: int | None = None
         self._torch_reserved: dict[int, float] = {}
         self._torch_alloc: dict[int, float] = {}
+        self._rank_rss: dict[int, float] = {}
         self._gpu_peak_used: dict[int, float] = {}
         self._gpu_peak_proc: dict[int, float] = {}
         self._host_peak_rss: float | None = None
@@ -220,6 +222,7 @@ class RunState:
             "end": self._on_end,
             "error": self._on_error,
             "exit": self._on_exit,
+            "launch": self._on_launch,
         }.get(name) if isinstance(name, str) else None
         if handler is None:
             return
@@ -230,6 +233,11 @@ class RunState:
     def apply_all(self, events: list[dict[str, Any]]) -> None:
         for ev in events:
             self.apply(ev)
+
+    def _on_launch(self, ev: dict[str, Any], t: float | None) -> None:
+        # The supervisor's launch event: elapsed time counts from here (model loading included).
+        if t is not None and (self._started_t is None or t < self._started_t):
+            self._started_t = t
 
     def _on_start(self, ev: dict[str, Any], t: float | None) -> None:
         rank = self._rank(ev)
@@ -281,7 +289,8 @@ class RunState:
         if ts is not None and ts > 0:
             r.total_steps = ts
             self._total_steps = ts
-        for key, peaks in (("torch_peak_reserved_mb", self._torch_reserved), ("torch_peak_alloc_mb", self._torch_alloc)):
+        for key, peaks in (("torch_peak_reserved_mb", self._torch_reserved), ("torch_peak_alloc_mb", self._torch_alloc),
+                           ("peak_rss_mb", self._rank_rss)):
             v = _num(ev.get(key))
             if v is not None and v > peaks.get(rank, -math.inf):
                 peaks[rank] = v
@@ -532,6 +541,7 @@ class RunState:
             gpu_peak_proc_mb=dict(self._gpu_peak_proc),
             torch_peak_reserved_mb=dict(self._torch_reserved),
             torch_peak_alloc_mb=dict(self._torch_alloc),
+            rank_peak_rss_mb=dict(self._rank_rss),
             host_peak_tree_rss_mb=self._host_peak_rss,
             host_peak_ram_used_mb=self._host_peak_ram,
             gpu=self._gpu_obj,

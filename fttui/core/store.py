@@ -75,10 +75,12 @@ COLUMNS: dict[str, str] = {
     "param": "TEXT",  # the probed setting (batch_size or max_seq_len)
     "clean": "INTEGER",  # the trial ran in a process that had not run out of memory before
     "step_time_s": "REAL",
+    "peak_rank_rss_mb": "TEXT",  # JSON list: each training process's own peak RSS, by rank
 }
-_ADDED = {2: ("param", "clean", "step_time_s")}
+_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb")}
 _LATER = {c for cols in _ADDED.values() for c in cols}
 JSON_COLUMNS = {
+    "peak_rank_rss_mb",
     "gpu_names",
     "peak_gpu_mem_mb",
     "peak_gpu_proc_mb",

@@ -148,6 +148,18 @@ def environment() -> dict[str, Any]:
     }
 
 
+def _peak_rss_mb() -> float | None:
+    """This process's peak resident set (VmHWM), in MB."""
+    try:
+        with open("/proc/self/status", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class EventCallback(TrainerCallback):
     """Emits ``start`` (on_train_begin), ``step`` (on_step_end) and ``end`` (on_train_end)."""
 
@@ -203,6 +215,7 @@ class EventCallback(TrainerCallback):
             train_time=now - self.t0,
             torch_peak_alloc_mb=peak_alloc,
             torch_peak_reserved_mb=peak_res,
+            peak_rss_mb=_peak_rss_mb(),
         )
         every = max(1, (self.total_steps or 1) // 20)
         if self.printer is not None and (ev["step"] in (1, self.total_steps) or ev["step"] % every == 0):
