@@ -21,6 +21,8 @@ def status_line(snap, final: dict | None) -> str:
         return f"OUT OF MEMORY ({kind}): {msg}"
     if st in ("failed", "cancelled"):
         return f"{st.upper()}: {(final or {}).get('error') or (snap.error or {}).get('message') or ''}"
+    if snap.stalled and st == "running":
+        return "RUNNING, STALLED: no training step for longer than the stall timeout"
     return st.upper()
 
 
@@ -105,7 +107,7 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
 
 
 def _follow_plain(f: RunFollower) -> None:
-    last_print, last_step, started = 0.0, -1, False
+    last_print, last_step, started, stalled = 0.0, -1, False, False
     while True:
         snap = f.poll()
         if not started and snap.status != "starting":
@@ -116,6 +118,10 @@ def _follow_plain(f: RunFollower) -> None:
         if snap.step and snap.step != last_step and (now - last_print >= 1.0 or snap.step == snap.total_steps):
             print(progress_line(snap), flush=True)
             last_print, last_step = now, snap.step
+        if snap.stalled != stalled:
+            stalled = snap.stalled
+            print("STALLED: no training step for longer than the stall timeout (the process is alive)"
+                  if stalled else "resumed: training steps again", flush=True)
         if f.done or f.lost():
             print(status_line(snap, f.final), flush=True)
             return

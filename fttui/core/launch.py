@@ -127,7 +127,7 @@ def prepare(resolved: dict, run_id: str | None = None,
 
 def start_supervisor(rd: rundir.RunDir) -> int:
     """Start the supervisor in its own session; it outlives this process."""
-    log = open(rd.path / "supervisor.log", "ab")
+    log = os.fdopen(os.open(rd.path / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fttui.core.supervisor", str(rd.path)],

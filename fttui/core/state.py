@@ -111,6 +111,7 @@ class RunSnapshot:
     gpu_peak_proc_mb: dict[int, float] = field(default_factory=dict)
     torch_peak_reserved_mb: dict[int, float] = field(default_factory=dict)
     rank_peak_rss_mb: dict[int, float] = field(default_factory=dict)  # each rank's own peak RSS
+    stalled: bool = False  # the supervisor flagged no progress for its stall timeout
     torch_peak_alloc_mb: dict[int, float] = field(default_factory=dict)
     host_peak_tree_rss_mb: float | None = None
     host_peak_ram_used_mb: float | None = None
@@ -185,6 +186,7 @@ class RunState:
         self._torch_reserved: dict[int, float] = {}
         self._torch_alloc: dict[int, float] = {}
         self._rank_rss: dict[int, float] = {}
+        self._stalled = False
         self._gpu_peak_used: dict[int, float] = {}
         self._gpu_peak_proc: dict[int, float] = {}
         self._host_peak_rss: float | None = None
@@ -223,6 +225,8 @@ class RunState:
             "error": self._on_error,
             "exit": self._on_exit,
             "launch": self._on_launch,
+            "stalled": self._on_stalled,
+            "resumed": self._on_stalled,
         }.get(name) if isinstance(name, str) else None
         if handler is None:
             return
@@ -233,6 +237,10 @@ class RunState:
     def apply_all(self, events: list[dict[str, Any]]) -> None:
         for ev in events:
             self.apply(ev)
+
+    def _on_stalled(self, ev: dict[str, Any], t: float | None) -> None:
+        # The supervisor saw no step for its stall timeout while the process lived (or it resumed).
+        self._stalled = ev.get("event") == "stalled"
 
     def _on_launch(self, ev: dict[str, Any], t: float | None) -> None:
         # The supervisor's launch event: elapsed time counts from here (model loading included).
@@ -542,6 +550,7 @@ class RunState:
             torch_peak_reserved_mb=dict(self._torch_reserved),
             torch_peak_alloc_mb=dict(self._torch_alloc),
             rank_peak_rss_mb=dict(self._rank_rss),
+            stalled=self._stalled,
             host_peak_tree_rss_mb=self._host_peak_rss,
             host_peak_ram_used_mb=self._host_peak_ram,
             gpu=self._gpu_obj,

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import psutil
 
 from fttui.core import rundir
 from fttui.core.events import JsonlTail, append_jsonl
+from fttui.core.redact import Redactor
 from fttui.core.state import RunState
 from fttui.core.summary import build_row, final_status
 from fttui.monitor.samplers import HostSampler, make_gpu_sampler
@@ -144,12 +146,16 @@ class Supervisor:
         gpu = make_gpu_sampler()
         tail = JsonlTail(rd.events_path)
         t_launch = time.time()
-        with open(rd.log_path, "ab", buffering=0) as log:
+        log = open_private(rd.log_path)
+        with log:
             try:
+                # Output goes through the supervisor so secrets are masked before they reach the
+                # log; if the supervisor dies, the training dies with it (SIGPIPE) instead of
+                # running on unwatched.
                 self.child = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
-                    stdout=log,
+                    stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
@@ -158,6 +164,8 @@ class Supervisor:
             except OSError as e:
                 self._finish(None, t_launch, error=f"could not start {argv[0]}: {e}")
                 return 1
+            pump = threading.Thread(target=_pump, args=(self.child.stdout, log, Redactor(env)), daemon=True)
+            pump.start()
             append_jsonl(rd.events_path, {"event": "launch", "t": time.time(), "rank": -1,
                                           "source": "supervisor", "pid": self.child.pid})
             host = HostSampler(self.child.pid)
@@ -192,6 +200,7 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     pass
             self.reap_leftovers()
+            pump.join(timeout=5)
         self._sample(host, gpu)
         for ev in tail.read_new():
             self.state.apply(ev)
@@ -231,6 +240,24 @@ class Supervisor:
         rundir.write_json_atomic(self.rd.status_path, status)
 
 
+def open_private(path: Path):
+    """Append-only binary file readable by the user only."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
+
+
+def _pump(pipe, log, redact: Redactor) -> None:
+    try:
+        for line in iter(pipe.readline, b""):
+            log.write(redact(line))
+    except (OSError, ValueError):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
 def save_row(row: dict, rd: rundir.RunDir) -> bool:
     """Write the summary row; keep a copy in the run dir whatever happens to the store."""
     rundir.write_json_atomic(rd.path / "row.json", row)
@@ -252,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m fttui.core.supervisor RUN_DIR", file=sys.stderr)
         return 2
+    os.umask(0o077)  # everything the run writes is readable by the user only
     sup = Supervisor(Path(args[0]))
     sup.install_signals()
     return sup.run()

@@ -1,0 +1,127 @@
+"""PNG charts of a report (matplotlib, Agg canvas, no display needed).
+
+The chart *data* is computed by :mod:`fttui.core.report` (pure); this module only draws it.
+matplotlib is imported inside :func:`render`, never at import time, and only through the Agg
+canvas (no ``pyplot``, so no global backend state is touched).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Colour-blind-safe palette (Okabe-Ito), then matplotlib's defaults for more groups.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+OOM_COLOUR = "#C0392B"
+
+
+@dataclass
+class Bar:
+    """One bar: a row (or one card of a row, in the memory chart)."""
+
+    label: str
+    value: float | None  # None: nothing to draw (OOM, no figure)
+    group: str = ""
+    note: str = ""  # text drawn at the end of the bar ("OOM", "no price", ...)
+    capacity: float | None = None  # memory chart: the card's total memory (same unit as value)
+    oom: bool = False
+    run_id: str = ""
+
+
+@dataclass
+class ChartSpec:
+    name: str  # file stem: NAME.png and NAME.csv
+    title: str
+    xlabel: str
+    bars: list[Bar] = field(default_factory=list)
+    kind: str = "bars"  # bars | memory
+    reference: float | None = None  # a vertical line (the baseline's 1.0 in the relative chart)
+    reference_label: str = ""
+    group_label: str = ""  # legend title
+    value_format: str = "{:.3g}"
+    footnote: str = ""
+
+    def csv_rows(self) -> list[list[str]]:
+        head = ["label", "group", "value", "note", "run_id"]
+        if self.kind == "memory":
+            head.insert(3, "capacity")
+        out = [head]
+        for b in self.bars:
+            cells = [b.label, b.group, "" if b.value is None else f"{b.value:.6g}", b.note, b.run_id]
+            if self.kind == "memory":
+                cells.insert(3, "" if b.capacity is None else f"{b.capacity:.6g}")
+            out.append(cells)
+        return out
+
+
+def write_csv(spec: ChartSpec, path: str | Path) -> Path:
+    path = Path(path)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f, lineterminator="\n").writerows(spec.csv_rows())
+    return path
+
+
+def _colours(groups: list[str]) -> dict[str, str]:
+    order = list(dict.fromkeys(groups))
+    return {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(order)}
+
+
+def render(spec: ChartSpec, path: str | Path) -> Path:
+    """Draw ``spec`` as a horizontal bar chart into the PNG file ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    path = Path(path)
+    bars = spec.bars
+    n = max(1, len(bars))
+    fig = Figure(figsize=(10, 1.6 + 0.36 * n), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colours = _colours([b.group for b in bars])
+    ys = list(range(len(bars)))[::-1]  # first bar on top
+    values = [b.value or 0.0 for b in bars]
+    caps = [b.capacity or 0.0 for b in bars]
+    top = max([*values, *caps, spec.reference or 0.0, 1e-9])
+    for y, b in zip(ys, bars):
+        colour = OOM_COLOUR if b.oom else colours[b.group]
+        if b.value is not None:
+            ax.barh(y, b.value, height=0.7, color=colour, alpha=0.55 if b.oom else 0.9,
+                    hatch="//" if b.oom else None, edgecolor=colour if b.oom else "none")
+        text = spec.value_format.format(b.value) if b.value is not None else ""
+        if b.note:
+            text = f"{text}  {b.note}".strip()
+        if text:
+            ax.text((b.value or 0.0) + top * 0.01, y, text, va="center", ha="left", fontsize=8,
+                    color=OOM_COLOUR if b.oom else "#222222")
+        if spec.kind == "memory" and b.capacity:
+            ax.vlines(b.capacity, y - 0.45, y + 0.45, colors="#222222", linewidth=2)
+    if spec.reference is not None:
+        ax.axvline(spec.reference, color="#555555", linestyle="--", linewidth=1)
+    ax.set_yticks(ys, [b.label for b in bars], fontsize=8)
+    ax.set_xlabel(spec.xlabel)
+    ax.set_title(spec.title, fontsize=11, loc="left")
+    ax.set_xlim(0, top * 1.22)
+    ax.set_ylim(-0.7, len(bars) - 0.3)
+    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    handles = [Patch(color=c, label=g) for g, c in colours.items() if g]
+    if any(b.oom for b in bars):
+        handles.append(Patch(facecolor=OOM_COLOUR, alpha=0.55, hatch="//", label="out of memory"))
+    if spec.kind == "memory" and any(b.capacity for b in bars):
+        handles.append(Line2D([], [], color="#222222", linewidth=2, label="card memory"))
+    if spec.reference is not None and spec.reference_label:
+        handles.append(Line2D([], [], color="#555555", linestyle="--", label=spec.reference_label))
+    if handles:
+        ax.legend(handles=handles, title=spec.group_label or None, fontsize=8, title_fontsize=8,
+                  loc="lower right", framealpha=0.9)
+    if not bars:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+    if spec.footnote:
+        fig.text(0.01, 0.005, spec.footnote, fontsize=7, color="#555555", ha="left", va="bottom")
+    fig.savefig(path, format="png")
+    return path
