@@ -45,6 +45,7 @@ class Supervisor:
             os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.get("monitor", {}).get("stall_timeout_s", 0) or 0)
         )
         self.stalled = False
+        self.ever_stalled = False
         self.state = RunState(
             warmup_exclude_steps=int(self.profile.get("train", {}).get("warmup_exclude_steps", 1))
         )
@@ -185,7 +186,7 @@ class Supervisor:
                         self._event("resumed")
                 if (self.stall_after > 0 and not self.stalled
                         and time.time() - last_progress > self.stall_after):
-                    self.stalled = True
+                    self.stalled = self.ever_stalled = True
                     self._event("stalled", seconds=round(time.time() - last_progress, 1))
                 if self.cancel_reason is None and rd.cancel_path.exists():
                     self.cancel_reason = "cancel requested"
@@ -234,7 +235,7 @@ class Supervisor:
         sig = status.get("signal")
         self._event("exit", returncode=rc, signal=sig, status=status["status"])
         snap = self.state.snapshot()
-        row = build_row(self.rd, snap, status, t_launch=t_launch, t_end=time.time(), stalled=self.stalled)
+        row = build_row(self.rd, snap, status, t_launch=t_launch, t_end=time.time(), stalled=self.ever_stalled)
         status["row_saved"] = save_row(row, self.rd)
         status["ended"] = time.time()
         rundir.write_json_atomic(self.rd.status_path, status)

@@ -1,0 +1,103 @@
+"""Bad input through the real CLI: one line naming what is wrong and how to fix it, exit code 2,
+and nothing written (no run directory, no store). The table in docs/bad-input.md lists the same
+cases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_fttui
+
+TINY = '''# fttui run --profile p
+method = "lora"
+[model]
+init = "random"
+arch = "llama"
+[model.arch_config]
+hidden_size = 64
+intermediate_size = 128
+num_hidden_layers = 2
+num_attention_heads = 4
+num_key_value_heads = 4
+vocab_size = 512
+[devices]
+gpus = 0
+'''
+
+
+def _profile(tmp: Path, text: str) -> str:
+    p = tmp / "p.toml"
+    p.write_text(text)
+    return str(p)
+
+
+def _data(tmp: Path, name: str, text: str) -> str:
+    p = tmp / name
+    p.write_text(text)
+    return str(p)
+
+
+# (case id, function tmp -> extra CLI args, substrings expected in the one line)
+CASES = [
+    ("toml-syntax", lambda t: ["--profile", _profile(t, TINY + "[train\n")], ["p.toml", "line"]),
+    ("unknown-key", lambda t: ["--profile", _profile(t, TINY + "[train]\nbatch_sise = 2\n")],
+     ["p.toml", "batch_sise", "did you mean 'batch_size'"]),
+    ("wrong-type", lambda t: ["--profile", _profile(t, TINY + "[train]\nbatch_size = \"eight\"\n")],
+     ["p.toml", "train.batch_size"]),
+    ("unknown-method", lambda t: ["--profile", _profile(t, TINY.replace('"lora"', '"lorra"'))],
+     ["p.toml", "method", "lora"]),
+    ("batch-zero", lambda t: ["--profile", _profile(t, TINY), "--set", "batch_size=0"], ["batch_size"]),
+    ("batch-negative", lambda t: ["--profile", _profile(t, TINY), "--set", "batch_size=-4"], ["batch_size"]),
+    ("more-gpus-than-visible", lambda t: ["--profile", _profile(t, TINY), "--set", "gpus=8"],
+     ["devices.gpus", "visible"]),
+    ("dataset-missing", lambda t: ["--profile", _profile(t, TINY), "--set", f"data.source={t / 'nope.jsonl'}"],
+     ["nope.jsonl", "data.source"]),
+    ("dataset-empty", lambda t: ["--profile", _profile(t, TINY), "--set",
+                                 f"data.source={_data(t, 'empty.jsonl', '')}"], ["empty.jsonl", "empty"]),
+    ("dataset-malformed-line", lambda t: ["--profile", _profile(t, TINY), "--set",
+                                          "data.source=" + _data(t, "bad.jsonl", '{"instruction": "a", "output": "b"}\n{oops\n')],
+     ["bad.jsonl:2", "malformed"]),
+    ("dataset-missing-fields", lambda t: ["--profile", _profile(t, TINY), "--set",
+                                          "data.source=" + _data(t, "nof.jsonl", '{"instruction": "a"}\n')],
+     ["nof.jsonl:1", "output"]),
+    ("model-dir-without-config", lambda t: ["--profile", _profile(t, TINY), "--set", "model.init=pretrained",
+                                            "--set", f"model.name_or_path={(t / 'm').mkdir() or t / 'm'}"],
+     ["config.json"]),
+    ("remote-code-not-allowed", lambda t: ["--profile", _profile(t, TINY), "--set", "model.init=pretrained",
+                                           "--set", f"model.name_or_path={_remote_model(t)}"],
+     ["trust_remote_code"]),
+    ("bad-size", lambda t: ["--profile", _profile(t, TINY), "--host-memory-limit", "lots"], ["host_memory"]),
+    ("unknown-profile", lambda t: ["--profile", "tiny-lorra"], ["tiny-lorra", "did you mean"]),
+]
+
+
+def _remote_model(tmp: Path) -> Path:
+    d = tmp / "remote"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "custom", "auto_map": {"AutoConfig": "x.Config"}}))
+    return d
+
+
+@pytest.mark.parametrize("case,args,expect", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_one_line_exit_2(case, args, expect, tmp_path, fttui_home):
+    proc = run_fttui("run", *args(tmp_path), "--headless", timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    for s in expect:
+        assert s in lines[0], (s, lines[0])
+    assert not fttui_home.exists() or not any(fttui_home.rglob("*")), "bad input must write nothing"
+
+
+def test_bad_input_keeps_earlier_rows(tmp_path, fttui_home):
+    from fttui.core.store import Store
+
+    with Store() as s:
+        s.put({"run_id": "earlier", "status": "completed", "started_at": "2026-01-01T00:00:00"})
+    proc = run_fttui("run", "--profile", _profile(tmp_path, TINY + "[train\n"), "--headless")
+    assert proc.returncode == 2
+    with Store() as s:
+        assert [r["run_id"] for r in s.rows()] == ["earlier"]
