@@ -372,7 +372,7 @@ def _fmt_rel(v: Any) -> str:
 def _fmt_gb(v: Any) -> str:
     if v is None:
         return ""
-    return f"{v:.0f} GB" if v >= 10 else f"{v:.1f} GB"
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
 
 
 def _text(v: Any) -> str:
@@ -452,12 +452,18 @@ class Report:
         return "\n".join(parts)
 
 
-def _label_fields(rows: Sequence[Mapping]) -> list[str]:
-    fields = []
-    for key in ("model", "method", "precision", "batch_size", "grad_accum", "max_seq_len", "gpu", "num_gpus", "kind"):
-        if len({str(r.get(key) if key != "gpu" else gpu_name(r)) for r in rows}) > 1:
-            fields.append(key)
-    return fields or ["model", "method"]
+_LABEL_KEYS = ("method", "precision", "batch_size", "grad_accum", "max_seq_len", "gpu", "num_gpus", "kind")
+
+
+def _chart_key(r: Mapping) -> tuple:
+    """Order of the bars: model, kind, GPU, cards, method, precision, batch, sequence, accumulation."""
+    return (str(r.get("model") or ""), str(r.get("kind") or ""), short_gpu(gpu_name(r)), int(r.get("num_gpus") or 0),
+            _sort_key("method", r.get("method")), str(r.get("precision") or ""), _sort_key("batch_size", r.get("batch_size")),
+            _sort_key("max_seq_len", r.get("max_seq_len")), _sort_key("grad_accum", r.get("grad_accum")))
+
+
+def _label_value(r: Mapping, key: str) -> str:
+    return short_gpu(gpu_name(r)) if key == "gpu" else str(r.get(key))
 
 
 def _row_label(row: Mapping, fields: Sequence[str]) -> str:
@@ -476,20 +482,35 @@ def _row_label(row: Mapping, fields: Sequence[str]) -> str:
             parts.append(f"accum {v}")
         elif key == "max_seq_len":
             parts.append(f"seq {v}")
-        elif key in ("gpu", "num_gpus"):
-            if "gpu" in fields and key == "num_gpus":
-                continue
-            g = short_gpu(gpu_name(row)) or "?"
+        elif key == "gpu":
+            g = short_gpu(gpu_name(row))
             n = int(row.get("num_gpus") or 0)
-            parts.append(f"{g} x{n}" if n > 1 or "num_gpus" in fields and g != "cpu" else g)
-        elif key == "kind":
-            parts.append(str(v or ""))
+            parts.append(f"{n}x {g}" if n > 1 and g else g)
+        elif key == "kind" and v not in (None, "run"):
+            parts.append(f"({v})")
     return " · ".join(p for p in parts if p)
 
 
+def full_label(row: Mapping) -> str:
+    """A row described on its own: model · method · batch · sequence · GPU."""
+    return _row_label(row, ["model", "method", "batch_size", "max_seq_len", "gpu"])
+
+
 def _labels(rows: Sequence[Mapping]) -> list[str]:
-    fields = _label_fields(rows)
-    labels = [_row_label(r, fields) for r in rows]
+    """Short bar labels: the model (when several), then only the settings that vary among the
+    rows of the same model; a run id suffix where two labels would still be equal."""
+    models = {str(r.get("model")) for r in rows}
+    by_model: dict[str, list[Mapping]] = {}
+    for r in rows:
+        by_model.setdefault(str(r.get("model")), []).append(r)
+    varying: dict[str, list[str]] = {}
+    for m, members in by_model.items():
+        keys = [k for k in _LABEL_KEYS if len({_label_value(r, k) for r in members}) > 1]
+        if "num_gpus" in keys and "gpu" not in keys:
+            keys.append("gpu")
+        keys = [k for k in keys if k != "num_gpus"]
+        varying[m] = keys or ["method"]
+    labels = [_row_label(r, (["model"] if len(models) > 1 else []) + varying[str(r.get("model"))]) for r in rows]
     seen: dict[str, int] = {}
     for lab in labels:
         seen[lab] = seen.get(lab, 0) + 1
@@ -638,7 +659,7 @@ def _runs_table(rows: Sequence[dict], ctx: _Ctx, group_by: str | None) -> Table:
         ("model", lambda r: r.get("model") or "", _text),
         ("dataset", lambda r: r.get("dataset") or "", _text),
         ("gpu", gpu_name, _text),
-        ("card_mem", lambda r: None if (m := card_memory_mb(r)) is None else m / 1024, _fmt_gb),
+        ("card_mem_gb", lambda r: None if (m := card_memory_mb(r)) is None else m / 1024, _fmt_gb),
         ("num_gpus", lambda r: int(r.get("num_gpus") or 0), _text),
         ("interconnect", row_interconnect, _text),
         ("method", lambda r: fmt.method_label(r.get("method")), _text),
@@ -664,7 +685,7 @@ def _runs_table(rows: Sequence[dict], ctx: _Ctx, group_by: str | None) -> Table:
     ordered = list(rows)
     if group_by:
         ordered.sort(key=lambda r: _sort_key(group_by, r.get(group_by) if group_by != "gpu" else gpu_name(r)))
-    notes = ["gpu_mem_mb: peak NVML memory per card; card_mem: each card's total memory; "
+    notes = ["gpu_mem_mb: peak NVML memory per card; card_mem_gb: each card's total memory; "
              "samples_per_s, tokens_per_s: steady state (warm-up left out); duration: time in the training loop"]
     return Table("runs", "Runs", [c[0] for c in cols], [[f(r) for _, f, _ in cols] for r in ordered],
                  formats={h: t for h, _, t in cols}, note="; ".join(notes))
@@ -749,14 +770,14 @@ def _gpus_table(rows: Sequence[dict], ctx: _Ctx) -> Table | None:
 
 
 def _charts(rows: Sequence[dict], ctx: _Ctx, group_by: str | None, baseline: Mapping | None) -> list[ChartSpec]:
-    shown = [r for r in rows if _is_oom(r) or _num(r.get("samples_per_s")) is not None]
+    shown = sorted((r for r in rows if _is_oom(r) or _num(r.get("samples_per_s")) is not None), key=_chart_key)
     if group_by:
         shown.sort(key=lambda r: _sort_key(group_by, r.get(group_by) if group_by != "gpu" else gpu_name(r)))
     colour_key = group_by or ("gpu" if len({gpu_name(r) for r in shown}) > 1 else "method")
 
     def group(r: Mapping) -> str:
         if colour_key == "gpu":
-            return short_gpu(gpu_name(r))
+            return short_gpu(gpu_name(r)) or "GPU not recorded"
         return _dim_text(colour_key, r.get(colour_key))
 
     labels = _labels(shown)
@@ -774,19 +795,24 @@ def _charts(rows: Sequence[dict], ctx: _Ctx, group_by: str | None, baseline: Map
         charts.append(ChartSpec("throughput", "Throughput (samples/s, steady state)", "samples/s",
                                 bars(lambda r: _num(r.get("samples_per_s")), ""), group_label=colour_key))
     if shown and baseline is not None and ctx.baseline_sps:
-        charts.append(ChartSpec("relative", f"Relative throughput (baseline {_labels([baseline])[0]} = 1.00)",
+        charts.append(ChartSpec("relative", f"Relative throughput (baseline {full_label(baseline)} = 1.00)",
                                 "samples/s relative to the baseline", bars(lambda r: _rel(r, ctx), ""),
-                                reference=1.0, reference_label=f"baseline {baseline.get('run_id')}",
+                                reference=1.0, reference_label="baseline (1.00)",
                                 group_label=colour_key, value_format="{:.2f}x"))
     if shown and ctx.prices is not None and any(_per_price(r, ctx) is not None for r in shown):
         unit = ctx.prices.unit or "price unit"
+        priced = [b for b, r in zip(bars(lambda r: _per_price(r, ctx), ""), shown) if ctx.prices.row_price(r)]
+        missing = sorted({short_gpu(gpu_name(r)) or "GPU not recorded" for r in shown if not ctx.prices.row_price(r)})
+        left_out = len(shown) - len(priced)
         charts.append(ChartSpec("cost", f"Cost efficiency (samples/s per {unit} of cards)",
-                                f"samples/s per {unit} (per-card price x cards)",
-                                bars(lambda r: _per_price(r, ctx), "no price"), group_label=colour_key,
-                                footnote=f"prices from {Path(ctx.prices.source).name or 'the price table'}; "
-                                         "rows whose GPU has no price are marked"))
+                                f"samples/s per {unit} (per-card price x cards)", priced, group_label=colour_key,
+                                footnote=(f"prices from {Path(ctx.prices.source).name}; " if ctx.prices.source else "")
+                                + (f"{left_out} rows left out, no price for: {', '.join(missing)}" if left_out else "")))
     mem: list[Bar] = []
-    gpu_rows = [r for r in rows if peaks_mb(r) or (_is_oom(r) and gpu_name(r) not in ("", "cpu"))]
+    gpu_rows = sorted((r for r in rows if peaks_mb(r) or (_is_oom(r) and gpu_name(r) not in ("", "cpu"))),
+                      key=_chart_key)
+    if group_by:
+        gpu_rows.sort(key=lambda r: _sort_key(group_by, r.get(group_by) if group_by != "gpu" else gpu_name(r)))
     if gpu_rows:
         glabels = _labels(gpu_rows)
         for lab, r in zip(glabels, gpu_rows):
@@ -798,16 +824,19 @@ def _charts(rows: Sequence[dict], ctx: _Ctx, group_by: str | None, baseline: Map
                                "OOM" if _is_oom(r) else "", None if cap is None else cap / 1024, _is_oom(r),
                                str(r.get("run_id") or "")))
         charts.append(ChartSpec("memory", "Peak GPU memory per card (NVML) against the card's memory",
-                                "GB", mem, kind="memory", group_label=colour_key, value_format="{:.1f}"))
+                                "GB", mem, kind="memory", group_label=colour_key, value_format="{:.1f} GB"))
     else:
-        host = [r for r in rows if _num(r.get("peak_host_rss_mb")) is not None]
+        host = sorted((r for r in rows if _num(r.get("peak_host_rss_mb")) is not None), key=_chart_key)
         if host:
             for lab, r in zip(_labels(host), host):
                 cap = _num(r.get("host_ram_total_mb"))
                 mem.append(Bar(lab, _num(r.get("peak_host_rss_mb")) / 1024, group(r), "OOM" if _is_oom(r) else "",
                                None if cap is None else cap / 1024, _is_oom(r), str(r.get("run_id") or "")))
             charts.append(ChartSpec("memory", "Peak host memory (RSS of the training processes) against RAM",
-                                    "GB", mem, kind="memory", group_label=colour_key, value_format="{:.1f}"))
+                                    "GB", mem, kind="memory", group_label=colour_key, value_format="{:.1f} GB"))
+    order = list(dict.fromkeys(b.group for c in charts for b in c.bars))
+    for c in charts:
+        c.group_order = order
     return charts
 
 
@@ -832,17 +861,22 @@ def build_report(rows: Sequence[Mapping], group_by: str | None = None, baseline:
             raise FttuiError(f"--baseline {base.get('run_id')}: that row has no throughput "
                              f"(status {base.get('status') or '?'}); pick a completed run")
     ctx = _Ctx(base_sps, prices)
-    statuses = [r.get("status") for r in rows]
-    kinds = sorted({str(r.get("kind") or "run") for r in rows})
-    summary = [f"{len(rows)} rows ({', '.join(kinds) or 'none'}): {statuses.count('completed')} completed, "
-               f"{statuses.count('oom')} out of memory, "
-               f"{len(rows) - statuses.count('completed') - statuses.count('oom')} other"]
+    statuses: dict[str, int] = {}
+    for r in rows:
+        st = str(r.get("status") or "unknown")
+        statuses[st] = statuses.get(st, 0) + 1
+    kinds: dict[str, int] = {}
+    for r in rows:
+        kinds[str(r.get("kind") or "run")] = kinds.get(str(r.get("kind") or "run"), 0) + 1
+    names = {"run": "runs", "probe": "probe trials", "sweep": "sweep cells"}
+    summary = [f"{len(rows)} rows: " + ", ".join(f"{n} {names.get(k, k)}" for k, n in sorted(kinds.items())) + "; "
+               + ", ".join(f"{n} {'out of memory' if s == 'oom' else s}" for s, n in sorted(statuses.items()))]
     if base is not None:
-        summary.append(f"baseline: {base.get('run_id')} ({_labels([base])[0]}, {gpu_name(base) or '?'}) = "
+        summary.append(f"baseline: {base.get('run_id')} ({full_label(base)}) = "
                        f"{base_sps:.3f} samples/s; rel_throughput = samples/s / the baseline's")
     if prices is not None:
         priced = sorted({gpu_name(r) for r in rows if prices.price_of(gpu_name(r)) is not None})
-        unpriced = sorted({gpu_name(r) or "?" for r in rows if prices.price_of(gpu_name(r)) is None})
+        unpriced = sorted({gpu_name(r) or "unknown GPU" for r in rows if prices.price_of(gpu_name(r)) is None})
         summary.append(f"prices{' in ' + prices.unit if prices.unit else ''}"
                        f"{' from ' + Path(prices.source).name if prices.source else ''}: per-card price x cards; "
                        f"priced: {', '.join(priced) or 'none'}" + (f"; no price: {', '.join(unpriced)}" if unpriced else ""))

@@ -41,6 +41,7 @@ class ChartSpec:
     group_label: str = ""  # legend title
     value_format: str = "{:.3g}"
     footnote: str = ""
+    group_order: list[str] = field(default_factory=list)  # colour order, shared by a report's charts
 
     def csv_rows(self) -> list[list[str]]:
         head = ["label", "group", "value", "note", "run_id"]
@@ -62,9 +63,11 @@ def write_csv(spec: ChartSpec, path: str | Path) -> Path:
     return path
 
 
-def _colours(groups: list[str]) -> dict[str, str]:
-    order = list(dict.fromkeys(groups))
-    return {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(order)}
+def _colours(groups: list[str], order: list[str]) -> dict[str, str]:
+    """Colour of each group: by its place in ``order`` (the same in every chart of a report)."""
+    order = list(dict.fromkeys([*order, *groups]))
+    present = set(groups)
+    return {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(order) if g in present}
 
 
 def render(spec: ChartSpec, path: str | Path) -> Path:
@@ -80,7 +83,7 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
     fig = Figure(figsize=(10, 1.6 + 0.36 * n), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    colours = _colours([b.group for b in bars])
+    colours = _colours([b.group for b in bars], spec.group_order)
     ys = list(range(len(bars)))[::-1]  # first bar on top
     values = [b.value or 0.0 for b in bars]
     caps = [b.capacity or 0.0 for b in bars]
@@ -91,10 +94,13 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
             ax.barh(y, b.value, height=0.7, color=colour, alpha=0.55 if b.oom else 0.9,
                     hatch="//" if b.oom else None, edgecolor=colour if b.oom else "none")
         text = spec.value_format.format(b.value) if b.value is not None else ""
+        if spec.kind == "memory" and text and b.capacity:
+            text += f" of {b.capacity:.0f}"
         if b.note:
             text = f"{text}  {b.note}".strip()
         if text:
-            ax.text((b.value or 0.0) + top * 0.01, y, text, va="center", ha="left", fontsize=8,
+            end = max(b.value or 0.0, b.capacity or 0.0 if spec.kind == "memory" else 0.0)
+            ax.text(end + top * 0.012, y, text, va="center", ha="left", fontsize=8,
                     color=OOM_COLOUR if b.oom else "#222222")
         if spec.kind == "memory" and b.capacity:
             ax.vlines(b.capacity, y - 0.45, y + 0.45, colors="#222222", linewidth=2)
@@ -102,7 +108,7 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
         ax.axvline(spec.reference, color="#555555", linestyle="--", linewidth=1)
     ax.set_yticks(ys, [b.label for b in bars], fontsize=8)
     ax.set_xlabel(spec.xlabel)
-    ax.set_title(spec.title, fontsize=11, loc="left")
+    fig.suptitle(spec.title, x=0.01, ha="left", fontsize=11)
     ax.set_xlim(0, top * 1.22)
     ax.set_ylim(-0.7, len(bars) - 0.3)
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
@@ -118,7 +124,7 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
         handles.append(Line2D([], [], color="#555555", linestyle="--", label=spec.reference_label))
     if handles:
         ax.legend(handles=handles, title=spec.group_label or None, fontsize=8, title_fontsize=8,
-                  loc="lower right", framealpha=0.9)
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if not bars:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
     if spec.footnote:

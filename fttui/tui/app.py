@@ -103,11 +103,14 @@ class FttuiApp(App[int]):
     async def action_quit(self) -> None:
         live = self.live_runs()
         if not live:
+            self.stop_probes()
             self.exit(self.exit_code)
             return
         from fttui.tui.dialogs import QuitScreen
 
         def done(choice: str | None) -> None:
+            if choice in ("stop", "detach"):
+                self.stop_probes()  # a probe is the app's own work: it never outlives it
             if choice == "stop":
                 for rd in live:
                     try:
@@ -134,7 +137,21 @@ class FttuiApp(App[int]):
             self.push_screen(HelpScreen())
 
     def action_probe(self) -> None:
-        self.notify("probe: coming")
+        from fttui.tui.picker import PickerScreen
+        from fttui.tui.probe_screen import ProbeScreen
+
+        if isinstance(self.screen, PickerScreen):
+            self.screen.action_probe()
+        elif not isinstance(self.screen, ProbeScreen):
+            self.notify("p probes a profile: choose it in the profile list first", severity="warning")
+
+    def stop_probes(self) -> None:
+        """Stop every probe the app's screens are running (their processes are killed)."""
+        from fttui.tui.probe_screen import ProbeScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, ProbeScreen):
+                screen.stop_probe(show=False)
 
 
 def run_app(launch_profile: dict | None = None, attach: str | None = None, gpu_sampler=None) -> int:

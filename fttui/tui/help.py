@@ -14,18 +14,24 @@ KEYS = [
         ("q", "quit (asks when a run is live: detach, stop or stay)"),
         ("r", "results: the stored summary rows"),
         ("?", "this help"),
-        ("p", "probe (coming)"),
         ("escape", "back"),
         ("tab / shift+tab", "next / previous field"),
     ]),
     ("profiles", [
         ("up / down", "choose a profile"),
         ("enter", "launch it (with the overrides)"),
+        ("p", "probe it: the largest batch size / seq len that fits"),
         ("tab", "edit the overrides: batch size, grad accum, max_seq_len, GPUs, method"),
     ]),
     ("run", [
         ("c", "cancel the run (asks first)"),
         ("escape", "back to the profiles (the run goes on)"),
+    ]),
+    ("probe", [
+        ("s (or enter in a field)", "start the probe"),
+        ("enter / l", "full run at the largest value that fits"),
+        ("x", "stop the probe (its process is killed)"),
+        ("escape", "back to the profiles (stops a running probe)"),
     ]),
     ("results", [
         ("s", "sort by the cursor's column (again: reverse); or click a header"),

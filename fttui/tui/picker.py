@@ -21,6 +21,7 @@ from fttui.tui.widgets import gpu_list_text
 class PickerScreen(Screen):
     BINDINGS = [
         Binding("enter", "launch", "Launch"),
+        Binding("p", "probe", "Probe"),
         Binding("escape", "focus_list", "Profiles", show=False),
     ]
 
@@ -71,7 +72,7 @@ class PickerScreen(Screen):
                 label.append(f" ({ref.origin})", style="dim")
             ol.add_option(Option(label, id=ref.name))
         self.query_one("#details-pane").border_title = "details"
-        self.query_one("#details-pane").border_subtitle = "enter: launch"
+        self.query_one("#details-pane").border_subtitle = "enter: launch  p: probe"
         if self.refs:
             ol.highlighted = 0
             self._select_profile(0)
@@ -209,6 +210,15 @@ class PickerScreen(Screen):
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
         self.action_launch()
+
+    def action_probe(self) -> None:
+        """The probe screen of the selected profile, with the current overrides."""
+        from fttui.tui.probe_screen import ProbeScreen
+
+        if self.resolved is None:
+            self.notify("fix the error in the details pane first", severity="warning")
+            return
+        self.app.push_screen(ProbeScreen(self.resolved))
 
     def action_launch(self) -> None:
         if self.resolved is None:

@@ -62,6 +62,9 @@ class CountingTrainer(Trainer):
     def __init__(self, *args: Any, counters: Counters, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.counters = counters
+        for cb in self.callback_handler.callbacks:  # the start event reports what this trainer runs
+            if isinstance(cb, EventCallback):
+                cb.trainer = self
 
     def get_batch_samples(self, *args: Any, **kwargs: Any):
         # The batches of a step are fetched before on_step_begin: time the step from here.
@@ -161,12 +164,16 @@ def _peak_rss_mb() -> float | None:
 
 
 class EventCallback(TrainerCallback):
-    """Emits ``start`` (on_train_begin), ``step`` (on_step_end) and ``end`` (on_train_end)."""
+    """Emits ``start`` (on_train_begin), ``step`` (on_step_end) and ``end`` (on_train_end).
+
+    The ``start`` event adds :func:`fttui.worker.model.runtime_info` of the trainer (``wrapper``,
+    ``optimizer``, ``distributed``, ``deepspeed``) when the trainer is a :class:`CountingTrainer`."""
 
     def __init__(self, emit: Callable[..., Any], counters: Counters, start_fields: dict[str, Any],
                  on_cuda: bool, printer: Callable[[str], None] | None = None) -> None:
         self.emit, self.c, self.start_fields, self.on_cuda = emit, counters, start_fields, on_cuda
         self.printer = printer
+        self.trainer = None  # set by CountingTrainer: evidence of the optimizer / engine in use
         self.t0 = None
         self.step_t0 = None
         self.lr = None
@@ -180,6 +187,13 @@ class EventCallback(TrainerCallback):
         self.total_steps = int(state.max_steps)
         fields = dict(self.start_fields)
         fields["total_steps"] = self.total_steps
+        if self.trainer is not None:
+            try:
+                from .model import runtime_info
+
+                fields.update(runtime_info(self.trainer))
+            except Exception as e:  # evidence only: never stop a run for it
+                fields["runtime_info_error"] = repr(e)[:300]
         self.emit("start", **fields)
 
     def on_step_begin(self, args, state, control, **kw):

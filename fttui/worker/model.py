@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from typing import Any
 
@@ -211,7 +212,8 @@ def enable_checkpointing(model) -> None:
 
 def build_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
     """Model ready for the Trainer (PEFT-wrapped for the LoRA family). Returns ``(model, info)``
-    with ``info = {"params_total", "params_trainable", "dtype", "method"}``."""
+    with ``info = {"params_total", "params_trainable", "dtype", "method", "structure"}``
+    (``structure``: :func:`model_structure`)."""
     method = resolved.get("method", "lora")
     gc = bool(resolved["train"].get("gradient_checkpointing", False))
     model = load_base_model(resolved, use_cuda=use_cuda, local_rank=local_rank)
@@ -232,7 +234,179 @@ def build_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_rank:
         model = get_peft_model(model, lora_config(resolved, model))
     total, trainable = count_params(model)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    return model, {"params_total": total, "params_trainable": trainable, "dtype": dtype, "method": method}
+    return model, {"params_total": total, "params_trainable": trainable, "dtype": dtype, "method": method,
+                   "structure": model_structure(model)}
+
+
+# ------------------------------------------------------------------ evidence of what was built
+
+_LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
+_ADAPTER_PARTS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "lora_magnitude_vector")
+
+
+def _pattern(name: str) -> str:
+    """``base_model.model.model.layers.3.mlp.up_proj.lora_A.default.weight`` ->
+    ``model.layers.*.mlp.up_proj.lora_A.weight``: layer indexes folded, PEFT prefix and adapter
+    name dropped, so a 80-layer model gives as few keys as a 2-layer one."""
+    if name.startswith("base_model.model."):
+        name = name[len("base_model.model."):]
+    name = _LAYER_INDEX.sub(".*", name)
+    return name.replace(".default.", ".").removesuffix(".default")
+
+
+def _short_class(obj) -> str:
+    """A readable qualified class name: ``bnb.Linear4bit``, ``lora.Linear4bit``, ``nn.Linear``."""
+    cls = type(obj)
+    mod = cls.__module__
+    if mod.startswith("bitsandbytes."):
+        return f"bnb.{cls.__name__}"
+    if mod.startswith("peft.tuners.lora"):
+        return f"lora.{cls.__name__}"
+    if mod.startswith("peft."):
+        return f"peft.{cls.__name__}"
+    if mod.startswith("torch.nn."):
+        return f"nn.{cls.__name__}"
+    if mod.startswith("deepspeed."):
+        return f"deepspeed.{cls.__name__}"
+    return f"{mod}.{cls.__name__}"
+
+
+def _dtype_name(dt) -> str | None:
+    return None if dt is None else str(dt).replace("torch.", "")
+
+
+def model_structure(model) -> dict[str, Any]:
+    """What the model is made of, small enough for the ``start`` event:
+
+    ``modules``: count per class of the layers that tell the methods apart (``nn.Linear``,
+    ``bnb.Linear4bit``, ``bnb.Linear8bitLt``, ``lora.Linear``, ``lora.Linear4bit``,
+    ``peft.ModulesToSaveWrapper``, ``nn.Embedding``); ``linear``: base linear layers (LoRA
+    adapters left out) by name pattern -> class; ``trainable``: trainable parameter count by name
+    pattern; ``quant``: the bitsandbytes storage of the base weights (``bits``, ``quant_type``,
+    ``double_quant``, ``compute_dtype``, ``storage_dtype``) or None.
+    """
+    import torch
+
+    modules: dict[str, int] = {}
+    linear: dict[str, str] = {}
+    quant: dict[str, Any] | None = None
+    for name, mod in model.named_modules():
+        short = _short_class(mod)
+        if short.startswith(("bnb.", "lora.", "peft.")) or short in ("nn.Linear", "nn.Embedding"):
+            modules[short] = modules.get(short, 0) + 1
+        if isinstance(mod, torch.nn.Linear) and not any(p in name.split(".") for p in _ADAPTER_PARTS):
+            linear[_pattern(name)] = short
+        if quant is None and short in ("bnb.Linear4bit", "bnb.Linear8bitLt"):
+            w = mod.weight
+            qs = getattr(w, "quant_state", None)
+            quant = {
+                "bits": 4 if short == "bnb.Linear4bit" else 8,
+                "storage_dtype": _dtype_name(w.dtype),
+                "weight_class": type(w).__name__,
+                "quant_type": getattr(qs, "quant_type", None) or getattr(w, "quant_type", None),
+                "double_quant": bool(getattr(qs, "nested", False)) if qs is not None else None,
+                "compute_dtype": _dtype_name(getattr(mod, "compute_dtype", None)),
+            }
+            if short == "bnb.Linear8bitLt":
+                quant["threshold"] = getattr(getattr(mod, "state", None), "threshold", None)
+    trainable: dict[str, int] = {}
+    seen = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen or not p.requires_grad:
+            continue
+        seen.add(id(p))
+        key = _pattern(name)
+        trainable[key] = trainable.get(key, 0) + int(getattr(p, "ds_numel", None) or p.numel())
+    return {"modules": modules, "linear": linear, "trainable": trainable, "quant": quant}
+
+
+def _qualname(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__name__}"
+
+
+def optimizer_info(optimizer, hf_name: str | None = None) -> dict[str, Any] | None:
+    """The optimizer actually stepping: the wrapper chain (accelerate, DeepSpeed ZeRO) down to the
+    innermost optimizer, whose class says where its state lives (``DeepSpeedCPUAdam``: host RAM)."""
+    if optimizer is None:
+        return None
+    chain, opt = [], optimizer
+    for _ in range(6):
+        chain.append(_qualname(opt))
+        inner = getattr(opt, "optimizer", None)
+        if inner is None or inner is opt:
+            break
+        opt = inner
+    args = getattr(opt, "args", None)
+    return {
+        "name": hf_name,
+        "class": type(opt).__name__,
+        "chain": chain,
+        "paged": getattr(opt, "is_paged", None),
+        "optim_bits": getattr(args, "optim_bits", None) if args is not None else None,
+    }
+
+
+def _offload(conf) -> dict[str, Any] | None:
+    if conf is None:
+        return None
+    dev = getattr(conf, "device", None)
+    return {"device": getattr(dev, "value", dev), "pin_memory": getattr(conf, "pin_memory", None)}
+
+
+def deepspeed_info(engine) -> dict[str, Any]:
+    """What the DeepSpeed engine runs with, read back from the engine (not from our config)."""
+    info: dict[str, Any] = {"engine": _qualname(engine)}
+    for key, fn in (("zero_stage", "zero_optimization_stage"), ("train_batch_size", "train_batch_size"),
+                    ("micro_batch", "train_micro_batch_size_per_gpu"),
+                    ("grad_accum", "gradient_accumulation_steps")):
+        try:
+            info[key] = getattr(engine, fn)()
+        except Exception:
+            info[key] = None
+    for key, fn in (("offload_optimizer", "zero_offload_optimizer"), ("offload_param", "zero_offload_param")):
+        try:
+            info[key] = _offload(getattr(engine, fn)())
+        except Exception:
+            info[key] = None
+    params = partitioned = 0
+    devices: set[str] = set()
+    module = getattr(engine, "module", None)
+    for p in (module.parameters() if module is not None else ()):
+        params += 1
+        if hasattr(p, "ds_id"):
+            partitioned += 1
+            t = getattr(p, "ds_tensor", None)
+            if t is not None:
+                devices.add(str(t.device))
+    info["params"] = params
+    info["params_partitioned"] = partitioned  # ZeRO-3: every parameter is a partitioned ds param
+    info["partition_devices"] = sorted(devices)
+    return info
+
+
+def runtime_info(trainer) -> dict[str, Any]:
+    """Evidence gathered once training is set up (``start`` event): the wrapped model's class, the
+    optimizer chain, the process group and, under DeepSpeed, the engine's ZeRO settings."""
+    out: dict[str, Any] = {}
+    wrapped = getattr(trainer, "model_wrapped", None)
+    out["wrapper"] = _qualname(wrapped) if wrapped is not None else None
+    optim = getattr(trainer.args, "optim", None)
+    out["optimizer"] = optimizer_info(getattr(trainer, "optimizer", None), getattr(optim, "value", optim))
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            out["distributed"] = {"backend": str(dist.get_backend()), "world_size": dist.get_world_size(),
+                                  "rank": dist.get_rank()}
+        else:
+            out["distributed"] = None
+    except Exception:
+        out["distributed"] = None
+    out["deepspeed"] = None
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        engine = getattr(trainer, "deepspeed", None) or wrapped
+        out["deepspeed"] = deepspeed_info(engine)
+    return out
 
 
 def deepspeed_config(resolved: dict[str, Any], world_size: int) -> dict[str, Any]:

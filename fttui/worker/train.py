@@ -373,6 +373,7 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
         "limits": su.limits,
         "method": profile["method"],
         "dtype": su.info["dtype"],
+        "structure": su.info.get("structure"),
         "device": "cuda" if su.use_cuda else "cpu",
         "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }

@@ -1,0 +1,41 @@
+"""`fttui report`: Markdown tables (stdout) or report.md + CSVs + PNG charts (--out DIR)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def cmd_report(args) -> int:
+    from fttui.core import report
+    from fttui.core.store import Store
+
+    kind = getattr(args, "kind", "all") or "all"
+    with Store() as store:
+        rows = store.rows(kind=None if kind == "all" else kind)
+        baseline = None
+        if getattr(args, "baseline", None):
+            # the baseline may lie outside the filtered rows (another kind, another GPU)
+            baseline = report.find_row(rows if kind == "all" else store.rows(), args.baseline)
+    rows = report.filter_rows(rows, getattr(args, "where", None) or [])
+    prices = report.load_prices(args.prices) if getattr(args, "prices", None) else None
+    if not rows:
+        what = [f"kind={kind}"] if kind != "all" else []
+        what += list(getattr(args, "where", None) or [])
+        print(f"fttui: no stored rows to report{' (' + ', '.join(what) + ')' if what else ''}", file=sys.stderr)
+        return 1
+    rep = report.build_report(rows, group_by=getattr(args, "group_by", None), baseline=baseline, prices=prices)
+    if getattr(args, "out", None):
+        paths = report.write_report(rep, args.out)
+        for p in paths:
+            print(_rel(str(p)))
+        return 0
+    sys.stdout.write(rep.to_markdown())
+    return 0
+
+
+def _rel(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path

@@ -1,0 +1,608 @@
+"""Predict peak GPU memory per card and host memory of a run before launching it (pure Python).
+
+``estimate(resolved) -> Estimate`` reads a resolved profile (``fttui.core.profile``) and the
+architecture numbers (``fttui.core.archs``) and adds up, per card:
+
+* weights (by storage dtype: fp32 / fp16 / bf16, int8, NF4/FP4),
+* gradients and optimizer states of trainable full-model parameters,
+* LoRA parameters with their gradients and optimizer states,
+* quantisation buffers (bitsandbytes constants, one dequantised matrix),
+* activations (a model of what autograd keeps, with and without gradient checkpointing, the
+  output layer's logits and the attention matrix of eager attention),
+* framework overhead: the CUDA context and the caching allocator's reserved-but-unused memory.
+
+No torch, no weights. The formulas, their sources and where they depart from them are in
+docs/estimate.md; the global constants are :data:`CONSTANTS` (fitted to the reference tables
+``../shared/reference/*.csv``, see docs/estimate.md for the fit and its leave-one-table-out
+check).
+
+Calibration: :func:`calibrate` fits the per-token activation coefficient through measured rows
+(``peak_gpu_mem_mb``, or ``peak_host_rss_mb`` on CPU) after subtracting the static terms;
+:func:`calibration_from_store` picks the rows of the results store that match a profile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+from .archs import ARCHS, resolve_config
+
+__all__ = [
+    "CONSTANTS",
+    "Calibration",
+    "Estimate",
+    "EstimateError",
+    "arch_numbers",
+    "calibrate",
+    "calibration_from_store",
+    "estimate",
+    "lora_modules",
+    "solve_max",
+]
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+#: Global constants (the only fitted numbers; see docs/estimate.md).
+CONSTANTS: dict[str, float] = {
+    # CUDA context + cuBLAS/cuDNN workspaces + NCCL, per card, counted by NVML "used" but not by
+    # torch.cuda.memory_reserved(). Typical published values 300-600 MB; fitted: see the doc.
+    "cuda_context_bytes": 500 * MIB,
+    # extra reserved memory of the caching allocator (block rounding, fragmentation, cached
+    # blocks) as a fraction of the dynamic (per-step) memory: activations and transients.
+    "allocator_fraction": 0.20,
+    # host: python + torch + transformers + peft + a Trainer built, measured on the fttui CPU
+    # worker stack (VmHWM after building a Trainer on the tiny model: 421 MiB) plus the first
+    # training steps (thread pools, autograd engine: +37 MiB).
+    "host_process_bytes": 458 * MIB,
+    # host: extra RSS of a process that initialised CUDA (driver, cudart, cuBLAS kernels
+    # images). Not measured here (no GPU on the development machine); a documented assumption.
+    "host_cuda_bytes": 1536 * MIB,
+    # HF checkpoints are saved in shards of at most this size; a quantised or device-mapped
+    # load holds about one shard on the host at a time.
+    "host_load_shard_bytes": 5 * 10**9,
+}
+
+_HALF = {"fp16": 2, "bf16": 2, "fp32": 4}
+METHODS = ("full", "full-zero3-offload", "lora", "lora-emb", "qlora", "lora-int8")
+LORA_METHODS = ("lora", "lora-emb", "qlora", "lora-int8")
+KBIT_METHODS = ("qlora", "lora-int8")
+
+#: display order and labels of the breakdown
+COMPONENTS: dict[str, str] = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "lora": "LoRA params + grads + states",
+    "quantisation": "quantisation buffers",
+    "activations": "activations",
+    "cuda_context": "CUDA context",
+    "allocator": "allocator overhead",
+}
+HOST_COMPONENTS: dict[str, str] = {
+    "process": "process baseline",
+    "cuda_runtime": "CUDA runtime (host side)",
+    "model_load": "model load (host copy)",
+    "weights": "weights (CPU training)",
+    "gradients": "gradients (CPU training)",
+    "optimizer_states": "optimizer states (CPU training)",
+    "lora": "LoRA params + grads + states (CPU)",
+    "activations": "activations (CPU training)",
+    "zero3_master_params": "ZeRO-3 fp32 master params",
+    "zero3_optimizer_states": "ZeRO-3 optimizer states",
+    "zero3_gradients": "ZeRO-3 fp32 gradients",
+    "zero3_param_partitions": "ZeRO-3 half-precision param partitions",
+    "zero3_pinned_buffers": "ZeRO-3 pinned / swap buffers",
+}
+
+
+class EstimateError(ValueError):
+    """The profile names something the estimator cannot express (one line)."""
+
+
+# --------------------------------------------------------------------------------------------
+# architecture numbers and linear layers
+
+
+@dataclass(frozen=True)
+class ArchNumbers:
+    model_type: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    tied: bool
+    params: int
+    arch_name: str | None = None
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
+    """The numbers of the profile's architecture: an :data:`ARCHS` entry (``model.arch_name``,
+    or ``model.arch`` naming one), else ``model.arch`` + ``model.arch_config``."""
+    from .archs import param_count
+
+    m = resolved.get("model") or {}
+    name = m.get("arch_name") or (m.get("arch") if m.get("arch") in ARCHS else None)
+    if name is None and isinstance(m.get("name_or_path"), str):
+        # a pretrained profile without arch: match the hub id of an entry
+        for entry in ARCHS.values():
+            if entry.hub_id == m["name_or_path"]:
+                name = entry.name
+    if name is not None:
+        model_type, cfg = resolve_config(name)
+        cfg.update({k: v for k, v in (m.get("arch_config") or {}).items() if v is not None})
+    elif m.get("arch"):
+        model_type, cfg = str(m["arch"]), dict(m.get("arch_config") or {})
+    else:
+        raise EstimateError("the estimator needs the architecture numbers: set model.arch to an "
+                            f"entry of fttui.core.archs ({', '.join(ARCHS)}) or model.arch + "
+                            "model.arch_config")
+    try:
+        params = param_count({"model_type": model_type, **cfg})
+    except (KeyError, ValueError) as e:
+        raise EstimateError(f"model.arch_config: {e}") from None
+    hidden = int(cfg.get("hidden_size") or cfg.get("n_embed") or cfg.get("n_embd"))
+    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
+    heads = int(cfg.get("num_attention_heads") or cfg.get("n_head"))
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    inter = int(cfg.get("intermediate_size") or 4 * hidden)
+    tied = bool(cfg.get("tie_word_embeddings", model_type == "bloom"))
+    return ArchNumbers(model_type, int(cfg["vocab_size"]), hidden, layers, heads, kv, head_dim,
+                       inter, tied, params, name)
+
+
+def _native_linears(a: ArchNumbers) -> list[tuple[str, int, int]]:
+    """(name, in, out) of the linear layers of one decoder layer, native transformers names."""
+    h, q, kv, i = a.hidden, a.q_dim, a.kv_dim, a.inter
+    if a.model_type == "bloom":
+        return [("query_key_value", h, 3 * h), ("dense", h, h),
+                ("dense_h_to_4h", h, 4 * h), ("dense_4h_to_h", 4 * h, h)]
+    return [("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h),
+            ("gate_proj", h, i), ("up_proj", h, i), ("down_proj", i, h)]
+
+
+def _real_linears(a: ArchNumbers) -> list[tuple[str, int, int]] | None:
+    """The linear layers of the original (remote-code) model, fused modules as one, or None
+    when the original has the native names."""
+    h, q, kv, i = a.hidden, a.q_dim, a.kv_dim, a.inter
+    name = a.arch_name or ""
+    if name.startswith("baichuan"):
+        return [("W_pack", h, q + 2 * kv), ("o_proj", q, h), ("gate_proj", h, i),
+                ("up_proj", h, i), ("down_proj", i, h)]
+    if name.startswith("chatglm"):
+        return [("query_key_value", h, q + 2 * kv), ("dense", q, h),
+                ("dense_h_to_4h", h, 2 * i), ("dense_4h_to_h", i, h)]
+    if name.startswith("qwen-"):
+        # attention c_proj and mlp c_proj share a name: both match "c_proj"
+        return [("c_attn", h, q + 2 * kv), ("c_proj", q, h), ("w1", h, i), ("w2", h, i),
+                ("c_proj", i, h)]
+    return None
+
+
+def lora_modules(resolved: Mapping[str, Any], a: ArchNumbers | None = None,
+                 notes: list[str] | None = None) -> list[tuple[str, int, int]]:
+    """The (name, in, out) linear layers of one decoder layer that LoRA adapts.
+
+    ``all-linear`` = every linear layer but the output layer. With ``model.init = "pretrained"``
+    and an original that fuses modules (Baichuan ``W_pack``, ChatGLM ``query_key_value``, Qwen
+    ``c_attn``) the original's modules are used; with ``random`` the native mapping's. A name of
+    the other naming is mapped onto the layer it stands for (``q_proj`` on Baichuan: the q part
+    of ``W_pack``; ``W_pack`` on the native mapping: q, k and v)."""
+    a = a or arch_numbers(resolved)
+    native = _native_linears(a)
+    real = _real_linears(a)
+    pretrained = (resolved.get("model") or {}).get("init", "pretrained") == "pretrained"
+    layers = real if (real is not None and pretrained) else native
+    other = native if layers is not native else (real or [])
+    targets = (resolved.get("lora") or {}).get("target_modules", ["q_proj", "v_proj"])
+    if targets == "all-linear":
+        return list(layers)
+    if isinstance(targets, str):
+        targets = [targets]
+    chosen: list[tuple[str, int, int]] = []
+    for t in targets:
+        t = str(t).rsplit(".", 1)[-1]
+        hits = [m for m in layers if m[0] == t]
+        if not hits:
+            alt = [m for m in other if m[0] == t]
+            if alt:
+                hits = alt  # same shapes seen through the other naming
+                if notes is not None:
+                    notes.append(f"lora target {t!r} is a name of the "
+                                 f"{'native mapping' if other is native else 'original model'}; "
+                                 "counted with its shape")
+            elif notes is not None:
+                notes.append(f"lora target {t!r} matches no linear layer of this architecture")
+        for m in hits:
+            if m not in chosen or m[0] == "c_proj":
+                chosen.append(m)
+    # c_proj may have been appended twice through duplicates in targets
+    seen: list[tuple[str, int, int]] = []
+    for m in chosen:
+        if chosen.count(m) > 1 and m in seen:
+            continue
+        seen.append(m)
+    return seen
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted activation coefficient: ``activations = per_token_bytes x tokens`` (allocator
+    overhead on activations included) + the attention term of the formula."""
+
+    per_token_bytes: float
+    rows: int
+    metric: str  # "gpu" or "host"
+    residual_rel: float = 0.0  # RMS relative error of the fit over its rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"per_token_bytes": self.per_token_bytes, "rows": self.rows, "metric": self.metric,
+                "residual_rel": self.residual_rel}
+
+
+@dataclass
+class Estimate:
+    inputs: dict[str, Any]
+    breakdown: dict[str, int]  # per card (every card gets the same figures)
+    gpu_peak_bytes: list[int]  # one per card of this node
+    host_breakdown: dict[str, int]
+    host_peak_bytes: int
+    activation_per_token_bytes: float
+    activation_attention_bytes: float
+    notes: list[str] = field(default_factory=list)
+    calibration: Calibration | None = None
+    device_bytes: int | None = None
+
+    @property
+    def fits(self) -> bool | None:
+        if self.device_bytes is None or not self.gpu_peak_bytes:
+            return None
+        return max(self.gpu_peak_bytes) <= self.device_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_peak_bytes": list(self.gpu_peak_bytes),
+            "host_peak_bytes": self.host_peak_bytes,
+            "breakdown": dict(self.breakdown),
+            "host_breakdown": dict(self.host_breakdown),
+            "device_bytes": self.device_bytes,
+            "fits": self.fits,
+            "activation_per_token_bytes": self.activation_per_token_bytes,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
+            "calibrated": (f"calibrated from {self.calibration.rows} measured rows"
+                           if self.calibration else None),
+            "notes": list(self.notes),
+            "inputs": dict(self.inputs),
+            "constants": dict(CONSTANTS),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# the model
+
+
+def _optimizer_bytes_per_param(optimizer: str, param_bytes: int) -> tuple[float, str]:
+    """Optimizer state bytes per trainable parameter (PyTorch/bitsandbytes storage sizes)."""
+    o = (optimizer or "adamw_torch").lower()
+    if "8bit" in o:
+        return 2.0, "two 8-bit states (bitsandbytes blockwise, + ~1/2048 B of absmax)"
+    if o.startswith("sgd"):
+        return 0.0, "SGD without momentum keeps no state"
+    if o.startswith("adafactor"):
+        return 0.0, "Adafactor keeps factored row/column states (negligible)"
+    if "32bit" in o or o.startswith("paged"):
+        return 8.0, "two fp32 states (bitsandbytes 32-bit)"
+    return 2.0 * param_bytes, "two states in the parameter dtype (torch AdamW)"
+
+
+def _quant_bytes(n: int, method: str, quant: Mapping[str, Any]) -> tuple[float, float]:
+    """(weight bytes, constant bytes) of ``n`` quantised parameters (bitsandbytes storage)."""
+    if method == "lora-int8":
+        return float(n), 0.0  # row scales are added per output row by the caller
+    # 4-bit: two values per byte; one fp32 absmax per block of 64; double quantisation stores
+    # the absmax as 8-bit with one fp32 scale per 256 blocks (QLoRA paper: 0.127 bit/param).
+    if quant.get("double_quant", True):
+        consts = n / 64 * 1 + n / (64 * 256) * 4
+    else:
+        consts = n / 64 * 4
+    return n / 2, consts
+
+
+def _layer_act_per_token(a: ArchNumbers, ab: int, lora: list[tuple[str, int, int]], r: int,
+                         dropout: float) -> float:
+    """Bytes autograd keeps per token for one decoder layer (attention matrix excluded)."""
+    h, q, kv, i = a.hidden, a.q_dim, a.kv_dim, a.inter
+    if a.model_type == "bloom":
+        # Korthikanti et al. 2022, eq. (1) without the 5as/h term, scaled to the dtype
+        base = 34 * h * ab / 2
+    else:
+        # HF Llama-style layer, saved tensors counted: two RMSNorms (fp32 upcast + normalised),
+        # q/k/v input, RoPE (q, k before and after), attention core (q, k, v, out), o_proj input,
+        # SwiGLU MLP (input, gate, act(gate), up, product).
+        base = 8 * h + ab * (4 * h + 5 * q + 4 * kv + 4 * i)
+    extra = 0.0
+    for _name, fin, _fout in lora:
+        if dropout > 0:
+            extra += fin * (ab + 1)  # dropout(x) kept for lora_A + its mask
+        extra += r * ab  # lora_A output kept for lora_B
+    return base + extra
+
+
+def _attn_elem_bytes(ab: int) -> int:
+    """Bytes per attention-matrix element kept by eager attention (softmax in fp32 + the cast
+    copy kept for the matmul with V; fp32: one tensor)."""
+    return 4 if ab == 4 else 4 + ab
+
+
+def _eager(a: ArchNumbers, attn: str) -> bool:
+    return a.model_type == "bloom" or attn == "eager"  # transformers' BLOOM has eager only
+
+
+def _setting(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    t = resolved.get("train") or {}
+    d = resolved.get("data") or {}
+    dev = resolved.get("devices") or {}
+    m = resolved.get("model") or {}
+    lo = resolved.get("lora") or {}
+    return {
+        "method": resolved.get("method", "lora"),
+        "precision": t.get("precision", "fp32"),
+        "batch_size": int(t.get("batch_size", 1)),
+        "max_seq_len": int(d.get("max_seq_len", 512)),
+        "gradient_checkpointing": bool(t.get("gradient_checkpointing", False)),
+        "optimizer": t.get("optimizer") or ("paged_adamw_32bit" if resolved.get("method") == "qlora"
+                                            else "adamw_torch"),
+        "gpus": int(dev.get("gpus", 1)),
+        "cpu_processes": int(dev.get("cpu_processes", 1) or 1),
+        "nodes": int(dev.get("nodes", 1) or 1),
+        "attn_implementation": m.get("attn_implementation") or "sdpa",
+        "init": m.get("init", "pretrained"),
+        "lora_r": int(lo.get("r", 8)),
+        "lora_dropout": float(lo.get("dropout", 0.05)),
+        "lora_target_modules": lo.get("target_modules", ["q_proj", "v_proj"]),
+        "quant": dict(resolved.get("quant") or {}),
+        "zero3": dict(resolved.get("zero3") or {}),
+    }
+
+
+def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None,
+             device_bytes: int | None = None) -> Estimate:
+    """Predict peak GPU memory per card and the host peak of a resolved profile."""
+    s = _setting(resolved)
+    method, precision = s["method"], s["precision"]
+    if method not in METHODS:
+        raise EstimateError(f"method {method!r} is not one the estimator knows ({', '.join(METHODS)})")
+    if precision not in _HALF:
+        raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
+    a = arch_numbers(resolved)
+    notes: list[str] = []
+    b, seq = s["batch_size"], s["max_seq_len"]
+    tokens = b * seq
+    gpus = s["gpus"]
+    on_gpu = gpus > 0
+    C = CONSTANTS
+    half = _HALF[precision] == 2
+    ab = 2 if half else 4  # activation dtype (autocast / half weights)
+    P, V, h, L = a.params, a.vocab, a.hidden, a.layers
+    embed = V * h
+    head = 0 if a.tied else embed
+    lin_per_layer = sum(fi * fo for _n, fi, fo in _native_linears(a))
+    lin_total = L * lin_per_layer
+    other = P - lin_total  # embeddings, output layer, norms, biases
+
+    # ---- weights / trainable states --------------------------------------------------------
+    bd = dict.fromkeys(COMPONENTS, 0.0)
+    lora_mods: list[tuple[str, int, int]] = []
+    lora_params = 0
+    if method in LORA_METHODS:
+        lora_mods = lora_modules(resolved, a, notes)
+        lora_params = L * sum(s["lora_r"] * (fi + fo) for _n, fi, fo in lora_mods)
+    opt = s["optimizer"]
+    if method in ("full", "full-zero3-offload"):
+        wb = 2 if precision == "bf16" else 4  # fp16 AMP keeps fp32 weights (fttui.worker.model)
+    elif method in KBIT_METHODS:
+        wb = 4  # prepare_model_for_kbit_training casts every non-quantised tensor to fp32
+    else:
+        wb = _HALF[precision]
+    # the residual stream follows the embedding output: fp32 weights -> fp32 activations there
+    rb = wb if method != "full-zero3-offload" else _HALF[precision]
+
+    host_bd = dict.fromkeys(HOST_COMPONENTS, 0.0)
+    zero3 = method == "full-zero3-offload"
+    world = max(1, gpus if on_gpu else s["cpu_processes"]) * s["nodes"]
+    gathered = 0.0
+    if zero3:
+        z = s["zero3"]
+        hb = _HALF[precision] if precision != "fp32" else 4
+        off_p, off_o = z.get("offload_params", True), z.get("offload_optimizer", True)
+        # fttui builds the model before DeepSpeed (no zero.Init): DeepSpeed casts it to the
+        # half dtype and moves the whole module to the card before partitioning
+        # (DeepSpeedEngine._configure_distributed_model); the freed blocks stay reserved by the
+        # caching allocator, so every card keeps about one half-precision copy of the model.
+        floor = P * hb
+        # gathered parameters in flight: the largest module twice (prefetch) ~ DeepSpeed
+        # estimate_zero3_model_states_mem_needs: 4 x largest_layer_params with offload
+        largest = max(embed, max(fi * fo for _n, fi, fo in _native_linears(a)))
+        gathered = 4 * largest + (0 if off_p else P * hb / world)
+        grads_gpu = 0 if off_o else P * hb / world
+        opt_gpu = 0 if off_o else P * 12 / world
+        bd["weights"] = floor
+        bd["gradients"] = grads_gpu
+        bd["optimizer_states"] = opt_gpu
+        notes.append("ZeRO-3: the model is built before DeepSpeed (no zero.Init), so each card "
+                     "first holds a whole half-precision copy; the caching allocator keeps it "
+                     "reserved and activations reuse it")
+        # host (per node): DeepSpeed estimate_zero3_model_states_mem_needs with offload:
+        # fp32 master params 4 + Adam states 8 + fp32 grads 4 (+ half param partitions 2)
+        share = P / s["nodes"]
+        if off_o:
+            host_bd["zero3_master_params"] = 4 * share
+            host_bd["zero3_optimizer_states"] = 8 * share
+            host_bd["zero3_gradients"] = 4 * share
+        if off_p:
+            host_bd["zero3_param_partitions"] = hb * share
+        # DeepSpeed's additional_buffer_factor 1.5 on the 18 bytes/param (pinned copies,
+        # swap/bucket buffers)
+        host_bd["zero3_pinned_buffers"] = 0.5 * sum(host_bd[k] for k in (
+            "zero3_master_params", "zero3_optimizer_states", "zero3_gradients",
+            "zero3_param_partitions"))
+    elif method == "full":
+        bd["weights"] = P * wb
+        if wb == 4 and half:
+            # autocast keeps half copies of the matmul weights from forward to backward
+            bd["weights"] += lin_total * 2 + head * 2
+            notes.append("fp16/bf16 AMP on fp32 weights: autocast's half copies of the matmul "
+                         "weights counted under weights")
+        bd["gradients"] = P * wb
+        per, why = _optimizer_bytes_per_param(opt, wb)
+        bd["optimizer_states"] = P * per
+        notes.append(f"optimizer {opt}: {why}")
+    else:
+        if method in KBIT_METHODS:
+            qw, qc = _quant_bytes(lin_total, method, s["quant"])
+            if method == "lora-int8":
+                qc = L * sum(fo for _n, _fi, fo in _native_linears(a)) * 4  # fp32 row scales
+            bd["weights"] = qw + other * wb
+            # constants + one dequantised matrix in the compute dtype (bnb matmul) in flight
+            largest_lin = max(fi * fo for _n, fi, fo in _native_linears(a))
+            bd["quantisation"] = qc + 2 * largest_lin * ab
+        else:
+            bd["weights"] = P * wb
+        if method == "lora-emb":
+            # modules_to_save: trainable copies of the input embedding and the output layer
+            emb_train = embed + head
+            bd["weights"] += emb_train * wb
+            bd["gradients"] += emb_train * wb
+            per, _why = _optimizer_bytes_per_param(opt, wb)
+            bd["optimizer_states"] += emb_train * per
+        # peft creates the adapters in fp32 (autocast_adapter_dtype); grads fp32; optimizer
+        per, why = _optimizer_bytes_per_param(opt, 4)
+        bd["lora"] = lora_params * (4 + 4 + per)
+        notes.append(f"optimizer {opt}: {why}")
+    extra_head = 0.0
+    if a.arch_name == "baichuan2-7b" and s["init"] == "pretrained":
+        # NormHead (remote code) normalises the output matrix every training step: one copy in
+        # the head's dtype, plus its autocast half copy, kept for the backward
+        if zero3:
+            extra_head = embed * _HALF[precision]
+        else:
+            bd["weights"] += embed * (wb + (2 if (half and wb == 4) else 0))
+        notes.append("Baichuan2 NormHead: a normalised copy of the output matrix per step "
+                     "counted under weights")
+
+    # ---- activations ------------------------------------------------------------------------
+    r, drop = s["lora_r"], s["lora_dropout"]
+    layer_tok = _layer_act_per_token(a, ab, lora_mods, r, drop)
+    if zero3:
+        # DeepSpeed fp16/bf16 runs the half model without autocast: logits, their contiguous
+        # shift and the log-softmax stay in the half dtype (fp32 upcast in transformers >= 4.45
+        # loss functions: counted as 4 bytes)
+        logits_peak = V * (ab + 4 + 4 + 4)
+    else:
+        # output layer (ab, fp32 heads of kbit models: 4), fp32 log-softmax kept, and in the
+        # backward the dense nll gradient + the log-softmax gradient (4 + 4)
+        head_b = 4 if (method in KBIT_METHODS or not half) else ab
+        logits_peak = V * (head_b + 4 + 4 + 4)
+    eager = _eager(a, s["attn_implementation"])
+    att_elem = _attn_elem_bytes(ab) if eager else 0
+    if s["gradient_checkpointing"]:
+        ckpt = L * rb * h
+        # phase 1: loss and its backward (all checkpoints + logits); phase 2: backward through
+        # one recomputed layer (checkpoints + one layer + its transient gradients)
+        p1 = ckpt + logits_peak
+        p2 = ckpt + layer_tok
+        per_tok = max(p1, p2)
+        att_layers = 2 if p2 >= p1 else 0  # one layer's matrix and its gradient
+    else:
+        per_tok = L * layer_tok + logits_peak
+        att_layers = L + 1
+    att_bytes = b * a.heads * seq * seq * att_elem * att_layers
+    if calibration is not None:
+        act = calibration.per_token_bytes * tokens + att_bytes
+        alloc_on_act = 0.0
+    else:
+        act = per_tok * tokens + att_bytes
+        alloc_on_act = C["allocator_fraction"]
+    # the optimizer step runs after the backward has freed the activations: its temporaries
+    # (torch AdamW foreach: about one tensor per trainable parameter) compete with them
+    trainable_full = P if method in ("full",) else 0
+    step_tmp = trainable_full * wb + lora_params * 4
+    dyn = max(act, step_tmp)
+    bd["activations"] = dyn
+    bd["allocator"] = alloc_on_act * dyn
+    if on_gpu:
+        bd["cuda_context"] = C["cuda_context_bytes"]
+    if zero3:
+        # the working set (activations, gathered parameters, NormHead copy) first reuses the
+        # blocks of the cached half copy; only what exceeds it is new memory. The allocator
+        # fraction applies to the whole working set (its tensors do not fit the cached blocks
+        # exactly).
+        working = dyn + gathered + extra_head
+        bd["activations"] = max(0.0, working - bd["weights"])
+        bd["allocator"] = alloc_on_act * working
+        notes.append(f"ZeRO-3: {min(working, bd['weights']) / GIB:.1f} GiB of the working set "
+                     "reuse the cached copy")
+    if device_bytes and on_gpu:
+        # the caching allocator frees its cached blocks and retries before it reports OOM
+        # (PyTorch CUDA caching allocator), so the reserved-but-unused part shrinks to the room
+        # left on the card: NVML "used" stays below the card while allocated memory fits
+        allocated = sum(v for k, v in bd.items() if k != "allocator")
+        bd["allocator"] = max(0.0, min(bd["allocator"], device_bytes - allocated))
+    card = {k: int(round(v)) for k, v in bd.items()}
+    # ---- host -----------------------------------------------------------------------------
+    procs = world // s["nodes"]
+    host_bd["process"] = C["host_process_bytes"] * procs
+    if on_gpu:
+        host_bd["cuda_runtime"] = C["host_cuda_bytes"] * procs
+        if method in KBIT_METHODS and s["init"] == "pretrained":
+            host_bd["model_load"] = min(P * 2, C["host_load_shard_bytes"]) * procs
+        else:
+            # from_pretrained / from_config build the whole model on the host first
+            load_b = wb if not zero3 else 4
+            host_bd["model_load"] = P * load_b * procs
+            if zero3:
+                host_bd["model_load"] = 0  # the fp32 master copy takes its place in time
+        gpu_peak = [int(sum(card.values()))] * (gpus if on_gpu else 0)
+    else:
+        # CPU training: the "card" figures live in host memory
+        for k in ("weights", "gradients", "optimizer_states", "lora", "activations"):
+            host_bd[k] = bd[k] * procs
+        host_bd["activations"] += (bd["allocator"] + bd["quantisation"]) * procs
+        gpu_peak = []
+        card = {k: 0 for k in card}
+    host = {k: int(round(v)) for k, v in host_bd.items()}
+    inputs = {k: v for k, v in s.items()}
+    inputs.update({"model": (resolved.get("model") or {}).get("name_or_path"),
+                   "arch": a.arch_name or a.model_type, "params": P,
+                   "lora_params": lora_params, "tokens_per_step": tokens,
+                   "lora_modules": [n for n, _fi, _fo in lora_mods],
+                   "profile": resolved.get("name")})
+    if calibration is not None:
+        notes.insert(0, f"calibrated from {calibration.rows} measured rows "
+                        f"({calibration.per_token_bytes / 1024:.1f} KiB per token)")
+    if s["nodes"] > 1:
+        notes.append("per-card figures for one node; every node is the same")
+    return Estimate(inputs=inputs, breakdown=card, gpu_peak_bytes=gpu_peak, host_breakdown=host,
+                    host_peak_bytes=int(sum(host.values())),
+                    activation_per_token_bytes=(calibration.per_token_bytes if calibration
+                                                else per_tok * (1 + alloc_on_act)),
+                    activation_attention_bytes=att_bytes, notes=notes, calibration=calibration,
+                    device_bytes=device_bytes)

@@ -1,0 +1,207 @@
+"""Faults users meet on long runs: each leaves a correct record and no process behind."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from fttui.core.events import read_jsonl
+from fttui.core.store import Store
+from tests.conftest import ROOT, fttui_env, run_fttui
+from tests.helpers import processes_mentioning, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _detach(*sets: str, env: dict | None = None) -> "Path":
+    args = ["run", "--profile", "tiny-lora", "--detach"]
+    for s in sets:
+        args += ["--set", s]
+    proc = run_fttui(*args, env=env, check=True)
+    from fttui.core import paths
+
+    return paths.runs_dir() / proc.stdout.strip().splitlines()[-1]
+
+
+def _steps(run_dir) -> int:
+    return sum(1 for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") == "step")
+
+
+def _worker(run_dir) -> psutil.Process:
+    procs = [p for p in processes_mentioning(str(run_dir)) if "fttui.worker.train" in " ".join(p.cmdline())]
+    assert procs, "no training process"
+    return procs[0]
+
+
+def _status(run_dir) -> dict:
+    wait_for(lambda: (run_dir / "status.json").exists(), timeout=300, what="status.json")
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def _row(run_dir) -> dict:
+    with Store() as s:
+        return s.get(run_dir.name)
+
+
+def test_training_killed_by_signal_is_failed_with_the_signal(fttui_home):
+    run_dir = _detach("max_steps=100000")
+    wait_for(lambda: _steps(run_dir) > 0, what="a step")
+    _worker(run_dir).send_signal(signal.SIGTERM)
+    st = _status(run_dir)
+    assert st["status"] == "failed" and st["signal"] == "SIGTERM", st
+    row = _row(run_dir)
+    assert row["status"] == "failed" and "SIGTERM" in row["error"]
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
+
+
+def test_oom_killer_under_host_limit_is_oom_host_kill(fttui_home):
+    # The kernel's OOM killer sends SIGKILL; under a host-memory budget that is an OOM result.
+    run_dir = _detach("max_steps=100000", "limits.host_memory=\"4GiB\"")
+    wait_for(lambda: _steps(run_dir) > 0, what="a step")
+    _worker(run_dir).send_signal(signal.SIGKILL)
+    st = _status(run_dir)
+    assert st["status"] == "oom" and st["oom_kind"] == "host-kill", st
+    row = _row(run_dir)
+    assert row["status"] == "oom" and row["oom_kind"] == "host-kill" and row["signal"] == "SIGKILL"
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
+
+
+def test_stalled_run_is_flagged_in_events_headless_view_and_row(fttui_home):
+    env = fttui_env(FTTUI_STALL_TIMEOUT="1.5")
+    cli = subprocess.Popen([sys.executable, "-m", "fttui", "run", "--profile", "tiny-lora", "--headless",
+                            "--set", "max_steps=100000"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        from fttui.core import paths
+
+        run_dir = wait_for(lambda: next(iter(paths.runs_dir().glob("*"))) if paths.runs_dir().exists() else None,
+                           what="the run dir")
+        wait_for(lambda: _steps(run_dir) > 0, what="a step")
+        w = _worker(run_dir)
+        w.suspend()  # alive, but no progress
+        wait_for(lambda: any(e.get("event") == "stalled" for e in read_jsonl(run_dir / "events.jsonl")),
+                 timeout=30, what="the stalled event")
+        w.resume()
+        wait_for(lambda: any(e.get("event") == "resumed" for e in read_jsonl(run_dir / "events.jsonl")),
+                 timeout=30, what="the resumed event")
+        run_fttui("cancel", run_dir.name, env=env, check=True)
+        out, _ = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert "STALLED" in out and "resumed" in out, out
+    assert _row(run_dir)["stalled"] == 1
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
+
+
+def test_two_runs_finishing_together_both_rows_land(fttui_home):
+    a = _detach("max_steps=5")
+    b = _detach("max_steps=5")
+    assert _status(a)["status"] == _status(b)["status"] == "completed"
+    with Store() as s:
+        assert {r["run_id"] for r in s.rows()} == {a.name, b.name}
+
+
+def _writer(path: str, prefix: str, n: int) -> None:
+    with Store(path) as s:
+        for i in range(n):
+            s.put({"run_id": f"{prefix}-{i}", "status": "completed", "started_at": f"2026-01-01T00:00:{i % 60:02d}"})
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, f"w{k}", 60)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    with Store(path) as s:
+        assert len(s.rows()) == 240
+
+
+def _killed_mid_transaction(path: str) -> None:
+    s = Store(path)
+    s.conn.execute("BEGIN IMMEDIATE")
+    s.conn.execute("INSERT INTO runs (run_id, status) VALUES ('half-written', 'completed')")
+    s.conn.execute("UPDATE runs SET status = 'corrupted' WHERE run_id = 'earlier'")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_store_killed_mid_write_reopens_without_loss(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    with Store(path) as s:
+        s.put({"run_id": "earlier", "status": "completed", "started_at": "2026-01-01T00:00:00"})
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=_killed_mid_transaction, args=(path,))
+    p.start()
+    p.join(30)
+    assert p.exitcode == -signal.SIGKILL
+    with Store(path) as s:
+        rows = s.rows()
+        assert [(r["run_id"], r["status"]) for r in rows] == [("earlier", "completed")]
+        assert s.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        s.put({"run_id": "after", "status": "completed", "started_at": "2026-01-02T00:00:00"})
+        assert len(s.rows()) == 2
+
+
+def test_corrupt_and_truncated_events_do_not_break_the_record(fttui_home):
+    run_dir = _detach("max_steps=40")
+    wait_for(lambda: _steps(run_dir) > 0, what="a step")
+    with open(run_dir / "events.jsonl", "ab") as f:  # garbage, invalid UTF-8 and a partial line
+        f.write(b"not json\n\xff\xfe\n{\"event\": \"step\", \"step\": ")
+        f.write(b"\n")
+    assert _status(run_dir)["status"] == "completed"
+    row = _row(run_dir)
+    assert row["status"] == "completed" and row["steps"] == 40 and row["samples_per_s"] > 0
+    out = run_fttui("attach", run_dir.name, "--headless", check=True)
+    assert "completed" in out.stdout
+
+
+def _tmux(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("how", ["sigkill", "sighup"])
+def test_app_killed_or_hung_up_mid_run_the_run_goes_on(how, fttui_home):
+    session = f"fttui-fault-{uuid.uuid4().hex[:8]}"
+    fttui = os.path.join(os.path.dirname(sys.executable), "fttui")
+    env = " ".join(f"{k}={v}" for k, v in (("FTTUI_HOME", str(fttui_home)), ("TERM", "xterm-256color")))
+    cmd = f"cd {ROOT} && env -u FTTUI_NO_APP {env} {fttui} --profile tiny-lora --set max_steps=60"
+    _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", cmd)
+    try:
+        from fttui.core import paths
+
+        run_dir = wait_for(lambda: next(iter(paths.runs_dir().glob("*")), None) if paths.runs_dir().exists()
+                           else None, timeout=60, what="the run dir")
+        wait_for(lambda: _steps(run_dir) > 0, timeout=120, what="a step")
+        apps = [p for p in psutil.process_iter(["cmdline"])
+                if p.info["cmdline"] and any(a.endswith("/fttui") for a in p.info["cmdline"][:2])
+                and "--profile" in p.info["cmdline"]]
+        assert apps, "the app is not running"
+        if how == "sigkill":
+            for p in apps:
+                p.kill()
+        else:
+            _tmux("kill-session", "-t", session)  # the terminal goes away: SIGHUP, as when SSH drops
+        st = _status(run_dir)
+    finally:
+        _tmux("kill-session", "-t", session)
+    assert st["status"] == "completed"
+    assert _row(run_dir)["status"] == "completed"
+    out = run_fttui("attach", run_dir.name, "--headless", check=True)
+    assert "completed" in out.stdout
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")

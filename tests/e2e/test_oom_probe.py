@@ -1,0 +1,216 @@
+"""End to end: a real CPU out-of-memory under --host-memory-limit, and the OOM-boundary probe.
+
+Every limit here is small (tens of MiB on top of the imported stack), so trials run out of
+memory within a second or two on the tiny CPU profiles. Nothing is derived from timing: the
+boundary a probe reports is checked against fresh processes, one trial each.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from fttui.core.events import read_jsonl
+from fttui.core.probe import Prober
+from fttui.core.profile import load_profile
+from tests.conftest import ROOT, fttui_env, run_fttui
+from tests.helpers import only_run_dir, processes_mentioning, wait_for
+
+pytestmark = pytest.mark.e2e
+
+# tiny-lora (LoRA, seq 128), one step per trial: the batch-size boundary lands at about 5.
+PROBE_LIMIT = "40MiB"
+
+
+def _results(*args: str) -> list[dict]:
+    return json.loads(run_fttui("results", "--format", "json", *args, check=True).stdout)
+
+
+def _probe_run_dirs(home: Path) -> list[Path]:
+    runs = home / "runs"
+    return sorted(d for d in runs.iterdir() if "-probe-" in d.name) if runs.exists() else []
+
+
+def _no_process_left(home: Path) -> None:
+    dirs = _probe_run_dirs(home)
+    assert dirs
+    wait_for(lambda: not any(processes_mentioning(str(d)) for d in dirs), timeout=10,
+             what="no process mentioning the probe's run directories")
+
+
+def fresh_trial(resolved: dict, value: int, steps: int = 1) -> str:
+    """batch_size=value in a fresh probe-worker process: one model load, exactly one trial.
+
+    The same launch path as a probe's own model loads (Prober._load); ``--lo-fit value-1``
+    keeps the worker from running guide trials below the value after an OOM.
+    """
+    p = Prober(resolved, param="batch_size", lo=value, hi=value, steps=steps)
+    try:
+        res = p._load(value, "add", value - 1 if value > 1 else None, None)
+    finally:
+        p._kill()
+    got = [t for t in res["trials"] if t.value == value]
+    assert len(res["trials"]) == 1 and got and got[0].clean, res
+    return got[0].status
+
+
+def test_cpu_oom_run_end_to_end(fttui_home):
+    proc = run_fttui("run", "--profile", "tiny-full", "--headless", "--host-memory-limit", "64MiB",
+                     "--set", "batch_size=512", "--set", "max_steps=2")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "OUT OF MEMORY" in proc.stdout
+    run_dir = only_run_dir(fttui_home)
+    rows = _results()
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["run_id"] == run_dir.name
+    assert row["status"] == "oom" and row["oom_kind"] == "cpu"
+    assert "DefaultCPUAllocator" in row["error"] and "allocate memory" in row["error"]
+    assert row["error_step"] is not None
+    assert row["exit_code"] == 3
+    assert row["limits"]["host_memory"] == "64MiB"
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "oom"
+    errors = [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") == "error"]
+    assert errors and errors[0]["kind"] == "oom" and errors[0]["oom_kind"] == "cpu"
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=10, what="no process left after the OOM")
+
+
+def test_probe_boundary_matches_fresh_processes(fttui_home):
+    """The probe's boundary is the one fresh processes see.
+
+    A one-by-one scan of the whole range 1..24 in fresh processes would cost ~24 model loads;
+    the scan covers the values around the answer instead (largest_fit-2 .. smallest_oom+2, one
+    fresh process and one trial each), and the probe's own clean trials must be monotone.
+    """
+    proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "batch_size", "--range", "1..24",
+                     "--steps", "1", "--host-memory-limit", PROBE_LIMIT, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    for key in ("param", "largest_fit", "smallest_oom", "model_loads", "trials"):
+        assert key in res
+    assert res["param"] == "batch_size"
+    lf, so = res["largest_fit"], res["smallest_oom"]
+    assert lf is not None and so is not None, f"the boundary should land inside 1..24: {res}"
+    assert lf + 1 == so and res["exact"] is True
+    assert 1 <= lf < so <= 24
+    assert res["model_loads"] <= 3
+    for t in res["trials"]:
+        for key in ("value", "status", "peak_gpu_mem_mb", "peak_host_rss_mb"):
+            assert key in t
+        assert t["status"] in ("fit", "oom")
+        assert t["peak_gpu_mem_mb"] == []  # no GPU here
+        assert t["peak_host_rss_mb"] and t["peak_host_rss_mb"] > 0
+        if t["status"] == "oom":
+            assert t["oom_kind"] == "cpu"
+    # Clean trials are monotone and both ends of the boundary were seen clean.
+    clean_fit = [t["value"] for t in res["trials"] if t["clean"] and t["status"] == "fit"]
+    clean_oom = [t["value"] for t in res["trials"] if t["clean"] and t["status"] == "oom"]
+    assert max(clean_fit) == lf and min(clean_oom) == so
+    assert max(clean_fit) < min(clean_oom)
+
+    # Every trial is a row of kind probe in the store.
+    rows = _results("--kind", "probe")
+    assert len(rows) == len(res["trials"])
+    assert {r["kind"] for r in rows} == {"probe"}
+    assert {r["group_id"] for r in rows} == {res["probe_id"]}
+    assert Counter((r["batch_size"], r["status"]) for r in rows) == \
+        Counter((t["value"], t["status"]) for t in res["trials"])
+    assert _results("--kind", "run") == []
+    _no_process_left(fttui_home)
+
+    # The fresh-process scan around the boundary.
+    resolved = load_profile("tiny-lora", [f"limits.host_memory={json.dumps(PROBE_LIMIT)}"])
+    values = list(range(max(1, lf - 2), so + 3))
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        seen = dict(zip(values, ex.map(lambda v: fresh_trial(resolved, v), values)))
+    assert all(seen[v] == "fit" for v in values if v <= lf), seen
+    assert all(seen[v] == "oom" for v in values if v >= so), seen
+    _no_process_left(fttui_home)
+
+
+def test_probe_max_seq_len(fttui_home):
+    proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "max_seq_len", "--range", "16..512",
+                     "--steps", "1", "--host-memory-limit", PROBE_LIMIT, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["param"] == "max_seq_len" and res["exact"] is True
+    lf, so = res["largest_fit"], res["smallest_oom"]
+    assert lf is not None and so == lf + 1 and 16 <= lf < 512, res
+    assert res["model_loads"] <= 3
+    clean_fit = [t["value"] for t in res["trials"] if t["clean"] and t["status"] == "fit"]
+    clean_oom = [t["value"] for t in res["trials"] if t["clean"] and t["status"] == "oom"]
+    assert max(clean_fit) == lf < so == min(clean_oom)
+    rows = _results("--kind", "probe")
+    assert len(rows) == len(res["trials"])
+    assert sorted(r["max_seq_len"] for r in rows) == sorted(t["value"] for t in res["trials"])
+    assert {r["batch_size"] for r in rows} == {8}  # the profile's batch size stays
+    _no_process_left(fttui_home)
+
+
+def test_probe_everything_fits(fttui_home):
+    proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "max_seq_len", "--range", "16..64",
+                     "--steps", "1", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["largest_fit"] == 64 and res["smallest_oom"] is None and res["exact"] is True
+    assert res["model_loads"] == 1
+    assert [t["value"] for t in res["trials"]] == [16, 32, 64]
+    assert "fits" in res["note"]
+    _no_process_left(fttui_home)
+
+
+def _start_probe(*extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fttui", "probe", "--profile", "tiny-lora", "--range", "1..1024", "--steps", "1",
+         "--host-memory-limit", PROBE_LIMIT, *extra],
+        cwd=ROOT, env=fttui_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _first_trial(home: Path) -> Path | None:
+    runs = home / "runs"
+    for d in runs.glob("*-load1") if runs.exists() else []:
+        if any(e.get("event") == "trial" for e in read_jsonl(d / "events.jsonl")):
+            return d
+    return None
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_stopped_probe_leaves_no_process(how, fttui_home):
+    cli = _start_probe()
+    try:
+        run_dir = wait_for(lambda: _first_trial(fttui_home), timeout=120, what="the probe's first trial")
+        assert processes_mentioning(str(run_dir)), "the probe worker should be alive"
+        if how == "sigint":
+            cli.send_signal(signal.SIGINT)
+            out, err = cli.communicate(timeout=30)
+            assert cli.returncode == 130, out + err
+            assert "interrupted" in err
+        else:
+            # The worker runs in its own session: only PR_SET_PDEATHSIG takes it down with the CLI.
+            cli.send_signal(signal.SIGKILL)
+            cli.wait(timeout=10)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    _no_process_left(fttui_home)
+    assert not any(e.get("event") == "probe_end" for e in read_jsonl(run_dir / "events.jsonl"))
+
+
+@pytest.mark.parametrize("rng", ["5..1", "x"])
+def test_probe_bad_range_one_line_exit_2(rng, fttui_home):
+    proc = run_fttui("probe", "--profile", "tiny-lora", "--range", rng)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "--range" in lines[0]
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
