@@ -49,10 +49,13 @@ GIB = 1 << 30
 CONSTANTS: dict[str, float] = {
     # CUDA context + cuBLAS/cuDNN workspaces + NCCL, per card, counted by NVML "used" but not by
     # torch.cuda.memory_reserved(). Typical published values 300-600 MB; fitted: see the doc.
-    "cuda_context_bytes": 500 * MIB,
+    "cuda_context_bytes": 400 * MIB,
     # extra reserved memory of the caching allocator (block rounding, fragmentation, cached
     # blocks) as a fraction of the dynamic (per-step) memory: activations and transients.
-    "allocator_fraction": 0.20,
+    "allocator_fraction": 0.2,
+    # NCCL communicators and DeepSpeed/DDP communication buffers outside the gradient copy,
+    # per card when more than one process trains (world size > 1).
+    "comm_bytes": 2048 * MIB,
     # host: python + torch + transformers + peft + a Trainer built, measured on the fttui CPU
     # worker stack (VmHWM after building a Trainer on the tiny model: 421 MiB) plus the first
     # training steps (thread pools, autograd engine: +37 MiB).
@@ -78,6 +81,7 @@ COMPONENTS: dict[str, str] = {
     "lora": "LoRA params + grads + states",
     "quantisation": "quantisation buffers",
     "activations": "activations",
+    "communication": "communication buffers",
     "cuda_context": "CUDA context",
     "allocator": "allocator overhead",
 }
@@ -550,6 +554,12 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     bd["allocator"] = alloc_on_act * dyn
     if on_gpu:
         bd["cuda_context"] = C["cuda_context_bytes"]
+        if world > 1:
+            # DDP's reducer keeps its buckets as a second copy of every trainable gradient
+            # (gradient_as_bucket_view=False, the HF Trainer default); NCCL its own buffers
+            ddp_copy = 0 if zero3 else (lora_params * 4 + (P * wb if method == "full" else 0)
+                                        + ((embed + head) * wb if method == "lora-emb" else 0))
+            bd["communication"] = C["comm_bytes"] + ddp_copy
     if zero3:
         # the working set (activations, gathered parameters, NormHead copy) first reuses the
         # blocks of the cached half copy; only what exceeds it is new memory. The allocator

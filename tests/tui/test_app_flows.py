@@ -12,6 +12,7 @@ from fttui.tui.app import FttuiApp
 from fttui.tui.dialogs import ConfirmScreen, QuitScreen
 from fttui.tui.help import HelpScreen
 from fttui.tui.picker import PickerScreen
+from fttui.tui.probe_screen import ProbeScreen
 from fttui.tui.results import ResultsScreen
 from fttui.tui.run_screen import RunScreen
 from tests.helpers import processes_mentioning, wait_for
@@ -276,8 +277,10 @@ async def test_help_and_probe_keys(fttui_home):
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker again")
         await pilot.press("p")
-        await pilot.pause()
-        assert any("probe: coming" in n.message for n in app._notifications)
+        await until(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen")
+        assert app.screen.state == "idle"
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker after the probe")
 
 
 @pytest.mark.parametrize("size", [(80, 24)])

@@ -1,0 +1,245 @@
+"""The probe screen: `p` on a profile, trials live, the boundary highlighted, a full run at the
+found value one key away; leaving a running probe leaves no process."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from textual.widgets import DataTable, Input, OptionList
+
+from fttui.core import paths
+from fttui.monitor.samplers import FakeGpuSampler
+from fttui.tui.app import FttuiApp
+from fttui.tui.picker import PickerScreen
+from fttui.tui.probe_screen import ProbeScreen
+from fttui.tui.run_screen import RunScreen
+from tests.helpers import processes_mentioning, wait_for
+from tests.tui.conftest import until
+from tests.tui.fixtures import FAKE_GPUS, fixture_profiles, probe_result
+from tests.tui.textdump import screen_text
+
+pytestmark = pytest.mark.anyio
+
+# A probe that closes quickly on two CPU cores: long samples (512 tokens) under a small
+# host-memory budget put the boundary at a batch of a few samples (2 model loads, ~5 trials).
+PROBE_PROFILE = """# fttui run --profile probe-lora
+description = "tiny-lora with long samples and two steps (probe screen tests)"
+extends = "tiny-lora"
+
+[data]
+max_seq_len = 512
+num_samples = 16
+
+[train]
+max_steps = 2
+"""
+HOST_LIMIT = "60MiB"
+
+
+def _text(app, selector: str) -> str:
+    w = app.screen.query_one(selector)
+    r = w.region
+    lines = screen_text(app).splitlines()
+    return "\n".join(line[r.x:r.right] for line in lines[r.y:r.bottom])
+
+
+def _probe_profiles(tmp_path, monkeypatch):
+    work = tmp_path / "cwd"
+    (work / "profiles").mkdir(parents=True)
+    (work / "profiles" / "probe-lora.toml").write_text(PROBE_PROFILE)
+    monkeypatch.chdir(work)
+
+
+async def _open_probe(pilot, app, name: str) -> ProbeScreen:
+    await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+    picker = app.screen
+    names = [r.name for r in picker.refs]
+    await pilot.press("home", *["down"] * names.index(name))
+    await until(pilot, lambda: picker.base and picker.base["name"] == name, what=f"{name} selected")
+    assert isinstance(app.focused, OptionList)
+    await pilot.press("p")
+    await until(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen")
+    return app.screen
+
+
+async def _fill(pilot, scr: ProbeScreen, **fields: str) -> None:
+    for fid, value in fields.items():
+        w = scr.query_one(f"#pr-{fid}", Input)
+        w.value = value
+    await pilot.pause()
+
+
+@pytest.mark.e2e
+async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path, monkeypatch):
+    _probe_profiles(tmp_path, monkeypatch)
+    app = FttuiApp()
+    async with app.run_test(size=(100, 32)) as pilot:
+        scr = await _open_probe(pilot, app, "probe-lora")
+        assert scr.resolved["data"]["max_seq_len"] == 512
+        assert scr.state == "idle" and "PROBE probe-lora" in _text(app, "#probe-status")
+        await _fill(pilot, scr, lo="1", hi="64", steps="1", host=HOST_LIMIT)
+        t0 = time.monotonic()
+        await pilot.press("s")  # focus is on the start button: s starts
+        await until(pilot, lambda: scr.state == "running", what="probe running")
+        assert "RUNNING" in _text(app, "#probe-status")
+        # trials show up while the probe runs, one row each
+        await until(pilot, lambda: scr.trials, timeout=120, what="first trial", step=0.25)
+        table = scr.query_one("#trials", DataTable)
+        if scr.state == "running":
+            assert table.row_count >= 1
+            assert "fit" in _text(app, "#trials") or "OOM" in _text(app, "#trials")
+        await until(pilot, lambda: scr.state != "running", timeout=240, what="probe end", step=0.25)
+        elapsed = time.monotonic() - t0
+        assert scr.state == "done", scr.status_text()
+        res = scr.result
+        assert res.exact and res.largest_fit is not None and res.smallest_oom == res.largest_fit + 1, res
+        assert table.row_count == len(res.trials)
+        # the boundary is highlighted: its own panel, and a marker on the two clean rows
+        boundary = _text(app, "#probe-boundary")
+        assert f"largest batch_size that fits:  {res.largest_fit}" in boundary
+        assert f"smallest that fails: {res.smallest_oom}" in boundary
+        assert f"enter: full run at batch_size={res.largest_fit}" in boundary
+        assert scr.query_one("#probe-boundary").has_class("-exact")
+        marked = [str(table.get_row_at(i)[1]) for i in range(table.row_count) if str(table.get_row_at(i)[0])]
+        assert sorted(marked) == [str(res.largest_fit), str(res.smallest_oom)]
+        assert "DONE" in _text(app, "#probe-status")
+        # no process left, the trials are stored
+        assert not processes_mentioning(res.probe_id)
+        # one key: a full run of the profile at the value found
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen")
+        run = app.screen
+        prof = json.loads((run.rd.path / "profile.json").read_text())
+        assert prof["name"] == "probe-lora"
+        assert prof["train"]["batch_size"] == res.largest_fit
+        assert prof["limits"]["host_memory"] == HOST_LIMIT
+        await until(pilot, lambda: run.final is not None, timeout=180, what="run end", step=0.25)
+        assert run.final["status"] == "completed", run.final
+        await pilot.press("escape")  # back on the probe screen, the result still there
+        await until(pilot, lambda: app.screen is scr, what="probe screen again")
+    print(f"probe took {elapsed:.1f}s: {len(res.trials)} trials, {res.model_loads} loads")
+
+
+@pytest.mark.e2e
+async def test_escape_during_probe_leaves_no_process(fttui_home, tmp_path, monkeypatch):
+    _probe_profiles(tmp_path, monkeypatch)
+    app = FttuiApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        scr = await _open_probe(pilot, app, "probe-lora")
+        # a long probe: no limit, every value up to 1024
+        await _fill(pilot, scr, lo="1", hi="1024", steps="2", host="")
+        await pilot.press("s")
+        await until(pilot, lambda: scr.state == "running", what="probe running")
+        probe_id = scr.prober.probe_id
+        load1 = str(paths.runs_dir() / f"{probe_id}-load1")
+        await until(pilot, lambda: processes_mentioning(load1), timeout=30, what="probe process")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="back on the picker")
+        assert scr.state == "stopped"
+    wait_for(lambda: not processes_mentioning(probe_id), timeout=20, what="probe processes gone")
+    time.sleep(1.0)  # and no further model load starts
+    assert not processes_mentioning(probe_id)
+    assert sorted(p.name for p in paths.runs_dir().iterdir()) == [f"{probe_id}-load1"]
+
+
+@pytest.mark.e2e
+async def test_quit_during_probe_leaves_no_process(fttui_home, tmp_path, monkeypatch):
+    _probe_profiles(tmp_path, monkeypatch)
+    app = FttuiApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        scr = await _open_probe(pilot, app, "probe-lora")
+        await _fill(pilot, scr, lo="1", hi="1024", host="")
+        scr.query_one("#pr-hi", Input).focus()
+        await pilot.press("enter")  # enter in a field starts too
+        await until(pilot, lambda: scr.state == "running", what="probe running")
+        probe_id = scr.prober.probe_id
+        await until(pilot, lambda: processes_mentioning(probe_id), timeout=30, what="probe process")
+        await pilot.press("q")  # focus is on the trials table: q quits, no dialog (no live run)
+        await pilot.pause()
+    wait_for(lambda: not processes_mentioning(probe_id), timeout=20, what="probe processes gone")
+    assert app.return_code == 0
+
+
+async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch):
+    fixture_profiles(tmp_path, monkeypatch)
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        picker = app.screen
+        # the picker's overrides go along
+        picker.query_one("#ov-max_seq_len", Input).value = "96"
+        await until(pilot, lambda: picker.resolved and picker.resolved["data"]["max_seq_len"] == 96,
+                    what="override")
+        picker.query_one("#profiles", OptionList).focus()
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen")
+        scr = app.screen
+        assert scr.resolved["data"]["max_seq_len"] == 96
+        # bad range, bad size: one-line errors, nothing started
+        await _fill(pilot, scr, lo="8", hi="4")
+        await pilot.press("s")
+        assert scr.state == "error" and "need 1 <= from <= to" in _text(app, "#probe-status")
+        await _fill(pilot, scr, lo="1", hi="4", host="12 apples")
+        await pilot.press("s")
+        assert scr.state == "error" and "limits.host_memory: invalid size" in scr.error
+        # the qlora profile on 2 GPUs cannot be probed: said so, nothing started
+        await pilot.press("l")  # no result: nothing to launch
+        await pilot.pause()
+        assert isinstance(app.screen, ProbeScreen)
+        assert any("no value found yet" in n.message for n in app._notifications)
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker again")
+        await pilot.press("down", "p")
+        await until(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen (qlora)")
+        scr = app.screen
+        await pilot.press("s")
+        assert scr.state == "error" and "one process" in scr.error
+    assert not (fttui_home / "runs").exists()
+
+
+async def test_recorded_result_and_launch_profile(fttui_home, tmp_path, monkeypatch):
+    from fttui.core.profile import load_profile
+
+    fixture_profiles(tmp_path, monkeypatch)
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        resolved = load_profile("demo-lora", {"limits.host_memory": "150MiB"})
+        scr = ProbeScreen(resolved, result=probe_result())
+        app.push_screen(scr)
+        await until(pilot, lambda: app.screen is scr and scr.is_mounted, what="probe screen")
+        await pilot.pause()
+        assert "largest batch_size that fits:  61" in _text(app, "#probe-boundary")
+        assert "(limits kept: host 150MiB)" in _text(app, "#probe-boundary")
+        prof = scr.launch_profile()
+        assert prof["train"]["batch_size"] == 61 and prof["limits"]["host_memory"] == "150MiB"
+        assert prof["data"]["max_seq_len"] == resolved["data"]["max_seq_len"]
+        # the cursor sits on the largest clean fit
+        table = scr.query_one("#trials", DataTable)
+        row = table.get_row_at(table.cursor_row)
+        assert str(row[0]) == "▶" and str(row[1]) == "61" and str(row[3]) == "yes"
+        # a max_seq_len probe launches at that length
+        scr2 = ProbeScreen(resolved, result=probe_result("max_seq_len"))
+        app.push_screen(scr2)
+        await pilot.pause()
+        assert scr2.launch_profile()["data"]["max_seq_len"] == 61
+
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_probe_screen_snapshot(snap_compare, size, tmp_path, monkeypatch):
+    from fttui.core.profile import load_profile
+
+    fixture_profiles(tmp_path, monkeypatch)
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+
+    async def show(pilot):
+        resolved = load_profile("demo-lora", {"limits.host_memory": "150MiB"})
+        await app.push_screen(ProbeScreen(resolved, result=probe_result()))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=show)
