@@ -73,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=10, help="training steps per cell (default 10)")
     p.add_argument("--out", help="also write the Markdown table to this file")
 
+    p = sub.add_parser("report", help="Markdown tables, CSVs and PNG charts of the stored rows")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="keep rows whose column KEY equals VALUE; repeatable (same key twice: either)")
+    p.add_argument("--group-by", choices=["model", "method", "gpu", "batch_size", "max_seq_len"])
+    p.add_argument("--baseline", metavar="RUN_ID", help="relative throughput against this run (id or prefix)")
+    p.add_argument("--prices", metavar="FILE", help="TOML or CSV: GPU name -> price per card")
+    p.add_argument("--out", metavar="DIR", help="write report.md, CSVs and PNG charts here (default: Markdown on stdout)")
+    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all")
+
     return ap
 
 
@@ -241,7 +250,14 @@ def cmd_sweep(args) -> int:
     return run(args, _resolve)
 
 
+def cmd_report(args) -> int:
+    from fttui.cli.report_cmd import cmd_report as run
+
+    return run(args)
+
+
 COMMANDS = {
+    "report": cmd_report,
     "sweep": cmd_sweep,
     "probe": cmd_probe,
     "run": cmd_run,

@@ -707,7 +707,7 @@ def _groups_table(rows: Sequence[dict], ctx: _Ctx, group_by: str) -> Table:
         members = groups[g]
         done = [m for m in members if m.get("status") == "completed" and _num(m.get("samples_per_s")) is not None]
         best = max(done, key=lambda m: _num(m.get("samples_per_s")), default=None)
-        row = [_dim_text(group_by, g), len(members), sum(m.get("status") == "completed" for m in members),
+        row = [_dim_text(group_by, g) if g not in (None, "") else "(not recorded)", len(members), sum(m.get("status") == "completed" for m in members),
                sum(_is_oom(m) for m in members), None if best is None else _num(best.get("samples_per_s")),
                "" if best is None else labels[id(best)]]
         if ctx.baseline_sps:

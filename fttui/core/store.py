@@ -76,8 +76,10 @@ COLUMNS: dict[str, str] = {
     "clean": "INTEGER",  # the trial ran in a process that had not run out of memory before
     "step_time_s": "REAL",
     "peak_rank_rss_mb": "TEXT",  # JSON list: each training process's own peak RSS, by rank
+    # schema 3
+    "interconnect": "TEXT",  # NVLink | PCIe | QPI/UPI between the run's cards; "" for one card
 }
-_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb")}
+_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect",)}
 _LATER = {c for cols in _ADDED.values() for c in cols}
 JSON_COLUMNS = {
     "peak_rank_rss_mb",
@@ -97,6 +99,7 @@ MIGRATIONS: list[str] = [
     "CREATE INDEX runs_started ON runs(started_at);"
     "CREATE INDEX runs_group ON runs(group_id);",
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[2]),
+    ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[3]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -107,6 +107,15 @@ def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, 
     num_gpus = len(gpu_names) if gpu_names else 0
     if gpu_names and int(dev.get("gpus", 1)) > 0:
         num_gpus = min(len(gpu_names), nproc) if nproc else len(gpu_names)
+    interconnect = ""
+    if num_gpus >= 2:
+        from fttui.core.report import interconnect_label
+        from fttui.monitor.samplers import gpu_topology
+
+        topo = gpu_topology([g.index for g in gpu_snap.gpus][:num_gpus] if gpu_snap else None)
+        env["topology"] = topo
+        interconnect = interconnect_label(num_gpus, (topo or {}).get("nvlink_links"),
+                                          (topo or {}).get("common_ancestor"))
     peak_gpu = _per_index(snap.gpu_peak_used_mb)
     peak_proc = _per_index(snap.gpu_peak_proc_mb)
     if num_gpus and len(peak_gpu) > num_gpus:
@@ -166,4 +175,5 @@ def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, 
         "versions": versions,
         "env": {k: v for k, v in env.items() if k not in versions},
         "run_dir": str(rd.path),
+        "interconnect": interconnect,
     }

@@ -555,3 +555,48 @@ class HostSampler:
         self._procs = procs  # dead ones dropped
         self._pids = alive
         return rss / _MB, len(alive), cpu
+
+
+_TOPO = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
+
+
+def gpu_topology(indices=None) -> dict | None:
+    """How the cards are linked: ``{"nvlink_links": [active links per card], "common_ancestor":
+    farthest NVML topology level over card pairs}``; None without NVML or with fewer than 2 cards.
+    Never raises."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        idx = list(indices) if indices is not None else list(range(pynvml.nvmlDeviceGetCount()))
+        if len(idx) < 2:
+            return None
+        hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in idx]
+        links = []
+        for h in hs:
+            n = 0
+            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+                try:
+                    n += pynvml.nvmlDeviceGetNvLinkState(h, link) == pynvml.NVML_FEATURE_ENABLED
+                except pynvml.NVMLError:
+                    break  # not supported: no NVLink on this card
+            links.append(n)
+        levels = []
+        for a in range(len(hs)):
+            for b in range(a + 1, len(hs)):
+                try:
+                    levels.append(int(pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[a], hs[b])))
+                except pynvml.NVMLError:
+                    pass
+        return {"nvlink_links": links,
+                "common_ancestor": _TOPO.get(max(levels), str(max(levels))) if levels else None}
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
