@@ -82,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="write report.md, CSVs and PNG charts here (default: Markdown on stdout)")
     p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all")
 
+    p = sub.add_parser("estimate", help="predict peak GPU memory per card and host memory, before launch")
+    _add_profile_args(p)
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    p.add_argument("--max", choices=["batch_size", "max_seq_len"],
+                   help="the largest value that fits --gpu-memory")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="card size for --max / the fit check, e.g. 24GiB")
+    p.add_argument("--calibrate", action="store_true",
+                   help="fit the activation term to this profile's measured rows in the store")
+
     return ap
 
 
@@ -256,7 +265,14 @@ def cmd_report(args) -> int:
     return run(args)
 
 
+def cmd_estimate(args) -> int:
+    from fttui.cli.estimate_cmd import cmd_estimate as run
+
+    return run(args, _resolve)
+
+
 COMMANDS = {
+    "estimate": cmd_estimate,
     "report": cmd_report,
     "sweep": cmd_sweep,
     "probe": cmd_probe,

@@ -45,7 +45,13 @@ def cmd_probe(args, resolve) -> int:
               f"  host RSS {fmt.mb(t.peak_host_rss_mb)}"
               + (f"  {t.samples_per_s:.2f} samples/s" if t.samples_per_s else ""), file=out, flush=True)
 
-    prober = Prober(resolved, param=args.param, lo=lo, hi=hi, steps=args.steps, start=args.start,
+    start = args.start
+    if start is None:
+        from fttui.core.probe import predicted_start
+
+        start, why = predicted_start(resolved, args.param, lo, hi)
+        print(why, file=out, flush=True)
+    prober = Prober(resolved, param=args.param, lo=lo, hi=hi, steps=args.steps, start=start,
                     on_trial=on_trial, on_log=lambda s: print(s, file=out, flush=True))
     old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     print(f"probe {prober.probe_id}: {args.param} in {lo}..{hi}, {args.steps} steps per trial, "

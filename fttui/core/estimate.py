@@ -34,6 +34,9 @@ __all__ = [
     "Calibration",
     "Estimate",
     "EstimateError",
+    "GIB",
+    "MIB",
+    "fmt_bytes",
     "arch_numbers",
     "calibrate",
     "calibration_from_store",
@@ -463,11 +466,14 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
             host_bd["zero3_gradients"] = 4 * share
         if off_p:
             host_bd["zero3_param_partitions"] = hb * share
-        # DeepSpeed's additional_buffer_factor 1.5 on the 18 bytes/param (pinned copies,
-        # swap/bucket buffers)
-        host_bd["zero3_pinned_buffers"] = 0.5 * sum(host_bd[k] for k in (
-            "zero3_master_params", "zero3_optimizer_states", "zero3_gradients",
-            "zero3_param_partitions"))
+        # pinned staging buffers for the parameter and gradient buckets (prefetch + reduce
+        # buckets, about 4 x hidden^2 elements each, fp32). DeepSpeed's own estimator multiplies
+        # the 18 bytes/param by additional_buffer_factor = 1.5 as an upper bound; the reference
+        # authors' "needs at least 128 GB" for a 7.5B model fits 18 bytes/param without it.
+        host_bd["zero3_pinned_buffers"] = 2 * 4 * h * h * 4 * (world // s["nodes"])
+        upper = P * max(4 * (world // s["nodes"]), 18) * 1.5 / s["nodes"]
+        notes.append(f"ZeRO-3 host: DeepSpeed estimate_zero3_model_states_mem_needs (no "
+                     f"zero.Init, factor 1.5) gives {upper / GIB:.0f} GiB as an upper bound")
     elif method == "full":
         bd["weights"] = P * wb
         if wb == 4 and half:
@@ -616,3 +622,154 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
                                                 else per_tok * (1 + alloc_on_act)),
                     activation_attention_bytes=att_bytes, notes=notes, calibration=calibration,
                     device_bytes=device_bytes)
+
+
+# --------------------------------------------------------------------------------------------
+# the boundary: the largest batch size / sequence length that fits
+
+PARAMS = {"batch_size": "train.batch_size", "max_seq_len": "data.max_seq_len"}
+
+
+def _with(resolved: Mapping[str, Any], param: str, value: int) -> dict[str, Any]:
+    """A shallow copy of ``resolved`` with one setting changed (no re-validation needed)."""
+    out = dict(resolved)
+    section, key = PARAMS[param].split(".")
+    out[section] = {**(resolved.get(section) or {}), key: int(value)}
+    return out
+
+
+def _peak(e: Estimate) -> int:
+    return max(e.gpu_peak_bytes) if e.gpu_peak_bytes else e.host_peak_bytes
+
+
+def solve_max(resolved: Mapping[str, Any], param: str, device_bytes: int, *,
+              calibration: Calibration | None = None, hi: int = 1 << 20) -> int:
+    """The largest value of ``param`` (``batch_size`` or ``max_seq_len``) whose predicted peak
+    (per card; host memory for a CPU profile) fits ``device_bytes``; 0 when even 1 does not fit.
+    The prediction is monotonic in both, so an exponential then a binary search over integers
+    finds it exactly: ``value`` fits and ``value + 1`` does not."""
+    if param not in PARAMS:
+        raise EstimateError(f"--max: use {' or '.join(PARAMS)}")
+
+    def fits(v: int) -> bool:
+        return _peak(estimate(_with(resolved, param, v), calibration, device_bytes)) <= device_bytes
+
+    if not fits(1):
+        return 0
+    lo, step = 1, 2
+    while step <= hi and fits(step):
+        lo, step = step, step * 2
+    if step > hi:
+        return hi if fits(hi) else _bisect(fits, lo, hi)
+    return _bisect(fits, lo, step)
+
+
+def _bisect(fits, lo: int, hi: int) -> int:
+    """lo fits, hi does not: the largest fitting value."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# --------------------------------------------------------------------------------------------
+# calibration
+
+
+def _measured(row: Mapping[str, Any], metric: str) -> float | None:
+    if metric == "gpu":
+        v = row.get("peak_gpu_mem_mb")
+        if isinstance(v, (list, tuple)):
+            v = max((x for x in v if isinstance(x, (int, float))), default=None)
+        return None if v is None else float(v) * MIB
+    v = row.get("peak_host_rss_mb")
+    return None if v is None else float(v) * MIB
+
+
+def _static_and_attention(e: Estimate, metric: str) -> tuple[float, float]:
+    if metric == "gpu":
+        total = sum(e.breakdown.values())
+        dyn = e.breakdown["activations"] + e.breakdown["allocator"]
+    else:
+        total = e.host_peak_bytes
+        dyn = e.host_breakdown["activations"]
+    return total - dyn, e.activation_attention_bytes
+
+
+def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) -> Calibration:
+    """Fit the per-token activation coefficient through measured rows of one profile.
+
+    Each row needs ``batch_size``, ``max_seq_len`` and a measured peak: ``peak_gpu_mem_mb`` (a
+    list per card, or a number), or on CPU ``peak_host_rss_mb``. For each row the static terms
+    of the model (weights, states, context, ...) and the attention-matrix term are subtracted;
+    the rest is fitted as ``k x tokens`` by least squares through the origin
+    (``k = sum(x y) / sum(x^2)``). The allocator overhead on activations is part of ``k``."""
+    metric = "gpu" if int((resolved.get("devices") or {}).get("gpus", 1)) > 0 else "host"
+    xs: list[float] = []
+    ys: list[float] = []
+    for row in rows:
+        m = _measured(row, metric)
+        b, s = row.get("batch_size"), row.get("max_seq_len")
+        if m is None or not b or not s:
+            continue
+        r = _with(_with(resolved, "batch_size", int(b)), "max_seq_len", int(s))
+        e = estimate(r)
+        static, att = _static_and_attention(e, metric)
+        xs.append(float(int(b) * int(s)))
+        ys.append(m - static - att)
+    if not xs:
+        raise EstimateError("calibration needs measured rows with batch_size, max_seq_len and "
+                            "a peak memory figure")
+    k = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    k = max(k, 0.0)
+    rel = [((k * x) - y) / (y + 1) for x, y in zip(xs, ys)]
+    rms = math.sqrt(sum(v * v for v in rel) / len(rel))
+    return Calibration(per_token_bytes=k, rows=len(xs), metric=metric, residual_rel=rms)
+
+
+_MATCH_KEYS = ("model", "method", "precision", "gradient_checkpointing")
+
+
+def calibration_from_store(resolved: Mapping[str, Any],
+                           store_rows: Iterable[Mapping[str, Any]]) -> Calibration | None:
+    """Calibrate from the results-store rows (runs, probe trials, sweep cells) of the same model,
+    method, precision and gradient checkpointing as ``resolved`` that finished without running
+    out of memory and carry a memory figure; ``None`` when there is none."""
+    s = _setting(resolved)
+    want = {
+        "model": (resolved.get("model") or {}).get("name_or_path"),
+        "method": s["method"],
+        "precision": s["precision"],
+        "gradient_checkpointing": int(s["gradient_checkpointing"]),
+    }
+    metric = "gpu" if s["gpus"] > 0 else "host"
+    picked = []
+    for row in store_rows:
+        if row.get("status") in ("oom", "failed", "cancelled"):
+            continue
+        if any(row.get(k) is not None and row.get(k) != v
+               for k, v in want.items() if k != "gradient_checkpointing"):
+            continue
+        gc = row.get("gradient_checkpointing")
+        if gc is not None and int(gc) != want["gradient_checkpointing"]:
+            continue
+        if metric == "gpu" and not (row.get("num_gpus") or 0):
+            continue
+        if metric == "host" and (row.get("num_gpus") or 0):
+            continue
+        if _measured(row, metric) is None:
+            continue
+        picked.append(row)
+    if not picked:
+        return None
+    return calibrate(picked, resolved)
+
+
+def fmt_bytes(n: float) -> str:
+    """``12.3 GiB`` / ``456 MiB``."""
+    if abs(n) >= GIB:
+        return f"{n / GIB:.2f} GiB"
+    return f"{n / MIB:.0f} MiB"

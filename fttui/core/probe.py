@@ -290,3 +290,36 @@ class Prober:
 
 def _r(x, nd):
     return None if x is None else round(float(x), nd)
+
+
+def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int | None, str]:
+    """Where the probe starts: the estimator's largest fitting value on the GPU budget
+    (``limits.gpu_memory`` or the first visible card), calibrated from the store when it can be;
+    None on a CPU profile (a host budget is address space, which the estimator does not model)."""
+    if int(resolved["devices"].get("gpus", 1)) == 0:
+        return None, "CPU profile: starting at the low end of the range"
+    from fttui.core.estimate import calibration_from_store, solve_max
+    from fttui.core.profile import parse_size
+
+    budget = resolved.get("limits", {}).get("gpu_memory")
+    device = parse_size(budget) if budget else None
+    if device is None:
+        from fttui.monitor.samplers import make_gpu_sampler
+
+        snap = make_gpu_sampler().sample()
+        if not snap.available or not snap.gpus or not snap.gpus[0].mem_total_mb:
+            return None, "no GPU visible: starting at the low end of the range"
+        device = int(snap.gpus[0].mem_total_mb * 2**20)
+    try:
+        from fttui.core.store import Store
+
+        with Store() as store:
+            cal = calibration_from_store(resolved, store.rows())
+    except Exception:
+        cal = None
+    try:
+        guess = solve_max(resolved, param, device, calibration=cal, hi=hi)
+    except Exception as e:  # the estimator cannot express this profile: start low
+        return None, f"no prediction ({e})"
+    start = max(lo, min(hi, guess or lo))
+    return start, f"starting at the predicted largest fit {guess} ({'calibrated' if cal else 'formula'})"

@@ -1,0 +1,119 @@
+"""`fttui estimate`: predicted peak GPU memory per card and host memory, before launching.
+
+Plain text or JSON; no Rich needed (the table is fttui.core.tables' text form)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from fttui.core.errors import FttuiError
+
+
+def _size(text: str, flag: str) -> int:
+    from fttui.core.profile import SizeError, parse_size
+
+    try:
+        return parse_size(text)
+    except SizeError as e:
+        raise FttuiError(f"{flag}: {e}") from None
+
+
+def _calibration(args, resolved):
+    from fttui.core.estimate import calibration_from_store
+    from fttui.core.store import Store
+
+    with Store() as store:
+        rows = store.rows()
+    return calibration_from_store(resolved, rows)
+
+
+def _card_size(args, resolved) -> int | None:
+    if getattr(args, "gpu_memory", None):
+        return _size(args.gpu_memory, "--gpu-memory")
+    limit = (resolved.get("limits") or {}).get("gpu_memory") or ""
+    if limit:
+        return _size(limit, "limits.gpu_memory")
+    return None
+
+
+def render_text(e, title: str = "") -> str:
+    from fttui.core.estimate import COMPONENTS, HOST_COMPONENTS, fmt_bytes
+    from fttui.core.tables import to_text
+
+    i = e.inputs
+    lines = []
+    where = f"{i['gpus']} GPU(s)" if i["gpus"] else "CPU"
+    head = (f"{title or i.get('profile') or ''}: {i['method']}, {i['precision']}, "
+            f"batch {i['batch_size']} x seq {i['max_seq_len']}, "
+            f"gradient checkpointing {'on' if i['gradient_checkpointing'] else 'off'}, "
+            f"attention {i['attn_implementation']}, {where}")
+    lines.append(head)
+    lines.append(f"model {i['model']} ({i['arch']}, {i['params']:,} params"
+                 + (f", LoRA r{i['lora_r']} {i['lora_params']:,} params on "
+                    f"{','.join(dict.fromkeys(i['lora_modules']))}" if i["lora_params"] else "")
+                 + ")")
+    if e.gpu_peak_bytes:
+        rows = [[label, fmt_bytes(e.breakdown[k])] for k, label in COMPONENTS.items()
+                if e.breakdown.get(k)]
+        rows.append(["peak per card", fmt_bytes(max(e.gpu_peak_bytes))])
+        lines.append("")
+        lines.append(f"GPU, per card (x{len(e.gpu_peak_bytes)}):")
+        lines.append(to_text(["component", "bytes"], rows).rstrip("\n"))
+        if e.device_bytes:
+            verdict = "fits" if e.fits else "does NOT fit"
+            lines.append(f"card {fmt_bytes(e.device_bytes)}: {verdict}")
+    hrows = [[label, fmt_bytes(e.host_breakdown[k])] for k, label in HOST_COMPONENTS.items()
+             if e.host_breakdown.get(k)]
+    hrows.append(["host peak", fmt_bytes(e.host_peak_bytes)])
+    lines.append("")
+    lines.append("host (this node):")
+    lines.append(to_text(["component", "bytes"], hrows).rstrip("\n"))
+    lines.append("")
+    lines.append("calibrated from "
+                 f"{e.calibration.rows} measured rows" if e.calibration else
+                 "not calibrated (formula; `--calibrate` uses this profile's measured rows)")
+    for n in e.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_estimate(args, resolve) -> int:
+    from fttui.core.estimate import EstimateError, estimate, fmt_bytes, solve_max
+
+    resolved = resolve(args)
+    try:
+        calibration = _calibration(args, resolved) if getattr(args, "calibrate", False) else None
+        device = _card_size(args, resolved)
+        if getattr(args, "calibrate", False) and calibration is None:
+            print("fttui: no measured rows of this profile's model/method/precision in the store; "
+                  "using the formula", file=sys.stderr)
+        param = getattr(args, "max", None)
+        if param:
+            if device is None:
+                raise FttuiError("--max needs --gpu-memory SIZE (or limits.gpu_memory), e.g. 24GiB")
+            best = solve_max(resolved, param, device, calibration=calibration)
+            from fttui.core.estimate import _with  # the same substitution solve_max uses
+
+            at = estimate(_with(resolved, param, max(best, 1)), calibration, device)
+            if args.json:
+                out = {"max": {"param": param, "value": best, "device_bytes": device},
+                       **at.to_dict()}
+                print(json.dumps(out, indent=2))
+            else:
+                if best == 0:
+                    print(f"{param}: even 1 does not fit {fmt_bytes(device)} "
+                          f"(predicted {fmt_bytes(max(at.gpu_peak_bytes or [at.host_peak_bytes]))})")
+                else:
+                    print(f"largest {param} that fits {fmt_bytes(device)}: {best}")
+                    print()
+                    sys.stdout.write(render_text(at))
+            return 0
+        e = estimate(resolved, calibration, device)
+    except EstimateError as err:
+        raise FttuiError(str(err)) from None
+    if args.json:
+        print(json.dumps(e.to_dict(), indent=2))
+    else:
+        sys.stdout.write(render_text(e, resolved.get("name", "")))
+    return 0
