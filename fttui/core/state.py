@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from fttui.monitor.samplers import GpuSnapshot, HostSnapshot
+from fttui.monitor.samplers import GpuSnapshot, HostSnapshot, _num
 
 __all__ = ["RunState", "RunSnapshot", "STATUS_ORDER"]
 
@@ -36,24 +36,9 @@ __all__ = ["RunState", "RunSnapshot", "STATUS_ORDER"]
 STATUS_ORDER = {"starting": 0, "running": 1, "completed": 2, "failed": 3, "oom": 4, "cancelled": 5}
 
 
-def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(f) if math.isfinite(f) else None
+    f = _num(value)
+    return None if f is None else int(f)
 
 
 def _sum(values: list[float | None]) -> float | None:

@@ -97,7 +97,8 @@ async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path,
         assert res.exact and res.largest_fit is not None and res.smallest_oom == res.largest_fit + 1, res
         assert table.row_count == len(res.trials)
         # the boundary is highlighted: its own panel, and a marker on the two clean rows
-        boundary = _text(app, "#probe-boundary")
+        boundary = await until(pilot, lambda: "largest" in _text(app, "#probe-boundary")
+                               and _text(app, "#probe-boundary"), what="boundary shown")
         assert f"largest batch_size that fits:  {res.largest_fit}" in boundary
         assert f"smallest that fails: {res.smallest_oom}" in boundary
         assert f"enter: full run at batch_size={res.largest_fit}" in boundary
@@ -210,7 +211,7 @@ async def test_recorded_result_and_launch_profile(fttui_home, tmp_path, monkeypa
         scr = ProbeScreen(resolved, result=probe_result())
         app.push_screen(scr)
         await until(pilot, lambda: app.screen is scr and scr.is_mounted, what="probe screen")
-        await pilot.pause()
+        await until(pilot, lambda: "largest" in _text(app, "#probe-boundary"), what="boundary shown")
         assert "largest batch_size that fits:  61" in _text(app, "#probe-boundary")
         assert "(limits kept: host 150MiB)" in _text(app, "#probe-boundary")
         prof = scr.launch_profile()
