@@ -10,9 +10,10 @@ Hugging Face Trainer set-up:
   accelerate a fresh worker-like process (this file with ``--accelerate-worker``): the same
              ``fttui.worker.train.setup`` (training stack imported, RLIMIT_AS = virtual size after
              imports + the limit, the same malloc environment as a probe worker), one model load,
-             then accelerate's ``find_executable_batch_size`` (default: start at 128, multiply by
-             0.9 after each out-of-memory error) around a function that trains the same N steps
-             with ``fttui.worker.train.make_trainer`` on the same worst-case synthetic samples.
+             then accelerate's ``find_executable_batch_size`` (start at 128; after each
+             out-of-memory error its default multiplies by 0.9, older releases halved: both are
+             run) around a function that trains the same N steps with
+             ``fttui.worker.train.make_trainer`` on the same worst-case synthetic samples.
   truth      a one-by-one scan in fresh processes (one model load and one trial each, the probe
              worker) of every value from (fttui's largest fit - 1) to (its smallest OOM + 1), plus
              accelerate's answer and the value above it: the true boundary is the largest value
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------------------------------------
 # accelerate side (runs in its own process; imports the training stack)
-def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int) -> int:
+def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int, reduce: str) -> int:
     import gc
 
     from accelerate.utils import find_executable_batch_size
@@ -58,7 +59,13 @@ def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int) -
     vocab = su.model.get_input_embeddings().num_embeddings
     trials: list[dict] = []
 
-    @find_executable_batch_size(starting_batch_size=start)
+    state_bs = {"bs": start}
+
+    def halve() -> int:  # what accelerate did before it switched to x0.9
+        state_bs["bs"] //= 2
+        return state_bs["bs"]
+
+    @find_executable_batch_size(starting_batch_size=start, reduce_batch_size_fn=halve if reduce == "half" else None)
     def train(batch_size):
         prof = trial_profile(su.profile, "batch_size", batch_size, steps)
         ds = SyntheticDataset(int(prof["data"]["num_samples"]), int(prof["data"]["max_seq_len"]), vocab,
@@ -110,13 +117,13 @@ def run_fttui_probe(profile: str, limit: str, steps: int, rng: str) -> tuple[dic
     return json.loads(p.stdout), wall
 
 
-def run_accelerate(resolved: dict, steps: int, start: int, work: Path) -> tuple[dict, float]:
+def run_accelerate(resolved: dict, steps: int, start: int, work: Path, reduce: str) -> tuple[dict, float]:
     work.mkdir(parents=True, exist_ok=True)
     prof_path = work / "profile.json"
     prof_path.write_text(json.dumps(resolved))
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--accelerate-worker", str(prof_path),
-                        "--run-dir", str(work), "--steps", str(steps), "--start", str(start)],
+                        "--run-dir", str(work), "--steps", str(steps), "--start", str(start), "--reduce", reduce],
                        cwd=ROOT, env=_child_env(resolved), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                        timeout=3600)
     wall = time.perf_counter() - t0
@@ -166,18 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", help="FTTUI_HOME for the benchmark (default: a temporary folder)")
     ap.add_argument("--accelerate-worker", metavar="PROFILE_JSON", help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--reduce", choices=["0.9", "half"], default="0.9", help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
     if ns.accelerate_worker:
-        return accelerate_worker(ns.accelerate_worker, ns.run_dir, ns.steps, ns.start)
+        return accelerate_worker(ns.accelerate_worker, ns.run_dir, ns.steps, ns.start, ns.reduce)
 
     home = Path(ns.home) if ns.home else Path(tempfile.mkdtemp(prefix="fttui-bench-"))
     os.environ["FTTUI_HOME"] = str(home)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from fttui.core.profile import load_profile
 
-    headers = ["host limit", "true boundary (fresh scan)", "fttui answer", "fttui exact", "fttui trials",
-               "fttui model loads", "fttui wall s", "accelerate answer", "accelerate = boundary",
-               "accelerate trials (values)", "accelerate model loads", "accelerate wall s"]
+    headers = ["host limit", "true boundary", "method", "answer", "exact", "trials (values tried)", "model loads",
+               "wall s"]
     rows = []
     for limit in [x.strip() for x in ns.limits.split(",") if x.strip()]:
         resolved = load_profile(ns.profile, [f"limits.host_memory={json.dumps(limit)}"])
@@ -185,26 +192,36 @@ def main(argv: list[str] | None = None) -> int:
         f, f_wall = run_fttui_probe(ns.profile, limit, ns.steps, ns.rng)
         print(f"[{limit}] fttui: largest fit {f['largest_fit']}, smallest OOM {f['smallest_oom']}, "
               f"{f['model_loads']} loads, {len(f['trials'])} trials, {f_wall:.1f} s", file=sys.stderr, flush=True)
-        print(f"[{limit}] accelerate ...", file=sys.stderr, flush=True)
-        a, a_wall = run_accelerate(resolved, ns.steps, ns.start, home / "accelerate" / limit)
-        print(f"[{limit}] accelerate: {a['answer']} after {[(t['value'], t['status']) for t in a['trials']]}"
-              f"{' error ' + a['error'] if a.get('error') else ''}, {a_wall:.1f} s", file=sys.stderr, flush=True)
+        acc = {}
+        for reduce in ("0.9", "half"):
+            print(f"[{limit}] accelerate (reduce {reduce}) ...", file=sys.stderr, flush=True)
+            a, a_wall = run_accelerate(resolved, ns.steps, ns.start, home / "accelerate" / f"{limit}-{reduce}", reduce)
+            acc[reduce] = (a, a_wall)
+            print(f"[{limit}] accelerate: {a['answer']} after {[(t['value'], t['status']) for t in a['trials']]}"
+                  f"{' error ' + a['error'] if a.get('error') else ''}, {a_wall:.1f} s", file=sys.stderr, flush=True)
         lf, so = f["largest_fit"], f["smallest_oom"]
-        scan = list(range((lf or 1) - 1, (so or lf or 1) + 2))
-        if a["answer"]:
-            scan += [a["answer"], a["answer"] + 1]
+        scan = list(range(max(1, (lf or 1) - 1), (so or lf or 1) + 2))
+        for a, _ in acc.values():
+            if a["answer"]:
+                scan += [a["answer"], a["answer"] + 1]
         b, seen = true_boundary(resolved, scan, ns.steps, ns.jobs)
         print(f"[{limit}] fresh scan {seen} -> boundary {b}", file=sys.stderr, flush=True)
-        f_ans = f"{lf} (first OOM {so})" if so else f"{lf} (all fit)"
-        rows.append([
-            limit, "?" if b is None else str(b), f_ans, "yes" if (b is not None and lf == b and so == b + 1) else "NO",
-            str(len(f["trials"])), str(f["model_loads"]), f"{f_wall:.1f}",
-            str(a["answer"]) if a["answer"] else f"none ({a.get('error')})",
-            "yes" if (b is not None and a["answer"] == b) else (
-                f"no ({b - a['answer']} below, {100 * (b - a['answer']) / b:.0f}% smaller)"
-                if b and a["answer"] and a["answer"] < b else "no"),
-            f"{len(a['trials'])} ({', '.join(str(t['value']) for t in a['trials'])})", "1", f"{a_wall:.1f}",
-        ])
+        bt = "?" if b is None else f"{b} (scan: {', '.join(f'{v} {s}' for v, s in sorted(seen.items()))})"
+        f_exact = b is not None and lf == b and so == b + 1
+        rows.append([limit, bt, f"fttui probe, range {ns.rng}", f"{lf} (smallest OOM {so})",
+                     "yes" if f_exact else "NO", f"{len(f['trials'])} ({', '.join(str(t['value']) for t in f['trials'])})",
+                     str(f["model_loads"]), f"{f_wall:.1f}"])
+        for reduce, (a, a_wall) in acc.items():
+            ans = a["answer"]
+            if b is not None and ans == b:
+                ex = "yes"
+            elif b and ans and ans < b:
+                ex = f"no: {b - ans} below ({100 * (b - ans) / b:.0f}% smaller)"
+            else:
+                ex = "no"
+            rows.append(["", "", f"accelerate, from {ns.start}, " + ("x0.9 (default)" if reduce == "0.9" else "halving"),
+                         str(ans) if ans else f"none ({a.get('error')})", ex,
+                         f"{len(a['trials'])} ({', '.join(str(t['value']) for t in a['trials'])})", "1", f"{a_wall:.1f}"])
     from fttui.core.tables import to_markdown
 
     table = to_markdown(headers, rows)

@@ -45,6 +45,9 @@ def progress_line(snap) -> str:
 
 def summary_lines(rd: RunDir) -> list[str]:
     row = _row(rd)
+    if row:
+        keep = {"duration_s", "wall_s", "peak_host_rss_mb", "peak_gpu_mem_mb", "error", "oom_kind"}
+        row = {k: ("-" if v is None and k not in keep else v) for k, v in row.items()}
     if not row:
         return [f"run {rd.run_id}: no summary row"]
     lines = [

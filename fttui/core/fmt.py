@@ -7,7 +7,7 @@ import math
 
 def duration(seconds: float | None) -> str:
     """H:MM:SS above an hour, MM:SS below, as the reference tables write durations."""
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+    if not isinstance(seconds, (int, float)) or math.isnan(seconds):
         return ""
     s = int(round(seconds))
     h, rem = divmod(s, 3600)

@@ -164,7 +164,7 @@ class Prober:
         rid = f"{self.probe_id}-load{k}"
         argv = [sys.executable, "-m", "fttui.worker.probe", "--run-dir", str(paths.runs_dir() / rid),
                 "--param", self.param, "--start", str(start), "--hi", str(self.hi), "--growth", growth,
-                "--steps", str(self.steps), "--lo-fit", str(clean_fit or 0), "--oom-bound", str(clean_oom or 0)]
+                "--steps", str(self.steps), "--lo-fit", str(clean_fit or self.lo - 1), "--oom-bound", str(clean_oom or 0)]
         env_add = launch.child_env(prof)
         # Big allocations always mmapped (and returned on free): trials in one process stay
         # comparable with a fresh process.
@@ -208,6 +208,9 @@ class Prober:
                     self.trials.append(t)
                     self.on_trial(t)
                     window_start = None
+                elif name == "probe_cap":  # max_seq_len above the model's positions
+                    self.hi = min(self.hi, int(ev["hi"]))
+                    self.on_log(f"the model has {self.hi} positions: the range ends there")
                 elif name == "probe_guess":
                     out["guess"] = ev.get("largest_fit")
                 elif name == "error":

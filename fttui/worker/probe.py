@@ -160,6 +160,7 @@ def plan_and_run(su, emit, ns) -> dict[str, Any]:
         if limit and hi > limit:
             su.log(f"note: max_seq_len capped at the model's max_position_embeddings {limit}")
             hi = limit
+            emit("probe_cap", hi=hi)
     bound = ns.oom_bound if ns.oom_bound and ns.oom_bound > 0 else None
     last_fit = ns.lo_fit if ns.lo_fit and ns.lo_fit > 0 else None
     first_oom = None
