@@ -3,12 +3,18 @@
 The training command is an argument list, never a shell string. The launcher is an existing one:
 plain ``python -m`` for one process, ``torch.distributed.run`` (torchrun) for several processes
 or machines, and DeepSpeed's own launcher for ZeRO-3 offload, because ``accelerate launch
---cpu`` silently ignores a DeepSpeed config (see docs/architecture.md).
+--cpu`` silently ignores a DeepSpeed config (see docs/launchers.md).
+
+Ports: a single-node run needs no agreed port, so torchrun gets ``--standalone`` (it picks a free
+port itself) and the deepspeed / accelerate launchers get ``devices.main_port`` when it is free,
+another free port otherwise. A run over several machines uses ``main_addr:main_port`` as the
+rendezvous that node 0 hosts; node 0 checks before launch that the port is free on this machine.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +49,27 @@ def choose_launcher(resolved: dict) -> str:
     return "python"
 
 
+def port_free(port: int, host: str = "") -> bool:
+    """Whether a TCP server could listen on ``port`` here (what torchrun's / DeepSpeed's store
+    does on node 0: SO_REUSEADDR, all interfaces)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(preferred: int | None = None) -> int:
+    """``preferred`` when it is free on this machine, else a port the kernel hands out."""
+    if preferred and port_free(preferred):
+        return int(preferred)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
 def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> list[str]:
     """The argv of the training command for this profile."""
     py = python or sys.executable
@@ -51,10 +78,17 @@ def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> l
     nodes = int(dev.get("nodes", 1))
     worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir)]
     launcher = choose_launcher(resolved)
+    src = resolved.get("source", "?")
+    if resolved.get("method") == "full-zero3-offload" and launcher in ("python", "accelerate"):
+        # python: no process group for DeepSpeed; accelerate launch --cpu ignores a DeepSpeed
+        # config and one accelerate process is plain python (the worker would refuse it late).
+        raise ProfileError(src, "devices.launcher",
+                           f"method full-zero3-offload cannot run under the {launcher} launcher",
+                           "set devices.launcher = \"auto\" or \"deepspeed\"")
     if launcher == "python":
         if nproc * nodes != 1:
             raise ProfileError(
-                resolved.get("source", "?"), "devices.launcher",
+                src, "devices.launcher",
                 "the python launcher runs one process only",
                 "use launcher = \"auto\" or \"torchrun\" for several processes",
             )
@@ -71,22 +105,28 @@ def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> l
                 f"--master-port={int(dev.get('main_port', 29500))}",
             ]
         return [*cmd, *worker]
+    port = int(dev.get("main_port", 29500))
+    if nodes == 1:
+        port = free_port(port)  # one machine: any free port will do
     if launcher == "accelerate":
         cmd = [py, "-m", "accelerate.commands.launch", f"--num_processes={nproc * nodes}",
                f"--num_machines={nodes}", f"--machine_rank={int(dev.get('node_rank', 0))}",
                f"--main_process_ip={dev.get('main_addr', '127.0.0.1')}",
-               f"--main_process_port={int(dev.get('main_port', 29500))}"]
-        if int(dev.get("gpus", 1)) == 0:
+               f"--main_process_port={port}"]
+        if nproc * nodes > 1:
+            # accelerate's torch.distributed launcher (its name notwithstanding, also for CPU
+            # ranks: the worker trains on CPU over gloo); "--cpu" would start one process only.
+            cmd.append("--multi_gpu")
+        elif int(dev.get("gpus", 1)) == 0:
             cmd.append("--cpu")
         return [*cmd, *worker]
     if launcher == "deepspeed":
         cmd = [py, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}"]
         if nodes > 1:
             cmd += ["--no_ssh", f"--num_nodes={nodes}", f"--node_rank={int(dev.get('node_rank', 0))}",
-                    f"--master_addr={dev.get('main_addr', '127.0.0.1')}",
-                    f"--master_port={int(dev.get('main_port', 29500))}"]
+                    f"--master_addr={dev.get('main_addr', '127.0.0.1')}", f"--master_port={port}"]
         else:
-            cmd += [f"--master_port={int(dev.get('main_port', 29500))}"]
+            cmd += [f"--master_port={port}"]
         return [*cmd, "--module", WORKER_MODULE, "--run-dir", str(run_dir)]
     raise ProfileError(resolved.get("source", "?"), "devices.launcher", f"unknown launcher {launcher!r}",
                        "use auto, python, torchrun, accelerate or deepspeed")
@@ -108,11 +148,31 @@ def child_env(resolved: dict) -> dict[str, str]:
     return env
 
 
+def check_rendezvous(resolved: dict) -> None:
+    """Several machines: node 0 hosts the rendezvous store on ``main_port`` (all interfaces), so
+    the port must be free there; a clash would otherwise surface as a DistNetworkError
+    (EADDRINUSE) after the training stack has loaded. Other nodes connect and wait for node 0
+    (up to torchrun's rendezvous timeout, 10 minutes)."""
+    dev = resolved["devices"]
+    nodes = int(dev.get("nodes", 1))
+    if nodes <= 1 or choose_launcher(resolved) == "python" or int(dev.get("node_rank", 0)) != 0:
+        return
+    port = int(dev.get("main_port", 29500))
+    if not port_free(port):
+        raise ProfileError(
+            resolved.get("source", "?"), "devices.main_port",
+            f"port {port} is already in use on this machine, and node 0 of a {nodes}-node run "
+            "listens on it for the other nodes",
+            f"pick a free port, the same on every node: e.g. --set devices.main_port={free_port()}",
+        )
+
+
 def validate_before_launch(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -> None:
     """Checks that need no torch and must fail before anything is written."""
     from fttui.core.preflight import preflight
 
     preflight(resolved, gpu_count)
+    check_rendezvous(resolved)
 
 
 def prepare(resolved: dict, run_id: str | None = None,
@@ -151,4 +211,4 @@ def launch(resolved: dict, run_id: str | None = None,
     return rd
 
 
-__all__ = ["launch", "prepare", "start_supervisor", "build_command", "FttuiError"]
+__all__ = ["launch", "prepare", "start_supervisor", "build_command", "check_rendezvous", "free_port", "FttuiError"]
