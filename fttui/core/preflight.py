@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from fttui.core.errors import DataError, FttuiError, ProfileError
@@ -44,15 +45,71 @@ def preflight(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -
     n, reason = gpu_count if gpu_count is not None else visible_gpu_count()
     precision = resolved["train"].get("precision", "fp32")
     if n == 0:
-        if gpus > 1:
-            raise ProfileError(src, "devices.gpus", f"{gpus} GPUs asked for but none is visible ({reason})",
-                               "set devices.gpus = 0 and devices.cpu_processes = N to run N CPU processes")
+        if gpus >= 1:
+            raise ProfileError(src, "devices.gpus", f"{gpus} GPU(s) asked for but none is visible ({reason})",
+                               "set devices.gpus = 0 to train on the CPU (devices.cpu_processes = N for N ranks)")
         if precision == "fp16":
             raise ProfileError(src, "train.precision", "fp16 needs a CUDA GPU and none is visible",
                                "use precision = \"bf16\" or \"fp32\" on CPU")
     elif gpus > n:
         raise ProfileError(src, "devices.gpus", f"{gpus} GPUs asked for but only {n} visible",
                            f"set devices.gpus to at most {n} (or check CUDA_VISIBLE_DEVICES)")
+    elif gpus > 0 and not os.environ.get("FTTUI_FAKE_GPUS"):
+        _check_bf16(src, precision)
+    _check_stack(resolved, src, gpus, n)
+
+
+def _check_stack(resolved: dict, src: str, gpus: int, n_visible: int) -> None:
+    """Parts of the training stack a setting needs, checked before anything loads."""
+    import importlib.util
+
+    method = resolved["method"]
+    attn = resolved["model"].get("attn_implementation", "sdpa")
+    if attn == "flash_attention_2":
+        if gpus == 0 or n_visible == 0:
+            raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs a CUDA GPU",
+                               "use attn_implementation = \"sdpa\"")
+        if importlib.util.find_spec("flash_attn") is None:
+            raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs the flash-attn package",
+                               "pip install flash-attn, or use attn_implementation = \"sdpa\"")
+    if method in ("qlora", "lora-int8") and importlib.util.find_spec("bitsandbytes") is None:
+        raise ProfileError(src, "method", f"{method} needs the bitsandbytes package", "pip install bitsandbytes")
+    if method == "full-zero3-offload":
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ProfileError(src, "method", "full-zero3-offload needs the deepspeed package", "pip install deepspeed")
+        from fttui.core.launch import world_size
+
+        if gpus == 0 and world_size(resolved) > 1:
+            raise ProfileError(src, "devices.cpu_processes",
+                               "ZeRO-3 with several CPU ranks is not trustworthy (ranks disagree on the world size)",
+                               "use one CPU process, or GPUs")
+
+
+def _check_bf16(src: str, precision: str) -> None:
+    """bf16 needs compute capability 8.0 (Ampere) or newer on every visible card."""
+    if precision != "bf16":
+        return
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+            if major < 8:
+                name = pynvml.nvmlDeviceGetName(h)
+                raise ProfileError(src, "train.precision", f"bf16 needs compute capability 8.0 or newer; "
+                                   f"GPU {i} ({name}) has {major}.{minor}", "use precision = \"fp16\"")
+    except pynvml.NVMLError:
+        return
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
 
 
 def _check_data(resolved: dict) -> None:

@@ -166,6 +166,9 @@ def _check_profile(p: dict[str, Any]) -> None:
 
 
 def _threads(local_world: int) -> int:
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:  # the user's (or the launcher's) choice wins
+        return int(omp)
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
