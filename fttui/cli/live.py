@@ -111,8 +111,15 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
 
 def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
+    t0, said_waiting = time.monotonic(), False
+    dev = (f.rd.profile() or {}).get("devices", {})
     while True:
         snap = f.poll()
+        if (not started and not said_waiting and int(dev.get("node_rank", 0)) > 0
+                and time.monotonic() - t0 > 5):
+            said_waiting = True
+            print(f"waiting for node 0 at {dev.get('main_addr')}:{dev.get('main_port')} "
+                  f"(node {dev.get('node_rank')} of {dev.get('nodes')})", flush=True)
         if not started and snap.status != "starting":
             started = True
             print(f"training: {snap.params_trainable or '?'} of {snap.params_total or '?'} parameters trainable, "

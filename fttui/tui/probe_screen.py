@@ -53,8 +53,9 @@ def trial_cells(t) -> list[str]:
     ]
 
 
-def boundary_text(res, limits: dict | None = None) -> Text:
-    """The highlighted boundary panel's text for a finished probe (fttui.core.probe.ProbeResult)."""
+def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
+    """The highlighted boundary panel's text for a finished probe (fttui.core.probe.ProbeResult).
+    ``probe_only_limits``: memory limits the probe ran under that the full run does not get."""
     p = res.param
     out = Text()
     if res.largest_fit is not None:
@@ -72,11 +73,10 @@ def boundary_text(res, limits: dict | None = None) -> Text:
         out.append(f"\nnote: {res.note}", style="italic")
     if res.largest_fit is not None:
         out.append(f"\nenter: full run at {p}={res.largest_fit}", style="bold")
-        lim = limits or {}
-        kept = [f"{k.split('_')[0]} {v}" for k, v in (("gpu_memory", lim.get("gpu_memory")),
-                                                       ("host_memory", lim.get("host_memory"))) if v]
-        if kept:
-            out.append(f" (limits kept: {', '.join(kept)})", style="dim")
+        lim = {k: v for k, v in (probe_only_limits or {}).items() if v}
+        if lim:
+            shown = ", ".join(f"{k.split('_')[0]} {v}" for k, v in sorted(lim.items()))
+            out.append(f" (the probe's limits, {shown}, stay with the probe)", style="dim")
     return out
 
 
@@ -270,6 +270,7 @@ class ProbeScreen(Screen):
     def _run_probe(self, prober, token: int, done: threading.Event) -> None:
         msg = None
         try:
+            self._predict_start(prober, token)
             res = prober.run()
             msg = self.Finished(token, result=res, stopped=token in self._stop_requested)
         except ProbeStopped:
@@ -288,6 +289,20 @@ class ProbeScreen(Screen):
                         self.post_message(msg)
                     except RuntimeError:
                         pass
+
+    def _predict_start(self, prober, token: int) -> None:
+        """Start where the estimator predicts the boundary (GPU profiles), as `fttui probe` does."""
+        try:
+            from fttui.core.probe import predicted_start
+        except ImportError:  # an older core: start at the low end
+            return
+        try:
+            start, why = predicted_start(prober.resolved, prober.param, prober.lo, prober.hi)
+        except Exception as e:  # a failed prediction only costs model loads
+            start, why = None, f"no prediction ({type(e).__name__}: {e})"
+        if start:
+            prober.start = max(prober.lo, min(prober.hi, int(start)))
+        self._from_worker(token, self.Log(token, why))
 
     @on(TrialDone)
     def _trial_done(self, message: TrialDone) -> None:
@@ -391,14 +406,19 @@ class ProbeScreen(Screen):
     def _show_boundary(self) -> None:
         res = self.result
         w = self.query_one("#probe-boundary", Static)
-        limits = (self.probe_resolved or self.resolved).get("limits") or {}
-        w.update(boundary_text(res, limits))
+        w.update(boundary_text(res, self._probe_only_limits()))
         w.border_title = f"{res.param} boundary"
         kind = "exact" if res.exact and res.largest_fit is not None else ("none" if res.largest_fit is None
                                                                           else "inexact")
         for k in ("exact", "inexact", "none"):
             w.set_class(k == kind, f"-{k}")
         w.display = True
+
+    def _probe_only_limits(self) -> dict:
+        """Limits set in the probe's fields that differ from the profile's own."""
+        own = self.resolved.get("limits") or {}
+        ran = (self.probe_resolved or self.resolved).get("limits") or {}
+        return {k: v for k, v in ran.items() if v != own.get(k)}
 
     def status_text(self) -> tuple[str, str]:
         """(text, kind) of the status line."""
@@ -426,14 +446,15 @@ class ProbeScreen(Screen):
 
     # ---------------------------------------------------------------- actions
     def launch_profile(self) -> dict | None:
-        """The profile a full run at the found value uses (None when there is none)."""
+        """The profile a full run at the found value uses (None when there is none): the
+        picker's profile (with its overrides) and the value. The memory limits typed in the probe's
+        fields are a budget for the probe, not for the run: what fits under them fits without."""
         from fttui.core.profile import apply_overrides
 
         res = self.result
         if self.state != "done" or res is None or res.largest_fit is None:
             return None
-        base = self.probe_resolved or self.resolved
-        resolved = apply_overrides(base, {PARAM_KEYS[res.param]: res.largest_fit})
+        resolved = apply_overrides(self.resolved, {PARAM_KEYS[res.param]: res.largest_fit})
         resolved.setdefault("origin", self.resolved.get("origin"))
         return resolved
 
@@ -447,12 +468,10 @@ class ProbeScreen(Screen):
                 self.notify("no value found yet: s starts the probe", severity="warning")
                 return
             self.app.launch_run(resolved)
-        except FttuiError as e:
-            self.state, self.error = "error", str(e)
-            self._show_status()
+        except FttuiError as e:  # the result stays: fix the profile and press enter again
+            self.notify(str(e), title="launch refused", severity="error", timeout=10)
         except OSError as e:
-            self.state, self.error = "error", f"launch failed: {e}"
-            self._show_status()
+            self.notify(f"launch failed: {e}", severity="error", timeout=10)
 
     def action_back(self) -> None:
         if self.stop_probe():

@@ -19,6 +19,9 @@ from fttui.core.viewmodel import fraction
 from fttui.tui.widgets import Bar, LogTail, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
 
 POLL_S = 0.5
+# Between polls, a stat() of events.jsonl this often: a new event (a step, the end, an error)
+# is shown at once instead of up to POLL_S later. Resource samples keep the POLL_S pace.
+WATCH_S = 0.1
 SPARK_POINTS = 120  # history shown in the sparklines (RunState keeps 240)
 MAX_CARDS = 8
 CARD_W = 36  # minimum width of one GPU card
@@ -44,6 +47,9 @@ class RunScreen(Screen):
         self._gpu_mode = ""
         self._row_shown = False
         self._timer = None
+        self._watch_timer = None
+        self._events_sig: tuple | None = None
+        self._refreshing = False
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -82,6 +88,28 @@ class RunScreen(Screen):
             self.follower = None
         await self.refresh_data()
         self._timer = self.set_interval(POLL_S, self.refresh_data)
+        if WATCH_S:
+            self._watch_timer = self.set_interval(WATCH_S, self._watch_events)
+
+    def _events_signature(self) -> tuple | None:
+        try:
+            st = self.rd.events_path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    async def _watch_events(self) -> None:
+        """Refresh now when events.jsonl changed since the last refresh (a cheap stat)."""
+        if self._refreshing or self._events_signature() == self._events_sig:
+            return
+        await self.refresh_data()
+        if self._timer is not None and self.final is None:
+            self._timer.reset()  # the next plain poll is POLL_S after this refresh
+
+    def _stop_timers(self) -> None:
+        for t in (self._timer, self._watch_timer):
+            if t is not None:
+                t.stop()
 
     async def on_resize(self) -> None:
         await self._layout_gpus(force=True)
@@ -91,12 +119,21 @@ class RunScreen(Screen):
     # ------------------------------------------------------------------ data
     async def refresh_data(self) -> None:
         """Poll the run directory and update the panels (never raises)."""
+        if self._refreshing:  # the two timers never overlap a refresh
+            return
+        self._refreshing = True
+        try:
+            await self._refresh_data()
+        finally:
+            self._refreshing = False
+
+    async def _refresh_data(self) -> None:
         if not self.rd.exists():
             self.gone = True
             self._show_status()
-            if self._timer is not None:
-                self._timer.stop()
+            self._stop_timers()
             return
+        self._events_sig = self._events_signature()
         if self.follower is None:
             from fttui.core.watch import RunFollower
 
@@ -113,10 +150,10 @@ class RunScreen(Screen):
         self._show_status()
         if self.final is not None and not self._row_shown:
             self._show_summary()
-        if (self.final is not None or self.lost) and self._timer is not None:
+        if self.final is not None or self.lost:
             # one more read of the log lines written last, then stop polling
             self.query_one(LogTail).poll()
-            self._timer.stop()
+            self._stop_timers()
 
     async def _update_panels(self, s) -> None:
         # progress

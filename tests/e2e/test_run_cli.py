@@ -52,8 +52,9 @@ def test_headless_run_writes_a_row(profile, fttui_home):
     sps, tps = _independent_rate(run_dir)
     assert row["samples_per_s_avg"] == pytest.approx(sps, rel=0.01)
     assert row["tokens_per_s_avg"] == pytest.approx(tps, rel=0.01)
-    # The headline (warm-up excluded) stays close to it on a short steady CPU run.
-    assert row["samples_per_s"] == pytest.approx(sps, rel=0.15)
+    # The headline (warm-up excluded) stays close to it on a short steady CPU run (loose: a
+    # loaded CI machine makes the first step slow, which is exactly what the headline leaves out).
+    assert row["samples_per_s"] == pytest.approx(sps, rel=0.3)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["row_saved"] is True
     assert not processes_mentioning(str(run_dir))

@@ -17,6 +17,7 @@ import fttui.tui.app
 t_import = time.perf_counter() - t0
 # what the screens import lazily
 import fttui.tui.picker, fttui.tui.run_screen, fttui.tui.results, fttui.tui.dialogs, fttui.tui.help
+import fttui.tui.probe_screen, fttui.core.probe
 import fttui.core.launch, fttui.core.preflight, fttui.core.profile, fttui.core.watch, fttui.core.store
 import fttui.core.tables, fttui.cli.live, fttui.monitor.samplers
 import fttui.worker.records, fttui.worker.errors  # what preflight loads to check a data file
