@@ -142,6 +142,9 @@ def child_env(resolved: dict) -> dict[str, str]:
     if resolved.get("limits", {}).get("host_memory"):
         # Fewer malloc arenas make a host-memory boundary steadier between processes.
         env["MALLOC_ARENA_MAX"] = "1"
+        # Big allocations always mmapped (and returned on free): a probe's trials in one process
+        # stay comparable with a fresh run under the same budget.
+        env["MALLOC_MMAP_THRESHOLD_"] = "131072"
     nproc = processes_per_node(resolved)
     if int(resolved["devices"].get("gpus", 1)) == 0 and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))

@@ -114,6 +114,9 @@ class Prober:
         note = ""
         try:
             while self.loads < MAX_LOADS:
+                if self.stopped:
+                    note = "stopped"
+                    break
                 if clean_fit is not None and clean_oom is not None and clean_oom == clean_fit + 1:
                     break
                 if clean_oom == self.lo or clean_fit == self.hi:
@@ -166,9 +169,6 @@ class Prober:
                 "--param", self.param, "--start", str(start), "--hi", str(self.hi), "--growth", growth,
                 "--steps", str(self.steps), "--lo-fit", str(clean_fit or self.lo - 1), "--oom-bound", str(clean_oom or 0)]
         env_add = launch.child_env(prof)
-        # Big allocations always mmapped (and returned on free): trials in one process stay
-        # comparable with a fresh process.
-        env_add.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
         env_add["FTTUI_PARENT_PID"] = str(os.getpid())
         rd = rundir.create(prof, argv, env_add, run_id=rid)
         self.on_log(f"load {k}: {self.param} from {start} ({'x2' if growth == 'mul' else '+1 steps'})")
@@ -180,6 +180,8 @@ class Prober:
                                          env=env, start_new_session=True, close_fds=True)
         finally:
             log.close()
+        if self.stopped:
+            self._kill()
         from fttui.monitor.samplers import HostSampler, make_gpu_sampler
 
         host = HostSampler(self.proc.pid)
