@@ -76,7 +76,7 @@ def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
         lim = {k: v for k, v in (probe_only_limits or {}).items() if v}
         if lim:
             shown = ", ".join(f"{k.split('_')[0]} {v}" for k, v in sorted(lim.items()))
-            out.append(f" (the probe's limits, {shown}, stay with the probe)", style="dim")
+            out.append(f" (under the same budget: {shown})", style="dim")
     return out
 
 
@@ -446,15 +446,16 @@ class ProbeScreen(Screen):
 
     # ---------------------------------------------------------------- actions
     def launch_profile(self) -> dict | None:
-        """The profile a full run at the found value uses (None when there is none): the
-        picker's profile (with its overrides) and the value. The memory limits typed in the probe's
-        fields are a budget for the probe, not for the run: what fits under them fits without."""
+        """The profile a full run at the found value uses (None when there is none): the probed
+        profile (the picker's overrides and the probe's memory budgets) and the value, so the run
+        answers the same question the probe did ("does it fit on a 24 GB card?")."""
         from fttui.core.profile import apply_overrides
 
         res = self.result
         if self.state != "done" or res is None or res.largest_fit is None:
             return None
-        resolved = apply_overrides(self.resolved, {PARAM_KEYS[res.param]: res.largest_fit})
+        base = getattr(self, "probe_resolved", None) or self.resolved
+        resolved = apply_overrides(base, {PARAM_KEYS[res.param]: res.largest_fit})
         resolved.setdefault("origin", self.resolved.get("origin"))
         return resolved
 

@@ -102,7 +102,7 @@ async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path,
         assert f"largest batch_size that fits:  {res.largest_fit}" in boundary
         assert f"smallest that fails: {res.smallest_oom}" in boundary
         assert f"enter: full run at batch_size={res.largest_fit}" in boundary
-        assert f"host {HOST_LIMIT}" in boundary  # the probe's own budget, said to stay with it
+        assert f"host {HOST_LIMIT}" in boundary  # the run keeps the probe's budget, and says so
         assert scr.query_one("#probe-boundary").has_class("-exact")
         marked = [str(table.get_row_at(i)[1]) for i in range(table.row_count) if str(table.get_row_at(i)[0])]
         assert sorted(marked) == [str(res.largest_fit), str(res.smallest_oom)]
@@ -116,7 +116,7 @@ async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path,
         prof = json.loads((run.rd.path / "profile.json").read_text())
         assert prof["name"] == "probe-lora"
         assert prof["train"]["batch_size"] == res.largest_fit
-        assert prof["limits"]["host_memory"] == ""  # the probe's budget stays with the probe
+        assert prof["limits"]["host_memory"] == HOST_LIMIT  # same budget: the answer holds for the run
         await until(pilot, lambda: run.final is not None, timeout=180, what="run end", step=0.25)
         assert run.final["status"] == "completed", run.final
         await pilot.press("escape")  # back on the probe screen, the result still there
