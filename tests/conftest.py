@@ -19,6 +19,9 @@ def fttui_home(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.delenv("FTTUI_FAKE_GPUS", raising=False)
     monkeypatch.setenv("FTTUI_NO_APP", "1")
+    # One thread per training process everywhere (in-process helpers and subprocesses alike):
+    # the thread count changes a process's address space, so memory boundaries depend on it.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     return home
 
 

@@ -17,7 +17,7 @@ def _trial_cells(t) -> list[str]:
     return [
         str(t.value),
         "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
-        "yes" if t.clean else "no",
+        "fresh" if t.fresh else ("yes" if t.clean else "no"),
         str(t.load),
         ";".join(f"{x:.0f}" for x in t.peak_gpu_mem_mb) or "-",
         ";".join(f"{x:.0f}" for x in t.peak_torch_reserved_mb) or "-",
@@ -41,7 +41,7 @@ def cmd_probe(args, resolve) -> int:
 
     def on_trial(t):
         print(f"  {args.param}={t.value}: {'fit' if t.status == 'fit' else 'OOM (' + str(t.oom_kind) + ')'}"
-              f"{'' if t.clean else ' (after an OOM: guide only)'}"
+              f"{' (fresh process)' if t.fresh else ('' if t.clean else ' (after an OOM: guide only)')}"
               f"  host RSS {fmt.mb(t.peak_host_rss_mb)}"
               + (f"  {t.samples_per_s:.2f} samples/s" if t.samples_per_s else ""), file=out, flush=True)
 

@@ -1,16 +1,21 @@
 """The OOM-boundary probe: the largest value of a setting that fits and the smallest that fails.
 
-Both ends are observed in *clean* trials (a process that has not run out of memory before),
-every trial runs real training steps at worst-case length, and few models are loaded:
+Both ends are observed, each as a fresh run would see it, every trial runs real training steps
+at worst-case length, and few models are loaded. What counts as observed:
 
-  load 1   climbs x2 from the start value (1, 2, 4, ...) reusing the loaded model; its first OOM
-           is clean; it then bisects in the same process between the last fit and that OOM
-           (trials after an OOM only *guide*: allocator state may differ from a fresh process);
-  load 2.. a fresh process starts at the guessed boundary g: g fits and g+1 fails -> done;
-           otherwise it climbs +1 (then in doubling steps) or bisects below, and guesses again.
+  * a fit, only as the *first* trial of a process (``fresh``): later trials in the same process
+    fit a little more easily than a fresh run (the first trial pays one-time costs at its peak);
+  * an OOM, in any trial before the process's first OOM (``clean``): a later trial failing means
+    a fresh run fails too. Trials after an OOM only *guide* (allocator state differs).
 
-With a well-behaved allocator that is two model loads for any range; the benchmark in
-bench/probe_vs_accelerate.py measures it against accelerate's find_executable_batch_size.
+  load 1   climbs x2 from the start value (1, 2, 4, ...) reusing the loaded model until its first
+           OOM, then bisects in the same process to guess the boundary;
+  load 2.. a fresh process starts at the most likely largest fit g (the highest in-process fit
+           below the smallest OOM, or the guess): g fits fresh and g+1 fails -> done; otherwise
+           it climbs +1 or fails fresh, and the next load narrows again.
+
+Two to four model loads over 1..1024, three typical (measured in bench/probe_vs_accelerate.py against
+accelerate's find_executable_batch_size).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Trial:
     status: str  # fit | oom
     load: int
     clean: bool
+    fresh: bool = False
     oom_kind: str | None = None
     message: str | None = None
     steps: int = 0
@@ -108,8 +114,9 @@ class Prober:
     def run(self) -> ProbeResult:
         launch.validate_before_launch(self.resolved)
         t0 = time.time()
-        clean_fit: int | None = None
-        clean_oom: int | None = None
+        clean_fit: int | None = None  # largest fresh fit
+        clean_oom: int | None = None  # smallest clean OOM
+        likely_fit: int | None = None  # largest in-process (not fresh) clean fit below clean_oom
         guess: int | None = None
         note = ""
         try:
@@ -126,16 +133,18 @@ class Prober:
                 else:
                     low = (clean_fit or self.lo - 1) + 1
                     high = (clean_oom or self.hi + 1) - 1
-                    start = min(max(guess or low, low), high)
+                    options = [v for v in (likely_fit, guess) if v is not None and low <= v <= high]
+                    start = max(options) if options else low
                     growth = "add"
                 res = self._load(start, growth, clean_fit, clean_oom)
                 for t in res["trials"]:
-                    if not t.clean:
-                        continue
-                    if t.status == "fit":
+                    if t.status == "fit" and t.fresh:
                         clean_fit = max(clean_fit or 0, t.value)
-                    elif t.status == "oom":
+                    elif t.status == "oom" and t.clean:
                         clean_oom = t.value if clean_oom is None else min(clean_oom, t.value)
+                fits = [t.value for t in self.trials if t.status == "fit" and t.clean and not t.fresh
+                        and (clean_oom is None or t.value < clean_oom) and t.value > (clean_fit or 0)]
+                likely_fit = max(fits) if fits else None
                 if res.get("model_oom"):
                     note = "the model itself does not fit in the memory budget (OOM while loading it)"
                     break
@@ -143,8 +152,6 @@ class Prober:
                     note = "the probe process ran no trial"
                     break
                 guess = res.get("guess")
-                if clean_oom is None and clean_fit is not None and clean_fit >= self.hi:
-                    break
             else:
                 note = f"stopped after {MAX_LOADS} model loads without closing the boundary"
         finally:
@@ -235,6 +242,7 @@ class Prober:
     def _trial(self, ev: dict, load: int, nvml_peak: dict[int, float]) -> Trial:
         t = Trial(
             value=int(ev["value"]), status=ev.get("status", "oom"), load=load, clean=bool(ev.get("clean")),
+            fresh=bool(ev.get("fresh")),
             oom_kind=ev.get("oom_kind"), message=ev.get("message"), steps=int(ev.get("steps") or 0),
             step_time_s=_r(ev.get("step_time"), 4), samples_per_s=_r(ev.get("samples_per_s"), 3),
             tokens_per_s=_r(ev.get("tokens_per_s"), 1),
@@ -252,7 +260,7 @@ class Prober:
         train, data = p["train"], p["data"]
         row = {
             "run_id": f"{self.probe_id}-{len(self.trials) + 1:02d}",
-            "kind": "probe", "group_id": self.probe_id, "param": self.param, "clean": t.clean,
+            "kind": "probe", "group_id": self.probe_id, "param": self.param, "clean": t.clean, "fresh": t.fresh,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "profile": p.get("name"), "model": p["model"].get("label") or p["model"].get("name_or_path")
             or p["model"].get("arch"), "dataset": "synthetic (worst case)", "method": p["method"],

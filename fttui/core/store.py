@@ -78,8 +78,9 @@ COLUMNS: dict[str, str] = {
     "peak_rank_rss_mb": "TEXT",  # JSON list: each training process's own peak RSS, by rank
     # schema 3
     "interconnect": "TEXT",  # NVLink | PCIe | QPI/UPI between the run's cards; "" for one card
+    "fresh": "INTEGER",  # probe trial: the first trial of its process (what a fresh run sees)
 }
-_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect",)}
+_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh")}
 _LATER = {c for cols in _ADDED.values() for c in cols}
 JSON_COLUMNS = {
     "peak_rank_rss_mb",

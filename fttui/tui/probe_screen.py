@@ -44,7 +44,7 @@ def trial_cells(t) -> list[str]:
     return [
         str(t.value),
         "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
-        "yes" if t.clean else "no",
+        "fresh" if t.fresh else ("yes" if t.clean else "no"),
         str(t.load),
         " ".join(f"{x:.0f}" for x in t.peak_gpu_mem_mb) or "-",
         "-" if t.peak_host_rss_mb is None else f"{t.peak_host_rss_mb:.0f}",
@@ -369,7 +369,7 @@ class ProbeScreen(Screen):
         res = self.result
         if res is None or not t.clean:
             return ""
-        if t.status == "fit" and t.value == res.largest_fit:
+        if t.status == "fit" and t.fresh and t.value == res.largest_fit:
             return "▶"
         if t.status == "oom" and t.value == res.smallest_oom:
             return "▶"
@@ -425,7 +425,7 @@ class ProbeScreen(Screen):
         name = self.resolved.get("name", "?")
         pid = self.prober.probe_id if self.prober is not None else (self.result.probe_id if self.result else "")
         if self.state == "idle":
-            return (f"PROBE {name}: s starts (or enter in a field); clean = no OOM before it in its process", "idle")
+            return (f"PROBE {name}: s starts (or enter in a field); fresh = first trial of its process (a fit counts only then); clean = no OOM before it", "idle")
         if self.state == "running":
             elapsed = fmt.duration(time.time() - self.started)
             n = len(self.trials)

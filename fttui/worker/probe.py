@@ -9,7 +9,8 @@ The order of trials is what makes the answer trustworthy:
   1. climb from ``--start``: multiplicatively (x2) for a first load, additively (+1 four times,
      then +2, +4, ...) when a boundary is already suspected, never past ``--oom-bound``
      (a value already seen to fail) or ``--hi``; every trial of the climb runs in a process that
-     has not yet run out of memory (``clean``);
+     has not yet run out of memory (``clean``); the first trial of the process is ``fresh``: it
+     pays the one-time costs a real run pays, so later trials fit a little more easily;
   2. after the first OOM, bisect in the same process between the last fit and that OOM. Those
      trials follow an OOM (``clean: false``): they only guide the next fresh process, which
      checks the suspected boundary clean (see fttui.core.probe).
@@ -169,10 +170,14 @@ def plan_and_run(su, emit, ns) -> dict[str, Any]:
     delta = 1
     climbed = 0
 
+    ran = [0]
+
     def trial(value: int) -> dict[str, Any]:
-        emit("trial_start", value=value, clean=clean)
+        fresh = ran[0] == 0
+        emit("trial_start", value=value, clean=clean, fresh=fresh)
         r = run_trial(su, ns.param, value, ns.steps)
-        r["clean"] = clean
+        ran[0] += 1
+        r["clean"], r["fresh"] = clean, fresh
         emit("trial", **r)
         su.log(f"trial {ns.param}={value}: {r['status']}"
                + (f" ({r.get('oom_kind')})" if r.get("oom_kind") else "")

@@ -223,21 +223,21 @@ def probe_result(param: str = "batch_size"):
     1, 2, 4, ..., 64 (OOM), guided bisection, a second clean load at 61 / 62."""
     from fttui.core.probe import ProbeResult, Trial
 
-    def fit(v, load, clean, rss, st, sps):
-        return Trial(value=v, status="fit", load=load, clean=clean, steps=2, step_time_s=st,
+    def fit(v, load, clean, rss, st, sps, fresh=False):
+        return Trial(value=v, status="fit", load=load, clean=clean, fresh=fresh, steps=2, step_time_s=st,
                      samples_per_s=sps, tokens_per_s=sps * 128, peak_host_rss_mb=rss)
 
     def oom(v, load, clean, rss):
         return Trial(value=v, status="oom", load=load, clean=clean, oom_kind="cpu",
                      message="DefaultCPUAllocator: can't allocate memory", peak_host_rss_mb=rss)
 
-    trials = [fit(1, 1, True, 436.2, 0.213, 4.7), fit(2, 1, True, 442.0, 0.123, 16.27),
+    trials = [fit(1, 1, True, 436.2, 0.213, 4.7, fresh=True), fit(2, 1, True, 442.0, 0.123, 16.27),
               fit(4, 1, True, 446.4, 0.4, 10.0), fit(8, 1, True, 454.1, 0.559, 14.31),
               fit(16, 1, True, 470.3, 1.718, 9.31), fit(32, 1, True, 501.0, 1.386, 23.09),
               oom(64, 1, True, 548.0), fit(48, 1, False, 533.0, 9.972, 4.81),
               fit(56, 1, False, 548.5, 9.83, 5.7), fit(60, 1, False, 556.0, 9.072, 6.61),
               oom(62, 1, False, 547.0), fit(61, 1, False, 558.0, 5.446, 11.2),
-              fit(61, 2, True, 552.0, 6.213, 9.82), oom(62, 2, True, 544.0)]
+              fit(61, 2, True, 552.0, 6.213, 9.82, fresh=True), oom(62, 2, True, 544.0)]
     return ProbeResult(probe_id="20231114-221320-probe-demo-lora-0001", param=param, lo=1, hi=64,
                        largest_fit=61, smallest_oom=62, exact=True, model_loads=2, trials=trials,
                        wall_s=141.25)

@@ -220,7 +220,7 @@ async def test_recorded_result_and_launch_profile(fttui_home, tmp_path, monkeypa
         # the cursor sits on the largest clean fit
         table = scr.query_one("#trials", DataTable)
         row = table.get_row_at(table.cursor_row)
-        assert str(row[0]) == "▶" and str(row[1]) == "61" and str(row[3]) == "yes"
+        assert str(row[0]) == "▶" and str(row[1]) == "61" and str(row[3]) == "fresh"
         # a max_seq_len probe launches at that length
         scr2 = ProbeScreen(resolved, result=probe_result("max_seq_len"))
         app.push_screen(scr2)
