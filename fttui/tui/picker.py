@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -16,6 +18,80 @@ from fttui.core import fmt
 from fttui.core.errors import FttuiError
 from fttui.core.viewmodel import METHODS, OVERRIDE_FIELDS, effective_batch, field_values, overrides_from_fields
 from fttui.tui.widgets import gpu_list_text
+
+
+@dataclass
+class MemoryVerdict:
+    """The estimate of a profile against the visible cards, as the picker shows it."""
+
+    text: Text
+    fits: bool | None  # None: nothing to compare with (CPU profile, no GPU, no estimate)
+    question: str = ""  # the launch confirmation when predicted not to fit
+    detail: str = ""
+
+
+def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
+    """Predicted peak memory of ``resolved`` (calibrated from the store ``rows`` when some match)
+    next to the visible cards of ``gpu_snap`` (or ``limits.gpu_memory`` when set). Never raises:
+    a profile the estimator cannot express gives its one-line message."""
+    from fttui.core.estimate import MIB, calibration_from_store, estimate, fmt_bytes
+
+    head = ("estimate: ", "bold")
+    try:
+        cal = calibration_from_store(resolved, rows) if rows else None
+    except Exception:  # a row the fit cannot use: fall back to the formula
+        cal = None
+    try:
+        e = estimate(resolved, cal)
+    except Exception as ex:  # EstimateError (or a profile field it trips on): one line, no crash
+        msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
+        return MemoryVerdict(Text.assemble(head, f"not available: {msg}"), None)
+    source = f"calibrated from {cal.rows} row{'s' if cal.rows != 1 else ''}" if cal else "formula"
+    host = fmt_bytes(e.host_peak_bytes)
+    if not e.gpu_peak_bytes:
+        return MemoryVerdict(Text.assemble(head, f"host peak {host} ({source})\n",
+                                           "CPU profile: no GPU budget"), None)
+    peaks = e.gpu_peak_bytes
+    n = len(peaks)
+    line1 = Text.assemble(head, f"GPU {fmt_bytes(max(peaks))} per card"
+                          + (f" x{n}" if n > 1 else "") + f", host peak {host} ({source})\n")
+    limit = None
+    limit_text = ((resolved.get("limits") or {}).get("gpu_memory") or "")
+    if limit_text:
+        from fttui.core.profile import parse_size
+
+        try:
+            limit = parse_size(limit_text)
+        except ValueError:
+            limit = None
+    cards = list(gpu_snap.gpus) if gpu_snap is not None and gpu_snap.available and gpu_snap.gpus else []
+    # (peak, budget, what the budget is) per card of the run that has one
+    budgets: list[tuple[int, int, str]] = []
+    for i, peak in enumerate(peaks):
+        card = cards[i] if i < len(cards) else None
+        total = int(card.mem_total_mb * MIB) if card is not None and card.mem_total_mb else None
+        if limit is not None and (total is None or limit < total):
+            budgets.append((peak, limit, "limits.gpu_memory"))
+        elif total is not None:
+            budgets.append((peak, total, f"GPU {card.index}"))
+    missing = f"; {n} GPUs asked, {len(cards)} visible" if cards and n > len(cards) else ""
+    if not budgets:
+        return MemoryVerdict(line1 + Text("no GPU visible: no card to compare with"), None)
+    over = [b for b in budgets if b[0] > b[1]]
+    if over:
+        peak, budget, what = over[0]
+        line2 = Text.assemble(("does NOT fit", "bold reverse"),
+                              f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, {what}){missing}")
+        has = (f"the limit (limits.gpu_memory) is {fmt_bytes(budget)}" if what == "limits.gpu_memory"
+               else f"the card has {fmt_bytes(budget)}")
+        question = f"predicted {fmt_bytes(peak)} per card, {has}: launch anyway? y / n"
+        detail = (f"{resolved.get('name') or 'this profile'} ({source}): the run would likely stop "
+                  "with CUDA out of memory.")
+        return MemoryVerdict(line1 + line2, False, question, detail)
+    peak, budget, what = min(budgets, key=lambda b: b[1] - b[0])
+    line2 = Text.assemble(("fits", "bold"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, "
+                                            f"{what}){missing}")
+    return MemoryVerdict(line1 + line2, True)
 
 
 class PickerScreen(Screen):
@@ -33,6 +109,10 @@ class PickerScreen(Screen):
         self.load_error: str | None = error
         self._filling = False
         self.error_text = ""
+        self.gpu_snap = None  # the GPU snapshot taken when the picker mounted
+        self.store_rows: list[dict] | None = None  # results-store rows, read after mount and on return
+        self.verdict: MemoryVerdict | None = None  # the estimate of the current selection
+        self._store_stale = False  # a run or probe started here may add rows to the store
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -52,6 +132,7 @@ class PickerScreen(Screen):
                             else:
                                 yield Input(id=f"ov-{fid}", type="integer", compact=True)
                 yield Static(id="picker-error")
+                yield Static(id="estimate")
                 yield Static(id="gpus")
         yield Footer()
 
@@ -82,15 +163,42 @@ class PickerScreen(Screen):
         self._show_error(self.load_error)
         ol.focus()
         self.query_one("#gpus", Static).update(Text("GPUs: looking...", style="dim"))
-        self.call_after_refresh(self._refresh_gpus)
+        self.query_one("#estimate", Static).display = False
+        # the first frame waits for neither the GPUs nor the store: both come after it
+        self.call_after_refresh(self._after_first_frame)
 
     def on_screen_resume(self) -> None:
         # back from a run: the list has the keys (q, r, ?), not a field that would swallow them
         self.query_one("#profiles", OptionList).focus()
+        if self._store_stale and self.store_rows is not None:  # back from a run or probe
+            self._store_stale = False
+            self.call_after_refresh(self._reload_store)
+
+    def _after_first_frame(self) -> None:
+        self._refresh_gpus()
+        self._reload_store()
 
     def _refresh_gpus(self) -> None:
         snap = self.app.sample_gpus()
+        self.gpu_snap = snap
         self.query_one("#gpus", Static).update(gpu_list_text(snap))
+
+    def _reload_store(self) -> None:
+        self.store_rows = read_store_rows()
+        self._update_estimate()
+
+    # ------------------------------------------------------------------ memory estimate
+    def _update_estimate(self) -> None:
+        """The estimate of the selection with its overrides (pure arithmetic: cheap)."""
+        w = self.query_one("#estimate", Static)
+        if self.store_rows is None or self.resolved is None:
+            self.verdict = None
+            w.display = False
+            return
+        self.verdict = memory_verdict(self.resolved, self.gpu_snap, self.store_rows)
+        w.update(self.verdict.text)
+        w.set_class(self.verdict.fits is False, "-over")
+        w.display = True
 
     # ------------------------------------------------------------------ profile and overrides
     @on(OptionList.OptionHighlighted, "#profiles")
@@ -117,6 +225,7 @@ class PickerScreen(Screen):
             self.base = self.resolved = None
             self.query_one("#details", Static).update(Text(f"{ref.name} ({ref.origin})", style="bold"))
             self._show_error(str(e))
+            self._update_estimate()
             return
         self._filling = True
         try:
@@ -161,6 +270,7 @@ class PickerScreen(Screen):
             error = str(e)
         self.query_one("#details", Static).update(self._details(self.resolved or self.base, overrides))
         self._show_error(error)
+        self._update_estimate()
 
     def _show_error(self, error: str | None) -> None:
         self.error_text = error or ""
@@ -218,15 +328,52 @@ class PickerScreen(Screen):
         if self.resolved is None:
             self.notify("fix the error in the details pane first", severity="warning")
             return
+        self._store_stale = True
         self.app.push_screen(ProbeScreen(self.resolved))
 
     def action_launch(self) -> None:
+        """Launch the selection; one predicted not to fit the visible card asks first."""
+        from fttui.tui.dialogs import ConfirmScreen
+
         if self.resolved is None:
             self.notify("fix the error in the details pane first", severity="warning")
             return
+        if self.gpu_snap is None:  # Enter before the first frame's follow-up ran
+            self._refresh_gpus()
+        if self.store_rows is None:
+            self.store_rows = read_store_rows()
+        self._update_estimate()
+        resolved, verdict = self.resolved, self.verdict
+        if verdict is not None and verdict.fits is False:
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self._launch(resolved)
+
+            self.app.push_screen(ConfirmScreen(verdict.question, verdict.detail), answered)
+            return
+        self._launch(resolved)
+
+    def _launch(self, resolved: dict) -> None:
+        self._store_stale = True
         try:
-            self.app.launch_run(self.resolved)
+            self.app.launch_run(resolved)
         except FttuiError as e:
             self._show_error(str(e))
         except OSError as e:
             self._show_error(f"launch failed: {e}")
+
+
+def read_store_rows() -> list[dict]:
+    """The results-store rows (for calibrating the estimate); none when there is no store yet (it
+    is not created here) or it cannot be read."""
+    from fttui.core import paths
+
+    try:
+        if not paths.store_path().exists():
+            return []
+        from fttui.core.store import Store
+
+        with Store() as store:
+            return store.rows()
+    except Exception:  # an unreadable store only costs the calibration
+        return []
