@@ -13,26 +13,12 @@ def _raise_interrupt(_s, _f):
     raise KeyboardInterrupt
 
 
-def _trial_cells(t) -> list[str]:
-    return [
-        str(t.value),
-        "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
-        "fresh" if t.fresh else ("yes" if t.clean else "no"),
-        str(t.load),
-        ";".join(f"{x:.0f}" for x in t.peak_gpu_mem_mb) or "-",
-        ";".join(f"{x:.0f}" for x in t.peak_torch_reserved_mb) or "-",
-        "-" if t.peak_host_rss_mb is None else f"{t.peak_host_rss_mb:.0f}",
-        "-" if t.step_time_s is None else f"{t.step_time_s:.3f}",
-        "-" if t.samples_per_s is None else f"{t.samples_per_s:.2f}",
-    ]
-
-
 TRIAL_HEADERS = ["value", "result", "clean", "load", "gpu_mem_mb", "torch_reserved_mb", "host_rss_mb",
                  "s_per_step", "samples_per_s"]
 
 
 def cmd_probe(args, resolve) -> int:
-    from fttui.core.probe import Prober, parse_range
+    from fttui.core.probe import Prober, parse_range, trial_cells
     from fttui.core.tables import to_markdown, to_text
 
     resolved = resolve(args)
@@ -68,7 +54,7 @@ def cmd_probe(args, resolve) -> int:
     if args.json:
         print(json.dumps(res.to_dict(), indent=2))
     else:
-        body = [_trial_cells(t) for t in sorted(res.trials, key=lambda t: (t.value, t.load))]
+        body = [trial_cells(t) for t in sorted(res.trials, key=lambda t: (t.value, t.load))]
         print()
         print((to_markdown if args.markdown else to_text)(TRIAL_HEADERS, body))
         print(f"largest {res.param} that fits: {res.largest_fit}   smallest that fails: {res.smallest_oom}"

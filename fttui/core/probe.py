@@ -74,6 +74,30 @@ class ProbeResult:
         return d
 
 
+def _mb_list(values: list[float], sep: str = ";") -> str:
+    return sep.join(f"{x:.0f}" for x in values) or "-"
+
+
+def trial_cells(t: Trial, torch_reserved: bool = True, sep: str = ";") -> list[str]:
+    """One trial as table cells (the CLI's table and the app's): value, result, observed as
+    (fresh / clean / no), load, GPU MB per card, [torch reserved MB,] host RSS MB, s/step,
+    samples/s."""
+    cells = [
+        str(t.value),
+        "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
+        "fresh" if t.fresh else ("yes" if t.clean else "no"),
+        str(t.load),
+        _mb_list(t.peak_gpu_mem_mb, sep),
+    ]
+    if torch_reserved:
+        cells.append(_mb_list(t.peak_torch_reserved_mb, sep))
+    return cells + [
+        "-" if t.peak_host_rss_mb is None else f"{t.peak_host_rss_mb:.0f}",
+        "-" if t.step_time_s is None else f"{t.step_time_s:.3f}",
+        "-" if t.samples_per_s is None else f"{t.samples_per_s:.2f}",
+    ]
+
+
 def parse_range(text: str) -> tuple[int, int]:
     try:
         lo_s, hi_s = text.split("..", 1)

@@ -41,16 +41,9 @@ class ProbeStopped(Exception):
 
 def trial_cells(t) -> list[str]:
     """The table cells of one trial (fttui.core.probe.Trial), without the marker column."""
-    return [
-        str(t.value),
-        "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
-        "fresh" if t.fresh else ("yes" if t.clean else "no"),
-        str(t.load),
-        " ".join(f"{x:.0f}" for x in t.peak_gpu_mem_mb) or "-",
-        "-" if t.peak_host_rss_mb is None else f"{t.peak_host_rss_mb:.0f}",
-        "-" if t.step_time_s is None else f"{t.step_time_s:.3f}",
-        "-" if t.samples_per_s is None else f"{t.samples_per_s:.2f}",
-    ]
+    from fttui.core.probe import trial_cells as cells
+
+    return cells(t, torch_reserved=False, sep=" ")
 
 
 def boundary_text(res, probe_only_limits: dict | None = None) -> Text:

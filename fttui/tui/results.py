@@ -1,11 +1,17 @@
-"""Results: the stored summary rows in the reference columns; sort, filter, export."""
+"""Results: the stored summary rows in the reference columns; sort, filter, export.
+
+``b`` marks the row under the cursor as the baseline (again on it: clear): a ``rel`` column then
+shows each row's samples/s relative to it, as ``fttui report --baseline`` computes it. ``w``
+writes that report (tables, CSVs, charts) of the visible rows into ``exports/report-<time>/``.
+"""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -13,7 +19,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Select, Static
 
 from fttui.core import fmt, tables
+from fttui.core.errors import FttuiError
 from fttui.core.viewmodel import distinct, filter_rows, sort_rows
+
+REL = "rel"
+BASE_MARK = "(base)"
 
 # (reference-table header, label shown): the columns people compare runs by. Exports keep
 # every reference column.
@@ -25,6 +35,7 @@ SHOWN = [
     ("method", "method"),
     ("batch_size", "batch"),
     ("samples_per_s", "samples/s"),
+    (REL, "rel"),  # only while a baseline is marked
     ("tokens_per_s", "tokens/s"),
     ("duration", "time"),
     ("gpu_mem_mb", "GPU MB"),
@@ -47,14 +58,35 @@ def _mem(row: dict, cell: str) -> str:
     return " ".join(f"{p:.0f}" for p in peaks if isinstance(p, (int, float)))
 
 
-def display_cells(rows: list[dict]) -> list[list[str]]:
-    """The shown columns of each row (reference-table cells, a little shorter)."""
+def relative_cells(rows: list[dict], baseline: dict) -> dict[str, str]:
+    """run id -> the ``rel_throughput`` cell of ``fttui report`` (``"2.31x"``; ``""`` without
+    samples/s) of each row against ``baseline``. FttuiError when the baseline has no throughput."""
+    from fttui.core.report import build_report
+
+    runs = build_report(rows, baseline=baseline).table("runs")
+    if runs is None:
+        return {}
+    i, j = runs.headers.index("rel_throughput"), runs.headers.index("run")
+    return {str(cells[j]): cells[i] for cells in runs.text_body()}
+
+
+def display_cells(rows: list[dict], rel: dict[str, str] | None = None,
+                  baseline_id: str | None = None) -> list[list[str]]:
+    """The shown columns of each row (reference-table cells, a little shorter); with ``rel``
+    (see :func:`relative_cells`) the ``rel`` column too, the baseline's marked ``(base)``."""
     headers, body = tables.reference_table(rows)
     idx = {h: i for i, h in enumerate(headers)}
     out = []
     for row, cells in zip(rows, body):
         line = []
         for h, _label in SHOWN:
+            if h == REL:
+                if rel is not None:
+                    c = rel.get(str(row.get("run_id")), "")
+                    if baseline_id is not None and row.get("run_id") == baseline_id:
+                        c = f"{c} {BASE_MARK}".strip()
+                    line.append(c)
+                continue
             c = cells[idx[h]]
             if h == "model":
                 c = c.rsplit("/", 1)[-1] or c  # the hub organisation is in the filter and exports
@@ -74,6 +106,8 @@ class ResultsScreen(Screen):
         Binding("s", "sort", "Sort"),
         Binding("m", "export('md')", "Markdown"),
         Binding("v", "export('csv')", "CSV"),
+        Binding("b", "baseline", "Baseline"),
+        Binding("w", "write_report", "Report"),
         Binding("escape", "back", "Back"),
     ]
 
@@ -83,7 +117,10 @@ class ResultsScreen(Screen):
         self.shown_rows: list[dict] = []
         self.sort_header: str | None = None
         self.sort_reverse = False
-        self.headers = [h for h, _ in SHOWN]
+        self.headers = [h for h, _ in SHOWN if h != REL]  # the table's columns, in order
+        self.baseline: dict | None = None  # the marked row
+        self.rel: dict[str, str] | None = None  # run id -> rel cell, while a baseline is marked
+        self.last_report: Path | None = None  # report.md of the last report written
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -114,6 +151,9 @@ class ResultsScreen(Screen):
         methods = distinct(self.all_rows, "method")
         self.query_one("#f-model", Select).set_options([(m, m) for m in models])
         self.query_one("#f-method", Select).set_options([(fmt.method_label(m), m) for m in methods])
+        if self.baseline is not None:
+            base = next((r for r in self.all_rows if r.get("run_id") == self.baseline.get("run_id")), None)
+            self._set_baseline(base)
         self.fill()
 
     def _filter_value(self, sel_id: str) -> str | None:
@@ -122,24 +162,32 @@ class ResultsScreen(Screen):
 
     def fill(self) -> None:
         rows = filter_rows(self.all_rows, self._filter_value("#f-model"), self._filter_value("#f-method"))
-        rows = sort_rows(rows, self.sort_header, self.sort_reverse)
+        sort_header = "samples_per_s" if self.sort_header == REL else self.sort_header  # same order
+        rows = sort_rows(rows, sort_header, self.sort_reverse)
         self.shown_rows = list(rows)
-        body = display_cells(self.shown_rows)
+        base_id = None if self.baseline is None else self.baseline.get("run_id")
+        body = display_cells(self.shown_rows, self.rel, base_id)
         t = self.query_one(DataTable)
         cursor = t.cursor_coordinate
         t.clear(columns=True)
-        for h, label in SHOWN:
+        shown = [(h, label) for h, label in SHOWN if h != REL or self.rel is not None]
+        self.headers = [h for h, _ in shown]
+        for h, label in shown:
             if h == self.sort_header:
                 label += " v" if self.sort_reverse else " ^"
             t.add_column(label, key=h)
         for r, cells in zip(self.shown_rows, body):
-            styled = [Text(c, style="bold red") if (c == "OOM" or c.startswith("oom")) else c for c in cells]
+            styled = [Text(c, style="bold red") if (c == "OOM" or c.startswith("oom"))
+                      else Text(c, style="bold") if c.endswith(BASE_MARK) else c for c in cells]
             t.add_row(*styled, key=str(r.get("run_id")))
         if self.shown_rows:
             t.cursor_coordinate = t.validate_cursor_coordinate(cursor)
         info = f"{len(self.shown_rows)} of {len(self.all_rows)} rows"
         if self.sort_header:
             info += f", sorted by {self.sort_header}" + (" (descending)" if self.sort_reverse else "")
+        if self.baseline is not None:
+            info += (f"; baseline {base_id} {BASE_MARK}: rel = samples/s / its samples/s"
+                     + ("" if any(r.get("run_id") == base_id for r in self.shown_rows) else " (filtered out)"))
         if not self.all_rows:
             info = "no results yet: finished runs add a row here"
         self.query_one("#results-info", Static).update(info)
@@ -183,6 +231,82 @@ class ResultsScreen(Screen):
             return
         self.last_export = path
         self.notify(f"{len(body)} rows written to {path}", title="export")
+
+    # ------------------------------------------------------------------ baseline and report
+    def _set_baseline(self, row: dict | None) -> bool:
+        """Mark ``row`` as the baseline (None: clear); False, with a notice, when it cannot be one."""
+        if row is None:
+            self.baseline, self.rel = None, None
+            return True
+        try:
+            rel = relative_cells(self.all_rows, row)
+        except FttuiError as e:
+            self.notify(f"no baseline: {e}", severity="warning")
+            return False
+        except Exception as e:  # a row the report trips on must not take the screen down
+            self.notify(f"no baseline: {type(e).__name__}: {e}", severity="error")
+            return False
+        self.baseline, self.rel = row, rel
+        return True
+
+    def action_baseline(self) -> None:
+        """The row under the cursor becomes the baseline; on the baseline itself: clear it."""
+        t = self.query_one(DataTable)
+        if not self.shown_rows or not t.row_count:
+            self.notify("no row to mark", severity="warning")
+            return
+        row = self.shown_rows[min(t.cursor_coordinate.row, len(self.shown_rows) - 1)]
+        column = self.headers[t.cursor_coordinate.column] if t.cursor_coordinate.column < len(self.headers) else None
+        if self.baseline is not None and row.get("run_id") == self.baseline.get("run_id"):
+            self._set_baseline(None)
+            self.notify("baseline cleared", title="baseline")
+        elif self._set_baseline(row):
+            self.notify(f"baseline: {row.get('run_id')}", title="baseline")
+        else:
+            return
+        self.fill()
+        # keep the cursor on the same column although the rel column came or went
+        if column in self.headers and t.row_count:
+            t.cursor_coordinate = t.validate_cursor_coordinate(
+                t.cursor_coordinate._replace(column=self.headers.index(column)))
+
+    def action_write_report(self) -> None:
+        """The report of the visible rows (with the baseline) into exports/report-<time>/."""
+        if not self.shown_rows:
+            self.notify("no rows to report", severity="warning")
+            return
+        self.notify(f"writing the report of {len(self.shown_rows)} rows...", title="report")
+        self._write_report(list(self.shown_rows), self.baseline)
+
+    @work(thread=True, exclusive=True, group="report", exit_on_error=False)
+    def _write_report(self, rows: list[dict], baseline: dict | None) -> None:
+        try:
+            from fttui.core import paths
+            from fttui.core.report import build_report, write_report
+
+            report = build_report(rows, baseline=baseline)
+            folder = paths.ensure_dir(paths.home() / "exports")
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            out, n = folder / f"report-{stamp}", 1
+            while out.exists():
+                n += 1
+                out = folder / f"report-{stamp}-{n}"
+            md = write_report(report, paths.ensure_dir(out))[0]
+        except Exception as e:  # FttuiError, OSError, a chart matplotlib cannot draw, ...
+            msg = f"report failed: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
+            self._from_thread(self.notify, msg, title="report", severity="error")
+            return
+        self._from_thread(self._report_done, md)
+
+    def _from_thread(self, fn, *args, **kwargs) -> None:
+        try:
+            self.app.call_from_thread(fn, *args, **kwargs)
+        except Exception:  # the app is closing: nobody to tell
+            pass
+
+    def _report_done(self, md: Path) -> None:
+        self.last_report = md
+        self.notify(f"report written to {md}", title="report")
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:

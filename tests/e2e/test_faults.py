@@ -205,3 +205,15 @@ def test_app_killed_or_hung_up_mid_run_the_run_goes_on(how, fttui_home):
     out = run_fttui("attach", run_dir.name, "--headless", check=True)
     assert "completed" in out.stdout
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
+
+
+def test_secrets_never_reach_the_run_log(fttui_home):
+    secret = "hf_" + "Q" * 34
+    env = fttui_env(HF_TOKEN=secret)
+    # The worker prints the model's label into the log: make it the secret.
+    run_dir = _detach("max_steps=2", f'model.name_or_path="{secret}"', env=env)
+    assert _status(run_dir)["status"] == "completed"
+    log = (run_dir / "train.log").read_text()
+    assert "model built: ***" in log and secret not in log
+    command = (run_dir / "command.json").read_text()
+    assert secret not in command
