@@ -37,6 +37,8 @@ KEYS = [
         ("s", "sort by the cursor's column (again: reverse); or click a header"),
         ("m", "export the visible rows as Markdown"),
         ("v", "export the visible rows as CSV"),
+        ("b", "the cursor's row is the baseline: a rel column (samples/s over its); again: clear"),
+        ("w", "write the report of the visible rows (tables, charts) into exports/report-<time>/"),
         ("tab", "the model / method filters"),
     ]),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -92,6 +93,9 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     line2 = Text.assemble(("fits", "bold"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, "
                                             f"{what}){missing}")
     return MemoryVerdict(line1 + line2, True)
+
+
+REMOTE_CODE_LINE = "REMOTE CODE: on (runs code from the model's hub repo)"
 
 
 class PickerScreen(Screen):
@@ -311,6 +315,9 @@ class PickerScreen(Screen):
             t.add_row("limits", f"gpu {limits.get('gpu_memory') or '-'}  host {limits.get('host_memory') or '-'}")
         if overrides:
             t.add_row("overrides", ", ".join(f"{k}={v}" for k, v in overrides.items()))
+        if model.get("trust_remote_code"):
+            # first and in words (not only a colour): the profile runs code it did not ship
+            return Group(Text(REMOTE_CODE_LINE, style="bold reverse"), t)
         return t
 
     # ------------------------------------------------------------------ actions

@@ -23,7 +23,7 @@ from fttui.core.errors import FttuiError
 from fttui.core.viewmodel import distinct, filter_rows, sort_rows
 
 REL = "rel"
-BASE_MARK = "(base)"
+BASE_MARK = "*"  # after the baseline's rel cell, and in the info line
 
 # (reference-table header, label shown): the columns people compare runs by. Exports keep
 # every reference column.
@@ -73,7 +73,7 @@ def relative_cells(rows: list[dict], baseline: dict) -> dict[str, str]:
 def display_cells(rows: list[dict], rel: dict[str, str] | None = None,
                   baseline_id: str | None = None) -> list[list[str]]:
     """The shown columns of each row (reference-table cells, a little shorter); with ``rel``
-    (see :func:`relative_cells`) the ``rel`` column too, the baseline's marked ``(base)``."""
+    (see :func:`relative_cells`) the ``rel`` column too, the baseline's marked ``*``."""
     headers, body = tables.reference_table(rows)
     idx = {h: i for i, h in enumerate(headers)}
     out = []
@@ -153,7 +153,8 @@ class ResultsScreen(Screen):
         self.query_one("#f-method", Select).set_options([(fmt.method_label(m), m) for m in methods])
         if self.baseline is not None:
             base = next((r for r in self.all_rows if r.get("run_id") == self.baseline.get("run_id")), None)
-            self._set_baseline(base)
+            if base is None or not self._set_baseline(base):
+                self._set_baseline(None)
         self.fill()
 
     def _filter_value(self, sel_id: str) -> str | None:
@@ -176,9 +177,11 @@ class ResultsScreen(Screen):
             if h == self.sort_header:
                 label += " v" if self.sort_reverse else " ^"
             t.add_column(label, key=h)
+        base_col = self.headers.index(REL) if REL in self.headers else -1
         for r, cells in zip(self.shown_rows, body):
             styled = [Text(c, style="bold red") if (c == "OOM" or c.startswith("oom"))
-                      else Text(c, style="bold") if c.endswith(BASE_MARK) else c for c in cells]
+                      else Text(c, style="bold") if i == base_col and c.endswith(BASE_MARK) else c
+                      for i, c in enumerate(cells)]
             t.add_row(*styled, key=str(r.get("run_id")))
         if self.shown_rows:
             t.cursor_coordinate = t.validate_cursor_coordinate(cursor)
@@ -186,8 +189,8 @@ class ResultsScreen(Screen):
         if self.sort_header:
             info += f", sorted by {self.sort_header}" + (" (descending)" if self.sort_reverse else "")
         if self.baseline is not None:
-            info += (f"; baseline {base_id} {BASE_MARK}: rel = samples/s / its samples/s"
-                     + ("" if any(r.get("run_id") == base_id for r in self.shown_rows) else " (filtered out)"))
+            hidden = not any(r.get("run_id") == base_id for r in self.shown_rows)
+            info += f"; rel vs {BASE_MARK} baseline {base_id}" + (" (filtered out)" if hidden else "")
         if not self.all_rows:
             info = "no results yet: finished runs add a row here"
         self.query_one("#results-info", Static).update(info)
@@ -237,6 +240,8 @@ class ResultsScreen(Screen):
         """Mark ``row`` as the baseline (None: clear); False, with a notice, when it cannot be one."""
         if row is None:
             self.baseline, self.rel = None, None
+            if self.sort_header == REL:  # the column goes: the same order by samples/s
+                self.sort_header = "samples_per_s"
             return True
         try:
             rel = relative_cells(self.all_rows, row)

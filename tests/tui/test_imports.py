@@ -8,7 +8,8 @@ import sys
 
 from tests.conftest import ROOT
 
-HEAVY = ("torch", "transformers", "peft", "deepspeed", "bitsandbytes", "accelerate")
+HEAVY = ("torch", "transformers", "peft", "deepspeed", "bitsandbytes", "accelerate",
+         "matplotlib")  # matplotlib: only when a report is written
 
 CODE = r"""
 import json, sys, time
@@ -19,7 +20,7 @@ t_import = time.perf_counter() - t0
 import fttui.tui.picker, fttui.tui.run_screen, fttui.tui.results, fttui.tui.dialogs, fttui.tui.help
 import fttui.tui.probe_screen, fttui.core.probe
 import fttui.core.launch, fttui.core.preflight, fttui.core.profile, fttui.core.watch, fttui.core.store
-import fttui.core.tables, fttui.cli.live, fttui.monitor.samplers
+import fttui.core.tables, fttui.core.report, fttui.cli.live, fttui.monitor.samplers
 import fttui.worker.records, fttui.worker.errors  # what preflight loads to check a data file
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))
 print(json.dumps({"heavy": heavy, "import_s": t_import}))

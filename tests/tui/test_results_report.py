@@ -1,0 +1,95 @@
+"""Results: a baseline row and the relative-throughput column; the report written from the app.
+Picker: the remote-code line of a profile that trusts the hub repo's code."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable, OptionList
+
+from fttui.tui.app import FttuiApp
+from fttui.tui.picker import REMOTE_CODE_LINE, PickerScreen
+from fttui.tui.results import BASE_MARK, ResultsScreen
+from tests.tui.conftest import until
+from tests.tui.fixtures import fill_store
+from tests.tui.textdump import screen_text
+
+pytestmark = pytest.mark.anyio
+
+BASE = "20231114-221320-demo-lora-0001"  # 12.5 samples/s
+FASTER = "20231114-221420-demo-lora-0002"  # 21.75 samples/s
+OOM = "20231114-221520-demo-qlora-0003"
+
+
+def _cell(table: DataTable, run_id: str, column: str) -> str:
+    return str(table.get_cell(run_id, column))
+
+
+async def _to_row(pilot, scr: ResultsScreen, run_id: str) -> None:
+    table = scr.query_one(DataTable)
+    want = [r["run_id"] for r in scr.shown_rows].index(run_id)
+    table.cursor_coordinate = table.cursor_coordinate._replace(row=want)
+    await pilot.pause()
+
+
+async def test_baseline_rel_column_and_report(fttui_home):
+    fill_store()
+    app = FttuiApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ResultsScreen), what="results")
+        scr = app.screen
+        table = scr.query_one(DataTable)
+        assert "rel" not in scr.headers
+        await _to_row(pilot, scr, BASE)
+        await pilot.press("b")
+        await until(pilot, lambda: "rel" in scr.headers, what="rel column")
+        assert _cell(table, BASE, "rel") == f"1.00x {BASE_MARK}"
+        assert _cell(table, FASTER, "rel") == "1.74x"  # 21.75 / 12.5
+        assert _cell(table, OOM, "rel") == ""
+        text = screen_text(app)
+        assert BASE_MARK in text and "1.74x" in text
+        # the report of the visible rows, with the baseline, written by a worker
+        await pilot.press("w")
+        exports = fttui_home / "exports"
+        md = await until(pilot, lambda: next(iter(exports.glob("report-*/report.md")), None), timeout=60,
+                         what="report.md")
+        await until(pilot, lambda: scr.last_report == md, what="report notification")
+        body = md.read_text()
+        assert "rel_throughput" in body and "1.74x" in body and "baseline: " + BASE in body
+        assert (md.parent / "runs.csv").exists()
+        # again on the baseline: cleared, the column goes
+        await _to_row(pilot, scr, BASE)
+        await pilot.press("b")
+        await until(pilot, lambda: "rel" not in scr.headers, what="rel column gone")
+        assert scr.baseline is None and BASE_MARK not in screen_text(app)
+        # an OOM row cannot be the baseline: a notice, nothing marked
+        await _to_row(pilot, scr, OOM)
+        await pilot.press("b")
+        await pilot.pause()
+        assert scr.baseline is None and "rel" not in scr.headers
+
+
+def _select(app, name: str) -> None:
+    ol = app.screen.query_one("#profiles", OptionList)
+    ol.highlighted = ol.get_option_index(name)
+
+
+def _details(app) -> str:
+    """The text the details pane shows."""
+    r = app.screen.query_one("#details-pane").region
+    return "\n".join(line[r.x:r.right] for line in screen_text(app).splitlines()[r.y:r.bottom])
+
+
+async def test_picker_remote_code_line(fttui_home, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = FttuiApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        assert app.no_color
+        _select(app, "baichuan2-lora")
+        await until(pilot, lambda: "baichuan2-lora" in _details(app), what="baichuan2-lora details")
+        assert REMOTE_CODE_LINE in _details(app)
+        _select(app, "tiny-lora")
+        await until(pilot, lambda: "tiny-lora" in _details(app), what="tiny-lora details")
+        assert "REMOTE CODE" not in screen_text(app)
