@@ -102,7 +102,7 @@ def test_tiny_profiles_content():
         assert record["instruction"] and record["output"]
     lora = load_profile("tiny-lora")
     assert lora["method"] == "lora" and lora["data"]["source"] == "synthetic"
-    assert lora["data"]["num_samples"] == 256 and lora["train"]["batch_size"] == 8
+    assert lora["data"]["num_samples"] == 1024 and lora["train"]["batch_size"] == 8
     assert lora["model"]["arch_config"] == full["model"]["arch_config"]
 
 
