@@ -386,7 +386,20 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
     trainer.train()
     log(f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "
         f"in {time.perf_counter() - t_train:.2f}s")
+    _close_process_group()
     return EXIT_OK
+
+
+def _close_process_group() -> None:
+    """Tear the process group down before the interpreter exits: left to the exit handlers,
+    gloo's threads can abort a rank ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

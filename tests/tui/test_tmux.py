@@ -139,7 +139,8 @@ def test_tmux_pick_launch_complete_quit_result(fttui_home, fttui_bin, in_root):
         s = t.wait_screen("summary", timeout=10)
         assert "batch_size 32" in s
         t.keys("q")
-        wait_for(lambda: t.pane_dead()[0], timeout=15, what="app exit")
+        # the pane is dead a moment before tmux records the exit status
+        wait_for(lambda: t.pane_dead()[0] and t.pane_dead()[1] != "", timeout=15, what="app exit")
         assert t.pane_dead()[1] == "0"
     finally:
         t.kill()
@@ -161,7 +162,8 @@ def test_tmux_quit_detach_then_attach(fttui_home, fttui_bin, in_root):
         s = t.wait_screen("still live", timeout=10)
         assert run_dir.name in s
         t.keys("d")
-        wait_for(lambda: t.pane_dead()[0], timeout=15, what="app exit")
+        # the pane is dead a moment before tmux records the exit status
+        wait_for(lambda: t.pane_dead()[0] and t.pane_dead()[1] != "", timeout=15, what="app exit")
         assert t.pane_dead()[1] == "0"
         # the run goes on without the app
         assert not (run_dir / "status.json").exists()
