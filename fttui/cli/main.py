@@ -13,6 +13,7 @@ import sys
 
 from fttui import __version__
 from fttui.core.errors import FttuiError
+from fttui.core.fmt import rel_path
 
 EXIT = {"completed": 0, "failed": 1, "oom": 3, "cancelled": 4}
 
@@ -142,7 +143,7 @@ def cmd_profiles(args) -> int:
 
         headers = ["name", "model", "method", "batch", "accum", "gpus", "seq_len", "dataset", "origin", "source"]
         body = [[str(i["name"]), str(i["model"]), str(i["method"]), str(i["batch_size"]), str(i["grad_accum"]),
-                 str(i["gpus"]), str(i["max_seq_len"]), str(i["dataset"]), i["origin"], _rel(i["source"])]
+                 str(i["gpus"]), str(i["max_seq_len"]), str(i["dataset"]), i["origin"], rel_path(i["source"])]
                 for i in items]
         sys.stdout.write(to_text(headers, body))
     for e in errors:
@@ -150,11 +151,6 @@ def cmd_profiles(args) -> int:
     return 0
 
 
-def _rel(path: str) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return path
 
 
 def cmd_results(args) -> int:

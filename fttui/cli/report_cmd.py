@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
+
+from fttui.core.fmt import rel_path
 
 
 def cmd_report(args) -> int:
@@ -28,14 +29,9 @@ def cmd_report(args) -> int:
     if getattr(args, "out", None):
         paths = report.write_report(rep, args.out)
         for p in paths:
-            print(_rel(str(p)))
+            print(rel_path(str(p)))
         return 0
     sys.stdout.write(rep.to_markdown())
     return 0
 
 
-def _rel(path: str) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return path

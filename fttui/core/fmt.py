@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 
 def duration(seconds: float | None) -> str:
@@ -53,3 +54,11 @@ def method_label(method: str | None, optimizer: str | None = None, precision: st
     if method == "qlora" and optimizer and optimizer.startswith("paged"):
         label = "qlora (paged)"
     return label
+
+
+def rel_path(path: str) -> str:
+    """A path relative to the current folder when it can be, as given otherwise."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path
