@@ -333,24 +333,110 @@ def _quant_bytes(n: int, method: str, quant: Mapping[str, Any]) -> tuple[float, 
     return n / 2, consts
 
 
-def _layer_act_per_token(a: ArchNumbers, ab: int, lora: list[tuple[str, int, int]], r: int,
-                         dropout: float) -> float:
-    """Bytes autograd keeps per token for one decoder layer (attention matrix excluded)."""
+_GROUPS = {  # which input a linear layer reads, by name (native and original namings)
+    "q_proj": "attn_in", "k_proj": "attn_in", "v_proj": "attn_in", "W_pack": "attn_in",
+    "query_key_value": "attn_in", "c_attn": "attn_in",
+    "o_proj": "attn_out", "dense": "attn_out",
+    "gate_proj": "mlp_in", "up_proj": "mlp_in", "dense_h_to_4h": "mlp_in", "w1": "mlp_in",
+    "w2": "mlp_in",
+    "down_proj": "mlp_mid", "dense_4h_to_h": "mlp_mid",
+}
+
+
+def _group(name: str, fin: int, a: ArchNumbers) -> str:
+    if name == "c_proj":  # Qwen v1: attention and MLP output layers share the name
+        return "attn_out" if fin == a.q_dim else "mlp_mid"
+    return _GROUPS.get(name, "attn_in")
+
+
+@dataclass(frozen=True)
+class LayerDtypes:
+    """Byte sizes that decide what one decoder layer keeps for the backward.
+
+    ``ab``: compute dtype (2 under fp16/bf16 autocast or half weights); ``wb``: dtype of the
+    non-quantised weights (norms: 4 when fp32 masters, fp32 runs or after
+    ``prepare_model_for_kbit_training``); ``lin_out``: dtype of a base linear layer's output
+    (bitsandbytes layers return their input's dtype); ``mask``: bytes per element of a dropout
+    mask (CUDA's fused dropout keeps a bool mask; the CPU kernel a mask in the input dtype,
+    fp32 after peft's cast to the adapter dtype); ``full``: the base linear layers and norms
+    train."""
+    ab: int
+    wb: int
+    lin_out: int
+    mask: int
+    full: bool
+
+    @property
+    def autocast(self) -> bool:
+        return self.ab < self.wb
+
+
+def _layer_act_per_token(a: ArchNumbers, dt: LayerDtypes, lora: list[tuple[str, int, int]],
+                         r: int, dropout: float, eager: bool,
+                         linears: list[tuple[str, int, int]]) -> float:
+    """Bytes autograd keeps per token for one decoder layer (eager attention matrix excluded).
+
+    A count of the tensors HF's Llama-style decoder layer saves for the backward (transformers
+    5, PyTorch 2.x autograd), checked tensor by tensor on CPU against a live-storage tracker
+    (docs/estimate.md): RMSNorm keeps its fp32 input (the residual itself when it is fp32, else
+    the upcast copy) and ``rsqrt``, plus the normalised tensor when its weight trains; a linear
+    layer keeps its input only when its weight trains (a frozen one needs only the weight for
+    the input gradient), under autocast as a half copy per layer (autocast caches only weight
+    casts); SDPA keeps q, k, v, its output and the log-sum-exp; eager attention q, k and v
+    repeated to all heads, the output, and the matrix (counted apart); SwiGLU keeps gate, up and
+    act(gate) (+ the product when ``down_proj`` trains); LoRA keeps per adapted layer the
+    dropout mask and the adapter's input (the half copy under autocast, the fp32 dropout output
+    without; with dropout 0 and no autocast the input itself, shared) and ``lora_A``'s output.
+    """
     h, q, kv, i = a.hidden, a.q_dim, a.kv_dim, a.inter
+    ab = dt.ab
     if a.model_type == "bloom":
         # Korthikanti et al. 2022, eq. (1) without the 5as/h term, scaled to the dtype
         base = 34 * h * ab / 2
-    else:
-        # HF Llama-style layer, saved tensors counted: two RMSNorms (fp32 upcast + normalised),
-        # q/k/v input, RoPE (q, k before and after), attention core (q, k, v, out), o_proj input,
-        # SwiGLU MLP (input, gate, act(gate), up, product).
-        base = 8 * h + ab * (4 * h + 5 * q + 4 * kv + 4 * i)
-    extra = 0.0
-    for _name, fin, _fout in lora:
+        extra = 0.0
+        for _name, fin, _fout in lora:
+            extra += fin * (dt.mask + ab) if dropout > 0 else 0
+            extra += r * ab
+        return base + extra
+    # the dtypes of the four inputs of the layer's linear layers
+    norm_out = dt.wb  # weight * x.to(input dtype): the weights' dtype
+    attn_o = ab
+    mlp_mid = dt.lin_out
+    in_bytes = {"attn_in": norm_out, "attn_out": attn_o, "mlp_in": norm_out, "mlp_mid": mlp_mid}
+    dims = {"attn_in": h, "attn_out": q, "mlp_in": h, "mlp_mid": i}
+    total = 0.0
+    # two RMSNorms: fp32 input + rsqrt; the normalised tensor (weights' dtype) when they train
+    total += 2 * (4 * h + 4)
+    if dt.full:
+        total += 2 * dt.wb * h
+    # inputs kept by the linear layers that read them
+    shared: set[str] = set()
+    if dt.full:
+        for name, fin, _fout in linears:
+            g = _group(name, fin, a)
+            if dt.autocast and in_bytes[g] > ab:
+                total += ab * fin  # each layer casts its own half copy
+            else:
+                shared.add(g)
+    for name, fin, _fout in lora:
+        g = _group(name, fin, a)
         if dropout > 0:
-            extra += fin * (ab + 1)  # dropout(x) kept for lora_A + its mask
-        extra += r * ab  # lora_A output kept for lora_B
-    return base + extra
+            total += fin * (dt.mask + ab)  # mask + the adapter's input
+        elif ab < 4 and (dt.autocast or in_bytes[g] > ab):
+            total += ab * fin  # the fp32 cast peft makes, cast back by autocast: one per layer
+        else:
+            shared.add(g)
+        total += r * ab  # lora_A output, kept by lora_B
+    # attention core
+    if eager:
+        total += 3 * q * ab  # q, and k and v repeated to all heads
+    else:
+        total += ab * (2 * q + 2 * kv) + 4 * a.heads  # q, k, v, output; fp32 log-sum-exp
+        shared.discard("attn_out")  # o_proj reads SDPA's output, already kept
+    total += sum(in_bytes[g] * dims[g] for g in shared)
+    # SwiGLU: gate and up outputs, act(gate)
+    total += 3 * dt.lin_out * i
+    return total
 
 
 def _attn_elem_bytes(ab: int) -> int:
@@ -520,31 +606,46 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
 
     # ---- activations ------------------------------------------------------------------------
     r, drop = s["lora_r"], s["lora_dropout"]
-    layer_tok = _layer_act_per_token(a, ab, lora_mods, r, drop)
-    if zero3:
-        # DeepSpeed fp16/bf16 runs the half model without autocast: logits, their contiguous
-        # shift and the log-softmax stay in the half dtype (fp32 upcast in transformers >= 4.45
-        # loss functions: counted as 4 bytes)
-        logits_peak = V * (ab + 4 + 4 + 4)
-    else:
-        # output layer (ab, fp32 heads of kbit models: 4), fp32 log-softmax kept, and in the
-        # backward the dense nll gradient + the log-softmax gradient (4 + 4)
-        head_b = 4 if (method in KBIT_METHODS or not half) else ab
-        logits_peak = V * (head_b + 4 + 4 + 4)
     eager = _eager(a, s["attn_implementation"])
+    dt = LayerDtypes(ab=ab, wb=_HALF[precision] if zero3 else wb,
+                     lin_out=4 if method in KBIT_METHODS and ab == 2 else ab,
+                     mask=1 if on_gpu else 4, full=method in ("full", "full-zero3-offload"))
+    pretrained = s["init"] == "pretrained"
+    linears = (_real_linears(a) if pretrained else None) or _native_linears(a)
+    layer_tok = _layer_act_per_token(a, dt, lora_mods, r, drop, eager, linears)
+    # the loss (transformers' ForCausalLMLoss): logits in the compute dtype, an fp32 copy and
+    # the fp32 log-softmax in the forward; the backward starts with the log-softmax output, the
+    # dense NLL gradient and the log-softmax gradient (fp32 each): 12 bytes per vocabulary
+    # entry, the larger of the two phases (the logits themselves are dropped with the outputs
+    # before the backward). Plus the final norm (fp32 input) and the output layer's input.
+    head_in = (dt.wb + (ab if dt.autocast else 0)) * h if (dt.full or method == "lora-emb") else 0
+    logits_peak = 12 * V + 4 * h + head_in
     att_elem = _attn_elem_bytes(ab) if eager else 0
+    # the backward through a layer's MLP holds three gradients of the intermediate size (of
+    # the product, of act(gate) and of up) next to gate, up and act(gate); the product, kept
+    # when down_proj trains, is freed by then
+    mlp_grads = (2 if dt.full else 3) * dt.lin_out * a.inter if a.model_type != "bloom" else 0
+    # eager attention: each layer keeps its matrix (att_elem bytes per element); the backward
+    # through it adds the gradient of the probabilities and the softmax gradient (fp32 + half
+    # copy, or two fp32) while the layer's MLP tensors are already freed
+    elems = b * a.heads * seq * seq if eager else 0
+    att_grad = (8 if ab == 4 else 6) if eager else 0
+    mlp_saved = (3 + (1 if dt.full else 0)) * dt.lin_out * a.inter if a.model_type != "bloom" else 0
     if s["gradient_checkpointing"]:
         ckpt = L * rb * h
         # phase 1: loss and its backward (all checkpoints + logits); phase 2: backward through
-        # one recomputed layer (checkpoints + one layer + its transient gradients)
-        p1 = ckpt + logits_peak
-        p2 = ckpt + layer_tok
-        per_tok = max(p1, p2)
-        att_layers = 2 if p2 >= p1 else 0  # one layer's matrix and its gradient
+        # one recomputed layer (checkpoints + one layer + its transient gradients; with an fp32
+        # residual stream the first norm's input is the checkpoint itself); phase 3: that
+        # layer's attention backward
+        p2 = ckpt + layer_tok - (4 * h if rb == 4 else 0)
+        phases = [(ckpt + logits_peak, 0.0), (p2 + mlp_grads, elems * att_elem),
+                  (p2 - mlp_saved, elems * (att_elem + att_grad))]
     else:
-        per_tok = L * layer_tok + logits_peak
-        att_layers = L + 1
-    att_bytes = b * a.heads * seq * seq * att_elem * att_layers
+        # every layer's saved tensors, plus the larger of the loss's backward and the last
+        # layer's MLP gradients; or the last layer's attention backward
+        phases = [(L * layer_tok + max(logits_peak, mlp_grads), L * elems * att_elem),
+                  (L * layer_tok - mlp_saved, elems * (L * att_elem + att_grad))]
+    per_tok, att_bytes = max(phases, key=lambda ph: ph[0] * tokens + ph[1])
     if calibration is not None:
         act = calibration.per_token_bytes * tokens + att_bytes
         alloc_on_act = 0.0
@@ -601,7 +702,9 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
         # CPU training: the "card" figures live in host memory
         for k in ("weights", "gradients", "optimizer_states", "lora", "activations"):
             host_bd[k] = bd[k] * procs
-        host_bd["activations"] += (bd["allocator"] + bd["quantisation"]) * procs
+        # no caching allocator on the host: glibc returns big blocks (fttui sets the mmap
+        # threshold for CPU runs, fttui.core.launch), so no allocator overhead is added
+        host_bd["activations"] += bd["quantisation"] * procs
         gpu_peak = []
         card = {k: 0 for k in card}
     host = {k: int(round(v)) for k, v in host_bd.items()}

@@ -145,6 +145,15 @@ def child_env(resolved: dict) -> dict[str, str]:
         # Big allocations always mmapped (and returned on free): a probe's trials in one process
         # stay comparable with a fresh run under the same budget.
         env["MALLOC_MMAP_THRESHOLD_"] = "131072"
+    elif int(resolved["devices"].get("gpus", 1)) == 0:
+        # CPU training: activations live in host memory. Tensors of 4 MiB and more are mmapped
+        # and returned on free, so the process's peak RSS follows its live tensors (glibc's
+        # heap would otherwise keep the high-water mark of freed blocks: +70% measured on a
+        # 13M-parameter model at batch 16 x 512) and the estimate can predict it; smaller
+        # allocations stay on the heap (no measurable slowdown; a 128 KiB threshold halves the
+        # tiny profiles' samples/s).
+        env["MALLOC_ARENA_MAX"] = "1"
+        env["MALLOC_MMAP_THRESHOLD_"] = str(4 << 20)
     nproc = processes_per_node(resolved)
     if int(resolved["devices"].get("gpus", 1)) == 0 and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))

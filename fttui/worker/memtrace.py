@@ -1,0 +1,104 @@
+"""Live tensor memory of a training step, counted storage by storage (CPU; no allocator).
+
+:class:`LiveTensors` is a ``TorchDispatchMode`` that adds up the bytes of every storage an
+operator creates inside it and subtracts them when the storage dies (a weak reference on the
+storage), so ``peak`` is the largest amount of tensor memory alive at once and ``at_peak`` says
+which operator made each storage alive then. Storages made before the mode (parameters,
+optimizer states, inputs) are passed as ``external`` and not counted.
+
+:func:`measure_step` builds the model of a resolved profile as the worker does
+(:func:`fttui.worker.model.build_model`), runs one warm-up step (optimizer states created), then
+measures one step the way the HF Trainer runs it (forward, loss, backward, ``optimizer.step``;
+the model outputs are dropped before the backward). It is how the estimator's activation model
+is checked tensor by tensor (``bench/estimate_tensors.py``, ``tests/worker/test_estimate_tensors.py``).
+"""
+
+from __future__ import annotations
+
+import collections
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class LiveTensors(TorchDispatchMode):
+    def __init__(self, external: set[int] | None = None) -> None:
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self.external = set(external or ())
+        self._alive: dict[int, tuple[str, tuple[int, ...], str, int]] = {}
+        self._refs: dict[int, Any] = {}
+        self.at_peak: dict[int, tuple[str, tuple[int, ...], str, int]] = {}
+
+    def _free(self, key: int, n: int) -> None:
+        if self._alive.pop(key, None) is not None:
+            self.current -= n
+        self._refs.pop(key, None)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+                continue
+            st = t.untyped_storage()
+            key, n = st.data_ptr(), st.nbytes()
+            if n == 0 or key in self._alive or key in self.external:
+                continue
+            self._alive[key] = (str(func), tuple(t.shape), str(t.dtype).replace("torch.", ""), n)
+            self._refs[key] = weakref.ref(st, lambda _r, k=key, n=n: self._free(k, n))
+            self.current += n
+            if self.current > self.peak:
+                self.peak = self.current
+                self.at_peak = dict(self._alive)
+        return out
+
+    def top(self, k: int = 10) -> list[tuple[str, str, int]]:
+        """The operators whose outputs held the most memory at the peak: (op, dtype, bytes)."""
+        c: collections.Counter = collections.Counter()
+        for op, _shape, dtype, n in self.at_peak.values():
+            c[(op.replace("aten.", "").split(".")[0], dtype)] += n
+        return [(op, dt, n) for (op, dt), n in c.most_common(k)]
+
+
+def _storage_keys(tensors) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor)}
+
+
+def measure_step(resolved: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """Bytes of one CPU training step of ``resolved`` (every sample at ``max_seq_len``):
+    ``params`` (all parameters and buffers), ``optimizer`` (states), ``dynamic_peak`` (the
+    largest live amount of everything else: activations, gradients, temporaries) and
+    ``total``; ``top`` lists what held the most at the peak."""
+    from .model import build_model
+
+    torch.manual_seed(seed)
+    model, _info = build_model(resolved)
+    model.train()
+    t = resolved["train"]
+    b, s = int(t["batch_size"]), int(resolved["data"]["max_seq_len"])
+    ids = torch.randint(0, model.config.vocab_size, (b, s))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4)
+    amp = t.get("precision", "fp32") == "bf16"  # the Trainer's bf16=True: CPU autocast
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # optimizer states exist from here on
+    states = [v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
+    static = list(model.parameters()) + list(model.buffers())
+    live = LiveTensors(_storage_keys(static + states + [ids]))
+    with live:
+        step()
+    params = sum(p.untyped_storage().nbytes() for p in {id(p): p for p in static}.values())
+    optimizer = sum(v.untyped_storage().nbytes() for v in states)
+    return {"params": params, "optimizer": optimizer, "dynamic_peak": live.peak,
+            "total": params + optimizer + live.peak, "top": live.top()}
