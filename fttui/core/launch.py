@@ -139,13 +139,14 @@ def child_env(resolved: dict) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     }
+    on_cpu = int(resolved["devices"].get("gpus", 1)) == 0
     if resolved.get("limits", {}).get("host_memory"):
         # Fewer malloc arenas make a host-memory boundary steadier between processes.
         env["MALLOC_ARENA_MAX"] = "1"
         # Big allocations always mmapped (and returned on free): a probe's trials in one process
         # stay comparable with a fresh run under the same budget.
         env["MALLOC_MMAP_THRESHOLD_"] = "131072"
-    elif int(resolved["devices"].get("gpus", 1)) == 0:
+    elif on_cpu:
         # CPU training: activations live in host memory. Tensors of 4 MiB and more are mmapped
         # and returned on free, so the process's peak RSS follows its live tensors (glibc's
         # heap would otherwise keep the high-water mark of freed blocks: +70% measured on a
@@ -155,7 +156,7 @@ def child_env(resolved: dict) -> dict[str, str]:
         env["MALLOC_ARENA_MAX"] = "1"
         env["MALLOC_MMAP_THRESHOLD_"] = str(4 << 20)
     nproc = processes_per_node(resolved)
-    if int(resolved["devices"].get("gpus", 1)) == 0 and nproc > 1:
+    if on_cpu and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     return env
 

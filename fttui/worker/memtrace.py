@@ -10,7 +10,8 @@ optimizer states, inputs) are passed as ``external`` and not counted.
 (:func:`fttui.worker.model.build_model`), runs one warm-up step (optimizer states created), then
 measures one step the way the HF Trainer runs it (forward, loss, backward, ``optimizer.step``;
 the model outputs are dropped before the backward). It is how the estimator's activation model
-is checked tensor by tensor (``bench/estimate_tensors.py``, ``tests/worker/test_estimate_tensors.py``).
+is checked tensor by tensor: :func:`check_estimate` on the settings of :data:`SETTINGS`
+(``bench/estimate_tensors.py``, ``tests/worker/test_estimate_tensors.py``).
 """
 
 from __future__ import annotations
@@ -102,3 +103,44 @@ def measure_step(resolved: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     optimizer = sum(v.untyped_storage().nbytes() for v in states)
     return {"params": params, "optimizer": optimizer, "dynamic_peak": live.peak,
             "total": params + optimizer + live.peak, "top": live.top()}
+
+
+#: a Llama small enough for a fraction of a second per step, large enough that activations
+#: dominate: hidden 128, intermediate 344, 2 layers, 4 heads over 2 KV heads (GQA), 4 x 256
+SMALL_ARCH = ["model.arch_config.hidden_size=128", "model.arch_config.intermediate_size=344",
+              "model.arch_config.num_attention_heads=4", "model.arch_config.num_key_value_heads=2",
+              "model.arch_config.num_hidden_layers=2", "data.source=synthetic", "batch_size=4",
+              "max_seq_len=256"]
+#: a 13M-parameter Llama at batch 16 x 512 (``bench/estimate_tensors.py --big``)
+BIG_ARCH = ["model.arch_config.hidden_size=512", "model.arch_config.intermediate_size=1376",
+            "model.arch_config.num_attention_heads=8", "model.arch_config.num_key_value_heads=8",
+            "model.arch_config.num_hidden_layers=4", "data.source=synthetic", "batch_size=16",
+            "max_seq_len=512"]
+#: (profile, overrides) the estimator's activation model is checked on
+SETTINGS: list[tuple[str, list[str]]] = [
+    ("tiny-lora", []), ("tiny-lora", ["train.gradient_checkpointing=true"]),
+    ("tiny-lora", ["train.precision=bf16"]), ("tiny-lora", ["model.attn_implementation=eager"]),
+    ("tiny-lora", ["lora.dropout=0.0", "lora.target_modules=all-linear"]),
+    ("tiny-lora", ["train.precision=bf16", "lora.dropout=0.0", "lora.target_modules=all-linear"]),
+    ("tiny-full", []), ("tiny-full", ["train.gradient_checkpointing=true"]),
+    ("tiny-full", ["train.precision=bf16", "model.attn_implementation=eager"]),
+    ("tiny-lora-emb", []), ("tiny-qlora", []),
+    ("tiny-qlora", ["train.precision=bf16", "train.gradient_checkpointing=true"]),
+    ("tiny-lora-int8", []),
+]
+#: the estimate's host components that hold the model (the process baseline excluded)
+MODEL_PARTS = ("weights", "gradients", "optimizer_states", "lora", "activations")
+
+
+def check_estimate(profile: str, overrides: list[str]) -> dict[str, Any]:
+    """One step of ``profile`` measured (:func:`measure_step`) against the model part of its
+    estimate: ``measured``, ``predicted`` (bytes), ``error`` (relative) and ``top``."""
+    from fttui.core.estimate import estimate
+    from fttui.core.profile import load_profile
+
+    resolved = load_profile(profile, overrides)
+    m = measure_step(resolved)
+    host = estimate(resolved).host_breakdown
+    predicted = sum(host[k] for k in MODEL_PARTS)
+    return {"measured": m["total"], "predicted": predicted,
+            "error": (predicted - m["total"]) / m["total"], "top": m["top"]}
