@@ -576,8 +576,10 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
         host_bd["cuda_runtime"] = C["host_cuda_bytes"] * procs
         if method in KBIT_METHODS and s["init"] == "pretrained":
             host_bd["model_load"] = min(P * 2, C["host_load_shard_bytes"]) * procs
+        elif s["init"] == "random" and not zero3 and method not in KBIT_METHODS:
+            host_bd["model_load"] = 0  # random weights are drawn on the card (fttui.worker.model)
         else:
-            # from_pretrained / from_config build the whole model on the host first
+            # from_pretrained (and the quantised random init) build the whole model on the host
             load_b = wb if not zero3 else 4
             host_bd["model_load"] = P * load_b * procs
             if zero3:

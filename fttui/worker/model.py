@@ -9,6 +9,7 @@ Weight dtype per method and precision (``train.precision``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -154,8 +155,14 @@ def load_base_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_r
         raise ConfigError(f"model.init: unknown value {init!r} (use pretrained or random)")
     config = _load_config(m)
     if qconf is None:
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
-                                                trust_remote_code=trust)
+        # on a GPU the random weights are drawn where they will train: a 7B model initialises
+        # in seconds there instead of minutes on the host, and the host never holds a copy.
+        # ZeRO-3 keeps the host build (DeepSpeed partitions from the host copy).
+        where = (torch.device("cuda", local_rank) if use_cuda and method != "full-zero3-offload"
+                 else contextlib.nullcontext())
+        with where:
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
+                                                    trust_remote_code=trust)
     # bitsandbytes quantises while loading weights: materialise the random model once in a
     # temporary folder and load it back quantised (the fp weights are freed before loading).
     fp = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust)

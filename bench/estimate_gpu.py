@@ -1,0 +1,171 @@
+"""`fttui estimate` against fresh `fttui run`s on a real GPU (needs an NVIDIA card; not run by CI).
+
+    python bench/estimate_gpu.py [--group ref|modern|kbit|all] [--out DIR] [--steps N]
+
+For each setting: the estimate (``fttui estimate --json --gpu-memory <the card>``) and a fresh
+run (``fttui run ... --set model.init=random --set max_steps=N --headless``), then the run's
+summary row (``fttui results --format json --limit 1``). Prints one Markdown row per setting as
+soon as it is measured (and appends it to DIR/estimate_gpu.md, DIR/estimate_gpu.jsonl):
+
+- NVML: the card's peak "used" memory (what nvidia-smi shows, the reference tables' figure);
+- torch reserved / allocated peaks (``torch.cuda.max_memory_reserved/allocated``);
+- the predicted peak per card, and the predicted part that torch allocates (the estimate less
+  its CUDA-context and allocator terms), each with its error against the measured figure;
+- the reference table's figure where the setting is one of its rows.
+
+Groups: ``ref`` (rows of llama2-7b-3090.csv: LoRA fp16, gradient checkpointing, eager
+attention, as tests/unit/test_estimate.py expresses them), ``modern`` (the shipped profiles'
+own defaults: SDPA, checkpointing off, bf16, full fine-tuning, lora-emb, and a batch that
+cannot fit), ``kbit`` (QLoRA and 8-bit LoRA: the random model is saved and loaded back
+quantised, about a minute each for 7B).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+GB, MIB = 10**9, 2**20
+LLAMA_REF = ["train.gradient_checkpointing=true", "model.attn_implementation=eager"]
+
+#: (group, label, profile, overrides, reference figure in bytes or None)
+SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
+    ("ref", "llama2-7b lora fp16 b4 s512", "llama2-7b-lora", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 15.81 * GB),
+    ("ref", "llama2-7b lora fp16 b16 s512", "llama2-7b-lora", ["batch_size=16", "max_seq_len=512", *LLAMA_REF], 20.90 * GB),
+    ("ref", "llama2-7b lora fp16 b28 s512", "llama2-7b-lora", ["batch_size=28", "max_seq_len=512", *LLAMA_REF], 24.10 * GB),
+    ("ref", "llama2-7b lora fp16 b128 s64", "llama2-7b-lora", ["batch_size=128", "max_seq_len=64", *LLAMA_REF], 20.41 * GB),
+    ("ref", "llama2-7b lora fp16 b2 s2048", "llama2-7b-lora", ["batch_size=2", "max_seq_len=2048", *LLAMA_REF], 20.65 * GB),
+    ("modern", "llama2-7b lora fp16 b4 s512 (profile: SDPA, no GC)", "llama2-7b-lora", [], None),
+    ("modern", "llama2-7b lora bf16 b8 s1024 SDPA GC", "llama2-7b-lora",
+     ["train.precision=bf16", "batch_size=8", "max_seq_len=1024", "train.gradient_checkpointing=true"], None),
+    ("modern", "llama2-7b lora fp16 b4 s2048 eager, no GC", "llama2-7b-lora",
+     ["max_seq_len=2048", "model.attn_implementation=eager"], None),
+    ("modern", "qwen-1.8b full (profile)", "qwen-1.8b-full", [], None),
+    ("modern", "qwen-1.8b lora-emb (profile)", "qwen-1.8b-lora-emb", [], None),
+    ("modern", "llama2-7b lora fp16 b64 s2048 eager, no GC (cannot fit)", "llama2-7b-lora",
+     ["batch_size=64", "max_seq_len=2048", "model.attn_implementation=eager"], None),
+    ("kbit", "llama2-7b qlora b4 s512", "llama2-7b-qlora", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 7.63 * GB),
+    ("kbit", "llama2-7b qlora b32 s512", "llama2-7b-qlora", ["batch_size=32", "max_seq_len=512", *LLAMA_REF], 19.47 * GB),
+    ("kbit", "llama2-7b lora int8 b4 s512", "llama2-7b-lora-int8", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 11.1 * GB),
+]
+
+
+def fttui(*args: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fttui", *args], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def card_bytes() -> int | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
+    except Exception:  # noqa: BLE001 - no NVIDIA card: report host figures only
+        return None
+
+
+def pct(pred: float | None, meas: float | None) -> str:
+    if not pred or not meas:
+        return ""
+    return f"{(pred - meas) / meas:+.1%}"
+
+
+def mib(x: float | None) -> str:
+    return "" if x is None else f"{x / MIB:,.0f}"
+
+
+def measure(label: str, profile: str, sets: list[str], ref: float | None, steps: int, card: int | None,
+            env: dict, timeout: float) -> dict:
+    flags = [f for kv in ["model.init=random", *sets] for f in ("--set", kv)]
+    est_args = ["estimate", "--profile", profile, *flags, "--json"]
+    if card:
+        est_args += ["--gpu-memory", str(card)]
+    est = fttui(*est_args, env=env, timeout=60)
+    if est.returncode != 0:
+        return {"label": label, "error": est.stderr.strip()[-300:]}
+    e = json.loads(est.stdout)
+    t0 = time.time()
+    try:
+        run = fttui("run", "--profile", profile, *flags, "--set", f"max_steps={steps}", "--headless",
+                    env=env, timeout=timeout)
+        rc, tail = run.returncode, (run.stdout + run.stderr).strip().splitlines()[-3:]
+    except subprocess.TimeoutExpired:
+        rc, tail = "timeout", []
+    row = json.loads(fttui("results", "--format", "json", "--limit", "1", env=env, timeout=60).stdout or "[]")
+    r = row[-1] if row else {}
+    first = lambda v: (v[0] if v else None) if isinstance(v, list) else v  # noqa: E731
+    nvml = first(r.get("peak_gpu_mem_mb"))
+    proc = first(r.get("peak_gpu_proc_mb"))
+    res, alloc = first(r.get("peak_torch_reserved_mb")), first(r.get("peak_torch_alloc_mb"))
+    bd = e["breakdown"]
+    pred = max(e["gpu_peak_bytes"]) if e["gpu_peak_bytes"] else e["host_peak_bytes"]
+    pred_alloc = pred - bd.get("cuda_context", 0) - bd.get("allocator", 0)
+    return {"label": label, "profile": profile, "overrides": sets, "rc": rc, "tail": tail,
+            "status": r.get("status"), "oom_kind": r.get("oom_kind"), "wall_s": round(time.time() - t0, 1),
+            "samples_per_s": r.get("samples_per_s"), "tokens_per_s": r.get("tokens_per_s"),
+            "nvml_peak": nvml and nvml * MIB, "proc_peak": proc and proc * MIB,
+            "reserved_peak": res and res * MIB, "alloc_peak": alloc and alloc * MIB,
+            "host_rss_peak": r.get("peak_host_rss_mb") and r["peak_host_rss_mb"] * MIB,
+            "predicted": pred, "predicted_alloc": pred_alloc, "fits": e.get("fits"),
+            "predicted_host": e["host_peak_bytes"], "breakdown": bd, "reference": ref,
+            "versions": r.get("versions")}
+
+
+HEADER = ("| setting | status | NVML peak MiB | torch reserved | torch allocated | predicted | error "
+          "| predicted allocated | error | reference | host RSS / predicted MiB | samples/s |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+
+def md_row(m: dict) -> str:
+    if "error" in m:
+        return f"| {m['label']} | estimate failed: {m['error']} |" + " |" * 10
+    status = m["status"] or f"rc {m['rc']}"
+    if m.get("oom_kind"):
+        status += f" ({m['oom_kind']})"
+    meas = m["nvml_peak"] or m["proc_peak"] or m["host_rss_peak"]
+    ref = f"{m['reference'] / MIB:,.0f} ({pct(m['nvml_peak'], m['reference'])} measured vs it)" if m["reference"] else ""
+    return (f"| {m['label']} | {status} | {mib(meas)} | {mib(m['reserved_peak'])} | {mib(m['alloc_peak'])} "
+            f"| {mib(m['predicted'])} | {pct(m['predicted'], meas) if m['status'] == 'completed' else ''} "
+            f"| {mib(m['predicted_alloc'])} | {pct(m['predicted_alloc'], m['alloc_peak']) if m['status'] == 'completed' else ''} "
+            f"| {ref} | {mib(m['host_rss_peak'])} / {mib(m['predicted_host'])} | {m['samples_per_s'] or ''} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "all"])
+    ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="fttui-estimate-gpu-"))
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
+    ap.add_argument("--only", help="run only the settings whose label contains this text")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    env = dict(os.environ, FTTUI_HOME=os.path.join(args.out, "home"), PYTHONUNBUFFERED="1")
+    card = card_bytes()
+    print(f"card: {card and card / MIB:.0f} MiB" if card else "no NVIDIA card: host figures only", flush=True)
+    print(HEADER, flush=True)
+    with open(os.path.join(args.out, "estimate_gpu.md"), "a") as md:
+        md.write(HEADER + "\n")
+    for group, label, profile, sets, ref in SETTINGS:
+        if args.group not in ("all", group) or (args.only and args.only not in label):
+            continue
+        m = measure(label, profile, sets, ref, args.steps, card, env, args.timeout)
+        line = md_row(m)
+        print(line, flush=True)
+        if m.get("status") not in ("completed", "oom"):
+            print(f"  tail: {m.get('tail')}", flush=True)
+        with open(os.path.join(args.out, "estimate_gpu.md"), "a") as md:
+            md.write(line + "\n")
+        with open(os.path.join(args.out, "estimate_gpu.jsonl"), "a") as js:
+            js.write(json.dumps(m) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
