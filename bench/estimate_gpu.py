@@ -16,8 +16,10 @@ soon as it is measured (and appends it to DIR/estimate_gpu.md, DIR/estimate_gpu.
 Groups: ``ref`` (rows of llama2-7b-3090.csv: LoRA fp16, gradient checkpointing, eager
 attention, as tests/unit/test_estimate.py expresses them), ``modern`` (the shipped profiles'
 own defaults: SDPA, checkpointing off, bf16, full fine-tuning, lora-emb, and a batch that
-cannot fit), ``kbit`` (QLoRA and 8-bit LoRA: the random model is saved and loaded back
-quantised, about a minute each for 7B).
+cannot fit), ```kbit`` (QLoRA and 8-bit LoRA of Llama-2-7B: the random model is built on the host, saved
+and loaded back quantised, which took more than the default 150 s per run on the GPU machine),
+``kbit-small`` (the same for Qwen-1.8B), ``zero3`` (DeepSpeed ZeRO-3 CPU offload of Qwen-1.8B;
+the first run JIT-builds DeepSpeed's CPU Adam).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,12 +56,22 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
     ("kbit", "llama2-7b qlora b4 s512", "llama2-7b-qlora", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 7.63 * GB),
     ("kbit", "llama2-7b qlora b32 s512", "llama2-7b-qlora", ["batch_size=32", "max_seq_len=512", *LLAMA_REF], 19.47 * GB),
     ("kbit", "llama2-7b lora int8 b4 s512", "llama2-7b-lora-int8", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 11.1 * GB),
+    ("kbit-small", "qwen-1.8b qlora (profile: b1 x 256, GC)", "qwen-1.8b-qlora", [], None),
+    ("kbit-small", "qwen-1.8b qlora b8 s1024 GC", "qwen-1.8b-qlora", ["batch_size=8", "max_seq_len=1024"], None),
+    ("kbit-small", "qwen-1.8b lora-int8 b8 s1024 GC", "qwen-1.8b-qlora",
+     ["method=lora-int8", "train.optimizer=adamw_torch", "batch_size=8", "max_seq_len=1024"], None),
+    ("zero3", "qwen-1.8b ZeRO-3 offload b4 s512 GC", "qwen-1.8b-full",
+     ["method=full-zero3-offload", "train.precision=bf16", "batch_size=4", "max_seq_len=512"], None),
 ]
 
 
 def fttui(*args: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fttui", *args], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=timeout)
+
+
+def rows(env: dict) -> list[dict]:
+    return json.loads(fttui("results", "--format", "json", env=env, timeout=60).stdout or "[]")
 
 
 def card_bytes() -> int | None:
@@ -92,14 +105,27 @@ def measure(label: str, profile: str, sets: list[str], ref: float | None, steps:
         return {"label": label, "error": est.stderr.strip()[-300:]}
     e = json.loads(est.stdout)
     t0 = time.time()
+    before = rows(env)
+    # its own session, so that a run past its time is cancelled as a user would (SIGINT to
+    # the group: the supervisor saves the row and stops the training)
+    proc = subprocess.Popen([sys.executable, "-m", "fttui", "run", "--profile", profile, *flags,
+                             "--set", f"max_steps={steps}", "--headless"], cwd=ROOT, env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
-        run = fttui("run", "--profile", profile, *flags, "--set", f"max_steps={steps}", "--headless",
-                    env=env, timeout=timeout)
-        rc, tail = run.returncode, (run.stdout + run.stderr).strip().splitlines()[-3:]
+        out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
     except subprocess.TimeoutExpired:
-        rc, tail = "timeout", []
-    row = json.loads(fttui("results", "--format", "json", "--limit", "1", env=env, timeout=60).stdout or "[]")
-    r = row[-1] if row else {}
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        rc = f"timeout {timeout:.0f} s"
+    tail = (out or "").strip().splitlines()[-4:]
+    after = rows(env)
+    r = after[-1] if len(after) > len(before) else {}
     first = lambda v: (v[0] if v else None) if isinstance(v, list) else v  # noqa: E731
     nvml = first(r.get("peak_gpu_mem_mb"))
     proc = first(r.get("peak_gpu_proc_mb"))
@@ -139,7 +165,7 @@ def md_row(m: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "all"])
+    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "kbit-small", "zero3", "all"])
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="fttui-estimate-gpu-"))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
@@ -153,7 +179,7 @@ def main() -> int:
     with open(os.path.join(args.out, "estimate_gpu.md"), "a") as md:
         md.write(HEADER + "\n")
     for group, label, profile, sets, ref in SETTINGS:
-        if args.group not in ("all", group) or (args.only and args.only not in label):
+        if (args.group not in ("all", group) and not args.only) or (args.only and args.only not in label):
             continue
         m = measure(label, profile, sets, ref, args.steps, card, env, args.timeout)
         line = md_row(m)
