@@ -53,7 +53,7 @@ GIB = 1 << 30
 CONSTANTS: dict[str, float] = {
     # CUDA context + cuBLAS/cuDNN workspaces + NCCL, per card, counted by NVML "used" but not by
     # torch.cuda.memory_reserved(). Typical published values 300-600 MB; fitted: see the doc.
-    "cuda_context_bytes": 400 * MIB,
+    "cuda_context_bytes": 800 * MIB,
     # extra reserved memory of the caching allocator (block rounding, fragmentation, cached
     # blocks) as a fraction of the dynamic (per-step) memory: activations and transients.
     "allocator_fraction": 0.2,
@@ -260,10 +260,13 @@ class Calibration:
     rows: int
     metric: str  # "gpu" or "host"
     residual_rel: float = 0.0  # RMS relative error of the fit over its rows
+    # this machine's CUDA context per card (NVML "used" - torch's reserved peak, the median
+    # over the rows that carry both); None: the constant
+    context_bytes: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"per_token_bytes": self.per_token_bytes, "rows": self.rows, "metric": self.metric,
-                "residual_rel": self.residual_rel}
+                "residual_rel": self.residual_rel, "context_bytes": self.context_bytes}
 
 
 @dataclass
@@ -397,7 +400,8 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     if method in ("full", "full-zero3-offload"):
         wb = 2 if precision == "bf16" else 4  # fp16 AMP keeps fp32 weights (fttui.worker.model)
     elif method in KBIT_METHODS:
-        wb = 4  # prepare_model_for_kbit_training casts every non-quantised tensor to fp32
+        # prepare_model_for_kbit_training casts every non-quantised tensor to fp32
+        wb = 4 if s["quant"].get("prepare", "peft") == "peft" else _HALF[precision]
     else:
         wb = _HALF[precision]
     # the residual stream follows the embedding output: fp32 weights -> fp32 activations there
@@ -465,6 +469,13 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
             # constants + one dequantised matrix in the compute dtype (bnb matmul) in flight
             largest_lin = max(fi * fo for _n, fi, fo in _native_linears(a))
             bd["quantisation"] = qc + 2 * largest_lin * ab
+            if ab == 2 and wb == 4:
+                # prepare_model_for_kbit_training leaves the output layer in fp32: autocast
+                # casts it to the half dtype for the matmul and the matmul keeps that copy for
+                # its backward (measured on an H100: Qwen-1.8B QLoRA, V*h*2 = 593 MiB)
+                bd["weights"] += (embed if a.tied else head) * 2
+                notes.append("k-bit under fp16/bf16 autocast: the half copy of the fp32 output "
+                             "layer kept for its backward counted under weights")
         else:
             bd["weights"] = P * wb
         if method == "lora-emb":
@@ -493,7 +504,7 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     r, drop = s["lora_r"], s["lora_dropout"]
     eager = eager_attention(a, s["attn_implementation"])
     dt = LayerDtypes(ab=ab, wb=_HALF[precision] if zero3 else wb,
-                     lin_out=4 if method in KBIT_METHODS and ab == 2 else ab,
+                     lin_out=4 if method in KBIT_METHODS and ab == 2 and wb == 4 else ab,
                      mask=1 if on_gpu else 4, full=method in ("full", "full-zero3-offload"))
     pretrained = s["init"] == "pretrained"
     linears = (_real_linears(a) if pretrained else None) or _native_linears(a)
@@ -531,6 +542,10 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
         phases = [(L * layer_tok + max(logits_peak, mlp_grads), L * elems * att_elem),
                   (L * layer_tok - mlp_saved, elems * (L * att_elem + att_grad))]
     per_tok, att_bytes = max(phases, key=lambda ph: ph[0] * tokens + ph[1])
+    # with checkpointing the caching allocator keeps about the checkpoints' size again in
+    # blocks it cannot reuse (measured on an H100: reserved - allocated = 0.8-1.4 x the
+    # checkpoints over six Llama-2-7B settings, against 0.1-0.3 of the activations without)
+    ckpt_bytes = L * 2 * h * tokens if s["gradient_checkpointing"] else 0.0
     if calibration is not None:
         act = calibration.per_token_bytes * tokens + att_bytes
         alloc_on_act = 0.0
@@ -541,11 +556,15 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     # (torch AdamW foreach: about one tensor per trainable parameter) compete with them
     trainable_full = P if method in ("full",) else 0
     step_tmp = trainable_full * wb + lora_params * 4
+    if method == "lora-emb":
+        step_tmp += (embed + head) * wb  # the trainable embedding / output-layer copies
     dyn = max(act, step_tmp)
     bd["activations"] = dyn
-    bd["allocator"] = alloc_on_act * dyn
+    bd["allocator"] = max(alloc_on_act * dyn, ckpt_bytes if alloc_on_act and on_gpu else 0.0)
     if on_gpu:
         bd["cuda_context"] = C["cuda_context_bytes"]
+        if calibration is not None and calibration.context_bytes is not None:
+            bd["cuda_context"] = calibration.context_bytes
         if world > 1:
             # DDP's reducer keeps its buckets as a second copy of every trainable gradient
             # (gradient_as_bucket_view=False, the HF Trainer default); NCCL its own buffers
@@ -602,8 +621,10 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
                    "lora_modules": [n for n, _fi, _fo in lora_mods],
                    "profile": resolved.get("name")})
     if calibration is not None:
+        ctx = (f", CUDA context {calibration.context_bytes / MIB:.0f} MiB"
+               if calibration.context_bytes is not None else "")
         notes.insert(0, f"calibrated from {calibration.rows} measured rows "
-                        f"({calibration.per_token_bytes / 1024:.1f} KiB per token)")
+                        f"({calibration.per_token_bytes / 1024:.1f} KiB per token{ctx})")
     if s["nodes"] > 1:
         notes.append("per-card figures for one node; every node is the same")
     return Estimate(inputs=inputs, breakdown=card, gpu_peak_bytes=gpu_peak, host_breakdown=host,
@@ -698,6 +719,8 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
     the rest is fitted as ``k x tokens`` by least squares through the origin
     (``k = sum(x y) / sum(x^2)``). The allocator overhead on activations is part of ``k``."""
     metric = "gpu" if int((resolved.get("devices") or {}).get("gpus", 1)) > 0 else "host"
+    rows = list(rows)
+    context = _context(rows) if metric == "gpu" else None
     xs: list[float] = []
     ys: list[float] = []
     for row in rows:
@@ -708,6 +731,8 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
         r = _with(_with(resolved, "batch_size", int(b)), "max_seq_len", int(s))
         e = estimate(r)
         static, att = _static_and_attention(e, metric)
+        if context is not None:
+            static += context - e.breakdown["cuda_context"]
         xs.append(float(int(b) * int(s)))
         ys.append(m - static - att)
     if not xs:
@@ -717,7 +742,31 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
     k = max(k, 0.0)
     rel = [((k * x) - y) / (y + 1) for x, y in zip(xs, ys)]
     rms = math.sqrt(sum(v * v for v in rel) / len(rel))
-    return Calibration(per_token_bytes=k, rows=len(xs), metric=metric, residual_rel=rms)
+    return Calibration(per_token_bytes=k, rows=len(xs), metric=metric, residual_rel=rms,
+                       context_bytes=context)
+
+
+def _first(v: Any) -> float | None:
+    if isinstance(v, (list, tuple)):
+        v = max((x for x in v if isinstance(x, (int, float))), default=None)
+    return None if v is None else float(v)
+
+
+def _context(rows: list[Mapping[str, Any]]) -> float | None:
+    """This machine's CUDA context per card: NVML's "used" peak less torch's reserved peak
+    (what the card holds outside PyTorch's caching allocator: the context, cuBLAS/cuDNN
+    workspaces, and whatever the card shows used when idle), the median over the rows that
+    carry both figures."""
+    diffs = []
+    for row in rows:
+        used, res = _first(row.get("peak_gpu_mem_mb")), _first(row.get("peak_torch_reserved_mb"))
+        if used is not None and res is not None and used > res:
+            diffs.append((used - res) * MIB)
+    if not diffs:
+        return None
+    diffs.sort()
+    mid = len(diffs) // 2
+    return diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
 
 
 _MATCH_KEYS = ("model", "method", "precision", "gradient_checkpointing")

@@ -121,6 +121,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "quant": {
         "type": Field("str", "nf4", ("nf4", "fp4")),
         "double_quant": Field("bool", True),
+        # "peft": peft's prepare_model_for_kbit_training (every weight that is not quantised,
+        # embeddings, norms and output layer, cast to fp32: an fp32 residual stream);
+        # "none": they stay in the compute dtype (smaller activations; what scripts that skip
+        # that call run)
+        "prepare": Field("str", "peft", ("peft", "none")),
     },
     "zero3": {
         "offload_optimizer": Field("bool", True),

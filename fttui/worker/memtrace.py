@@ -127,6 +127,7 @@ SETTINGS: list[tuple[str, list[str]]] = [
     ("tiny-lora-emb", []), ("tiny-qlora", []),
     ("tiny-qlora", ["train.precision=bf16", "train.gradient_checkpointing=true"]),
     ("tiny-lora-int8", []),
+    ("tiny-qlora", ["quant.prepare=none", "train.precision=bf16"]),
 ]
 #: the estimate's host components that hold the model (the process baseline excluded)
 MODEL_PARTS = ("weights", "gradients", "optimizer_states", "lora", "activations")

@@ -233,7 +233,7 @@ def build_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_rank:
     else:
         from peft import get_peft_model, prepare_model_for_kbit_training
 
-        if method in ("qlora", "lora-int8"):
+        if method in ("qlora", "lora-int8") and (resolved.get("quant") or {}).get("prepare", "peft") == "peft":
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
         if gc:
             enable_checkpointing(model)
