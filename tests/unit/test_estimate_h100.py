@@ -40,6 +40,9 @@ RUNS = [
     ("qwen-1.8b qlora, 2 of 24 layers (profile: fp16 b1 s256 GC)", "qwen-1.8b-qlora",
      ["model.arch_config.num_hidden_layers=2"], 5206.8, 3832, 3579),
 ]
+#: peak RSS of the training process tree (MiB) of the runs whose weights were drawn on the card
+HOST_RSS = {RUNS[0][0]: 1562, RUNS[1][0]: 1560, RUNS[2][0]: 1561, RUNS[3][0]: 1562, RUNS[4][0]: 1571,
+            RUNS[5][0]: 1668, RUNS[6][0]: 1631, RUNS[7][0]: 1558, RUNS[8][0]: 1559}
 #: settings that ran out of CUDA memory on that card (status oom, kind cuda)
 OOM = [
     ("llama2-7b lora fp16 b4 s2048 eager, no GC", "llama2-7b-lora",
@@ -64,6 +67,14 @@ def test_h100_runs_within_15_percent(label, profile, overrides, used, reserved, 
     bd = e.breakdown
     tensors = peak - bd["cuda_context"] - bd["allocator"]
     assert abs(tensors - allocated * MIB) / (allocated * MIB) <= 0.05, f"{tensors / MIB:.0f} MiB"
+
+
+@pytest.mark.parametrize("label,profile,overrides,used,reserved,allocated", RUNS[:9],
+                         ids=[r[0] for r in RUNS[:9]])
+def test_h100_host_within_15_percent(label, profile, overrides, used, reserved, allocated):
+    e = _estimate(profile, overrides)
+    rss = HOST_RSS[label] * MIB
+    assert abs(e.host_peak_bytes - rss) / rss <= 0.15, f"predicted {e.host_peak_bytes / MIB:.0f} MiB"
 
 
 @pytest.mark.parametrize("label,profile,overrides", OOM, ids=[r[0] for r in OOM])

@@ -192,6 +192,23 @@ def test_quantized_bases():
     assert info["params_total"] == full_total + lora_n and info["params_trainable"] == lora_n
 
 
+def test_kbit_prepare_peft_or_none():
+    """quant.prepare: "peft" casts the weights that are not quantised to fp32 (peft's
+    prepare_model_for_kbit_training); "none" leaves them in the compute dtype."""
+    import torch
+
+    from fttui.worker.model import build_model
+
+    for prepare, want in (("peft", torch.float32), ("none", torch.bfloat16)):
+        prof = make_profile(method="qlora", **{"train.precision": "bf16"})
+        prof["quant"] = {**(prof.get("quant") or {}), "prepare": prepare}
+        model, _info = build_model(prof)
+        base = model.base_model.model
+        assert base.get_input_embeddings().weight.dtype == want, prepare
+        assert base.model.norm.weight.dtype == want, prepare
+        assert base.lm_head.weight.dtype == want, prepare
+
+
 def test_pretrained_local_dir(tmp_path):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
