@@ -693,13 +693,8 @@ def _bisect(fits, lo: int, hi: int) -> int:
 
 
 def _measured(row: Mapping[str, Any], metric: str) -> float | None:
-    if metric == "gpu":
-        v = row.get("peak_gpu_mem_mb")
-        if isinstance(v, (list, tuple)):
-            v = max((x for x in v if isinstance(x, (int, float))), default=None)
-        return None if v is None else float(v) * MIB
-    v = row.get("peak_host_rss_mb")
-    return None if v is None else float(v) * MIB
+    v = _first(row.get("peak_gpu_mem_mb" if metric == "gpu" else "peak_host_rss_mb"))
+    return None if v is None else v * MIB
 
 
 def _static_and_attention(e: Estimate, metric: str) -> tuple[float, float]:
@@ -749,6 +744,7 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
 
 
 def _first(v: Any) -> float | None:
+    """A per-card figure (a list: its largest) or a number, as a float; None if absent."""
     if isinstance(v, (list, tuple)):
         v = max((x for x in v if isinstance(x, (int, float))), default=None)
     return None if v is None else float(v)
