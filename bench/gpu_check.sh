@@ -7,7 +7,8 @@
 #   1. NVML: `fttui` sampler sees the card(s) (name, memory, utilisation, power, temperature);
 #   2. Llama-2-7B LoRA, random init, fp16, batch 4, max_seq_len 512, synthetic full-length
 #      samples (the reference row: 15.81 GB on an RTX 3090);
-#   3. Llama-2-7B QLoRA (nf4, paged AdamW), same settings (reference: 7.63 GB);
+#   3. QLoRA (nf4, paged AdamW) of Qwen-1.8B cut to 2 layers (a random-init 7B QLoRA builds the
+#      fp16 model on the host, saves it and loads it back quantised: minutes);
 #   4. a real CUDA OOM: the LoRA run under --gpu-memory-limit 8GiB (status oom, kind cuda);
 #   5. the probe under --gpu-memory-limit 24GiB ("what fits on a 24 GB card?");
 #   6. ZeRO-3 CPU offload: tiny-full-zero3 on the GPU (host RSS is where the optimizer lives).
@@ -34,8 +35,8 @@ EOF
 echo "== 2. Llama-2-7B LoRA fp16 b4 s512"
 "${F[@]}" run --profile llama2-7b-lora --set precision=fp16 --set batch_size=4 --set max_seq_len=512 "${common[@]}" \
   2>&1 | tee "$OUT/lora.txt" | tail -8
-echo "== 3. Llama-2-7B QLoRA b4 s512"
-"${F[@]}" run --profile llama2-7b-qlora --set batch_size=4 --set max_seq_len=512 "${common[@]}" \
+echo "== 3. Qwen-1.8B (2 layers) QLoRA"
+"${F[@]}" run --profile qwen-1.8b-qlora --set model.arch_config.num_hidden_layers=2 "${common[@]}" \
   2>&1 | tee "$OUT/qlora.txt" | tail -8
 echo "== 4. CUDA OOM under an 8 GiB budget"
 "${F[@]}" run --profile llama2-7b-lora --set precision=fp16 --set batch_size=16 --set max_seq_len=1024 \
