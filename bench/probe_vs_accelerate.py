@@ -97,11 +97,11 @@ def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int, r
 # ---------------------------------------------------------------------------------------------
 # orchestration (imports fttui.core only)
 def _child_env(resolved: dict) -> dict[str, str]:
-    from fttui.core import launch
+    from fttui.core.run import launch
 
     env = dict(os.environ)
     env.update(launch.child_env(resolved))
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")  # as fttui.core.probe.Prober._load
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")  # as fttui.core.experiments.probe.Prober._load
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -135,7 +135,7 @@ def run_accelerate(resolved: dict, steps: int, start: int, work: Path, reduce: s
 
 def fresh_trial(resolved: dict, value: int, steps: int) -> str:
     """One trial of batch_size=value in a fresh probe-worker process (one model load): fit | oom."""
-    from fttui.core.probe import Prober
+    from fttui.core.experiments.probe import Prober
 
     p = Prober(resolved, param="batch_size", lo=value, hi=value, steps=steps)
     try:
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(ns.home) if ns.home else Path(tempfile.mkdtemp(prefix="fttui-bench-"))
     os.environ["FTTUI_HOME"] = str(home)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from fttui.core.profile import load_profile
+    from fttui.core.profiles.profile import load_profile
 
     headers = ["host limit", "true boundary", "method", "answer", "exact", "trials (values tried)", "model loads",
                "wall s"]
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(["", "", f"accelerate, from {ns.start}, " + ("x0.9 (default)" if reduce == "0.9" else "halving"),
                          str(ans) if ans else f"none ({a.get('error')})", ex,
                          f"{len(a['trials'])} ({', '.join(str(t['value']) for t in a['trials'])})", "1", f"{a_wall:.1f}"])
-    from fttui.core.tables import to_markdown
+    from fttui.core.results.tables import to_markdown
 
     table = to_markdown(headers, rows)
     from importlib.metadata import version

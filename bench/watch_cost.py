@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def steady_sps(events_path: Path, warmup: int = 1) -> float:
-    from fttui.core.events import read_jsonl
-    from fttui.core.state import RunState
+    from fttui.core.run.events import read_jsonl
+    from fttui.core.run.state import RunState
 
     st = RunState(warmup_exclude_steps=warmup)
     for e in read_jsonl(events_path):
@@ -36,7 +36,7 @@ def steady_sps(events_path: Path, warmup: int = 1) -> float:
 
 
 def run_alone(resolved: dict, home: Path) -> float:
-    from fttui.core import launch, rundir
+    from fttui.core.run import launch, rundir
 
     os.environ["FTTUI_HOME"] = str(home)
     rd = rundir.create(resolved, [], launch.child_env(resolved))
@@ -61,7 +61,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--out")
     a = ap.parse_args()
-    from fttui.core.profile import load_profile
+    from fttui.core.profiles.profile import load_profile
 
     resolved = load_profile(a.profile, [f"max_steps={a.steps}"])
     home = Path(tempfile.mkdtemp(prefix="fttui-bench-"))

@@ -1,17 +1,17 @@
 """`fttui estimate`: predicted peak GPU memory per card and host memory, before launching.
 
-Plain text or JSON; no Rich needed (the table is fttui.core.tables' text form)."""
+Plain text or JSON; no Rich needed (the table is fttui.core.results.tables' text form)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from fttui.core.errors import FttuiError
+from fttui.core.base.errors import FttuiError
 
 
 def _size(text: str, flag: str) -> int:
-    from fttui.core.profile import SizeError, parse_size
+    from fttui.core.profiles.profile import SizeError, parse_size
 
     try:
         return parse_size(text)
@@ -20,8 +20,8 @@ def _size(text: str, flag: str) -> int:
 
 
 def _calibration(args, resolved):
-    from fttui.core.estimate import calibration_from_store
-    from fttui.core.store import Store
+    from fttui.core.memory.estimate import calibration_from_store
+    from fttui.core.results.store import Store
 
     with Store() as store:
         rows = store.rows()
@@ -38,8 +38,8 @@ def _card_size(args, resolved) -> int | None:
 
 
 def render_text(e, title: str = "") -> str:
-    from fttui.core.estimate import COMPONENTS, HOST_COMPONENTS, fmt_bytes
-    from fttui.core.tables import to_text
+    from fttui.core.memory.estimate import COMPONENTS, HOST_COMPONENTS, fmt_bytes
+    from fttui.core.results.tables import to_text
 
     i = e.inputs
     lines = []
@@ -79,7 +79,7 @@ def render_text(e, title: str = "") -> str:
 
 
 def cmd_estimate(args, resolve) -> int:
-    from fttui.core.estimate import EstimateError, estimate, fmt_bytes, solve_max
+    from fttui.core.memory.estimate import EstimateError, estimate, fmt_bytes, solve_max
 
     resolved = resolve(args)
     try:
@@ -93,7 +93,7 @@ def cmd_estimate(args, resolve) -> int:
             if device is None:
                 raise FttuiError("--max needs --gpu-memory SIZE (or limits.gpu_memory), e.g. 24GiB")
             best = solve_max(resolved, param, device, calibration=calibration)
-            from fttui.core.estimate import _with  # the same substitution solve_max uses
+            from fttui.core.memory.estimate import _with  # the same substitution solve_max uses
 
             at = estimate(_with(resolved, param, max(best, 1)), calibration, device)
             if args.json:

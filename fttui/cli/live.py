@@ -6,24 +6,12 @@ import signal
 import sys
 import time
 
-from fttui.core import fmt
-from fttui.core.rundir import RunDir
-from fttui.core.watch import RunFollower
+from fttui.core.base import fmt
+from fttui.core.run.rundir import RunDir
+from fttui.core.run.status import status_line
+from fttui.core.run.watch import RunFollower
 
 EXIT = {"completed": 0, "failed": 1, "oom": 3, "cancelled": 4}
-
-
-def status_line(snap, final: dict | None) -> str:
-    st = (final or {}).get("status") or snap.status
-    if st == "oom":
-        kind = (final or {}).get("oom_kind") or (snap.error or {}).get("oom_kind") or "unknown"
-        msg = (final or {}).get("error") or (snap.error or {}).get("message") or ""
-        return f"OUT OF MEMORY ({kind}): {msg}"
-    if st in ("failed", "cancelled"):
-        return f"{st.upper()}: {(final or {}).get('error') or (snap.error or {}).get('message') or ''}"
-    if snap.stalled and st == "running":
-        return "RUNNING, STALLED: no training step for longer than the stall timeout"
-    return st.upper()
 
 
 def progress_line(snap) -> str:
@@ -70,7 +58,7 @@ def summary_lines(rd: RunDir) -> list[str]:
 
 
 def _row(rd: RunDir) -> dict | None:
-    from fttui.core.rundir import read_json
+    from fttui.core.run.rundir import read_json
 
     return read_json(rd.path / "row.json")
 

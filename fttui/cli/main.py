@@ -12,8 +12,8 @@ import os
 import sys
 
 from fttui import __version__
-from fttui.core.errors import FttuiError
-from fttui.core.fmt import rel_path
+from fttui.core.base.errors import FttuiError
+from fttui.core.base.fmt import rel_path
 
 EXIT = {"completed": 0, "failed": 1, "oom": 3, "cancelled": 4}
 
@@ -100,7 +100,7 @@ def _is_tty() -> bool:
 
 
 def _resolve(args) -> dict:
-    from fttui.core.profile import load_profile
+    from fttui.core.profiles.profile import load_profile
 
     overrides = list(getattr(args, "overrides", []) or [])
     if getattr(args, "gpu_memory_limit", None):
@@ -111,7 +111,7 @@ def _resolve(args) -> dict:
 
 
 def cmd_run(args) -> int:
-    from fttui.core import launch
+    from fttui.core.run import launch
 
     resolved = _resolve(args)
     if not args.headless and not args.detach and _is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
@@ -128,7 +128,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_profiles(args) -> int:
-    from fttui.core.profile import discover, load_profile, profile_summary
+    from fttui.core.profiles.profile import discover, load_profile, profile_summary
 
     items, errors = [], []
     for ref in discover():
@@ -139,7 +139,7 @@ def cmd_profiles(args) -> int:
     if args.format == "json":
         print(json.dumps(items, indent=2))
     else:
-        from fttui.core.tables import to_text
+        from fttui.core.results.tables import to_text
 
         headers = ["name", "model", "method", "batch", "accum", "gpus", "seq_len", "dataset", "origin", "source"]
         body = [[str(i["name"]), str(i["model"]), str(i["method"]), str(i["batch_size"]), str(i["grad_accum"]),
@@ -154,8 +154,8 @@ def cmd_profiles(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from fttui.core import tables
-    from fttui.core.store import Store
+    from fttui.core.results import tables
+    from fttui.core.results.store import Store
 
     with Store() as store:
         rows = store.rows(kind=None if args.kind == "all" else args.kind, limit=args.limit or None)
@@ -178,8 +178,8 @@ def cmd_results(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    from fttui.core import rundir
-    from fttui.core.tables import to_text
+    from fttui.core.run import rundir
+    from fttui.core.results.tables import to_text
 
     body = []
     for rd in rundir.list_runs():
@@ -193,7 +193,7 @@ def cmd_ls(args) -> int:
 
 
 def _find_run(run: str | None, live_only: bool = False):
-    from fttui.core import rundir
+    from fttui.core.run import rundir
 
     rd = rundir.find(run)
     if rd is None:

@@ -6,7 +6,7 @@ import json
 import signal
 import sys
 
-from fttui.core import fmt
+from fttui.core.base import fmt
 
 
 def _raise_interrupt(_s, _f):
@@ -18,8 +18,8 @@ TRIAL_HEADERS = ["value", "result", "clean", "load", "gpu_mem_mb", "torch_reserv
 
 
 def cmd_probe(args, resolve) -> int:
-    from fttui.core.probe import Prober, parse_range, trial_cells
-    from fttui.core.tables import to_markdown, to_text
+    from fttui.core.experiments.probe import Prober, parse_range, trial_cells
+    from fttui.core.results.tables import to_markdown, to_text
 
     resolved = resolve(args)
     lo, hi = parse_range(args.range)
@@ -33,7 +33,7 @@ def cmd_probe(args, resolve) -> int:
 
     start = args.start
     if start is None:
-        from fttui.core.probe import predicted_start
+        from fttui.core.experiments.probe import predicted_start
 
         start, why = predicted_start(resolved, args.param, lo, hi)
         print(why, file=out, flush=True)
@@ -66,7 +66,7 @@ def cmd_probe(args, resolve) -> int:
 
 
 def cmd_sweep(args, resolve) -> int:
-    from fttui.core.sweep import Sweeper, parse_grid, render_matrix, render_rows
+    from fttui.core.experiments.sweep import Sweeper, parse_grid, render_matrix, render_rows
 
     resolved = resolve(args)
     grid = parse_grid(args.grid)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from fttui.core.fmt import rel_path
+from fttui.core.base.fmt import rel_path
 
 
 def cmd_report(args) -> int:
-    from fttui.core import report
-    from fttui.core.store import Store
+    from fttui.core.results import report
+    from fttui.core.results.store import Store
 
     kind = getattr(args, "kind", "all") or "all"
     with Store() as store:

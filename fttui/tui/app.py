@@ -15,8 +15,8 @@ from pathlib import Path
 from textual.app import App
 from textual.binding import Binding
 
-from fttui.core.errors import FttuiError
-from fttui.core.rundir import RunDir
+from fttui.core.base.errors import FttuiError
+from fttui.core.run.rundir import RunDir
 
 
 class FttuiApp(App[int]):
@@ -60,7 +60,7 @@ class FttuiApp(App[int]):
 
     def launch_run(self, resolved: dict) -> RunDir:
         """Launch a resolved profile (validates first; FttuiError on bad input) and show it."""
-        from fttui.core import launch
+        from fttui.core.run import launch
 
         rd = launch.launch(resolved)
         self.show_run(rd)

@@ -15,9 +15,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from fttui.core import fmt
-from fttui.core.errors import FttuiError
-from fttui.core.viewmodel import METHODS, OVERRIDE_FIELDS, effective_batch, field_values, overrides_from_fields
+from fttui.core.base import fmt
+from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, effective_batch, field_values, overrides_from_fields
 from fttui.tui.widgets import gpu_list_text
 
 
@@ -35,7 +35,7 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     """Predicted peak memory of ``resolved`` (calibrated from the store ``rows`` when some match)
     next to the visible cards of ``gpu_snap`` (or ``limits.gpu_memory`` when set). Never raises:
     a profile the estimator cannot express gives its one-line message."""
-    from fttui.core.estimate import MIB, calibration_from_store, estimate, fmt_bytes
+    from fttui.core.memory.estimate import MIB, calibration_from_store, estimate, fmt_bytes
 
     head = ("estimate: ", "bold")
     try:
@@ -59,7 +59,7 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     limit = None
     limit_text = ((resolved.get("limits") or {}).get("gpu_memory") or "")
     if limit_text:
-        from fttui.core.profile import parse_size
+        from fttui.core.profiles.profile import parse_size
 
         try:
             limit = parse_size(limit_text)
@@ -142,7 +142,7 @@ class PickerScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = "profiles"
-        from fttui.core.profile import discover
+        from fttui.core.profiles.profile import discover
 
         try:
             self.refs = discover()
@@ -215,7 +215,7 @@ class PickerScreen(Screen):
         self.action_launch()
 
     def _select_profile(self, index: int) -> None:
-        from fttui.core.profile import load_profile
+        from fttui.core.profiles.profile import load_profile
 
         if not (0 <= index < len(self.refs)):
             return
@@ -260,7 +260,7 @@ class PickerScreen(Screen):
             self._recompute()
 
     def _recompute(self) -> None:
-        from fttui.core.profile import apply_overrides
+        from fttui.core.profiles.profile import apply_overrides
 
         if self.base is None:
             return
@@ -284,7 +284,7 @@ class PickerScreen(Screen):
         w.display = bool(error)
 
     def _details(self, r: dict, overrides: dict[str, str]):
-        from fttui.core.profile import profile_summary
+        from fttui.core.profiles.profile import profile_summary
 
         s = profile_summary(r)
         micro, accum, procs, eff = effective_batch(r)
@@ -373,12 +373,12 @@ class PickerScreen(Screen):
 def read_store_rows() -> list[dict]:
     """The results-store rows (for calibrating the estimate); none when there is no store yet (it
     is not created here) or it cannot be read."""
-    from fttui.core import paths
+    from fttui.core.base import paths
 
     try:
         if not paths.store_path().exists():
             return []
-        from fttui.core.store import Store
+        from fttui.core.results.store import Store
 
         with Store() as store:
             return store.rows()

@@ -1,7 +1,7 @@
 """Probe screen: find the largest batch size / sequence length that fits, trial by trial.
 
 Opened with ``p`` on a profile in the picker (with the picker's overrides). The OOM-boundary
-probe (fttui.core.probe.Prober) runs in a thread worker; each trial is posted to the screen as a
+probe (fttui.core.experiments.probe.Prober) runs in a thread worker; each trial is posted to the screen as a
 message and added to the table at once. When the probe ends, the boundary (largest value that
 fits, smallest that fails) is shown in a highlighted panel, and ``enter`` (or ``l``) launches a
 full run of the profile at the largest value that fits.
@@ -24,8 +24,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 
-from fttui.core import fmt
-from fttui.core.errors import FttuiError
+from fttui.core.base import fmt
+from fttui.core.base.errors import FttuiError
 
 PARAMS = ("batch_size", "max_seq_len")
 PARAM_KEYS = {"batch_size": "train.batch_size", "max_seq_len": "data.max_seq_len"}
@@ -40,14 +40,14 @@ class ProbeStopped(Exception):
 
 
 def trial_cells(t) -> list[str]:
-    """The table cells of one trial (fttui.core.probe.Trial), without the marker column."""
-    from fttui.core.probe import trial_cells as cells
+    """The table cells of one trial (fttui.core.experiments.probe.Trial), without the marker column."""
+    from fttui.core.experiments.probe import trial_cells as cells
 
     return cells(t, torch_reserved=False, sep=" ")
 
 
 def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
-    """The highlighted boundary panel's text for a finished probe (fttui.core.probe.ProbeResult).
+    """The highlighted boundary panel's text for a finished probe (fttui.core.experiments.probe.ProbeResult).
     ``probe_only_limits``: memory limits the probe ran under that the full run does not get."""
     p = res.param
     out = Text()
@@ -218,8 +218,8 @@ class ProbeScreen(Screen):
         if self.state == "running":
             self.notify("a probe is running: x stops it", severity="warning")
             return
-        from fttui.core.probe import Prober
-        from fttui.core.profile import apply_overrides
+        from fttui.core.experiments.probe import Prober
+        from fttui.core.profiles.profile import apply_overrides
 
         try:
             param, lo, hi, steps, overrides = self._form()
@@ -286,7 +286,7 @@ class ProbeScreen(Screen):
     def _predict_start(self, prober, token: int) -> None:
         """Start where the estimator predicts the boundary (GPU profiles), as `fttui probe` does."""
         try:
-            from fttui.core.probe import predicted_start
+            from fttui.core.experiments.probe import predicted_start
         except ImportError:  # an older core: start at the low end
             return
         try:
@@ -442,7 +442,7 @@ class ProbeScreen(Screen):
         """The profile a full run at the found value uses (None when there is none): the probed
         profile (the picker's overrides and the probe's memory budgets) and the value, so the run
         answers the same question the probe did ("does it fit on a 24 GB card?")."""
-        from fttui.core.profile import apply_overrides
+        from fttui.core.profiles.profile import apply_overrides
 
         res = self.result
         if self.state != "done" or res is None or res.largest_fit is None:

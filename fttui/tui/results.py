@@ -18,9 +18,10 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Select, Static
 
-from fttui.core import fmt, tables
-from fttui.core.errors import FttuiError
-from fttui.core.viewmodel import distinct, filter_rows, sort_rows
+from fttui.core.base import fmt
+from fttui.core.results import tables
+from fttui.core.base.errors import FttuiError
+from fttui.core.results.views import distinct, filter_rows, sort_rows
 
 REL = "rel"
 BASE_MARK = "*"  # after the baseline's rel cell, and in the info line
@@ -61,7 +62,7 @@ def _mem(row: dict, cell: str) -> str:
 def relative_cells(rows: list[dict], baseline: dict) -> dict[str, str]:
     """run id -> the ``rel_throughput`` cell of ``fttui report`` (``"2.31x"``; ``""`` without
     samples/s) of each row against ``baseline``. FttuiError when the baseline has no throughput."""
-    from fttui.core.report import build_report
+    from fttui.core.results.report import build_report
 
     runs = build_report(rows, baseline=baseline).table("runs")
     if runs is None:
@@ -139,7 +140,7 @@ class ResultsScreen(Screen):
         self.query_one(DataTable).focus()
 
     def load(self) -> None:
-        from fttui.core.store import Store
+        from fttui.core.results.store import Store
 
         try:
             with Store() as store:
@@ -217,7 +218,7 @@ class ResultsScreen(Screen):
             self._sort_by(self.headers[col])
 
     def action_export(self, kind: str) -> None:
-        from fttui.core import paths
+        from fttui.core.base import paths
 
         headers, body = tables.reference_table(self.shown_rows)
         text = tables.to_markdown(headers, body) if kind == "md" else tables.to_csv(headers, body)
@@ -286,8 +287,8 @@ class ResultsScreen(Screen):
     @work(thread=True, exclusive=True, group="report", exit_on_error=False)
     def _write_report(self, rows: list[dict], baseline: dict | None) -> None:
         try:
-            from fttui.core import paths
-            from fttui.core.report import build_report, write_report
+            from fttui.core.base import paths
+            from fttui.core.results.report import build_report, write_report
 
             report = build_report(rows, baseline=baseline)
             folder = paths.ensure_dir(paths.home() / "exports")

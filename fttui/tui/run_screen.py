@@ -1,4 +1,4 @@
-"""Run screen: live panels of one run, fed by fttui.core.watch.RunFollower twice a second."""
+"""Run screen: live panels of one run, fed by fttui.core.run.watch.RunFollower twice a second."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Sparkline, Static
 
-from fttui.core import fmt
-from fttui.core.rundir import RunDir, read_json
-from fttui.core.viewmodel import fraction
+from fttui.core.base import fmt
+from fttui.core.run.rundir import RunDir, read_json
+from fttui.core.base.fmt import fraction
 from fttui.tui.widgets import Bar, LogTail, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
 
 POLL_S = 0.5
@@ -73,7 +73,7 @@ class RunScreen(Screen):
         yield Footer()
 
     async def on_mount(self) -> None:
-        from fttui.core.watch import RunFollower
+        from fttui.core.run.watch import RunFollower
 
         self.sub_title = self.rd.run_id
         self.query_one("#throughput").border_title = "throughput"
@@ -135,7 +135,7 @@ class RunScreen(Screen):
             return
         self._events_sig = self._events_signature()
         if self.follower is None:
-            from fttui.core.watch import RunFollower
+            from fttui.core.run.watch import RunFollower
 
             self.follower = RunFollower(self.rd)
         try:
@@ -274,7 +274,7 @@ class RunScreen(Screen):
     # ------------------------------------------------------------------ status
     def status_text(self) -> tuple[str, str]:
         """(text, kind) of the status line; kind picks the colour class."""
-        from fttui.cli.live import status_line
+        from fttui.core.run.status import status_line
 
         if self.gone:
             return "RUN DIRECTORY DELETED: nothing more to show (the run may still be going)", "failed"
@@ -302,7 +302,7 @@ class RunScreen(Screen):
             w.set_class(k == kind, f"-{k}")
 
     def _show_summary(self) -> None:
-        from fttui.core.tables import reference_table
+        from fttui.core.results.tables import reference_table
 
         row = read_json(self.rd.path / "row.json")
         w = self.query_one("#run-summary", Panel)

@@ -1,6 +1,6 @@
 """Widgets and Rich renderables shared by the screens.
 
-Everything here is display only: it turns snapshots (fttui.core.state.RunSnapshot,
+Everything here is display only: it turns snapshots (fttui.core.run.state.RunSnapshot,
 fttui.monitor.samplers.GpuSnapshot) into text. Bars are drawn with block characters so they read
 without colour (NO_COLOR).
 """
@@ -18,8 +18,8 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
-from fttui.core import fmt
-from fttui.core.viewmodel import fraction
+from fttui.core.base import fmt
+from fttui.core.base.fmt import fraction
 
 FULL, EMPTY = "█", "░"
 

@@ -1,4 +1,4 @@
-"""Datasets and collator. ``load_records`` (torch-free) lives in :mod:`fttui.worker.records`;
+"""Datasets and collator. ``load_records`` (torch-free) lives in :mod:`fttui.core.data.records`;
 torch is imported lazily, only by the dataset / collator parts."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import DataError
-from .records import load_records
+from fttui.core.data.records import load_records
 
 __all__ = ["load_records", "DataError", "SyntheticDataset", "ListDataset", "build_dataset",
            "Collator", "tokenize_record", "PROMPT_WITH_INPUT", "PROMPT_NO_INPUT"]
@@ -24,7 +24,7 @@ class SyntheticDataset:
 
     def __init__(self, num_samples: int, seq_len: int, vocab_size: int, seed: int) -> None:
         if vocab_size <= 4:
-            raise DataError(f"synthetic: vocab_size {vocab_size} is too small")
+            raise DataError(None, f"synthetic: vocab_size {vocab_size} is too small")
         self.n, self.seq_len, self.vocab_size, self.seed = num_samples, seq_len, vocab_size, seed
 
     def __len__(self) -> int:
@@ -114,7 +114,7 @@ def build_dataset(data: dict[str, Any], tok, vocab_size: int, seed: int, records
             continue
         items.append(item)
     if not items:
-        raise DataError(f"{source}: no sample has a response token within max_seq_len={max_len}")
+        raise DataError(None, f"{source}: no sample has a response token within max_seq_len={max_len}")
     return ListDataset(items), {"name": data.get("name") or source, "num_samples": len(items), "dropped": dropped}
 
 

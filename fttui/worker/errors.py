@@ -1,25 +1,17 @@
-"""Worker error types, exit codes and OOM classification (stdlib only; torch checked lazily)."""
+"""The worker's exit codes and OOM classification (stdlib only; torch checked lazily).
+
+Bad configuration or data is any :class:`~fttui.core.base.errors.FttuiError` (the core's one error
+base, ``WorkerInputError`` here): the run cannot start, exit code 2, ``str()`` is one line.
+"""
 
 from __future__ import annotations
 
 import sys
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_BAD_INPUT = 2
-EXIT_OOM = 3
+from fttui.core.base.constants import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, EXIT_OOM
+from fttui.core.base.errors import ConfigError, DataError, FttuiError
 
-
-class WorkerInputError(Exception):
-    """Bad configuration or data: the run cannot start. Exit code 2. ``str()`` is one line."""
-
-
-class ConfigError(WorkerInputError):
-    """The resolved profile asks for something this worker / machine cannot do."""
-
-
-class DataError(WorkerInputError):
-    """The data file is missing, empty or malformed (message names file and line)."""
+WorkerInputError = FttuiError
 
 
 def _chain(exc: BaseException):
@@ -80,3 +72,7 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     else:
         line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+__all__ = ["EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "WorkerInputError", "ConfigError",
+           "DataError", "classify", "exit_code_for", "one_line"]

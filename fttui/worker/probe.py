@@ -13,7 +13,7 @@ The order of trials is what makes the answer trustworthy:
      pays the one-time costs a real run pays, so later trials fit a little more easily;
   2. after the first OOM, bisect in the same process between the last fit and that OOM. Those
      trials follow an OOM (``clean: false``): they only guide the next fresh process, which
-     checks the suspected boundary clean (see fttui.core.probe).
+     checks the suspected boundary clean (see fttui.core.experiments.probe).
 """
 
 from __future__ import annotations

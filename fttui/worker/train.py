@@ -31,10 +31,10 @@ from typing import Any
 
 from .errors import (EXIT_BAD_INPUT, EXIT_OK, ConfigError, WorkerInputError, classify,
                      exit_code_for, one_line)
-from .records import load_records
+from fttui.core.data.records import load_records
 
 try:
-    from fttui.core.events import append_jsonl as _append_jsonl
+    from fttui.core.run.events import append_jsonl as _append_jsonl
 except Exception:  # pragma: no cover - the core module is optional for the worker
     _append_jsonl = None
 
@@ -68,7 +68,7 @@ def parse_size(value: Any) -> int | None:
 
 
 def append_event(path: str, obj: dict[str, Any]) -> None:
-    """One line, one ``os.write`` on an O_APPEND descriptor (fttui.core.events when available)."""
+    """One line, one ``os.write`` on an O_APPEND descriptor (fttui.core.run.events when available)."""
     if _append_jsonl is not None:
         _append_jsonl(path, obj)
         return

@@ -93,7 +93,7 @@ def test_bad_input_one_line_exit_2(case, args, expect, tmp_path, fttui_home):
 
 
 def test_bad_input_keeps_earlier_rows(tmp_path, fttui_home):
-    from fttui.core.store import Store
+    from fttui.core.results.store import Store
 
     with Store() as s:
         s.put({"run_id": "earlier", "status": "completed", "started_at": "2026-01-01T00:00:00"})

@@ -16,8 +16,8 @@ import uuid
 import psutil
 import pytest
 
-from fttui.core.events import read_jsonl
-from fttui.core.store import Store
+from fttui.core.run.events import read_jsonl
+from fttui.core.results.store import Store
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import processes_mentioning, wait_for
 
@@ -29,7 +29,7 @@ def _detach(*sets: str, env: dict | None = None) -> "Path":
     for s in sets:
         args += ["--set", s]
     proc = run_fttui(*args, env=env, check=True)
-    from fttui.core import paths
+    from fttui.core.base import paths
 
     return paths.runs_dir() / proc.stdout.strip().splitlines()[-1]
 
@@ -83,7 +83,7 @@ def test_stalled_run_is_flagged_in_events_headless_view_and_row(fttui_home):
                             "--set", "max_steps=100000"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        from fttui.core import paths
+        from fttui.core.base import paths
 
         run_dir = wait_for(lambda: next(iter(paths.runs_dir().glob("*"))) if paths.runs_dir().exists() else None,
                            what="the run dir")
@@ -183,7 +183,7 @@ def test_app_killed_or_hung_up_mid_run_the_run_goes_on(how, fttui_home):
     cmd = f"cd {ROOT} && env -u FTTUI_NO_APP {env} {fttui} --profile tiny-lora --set max_steps=60"
     _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", cmd)
     try:
-        from fttui.core import paths
+        from fttui.core.base import paths
 
         run_dir = wait_for(lambda: next(iter(paths.runs_dir().glob("*")), None) if paths.runs_dir().exists()
                            else None, timeout=60, what="the run dir")

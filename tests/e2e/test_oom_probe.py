@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.events import read_jsonl
-from fttui.core.probe import Prober
-from fttui.core.profile import load_profile
+from fttui.core.run.events import read_jsonl
+from fttui.core.experiments.probe import Prober
+from fttui.core.profiles.profile import load_profile
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 
@@ -100,7 +100,7 @@ def _probe_and_scan(fttui_home):
     assert lf is not None and so is not None, f"the boundary should land inside 1..24: {res}"
     assert lf + 1 == so and res["exact"] is True
     assert 1 <= lf < so <= 24
-    assert res["model_loads"] <= 4  # 2-4 loads: see fttui/core/probe.py
+    assert res["model_loads"] <= 4  # 2-4 loads: see fttui/core/experiments/probe.py
     for t in res["trials"]:
         for key in ("value", "status", "peak_gpu_mem_mb", "peak_host_rss_mb"):
             assert key in t
@@ -164,7 +164,7 @@ def test_probe_max_seq_len(fttui_home):
     assert res["param"] == "max_seq_len" and res["exact"] is True
     lf, so = res["largest_fit"], res["smallest_oom"]
     assert lf is not None and so == lf + 1 and 16 <= lf < 512, res
-    assert res["model_loads"] <= 4  # 2-4 loads: see fttui/core/probe.py
+    assert res["model_loads"] <= 4  # 2-4 loads: see fttui/core/experiments/probe.py
     clean_fit = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "fit"]
     clean_oom = [t["value"] for t in res["trials"] if t["clean"] and t["status"] == "oom"]
     assert max(clean_fit) == lf < so == min(clean_oom)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fttui.core.events import read_jsonl
+from fttui.core.run.events import read_jsonl
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 

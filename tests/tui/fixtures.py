@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from fttui.core import paths
-from fttui.core.store import Store
+from fttui.core.base import paths
+from fttui.core.results.store import Store
 
 T0 = 1_700_000_000.0  # fixed clock for recorded events
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,7 +221,7 @@ def live_pid() -> int:
 def probe_result(param: str = "batch_size"):
     """A recorded probe of demo-lora on CPU with a host memory limit (fixed figures): climb
     1, 2, 4, ..., 64 (OOM), guided bisection, a second clean load at 61 / 62."""
-    from fttui.core.probe import ProbeResult, Trial
+    from fttui.core.experiments.probe import ProbeResult, Trial
 
     def fit(v, load, clean, rss, st, sps, fresh=False):
         return Trial(value=v, status="fit", load=load, clean=clean, fresh=fresh, steps=2, step_time_s=st,

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from textual.widgets import DataTable, Input, OptionList
 
-from fttui.core.rundir import RunDir
+from fttui.core.run.rundir import RunDir
 from fttui.tui.app import FttuiApp
 from fttui.tui.dialogs import ConfirmScreen, QuitScreen
 from fttui.tui.help import HelpScreen
@@ -80,7 +80,7 @@ async def test_pick_change_batch_launch_complete_and_result_row(fttui_home):
 
 @pytest.mark.e2e
 async def test_cancel_with_confirmation(fttui_home):
-    from fttui.core.profile import load_profile
+    from fttui.core.profiles.profile import load_profile
 
     resolved = load_profile("tiny-lora", ["max_steps=100000"])
     app = FttuiApp(launch_profile=resolved)

@@ -111,7 +111,7 @@ async def test_cpu_profile_shows_host_and_launches_without_asking(fttui_home):
 
 
 async def test_calibrated_from_the_store_read_once(fttui_home, tmp_path, monkeypatch):
-    from fttui.core.store import Store
+    from fttui.core.results.store import Store
 
     bundled = fixture_profiles(tmp_path, monkeypatch)
     (bundled / "cal-qlora.toml").write_text(
@@ -171,7 +171,7 @@ def _snap(*totals_mb: float) -> GpuSnapshot:
 
 
 def _resolved(name: str, *overrides: str) -> dict:
-    from fttui.core.profile import load_profile
+    from fttui.core.profiles.profile import load_profile
 
     return load_profile(name, list(overrides))
 

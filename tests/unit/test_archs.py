@@ -1,4 +1,4 @@
-"""fttui.core.archs: the architecture table, param_count, and profiles that name an entry (no torch)."""
+"""fttui.core.models.archs: the architecture table, param_count, and profiles that name an entry (no torch)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.archs import ARCHS, Arch, param_count, resolve_config
-from fttui.core.profile import apply_overrides, load_profile
+from fttui.core.models.archs import ARCHS, Arch, param_count, resolve_config
+from fttui.core.profiles.profile import apply_overrides, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "profiles").glob("*.toml"))
@@ -41,7 +41,7 @@ def isolated(tmp_path, monkeypatch):
 
 
 def test_no_torch_needed():
-    code = ("import sys, fttui.core.archs, fttui.core.profile; "
+    code = ("import sys, fttui.core.models.archs, fttui.core.profiles.profile; "
             "bad = {'torch', 'transformers'} & set(sys.modules); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -1,4 +1,4 @@
-"""fttui.core.estimate: memory prediction without torch (fast)."""
+"""fttui.core.memory.estimate: memory prediction without torch (fast)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core import estimate as E
-from fttui.core.estimate import GIB, MIB, calibrate, calibration_from_store, estimate, solve_max
-from fttui.core.profile import load_profile
+from fttui.core.memory import estimate as E
+from fttui.core.memory.estimate import GIB, MIB, calibrate, calibration_from_store, estimate, solve_max
+from fttui.core.profiles.profile import load_profile
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
 GB = 10**9
@@ -317,7 +317,7 @@ def test_tiny_cpu_profiles_host_peak():
 
 
 def test_core_imports_no_heavy_module():
-    code = ("import sys, fttui.core.estimate, fttui.cli.estimate_cmd; "
+    code = ("import sys, fttui.core.memory.estimate, fttui.cli.estimate_cmd; "
             "bad = [m for m in ('torch', 'textual', 'rich', 'transformers') if m in sys.modules]; "
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -329,7 +329,7 @@ def test_cli_prints_text_and_json(capsys):
     import json
 
     from fttui.cli.estimate_cmd import cmd_estimate
-    from fttui.core.profile import load_profile as lp
+    from fttui.core.profiles.profile import load_profile as lp
 
     def resolve(a):
         return lp(a.profile, a.overrides)

@@ -1,4 +1,4 @@
-"""fttui.core.events: incremental JSON-lines reader and atomic appender."""
+"""fttui.core.run.events: incremental JSON-lines reader and atomic appender."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import multiprocessing
 import os
 import stat
 
-from fttui.core.events import EV_STEP, JsonlTail, append_jsonl, read_jsonl
+from fttui.core.run.events import EV_STEP, JsonlTail, append_jsonl, read_jsonl
 
 
 def _write(path, data: bytes, mode: str = "ab") -> None:

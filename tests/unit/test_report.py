@@ -1,4 +1,4 @@
-"""fttui.core.report: reference-shaped tables, relative throughput, prices, charts, CSV, --where."""
+"""fttui.core.results.report: reference-shaped tables, relative throughput, prices, charts, CSV, --where."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core import report
-from fttui.core.errors import FttuiError
-from fttui.core.store import Store
+from fttui.core.results import report
+from fttui.core.base.errors import FttuiError
+from fttui.core.results.store import Store
 from tests.conftest import ROOT
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report_rows.json"
@@ -353,7 +353,7 @@ def test_cmd_report_errors(rows, capsys):
 
 
 def test_core_report_imports_no_ui_or_plotting_library():
-    code = ("import sys, fttui.core.report, fttui.core.report_charts, fttui.cli.report_cmd; "
+    code = ("import sys, fttui.core.results.report, fttui.core.results.charts, fttui.cli.report_cmd; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'textual', 'rich', 'matplotlib', 'torch'}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

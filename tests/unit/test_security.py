@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from fttui.core.redact import Redactor, redact_env
-from fttui.core.store import Store
+from fttui.core.base.redact import Redactor, redact_env
+from fttui.core.results.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,8 @@ def test_redactor_masks_secret_env_values_and_token_shapes():
 
 
 def test_store_and_run_files_are_private(fttui_home, tmp_path):
-    from fttui.core import paths, rundir
+    from fttui.core.base import paths
+    from fttui.core.run import rundir
 
     with Store() as s:
         s.put({"run_id": "x", "status": "completed"})

@@ -1,4 +1,4 @@
-"""fttui.core.state.RunState: a pure fold of events and samples (hand-computed figures)."""
+"""fttui.core.run.state.RunState: a pure fold of events and samples (hand-computed figures)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from fttui.core.state import RunSnapshot, RunState
+from fttui.core.run.state import RunSnapshot, RunState
 from fttui.monitor.samplers import GpuSnapshot, HostSnapshot
 
 T0 = 1000.0

@@ -1,4 +1,4 @@
-"""Every fttui.core.archs entry builds as a native transformers model whose parameter count is
+"""Every fttui.core.models.archs entry builds as a native transformers model whose parameter count is
 exactly param_count() and within 2% of the published count (meta device: no memory, no download)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from fttui.core.archs import ARCHS, param_count  # noqa: E402
+from fttui.core.models.archs import ARCHS, param_count  # noqa: E402
 
 
 def _meta_model(model_type: str, config: dict):

@@ -2,7 +2,7 @@
 
 For each setting of fttui.worker.memtrace.SETTINGS, one CPU step of the worker's model
 (forward + loss + backward + AdamW step, every live storage counted) is compared with what
-`fttui.core.estimate` puts in host memory for the model (weights, gradients, optimizer states,
+`fttui.core.memory.estimate` puts in host memory for the model (weights, gradients, optimizer states,
 LoRA, quantisation, activations: the process baseline excluded), on memtrace.SMALL_ARCH.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("torch")
-from fttui.core.profile import load_profile  # noqa: E402
+from fttui.core.profiles.profile import load_profile  # noqa: E402
 from fttui.worker.memtrace import SETTINGS, SMALL_ARCH, check_estimate, measure_step  # noqa: E402
 
 

@@ -14,7 +14,7 @@ import pytest
 from .conftest import REPO, TINY_ARCH, make_profile, read_events, run_worker, worker_env, write_run_dir
 
 from fttui.worker.errors import ConfigError, DataError, classify, one_line
-from fttui.worker.records import load_records
+from fttui.core.data.records import load_records
 from fttui.worker.train import parse_size
 
 # ---------------------------------------------------------------- helpers

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fttui.core import launch, rundir
-from fttui.core.errors import FttuiError
-from fttui.core.profile import ALIASES, apply_overrides
-from fttui.core.tables import to_markdown
+from fttui.core.run import launch, rundir
+from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.profile import ALIASES, apply_overrides
+from fttui.core.results.tables import to_markdown
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[int]]]:

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from fttui.core.errors import DataError, FttuiError, ProfileError
+from fttui.core.base.errors import DataError, FttuiError, ProfileError
 
 # Methods this build runs end to end. The others are named in profiles but refused before launch.
 RUNNABLE_METHODS = {"full", "lora", "lora-emb", "qlora", "lora-int8", "full-zero3-offload"}
@@ -77,7 +77,7 @@ def _check_stack(resolved: dict, src: str, gpus: int, n_visible: int) -> None:
     if method == "full-zero3-offload":
         if importlib.util.find_spec("deepspeed") is None:
             raise ProfileError(src, "method", "full-zero3-offload needs the deepspeed package", "pip install deepspeed")
-        from fttui.core.launch import world_size
+        from fttui.core.run.topology import world_size
 
         if gpus == 0 and world_size(resolved) > 1:
             raise ProfileError(src, "devices.cpu_processes",
@@ -116,12 +116,11 @@ def _check_data(resolved: dict) -> None:
     data = resolved["data"]
     if data.get("source", "synthetic") == "synthetic":
         return
-    from fttui.worker.records import load_records  # torch-free
-    from fttui.worker.errors import WorkerInputError
+    from fttui.core.data.records import load_records
 
     try:
         load_records(data["source"], data.get("format", "auto"))
-    except WorkerInputError as e:
+    except DataError as e:
         raise DataError(None, str(e), "fix the data file or point data.source at another one") from None
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from fttui.core.events import JsonlTail
-from fttui.core.rundir import RunDir
-from fttui.core.state import RunState
+from fttui.core.run.events import JsonlTail
+from fttui.core.run.rundir import RunDir
+from fttui.core.run.state import RunState
 
 
 class RunFollower:

@@ -5,7 +5,7 @@ Pure stdlib. The whole schema is the one table :data:`SCHEMA`; loading is
     read TOML -> check keys/types per file -> follow ``extends`` (merge key by key)
     -> apply ``--set`` overrides -> fill defaults, resolve paths and derived values -> cross checks
 
-and every failure is a :class:`~fttui.core.errors.ProfileError` naming the file and the key.
+and every failure is a :class:`~fttui.core.base.errors.ProfileError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
-from . import paths
-from .archs import ARCHS
-from .errors import ProfileError
+from fttui.core.base import paths
+from fttui.core.models.archs import ARCHS
+from fttui.core.base.errors import ProfileError, SizeError, did_you_mean
+from fttui.core.base.units import parse_size
 
 __all__ = [
     "ALIASES",
@@ -84,7 +84,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "arch": Field("str", None),
         "config": Field("str", None),
         "arch_config": Field("table", {}),
-        "arch_name": Field("str", None),  # set by resolution: the fttui.core.archs entry
+        "arch_name": Field("str", None),  # set by resolution: the fttui.core.models.archs entry
         "trust_remote_code": Field("bool", False),
         "tokenizer": Field("str", None),
         "attn_implementation": Field("str", "sdpa", ("eager", "sdpa", "flash_attention_2")),
@@ -194,11 +194,6 @@ ALL_KEYS: tuple[str, ...] = tuple(_dotted(s, k) for s, keys in SCHEMA.items() fo
 # small helpers
 
 
-def _did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
-    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"did you mean '{match[0]}'?" if match else None
-
-
 def _display(path: str | os.PathLike[str] | None) -> str:
     """A path as the user should read it: relative to the current folder when below it."""
     if path is None:
@@ -259,52 +254,6 @@ def _type_word(value: Any) -> str:
 
 # --------------------------------------------------------------------------------------------
 # sizes
-
-
-class SizeError(ValueError):
-    """A size string that :func:`parse_size` does not understand; ``.hint`` says what would."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        self.message = message
-        self.hint = hint
-        super().__init__(f"{message} ({hint})")
-
-
-_UNITS = {
-    "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}  # fmt: skip
-_UNIT_NAMES = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
-_SIZE_HINT = "write a number and a unit, e.g. '24GiB', '512MiB' or '8GB'"
-
-
-def parse_size(value: str | int) -> int:
-    """Bytes in a size: ``"24GiB"``, ``"512 MiB"``, ``"8GB"``, ``"1.5GiB"``, ``"1024"``, ``1024``.
-
-    Units: B; KB/MB/GB/TB (powers of 10); KiB/MiB/GiB/TiB (powers of 2); case-insensitive.
-    Raises :class:`SizeError` (a ValueError) with a hint otherwise.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise SizeError(f"invalid size {value!r}", _SIZE_HINT)
-    if isinstance(value, int):
-        if value < 0:
-            raise SizeError(f"invalid size {value}: negative", _SIZE_HINT)
-        return value
-    text = value.strip()
-    match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)", text)
-    if not match:
-        raise SizeError(f"invalid size '{value}'", _SIZE_HINT)
-    number, unit = match.group(1), match.group(2)
-    factor = _UNITS.get(unit.lower() or "b")
-    if factor is None:
-        letter = unit[:1].upper()
-        if unit.lower() in ("k", "m", "g", "t"):
-            hint = f"did you mean '{number}{letter}iB' (binary) or '{number}{letter}B' (decimal)?"
-        else:
-            hint = _did_you_mean(unit, _UNIT_NAMES) or f"units: {', '.join(_UNIT_NAMES)}"
-        raise SizeError(f"invalid size '{value}': unknown unit '{unit}'", hint)
-    return int(Fraction(number) * factor)
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,7 +334,7 @@ def _check_value(section: str, key: str, value: Any, file: str) -> Any:
         value = copy.deepcopy(value)
     if field.choices and value not in field.choices:
         word = {"method": "method", "train.precision": "precision"}.get(dk, "value")
-        hint = _did_you_mean(value, field.choices) or "one of: " + ", ".join(field.choices)
+        hint = did_you_mean(value, field.choices) or "one of: " + ", ".join(field.choices)
         raise ProfileError(file, dk, f"unknown {word} '{value}'", hint)
     if dk == "method" and value not in SUPPORTED_METHODS:
         supported = ", ".join(m for m in METHODS if m in SUPPORTED_METHODS)
@@ -460,7 +409,7 @@ def _normalize(data: Mapping[str, Any], file: str) -> dict[str, dict[str, Any]]:
                 section[key] = _check_value(name, key, item, file)
             continue
         if isinstance(value, dict):
-            hint = _did_you_mean(name, SECTIONS) or "sections: " + ", ".join(SECTIONS)
+            hint = did_you_mean(name, SECTIONS) or "sections: " + ", ".join(SECTIONS)
             raise ProfileError(file, f"[{name}]", "unknown section", hint)
         raise ProfileError(file, name, "unknown key", _unknown_key_hint(TOP, name))
     return out
@@ -472,11 +421,11 @@ def _unknown_key_hint(section: str, key: str) -> str:
     homes = [s for s in SECTIONS if key in SCHEMA[s] and s != section]
     if homes:
         return f"'{key}' belongs in [{homes[0]}]" if section else f"put it under [{homes[0]}]"
-    near = _did_you_mean(key, SCHEMA[section])
+    near = did_you_mean(key, SCHEMA[section])
     if near:
         return near
     if section == TOP:
-        near = _did_you_mean(key, [_dotted(s, k) for s in SECTIONS for k in SCHEMA[s]] + list(SECTIONS))
+        near = did_you_mean(key, [_dotted(s, k) for s in SECTIONS for k in SCHEMA[s]] + list(SECTIONS))
         if near:
             return near
         return "top-level keys: " + ", ".join(SCHEMA[TOP]) + "; sections: " + ", ".join(SECTIONS)
@@ -545,7 +494,7 @@ def discover() -> list[ProfileRef]:
 
 def _unknown_profile_hint(name: str, extra: Iterable[str] = ()) -> str:
     known = sorted({r.name for r in discover()} | set(extra))
-    near = _did_you_mean(name, known)
+    near = did_you_mean(name, known)
     if near:
         return near
     if known:
@@ -707,7 +656,7 @@ def _override_key(key: str) -> tuple[str, str, str | None]:
         else:
             hint = f"keys of [{section}]: " + ", ".join(SCHEMA[section])
     else:
-        hint = _did_you_mean(key, list(ALL_KEYS) + list(ALIASES)) or (
+        hint = did_you_mean(key, list(ALL_KEYS) + list(ALIASES)) or (
             "use a dotted key like train.batch_size or an alias: " + ", ".join(ALIASES)
         )
     raise ProfileError(OVERRIDE, key, "unknown key", hint)
@@ -758,7 +707,7 @@ def _looks_local(value: str) -> bool:
 
 def _missing_file_hint(value: str, base: Path, where: str) -> str:
     if not _looks_like_path(value) and not value.endswith(".json"):
-        near = _did_you_mean(value, [SYNTHETIC])
+        near = did_you_mean(value, [SYNTHETIC])
         if near:
             return near
     found: list[str] = []
@@ -768,7 +717,7 @@ def _missing_file_hint(value: str, base: Path, where: str) -> str:
                 found += [os.path.relpath(p, base) for p in folder.glob(pattern)]
         except OSError:
             pass
-    near = _did_you_mean(value, found)
+    near = did_you_mean(value, found)
     if near:
         return near
     return f"relative paths are resolved from {where}; use \"{SYNTHETIC}\" for generated data"
@@ -818,7 +767,7 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
         raise ProfileError(_display(leaf), "model.name_or_path", "required",
                            "set a hub id like \"gpt2\" or a local model folder, "
                            "or use init = \"random\" with arch")
-    # model.arch may name an fttui.core.archs entry ("baichuan2-7b"): it becomes the entry's
+    # model.arch may name an fttui.core.models.archs entry ("baichuan2-7b"): it becomes the entry's
     # transformers model_type, arch_config gets the entry's numbers (the profile's keys win) and
     # arch_name keeps the entry. Re-resolving (apply_overrides) keeps it, and drops the numbers
     # of a previous entry that another arch replaces.

@@ -1,7 +1,7 @@
 """Predict peak GPU memory per card and host memory of a run before launching it (pure Python).
 
-``estimate(resolved) -> Estimate`` reads a resolved profile (``fttui.core.profile``) and the
-architecture numbers (``fttui.core.archs``) and adds up, per card:
+``estimate(resolved) -> Estimate`` reads a resolved profile (``fttui.core.profiles.profile``) and the
+architecture numbers (``fttui.core.models.archs``) and adds up, per card:
 
 * weights (by storage dtype: fp32 / fp16 / bf16, int8, NF4/FP4),
 * gradients and optimizer states of trainable full-model parameters,
@@ -27,8 +27,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from .activations import LayerDtypes, attn_elem_bytes, eager_attention, layer_act_per_token
-from .archs import ARCHS, resolve_config
+from fttui.core.base.errors import EstimateError
+from fttui.core.base.units import GIB, MIB, fmt_bytes
+from fttui.core.models.numbers import ArchNumbers, arch_numbers
+from fttui.core.memory.activations import LayerDtypes, attn_elem_bytes, eager_attention, layer_act_per_token
+from fttui.core.models.archs import ARCHS, resolve_config
 
 __all__ = [
     "CONSTANTS",
@@ -46,8 +49,6 @@ __all__ = [
     "solve_max",
 ]
 
-MIB = 1 << 20
-GIB = 1 << 30
 
 #: Global constants (the only fitted numbers; see docs/estimate.md).
 CONSTANTS: dict[str, float] = {
@@ -108,71 +109,8 @@ HOST_COMPONENTS: dict[str, str] = {
 }
 
 
-class EstimateError(ValueError):
-    """The profile names something the estimator cannot express (one line)."""
-
-
 # --------------------------------------------------------------------------------------------
 # architecture numbers and linear layers
-
-
-@dataclass(frozen=True)
-class ArchNumbers:
-    model_type: str
-    vocab: int
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    inter: int
-    tied: bool
-    params: int
-    arch_name: str | None = None
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-
-def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
-    """The numbers of the profile's architecture: an :data:`ARCHS` entry (``model.arch_name``,
-    or ``model.arch`` naming one), else ``model.arch`` + ``model.arch_config``."""
-    from .archs import param_count
-
-    m = resolved.get("model") or {}
-    name = m.get("arch_name") or (m.get("arch") if m.get("arch") in ARCHS else None)
-    if name is None and isinstance(m.get("name_or_path"), str):
-        # a pretrained profile without arch: match the hub id of an entry
-        for entry in ARCHS.values():
-            if entry.hub_id == m["name_or_path"]:
-                name = entry.name
-    if name is not None:
-        model_type, cfg = resolve_config(name)
-        cfg.update({k: v for k, v in (m.get("arch_config") or {}).items() if v is not None})
-    elif m.get("arch"):
-        model_type, cfg = str(m["arch"]), dict(m.get("arch_config") or {})
-    else:
-        raise EstimateError("the estimator needs the architecture numbers: set model.arch to an "
-                            f"entry of fttui.core.archs ({', '.join(ARCHS)}) or model.arch + "
-                            "model.arch_config")
-    try:
-        params = param_count({"model_type": model_type, **cfg})
-    except (KeyError, ValueError) as e:
-        raise EstimateError(f"model.arch_config: {e}") from None
-    hidden = int(cfg.get("hidden_size") or cfg.get("n_embed") or cfg.get("n_embd"))
-    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
-    heads = int(cfg.get("num_attention_heads") or cfg.get("n_head"))
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    inter = int(cfg.get("intermediate_size") or 4 * hidden)
-    tied = bool(cfg.get("tie_word_embeddings", model_type == "bloom"))
-    return ArchNumbers(model_type, int(cfg["vocab_size"]), hidden, layers, heads, kv, head_dim,
-                       inter, tied, params, name)
 
 
 def _native_linears(a: ArchNumbers) -> list[tuple[str, int, int]]:
@@ -611,7 +549,7 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
         for k in ("weights", "gradients", "optimizer_states", "lora", "activations"):
             host_bd[k] = bd[k] * procs
         # no caching allocator on the host: glibc returns big blocks (fttui sets the mmap
-        # threshold for CPU runs, fttui.core.launch), so no allocator overhead is added
+        # threshold for CPU runs, fttui.core.run.launch), so no allocator overhead is added
         host_bd["activations"] += bd["quantisation"] * procs
         gpu_peak = []
         card = {k: 0 for k in card}
@@ -803,10 +741,3 @@ def calibration_from_store(resolved: Mapping[str, Any],
     if not picked:
         return None
     return calibrate(picked, resolved)
-
-
-def fmt_bytes(n: float) -> str:
-    """``12.3 GiB`` / ``456 MiB``."""
-    if abs(n) >= GIB:
-        return f"{n / GIB:.2f} GiB"
-    return f"{n / MIB:.0f} MiB"

@@ -50,7 +50,7 @@ def bundled_profiles_dir() -> Path:
     project's top-level ``profiles/``. The package-data folder is checked first because the parent
     of an installed package is site-packages, where a stray ``profiles/`` may belong to others.
     """
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]  # fttui/core/base/paths.py -> fttui
     packaged = package / "_profiles"
     if packaged.is_dir():
         return packaged

@@ -7,7 +7,7 @@ import io
 import json
 from collections.abc import Sequence
 
-from fttui.core import fmt
+from fttui.core.base import fmt
 
 # (header, function of a row -> cell text). Same columns as the reference tables, plus the
 # figures they lacked (tokens padded, host RAM, status).

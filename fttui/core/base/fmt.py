@@ -62,3 +62,9 @@ def rel_path(path: str) -> str:
         return os.path.relpath(path)
     except ValueError:
         return path
+
+
+def fraction(used: float | None, total: float | None) -> float | None:
+    if used is None or not total or total <= 0:
+        return None
+    return max(0.0, min(1.0, used / total))

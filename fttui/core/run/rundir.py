@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fttui.core import paths
+from fttui.core.base import paths
 
 FINAL_STATUSES = ("completed", "failed", "oom", "cancelled")
 

@@ -28,9 +28,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from fttui.core import launch, paths, rundir
-from fttui.core.events import JsonlTail, append_jsonl
-from fttui.core.errors import FttuiError
+from fttui.core.run import launch, rundir
+from fttui.core.base import paths
+from fttui.core.run.events import JsonlTail, append_jsonl
+from fttui.core.base.errors import FttuiError
 
 PARAMS = ("batch_size", "max_seq_len")
 MAX_LOADS = 8
@@ -278,7 +279,7 @@ class Prober:
         return t
 
     def _save(self, t: Trial) -> None:
-        from fttui.core.store import Store
+        from fttui.core.results.store import Store
 
         p = self.resolved
         train, data = p["train"], p["data"]
@@ -335,8 +336,8 @@ def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int |
     None on a CPU profile (a host budget is address space, which the estimator does not model)."""
     if int(resolved["devices"].get("gpus", 1)) == 0:
         return None, "CPU profile: starting at the low end of the range"
-    from fttui.core.estimate import calibration_from_store, solve_max
-    from fttui.core.profile import parse_size
+    from fttui.core.memory.estimate import calibration_from_store, solve_max
+    from fttui.core.profiles.profile import parse_size
 
     budget = resolved.get("limits", {}).get("gpu_memory")
     device = parse_size(budget) if budget else None
@@ -348,7 +349,7 @@ def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int |
             return None, "no GPU visible: starting at the low end of the range"
         device = int(snap.gpus[0].mem_total_mb * 2**20)
     try:
-        from fttui.core.store import Store
+        from fttui.core.results.store import Store
 
         with Store() as store:
             cal = calibration_from_store(resolved, store.rows())

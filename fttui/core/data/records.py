@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from .errors import DataError
+from fttui.core.base.errors import DataError
 
 FORMATS = ("auto", "instruction", "chat")
 EXTENSIONS = (".json", ".jsonl")
@@ -30,11 +30,11 @@ def _detect(obj: dict[str, Any]) -> str | None:
 
 def _check(obj: Any, fmt: str, where: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        raise DataError(None, f"{where}: expected a JSON object, got {type(obj).__name__}")
     if fmt == "instruction":
         missing = [k for k in ("instruction", "output") if k not in obj]
         if missing:
-            raise DataError(f"{where}: missing field(s) {', '.join(repr(m) for m in missing)} "
+            raise DataError(None, f"{where}: missing field(s) {', '.join(repr(m) for m in missing)} "
                             "(instruction format needs instruction, output and optional input)")
         out = {"format": "instruction"}
         for key in ("instruction", "input", "output"):
@@ -42,29 +42,29 @@ def _check(obj: Any, fmt: str, where: str) -> dict[str, Any]:
             if val is None:
                 val = ""
             if not isinstance(val, str):
-                raise DataError(f"{where}: field {key!r} must be a string, got {type(val).__name__}")
+                raise DataError(None, f"{where}: field {key!r} must be a string, got {type(val).__name__}")
             out[key] = val
         if not out["output"]:
-            raise DataError(f"{where}: field 'output' is empty")
+            raise DataError(None, f"{where}: field 'output' is empty")
         return out
     # chat
     msgs = obj.get("messages")
     if msgs is None:
-        raise DataError(f"{where}: missing field 'messages' (chat format needs a list of {{role, content}})")
+        raise DataError(None, f"{where}: missing field 'messages' (chat format needs a list of {{role, content}})")
     if not isinstance(msgs, list) or not msgs:
-        raise DataError(f"{where}: field 'messages' must be a non-empty list")
+        raise DataError(None, f"{where}: field 'messages' must be a non-empty list")
     norm = []
     for i, m in enumerate(msgs):
         if not isinstance(m, dict):
-            raise DataError(f"{where}: messages[{i}] must be an object with role and content")
+            raise DataError(None, f"{where}: messages[{i}] must be an object with role and content")
         for key in ("role", "content"):
             if key not in m:
-                raise DataError(f"{where}: messages[{i}] is missing field {key!r}")
+                raise DataError(None, f"{where}: messages[{i}] is missing field {key!r}")
             if not isinstance(m[key], str):
-                raise DataError(f"{where}: messages[{i}].{key} must be a string, got {type(m[key]).__name__}")
+                raise DataError(None, f"{where}: messages[{i}].{key} must be a string, got {type(m[key]).__name__}")
         norm.append({"role": m["role"], "content": m["content"]})
     if not any(m["role"] == "assistant" for m in norm):
-        raise DataError(f"{where}: no message with role 'assistant' (nothing to train on)")
+        raise DataError(None, f"{where}: no message with role 'assistant' (nothing to train on)")
     return {"format": "chat", "messages": norm}
 
 
@@ -79,7 +79,7 @@ def _raw_items(path: str, text: str) -> list[tuple[int, Any]]:
                 items.append((lineno, json.loads(line)))
             except ValueError as e:
                 msg = getattr(e, "msg", str(e))
-                raise DataError(f"{path}:{lineno}: malformed JSON line ({msg})") from None
+                raise DataError(None, f"{path}:{lineno}: malformed JSON line ({msg})") from None
         return items
     # .json: a list of objects; find each element's line with raw_decode.
     dec = json.JSONDecoder()
@@ -100,8 +100,8 @@ def _raw_items(path: str, text: str) -> list[tuple[int, Any]]:
         try:
             json.loads(text)
         except ValueError as e:
-            raise DataError(f"{path}:{getattr(e, 'lineno', 1)}: malformed JSON ({getattr(e, 'msg', e)})") from None
-        raise DataError(f"{path}:1: a .json data file must hold a list of objects")
+            raise DataError(None, f"{path}:{getattr(e, 'lineno', 1)}: malformed JSON ({getattr(e, 'msg', e)})") from None
+        raise DataError(None, f"{path}:1: a .json data file must hold a list of objects")
     i = skip_ws(i + 1)
     if i < n and text[i] == "]":
         return items
@@ -110,7 +110,7 @@ def _raw_items(path: str, text: str) -> list[tuple[int, Any]]:
         try:
             obj, end = dec.raw_decode(text, i)
         except ValueError as e:
-            raise DataError(f"{path}:{line_of(getattr(e, 'pos', i))}: malformed JSON ({getattr(e, 'msg', e)})") from None
+            raise DataError(None, f"{path}:{line_of(getattr(e, 'pos', i))}: malformed JSON ({getattr(e, 'msg', e)})") from None
         items.append((line_of(i), obj))
         i = skip_ws(end)
         if i < n and text[i] == ",":
@@ -118,9 +118,9 @@ def _raw_items(path: str, text: str) -> list[tuple[int, Any]]:
             continue
         if i < n and text[i] == "]":
             break
-        raise DataError(f"{path}:{line_of(i)}: malformed JSON (expected ',' or ']')")
+        raise DataError(None, f"{path}:{line_of(i)}: malformed JSON (expected ',' or ']')")
     if skip_ws(i + 1) < n:
-        raise DataError(f"{path}:{line_of(skip_ws(i + 1))}: malformed JSON (extra data after the list)")
+        raise DataError(None, f"{path}:{line_of(skip_ws(i + 1))}: malformed JSON (extra data after the list)")
     return items
 
 
@@ -128,39 +128,39 @@ def load_records(path: str | os.PathLike[str], fmt: str = "auto") -> list[dict[s
     """Read and validate a data file; see the module docstring. Raises :class:`DataError`."""
     path = os.fspath(path)
     if fmt not in FORMATS:
-        raise DataError(f"{path}: unknown data.format {fmt!r} (use one of {', '.join(FORMATS)})")
+        raise DataError(None, f"{path}: unknown data.format {fmt!r} (use one of {', '.join(FORMATS)})")
     if not path.endswith(EXTENSIONS):
-        raise DataError(f"{path}: unsupported data file type (use .json or .jsonl)")
+        raise DataError(None, f"{path}: unsupported data file type (use .json or .jsonl)")
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        raise DataError(f"{path}: data file not found") from None
+        raise DataError(None, f"{path}: data file not found") from None
     except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, expected a .json or .jsonl file") from None
+        raise DataError(None, f"{path}: is a directory, expected a .json or .jsonl file") from None
     except OSError as e:
-        raise DataError(f"{path}: cannot read data file ({e.strerror or e})") from None
+        raise DataError(None, f"{path}: cannot read data file ({e.strerror or e})") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         lineno = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{lineno}: not valid UTF-8") from None
+        raise DataError(None, f"{path}:{lineno}: not valid UTF-8") from None
     if not text.strip():
-        raise DataError(f"{path}: data file is empty")
+        raise DataError(None, f"{path}: data file is empty")
     items = _raw_items(path, text)
     if not items:
-        raise DataError(f"{path}: data file holds no records")
+        raise DataError(None, f"{path}: data file holds no records")
     out: list[dict[str, Any]] = []
     chosen = None if fmt == "auto" else fmt
     for lineno, obj in items:
         where = f"{path}:{lineno}"
         if chosen is None:
             if not isinstance(obj, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+                raise DataError(None, f"{where}: expected a JSON object, got {type(obj).__name__}")
             chosen = _detect(obj)
             if chosen is None:
                 keys = ", ".join(sorted(obj)[:6]) or "none"
-                raise DataError(f"{where}: cannot detect the data format (keys: {keys}); expected "
+                raise DataError(None, f"{where}: cannot detect the data format (keys: {keys}); expected "
                                 "instruction/input/output or messages")
         rec = _check(obj, chosen, where)
         rec["line"] = lineno

@@ -1,6 +1,6 @@
 """PNG charts of a report (matplotlib, Agg canvas, no display needed).
 
-The chart *data* is computed by :mod:`fttui.core.report` (pure); this module only draws it.
+The chart *data* is computed by :mod:`fttui.core.results.report` (pure); this module only draws it.
 matplotlib is imported inside :func:`render`, never at import time, and only through the Agg
 canvas (no ``pyplot``, so no global backend state is touched).
 """

@@ -19,34 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fttui.core import rundir
-from fttui.core.errors import FttuiError, ProfileError
+from fttui.core.run import rundir
+from fttui.core.run.topology import choose_launcher, processes_per_node, world_size
+from fttui.core.base.errors import FttuiError, ProfileError
 
 WORKER_MODULE = "fttui.worker.train"
-
-
-def processes_per_node(resolved: dict) -> int:
-    dev = resolved["devices"]
-    gpus = int(dev.get("gpus", 1))
-    if gpus > 0:
-        return gpus
-    return max(1, int(dev.get("cpu_processes", 1) or 1))
-
-
-def world_size(resolved: dict) -> int:
-    return processes_per_node(resolved) * int(resolved["devices"].get("nodes", 1))
-
-
-def choose_launcher(resolved: dict) -> str:
-    dev = resolved["devices"]
-    launcher = dev.get("launcher", "auto")
-    if launcher != "auto":
-        return launcher
-    if resolved["method"] == "full-zero3-offload":
-        return "deepspeed"
-    if processes_per_node(resolved) > 1 or int(dev.get("nodes", 1)) > 1:
-        return "torchrun"
-    return "python"
 
 
 def port_free(port: int, host: str = "") -> bool:
@@ -182,7 +159,7 @@ def check_rendezvous(resolved: dict) -> None:
 
 def validate_before_launch(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -> None:
     """Checks that need no torch and must fail before anything is written."""
-    from fttui.core.preflight import preflight
+    from fttui.core.run.preflight import preflight
 
     preflight(resolved, gpu_count)
     check_rendezvous(resolved)
@@ -203,7 +180,7 @@ def start_supervisor(rd: rundir.RunDir) -> int:
     log = os.fdopen(os.open(rd.path / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fttui.core.supervisor", str(rd.path)],
+            [sys.executable, "-m", "fttui.core.run.supervisor", str(rd.path)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

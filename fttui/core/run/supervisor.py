@@ -7,7 +7,7 @@ the worker's events, and when training ends in any way writes the summary row to
 then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or SIGINT) stops the whole process
 tree: SIGTERM, then SIGKILL after a grace period.
 
-    python -m fttui.core.supervisor RUN_DIR
+    python -m fttui.core.run.supervisor RUN_DIR
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import psutil
 
-from fttui.core import rundir
-from fttui.core.events import JsonlTail, append_jsonl
-from fttui.core.redact import Redactor
-from fttui.core.state import RunState
-from fttui.core.summary import build_row, final_status
+from fttui.core.run import rundir
+from fttui.core.run.events import JsonlTail, append_jsonl
+from fttui.core.base.redact import Redactor
+from fttui.core.run.state import RunState
+from fttui.core.run.summary import build_row, final_status
 from fttui.monitor.samplers import HostSampler, make_gpu_sampler
 
 TICK_S = float(os.environ.get("FTTUI_SAMPLE_INTERVAL", "0.5"))
@@ -262,7 +262,7 @@ def _pump(pipe, log, redact: Redactor) -> None:
 def save_row(row: dict, rd: rundir.RunDir) -> bool:
     """Write the summary row; keep a copy in the run dir whatever happens to the store."""
     rundir.write_json_atomic(rd.path / "row.json", row)
-    from fttui.core.store import Store
+    from fttui.core.results.store import Store
 
     for attempt in range(5):
         try:
@@ -278,7 +278,7 @@ def save_row(row: dict, rd: rundir.RunDir) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m fttui.core.supervisor RUN_DIR", file=sys.stderr)
+        print("usage: python -m fttui.core.run.supervisor RUN_DIR", file=sys.stderr)
         return 2
     os.umask(0o077)  # everything the run writes is readable by the user only
     sup = Supervisor(Path(args[0]))

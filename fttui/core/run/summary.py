@@ -6,8 +6,8 @@ import signal
 import time
 from typing import Any
 
-from fttui.core import rundir
-from fttui.core.launch import processes_per_node, world_size
+from fttui.core.run import rundir
+from fttui.core.run.topology import processes_per_node, world_size
 
 # Host memory this full (fraction of total) when the process was SIGKILLed: the kernel's OOM
 # killer is the likely cause.
@@ -109,7 +109,7 @@ def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, 
         num_gpus = min(len(gpu_names), nproc) if nproc else len(gpu_names)
     interconnect = ""
     if num_gpus >= 2:
-        from fttui.core.report import interconnect_label
+        from fttui.core.results.report import interconnect_label
         from fttui.monitor.samplers import gpu_topology
 
         topo = gpu_topology([g.index for g in gpu_snap.gpus][:num_gpus] if gpu_snap else None)

@@ -3,7 +3,7 @@
 Pure part: :func:`filter_rows`, :func:`load_prices`, :func:`build_report` -> :class:`Report`
 (tables and chart data, no I/O) and :meth:`Report.to_markdown`. :func:`write_report` writes
 ``report.md``, one CSV per table and per chart, and the PNG charts (matplotlib, drawn by
-:mod:`fttui.core.report_charts` and imported only there, lazily).
+:mod:`fttui.core.results.charts` and imported only there, lazily).
 
 Tables, in the shapes of the reference tables (see docs/report.md):
 
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fttui.core import fmt
-from fttui.core.errors import FttuiError
-from fttui.core.report_charts import Bar, ChartSpec
-from fttui.core.store import COLUMNS
-from fttui.core.tables import to_csv, to_markdown
+from fttui.core.base import fmt
+from fttui.core.base.errors import FttuiError
+from fttui.core.results.charts import Bar, ChartSpec
+from fttui.core.results.store import COLUMNS
+from fttui.core.results.tables import to_csv, to_markdown
 
 GROUP_KEYS = ("model", "method", "gpu", "batch_size", "max_seq_len")
 VERSION_KEYS = ("driver", "cuda", "torch", "transformers", "peft", "bitsandbytes", "deepspeed")
@@ -898,7 +898,7 @@ def build_report(rows: Sequence[Mapping], group_by: str | None = None, baseline:
 def write_report(report: Report, out_dir: str | Path) -> list[Path]:
     """Write ``report.md``, one CSV per table and per chart, and the PNG charts into ``out_dir``
     (created). Returns the paths written, ``report.md`` first."""
-    from fttui.core import report_charts
+    from fttui.core.results import charts as report_charts
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

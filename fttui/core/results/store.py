@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fttui.core import paths
+from fttui.core.base import paths
+from fttui.core.base.errors import StoreError
 
 # Column name -> SQL type. Order is the order of `fttui results` columns in JSON and CSV.
 COLUMNS: dict[str, str] = {
@@ -103,10 +104,6 @@ MIGRATIONS: list[str] = [
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[3]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class StoreError(Exception):
-    pass
 
 
 class Store:

@@ -4,17 +4,15 @@ Pure Python (no torch). :func:`layer_act_per_token` counts the tensors HF's Llam
 layer (transformers 5) saves for the backward under the dtypes of :class:`LayerDtypes`;
 :func:`attn_elem_bytes` the bytes per element of eager attention's matrix. Checked tensor by
 tensor on CPU (``fttui/worker/memtrace.py``, ``bench/estimate_tensors.py``); the phases that
-combine them into a peak are in :mod:`fttui.core.estimate`; the derivation is in
+combine them into a peak are in :mod:`fttui.core.memory.estimate`; the derivation is in
 docs/estimate.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .estimate import ArchNumbers
+from fttui.core.models.numbers import ArchNumbers
 
 __all__ = ["LayerDtypes", "attn_elem_bytes", "eager_attention", "layer_act_per_token"]
 
