@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fttui.core.models.archs import ARCHS, Arch, param_count, resolve_config
-from fttui.core.profiles.profile import apply_overrides, load_profile
+from fttui.core.profiles import apply_overrides, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "profiles").glob("*.toml"))
@@ -41,7 +41,7 @@ def isolated(tmp_path, monkeypatch):
 
 
 def test_no_torch_needed():
-    code = ("import sys, fttui.core.models.archs, fttui.core.profiles.profile; "
+    code = ("import sys, fttui.core.models.archs, fttui.core.profiles; "
             "bad = {'torch', 'transformers'} & set(sys.modules); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -12,7 +12,7 @@ import pytest
 
 from fttui.core.base import paths
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
-from fttui.core.profiles.profile import (
+from fttui.core.profiles import (
     ALIASES,
     METHODS,
     SCHEMA,
@@ -359,7 +359,7 @@ def test_methods_all_valid():
 
 
 def test_unsupported_method(monkeypatch):
-    monkeypatch.setattr("fttui.core.profiles.profile.SUPPORTED_METHODS", {"full", "lora"})
+    monkeypatch.setattr("fttui.core.profiles.values.SUPPORTED_METHODS", {"full", "lora"})
     with pytest.raises(ProfileError, match="not supported.*supported: full, lora"):
         load_profile("tiny-full", ["method=qlora"])
 

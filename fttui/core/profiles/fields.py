@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fttui.core.base.constants import METHODS
+from fttui.core.profiles.typed import Profile
 
 # The settings people change between runs: (field id, dotted profile key, label).
 OVERRIDE_FIELDS: list[tuple[str, str, str]] = [
@@ -51,14 +52,9 @@ def overrides_from_fields(resolved: Mapping[str, Any], values: Mapping[str, str]
 
 
 def effective_batch(resolved: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """(micro batch, grad accumulation, processes, effective batch)."""
-    train = resolved.get("train", {}) or {}
-    dev = resolved.get("devices", {}) or {}
-    micro = int(train.get("batch_size", 1) or 1)
-    accum = int(train.get("grad_accum", 1) or 1)
-    gpus = int(dev.get("gpus", 1) or 0)
-    procs = (gpus if gpus > 0 else int(dev.get("cpu_processes", 1) or 1)) * int(dev.get("nodes", 1) or 1)
-    return micro, accum, procs, micro * accum * procs
+    """(micro batch, grad accumulation, processes, effective batch): see
+    :meth:`~fttui.core.profiles.typed.Profile.effective_batch`."""
+    return Profile.from_partial(resolved).effective_batch()
 
 
 __all__ = ["OVERRIDE_FIELDS", "METHODS", "profile_value", "field_values", "overrides_from_fields", "effective_batch"]

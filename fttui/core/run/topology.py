@@ -1,32 +1,24 @@
-"""How many processes a resolved profile starts, on how many machines, through which launcher."""
+"""How many processes a resolved profile starts, on how many machines, through which launcher.
+
+The figures are defined once, on :class:`fttui.core.profiles.Profile`; these take the resolved
+dict (or a run folder's ``profile.json``, which may lack newer keys: they take their defaults).
+"""
 
 from __future__ import annotations
 
-from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.profiles import Profile
 
 
 def processes_per_node(resolved: dict) -> int:
-    dev = resolved["devices"]
-    gpus = int(dev.get("gpus", 1))
-    if gpus > 0:
-        return gpus
-    return max(1, int(dev.get("cpu_processes", 1) or 1))
+    return Profile.from_partial(resolved).devices.processes_per_node()
 
 
 def world_size(resolved: dict) -> int:
-    return processes_per_node(resolved) * int(resolved["devices"].get("nodes", 1))
+    return Profile.from_partial(resolved).world_size()
 
 
 def choose_launcher(resolved: dict) -> str:
-    dev = resolved["devices"]
-    launcher = dev.get("launcher", "auto")
-    if launcher != "auto":
-        return launcher
-    if resolved["method"] == ZERO3_OFFLOAD:
-        return "deepspeed"
-    if processes_per_node(resolved) > 1 or int(dev.get("nodes", 1)) > 1:
-        return "torchrun"
-    return "python"
+    return Profile.from_partial(resolved).launcher()
 
 
 __all__ = ["processes_per_node", "world_size", "choose_launcher"]

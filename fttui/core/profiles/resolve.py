@@ -1,0 +1,241 @@
+"""Resolving a profile: checked values to the complete dict a run reads.
+
+    read TOML -> check keys/types per file -> follow ``extends`` (merge key by key)
+    -> apply ``--set`` overrides -> fill defaults, resolve paths and derived values -> cross checks
+
+:func:`load_profile` does all of it for a profile name or file; :func:`apply_overrides` applies
+more overrides to an already resolved dict (derived values are derived again). The resolved
+dict holds every schema key plus the meta keys ``name``, ``source``, ``origin``, ``derived``
+and ``overrides`` (see :class:`fttui.core.profiles.typed.Profile`); every failure is a
+:class:`~fttui.core.base.errors.ProfileError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from fttui.core.base.errors import ProfileError, did_you_mean
+from fttui.core.models.archs import ARCHS
+from fttui.core.profiles.discovery import display, find_profile, looks_like_path, origin_of, safe_resolve
+from fttui.core.profiles.files import load_chain, normalize
+from fttui.core.profiles.overrides import apply_overrides_to
+from fttui.core.profiles.schema import (
+    META_KEYS, OVERRIDE, QLORA_DEFAULT_OPTIMIZER, SCHEMA, SECTIONS, SYNTHETIC,
+    SYNTHETIC_DEFAULT_SAMPLES, TOP, dotted)
+from fttui.core.profiles.values import num
+
+
+def _base_dir(origin: Any) -> Path:
+    if origin is None or str(origin) == OVERRIDE:
+        return Path.cwd()
+    return Path(origin).parent
+
+
+def _local_path(value: str, base: Path) -> Path | None:
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    return safe_resolve(path) if path.exists() else None
+
+
+def _looks_local(value: str) -> bool:
+    return value.startswith(("/", "./", "../", "~")) or value in (".", "..")
+
+
+def _missing_file_hint(value: str, base: Path, where: str) -> str:
+    if not looks_like_path(value) and not value.endswith(".json"):
+        near = did_you_mean(value, [SYNTHETIC])
+        if near:
+            return near
+    found: list[str] = []
+    for folder in (base, base / "data"):
+        try:
+            for pattern in ("*.json", "*.jsonl"):
+                found += [os.path.relpath(p, base) for p in folder.glob(pattern)]
+        except OSError:
+            pass
+    near = did_you_mean(value, found)
+    if near:
+        return near
+    return f"relative paths are resolved from {where}; use \"{SYNTHETIC}\" for generated data"
+
+
+def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, leaf: Any,
+              log: list[str]) -> dict[str, Any]:
+    def where(dk: str) -> str:
+        return display(origins.get(dk, leaf))
+
+    def explicit(dk: str) -> bool:
+        return dk in origins
+
+    resolved: dict[str, Any] = {"name": name, "source": source, "origin": origin}
+    for section, fields in SCHEMA.items():
+        given = raw.get(section, {})
+        values = {k: copy.deepcopy(given[k]) if k in given else copy.deepcopy(f.default)
+                  for k, f in fields.items()}
+        if section == TOP:
+            resolved.update(values)
+        else:
+            resolved[section] = values
+    derived: list[str] = []
+    model, data, train, devices = (resolved[s] for s in ("model", "data", "train", "devices"))
+    method = resolved["method"]
+
+    # model
+    if model["config"] is not None:
+        cfg = _local_path(model["config"], _base_dir(origins.get("model.config", leaf)))
+        if cfg is not None and cfg.is_dir():
+            cfg = cfg / "config.json" if (cfg / "config.json").is_file() else None
+        if cfg is None:
+            raise ProfileError(where("model.config"), "model.config",
+                               f"config file not found: {model['config']}",
+                               f"relative paths are resolved from "
+                               f"{display(_base_dir(origins.get('model.config', leaf)))}")
+        model["config"] = str(cfg)
+    if model["init"] == "random":
+        if not model["arch"] and not model["config"]:
+            raise ProfileError(where("model.init"), "model.arch",
+                               "init = \"random\" needs model.arch or model.config",
+                               "e.g. arch = \"llama\" with an [model.arch_config] table")
+        if model["name_or_path"] is None:
+            model["name_or_path"] = model["arch"] or Path(model["config"]).parent.name
+            derived.append("model.name_or_path")
+    elif model["name_or_path"] is None or not model["name_or_path"].strip():
+        raise ProfileError(display(leaf), "model.name_or_path", "required",
+                           "set a hub id like \"gpt2\" or a local model folder, "
+                           "or use init = \"random\" with arch")
+    # model.arch may name an fttui.core.models.archs entry ("baichuan2-7b"): it becomes the entry's
+    # transformers model_type, arch_config gets the entry's numbers (the profile's keys win) and
+    # arch_name keeps the entry. Re-resolving (apply_overrides) keeps it, and drops the numbers
+    # of a previous entry that another arch replaces.
+    entry, previous = ARCHS.get(model["arch"] or ""), ARCHS.get(model["arch_name"] or "")
+    if entry is not None:
+        given = {k: v for k, v in model["arch_config"].items()
+                 if previous in (None, entry) or (k, v) not in previous.config.items()}
+        model.update(arch=entry.model_type, arch_name=entry.name,
+                     arch_config={**entry.config_dict(), **given})
+    elif previous is None or model["arch"] != previous.model_type:
+        model["arch_name"] = None
+    if model["arch_name"] and "model.name_or_path" in derived:
+        model["name_or_path"] = model["arch_name"]  # the label of a random-init model
+    for dk, key in (("model.name_or_path", "name_or_path"), ("model.tokenizer", "tokenizer")):
+        value = model[key]
+        if value is None or dk in derived or (key == "tokenizer" and value == "byte"):
+            continue
+        local = _local_path(value, _base_dir(origins.get(dk, leaf)))
+        if local is not None:
+            model[key] = str(local)
+        elif _looks_local(value) and not (key == "name_or_path" and model["init"] == "random"):
+            raise ProfileError(where(dk), dk, f"not found: {value}",
+                               f"relative paths are resolved from "
+                               f"{display(_base_dir(origins.get(dk, leaf)))}")
+    if model["tokenizer"] is None:
+        model["tokenizer"] = "byte" if model["init"] == "random" else model["name_or_path"]
+        derived.append("model.tokenizer")
+
+    # data
+    if data["source"] != SYNTHETIC:
+        value = data["source"]
+        base = _base_dir(origins.get("data.source", leaf))
+        file = _local_path(value, base)
+        base_text = "the current folder" if str(origins.get("data.source")) == OVERRIDE \
+            else f"the profile's folder {display(base)}"
+        if file is None:
+            raise ProfileError(where("data.source"), "data.source", f"data file not found: {value}",
+                               _missing_file_hint(value, base, base_text))
+        if file.is_dir() or file.suffix.lower() not in (".json", ".jsonl"):
+            raise ProfileError(where("data.source"), "data.source",
+                               f"not a .json or .jsonl file: {value}",
+                               f"give a JSON-lines file or \"{SYNTHETIC}\"")
+        data["source"] = str(file)
+    if data["name"] is None:
+        data["name"] = SYNTHETIC if data["source"] == SYNTHETIC else Path(data["source"]).stem
+        derived.append("data.name")
+    if data["source"] == SYNTHETIC and data["num_samples"] == 0:
+        data["num_samples"] = SYNTHETIC_DEFAULT_SAMPLES
+        derived.append("data.num_samples")
+    elif not explicit("data.num_samples"):
+        derived.append("data.num_samples")
+
+    # train
+    if train["optimizer"] is None:
+        train["optimizer"] = QLORA_DEFAULT_OPTIMIZER if method == "qlora" else "adamw_torch"
+        derived.append("train.optimizer")
+    if train["max_steps"] <= 0 and train["epochs"] <= 0:
+        raise ProfileError(where("train.epochs"), "train.epochs",
+                           f"must be > 0 when max_steps is not set, got {num(train['epochs'])}",
+                           "set epochs > 0 or max_steps > 0")
+
+    # devices
+    if devices["node_rank"] >= devices["nodes"]:
+        dk = "devices.node_rank" if explicit("devices.node_rank") or not explicit("devices.nodes") \
+            else "devices.nodes"
+        raise ProfileError(where(dk), "devices.node_rank",
+                           f"must be < nodes ({devices['nodes']}), got {devices['node_rank']}",
+                           f"node_rank counts from 0, so at most {devices['nodes'] - 1} with {devices['nodes']} nodes")
+
+    resolved["derived"] = sorted(derived)
+    resolved["overrides"] = list(log)
+    return resolved
+
+
+def load_profile(
+    name_or_path: str | os.PathLike[str],
+    overrides: Iterable[str] | Mapping[str, Any] = (),
+) -> dict[str, Any]:
+    """Load, merge (``extends``), override and validate a profile; returns the resolved dict.
+
+    ``name_or_path``: a profile name (see :func:`discover`) or a path to a .toml file.
+    ``overrides``: ``["train.batch_size=8", "lr=1e-4"]`` (values are TOML literals, else text)
+    or a dict ``{"train.batch_size": 8}`` (str values are parsed like the text form).
+    """
+    if isinstance(name_or_path, os.PathLike) or looks_like_path(str(name_or_path)):
+        path = Path(name_or_path).expanduser()
+        if not path.exists():
+            raise ProfileError(display(path), None, "profile file not found",
+                               "give a .toml file or a profile name; `fttui profiles` lists them")
+        origin = origin_of(path)
+    else:
+        ref = find_profile(str(name_or_path))
+        path, origin = ref.path, ref.origin
+    raw, origins = load_chain(path)
+    log: list[str] = []
+    apply_overrides_to(raw, origins, overrides, log)
+    return _finalize(raw, origins, name=path.stem, source=str(path), origin=origin, leaf=path,
+                     log=log)
+
+
+def apply_overrides(
+    resolved: Mapping[str, Any],
+    overrides: Iterable[str] | Mapping[str, Any],
+) -> dict[str, Any]:
+    """Apply overrides to an already resolved profile and validate again; returns a new dict.
+
+    Values derived from other keys (listed in ``resolved["derived"]``: the tokenizer, data name,
+    qlora optimizer...) are derived again unless overridden themselves.
+    """
+    derived = set(resolved.get("derived", ()))
+    source = str(resolved.get("source") or "")
+    leaf: Any = Path(source) if source else None
+    data: dict[str, Any] = {}
+    for key, value in resolved.items():
+        if key in META_KEYS or value is None:
+            continue
+        if key in SECTIONS and isinstance(value, dict):
+            data[key] = {k: v for k, v in value.items()
+                         if v is not None and f"{key}.{k}" not in derived}
+        else:
+            data[key] = value
+    raw = normalize(data, display(leaf))
+    origins = {dotted(s, k): leaf for s, keys in raw.items() for k in keys}
+    log = list(resolved.get("overrides", ()))
+    apply_overrides_to(raw, origins, overrides, log)
+    return _finalize(raw, origins, name=str(resolved.get("name", "")), source=source,
+                     origin=str(resolved.get("origin", "path")), leaf=leaf, log=log)
+
+
+
+__all__ = ["apply_overrides", "load_profile"]

@@ -1,0 +1,153 @@
+"""The profile schema: every key a profile may hold, its kind, default, allowed values and range.
+
+:data:`SCHEMA` (section -> key -> :class:`Field`) is the one description of a profile; the
+names around it (sections, ``--set`` aliases, path keys, the meta keys a resolved profile adds)
+are read off it. Pure data: no I/O, nothing that checks or resolves (see ``values`` and
+``resolve``). The methods come from :mod:`fttui.core.base.constants`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from fttui.core.base.constants import METHODS
+
+SYNTHETIC = "synthetic"
+SYNTHETIC_DEFAULT_SAMPLES = 256
+QLORA_DEFAULT_OPTIMIZER = "paged_adamw_32bit"
+OVERRIDE = "--set"  # the "file" that override errors name
+
+
+class Field(NamedTuple):
+    """One key of the schema.
+
+    kind: ``str``, ``int``, ``float`` (ints accepted), ``bool``, ``table``, ``modules``
+    (a list of names or one string), ``size`` (a size string for :func:`parse_size`, "" = none).
+    A default of ``None`` means "not set" (optional, or derived from other keys).
+    """
+
+    kind: str
+    default: Any
+    choices: tuple = ()
+    lo: float | None = None
+    hi: float | None = None
+    hi_open: bool = False
+    hint: str = ""
+
+
+TOP = ""  # the section name of top-level keys in SCHEMA
+
+#: section -> key -> Field. The only description of what a profile may contain.
+SCHEMA: dict[str, dict[str, Field]] = {
+    TOP: {
+        "description": Field("str", ""),
+        "extends": Field("str", None),
+        "method": Field("str", "lora", METHODS),
+    },
+    "model": {
+        "name_or_path": Field("str", None),
+        "init": Field("str", "pretrained", ("pretrained", "random")),
+        "arch": Field("str", None),
+        "config": Field("str", None),
+        "arch_config": Field("table", {}),
+        "arch_name": Field("str", None),  # set by resolution: the fttui.core.models.archs entry
+        "trust_remote_code": Field("bool", False),
+        "tokenizer": Field("str", None),
+        "attn_implementation": Field("str", "sdpa", ("eager", "sdpa", "flash_attention_2")),
+    },
+    "data": {
+        "source": Field("str", SYNTHETIC),
+        "name": Field("str", None),
+        "format": Field("str", "auto", ("auto", "instruction", "chat")),
+        "max_seq_len": Field("int", 512, lo=1, hint="tokens per sample; use 1 or more"),
+        "num_samples": Field("int", 0, lo=0, hint="0 means all samples of the file"),
+        "pad_to_max": Field("bool", False),
+    },
+    "train": {
+        "batch_size": Field("int", 1, lo=1, hint="micro batch per device; use 1 or more"),
+        "grad_accum": Field("int", 1, lo=1, hint="gradient accumulation steps; use 1 or more"),
+        "epochs": Field("float", 1.0, lo=0, hint="epochs must be >= 0; set max_steps > 0 instead"),
+        "max_steps": Field("int", -1, hint="-1 or 0 = use epochs"),
+        "lr": Field("float", 2e-4, lo=0, hint="learning rate, e.g. 2e-4"),
+        "precision": Field("str", "fp32", ("fp32", "fp16", "bf16")),
+        "gradient_checkpointing": Field("bool", False),
+        "optimizer": Field("str", None),
+        "lr_scheduler": Field("str", "linear"),
+        "warmup_ratio": Field("float", 0.0, lo=0, hi=1, hint="a fraction of the steps, 0 to 1"),
+        "weight_decay": Field("float", 0.0, lo=0, hint="use 0 or more, e.g. 0.01"),
+        "seed": Field("int", 42),
+        "warmup_exclude_steps": Field("int", 1, lo=0, hint="steps left out of steady rates; 0 or more"),
+    },
+    "lora": {
+        "r": Field("int", 8, lo=1, hint="LoRA rank, e.g. 8 or 16"),
+        "alpha": Field("int", 16, lo=1, hint="LoRA alpha, e.g. twice the rank"),
+        "dropout": Field("float", 0.05, lo=0, hi=1, hi_open=True, hint="a probability: 0 or more and below 1"),
+        "target_modules": Field("modules", ["q_proj", "v_proj"]),
+    },
+    "quant": {
+        "type": Field("str", "nf4", ("nf4", "fp4")),
+        "double_quant": Field("bool", True),
+        # "peft": peft's prepare_model_for_kbit_training (every weight that is not quantised,
+        # embeddings, norms and output layer, cast to fp32: an fp32 residual stream);
+        # "none": they stay in the compute dtype (smaller activations; what scripts that skip
+        # that call run)
+        "prepare": Field("str", "peft", ("peft", "none")),
+    },
+    "zero3": {
+        "offload_optimizer": Field("bool", True),
+        "offload_params": Field("bool", True),
+        "pin_memory": Field("bool", True),
+    },
+    "devices": {
+        "gpus": Field("int", 1, lo=0, hint="GPUs (one process each) per node; 0 = CPU"),
+        "cpu_processes": Field("int", 1, lo=1, hint="processes per node when gpus = 0 (CPU ranks)"),
+        "nodes": Field("int", 1, lo=1, hint="number of machines; use 1 or more"),
+        "node_rank": Field("int", 0, lo=0, hint="this machine's index, from 0 to nodes - 1"),
+        "main_addr": Field("str", "127.0.0.1"),
+        "main_port": Field("int", 29500, lo=1, hi=65535, hint="a TCP port, 1 to 65535"),
+        "launcher": Field("str", "auto", ("auto", "python", "torchrun", "accelerate", "deepspeed")),
+    },
+    "limits": {
+        "gpu_memory": Field("size", ""),
+        "host_memory": Field("size", ""),
+    },
+    "monitor": {
+        "stall_timeout_s": Field("float", 0.0, lo=0, hint="seconds without a step before a run is flagged stalled; 0 = never"),
+    },
+}
+
+SECTIONS: tuple[str, ...] = tuple(s for s in SCHEMA if s != TOP)
+
+#: short ``--set`` names
+ALIASES: dict[str, str] = {
+    "batch_size": "train.batch_size",
+    "grad_accum": "train.grad_accum",
+    "max_seq_len": "data.max_seq_len",
+    "num_samples": "data.num_samples",
+    "max_steps": "train.max_steps",
+    "epochs": "train.epochs",
+    "lr": "train.lr",
+    "precision": "train.precision",
+    "gpus": "devices.gpus",
+    "cpu_processes": "devices.cpu_processes",
+}
+
+#: keys that may hold a path; relative ones are taken from the folder of the file that set them
+PATH_KEYS = ("model.name_or_path", "model.tokenizer", "model.config", "data.source")
+
+#: top-level keys of a resolved profile that are not schema keys
+META_KEYS = ("name", "source", "origin", "derived", "overrides")
+
+
+def dotted(section: str, key: str) -> str:
+    """``train.batch_size``; a top-level key (section TOP) stays as it is."""
+    return f"{section}.{key}" if section else key
+
+
+ALL_KEYS: tuple[str, ...] = tuple(dotted(s, k) for s, keys in SCHEMA.items() for k in keys)
+
+
+__all__ = [
+    "ALIASES", "ALL_KEYS", "META_KEYS", "METHODS", "OVERRIDE", "PATH_KEYS", "QLORA_DEFAULT_OPTIMIZER",
+    "SCHEMA", "SECTIONS", "SYNTHETIC", "SYNTHETIC_DEFAULT_SAMPLES", "TOP", "Field", "dotted",
+]

@@ -1,0 +1,40 @@
+"""The one-line figures of a profile that ``fttui profiles`` and the picker show.
+
+:func:`profile_summary` reads a resolved dict (model label, method, batch, devices, data); its
+effective batch is :meth:`fttui.core.profiles.typed.Profile.effective_batch`, the one definition.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from fttui.core.profiles.typed import Profile
+
+
+def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures ``fttui profiles`` shows for one resolved profile."""
+    model, data = resolved["model"], resolved["data"]
+    train, devices = resolved["train"], resolved["devices"]
+    label = str(model["name_or_path"])
+    if os.path.isabs(label):
+        label = Path(label).name
+    return {
+        "name": resolved.get("name", ""),
+        "description": resolved.get("description", ""),
+        "model": label,
+        "method": resolved["method"],
+        "batch_size": train["batch_size"],
+        "grad_accum": train["grad_accum"],
+        "gpus": devices["gpus"],
+        "nodes": devices["nodes"],
+        "effective_batch": Profile.from_partial(resolved).effective_batch().effective,
+        "max_seq_len": data["max_seq_len"],
+        "dataset": data["name"],
+        "source": resolved.get("source", ""),
+        "origin": resolved.get("origin", ""),
+    }
+
+
+__all__ = ["profile_summary"]

@@ -1,0 +1,288 @@
+"""A resolved profile as typed, read-only values, and the figures derived from them.
+
+:class:`Profile` holds one frozen dataclass per schema section, whose field names and types
+follow :data:`~fttui.core.profiles.schema.SCHEMA` exactly (``tests/unit/test_profile_typed.py``
+keeps them in step), plus the top-level keys and the meta keys the resolver adds.
+:meth:`Profile.from_dict` and :meth:`Profile.to_dict` convert from and to the resolved dict
+(which the worker and ``profile.json`` keep reading) without changing a value: lists are held as
+tuples and tables as read-only mappings, and come back as lists and dicts. The derived figures
+(processes per node, world size, effective batch, launcher) are defined here once;
+``fttui.core.run.topology``, the picker's ``effective_batch`` and ``profile_summary`` call them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Self
+
+from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.profiles.resolve import load_profile
+from fttui.core.profiles.schema import SCHEMA, TOP
+
+
+def _freeze(value: Any) -> Any:
+    """Lists as tuples and tables as read-only mappings, all the way down."""
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """The inverse of :func:`_freeze` (a resolved dict holds lists, never tuples)."""
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    if isinstance(value, MappingProxyType):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
+
+
+def _names(cls: Any) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+def _check_keys(cls: Any, values: Mapping[str, Any], where: str) -> None:
+    names = _names(cls)
+    missing = [n for n in names if n not in values]
+    unknown = [k for k in values if k not in names]
+    if missing or unknown:
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"unknown {', '.join(map(str, unknown))}"] if unknown else [])
+        raise ValueError(f"not a resolved profile: {where}: " + "; ".join(parts))
+
+
+class _Section:
+    """What the section dataclasses share: conversion from and to their part of the dict."""
+
+    SECTION: ClassVar[str]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
+        """Exactly the section's keys (ValueError otherwise)."""
+        _check_keys(cls, values, f"[{cls.SECTION}]")
+        return cls(**{n: _freeze(values[n]) for n in _names(cls)})
+
+    @classmethod
+    def from_partial(cls, values: Any) -> Self:
+        """Missing keys take the schema's default; unknown keys are left out."""
+        given = values if isinstance(values, Mapping) else {}
+        schema = SCHEMA[cls.SECTION]
+        return cls(**{n: _freeze(given[n] if n in given else schema[n].default) for n in _names(cls)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {n: _thaw(getattr(self, n)) for n in _names(self)}
+
+
+@dataclass(frozen=True)
+class ModelSettings(_Section):
+    SECTION: ClassVar[str] = "model"
+    name_or_path: str | None
+    init: str
+    arch: str | None
+    config: str | None
+    arch_config: Mapping[str, Any]
+    arch_name: str | None
+    trust_remote_code: bool
+    tokenizer: str | None
+    attn_implementation: str
+
+
+@dataclass(frozen=True)
+class DataSettings(_Section):
+    SECTION: ClassVar[str] = "data"
+    source: str
+    name: str | None
+    format: str
+    max_seq_len: int
+    num_samples: int
+    pad_to_max: bool
+
+
+@dataclass(frozen=True)
+class TrainSettings(_Section):
+    SECTION: ClassVar[str] = "train"
+    batch_size: int
+    grad_accum: int
+    epochs: float
+    max_steps: int
+    lr: float
+    precision: str
+    gradient_checkpointing: bool
+    optimizer: str | None
+    lr_scheduler: str
+    warmup_ratio: float
+    weight_decay: float
+    seed: int
+    warmup_exclude_steps: int
+
+
+@dataclass(frozen=True)
+class LoraSettings(_Section):
+    SECTION: ClassVar[str] = "lora"
+    r: int
+    alpha: int
+    dropout: float
+    target_modules: tuple[str, ...] | str
+
+
+@dataclass(frozen=True)
+class QuantSettings(_Section):
+    SECTION: ClassVar[str] = "quant"
+    type: str
+    double_quant: bool
+    prepare: str
+
+
+@dataclass(frozen=True)
+class Zero3Settings(_Section):
+    SECTION: ClassVar[str] = "zero3"
+    offload_optimizer: bool
+    offload_params: bool
+    pin_memory: bool
+
+
+@dataclass(frozen=True)
+class DeviceSettings(_Section):
+    SECTION: ClassVar[str] = "devices"
+    gpus: int
+    cpu_processes: int
+    nodes: int
+    node_rank: int
+    main_addr: str
+    main_port: int
+    launcher: str
+
+    def processes_per_node(self) -> int:
+        """One process per GPU; on CPU (gpus = 0) ``cpu_processes``."""
+        gpus = int(self.gpus or 0)
+        if gpus > 0:
+            return gpus
+        return max(1, int(self.cpu_processes or 1))
+
+    def world_size(self) -> int:
+        """Processes on all nodes."""
+        return self.processes_per_node() * int(self.nodes or 1)
+
+
+@dataclass(frozen=True)
+class LimitSettings(_Section):
+    SECTION: ClassVar[str] = "limits"
+    gpu_memory: str
+    host_memory: str
+
+
+@dataclass(frozen=True)
+class MonitorSettings(_Section):
+    SECTION: ClassVar[str] = "monitor"
+    stall_timeout_s: float
+
+
+#: section name -> its dataclass, in SCHEMA order
+SECTION_TYPES: dict[str, type[_Section]] = {
+    cls.SECTION: cls
+    for cls in (ModelSettings, DataSettings, TrainSettings, LoraSettings, QuantSettings,
+                Zero3Settings, DeviceSettings, LimitSettings, MonitorSettings)
+}
+
+#: the meta keys' values when a partial dict leaves them out
+_META_DEFAULTS: dict[str, Any] = {"name": "", "source": "", "origin": "", "derived": [], "overrides": []}
+
+
+class BatchFigures(NamedTuple):
+    """Micro batch per process, gradient accumulation, processes, effective batch."""
+
+    micro: int
+    accum: int
+    processes: int
+    effective: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A resolved profile; the fields are in the resolved dict's key order."""
+
+    name: str
+    source: str
+    origin: str
+    description: str
+    extends: str | None
+    method: str
+    model: ModelSettings
+    data: DataSettings
+    train: TrainSettings
+    lora: LoraSettings
+    quant: QuantSettings
+    zero3: Zero3Settings
+    devices: DeviceSettings
+    limits: LimitSettings
+    monitor: MonitorSettings
+    derived: tuple[str, ...]
+    overrides: tuple[str, ...]
+
+    @classmethod
+    def from_dict(cls, resolved: Mapping[str, Any]) -> Profile:
+        """The resolved dict of :func:`load_profile` / :func:`apply_overrides`: exactly its keys
+        (ValueError otherwise, e.g. for a key that is no setting)."""
+        _check_keys(cls, resolved, "top level")
+        return cls(**{
+            n: SECTION_TYPES[n].from_dict(v) if n in SECTION_TYPES else _freeze(v)
+            for n, v in ((n, resolved[n]) for n in _names(cls))
+        })  # fmt: skip
+
+    @classmethod
+    def from_partial(cls, resolved: Mapping[str, Any]) -> Profile:
+        """A possibly incomplete dict (a ``profile.json`` of an older run, a hand-written test
+        profile): missing keys take the schema defaults, other keys are left out. For derived
+        figures only; it checks nothing."""
+        values: dict[str, Any] = {}
+        for n in _names(cls):
+            if n in SECTION_TYPES:
+                values[n] = SECTION_TYPES[n].from_partial(resolved.get(n))
+            else:
+                default = _META_DEFAULTS[n] if n in _META_DEFAULTS else SCHEMA[TOP][n].default
+                values[n] = _freeze(resolved[n] if n in resolved else default)
+        return cls(**values)
+
+    @classmethod
+    def load(cls, name_or_path: Any, overrides: Iterable[str] | Mapping[str, Any] = ()) -> Profile:
+        """:func:`~fttui.core.profiles.resolve.load_profile`, typed."""
+        return cls.from_dict(load_profile(name_or_path, overrides))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved dict again: equal to the one :meth:`from_dict` read, in the same order."""
+        out: dict[str, Any] = {}
+        for n in _names(self):
+            value = getattr(self, n)
+            out[n] = value.to_dict() if isinstance(value, _Section) else _thaw(value)
+        return out
+
+    def world_size(self) -> int:
+        """Processes on all nodes."""
+        return self.devices.world_size()
+
+    def effective_batch(self) -> BatchFigures:
+        """Samples per optimizer step: micro batch x accumulation x processes."""
+        micro = int(self.train.batch_size or 1)
+        accum = int(self.train.grad_accum or 1)
+        procs = self.world_size()
+        return BatchFigures(micro, accum, procs, micro * accum * procs)
+
+    def launcher(self) -> str:
+        """The launcher that starts the run: the profile's, or for ``auto`` deepspeed (ZeRO-3
+        offload), torchrun (several processes) or plain python (one)."""
+        if self.devices.launcher != "auto":
+            return self.devices.launcher
+        if self.method == ZERO3_OFFLOAD:
+            return "deepspeed"
+        if self.devices.processes_per_node() > 1 or int(self.devices.nodes or 1) > 1:
+            return "torchrun"
+        return "python"
+
+
+__all__ = [
+    "BatchFigures", "DataSettings", "DeviceSettings", "LimitSettings", "LoraSettings",
+    "ModelSettings", "MonitorSettings", "Profile", "QuantSettings", "SECTION_TYPES",
+    "TrainSettings", "Zero3Settings",
+]
