@@ -11,7 +11,8 @@ from fttui.core.base.errors import FttuiError
 
 
 def _size(text: str, flag: str) -> int:
-    from fttui.core.profiles.profile import SizeError, parse_size
+    from fttui.core.base.errors import SizeError
+    from fttui.core.base.units import parse_size
 
     try:
         return parse_size(text)
@@ -20,7 +21,7 @@ def _size(text: str, flag: str) -> int:
 
 
 def _calibration(args, resolved):
-    from fttui.core.memory.estimate import calibration_from_store
+    from fttui.core.memory import calibration_from_store
     from fttui.core.results.store import Store
 
     with Store() as store:
@@ -38,7 +39,7 @@ def _card_size(args, resolved) -> int | None:
 
 
 def render_text(e, title: str = "") -> str:
-    from fttui.core.memory.estimate import COMPONENTS, HOST_COMPONENTS, fmt_bytes
+    from fttui.core.memory import COMPONENTS, HOST_COMPONENTS, fmt_bytes
     from fttui.core.results.tables import to_text
 
     i = e.inputs
@@ -79,7 +80,7 @@ def render_text(e, title: str = "") -> str:
 
 
 def cmd_estimate(args, resolve) -> int:
-    from fttui.core.memory.estimate import EstimateError, estimate, fmt_bytes, solve_max
+    from fttui.core.memory import EstimateError, estimate, fmt_bytes, solve_max
 
     resolved = resolve(args)
     try:
@@ -93,7 +94,7 @@ def cmd_estimate(args, resolve) -> int:
             if device is None:
                 raise FttuiError("--max needs --gpu-memory SIZE (or limits.gpu_memory), e.g. 24GiB")
             best = solve_max(resolved, param, device, calibration=calibration)
-            from fttui.core.memory.estimate import _with  # the same substitution solve_max uses
+            from fttui.core.memory.inputs import _with  # the same substitution solve_max uses
 
             at = estimate(_with(resolved, param, max(best, 1)), calibration, device)
             if args.json:

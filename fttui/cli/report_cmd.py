@@ -8,7 +8,9 @@ from fttui.core.base.fmt import rel_path
 
 
 def cmd_report(args) -> int:
-    from fttui.core.results import report
+    from fttui.core.results.filters import filter_rows
+    from fttui.core.results.prices import load_prices
+    from fttui.core.results.report import build_report, find_row, write_report
     from fttui.core.results.store import Store
 
     kind = getattr(args, "kind", "all") or "all"
@@ -17,17 +19,17 @@ def cmd_report(args) -> int:
         baseline = None
         if getattr(args, "baseline", None):
             # the baseline may lie outside the filtered rows (another kind, another GPU)
-            baseline = report.find_row(rows if kind == "all" else store.rows(), args.baseline)
-    rows = report.filter_rows(rows, getattr(args, "where", None) or [])
-    prices = report.load_prices(args.prices) if getattr(args, "prices", None) else None
+            baseline = find_row(rows if kind == "all" else store.rows(), args.baseline)
+    rows = filter_rows(rows, getattr(args, "where", None) or [])
+    prices = load_prices(args.prices) if getattr(args, "prices", None) else None
     if not rows:
         what = [f"kind={kind}"] if kind != "all" else []
         what += list(getattr(args, "where", None) or [])
         print(f"fttui: no stored rows to report{' (' + ', '.join(what) + ')' if what else ''}", file=sys.stderr)
         return 1
-    rep = report.build_report(rows, group_by=getattr(args, "group_by", None), baseline=baseline, prices=prices)
+    rep = build_report(rows, group_by=getattr(args, "group_by", None), baseline=baseline, prices=prices)
     if getattr(args, "out", None):
-        paths = report.write_report(rep, args.out)
+        paths = write_report(rep, args.out)
         for p in paths:
             print(rel_path(str(p)))
         return 0

@@ -7,7 +7,9 @@ writes that report (tables, CSVs, charts) of the visible rows into ``exports/rep
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from concurrent.futures import CancelledError
 from pathlib import Path
 
 from rich.text import Text
@@ -19,8 +21,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Select, Static
 
 from fttui.core.base import fmt
-from fttui.core.results import tables
 from fttui.core.base.errors import FttuiError
+from fttui.core.results import tables
+from fttui.core.results.rows import short_gpu
 from fttui.core.results.views import distinct, filter_rows, sort_rows
 
 REL = "rel"
@@ -43,13 +46,6 @@ SHOWN = [
     ("host_rss_mb", "host MB"),
     ("status", "status"),
 ]
-
-
-def _short_gpu(name: str) -> str:
-    for prefix in ("NVIDIA GeForce ", "NVIDIA "):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    return name
 
 
 def _mem(row: dict, cell: str) -> str:
@@ -92,7 +88,7 @@ def display_cells(rows: list[dict], rel: dict[str, str] | None = None,
             if h == "model":
                 c = c.rsplit("/", 1)[-1] or c  # the hub organisation is in the filter and exports
             elif h == "gpu":
-                c = _short_gpu(c)
+                c = short_gpu(c)
             elif h == "gpu_mem_mb":
                 c = _mem(row, c)
             elif h == "host_rss_mb" and row.get("peak_host_rss_mb") is not None:
@@ -145,7 +141,7 @@ class ResultsScreen(Screen):
         try:
             with Store() as store:
                 self.all_rows = store.rows()
-        except Exception as e:  # a broken store must not take the app down
+        except (FttuiError, sqlite3.Error, OSError) as e:  # a broken store must not take the app down
             self.all_rows = []
             self.notify(f"results store: {e}", severity="error")
         models = distinct(self.all_rows, "model")
@@ -249,7 +245,7 @@ class ResultsScreen(Screen):
         except FttuiError as e:
             self.notify(f"no baseline: {e}", severity="warning")
             return False
-        except Exception as e:  # a row the report trips on must not take the screen down
+        except Exception as e:  # a view: any row the report trips on must not take the screen down
             self.notify(f"no baseline: {type(e).__name__}: {e}", severity="error")
             return False
         self.baseline, self.rel = row, rel
@@ -298,7 +294,7 @@ class ResultsScreen(Screen):
                 n += 1
                 out = folder / f"report-{stamp}-{n}"
             md = write_report(report, paths.ensure_dir(out))[0]
-        except Exception as e:  # FttuiError, OSError, a chart matplotlib cannot draw, ...
+        except Exception as e:  # a worker thread: FttuiError, OSError, whatever matplotlib raises
             msg = f"report failed: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
             self._from_thread(self.notify, msg, title="report", severity="error")
             return
@@ -307,7 +303,7 @@ class ResultsScreen(Screen):
     def _from_thread(self, fn, *args, **kwargs) -> None:
         try:
             self.app.call_from_thread(fn, *args, **kwargs)
-        except Exception:  # the app is closing: nobody to tell
+        except (RuntimeError, CancelledError):  # the app is closing (or closed): nobody to tell
             pass
 
     def _report_done(self, md: Path) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.memory import estimate as E
-from fttui.core.memory.estimate import GIB, MIB, calibrate, calibration_from_store, estimate, solve_max
-from fttui.core.profiles.profile import load_profile
+from fttui.core.memory import inputs as E
+from fttui.core.memory import GIB, MIB, calibrate, calibration_from_store, estimate, solve_max
+from fttui.core.profiles import load_profile
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
 GB = 10**9
@@ -329,7 +329,7 @@ def test_cli_prints_text_and_json(capsys):
     import json
 
     from fttui.cli.estimate_cmd import cmd_estimate
-    from fttui.core.profiles.profile import load_profile as lp
+    from fttui.core.profiles import load_profile as lp
 
     def resolve(a):
         return lp(a.profile, a.overrides)

@@ -1,20 +1,25 @@
-"""What autograd keeps of one decoder layer, per token: the activation model of the estimator.
+"""What autograd keeps per token, and the peak of a training step's activations.
 
 Pure Python (no torch). :func:`layer_act_per_token` counts the tensors HF's Llama-style decoder
 layer (transformers 5) saves for the backward under the dtypes of :class:`LayerDtypes`;
 :func:`attn_elem_bytes` the bytes per element of eager attention's matrix. Checked tensor by
-tensor on CPU (``fttui/worker/memtrace.py``, ``bench/estimate_tensors.py``); the phases that
-combine them into a peak are in :mod:`fttui.core.memory.estimate`; the derivation is in
-docs/estimate.md.
+tensor on CPU (``fttui/worker/memtrace.py``, ``bench/estimate_tensors.py``).
+:func:`activation_peak` combines them with the loss and the backward's transient gradients into
+the phases of a step (with and without gradient checkpointing) and picks the largest; the
+derivation is in docs/estimate.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
+from fttui.core.memory.inputs import DTYPE_BYTES, Setup
+from fttui.core.memory.linears import _native_linears, _real_linears
 from fttui.core.models.numbers import ArchNumbers
 
-__all__ = ["LayerDtypes", "attn_elem_bytes", "eager_attention", "layer_act_per_token"]
+__all__ = ["LayerDtypes", "activation_peak", "attn_elem_bytes", "eager_attention",
+           "layer_act_per_token"]
 
 
 _GROUPS = {  # which input a linear layer reads, by name (native and original namings)
@@ -131,3 +136,57 @@ def attn_elem_bytes(ab: int) -> int:
 
 def eager_attention(a: ArchNumbers, attn: str) -> bool:
     return a.model_type == "bloom" or attn == "eager"  # transformers' BLOOM has eager only
+
+
+def activation_peak(c: Setup) -> tuple[float, float]:
+    """(bytes per token, attention-matrix bytes) of the largest phase of a training step.
+
+    The phases: with gradient checkpointing, the loss and its backward (all checkpoints and the
+    logits), the backward through one recomputed layer, and that layer's attention backward;
+    without it, every layer's saved tensors plus the loss's backward or the last layer's MLP
+    gradients, and the last layer's attention backward."""
+    a, s, method, ab, wb, rb = c.a, c.s, c.method, c.ab, c.wb, c.rb
+    V, h, L = a.vocab, a.hidden, a.layers
+    b, seq = s["batch_size"], s["max_seq_len"]
+    r, drop = s["lora_r"], s["lora_dropout"]
+    eager = eager_attention(a, s["attn_implementation"])
+    dt = LayerDtypes(ab=ab, wb=DTYPE_BYTES[c.precision] if c.zero3 else wb,
+                     lin_out=4 if method in KBIT_METHODS and ab == 2 and wb == 4 else ab,
+                     mask=1 if c.on_gpu else 4, full=method in FULL_METHODS)
+    pretrained = s["init"] == "pretrained"
+    linears = (_real_linears(a) if pretrained else None) or _native_linears(a)
+    layer_tok = layer_act_per_token(a, dt, c.lora_mods, r, drop, eager, linears)
+    # the loss (transformers' ForCausalLMLoss): logits in the compute dtype, an fp32 copy and
+    # the fp32 log-softmax in the forward; the backward starts with the log-softmax output, the
+    # dense NLL gradient and the log-softmax gradient (fp32 each): 12 bytes per vocabulary
+    # entry, the larger of the two phases (the logits themselves are dropped with the outputs
+    # before the backward). Plus the final norm (fp32 input) and the output layer's input.
+    head_in = (dt.wb + (ab if dt.autocast else 0)) * h if (dt.full or method == "lora-emb") else 0
+    logits_peak = 12 * V + 4 * h + head_in
+    att_elem = attn_elem_bytes(ab) if eager else 0
+    # the backward through a layer's MLP holds three gradients of the intermediate size (of
+    # the product, of act(gate) and of up) next to gate, up and act(gate); the product, kept
+    # when down_proj trains, is freed by then
+    mlp_grads = (2 if dt.full else 3) * dt.lin_out * a.inter if a.model_type != "bloom" else 0
+    # eager attention: each layer keeps its matrix (att_elem bytes per element); the backward
+    # through it adds the gradient of the probabilities and the softmax gradient (fp32 + half
+    # copy, or two fp32) while the layer's MLP tensors are already freed
+    elems = b * a.heads * seq * seq if eager else 0
+    att_grad = (8 if ab == 4 else 6) if eager else 0
+    mlp_saved = (3 + (1 if dt.full else 0)) * dt.lin_out * a.inter if a.model_type != "bloom" else 0
+    if s["gradient_checkpointing"]:
+        ckpt = L * rb * h
+        # phase 1: loss and its backward (all checkpoints + logits); phase 2: backward through
+        # one recomputed layer (checkpoints + one layer + its transient gradients; with an fp32
+        # residual stream the first norm's input is the checkpoint itself); phase 3: that
+        # layer's attention backward
+        p2 = ckpt + layer_tok - (4 * h if rb == 4 else 0)
+        phases = [(ckpt + logits_peak, 0.0), (p2 + mlp_grads, elems * att_elem),
+                  (p2 - mlp_saved, elems * (att_elem + att_grad))]
+    else:
+        # every layer's saved tensors, plus the larger of the loss's backward and the last
+        # layer's MLP gradients; or the last layer's attention backward
+        phases = [(L * layer_tok + max(logits_peak, mlp_grads), L * elems * att_elem),
+                  (L * layer_tok - mlp_saved, elems * (L * att_elem + att_grad))]
+    tokens = c.tokens
+    return max(phases, key=lambda ph: ph[0] * tokens + ph[1])

@@ -1,0 +1,137 @@
+"""What the estimator reads of a resolved profile, and the sizes every memory term shares.
+
+Owns :func:`settings` (the profile keys the memory model reads, with their defaults),
+:func:`_with` (one probe setting substituted, as :func:`fttui.core.memory.solve.solve_max` and
+the calibration vary batch size and sequence length) and :class:`Setup`, the quantities derived
+once per estimate (dtype sizes of weights, activations and the residual stream, parameter
+counts, world size, the LoRA modules) that the weight, activation and host terms read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from fttui.core.base.constants import (FULL_METHODS, KBIT_METHODS, LORA_METHODS, METHODS, PROBE_PARAMS,
+                                       ZERO3_OFFLOAD)
+from fttui.core.base.errors import EstimateError
+from fttui.core.memory.linears import _native_linears, lora_modules
+from fttui.core.models.numbers import ArchNumbers, arch_numbers
+
+__all__ = ["DTYPE_BYTES", "PARAMS", "Setup", "settings", "setup"]
+
+#: bytes per element of each training precision
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+#: the settings solve_max searches, with the profile key each one sets
+PARAMS = PROBE_PARAMS
+
+
+def settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile keys the memory model reads, defaults filled in."""
+    t = resolved.get("train") or {}
+    d = resolved.get("data") or {}
+    dev = resolved.get("devices") or {}
+    m = resolved.get("model") or {}
+    lo = resolved.get("lora") or {}
+    return {
+        "method": resolved.get("method", "lora"),
+        "precision": t.get("precision", "fp32"),
+        "batch_size": int(t.get("batch_size", 1)),
+        "max_seq_len": int(d.get("max_seq_len", 512)),
+        "gradient_checkpointing": bool(t.get("gradient_checkpointing", False)),
+        "optimizer": t.get("optimizer") or ("paged_adamw_32bit" if resolved.get("method") == "qlora"
+                                            else "adamw_torch"),
+        "gpus": int(dev.get("gpus", 1)),
+        "cpu_processes": int(dev.get("cpu_processes", 1) or 1),
+        "nodes": int(dev.get("nodes", 1) or 1),
+        "attn_implementation": m.get("attn_implementation") or "sdpa",
+        "init": m.get("init", "pretrained"),
+        "lora_r": int(lo.get("r", 8)),
+        "lora_dropout": float(lo.get("dropout", 0.05)),
+        "lora_target_modules": lo.get("target_modules", ["q_proj", "v_proj"]),
+        "quant": dict(resolved.get("quant") or {}),
+        "zero3": dict(resolved.get("zero3") or {}),
+    }
+
+
+def _with(resolved: Mapping[str, Any], param: str, value: int) -> dict[str, Any]:
+    """A shallow copy of ``resolved`` with one setting changed (no re-validation needed)."""
+    out = dict(resolved)
+    section, key = PARAMS[param].split(".")
+    out[section] = {**(resolved.get(section) or {}), key: int(value)}
+    return out
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The quantities of one estimate that several memory terms read.
+
+    ``ab``: activation dtype bytes (2 under autocast or half weights); ``wb``: bytes of the
+    non-quantised weights as trained; ``rb``: bytes of the residual stream; ``world``: training
+    processes over all nodes; ``head``: output-layer parameters (0 when tied to the embedding);
+    ``lin_total``: parameters of the decoder layers' linear layers; ``other``: the rest."""
+
+    s: dict[str, Any]
+    a: ArchNumbers
+    method: str
+    precision: str
+    tokens: int
+    on_gpu: bool
+    half: bool
+    ab: int
+    wb: int
+    rb: int
+    embed: int
+    head: int
+    lin_total: int
+    other: int
+    lora_mods: list[tuple[str, int, int]]
+    lora_params: int
+    zero3: bool
+    world: int
+
+
+def _weight_bytes(method: str, precision: str, s: Mapping[str, Any]) -> int:
+    """Bytes per non-quantised weight as the worker trains it."""
+    if method in FULL_METHODS:
+        return 2 if precision == "bf16" else 4  # fp16 AMP keeps fp32 weights (fttui.worker.model)
+    if method in KBIT_METHODS:
+        # prepare_model_for_kbit_training casts every non-quantised tensor to fp32
+        return 4 if s["quant"].get("prepare", "peft") == "peft" else DTYPE_BYTES[precision]
+    return DTYPE_BYTES[precision]
+
+
+def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
+    """Check the method and precision, read the architecture and derive the shared quantities
+    (the LoRA modules' notes go to ``notes``)."""
+    s = settings(resolved)
+    method, precision = s["method"], s["precision"]
+    if method not in METHODS:
+        raise EstimateError(f"method {method!r} is not one the estimator knows ({', '.join(METHODS)})")
+    if precision not in DTYPE_BYTES:
+        raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
+    a = arch_numbers(resolved)
+    gpus = s["gpus"]
+    on_gpu = gpus > 0
+    half = DTYPE_BYTES[precision] == 2
+    P, V, h, L = a.params, a.vocab, a.hidden, a.layers
+    embed = V * h
+    lin_total = L * sum(fi * fo for _n, fi, fo in _native_linears(a))
+    lora_mods: list[tuple[str, int, int]] = []
+    lora_params = 0
+    if method in LORA_METHODS:
+        lora_mods = lora_modules(resolved, a, notes)
+        lora_params = L * sum(s["lora_r"] * (fi + fo) for _n, fi, fo in lora_mods)
+    wb = _weight_bytes(method, precision, s)
+    return Setup(
+        s=s, a=a, method=method, precision=precision,
+        tokens=s["batch_size"] * s["max_seq_len"], on_gpu=on_gpu, half=half,
+        ab=2 if half else 4,  # activation dtype (autocast / half weights)
+        wb=wb,
+        # the residual stream follows the embedding output: fp32 weights -> fp32 activations
+        rb=wb if method != ZERO3_OFFLOAD else DTYPE_BYTES[precision],
+        embed=embed, head=0 if a.tied else embed, lin_total=lin_total,
+        other=P - lin_total,  # embeddings, output layer, norms, biases
+        lora_mods=lora_mods, lora_params=lora_params,
+        zero3=method == ZERO3_OFFLOAD,
+        world=max(1, gpus if on_gpu else s["cpu_processes"]) * s["nodes"])

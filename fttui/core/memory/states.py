@@ -1,0 +1,171 @@
+"""The static per-card terms: weights, gradients, optimizer states, LoRA and quantisation buffers.
+
+Owns what a card holds for the whole run, whatever the batch: the weights by storage dtype
+(fp32 / fp16 / bf16, int8, NF4/FP4), the gradients and optimizer states of trainable full-model
+parameters, the LoRA parameters with their gradients and states, the bitsandbytes constants
+and one dequantised matrix, ZeRO-3's half-precision copy and its offloaded host figures, and
+Baichuan2's NormHead copy. :func:`trainable_states` fills the per-card and host breakdowns of an
+estimate; the sources of each figure are in docs/estimate.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from fttui.core.base.constants import KBIT_METHODS
+from fttui.core.base.units import GIB
+from fttui.core.memory.inputs import DTYPE_BYTES, Setup
+from fttui.core.memory.linears import _native_linears
+
+__all__ = ["trainable_states"]
+
+
+def _optimizer_bytes_per_param(optimizer: str, param_bytes: int) -> tuple[float, str]:
+    """Optimizer state bytes per trainable parameter (PyTorch/bitsandbytes storage sizes)."""
+    o = (optimizer or "adamw_torch").lower()
+    if "8bit" in o:
+        return 2.0, "two 8-bit states (bitsandbytes blockwise, + ~1/2048 B of absmax)"
+    if o.startswith("sgd"):
+        return 0.0, "SGD without momentum keeps no state"
+    if o.startswith("adafactor"):
+        return 0.0, "Adafactor keeps factored row/column states (negligible)"
+    if "32bit" in o or o.startswith("paged"):
+        return 8.0, "two fp32 states (bitsandbytes 32-bit)"
+    return 2.0 * param_bytes, "two states in the parameter dtype (torch AdamW)"
+
+
+def _quant_bytes(n: int, method: str, quant: Mapping[str, Any]) -> tuple[float, float]:
+    """(weight bytes, constant bytes) of ``n`` quantised parameters (bitsandbytes storage)."""
+    if method == "lora-int8":
+        return float(n), 0.0  # row scales are added per output row by the caller
+    # 4-bit: two values per byte; one fp32 absmax per block of 64; double quantisation stores
+    # the absmax as 8-bit with one fp32 scale per 256 blocks (QLoRA paper: 0.127 bit/param).
+    if quant.get("double_quant", True):
+        consts = n / 64 * 1 + n / (64 * 256) * 4
+    else:
+        consts = n / 64 * 4
+    return n / 2, consts
+
+
+def _zero3(c: Setup, bd: dict[str, float], host_bd: dict[str, float], notes: list[str]) -> float:
+    """ZeRO-3 with offload: the card's half copy, what stays on the card, the host's share.
+    Returns the bytes of the parameters gathered in flight."""
+    s, a = c.s, c.a
+    P, h, world = a.params, a.hidden, c.world
+    z = s["zero3"]
+    hb = DTYPE_BYTES[c.precision] if c.precision != "fp32" else 4
+    off_p, off_o = z.get("offload_params", True), z.get("offload_optimizer", True)
+    # fttui builds the model before DeepSpeed (no zero.Init): DeepSpeed casts it to the
+    # half dtype and moves the whole module to the card before partitioning
+    # (DeepSpeedEngine._configure_distributed_model); the freed blocks stay reserved by the
+    # caching allocator, so every card keeps about one half-precision copy of the model.
+    floor = P * hb
+    # gathered parameters in flight: the largest module twice (prefetch) ~ DeepSpeed
+    # estimate_zero3_model_states_mem_needs: 4 x largest_layer_params with offload
+    largest = max(c.embed, max(fi * fo for _n, fi, fo in _native_linears(a)))
+    gathered = 4 * largest + (0 if off_p else P * hb / world)
+    grads_gpu = 0 if off_o else P * hb / world
+    opt_gpu = 0 if off_o else P * 12 / world
+    bd["weights"] = floor
+    bd["gradients"] = grads_gpu
+    bd["optimizer_states"] = opt_gpu
+    notes.append("ZeRO-3: the model is built before DeepSpeed (no zero.Init), so each card "
+                 "first holds a whole half-precision copy; the caching allocator keeps it "
+                 "reserved and activations reuse it")
+    # host (per node): DeepSpeed estimate_zero3_model_states_mem_needs with offload:
+    # fp32 master params 4 + Adam states 8 + fp32 grads 4 (+ half param partitions 2)
+    share = P / s["nodes"]
+    if off_o:
+        host_bd["zero3_master_params"] = 4 * share
+        host_bd["zero3_optimizer_states"] = 8 * share
+        host_bd["zero3_gradients"] = 4 * share
+    if off_p:
+        host_bd["zero3_param_partitions"] = hb * share
+    # pinned staging buffers for the parameter and gradient buckets (prefetch + reduce
+    # buckets, about 4 x hidden^2 elements each, fp32). DeepSpeed's own estimator multiplies
+    # the 18 bytes/param by additional_buffer_factor = 1.5 as an upper bound; the reference
+    # authors' "needs at least 128 GB" for a 7.5B model fits 18 bytes/param without it.
+    host_bd["zero3_pinned_buffers"] = 2 * 4 * h * h * 4 * (world // s["nodes"])
+    upper = P * max(4 * (world // s["nodes"]), 18) * 1.5 / s["nodes"]
+    notes.append(f"ZeRO-3 host: DeepSpeed estimate_zero3_model_states_mem_needs (no "
+                 f"zero.Init, factor 1.5) gives {upper / GIB:.0f} GiB as an upper bound")
+    return gathered
+
+
+def _full(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
+    """Full fine-tuning: weights, gradients and optimizer states of every parameter."""
+    P, wb, opt = c.a.params, c.wb, c.s["optimizer"]
+    bd["weights"] = P * wb
+    if wb == 4 and c.half:
+        # autocast keeps half copies of the matmul weights from forward to backward
+        bd["weights"] += c.lin_total * 2 + c.head * 2
+        notes.append("fp16/bf16 AMP on fp32 weights: autocast's half copies of the matmul "
+                     "weights counted under weights")
+    bd["gradients"] = P * wb
+    per, why = _optimizer_bytes_per_param(opt, wb)
+    bd["optimizer_states"] = P * per
+    notes.append(f"optimizer {opt}: {why}")
+
+
+def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
+    """LoRA methods: frozen (possibly quantised) weights, the adapters and their states, and the
+    trainable embedding copies of ``lora-emb``."""
+    a, s, method, wb, ab = c.a, c.s, c.method, c.wb, c.ab
+    opt = s["optimizer"]
+    if method in KBIT_METHODS:
+        qw, qc = _quant_bytes(c.lin_total, method, s["quant"])
+        if method == "lora-int8":
+            qc = a.layers * sum(fo for _n, _fi, fo in _native_linears(a)) * 4  # fp32 row scales
+        bd["weights"] = qw + c.other * wb
+        # constants + one dequantised matrix in the compute dtype (bnb matmul) in flight
+        largest_lin = max(fi * fo for _n, fi, fo in _native_linears(a))
+        bd["quantisation"] = qc + 2 * largest_lin * ab
+        if ab == 2 and wb == 4:
+            # prepare_model_for_kbit_training leaves the output layer in fp32: autocast
+            # casts it to the half dtype for the matmul and the matmul keeps that copy for
+            # its backward (measured on an H100: Qwen-1.8B QLoRA, V*h*2 = 593 MiB)
+            bd["weights"] += (c.embed if a.tied else c.head) * 2
+            notes.append("k-bit under fp16/bf16 autocast: the half copy of the fp32 output "
+                         "layer kept for its backward counted under weights")
+    else:
+        bd["weights"] = a.params * wb
+    if method == "lora-emb":
+        # modules_to_save: trainable copies of the input embedding and the output layer
+        emb_train = c.embed + c.head
+        bd["weights"] += emb_train * wb
+        bd["gradients"] += emb_train * wb
+        per, _why = _optimizer_bytes_per_param(opt, wb)
+        bd["optimizer_states"] += emb_train * per
+    # peft creates the adapters in fp32 (autocast_adapter_dtype); grads fp32; optimizer
+    per, why = _optimizer_bytes_per_param(opt, 4)
+    bd["lora"] = c.lora_params * (4 + 4 + per)
+    notes.append(f"optimizer {opt}: {why}")
+
+
+def _norm_head(c: Setup, bd: dict[str, float], notes: list[str]) -> float:
+    """Baichuan2's NormHead copy: counted under weights, or (ZeRO-3) returned as working set."""
+    extra_head = 0.0
+    if c.a.arch_name == "baichuan2-7b" and c.s["init"] == "pretrained":
+        # NormHead (remote code) normalises the output matrix every training step: one copy in
+        # the head's dtype, plus its autocast half copy, kept for the backward
+        if c.zero3:
+            extra_head = c.embed * DTYPE_BYTES[c.precision]
+        else:
+            bd["weights"] += c.embed * (c.wb + (2 if (c.half and c.wb == 4) else 0))
+        notes.append("Baichuan2 NormHead: a normalised copy of the output matrix per step "
+                     "counted under weights")
+    return extra_head
+
+
+def trainable_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
+                     notes: list[str]) -> tuple[float, float]:
+    """Fill the static terms of ``bd`` (and ZeRO-3's of ``host_bd``). Returns (bytes of the
+    parameters ZeRO-3 gathers in flight, bytes of the NormHead copy in ZeRO-3's working set)."""
+    gathered = 0.0
+    if c.zero3:
+        gathered = _zero3(c, bd, host_bd, notes)
+    elif c.method == "full":
+        _full(c, bd, notes)
+    else:
+        _adapters(c, bd, notes)
+    return gathered, _norm_head(c, bd, notes)
