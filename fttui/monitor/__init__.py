@@ -1,20 +1,16 @@
 """Resource monitoring (NVML GPUs, host memory and the training process tree).
 
-Imports only stdlib and psutil; pynvml is imported lazily by ``GpuSampler``.
+Split by concern: :mod:`.snapshots` (the sample records and their number helpers), :mod:`.gpu`
+(NVML), :mod:`.fake` (recorded GPUs and the sampler factory), :mod:`.host` (RAM, swap, process
+tree), :mod:`.topology` (NVLink / PCIe links). Callers import from the package.
+Imports only stdlib and psutil; pynvml is imported lazily by ``GpuSampler`` and ``gpu_topology``.
 """
 
-from fttui.monitor.samplers import (
-    FAKE_GPUS_ENV,
-    NO_DRIVER_REASON,
-    FakeGpuSampler,
-    GpuInfo,
-    GpuSampler,
-    GpuSnapshot,
-    HostSampler,
-    HostSnapshot,
-    make_gpu_sampler,
-    visible_indices,
-)
+from fttui.monitor.fake import FAKE_GPUS_ENV, FakeGpuSampler, make_gpu_sampler
+from fttui.monitor.gpu import NO_DRIVER_REASON, GpuSampler, visible_indices
+from fttui.monitor.host import HostSampler
+from fttui.monitor.snapshots import GpuInfo, GpuSnapshot, HostSnapshot, num
+from fttui.monitor.topology import gpu_topology
 
 __all__ = [
     "FAKE_GPUS_ENV",
@@ -25,6 +21,8 @@ __all__ = [
     "GpuSnapshot",
     "HostSampler",
     "HostSnapshot",
+    "gpu_topology",
     "make_gpu_sampler",
+    "num",
     "visible_indices",
 ]

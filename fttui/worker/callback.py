@@ -166,7 +166,7 @@ def _peak_rss_mb() -> float | None:
 class EventCallback(TrainerCallback):
     """Emits ``start`` (on_train_begin), ``step`` (on_step_end) and ``end`` (on_train_end).
 
-    The ``start`` event adds :func:`fttui.worker.model.runtime_info` of the trainer (``wrapper``,
+    The ``start`` event adds :func:`fttui.worker.runtime.runtime_info` of the trainer (``wrapper``,
     ``optimizer``, ``distributed``, ``deepspeed``) when the trainer is a :class:`CountingTrainer`."""
 
     def __init__(self, emit: Callable[..., Any], counters: Counters, start_fields: dict[str, Any],
@@ -189,7 +189,7 @@ class EventCallback(TrainerCallback):
         fields["total_steps"] = self.total_steps
         if self.trainer is not None:
             try:
-                from .model import runtime_info
+                from .runtime import runtime_info
 
                 fields.update(runtime_info(self.trainer))
             except Exception as e:  # evidence only: never stop a run for it

@@ -136,8 +136,8 @@ MODEL_PARTS = ("weights", "gradients", "optimizer_states", "lora", "activations"
 def check_estimate(profile: str, overrides: list[str]) -> dict[str, Any]:
     """One step of ``profile`` measured (:func:`measure_step`) against the model part of its
     estimate: ``measured``, ``predicted`` (bytes), ``error`` (relative) and ``top``."""
-    from fttui.core.memory.estimate import estimate
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.memory import estimate
+    from fttui.core.profiles import load_profile
 
     resolved = load_profile(profile, overrides)
     m = measure_step(resolved)

@@ -27,8 +27,10 @@ import time
 import traceback
 from typing import Any
 
+from fttui.core.base.constants import PROBE_PARAMS
+
 from .errors import WorkerInputError, classify, one_line
-from .train import Emitter, _env_int, setup
+from .startup import Emitter, env_int as _env_int, setup
 
 
 def _vm_hwm_mb() -> float | None:
@@ -103,7 +105,7 @@ def run_trial(su, param: str, value: int, steps: int) -> dict[str, Any]:
     trainer = None
     t0 = time.perf_counter()
     try:
-        from .train import make_trainer
+        from .trainer import make_trainer
 
         trainer = make_trainer(su, prof, dataset, counters, [times.callback()])
         trainer.train()
@@ -243,7 +245,7 @@ def _die_with_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fttui.worker.probe")
     ap.add_argument("--run-dir", required=True)
-    ap.add_argument("--param", choices=["batch_size", "max_seq_len"], default="batch_size")
+    ap.add_argument("--param", choices=list(PROBE_PARAMS), default="batch_size")
     ap.add_argument("--start", type=int, required=True)
     ap.add_argument("--hi", type=int, required=True)
     ap.add_argument("--growth", choices=["mul", "add"], default="mul")

@@ -1,4 +1,4 @@
-"""fttui.monitor.samplers: NVML without a driver, recorded fake GPUs, host process tree."""
+"""fttui.monitor: NVML without a driver, recorded fake GPUs, host process tree."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fttui.monitor.samplers import (
+from fttui.monitor import (
     FAKE_GPUS_ENV,
     FakeGpuSampler,
     GpuInfo,
@@ -266,8 +266,8 @@ def test_host_sampler_is_cheap():
 def test_no_ui_or_torch_imports():
     code = (
         "import sys\n"
-        "import fttui.core.run.events, fttui.core.run.state, fttui.monitor.samplers, fttui.monitor\n"
-        "from fttui.monitor.samplers import GpuSampler, HostSampler\n"
+        "import fttui.core.run.events, fttui.core.run.state, fttui.monitor\n"
+        "from fttui.monitor import GpuSampler, HostSampler\n"
         "GpuSampler().sample(); HostSampler(None).sample()\n"
         "bad = [m for m in ('textual', 'rich', 'torch', 'transformers') if m in sys.modules]\n"
         "print(bad)\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("torch")
-from fttui.core.profiles.profile import load_profile  # noqa: E402
+from fttui.core.profiles import load_profile  # noqa: E402
 from fttui.worker.memtrace import SETTINGS, SMALL_ARCH, check_estimate, measure_step  # noqa: E402
 
 

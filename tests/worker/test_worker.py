@@ -15,7 +15,7 @@ from .conftest import REPO, TINY_ARCH, make_profile, read_events, run_worker, wo
 
 from fttui.worker.errors import ConfigError, DataError, classify, one_line
 from fttui.core.data.records import load_records
-from fttui.worker.train import parse_size
+from fttui.worker.limits import parse_size
 
 # ---------------------------------------------------------------- helpers
 

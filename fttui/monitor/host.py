@@ -1,0 +1,165 @@
+"""The host sampler: ``HostSampler`` reads system RAM and swap, and walks the training process
+tree (the supervised root and all its descendants) for its summed RSS, process count and CPU.
+
+Only psutil and ``/proc``; ``sample()`` never raises.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import psutil
+
+from fttui.monitor.snapshots import MB, HostSnapshot
+
+__all__ = ["HostSampler"]
+
+# whether this kernel offers /proc/<pid>/task/<tid>/children (the cheap tree walk)
+_PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+class HostSampler:
+    """System RAM and swap, plus the process tree rooted at ``root_pid`` (root and all recursive
+    children): summed RSS, process count and summed CPU percent (``psutil.cpu_percent`` with
+    ``interval=None`` on ``Process`` objects cached between calls; the first sample of a new
+    process counts 0 %). A dead root gives an empty tree (0 processes, 0 MB, 0 %); without a
+    root the tree figures are ``None``. Never raises.
+
+    The tree is found through ``/proc/<pid>/task/<tid>/children`` where the kernel offers it
+    (cheap: only the tree is read), with a full ``psutil`` scan every ``full_scan_s`` seconds to
+    catch anything those files missed; elsewhere ``psutil.Process.children(recursive=True)``.
+    """
+
+    def __init__(self, root_pid: int | None = None, full_scan_s: float = 10.0) -> None:
+        self.root_pid = root_pid
+        self.full_scan_s = full_scan_s
+        self._procs: dict[int, psutil.Process] = {}
+        self._pids: list[int] | None = None
+        self._last_full = -math.inf
+
+    # -- tree discovery
+    def _walk_proc(self, root: int) -> list[int]:
+        out = [root]
+        seen = {root}
+        i = 0
+        while i < len(out):
+            pid = out[i]
+            i += 1
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                        kids = f.read().split()
+                except OSError:
+                    continue
+                for k in kids:
+                    try:
+                        c = int(k)
+                    except ValueError:
+                        continue
+                    if c not in seen:
+                        seen.add(c)
+                        out.append(c)
+        return out
+
+    def _walk_psutil(self, root: int) -> list[int]:
+        try:
+            proc = self._procs.get(root) or psutil.Process(root)
+            kids = proc.children(recursive=True)
+        except (psutil.Error, OSError):
+            return []
+        return [root] + [k.pid for k in kids]
+
+    def _discover(self) -> list[int]:
+        root = self.root_pid
+        if root is None:
+            return []
+        if not psutil.pid_exists(root):
+            return []
+        now = time.monotonic()
+        if not _PROC_CHILDREN or now - self._last_full >= self.full_scan_s:
+            self._last_full = now
+            pids = self._walk_psutil(root)
+            if _PROC_CHILDREN:
+                # union with the cheap walk: either may miss a process born during the scan
+                known = set(pids)
+                pids.extend(p for p in self._walk_proc(root) if p not in known)
+            return pids
+        return self._walk_proc(root)
+
+    def tree_pids(self, refresh: bool = False) -> list[int]:
+        """PIDs of the tree as of the latest ``sample()`` (found now if never sampled or
+        ``refresh``). Empty without a root or with a dead root."""
+        try:
+            if refresh or self._pids is None:
+                self._pids = self._discover()
+            return list(self._pids)
+        except Exception:  # psutil and /proc raise many types; the sampler never raises
+            return []
+
+    # -- sampling
+    def sample(self) -> HostSnapshot:
+        ram_used = ram_total = swap_used = swap_total = None
+        try:
+            vm = psutil.virtual_memory()
+            ram_total = vm.total / MB
+            ram_used = (vm.total - vm.available) / MB
+        except Exception:  # psutil.Error, OSError, odd platform errors: the figure stays None
+            pass
+        try:
+            sw = psutil.swap_memory()
+            swap_total = sw.total / MB
+            swap_used = sw.used / MB
+        except Exception:  # as above (e.g. no swap accounting in some containers)
+            pass
+        rss = nprocs = cpu = None
+        if self.root_pid is not None:
+            try:
+                rss, nprocs, cpu = self._sample_tree()
+            except Exception:  # anything the tree walk did not expect: no tree figures, no raise
+                rss, nprocs, cpu = None, None, None
+        return HostSnapshot(
+            ram_used_mb=ram_used,
+            ram_total_mb=ram_total,
+            swap_used_mb=swap_used,
+            swap_total_mb=swap_total,
+            tree_rss_mb=rss,
+            tree_nprocs=nprocs,
+            tree_cpu_pct=cpu,
+        )
+
+    def _sample_tree(self) -> tuple[float, int, float]:
+        pids = self._discover()
+        alive: list[int] = []
+        procs: dict[int, psutil.Process] = {}
+        rss = 0.0
+        cpu = 0.0
+        for pid in pids:
+            proc = self._procs.get(pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(pid)
+                with proc.oneshot():
+                    r = proc.memory_info().rss
+                    c = proc.cpu_percent(interval=None)
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        continue
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+            except (psutil.AccessDenied, OSError):
+                if proc is not None:  # keep counting it, without figures
+                    procs[pid] = proc
+                    alive.append(pid)
+                continue
+            procs[pid] = proc
+            alive.append(pid)
+            rss += r
+            cpu += c
+        self._procs = procs  # dead ones dropped
+        self._pids = alive
+        return rss / MB, len(alive), cpu

@@ -1,0 +1,143 @@
+"""What one sample holds: the frozen ``GpuInfo`` / ``GpuSnapshot`` / ``HostSnapshot`` records and
+the tolerant number helpers that read them back.
+
+A snapshot is plain data: figures in MB, percent, watts and degrees, ``None`` where a value could
+not be read. ``to_dict`` gives the dict written to ``samples.jsonl``; ``from_dict`` reads such a
+dict back and never raises (missing or malformed values become ``None``). :func:`num` is that
+tolerant number parser, public for the readers of sample lines. Only stdlib.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["MB", "GpuInfo", "GpuSnapshot", "HostSnapshot", "num", "opt_int", "opt_str"]
+
+MB = float(2**20)  # bytes per MB: the snapshots hold MB figures
+
+
+def num(value: Any) -> float | None:
+    """A finite float, or ``None`` for anything else (bool, str, NaN, missing)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+
+
+def opt_int(value: Any, default: int | None = None) -> int | None:
+    """``int(value)``, or ``default`` for ``None``, a bool or anything ``int()`` refuses."""
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def opt_str(value: Any) -> str | None:
+    """``str(value)`` (bytes decoded as UTF-8), or ``None`` for ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    util_pct: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    proc_mem_mb: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], index: int = 0) -> "GpuInfo":
+        """Tolerant: missing or malformed values become ``None``; ``index`` is the fallback."""
+        if not isinstance(d, dict):
+            return cls(index=index)
+        return cls(
+            index=opt_int(d.get("index"), index),
+            name=opt_str(d.get("name")),
+            uuid=opt_str(d.get("uuid")),
+            mem_used_mb=num(d.get("mem_used_mb")),
+            mem_total_mb=num(d.get("mem_total_mb")),
+            util_pct=num(d.get("util_pct")),
+            power_w=num(d.get("power_w")),
+            temp_c=num(d.get("temp_c")),
+            proc_mem_mb=num(d.get("proc_mem_mb")),
+        )
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    available: bool
+    reason: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "available": self.available,
+            "reason": self.reason,
+            "driver": self.driver,
+            "cuda": self.cuda,
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "GpuSnapshot":
+        if not isinstance(d, dict):
+            return cls(available=False, reason="no GPU data")
+        raw = d.get("gpus") or []
+        gpus = tuple(GpuInfo.from_dict(g, i) for i, g in enumerate(raw) if isinstance(g, dict)) if isinstance(raw, list) else ()
+        return cls(
+            available=bool(d.get("available", bool(gpus))),
+            reason=opt_str(d.get("reason")),
+            driver=opt_str(d.get("driver")),
+            cuda=opt_str(d.get("cuda")),
+            gpus=gpus,
+        )
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    ram_used_mb: float | None = None
+    ram_total_mb: float | None = None
+    swap_used_mb: float | None = None
+    swap_total_mb: float | None = None
+    tree_rss_mb: float | None = None
+    tree_nprocs: int | None = None
+    tree_cpu_pct: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "HostSnapshot":
+        if not isinstance(d, dict):
+            return cls()
+        return cls(
+            ram_used_mb=num(d.get("ram_used_mb")),
+            ram_total_mb=num(d.get("ram_total_mb")),
+            swap_used_mb=num(d.get("swap_used_mb")),
+            swap_total_mb=num(d.get("swap_total_mb")),
+            tree_rss_mb=num(d.get("tree_rss_mb")),
+            tree_nprocs=opt_int(d.get("tree_nprocs")),
+            tree_cpu_pct=num(d.get("tree_cpu_pct")),
+        )

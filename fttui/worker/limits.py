@@ -1,0 +1,82 @@
+"""The worker's memory limits (``limits`` section of the profile) and the size strings they are
+written in.
+
+  host_memory: after the training stack is imported (and the CPU thread pool started), RLIMIT_AS
+    is set to the process's current virtual size + the limit: the limit is the address space the
+    run may add on top of the imported stack. Exceeding it surfaces as an allocation failure
+    (error event kind "oom", oom_kind "cpu", exit 3).
+  gpu_memory: ``torch.cuda.set_per_process_memory_fraction(limit / total)`` on every visible
+    device; a no-op (with a note) without CUDA.
+Sizes follow the core's one grammar (:func:`fttui.core.base.units.parse_size`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fttui.core.base.errors import SizeError
+from fttui.core.base.units import parse_size as _parse_size
+
+from .errors import ConfigError
+
+__all__ = ["parse_size", "apply_host_limit", "apply_gpu_limit"]
+
+
+def parse_size(value: Any) -> int | None:
+    """Bytes in a limit: ``"2GiB"`` -> 2147483648 (the core's grammar: B; KB/MB/GB/TB powers of 10;
+    KiB/MiB/GiB/TiB powers of 2). Empty / None -> None (no limit). Anything invalid, or a size
+    <= 0, raises :class:`ConfigError` with a one-line message."""
+    if value is None or value == "":
+        return None
+    try:
+        n = _parse_size(value)
+    except SizeError as exc:
+        raise ConfigError(str(exc)) from None
+    if n <= 0:
+        raise ConfigError(f"invalid size {value!r}: must be > 0")
+    return n
+
+
+def _vm_size() -> int:
+    try:
+        with open("/proc/self/status", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    with open("/proc/self/statm", encoding="utf-8") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def apply_host_limit(limit: int | None) -> dict[str, Any] | None:
+    if not limit:
+        return None
+    import resource
+
+    base = _vm_size()
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = base + limit
+    if hard != resource.RLIM_INFINITY and soft > hard:
+        soft = hard
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    return {"host_memory_bytes": limit, "rlimit_as_bytes": soft, "vm_base_bytes": base}
+
+
+def apply_gpu_limit(limit: int | None, log) -> dict[str, Any] | None:
+    if not limit:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        log("note: limits.gpu_memory ignored (no CUDA device)")
+        return {"gpu_memory_bytes": limit, "applied": False}
+    fractions = []
+    for i in range(torch.cuda.device_count()):
+        total = torch.cuda.get_device_properties(i).total_memory
+        frac = max(0.0, min(1.0, limit / total))
+        torch.cuda.set_per_process_memory_fraction(frac, i)
+        fractions.append(round(frac, 4))
+    return {"gpu_memory_bytes": limit, "applied": True, "fractions": fractions}
+

@@ -1,0 +1,133 @@
+"""What the resolved profile asks of the model, as the configs it is built and trained with:
+the weight and compute dtypes, the transformers config of a random-init model, the bitsandbytes
+quantisation config (qlora / lora-int8), the device map and the DeepSpeed ZeRO-3 config.
+
+Weight dtype per method and precision (``train.precision``):
+  fp32 -> float32 everywhere.
+  bf16 -> bfloat16 weights (Trainer ``bf16=True`` autocast on top).
+  fp16 -> full / full-zero3-offload keep float32 master weights (fp16 AMP cannot unscale fp16
+          gradients); the frozen base of the LoRA family is loaded in float16 (adapters stay fp32).
+Imports nothing heavy at import time (torch and transformers are imported inside the functions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
+
+from .errors import ConfigError
+
+__all__ = ["torch_dtype", "compute_dtype", "load_config", "quant_config", "device_map", "deepspeed_config"]
+
+
+def torch_dtype(precision: str, method: str = "full"):
+    import torch
+
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        return torch.float32 if method in FULL_METHODS else torch.float16
+    if precision in ("fp32", "", None):
+        return torch.float32
+    raise ConfigError(f"train.precision: unknown value {precision!r} (use fp32, fp16 or bf16)")
+
+
+def compute_dtype(precision: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+
+
+def load_config(m: dict[str, Any]):
+    """The transformers config of a ``model.init = "random"`` model: ``model.config`` (a
+    config.json or its folder) or ``model.arch``, with ``model.arch_config`` on top."""
+    from transformers import AutoConfig
+
+    arch_config = dict(m.get("arch_config") or {})
+    cfg_path = m.get("config")
+    if cfg_path:
+        if os.path.isdir(cfg_path):
+            cfg_path = os.path.join(cfg_path, "config.json")
+        try:
+            with open(cfg_path, encoding="utf-8") as f:
+                raw = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"model.config: {cfg_path}: file not found") from None
+        except ValueError as e:
+            raise ConfigError(f"model.config: {cfg_path}: malformed JSON ({e})") from None
+        model_type = raw.pop("model_type", None) or m.get("arch")
+        if not model_type:
+            raise ConfigError(f"model.config: {cfg_path}: no model_type (set model.arch)")
+        raw.update(arch_config)
+        for k in ("architectures", "transformers_version", "_name_or_path"):
+            raw.pop(k, None)
+        return AutoConfig.for_model(model_type, **raw)
+    arch = m.get("arch")
+    if not arch:
+        raise ConfigError("model.arch: required with model.init = \"random\" (or set model.config)")
+    try:
+        return AutoConfig.for_model(arch, **arch_config)
+    except ValueError as e:
+        raise ConfigError(f"model.arch: {e}".splitlines()[0]) from None
+
+
+def quant_config(method: str, resolved: dict[str, Any]):
+    """The ``BitsAndBytesConfig`` of qlora (4-bit, ``quant`` section) and lora-int8; else None."""
+    if method not in KBIT_METHODS:
+        return None
+    from transformers import BitsAndBytesConfig
+
+    if method == "lora-int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    q = resolved.get("quant") or {}
+    qtype = q.get("type", "nf4")
+    if qtype not in ("nf4", "fp4"):
+        raise ConfigError(f"quant.type: unknown value {qtype!r} (use nf4 or fp4)")
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=qtype,
+        bnb_4bit_use_double_quant=bool(q.get("double_quant", True)),
+        bnb_4bit_compute_dtype=compute_dtype(resolved["train"].get("precision", "fp32")),
+    )
+
+
+def device_map(use_cuda: bool, local_rank: int):
+    """Where a quantised model is loaded: this rank's GPU, or the host."""
+    return {"": local_rank} if use_cuda else "cpu"
+
+
+def deepspeed_config(resolved: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """ZeRO-3 config with CPU offload of optimizer state and parameters."""
+    t = resolved["train"]
+    z = resolved.get("zero3") or {}
+    micro = int(t.get("batch_size", 1))
+    accum = int(t.get("grad_accum", 1))
+    pin = bool(z.get("pin_memory", True))
+    zero: dict[str, Any] = {
+        "stage": 3,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": "auto",
+        "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto",
+        "stage3_gather_16bit_weights_on_model_save": True,
+    }
+    if z.get("offload_optimizer", True):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+    if z.get("offload_params", True):
+        zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
+    precision = t.get("precision", "fp32")
+    return {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": micro * accum * max(1, int(world_size)),
+        "gradient_clipping": "auto",
+        "fp16": {"enabled": precision == "fp16"},
+        "bf16": {"enabled": precision == "bf16"},
+        "zero_optimization": zero,
+        "steps_per_print": 1_000_000_000,
+        "wall_clock_breakdown": False,
+    }

@@ -1,0 +1,183 @@
+"""What a worker process does before training: read and check ``profile.json``, write events
+(:class:`Emitter`), read the launcher's environment, then :func:`setup`: fail fast on bad data,
+import the training stack, apply the memory limits (:mod:`.limits`), load the tokenizer and build
+the model. Shared by the training worker (:mod:`.train`) and the probe worker (:mod:`.probe`).
+Imports nothing heavy at import time: data validation fails fast, before torch loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from fttui.core.base.constants import KBIT_METHODS, METHODS, ZERO3_OFFLOAD
+from fttui.core.data.records import load_records
+from fttui.core.run.events import append_jsonl
+
+from .errors import ConfigError
+from .limits import apply_gpu_limit, apply_host_limit, parse_size
+
+__all__ = ["Emitter", "env_int", "read_profile", "Setup", "setup"]
+
+
+class Emitter:
+    """Writes events with the common keys ``event``, ``t``, ``rank``, ``source="worker"`` (one
+    line, one ``os.write`` on an O_APPEND descriptor: :func:`fttui.core.run.events.append_jsonl`)."""
+
+    def __init__(self, path: str, rank: int) -> None:
+        self.path, self.rank = path, int(rank)
+
+    def __call__(self, event: str, **fields: Any) -> dict[str, Any]:
+        obj = {"event": event, "t": time.time(), "rank": self.rank, "source": "worker"}
+        obj.update(fields)
+        append_jsonl(self.path, obj)
+        return obj
+
+
+def env_int(*names: str, default: int) -> int:
+    """The first of the environment variables ``names`` that holds an integer, else ``default``."""
+    for n in names:
+        v = os.environ.get(n)
+        if v not in (None, ""):
+            try:
+                return int(v)
+            except ValueError:
+                pass
+    return default
+
+
+def _check_profile(p: dict[str, Any]) -> None:
+    for sec in ("model", "data", "train", "lora", "quant", "zero3", "devices", "limits"):
+        if not isinstance(p.get(sec), dict):
+            raise ConfigError(f"profile.json: missing section {sec!r}")
+    if p.get("method") not in METHODS:
+        raise ConfigError(f"method: unknown value {p.get('method')!r} (use one of {', '.join(METHODS)})")
+    t = p["train"]
+    if t.get("precision", "fp32") not in ("fp32", "fp16", "bf16"):
+        raise ConfigError(f"train.precision: unknown value {t.get('precision')!r} (use fp32, fp16 or bf16)")
+    for key in ("batch_size", "grad_accum"):
+        if int(t.get(key, 1)) < 1:
+            raise ConfigError(f"train.{key}: must be >= 1")
+    if int(p["data"].get("max_seq_len", 512)) < 2:
+        raise ConfigError("data.max_seq_len: must be >= 2")
+
+
+def _threads(local_world: int) -> int:
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:  # the user's (or the launcher's) choice wins
+        return int(omp)
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, n // max(1, local_world))
+
+
+class Setup:
+    """What a worker process builds once: profile, torch state, limits, model and tokenizer."""
+
+    profile: dict[str, Any]
+    run_dir: str
+    rank: int
+    world: int
+    local_rank: int
+    use_cuda: bool
+    limits: dict[str, Any]
+    model: Any
+    info: dict[str, Any]
+    tok: Any
+    records: Any
+    t_boot: float
+    log: Any
+
+
+def read_profile(run_dir: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(run_dir, "profile.json"), encoding="utf-8") as f:
+            profile = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{os.path.join(run_dir, 'profile.json')}: not found") from None
+    except ValueError as e:
+        raise ConfigError(f"{os.path.join(run_dir, 'profile.json')}: malformed JSON ({e})") from None
+    if not isinstance(profile, dict):
+        raise ConfigError("profile.json: expected a JSON object")
+    _check_profile(profile)
+    return profile
+
+
+def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = None) -> Setup:
+    """Import the stack, apply the memory limits, build the model and the tokenizer."""
+    su = Setup()
+    su.t_boot = time.perf_counter()
+    su.run_dir = run_dir
+    su.rank = state["rank"]
+    su.world = world = env_int("WORLD_SIZE", default=1)
+    su.local_rank = local_rank = env_int("LOCAL_RANK", default=0)
+    local_world = env_int("LOCAL_WORLD_SIZE", default=world)
+    prefix = f"[rank {su.rank}] " if world > 1 else ""
+
+    def log(msg: str) -> None:
+        print(prefix + msg, flush=True)
+
+    su.log = log
+    su.profile = profile = profile if profile is not None else read_profile(run_dir)
+    method = profile["method"]
+    m, d, t, lim = profile["model"], profile["data"], profile["train"], profile["limits"]
+    host_limit = parse_size(lim.get("host_memory"))
+    gpu_limit = parse_size(lim.get("gpu_memory"))
+    precision = t.get("precision", "fp32")
+
+    # Fast fail on bad data, before the training stack is imported.
+    su.records = None
+    source = d.get("source") or "synthetic"
+    if source != "synthetic":
+        su.records = load_records(source, d.get("format") or "auto")
+
+    import torch
+
+    torch.set_num_threads(_threads(local_world))
+    su.use_cuda = use_cuda = torch.cuda.is_available() and int(profile["devices"].get("gpus", 1)) > 0
+    if precision == "fp16" and not use_cuda:
+        raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+    if method == ZERO3_OFFLOAD and "LOCAL_RANK" not in os.environ:
+        raise ConfigError("method full-zero3-offload: launch the worker with the deepspeed launcher "
+                          "(devices.launcher = \"deepspeed\"); plain python is not supported")
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+
+    import transformers  # noqa: F401  (import everything before the host limit)
+    from transformers import TrainingArguments  # noqa: F401
+
+    from . import callback as _callback  # noqa: F401
+    from .model import build_model
+    from .tokenizer import load_tokenizer
+
+    if method != "full":
+        import peft  # noqa: F401
+    if method in KBIT_METHODS:
+        import bitsandbytes  # noqa: F401
+    transformers.utils.logging.disable_progress_bar()
+
+    su.tok = load_tokenizer(m)
+    # Start the CPU thread pool before the address-space limit (thread stacks count against it).
+    (torch.ones(64, 64) @ torch.ones(64, 64)).sum().item()
+    limits = {"host_memory": lim.get("host_memory") or "", "gpu_memory": lim.get("gpu_memory") or ""}
+    host_applied = apply_host_limit(host_limit)
+    if host_applied:
+        limits.update(host_applied)
+        log(f"host memory limit: {lim.get('host_memory')} on top of {host_applied['vm_base_bytes'] >> 20} MiB "
+            "virtual size after imports (RLIMIT_AS)")
+    gpu_applied = apply_gpu_limit(gpu_limit, log)
+    if gpu_applied:
+        limits.update(gpu_applied)
+    su.limits = limits
+
+    t_model = time.perf_counter()
+    su.model, su.info = build_model(profile, use_cuda=use_cuda, local_rank=local_rank)
+    info = su.info
+    log(f"model built: {m.get('name_or_path')} ({m.get('init')}), method {method}, dtype {info['dtype']}, "
+        f"params total {info['params_total']:,}, trainable {info['params_trainable']:,} "
+        f"({time.perf_counter() - t_model:.2f}s)")
+    return su
