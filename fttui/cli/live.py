@@ -7,11 +7,13 @@ import sys
 import time
 
 from fttui.core.base import fmt
-from fttui.core.run.rundir import RunDir
+from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
+from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower
 
-EXIT = {"completed": 0, "failed": 1, "oom": 3, "cancelled": 4}
+# The Rich view's colour of each status kind (status_line's kind); the others are cyan.
+STATUS_STYLES = {"oom": "bold white on red", "completed": "green"}
 
 
 def progress_line(snap) -> str:
@@ -58,8 +60,6 @@ def summary_lines(rd: RunDir) -> list[str]:
 
 
 def _row(rd: RunDir) -> dict | None:
-    from fttui.core.run.rundir import read_json
-
     return read_json(rd.path / "row.json")
 
 
@@ -86,15 +86,15 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
             _follow_plain(follower)
     except KeyboardInterrupt:
         print(f"\nfttui: detached; the run goes on: fttui attach {rd.run_id}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGINT, old)
     if follower.final is None:
         print(f"fttui: the supervisor of {rd.run_id} is gone without a status", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     for line in summary_lines(rd):
         print(line, flush=True)
-    return EXIT.get(follower.final.get("status"), 1)
+    return EXIT_CODES.get(follower.final.status, EXIT_ERROR)
 
 
 def _follow_plain(f: RunFollower) -> None:
@@ -121,7 +121,7 @@ def _follow_plain(f: RunFollower) -> None:
             print("STALLED: no training step for longer than the stall timeout (the process is alive)"
                   if stalled else "resumed: training steps again", flush=True)
         if f.done or f.lost():
-            print(status_line(snap, f.final), flush=True)
+            print(status_line(snap).text, flush=True)
             return
         time.sleep(0.5)
 
@@ -166,9 +166,8 @@ def _render(snap, f: RunFollower):
                                             f"  util {fmt.pct(g.util_pct)}  {g.name}")
         else:
             t.add_row("GPU", snap.gpu.reason or "not available")
-    st = status_line(snap, f.final)
-    style = "bold white on red" if "OUT OF MEMORY" in st else ("green" if st == "COMPLETED" else "cyan")
-    t.add_row("status", Text(st, style=style))
+    line = status_line(snap)
+    t.add_row("status", Text(line.text, style=STATUS_STYLES.get(line.kind, "cyan")))
     return Panel(t, title=f"fttui  {f.rd.run_id}", border_style="blue")
 
 

@@ -45,7 +45,7 @@ class FttuiApp(App[int]):
     @property
     def gpu_sampler(self):
         if self._gpu_sampler is None:
-            from fttui.monitor.samplers import make_gpu_sampler
+            from fttui.monitor import make_gpu_sampler
 
             self._gpu_sampler = make_gpu_sampler()
         return self._gpu_sampler
@@ -54,7 +54,7 @@ class FttuiApp(App[int]):
         try:
             return self.gpu_sampler.sample()
         except Exception as e:  # samplers should never raise; a broken one must not crash us
-            from fttui.monitor.samplers import GpuSnapshot
+            from fttui.monitor import GpuSnapshot
 
             return GpuSnapshot(available=False, reason=f"GPU sampler failed: {e}")
 

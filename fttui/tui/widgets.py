@@ -1,7 +1,7 @@
 """Widgets and Rich renderables shared by the screens.
 
-Everything here is display only: it turns snapshots (fttui.core.run.state.RunSnapshot,
-fttui.monitor.samplers.GpuSnapshot) into text. Bars are drawn with block characters so they read
+Everything here is display only: it turns snapshots (fttui.core.run.snapshot.RunSnapshot,
+fttui.monitor.GpuSnapshot) into text. Bars are drawn with block characters so they read
 without colour (NO_COLOR).
 """
 

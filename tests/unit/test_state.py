@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from fttui.core.run.state import RunSnapshot, RunState
-from fttui.monitor.samplers import GpuSnapshot, HostSnapshot
+from fttui.core.run.snapshot import RunSnapshot
+from fttui.core.run.state import RunState
+from fttui.monitor import GpuSnapshot, HostSnapshot
 
 T0 = 1000.0
 

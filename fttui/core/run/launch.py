@@ -19,8 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.profiles import Profile
 from fttui.core.run import rundir
-from fttui.core.run.topology import choose_launcher, processes_per_node, world_size
 from fttui.core.base.errors import FttuiError, ProfileError
 
 WORKER_MODULE = "fttui.worker.train"
@@ -48,15 +49,16 @@ def free_port(preferred: int | None = None) -> int:
 
 
 def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> list[str]:
-    """The argv of the training command for this profile."""
+    """The argv of the training command for this (resolved) profile."""
+    prof = Profile.from_dict(resolved)
     py = python or sys.executable
-    dev = resolved["devices"]
-    nproc = processes_per_node(resolved)
-    nodes = int(dev.get("nodes", 1))
+    dev = prof.devices
+    nproc = dev.processes_per_node()
+    nodes = dev.nodes
     worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir)]
-    launcher = choose_launcher(resolved)
-    src = resolved.get("source", "?")
-    if resolved.get("method") == "full-zero3-offload" and launcher in ("python", "accelerate"):
+    launcher = prof.launcher()
+    src = prof.source or "?"
+    if prof.method == ZERO3_OFFLOAD and launcher in ("python", "accelerate"):
         # python: no process group for DeepSpeed; accelerate launch --cpu ignores a DeepSpeed
         # config and one accelerate process is plain python (the worker would refuse it late).
         raise ProfileError(src, "devices.launcher",
@@ -77,35 +79,35 @@ def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> l
         else:
             cmd += [
                 f"--nnodes={nodes}",
-                f"--node-rank={int(dev.get('node_rank', 0))}",
-                f"--master-addr={dev.get('main_addr', '127.0.0.1')}",
-                f"--master-port={int(dev.get('main_port', 29500))}",
+                f"--node-rank={dev.node_rank}",
+                f"--master-addr={dev.main_addr}",
+                f"--master-port={dev.main_port}",
             ]
         return [*cmd, *worker]
-    port = int(dev.get("main_port", 29500))
+    port = dev.main_port
     if nodes == 1:
         port = free_port(port)  # one machine: any free port will do
     if launcher == "accelerate":
         cmd = [py, "-m", "accelerate.commands.launch", f"--num_processes={nproc * nodes}",
-               f"--num_machines={nodes}", f"--machine_rank={int(dev.get('node_rank', 0))}",
-               f"--main_process_ip={dev.get('main_addr', '127.0.0.1')}",
+               f"--num_machines={nodes}", f"--machine_rank={dev.node_rank}",
+               f"--main_process_ip={dev.main_addr}",
                f"--main_process_port={port}"]
         if nproc * nodes > 1:
             # accelerate's torch.distributed launcher (its name notwithstanding, also for CPU
             # ranks: the worker trains on CPU over gloo); "--cpu" would start one process only.
             cmd.append("--multi_gpu")
-        elif int(dev.get("gpus", 1)) == 0:
+        elif dev.gpus == 0:
             cmd.append("--cpu")
         return [*cmd, *worker]
     if launcher == "deepspeed":
         cmd = [py, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}"]
         if nodes > 1:
-            cmd += ["--no_ssh", f"--num_nodes={nodes}", f"--node_rank={int(dev.get('node_rank', 0))}",
-                    f"--master_addr={dev.get('main_addr', '127.0.0.1')}", f"--master_port={port}"]
+            cmd += ["--no_ssh", f"--num_nodes={nodes}", f"--node_rank={dev.node_rank}",
+                    f"--master_addr={dev.main_addr}", f"--master_port={port}"]
         else:
             cmd += [f"--master_port={port}"]
         return [*cmd, "--module", WORKER_MODULE, "--run-dir", str(run_dir)]
-    raise ProfileError(resolved.get("source", "?"), "devices.launcher", f"unknown launcher {launcher!r}",
+    raise ProfileError(src, "devices.launcher", f"unknown launcher {launcher!r}",
                        "use auto, python, torchrun, accelerate or deepspeed")
 
 
@@ -116,8 +118,9 @@ def child_env(resolved: dict) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     }
-    on_cpu = int(resolved["devices"].get("gpus", 1)) == 0
-    if resolved.get("limits", {}).get("host_memory"):
+    prof = Profile.from_dict(resolved)
+    on_cpu = prof.devices.gpus == 0
+    if prof.limits.host_memory:
         # Fewer malloc arenas make a host-memory boundary steadier between processes.
         env["MALLOC_ARENA_MAX"] = "1"
         # Big allocations always mmapped (and returned on free): a probe's trials in one process
@@ -132,7 +135,7 @@ def child_env(resolved: dict) -> dict[str, str]:
         # tiny profiles' samples/s).
         env["MALLOC_ARENA_MAX"] = "1"
         env["MALLOC_MMAP_THRESHOLD_"] = str(4 << 20)
-    nproc = processes_per_node(resolved)
+    nproc = prof.devices.processes_per_node()
     if on_cpu and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     return env
@@ -143,14 +146,15 @@ def check_rendezvous(resolved: dict) -> None:
     the port must be free there; a clash would otherwise surface as a DistNetworkError
     (EADDRINUSE) after the training stack has loaded. Other nodes connect and wait for node 0
     (up to torchrun's rendezvous timeout, 10 minutes)."""
-    dev = resolved["devices"]
-    nodes = int(dev.get("nodes", 1))
-    if nodes <= 1 or choose_launcher(resolved) == "python" or int(dev.get("node_rank", 0)) != 0:
+    prof = Profile.from_dict(resolved)
+    dev = prof.devices
+    nodes = dev.nodes
+    if nodes <= 1 or prof.launcher() == "python" or dev.node_rank != 0:
         return
-    port = int(dev.get("main_port", 29500))
+    port = dev.main_port
     if not port_free(port):
         raise ProfileError(
-            resolved.get("source", "?"), "devices.main_port",
+            prof.source or "?", "devices.main_port",
             f"port {port} is already in use on this machine, and node 0 of a {nodes}-node run "
             "listens on it for the other nodes",
             f"pick a free port, the same on every node: e.g. --set devices.main_port={free_port()}",
@@ -166,13 +170,15 @@ def validate_before_launch(resolved: dict, gpu_count: tuple[int, str | None] | N
 
 
 def prepare(resolved: dict, run_id: str | None = None,
-            gpu_count: tuple[int, str | None] | None = None) -> rundir.RunDir:
-    """Validate, then create the run directory with the profile and the command."""
+            gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
+            group: str | None = None) -> rundir.RunDir:
+    """Validate, then create the run directory with the profile and the command (``kind`` and
+    ``group``: see :func:`fttui.core.run.rundir.create`)."""
     validate_before_launch(resolved, gpu_count)
     rid = run_id or rundir.new_run_id(resolved.get("name", "run"))
     run_path = rundir.paths.runs_dir() / rid
     argv = build_command(resolved, run_path)
-    return rundir.create(resolved, argv, child_env(resolved), run_id=rid)
+    return rundir.create(resolved, argv, child_env(resolved), run_id=rid, kind=kind, group=group)
 
 
 def start_supervisor(rd: rundir.RunDir) -> int:
@@ -193,10 +199,11 @@ def start_supervisor(rd: rundir.RunDir) -> int:
 
 
 def launch(resolved: dict, run_id: str | None = None,
-           gpu_count: tuple[int, str | None] | None = None) -> rundir.RunDir:
+           gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
+           group: str | None = None) -> rundir.RunDir:
     """Validate, create the run directory and start its supervisor. ``gpu_count`` (number
     visible, reason when none) overrides NVML's answer, for an app with an injected sampler."""
-    rd = prepare(resolved, run_id, gpu_count)
+    rd = prepare(resolved, run_id, gpu_count, kind=kind, group=group)
     start_supervisor(rd)
     return rd
 

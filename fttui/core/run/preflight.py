@@ -6,24 +6,22 @@ import json
 import os
 from pathlib import Path
 
+from fttui.core.base.constants import METHODS
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
 
 # Methods this build runs end to end. The others are named in profiles but refused before launch.
-RUNNABLE_METHODS = {"full", "lora", "lora-emb", "qlora", "lora-int8", "full-zero3-offload"}
+RUNNABLE_METHODS = set(METHODS)
 
 
 def visible_gpu_count() -> tuple[int, str | None]:
     """(number of GPUs this process may use, reason when 0)."""
-    from fttui.monitor.samplers import make_gpu_sampler, visible_indices
+    from fttui.monitor import make_gpu_sampler, visible_indices
 
     sampler = make_gpu_sampler()
     try:
         snap = sampler.sample()
     finally:
-        try:
-            sampler.close()
-        except Exception:
-            pass
+        sampler.close()  # samplers never raise
     if not snap.available:
         return 0, snap.reason
     n = len(snap.gpus)
@@ -91,9 +89,11 @@ def _check_bf16(src: str, precision: str) -> None:
         return
     try:
         import pynvml
-
+    except ImportError:  # nvidia-ml-py missing: nothing to check
+        return
+    try:
         pynvml.nvmlInit()
-    except Exception:
+    except pynvml.NVMLError:  # no driver: nothing to check
         return
     try:
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -108,7 +108,7 @@ def _check_bf16(src: str, precision: str) -> None:
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except pynvml.NVMLError:
             pass
 
 

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fttui.core.base import paths
-
-FINAL_STATUSES = ("completed", "failed", "oom", "cancelled")
+from fttui.core.run.status import FinalStatus
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -108,11 +107,26 @@ class RunDir:
     def command(self) -> dict | None:
         return read_json(self.command_path)
 
+    def kind_and_group(self) -> tuple[str, str | None]:
+        """The launch's kind (``run``, ``probe``, ``sweep``) and group id, from command.json (run
+        directories written before they moved there kept them in profile.json as ``_kind``,
+        ``_group``)."""
+        cmd = self.command() or {}
+        if "kind" in cmd:
+            return str(cmd["kind"] or "run"), cmd.get("group")
+        prof = self.profile() or {}
+        return str(prof.get("_kind") or "run"), prof.get("_group")
+
     def supervisor(self) -> dict | None:
         return read_json(self.supervisor_path)
 
     def status(self) -> dict | None:
+        """``status.json`` as written (``None`` while the run is live)."""
         return read_json(self.status_path)
+
+    def final_status(self) -> FinalStatus | None:
+        """``status.json`` read as the run-status contract (``None`` while the run is live)."""
+        return FinalStatus.from_dict(self.status())
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -141,15 +155,19 @@ class RunDir:
         os.close(fd)
 
 
-def create(resolved: dict, argv: list[str], env: dict[str, str], run_id: str | None = None) -> RunDir:
-    """Create the run directory with the resolved profile and the command."""
+def create(resolved: dict, argv: list[str], env: dict[str, str], run_id: str | None = None, *,
+           kind: str = "run", group: str | None = None) -> RunDir:
+    """Create the run directory with the resolved profile and the command. ``kind`` (``run``,
+    ``probe``, ``sweep``) and ``group`` (the probe or sweep id) are launch arguments, not profile
+    settings: they are kept in command.json."""
     root = paths.ensure_dir(paths.runs_dir())
     rid = run_id or new_run_id(resolved.get("name", "run"))
     path = root / rid
     path.mkdir(mode=0o700)
     rd = RunDir(path)
     write_json_atomic(rd.profile_path, resolved)
-    write_json_atomic(rd.command_path, {"argv": argv, "env": env, "created": time.time()})
+    write_json_atomic(rd.command_path, {"argv": argv, "env": env, "created": time.time(),
+                                        "kind": kind, "group": group})
     return rd
 
 

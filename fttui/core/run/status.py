@@ -1,19 +1,130 @@
-"""A run's status in one line, for every view (the CLI's live lines and the app's status bar)."""
+"""The run-status contract: how a run ended, and the one status line every view shows.
+
+``FinalStatus`` is the supervisor's verdict, the content of ``status.json``: built once by
+``fttui.core.run.summary.final_status``, written by the supervisor, read back with
+``FinalStatus.from_dict`` (tolerant of any JSON) and folded into the run's state by
+``RunState.set_final``, so that the ``RunSnapshot`` alone carries the status, its message and the
+OOM kind. ``status_line`` turns a snapshot plus the facts only a view knows (the run directory is
+gone, the supervisor is lost, a cancel was asked) into the text and its kind (the colour class);
+the CLI's live lines and the app's status bar both print it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-def status_line(snap, final: dict | None) -> str:
-    st = (final or {}).get("status") or snap.status
+from fttui.core.base.constants import FINAL_STATUSES
+from fttui.core.run.snapshot import RunSnapshot, to_int
+from fttui.monitor import num
+
+RUNNING = "running"  # the kind of every status line that is not a final status
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class FinalStatus:
+    """How a run ended (``status.json``). ``status`` is one of ``FINAL_STATUSES`` when the
+    supervisor wrote it ("" when a file lacks it); ``signal`` is the signal's name
+    ("SIGKILL"); ``error`` the message shown after the status; ``row_saved`` and ``ended`` are
+    set by the supervisor once the summary row is stored."""
+
+    status: str
+    returncode: int | None = None
+    signal: str | None = None
+    oom_kind: str | None = None
+    error: str | None = None
+    error_step: int | None = None
+    error_rank: int | None = None
+    row_saved: bool | None = None
+    ended: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> FinalStatus | None:
+        """Read ``status.json``'s object; ``None`` when it is not one. Wrong types read as unset;
+        an ``error`` given as an object ``{message, oom_kind, step, rank}`` is read too."""
+        if not isinstance(d, dict):
+            return None
+        err = d.get("error")
+        detail: dict[str, Any] = err if isinstance(err, dict) else {}
+        saved = d.get("row_saved")
+        return cls(
+            status=_str(d.get("status")) or "",
+            returncode=to_int(d.get("returncode")),
+            signal=_str(d.get("signal")),
+            oom_kind=_str(d.get("oom_kind")) or _str(detail.get("oom_kind")),
+            error=_str(detail.get("message")) if detail else _str(err),
+            error_step=to_int(d.get("error_step") if d.get("error_step") is not None else detail.get("step")),
+            error_rank=to_int(d.get("error_rank") if d.get("error_rank") is not None else detail.get("rank")),
+            row_saved=saved if isinstance(saved, bool) else None,
+            ended=num(d.get("ended")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """``status.json``'s object: the verdict's keys always, ``row_saved`` and ``ended`` once
+        the supervisor set them."""
+        out: dict[str, Any] = {
+            "returncode": self.returncode, "signal": self.signal, "oom_kind": self.oom_kind,
+            "error": self.error, "error_step": self.error_step, "error_rank": self.error_rank,
+            "status": self.status,
+        }
+        if self.row_saved is not None:
+            out["row_saved"] = self.row_saved
+        if self.ended is not None:
+            out["ended"] = self.ended
+        return out
+
+
+class StatusLine(NamedTuple):
+    """A status line: its ``text`` and its ``kind``, "running" or one of ``FINAL_STATUSES``
+    (the view's colour class)."""
+
+    text: str
+    kind: str
+
+
+GONE = StatusLine("RUN DIRECTORY DELETED: nothing more to show (the run may still be going)", "failed")
+LOST = StatusLine("LOST: the supervisor is gone without writing a status", "failed")
+CANCELLING = StatusLine("CANCELLING: waiting for the supervisor to stop the run", "cancelled")
+
+
+def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = False,
+                cancelling: bool = False, detail: bool = False) -> StatusLine:
+    """The run's status in one line, for every view.
+
+    ``gone``: the run directory was deleted; ``lost``: the supervisor died without a final
+    status; ``cancelling``: this view asked for a cancel (the last two only count while the
+    snapshot has no final status). ``detail`` (the app's status bar) also says that a starting
+    run is loading the model and at which step a failed run failed.
+    """
+    if gone:
+        return GONE
+    if snap is None:
+        return StatusLine("STARTING", RUNNING)
+    st = snap.status
+    kind = st if st in FINAL_STATUSES else RUNNING
+    if not snap.final:
+        if lost:
+            return LOST
+        if cancelling:
+            return CANCELLING
+        if detail and st == "starting":
+            return StatusLine("STARTING: loading the model", RUNNING)
+    msg = snap.message or ""
     if st == "oom":
-        kind = (final or {}).get("oom_kind") or (snap.error or {}).get("oom_kind") or "unknown"
-        msg = (final or {}).get("error") or (snap.error or {}).get("message") or ""
-        return f"OUT OF MEMORY ({kind}): {msg}"
-    if st in ("failed", "cancelled"):
-        return f"{st.upper()}: {(final or {}).get('error') or (snap.error or {}).get('message') or ''}"
-    if snap.stalled and st == "running":
-        return "RUNNING, STALLED: no training step for longer than the stall timeout"
-    return st.upper()
+        text = f"OUT OF MEMORY ({snap.oom_kind or 'unknown'}): {msg}"
+    elif st in ("failed", "cancelled"):
+        text = f"{st.upper()}: {msg}"
+    elif snap.stalled and st == "running":
+        text = "RUNNING, STALLED: no training step for longer than the stall timeout"
+    else:
+        text = st.upper()
+    if detail and st == "failed" and snap.error and snap.error.get("step") is not None:
+        text += f" (step {snap.error['step']})"
+    return StatusLine(text, kind)
 
 
-__all__ = ["status_line"]
+__all__ = ["FinalStatus", "StatusLine", "status_line", "RUNNING"]

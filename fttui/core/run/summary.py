@@ -7,6 +7,8 @@ import time
 from typing import Any
 
 from fttui.core.run import rundir
+from fttui.core.run.snapshot import RunSnapshot
+from fttui.core.run.status import FinalStatus
 from fttui.core.run.topology import processes_per_node, world_size
 
 # Host memory this full (fraction of total) when the process was SIGKILLed: the kernel's OOM
@@ -35,39 +37,35 @@ def _last_log_line(rd: rundir.RunDir) -> str:
         return ""
 
 
-def final_status(rd: rundir.RunDir, snap, rc: int | None, cancel_reason: str | None,
-                 error: str | None = None) -> dict[str, Any]:
+def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_reason: str | None,
+                 error: str | None = None) -> FinalStatus:
     """Classify how the run ended: completed, failed, oom or cancelled."""
     sig = _signal_name(rc)
-    out: dict[str, Any] = {"returncode": rc, "signal": sig, "oom_kind": None, "error": None,
-                           "error_step": None, "error_rank": None}
     err = snap.error or {}
     if error:
-        out.update(status="failed", error=error)
-    elif cancel_reason is not None:
-        out.update(status="cancelled", error=cancel_reason)
-    elif err.get("kind") == "oom":
-        out.update(status="oom", oom_kind=err.get("oom_kind") or "unknown", error=err.get("message"),
-                   error_step=err.get("step"), error_rank=err.get("rank"))
-    elif rc == 0 and snap.status == "completed":
-        out.update(status="completed")
-    elif rc == -signal.SIGKILL and _host_memory_pressure(rd, snap):
-        out.update(status="oom", oom_kind="host-kill",
-                   error="killed by SIGKILL while host memory was at its limit (kernel OOM killer)",
-                   error_step=snap.step)
-    elif err:
-        out.update(status="failed", error=err.get("message"), error_step=err.get("step"),
-                   error_rank=err.get("rank"))
-    elif sig:
-        out.update(status="failed", error=f"training process killed by {sig}", error_step=snap.step)
-    elif rc == 0:
-        out.update(status="failed", error="training process exited without finishing (no end event)")
-    else:
-        out.update(status="failed", error=f"exit code {rc}: {_last_log_line(rd)}".rstrip(": "))
-    return out
+        return FinalStatus("failed", rc, sig, error=error)
+    if cancel_reason is not None:
+        return FinalStatus("cancelled", rc, sig, error=cancel_reason)
+    if err.get("kind") == "oom":
+        return FinalStatus("oom", rc, sig, oom_kind=err.get("oom_kind") or "unknown", error=err.get("message"),
+                           error_step=err.get("step"), error_rank=err.get("rank"))
+    if rc == 0 and snap.status == "completed":
+        return FinalStatus("completed", rc, sig)
+    if rc == -signal.SIGKILL and _host_memory_pressure(rd, snap):
+        return FinalStatus("oom", rc, sig, oom_kind="host-kill",
+                           error="killed by SIGKILL while host memory was at its limit (kernel OOM killer)",
+                           error_step=snap.step)
+    if err:
+        return FinalStatus("failed", rc, sig, error=err.get("message"), error_step=err.get("step"),
+                           error_rank=err.get("rank"))
+    if sig:
+        return FinalStatus("failed", rc, sig, error=f"training process killed by {sig}", error_step=snap.step)
+    if rc == 0:
+        return FinalStatus("failed", rc, sig, error="training process exited without finishing (no end event)")
+    return FinalStatus("failed", rc, sig, error=f"exit code {rc}: {_last_log_line(rd)}".rstrip(": "))
 
 
-def _host_memory_pressure(rd: rundir.RunDir, snap) -> bool:
+def _host_memory_pressure(rd: rundir.RunDir, snap: RunSnapshot) -> bool:
     prof = rd.profile() or {}
     if prof.get("limits", {}).get("host_memory"):
         return True
@@ -90,7 +88,7 @@ def _round(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
-def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, t_end: float,
+def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_launch: float | None, t_end: float,
               stalled: bool = False) -> dict[str, Any]:
     prof = rd.profile() or {}
     train, data, dev, model = (prof.get(k, {}) for k in ("train", "data", "devices", "model"))
@@ -109,8 +107,8 @@ def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, 
         num_gpus = min(len(gpu_names), nproc) if nproc else len(gpu_names)
     interconnect = ""
     if num_gpus >= 2:
-        from fttui.core.results.report import interconnect_label
-        from fttui.monitor.samplers import gpu_topology
+        from fttui.core.results.rows import interconnect_label
+        from fttui.monitor import gpu_topology
 
         topo = gpu_topology([g.index for g in gpu_snap.gpus][:num_gpus] if gpu_snap else None)
         env["topology"] = topo
@@ -120,14 +118,15 @@ def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, 
     peak_proc = _per_index(snap.gpu_peak_proc_mb)
     if num_gpus and len(peak_gpu) > num_gpus:
         peak_gpu, peak_proc = peak_gpu[:num_gpus], peak_proc[:num_gpus]
+    kind, group = rd.kind_and_group()
     return {
         "run_id": rd.run_id,
-        "kind": prof.get("_kind", "run"),
-        "group_id": prof.get("_group"),
+        "kind": kind,
+        "group_id": group,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_launch or t_end)),
         "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_end)),
         "profile": prof.get("name"),
-        "model": model.get("label") or model.get("name_or_path") or model.get("arch"),
+        "model": model.get("name_or_path") or model.get("arch"),
         "dataset": data.get("name"),
         "method": prof.get("method"),
         "precision": train.get("precision"),
@@ -163,13 +162,13 @@ def build_row(rd: rundir.RunDir, snap, status: dict, *, t_launch: float | None, 
         "host_ram_peak_used_mb": _round(snap.host_peak_ram_used_mb, 1),
         "params_total": snap.params_total,
         "params_trainable": snap.params_trainable,
-        "status": status["status"],
-        "oom_kind": status.get("oom_kind"),
-        "error": status.get("error"),
-        "error_step": status.get("error_step"),
-        "error_rank": status.get("error_rank"),
-        "exit_code": status.get("returncode"),
-        "signal": status.get("signal"),
+        "status": status.status,
+        "oom_kind": status.oom_kind,
+        "error": status.error,
+        "error_step": status.error_step,
+        "error_rank": status.error_rank,
+        "exit_code": status.returncode,
+        "signal": status.signal,
         "stalled": bool(stalled),
         "limits": prof.get("limits") or {},
         "versions": versions,

@@ -18,16 +18,17 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 
+from fttui.core.base.redact import Redactor
 from fttui.core.run import rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
-from fttui.core.base.redact import Redactor
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import build_row, final_status
-from fttui.monitor.samplers import HostSampler, make_gpu_sampler
+from fttui.monitor import HostSampler, make_gpu_sampler
 
 TICK_S = float(os.environ.get("FTTUI_SAMPLE_INTERVAL", "0.5"))
 GRACE_S = float(os.environ.get("FTTUI_KILL_GRACE", "10"))
@@ -207,10 +208,7 @@ class Supervisor:
             self.state.apply(ev)
         rc = self.child.returncode
         self._finish(rc, t_launch)
-        try:
-            gpu.close()
-        except Exception:
-            pass
+        gpu.close()  # never raises: NVML's errors are swallowed by the sampler
         return 0
 
     def _sample(self, host, gpu) -> None:
@@ -232,13 +230,11 @@ class Supervisor:
 
     def _finish(self, rc: int | None, t_launch: float | None, error: str | None = None) -> None:
         status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error)
-        sig = status.get("signal")
-        self._event("exit", returncode=rc, signal=sig, status=status["status"])
+        self._event("exit", returncode=rc, signal=status.signal, status=status.status)
         snap = self.state.snapshot()
         row = build_row(self.rd, snap, status, t_launch=t_launch, t_end=time.time(), stalled=self.ever_stalled)
-        status["row_saved"] = save_row(row, self.rd)
-        status["ended"] = time.time()
-        rundir.write_json_atomic(self.rd.status_path, status)
+        status = replace(status, row_saved=save_row(row, self.rd), ended=time.time())
+        rundir.write_json_atomic(self.rd.status_path, status.to_dict())
 
 
 def open_private(path: Path):
@@ -269,7 +265,7 @@ def save_row(row: dict, rd: rundir.RunDir) -> bool:
             with Store() as store:
                 store.put(row)
             return True
-        except Exception as e:
+        except Exception as e:  # any failure (sqlite, disk, a bad value): retry, then go on to status.json
             print(f"supervisor: saving the row failed ({e!r}), attempt {attempt + 1}", file=sys.stderr, flush=True)
             time.sleep(0.5 * (attempt + 1))
     return False

@@ -1,4 +1,4 @@
-"""Follow a run directory: fold its events and samples into a RunState until it ends."""
+"""Follow a run directory: fold its events, samples and final status into a RunState until it ends."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from fttui.core.run.events import JsonlTail
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.state import RunState
+from fttui.core.run.status import FinalStatus
 
 
 class RunFollower:
@@ -19,15 +20,13 @@ class RunFollower:
         self.state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
         self.events = JsonlTail(rd.events_path)
         self.samples = JsonlTail(rd.samples_path)
-        self.final: dict | None = None
+        self.final: FinalStatus | None = None  # status.json, once the supervisor wrote it
         self.new_events: list[dict] = []
 
     def poll(self):
         """Read what is new; returns the current snapshot."""
         if self.final is None:
-            st = self.rd.status()
-            if st is not None:
-                self.final = st
+            self.final = self.rd.final_status()
         self.new_events = self.events.read_new()
         for ev in self.new_events:
             self.state.apply(ev)

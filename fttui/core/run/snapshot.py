@@ -1,0 +1,105 @@
+"""``RunSnapshot``: the frozen record of one run at one moment, and the number helpers of the fold.
+
+A snapshot is everything a view shows about a run: its status (with the supervisor's final
+verdict folded in: ``final``, ``message``, ``oom_kind``), progress, rates, histories, memory
+peaks and the latest resource sample. ``fttui.core.run.state.RunState`` builds it; views and the
+summary row only read it. Stdlib only (plus the monitor's sample records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fttui.monitor import GpuSnapshot, HostSnapshot, num
+
+__all__ = ["RunSnapshot", "to_int", "sum_known", "rate"]
+
+
+def to_int(value: Any) -> int | None:
+    """An int from any finite number (or numeric string); ``None`` for anything else."""
+    f = num(value)
+    return None if f is None else int(f)
+
+
+def sum_known(values: list[float | None]) -> float | None:
+    """The sum of the known values, in order; ``None`` when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def rate(num_now: float | None, num_ref: float | None, t_now: float | None, t_ref: float | None) -> float | None:
+    """``(num_now - num_ref) / (t_now - t_ref)``; ``None`` when a figure is missing or no time passed."""
+    if num_now is None or num_ref is None or t_now is None or t_ref is None:
+        return None
+    dt = t_now - t_ref
+    if dt <= 0:
+        return None
+    return (num_now - num_ref) / dt
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    # status
+    status: str = "starting"
+    error: dict[str, Any] | None = None  # {kind, oom_kind, message, step, rank} from the events
+    returncode: int | None = None
+    signal: int | None = None
+    final: bool = False  # the supervisor's final status (status.json) is folded in
+    message: str | None = None  # the status's message: the final error, else the event error's
+    oom_kind: str | None = None  # the final status's OOM kind, else the OOM event's
+    # progress
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    progress: float | None = None  # 0..1
+    samples: float | None = None  # global (summed over ranks)
+    tokens: float | None = None
+    tokens_padded: float | None = None
+    loss: float | None = None  # rank 0 (or lowest rank present)
+    lr: float | None = None
+    # time
+    started_t: float | None = None
+    last_t: float | None = None
+    last_progress_t: float | None = None  # t of the latest step event (stall detection)
+    train_time: float | None = None  # max over ranks
+    wall_elapsed: float | None = None
+    # rates
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_padded_per_s: float | None = None
+    samples_per_s_avg: float | None = None
+    tokens_per_s_avg: float | None = None
+    tokens_padded_per_s_avg: float | None = None
+    seconds_per_step: float | None = None
+    eta_s: float | None = None
+    # histories
+    loss_history: tuple[float, ...] = ()
+    samples_per_s_history: tuple[float, ...] = ()
+    tokens_per_s_history: tuple[float, ...] = ()
+    # peaks
+    gpu_peak_used_mb: dict[int, float] = field(default_factory=dict)
+    gpu_peak_proc_mb: dict[int, float] = field(default_factory=dict)
+    torch_peak_reserved_mb: dict[int, float] = field(default_factory=dict)
+    rank_peak_rss_mb: dict[int, float] = field(default_factory=dict)  # each rank's own peak RSS
+    stalled: bool = False  # the supervisor flagged no progress for its stall timeout
+    torch_peak_alloc_mb: dict[int, float] = field(default_factory=dict)
+    host_peak_tree_rss_mb: float | None = None
+    host_peak_ram_used_mb: float | None = None
+    # latest resources
+    gpu: GpuSnapshot | None = None
+    host: HostSnapshot | None = None
+    # from the start event
+    world_size: int | None = None
+    ranks: tuple[int, ...] = ()
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    max_seq_len: int | None = None
+    num_samples: int | None = None
+    params_total: int | None = None
+    params_trainable: int | None = None
+    config: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    # bookkeeping
+    events: int = 0
+    samples_seen: int = 0

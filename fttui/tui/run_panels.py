@@ -1,0 +1,304 @@
+"""The run screen's panels: each one a widget that draws itself from the run's snapshot.
+
+Textual's reactive idiom: every panel has a ``snapshot`` var (bound to ``RunScreen.snap`` with
+``data_bind``) and a ``watch_snapshot`` that redraws it, so the screen only assigns the new
+``RunSnapshot``. The status bar also watches the facts only the screen knows (the run directory
+is gone, the supervisor is lost, a cancel was asked); the GPU panels watch ``area`` (the screen's
+size) to choose between cards and one line per GPU. Display only: the status text is
+fttui.core.run.status.status_line's, the figures are the snapshot's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.columns import Columns
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Grid, Vertical
+from textual.geometry import Size
+from textual.reactive import var
+from textual.widgets import Sparkline, Static
+
+from fttui.core.base import fmt
+from fttui.core.base.constants import FINAL_STATUSES
+from fttui.core.base.fmt import fraction
+from fttui.core.run.snapshot import RunSnapshot
+from fttui.core.run.status import RUNNING, status_line
+from fttui.tui.widgets import Bar, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
+
+SPARK_POINTS = 120  # history shown in the sparklines (RunState keeps 240)
+WIDE_W = 30  # content width from which the throughput and loss lines add their dim extras
+MAX_CARDS = 8
+CARD_W = 36  # minimum width of one GPU card
+CARD_H = 5  # 3 lines + border
+STATUS_KINDS = (RUNNING, *FINAL_STATUSES)
+
+
+class RunStatusBar(Static):
+    """The status line, coloured by its kind (the ``-running``, ``-completed``, ... classes)."""
+
+    snapshot: var[RunSnapshot | None] = var(None)
+    gone = var(False)
+    lost = var(False)
+    cancelling = var(False)
+
+    def _draw(self) -> None:
+        line = status_line(self.snapshot, gone=self.gone, lost=self.lost, cancelling=self.cancelling,
+                           detail=True)
+        self.update(Text(line.text, no_wrap=False))
+        for kind in STATUS_KINDS:
+            self.set_class(kind == line.kind, f"-{kind}")
+
+    watch_snapshot = watch_gone = watch_lost = watch_cancelling = _draw
+
+
+class RunProgress(Static):
+    """The progress bar: step, elapsed, ETA, epoch."""
+
+    snapshot: var[RunSnapshot | None] = var(None)
+
+    def watch_snapshot(self, s: RunSnapshot | None) -> None:
+        if s is None:
+            return
+        total = s.total_steps
+        step = s.step or 0
+        frac = (step / total) if total else None
+        label = f"step {step}/{total or '?'}  elapsed {fmt.duration(s.wall_elapsed) or '-'}  " \
+                f"ETA {fmt.duration(s.eta_s) or '-'}"
+        if s.epoch is not None:
+            label += f"  epoch {s.epoch:.2f}"
+        self.update(Bar(frac, label, prefix="progress ", style="cyan"))
+
+
+def _spark(sp: Sparkline, data) -> None:
+    new = list(data[-SPARK_POINTS:])
+    if list(sp.data or []) != new:
+        sp.data = new
+
+
+class ThroughputPanel(Vertical):
+    """Samples/s and tokens/s (steady state) with their sparklines; the whole-run average and the
+    padded rate when the panel is ``wide``."""
+
+    snapshot: var[RunSnapshot | None] = var(None)
+    wide = var(False)  # the content is at least WIDE_W cells wide (the loss panel follows it)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="sps-text")
+        yield Sparkline([], id="sps-spark")
+        yield Static(id="tps-text")
+        yield Sparkline([], id="tps-spark")
+
+    def on_mount(self) -> None:
+        self.border_title = "throughput"
+        self.border_subtitle = "steady state"
+
+    def on_resize(self) -> None:
+        self.wide = self.content_size.width >= WIDE_W
+
+    def _draw(self) -> None:
+        s = self.snapshot
+        if s is None:
+            return
+        avg = f"  avg {num(s.samples_per_s_avg)}" if self.wide else ""
+        self.query_one("#sps-text", Static).update(
+            Text.assemble(("samples/s ", "bold"), num(s.samples_per_s), (avg, "dim")))
+        pad = ""
+        if self.wide and s.tokens_padded_per_s is not None and s.tokens_per_s is not None \
+                and abs(s.tokens_padded_per_s - s.tokens_per_s) > 0.5:
+            pad = f"  padded {num(s.tokens_padded_per_s, 0)}"
+        self.query_one("#tps-text", Static).update(
+            Text.assemble(("tokens/s ", "bold"), num(s.tokens_per_s, 0), (pad, "dim")))
+        _spark(self.query_one("#sps-spark", Sparkline), s.samples_per_s_history)
+        _spark(self.query_one("#tps-spark", Sparkline), s.tokens_per_s_history)
+
+    watch_snapshot = watch_wide = _draw
+
+
+class LossPanel(Vertical):
+    """The loss and its sparkline; the minimum when the throughput panel beside it is wide (the
+    two read alike)."""
+
+    snapshot: var[RunSnapshot | None] = var(None)
+    wide = var(False)
+
+    def __init__(self, width_from: ThroughputPanel, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._width_from = width_from
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="loss-text")
+        yield Sparkline([], id="loss-spark")
+
+    def on_mount(self) -> None:
+        self.border_title = "loss"
+        self.watch(self._width_from, "wide", self._follow_wide)
+
+    def _follow_wide(self, wide: bool) -> None:
+        self.wide = wide
+
+    def _draw(self) -> None:
+        s = self.snapshot
+        if s is None:
+            return
+        loss = "-" if s.loss is None else f"{s.loss:.4f}"
+        lo = ""
+        if s.loss_history and self.wide:
+            lo = f"  min {min(s.loss_history):.4f}"
+        self.query_one("#loss-text", Static).update(Text.assemble(("loss ", "bold"), loss, (lo, "dim")))
+        _spark(self.query_one("#loss-spark", Sparkline), s.loss_history)
+
+    watch_snapshot = watch_wide = _draw
+
+
+class HostPanel(Panel):
+    """Host RAM, swap and the training processes' RSS."""
+
+    snapshot: var[RunSnapshot | None] = var(None)
+
+    def watch_snapshot(self, s: RunSnapshot | None) -> None:
+        if s is None:
+            return
+        h = s.host
+        if h is None:
+            self.show(Text("no sample yet", style="dim"), key=("none",))
+            return
+        rf = fraction(h.ram_used_mb, h.ram_total_mb)
+        swap = f"swap {gb_pair(h.swap_used_mb, h.swap_total_mb)}" if h.swap_total_mb else "swap none"
+        rss = f"train RSS {fmt.mb(h.tree_rss_mb)}" if h.tree_nprocs != 0 else "train RSS - (ended)"
+        self.show(Group(
+            Bar(rf, gb_pair(h.ram_used_mb, h.ram_total_mb), prefix="RAM ", style=bar_style(rf)),
+            Text(swap, no_wrap=True, overflow="ellipsis"),
+            Text(rss, no_wrap=True, overflow="ellipsis"),
+            Text(f"peak RSS {fmt.mb(s.host_peak_tree_rss_mb)}", no_wrap=True, overflow="ellipsis"),
+        ), key=(h, s.host_peak_tree_rss_mb))
+
+
+def _gpus(s: RunSnapshot | None) -> list:
+    if s is None or s.gpu is None or not s.gpu.available:
+        return []
+    return list(s.gpu.gpus)
+
+
+def gpu_layout(n: int, area: Size) -> tuple[str, int, int]:
+    """(mode, columns, rows) for ``n`` GPUs on a screen of ``area``: "cards" in a grid for a few
+    GPUs, "table" (one line each) when they do not fit, "none" without GPUs."""
+    width, height = area.width or 80, area.height or 24
+    cols = max(1, min(n or 1, width // CARD_W, 4))
+    rows = math.ceil(max(n, 1) / cols)
+    mode = "none" if n == 0 else ("cards" if n <= MAX_CARDS and rows * CARD_H <= max(CARD_H, height - 17) else "table")
+    if n == 0:
+        cols, rows = 1, 1
+    return mode, cols, rows
+
+
+class GpuGrid(Grid):
+    """One card per GPU (memory bar, peaks, util/power/temp), or one card saying why there is none;
+    hidden when the GPUs are shown as a table."""
+
+    snapshot: var[RunSnapshot | None] = var(None)
+    area = var(Size(0, 0), init=False)  # the screen's size; laid out again when it changes
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._count = -1
+        self._mode = ""
+
+    async def watch_snapshot(self, s: RunSnapshot | None) -> None:
+        if s is not None:
+            await self._layout(force=False)
+
+    async def watch_area(self) -> None:
+        await self._layout(force=True)
+
+    async def _layout(self, force: bool) -> None:
+        gpus = _gpus(self.snapshot)
+        n = len(gpus)
+        mode, cols, rows = gpu_layout(n, self.area)
+        if force or n != self._count or mode != self._mode:
+            changed = n != self._count or mode != self._mode
+            self._count, self._mode = n, mode
+            self.styles.grid_size_columns = cols
+            self.styles.height = rows * CARD_H if mode == "cards" else 3
+            if changed:
+                await self.remove_children()
+                if mode == "cards":
+                    await self.mount_all([Panel(id=f"gpu-{i}", classes="gpu-card") for i in range(n)])
+                elif mode == "none":
+                    await self.mount(Panel(id="gpu-none", title="GPU", classes="gpu-card"))
+            self.display = mode in ("cards", "none")
+        if self.snapshot is not None:
+            self._fill(self.snapshot, gpus)
+
+    def _fill(self, s: RunSnapshot, gpus: list) -> None:
+        if self._mode == "none":
+            reason = "-"
+            if s.gpu is not None:
+                reason = s.gpu.reason or "no GPU visible"
+            elif s.samples_seen == 0:
+                reason = "no resource sample yet"
+            for w in self.query("#gpu-none").results(Panel):
+                w.show(Text(f"none: {reason}", no_wrap=True, overflow="ellipsis"), key=reason)
+            return
+        if self._mode != "cards":
+            return
+        peaks, rsv = s.gpu_peak_used_mb, s.torch_peak_reserved_mb
+        for i, g in enumerate(gpus):
+            for w in self.query(f"#gpu-{i}").results(Panel):
+                w.border_title = f"GPU {g.index}"
+                w.border_subtitle = g.name or ""
+                w.show(Group(*gpu_card_lines(g, peaks.get(g.index), rsv.get(g.index))),
+                       key=(g, peaks.get(g.index), rsv.get(g.index)))
+
+
+class GpuTable(Panel):
+    """One line per GPU, shown instead of the cards when they do not fit."""
+
+    snapshot: var[RunSnapshot | None] = var(None)
+    area = var(Size(0, 0))  # the screen's size
+
+    def on_mount(self) -> None:
+        self.display = False
+
+    def _draw(self) -> None:
+        gpus = _gpus(self.snapshot)
+        mode = gpu_layout(len(gpus), self.area)[0]
+        self.display = mode == "table"
+        if mode != "table":
+            return
+        self.styles.height = len(gpus) + 2
+        s = self.snapshot
+        peaks, rsv = s.gpu_peak_used_mb, s.torch_peak_reserved_mb
+        self.show(Group(*[gpu_row(g, peaks.get(g.index), rsv.get(g.index)) for g in gpus]),
+                  key=(tuple(gpus), tuple(sorted(peaks.items())), tuple(sorted(rsv.items()))))
+
+    watch_snapshot = watch_area = _draw
+
+
+class RunSummary(Panel):
+    """The summary row once the run ended (hidden until then); ``row`` is row.json's object, or
+    ``None`` when the run has no row."""
+
+    row: var[dict | None] = var(None, init=False, always_update=True)
+
+    def on_mount(self) -> None:
+        self.display = False
+
+    def watch_row(self, row: dict | None) -> None:
+        from fttui.core.results.tables import reference_table
+
+        if not isinstance(row, dict):
+            self.show(Text("no summary row", style="dim"))
+        else:
+            headers, body = reference_table([row])
+            skip = ("model", "dataset", "status", "grad_accum", "max_seq_len")
+            cells = [Text.assemble((f"{h} ", "bold"), v or "-") for h, v in zip(headers, body[0])
+                     if h not in skip]
+            self.border_title = (f"summary: {row.get('model') or '?'} on {row.get('dataset') or '?'}, "
+                                 f"steps {row.get('steps')}/{row.get('total_steps')}, "
+                                 f"wall {fmt.duration(row.get('wall_s')) or '-'}")
+            # the error is in the status line already
+            self.show(Columns(cells, padding=(0, 2)))
+        self.display = True
