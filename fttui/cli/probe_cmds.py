@@ -7,6 +7,7 @@ import signal
 import sys
 
 from fttui.core.base import fmt
+from fttui.core.base.constants import EXIT_CANCELLED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 
 
 def _raise_interrupt(_s, _f):
@@ -47,7 +48,7 @@ def cmd_probe(args, resolve) -> int:
     except KeyboardInterrupt:
         prober.stop()
         print("fttui: probe interrupted; no process left", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -62,7 +63,7 @@ def cmd_probe(args, resolve) -> int:
               f"trials, {fmt.duration(res.wall_s)})")
         if res.note:
             print(f"note: {res.note}")
-    return 0 if res.exact else 1
+    return EXIT_OK if res.exact else EXIT_ERROR  # an inexact boundary is not an answer
 
 
 def cmd_sweep(args, resolve) -> int:
@@ -84,7 +85,7 @@ def cmd_sweep(args, resolve) -> int:
         res = sweeper.run()
     except KeyboardInterrupt:
         print("fttui: sweep interrupted; the running cell was cancelled", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -97,4 +98,4 @@ def cmd_sweep(args, resolve) -> int:
             f.write(text)
         print(f"table written to {args.out}", file=sys.stderr)
     print(text)
-    return 4 if res.interrupted else 0
+    return EXIT_CANCELLED if res.interrupted else EXIT_OK

@@ -8,6 +8,11 @@ full run of the profile at the largest value that fits.
 
 Leaving the screen (escape) or quitting the app while a probe runs stops it: the probe process
 is killed and no further model load starts.
+
+This module owns the screen: its phase (``state``, a :class:`~fttui.tui.probe_view.ProbeState`),
+the thread worker that runs the probe and the messages it posts, stopping, and the launch of the
+full run. The form's fields live in fttui.tui.probe_form, the table rows, boundary panel and
+status texts in fttui.tui.probe_view.
 """
 
 from __future__ import annotations
@@ -19,58 +24,20 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
+from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static
 
-from fttui.core.base import fmt
+from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
-
-PARAMS = ("batch_size", "max_seq_len")
-PARAM_KEYS = {"batch_size": "train.batch_size", "max_seq_len": "data.max_seq_len"}
-DEFAULT_RANGE = (1, 1024)
-DEFAULT_STEPS = 2
-COLUMNS = ["", "value", "result", "clean", "load", "GPU MB", "RSS MB", "s/step", "samples/s"]
+from fttui.tui.probe_form import LIMIT_FIELDS, compose_form, parse_form
+from fttui.tui.probe_view import (BOUNDARY_KINDS, COLUMNS, ProbeState, boundary_kind, boundary_text,
+                                  status_line, table_trials, trial_marker, trial_row)
 
 
 class ProbeStopped(Exception):
     """Raised inside the probe's callbacks once the probe was asked to stop: it ends
     ``Prober.run()`` before another model load starts (its ``finally`` kills the process)."""
-
-
-def trial_cells(t) -> list[str]:
-    """The table cells of one trial (fttui.core.experiments.probe.Trial), without the marker column."""
-    from fttui.core.experiments.probe import trial_cells as cells
-
-    return cells(t, torch_reserved=False, sep=" ")
-
-
-def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
-    """The highlighted boundary panel's text for a finished probe (fttui.core.experiments.probe.ProbeResult).
-    ``probe_only_limits``: memory limits the probe ran under that the full run does not get."""
-    p = res.param
-    out = Text()
-    if res.largest_fit is not None:
-        out.append(f"largest {p} that fits: ", style="bold")
-        out.append(f" {res.largest_fit} ", style="bold reverse")
-    else:
-        out.append(f"nothing in {res.lo}..{res.hi} fits", style="bold")
-    out.append("   smallest that fails: ", style="bold")
-    out.append("-" if res.smallest_oom is None else str(res.smallest_oom), style="bold")
-    out.append("\n")
-    out.append("exact" if res.exact else "NOT exact", style="bold" if res.exact else "bold underline")
-    out.append(f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
-               f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}")
-    if res.note:
-        out.append(f"\nnote: {res.note}", style="italic")
-    if res.largest_fit is not None:
-        out.append(f"\nenter: full run at {p}={res.largest_fit}", style="bold")
-        lim = {k: v for k, v in (probe_only_limits or {}).items() if v}
-        if lim:
-            shown = ", ".join(f"{k.split('_')[0]} {v}" for k, v in sorted(lim.items()))
-            out.append(f" (under the same budget: {shown})", style="dim")
-    return out
 
 
 class ProbeScreen(Screen):
@@ -104,7 +71,7 @@ class ProbeScreen(Screen):
     def __init__(self, resolved: dict, result=None) -> None:
         super().__init__()
         self.resolved = resolved  # the picker's profile with its overrides
-        self.state = "idle"  # idle | running | done | stopped | error
+        self.state = ProbeState.IDLE  # the one source of what the screen is doing
         self.prober = None
         self.probe_resolved: dict | None = None  # the profile the probe runs (limits applied)
         self.result = result
@@ -118,34 +85,8 @@ class ProbeScreen(Screen):
         self._tick = None
 
     def compose(self) -> ComposeResult:
-        limits = self.resolved.get("limits") or {}
-        res = self.result
         yield Header()
-        with Horizontal(id="probe-form"):
-            with Vertical(classes="field field-param"):
-                yield Label("probe")
-                yield Select([(p, p) for p in PARAMS], id="pr-param", allow_blank=False,
-                             value=res.param if res is not None else "batch_size", compact=True)
-            with Vertical(classes="field"):
-                yield Label("from")
-                yield Input(str(res.lo if res is not None else DEFAULT_RANGE[0]), id="pr-lo", type="integer",
-                            compact=True)
-            with Vertical(classes="field"):
-                yield Label("to")
-                yield Input(str(res.hi if res is not None else DEFAULT_RANGE[1]), id="pr-hi", type="integer",
-                            compact=True)
-            with Vertical(classes="field"):
-                yield Label("steps")
-                yield Input(str(DEFAULT_STEPS), id="pr-steps", type="integer", compact=True)
-            with Vertical(classes="field field-limit"):
-                yield Label("host mem")
-                yield Input(limits.get("host_memory") or "", id="pr-host", placeholder="none", compact=True)
-            with Vertical(classes="field field-limit"):
-                yield Label("GPU mem")
-                yield Input(limits.get("gpu_memory") or "", id="pr-gpu", placeholder="none", compact=True)
-            with Vertical(classes="field field-start"):
-                yield Label(" ")
-                yield Button("Start (s)", id="pr-start", variant="primary", compact=True)
+        yield from compose_form(self.resolved.get("limits") or {}, self.result)
         yield Static(id="probe-status")
         yield Static(id="probe-boundary")
         yield DataTable(id="trials", cursor_type="row", zebra_stripes=False)
@@ -159,7 +100,7 @@ class ProbeScreen(Screen):
             table.add_column(c, key=c or "mark")
         self.query_one("#probe-boundary", Static).display = False
         if self.result is not None:
-            self.state = "done"
+            self.state = ProbeState.DONE
             self.probe_resolved = self.resolved
             self._fill_table()
             self._show_boundary()
@@ -174,29 +115,10 @@ class ProbeScreen(Screen):
     # ---------------------------------------------------------------- the form
     def _form(self) -> tuple[str, int, int, int, dict]:
         """(param, lo, hi, steps, overrides) from the fields; FttuiError on bad input."""
-        param = self.query_one("#pr-param", Select).value
-        if param not in PARAMS:
-            param = "batch_size"
-
-        def num(fid: str, what: str) -> int:
-            text = self.query_one(f"#pr-{fid}", Input).value.strip()
-            try:
-                return int(text)
-            except ValueError:
-                raise FttuiError(f"{what}: expected a whole number, got {text!r}") from None
-
-        lo, hi, steps = num("lo", "from"), num("hi", "to"), num("steps", "steps")
-        if lo < 1 or hi < lo:
-            raise FttuiError(f"range {lo}..{hi}: need 1 <= from <= to")
-        if steps < 1:
-            raise FttuiError("steps: must be >= 1")
-        limits = self.resolved.get("limits") or {}
-        overrides = {}
-        for fid, key in (("host", "host_memory"), ("gpu", "gpu_memory")):
-            text = self.query_one(f"#pr-{fid}", Input).value.strip()
-            if text != (limits.get(key) or ""):
-                overrides[f"limits.{key}"] = text
-        return param, lo, hi, steps, overrides
+        values = {fid: self.query_one(f"#pr-{fid}", Input).value
+                  for fid in ("lo", "hi", "steps", *(f for f, _ in LIMIT_FIELDS))}
+        values["param"] = self.query_one("#pr-param", Select).value
+        return parse_form(values, self.resolved.get("limits") or {})
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -215,11 +137,11 @@ class ProbeScreen(Screen):
 
     # ---------------------------------------------------------------- running the probe
     def action_start(self) -> None:
-        if self.state == "running":
+        if self.state is ProbeState.RUNNING:
             self.notify("a probe is running: x stops it", severity="warning")
             return
         from fttui.core.experiments.probe import Prober
-        from fttui.core.profiles.profile import apply_overrides
+        from fttui.core.profiles import apply_overrides
 
         try:
             param, lo, hi, steps, overrides = self._form()
@@ -232,14 +154,14 @@ class ProbeScreen(Screen):
                             on_trial=lambda t: self._from_worker(token, self.TrialDone(token, t)),
                             on_log=lambda s: self._from_worker(token, self.Log(token, s)))
         except FttuiError as e:
-            self.state, self.error = "error", str(e)
+            self.state, self.error = ProbeState.ERROR, str(e)
             self._show_status()
             return
         self.prober, self.probe_resolved = prober, resolved
         self.result, self.trials, self.error = None, [], ""
         self.log_line = f"{param} in {lo}..{hi}, {steps} step{'s' if steps != 1 else ''} per trial, " \
                         f"every sample {resolved['data']['max_seq_len']} tokens (worst case)"
-        self.state, self.started = "running", time.time()
+        self.state, self.started = ProbeState.RUNNING, time.time()
         self._worker_done = threading.Event()
         self.query_one("#probe-boundary", Static).display = False
         self._fill_table()
@@ -270,7 +192,7 @@ class ProbeScreen(Screen):
             msg = self.Finished(token, stopped=True)
         except FttuiError as e:
             msg = self.Finished(token, error=str(e), stopped=token in self._stop_requested)
-        except Exception as e:  # never let the worker die silently
+        except Exception as e:  # kept broad: the thread must never die silently, any failure is shown
             msg = self.Finished(token, error=f"{type(e).__name__}: {e}", stopped=token in self._stop_requested)
         finally:
             try:
@@ -285,13 +207,11 @@ class ProbeScreen(Screen):
 
     def _predict_start(self, prober, token: int) -> None:
         """Start where the estimator predicts the boundary (GPU profiles), as `fttui probe` does."""
-        try:
-            from fttui.core.experiments.probe import predicted_start
-        except ImportError:  # an older core: start at the low end
-            return
+        from fttui.core.experiments.probe import predicted_start
+
         try:
             start, why = predicted_start(prober.resolved, prober.param, prober.lo, prober.hi)
-        except Exception as e:  # a failed prediction only costs model loads
+        except (FttuiError, OSError) as e:  # a bad budget, an unreadable GPU: it only costs model loads
             start, why = None, f"no prediction ({type(e).__name__}: {e})"
         if start:
             prober.start = max(prober.lo, min(prober.hi, int(start)))
@@ -319,11 +239,11 @@ class ProbeScreen(Screen):
             self._tick.stop()
             self._tick = None
         if message.stopped:
-            self.state = "stopped"
+            self.state = ProbeState.STOPPED
         elif message.error:
-            self.state, self.error = "error", message.error
+            self.state, self.error = ProbeState.ERROR, message.error
         else:
-            self.state, self.result = "done", message.result
+            self.state, self.result = ProbeState.DONE, message.result
             self.trials = list(message.result.trials)
             self._fill_table()
             self._show_boundary()
@@ -333,7 +253,7 @@ class ProbeScreen(Screen):
     def stop_probe(self, show: bool = True) -> bool:
         """Stop a running probe (kills its process; no further model load). True if one ran."""
         prober, done = self.prober, self._worker_done
-        if self.state != "running" or prober is None:
+        if self.state is not ProbeState.RUNNING or prober is None:
             return False
         self._stop_requested.add(self._token)
         prober.stop()
@@ -345,7 +265,7 @@ class ProbeScreen(Screen):
                     prober.stop()
 
             threading.Thread(target=reap, name="fttui-probe-reaper", daemon=True).start()
-        self.state = "stopped"
+        self.state = ProbeState.STOPPED
         if self._tick is not None:
             self._tick.stop()
             self._tick = None
@@ -358,41 +278,18 @@ class ProbeScreen(Screen):
             self.notify("no probe is running", severity="warning")
 
     # ---------------------------------------------------------------- display
-    def _marker(self, t) -> str:
-        res = self.result
-        if res is None or not t.clean:
-            return ""
-        if t.status == "fit" and t.fresh and t.value == res.largest_fit:
-            return "▶"
-        if t.status == "oom" and t.value == res.smallest_oom:
-            return "▶"
-        return ""
-
-    def _row(self, t) -> list:
-        cells = [self._marker(t), *trial_cells(t)]
-        style = ""
-        if cells[0]:
-            style = "bold green" if t.status == "fit" else "bold red"
-        elif not t.clean:
-            style = "dim"
-        elif t.status == "oom":
-            style = "red"
-        return [Text(c, style=style) for c in cells]
-
     def _add_row(self, t, index: int) -> None:
-        self.query_one("#trials", DataTable).add_row(*self._row(t), key=str(index))
+        self.query_one("#trials", DataTable).add_row(*trial_row(t, self.result), key=str(index))
 
     def _fill_table(self) -> None:
         table = self.query_one("#trials", DataTable)
         table.clear()
-        trials = self.trials
-        if self.result is not None:  # finished: by value, as the CLI prints them
-            trials = sorted(trials, key=lambda t: (t.value, t.load))
+        trials = table_trials(self.trials, self.result)
         for i, t in enumerate(trials):
-            table.add_row(*self._row(t), key=str(i))
+            table.add_row(*trial_row(t, self.result), key=str(i))
         if self.result is not None and self.result.largest_fit is not None:
             for i, t in enumerate(trials):
-                if self._marker(t) and t.status == "fit":
+                if trial_marker(t, self.result) and t.status == "fit":
                     table.move_cursor(row=i, animate=False)
                     break
 
@@ -401,9 +298,8 @@ class ProbeScreen(Screen):
         w = self.query_one("#probe-boundary", Static)
         w.update(boundary_text(res, self._probe_only_limits()))
         w.border_title = f"{res.param} boundary"
-        kind = "exact" if res.exact and res.largest_fit is not None else ("none" if res.largest_fit is None
-                                                                          else "inexact")
-        for k in ("exact", "inexact", "none"):
+        kind = boundary_kind(res)
+        for k in BOUNDARY_KINDS:
             w.set_class(k == kind, f"-{k}")
         w.display = True
 
@@ -414,46 +310,37 @@ class ProbeScreen(Screen):
         return {k: v for k, v in ran.items() if v != own.get(k)}
 
     def status_text(self) -> tuple[str, str]:
-        """(text, kind) of the status line."""
-        name = self.resolved.get("name", "?")
+        """(text, kind) of the status line; the kind is the state's value."""
         pid = self.prober.probe_id if self.prober is not None else (self.result.probe_id if self.result else "")
-        if self.state == "idle":
-            return (f"PROBE {name}: s starts (or enter in a field); fresh = first trial of its process (a fit counts only then); clean = no OOM before it", "idle")
-        if self.state == "running":
-            elapsed = fmt.duration(time.time() - self.started)
-            n = len(self.trials)
-            return (f"RUNNING {pid}  {elapsed}  {n} trial{'s' if n != 1 else ''}: {self.log_line}", "running")
-        if self.state == "stopped":
-            return (f"STOPPED {pid}: the probe process was killed (s starts again)", "stopped")
-        if self.state == "error":
-            return (f"ERROR: {self.error}", "error")
-        res = self.result
-        return (f"DONE {pid}: {len(res.trials)} trials in {fmt.duration(res.wall_s)}", "done")
+        text = status_line(self.state, name=self.resolved.get("name", "?"), probe_id=pid,
+                           elapsed_s=time.time() - self.started, trials=len(self.trials),
+                           log_line=self.log_line, error=self.error, result=self.result)
+        return text, self.state.value
 
     def _show_status(self) -> None:
         text, kind = self.status_text()
         w = self.query_one("#probe-status", Static)
         w.update(Text(text))
-        for k in ("idle", "running", "stopped", "error", "done"):
-            w.set_class(k == kind, f"-{k}")
+        for k in ProbeState:
+            w.set_class(k.value == kind, f"-{k.value}")
 
     # ---------------------------------------------------------------- actions
     def launch_profile(self) -> dict | None:
         """The profile a full run at the found value uses (None when there is none): the probed
         profile (the picker's overrides and the probe's memory budgets) and the value, so the run
         answers the same question the probe did ("does it fit on a 24 GB card?")."""
-        from fttui.core.profiles.profile import apply_overrides
+        from fttui.core.profiles import apply_overrides
 
         res = self.result
-        if self.state != "done" or res is None or res.largest_fit is None:
+        if self.state is not ProbeState.DONE or res is None or res.largest_fit is None:
             return None
-        base = getattr(self, "probe_resolved", None) or self.resolved
-        resolved = apply_overrides(base, {PARAM_KEYS[res.param]: res.largest_fit})
+        base = self.probe_resolved or self.resolved
+        resolved = apply_overrides(base, {PROBE_PARAMS[res.param]: res.largest_fit})
         resolved.setdefault("origin", self.resolved.get("origin"))
         return resolved
 
     def action_launch(self) -> None:
-        if self.state == "running":
+        if self.state is ProbeState.RUNNING:
             self.notify("the probe is still running", severity="warning")
             return
         try:

@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from fttui.core.run import launch, rundir
 from fttui.core.base import paths
+from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.errors import EstimateError, FttuiError
+from fttui.core.base.units import parse_size
+from fttui.core.run import launch, rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
-from fttui.core.base.errors import FttuiError
+from fttui.core.run.topology import world_size
 
-PARAMS = ("batch_size", "max_seq_len")
 MAX_LOADS = 8
 
 
@@ -115,9 +118,9 @@ class Prober:
                  steps: int = 2, start: int | None = None,
                  on_trial: Callable[[Trial], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
-        if param not in PARAMS:
-            raise FttuiError(f"--param {param!r}: use one of {', '.join(PARAMS)}")
-        if launch.processes_per_node(resolved) * int(resolved["devices"].get("nodes", 1)) != 1:
+        if param not in PROBE_PARAMS:
+            raise FttuiError(f"--param {param!r}: use one of {', '.join(PROBE_PARAMS)}")
+        if world_size(resolved) != 1:
             raise FttuiError("the probe measures one process: set gpus to 1 (or 0 on CPU); "
                              "with data parallelism every card holds the same as one")
         if resolved["method"] == "full-zero3-offload":
@@ -194,15 +197,14 @@ class Prober:
     def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None) -> dict:
         self.loads += 1
         k = self.loads
-        prof = dict(self.resolved)
-        prof["_kind"], prof["_group"] = "probe", self.probe_id
+        prof = self.resolved
         rid = f"{self.probe_id}-load{k}"
         argv = [sys.executable, "-m", "fttui.worker.probe", "--run-dir", str(paths.runs_dir() / rid),
                 "--param", self.param, "--start", str(start), "--hi", str(self.hi), "--growth", growth,
                 "--steps", str(self.steps), "--lo-fit", str(clean_fit or self.lo - 1), "--oom-bound", str(clean_oom or 0)]
         env_add = launch.child_env(prof)
         env_add["FTTUI_PARENT_PID"] = str(os.getpid())
-        rd = rundir.create(prof, argv, env_add, run_id=rid)
+        rd = rundir.create(prof, argv, env_add, run_id=rid, kind="probe", group=self.probe_id)
         self.on_log(f"load {k}: {self.param} from {start} ({'x2' if growth == 'mul' else '+1 steps'})")
         env = dict(os.environ)
         env.update(env_add)
@@ -214,7 +216,7 @@ class Prober:
             log.close()
         if self.stopped:
             self._kill()
-        from fttui.monitor.samplers import HostSampler, make_gpu_sampler
+        from fttui.monitor import HostSampler, make_gpu_sampler
 
         host = HostSampler(self.proc.pid)
         gpu = make_gpu_sampler()
@@ -283,15 +285,16 @@ class Prober:
 
         p = self.resolved
         train, data = p["train"], p["data"]
+        batch = t.value if self.param == "batch_size" else train.get("batch_size")
         row = {
             "run_id": f"{self.probe_id}-{len(self.trials) + 1:02d}",
             "kind": "probe", "group_id": self.probe_id, "param": self.param, "clean": t.clean, "fresh": t.fresh,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "profile": p.get("name"), "model": p["model"].get("label") or p["model"].get("name_or_path")
-            or p["model"].get("arch"), "dataset": "synthetic (worst case)", "method": p["method"],
+            "profile": p.get("name"), "model": p["model"].get("name_or_path") or p["model"].get("arch"),
+            "dataset": "synthetic (worst case)", "method": p["method"],
             "precision": train.get("precision"),
-            "batch_size": t.value if self.param == "batch_size" else train.get("batch_size"),
-            "grad_accum": train.get("grad_accum"), "world_size": 1,
+            "batch_size": batch,
+            "grad_accum": train.get("grad_accum"), "world_size": world_size(p),
             "max_seq_len": t.value if self.param == "max_seq_len" else data.get("max_seq_len"),
             "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
             "steps": t.steps, "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
@@ -300,8 +303,7 @@ class Prober:
             "peak_host_rss_mb": t.peak_host_rss_mb, "status": t.status, "oom_kind": t.oom_kind,
             "error": t.message, "limits": p.get("limits") or {},
             "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
-            "effective_batch": (t.value if self.param == "batch_size" else train.get("batch_size"))
-            * int(train.get("grad_accum", 1)),
+            "effective_batch": batch * int(train.get("grad_accum", 1)) * world_size(p),
         }
         with Store() as store:
             store.put(row)
@@ -330,19 +332,23 @@ def _r(x, nd):
     return None if x is None else round(float(x), nd)
 
 
+# What the estimator raises on a profile it cannot express: EstimateError, or an arch_config
+# whose numbers are missing (KeyError), not numbers (TypeError, ValueError) or zero.
+_NOT_ESTIMABLE = (EstimateError, KeyError, TypeError, ValueError, ZeroDivisionError)
+
+
 def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int | None, str]:
     """Where the probe starts: the estimator's largest fitting value on the GPU budget
     (``limits.gpu_memory`` or the first visible card), calibrated from the store when it can be;
     None on a CPU profile (a host budget is address space, which the estimator does not model)."""
     if int(resolved["devices"].get("gpus", 1)) == 0:
         return None, "CPU profile: starting at the low end of the range"
-    from fttui.core.memory.estimate import calibration_from_store, solve_max
-    from fttui.core.profiles.profile import parse_size
+    from fttui.core.memory import calibration_from_store, solve_max
 
     budget = resolved.get("limits", {}).get("gpu_memory")
     device = parse_size(budget) if budget else None
     if device is None:
-        from fttui.monitor.samplers import make_gpu_sampler
+        from fttui.monitor import make_gpu_sampler
 
         snap = make_gpu_sampler().sample()
         if not snap.available or not snap.gpus or not snap.gpus[0].mem_total_mb:
@@ -353,11 +359,11 @@ def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int |
 
         with Store() as store:
             cal = calibration_from_store(resolved, store.rows())
-    except Exception:
+    except (FttuiError, sqlite3.Error, OSError, *_NOT_ESTIMABLE):  # no store, or rows the fit cannot use
         cal = None
     try:
         guess = solve_max(resolved, param, device, calibration=cal, hi=hi)
-    except Exception as e:  # the estimator cannot express this profile: start low
+    except _NOT_ESTIMABLE as e:  # the estimator cannot express this profile: start low
         return None, f"no prediction ({e})"
     start = max(lo, min(hi, guess or lo))
     return start, f"starting at the predicted largest fit {guess} ({'calibrated' if cal else 'formula'})"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from fttui.core.run import launch, rundir
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.profile import ALIASES, apply_overrides
+from fttui.core.profiles import ALIASES, apply_overrides
 from fttui.core.results.tables import to_markdown
 
 
@@ -80,9 +80,7 @@ class Sweeper:
         over = {ALIASES.get(k, k): v for k, v in settings.items()}
         if self.steps:
             over["train.max_steps"] = self.steps
-        prof = apply_overrides(self.resolved, over)
-        prof["_kind"], prof["_group"] = "sweep", self.sweep_id
-        return prof
+        return apply_overrides(self.resolved, over)
 
     def run(self) -> SweepResult:
         res = SweepResult(self.sweep_id, self.grid, self.cells)
@@ -94,7 +92,7 @@ class Sweeper:
                     cell.status, cell.skipped_because = "skipped", blocker
                     self.on_cell(cell)
                     continue
-                rd = launch.launch(self._cell_profile(cell.settings))
+                rd = launch.launch(self._cell_profile(cell.settings), kind="sweep", group=self.sweep_id)
                 self.current = rd
                 cell.run_id = rd.run_id
                 while rd.status() is None:

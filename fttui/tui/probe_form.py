@@ -1,0 +1,84 @@
+"""The probe screen's form: which setting to probe, its range, steps per trial and memory budgets.
+
+This module owns the form's fields (:func:`compose_form`, composed into the probe screen,
+prefilled from the profile's limits or a recorded result) and what their texts mean
+(:func:`parse_form`: the probe's parameter, range and steps, and the ``limits.*`` overrides of
+the budgets that differ from the profile's own), with a one-line :class:`FttuiError` for bad
+input. The screen (fttui.tui.probe_screen) reads the fields' values and starts the probe.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Button, Input, Label, Select
+
+from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.errors import FttuiError
+
+DEFAULT_PARAM = "batch_size"
+DEFAULT_RANGE = (1, 1024)
+DEFAULT_STEPS = 2
+#: The budget fields: (field id, key under ``limits``).
+LIMIT_FIELDS = (("host", "host_memory"), ("gpu", "gpu_memory"))
+
+
+def compose_form(limits: dict, result=None) -> ComposeResult:
+    """The form's row of fields (ids ``pr-param``, ``pr-lo``, ``pr-hi``, ``pr-steps``,
+    ``pr-host``, ``pr-gpu``) and its start button ``pr-start``."""
+    res = result
+    with Horizontal(id="probe-form"):
+        with Vertical(classes="field field-param"):
+            yield Label("probe")
+            yield Select([(p, p) for p in PROBE_PARAMS], id="pr-param", allow_blank=False,
+                         value=res.param if res is not None else DEFAULT_PARAM, compact=True)
+        with Vertical(classes="field"):
+            yield Label("from")
+            yield Input(str(res.lo if res is not None else DEFAULT_RANGE[0]), id="pr-lo", type="integer",
+                        compact=True)
+        with Vertical(classes="field"):
+            yield Label("to")
+            yield Input(str(res.hi if res is not None else DEFAULT_RANGE[1]), id="pr-hi", type="integer",
+                        compact=True)
+        with Vertical(classes="field"):
+            yield Label("steps")
+            yield Input(str(DEFAULT_STEPS), id="pr-steps", type="integer", compact=True)
+        with Vertical(classes="field field-limit"):
+            yield Label("host mem")
+            yield Input(limits.get("host_memory") or "", id="pr-host", placeholder="none", compact=True)
+        with Vertical(classes="field field-limit"):
+            yield Label("GPU mem")
+            yield Input(limits.get("gpu_memory") or "", id="pr-gpu", placeholder="none", compact=True)
+        with Vertical(classes="field field-start"):
+            yield Label(" ")
+            yield Button("Start (s)", id="pr-start", variant="primary", compact=True)
+
+
+def parse_form(values: dict[str, str], limits: dict) -> tuple[str, int, int, int, dict]:
+    """(param, lo, hi, steps, overrides) from the fields' values (by field id without ``pr-``);
+    ``limits``: the profile's own. FttuiError on bad input."""
+    param = values.get("param")
+    if param not in PROBE_PARAMS:
+        param = DEFAULT_PARAM
+
+    def num(fid: str, what: str) -> int:
+        text = values[fid].strip()
+        try:
+            return int(text)
+        except ValueError:
+            raise FttuiError(f"{what}: expected a whole number, got {text!r}") from None
+
+    lo, hi, steps = num("lo", "from"), num("hi", "to"), num("steps", "steps")
+    if lo < 1 or hi < lo:
+        raise FttuiError(f"range {lo}..{hi}: need 1 <= from <= to")
+    if steps < 1:
+        raise FttuiError("steps: must be >= 1")
+    overrides = {}
+    for fid, key in LIMIT_FIELDS:
+        text = values[fid].strip()
+        if text != (limits.get(key) or ""):
+            overrides[f"limits.{key}"] = text
+    return param, lo, hi, steps, overrides
+
+
+__all__ = ["DEFAULT_PARAM", "DEFAULT_RANGE", "DEFAULT_STEPS", "LIMIT_FIELDS", "compose_form", "parse_form"]

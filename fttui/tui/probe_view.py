@@ -1,0 +1,125 @@
+"""What the probe screen shows: its state, the trial table's rows and the boundary panel.
+
+This module owns the probe screen's phases (:class:`ProbeState`, the one source of what the
+screen is doing, and the status line each phase shows) and the pure rendering of a probe's
+facts: the table's columns and one styled row per trial (fttui.core.experiments.probe.Trial,
+the largest clean fit and smallest clean OOM marked), and the highlighted boundary panel of a
+finished probe (fttui.core.experiments.probe.ProbeResult). Nothing here touches a widget or a
+process; the screen (fttui.tui.probe_screen) puts these texts on screen.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from rich.text import Text
+
+from fttui.core.base import fmt
+
+COLUMNS = ["", "value", "result", "clean", "load", "GPU MB", "RSS MB", "s/step", "samples/s"]
+BOUNDARY_KINDS = ("exact", "inexact", "none")
+
+
+class ProbeState(enum.StrEnum):
+    """The probe screen's phase; its value is also the status line's CSS kind (``-idle``, ...)."""
+
+    IDLE = "idle"  # nothing started yet: the form is being filled
+    RUNNING = "running"  # a probe runs in the thread worker
+    STOPPED = "stopped"  # stopped by the user (escape, x, quitting): its process was killed
+    ERROR = "error"  # bad input, a refused profile, or the probe failed
+    DONE = "done"  # finished (or a recorded result): the boundary is shown
+
+
+def status_line(state: ProbeState, *, name: str, probe_id: str, elapsed_s: float, trials: int,
+                log_line: str, error: str, result) -> str:
+    """The status line's text in ``state``."""
+    if state is ProbeState.IDLE:
+        return (f"PROBE {name}: s starts (or enter in a field); fresh = first trial of its process "
+                f"(a fit counts only then); clean = no OOM before it")
+    if state is ProbeState.RUNNING:
+        return (f"RUNNING {probe_id}  {fmt.duration(elapsed_s)}  {trials} trial{'s' if trials != 1 else ''}: "
+                f"{log_line}")
+    if state is ProbeState.STOPPED:
+        return f"STOPPED {probe_id}: the probe process was killed (s starts again)"
+    if state is ProbeState.ERROR:
+        return f"ERROR: {error}"
+    return f"DONE {probe_id}: {len(result.trials)} trials in {fmt.duration(result.wall_s)}"
+
+
+def trial_cells(t) -> list[str]:
+    """The table cells of one trial (fttui.core.experiments.probe.Trial), without the marker column."""
+    from fttui.core.experiments.probe import trial_cells as cells
+
+    return cells(t, torch_reserved=False, sep=" ")
+
+
+def trial_marker(t, result) -> str:
+    """``▶`` on the trials that show the boundary of a finished probe: the fresh fit at the
+    largest clean fit and the clean OOM at the smallest; "" otherwise."""
+    if result is None or not t.clean:
+        return ""
+    if t.status == "fit" and t.fresh and t.value == result.largest_fit:
+        return "▶"
+    if t.status == "oom" and t.value == result.smallest_oom:
+        return "▶"
+    return ""
+
+
+def trial_row(t, result) -> list[Text]:
+    """One table row: the marker and the cells, styled (boundary rows bold, OOM red, trials
+    after an OOM dim)."""
+    cells = [trial_marker(t, result), *trial_cells(t)]
+    style = ""
+    if cells[0]:
+        style = "bold green" if t.status == "fit" else "bold red"
+    elif not t.clean:
+        style = "dim"
+    elif t.status == "oom":
+        style = "red"
+    return [Text(c, style=style) for c in cells]
+
+
+def table_trials(trials: list, result) -> list:
+    """The trials in table order: as they came while running; by value once finished, as the
+    CLI prints them."""
+    if result is None:
+        return list(trials)
+    return sorted(trials, key=lambda t: (t.value, t.load))
+
+
+def boundary_kind(res) -> str:
+    """The boundary panel's CSS kind: ``exact``, ``inexact`` or ``none`` (nothing fits)."""
+    if res.largest_fit is None:
+        return "none"
+    return "exact" if res.exact else "inexact"
+
+
+def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
+    """The highlighted boundary panel's text for a finished probe (fttui.core.experiments.probe.ProbeResult).
+    ``probe_only_limits``: memory limits the probe ran under that the full run does not get."""
+    p = res.param
+    out = Text()
+    if res.largest_fit is not None:
+        out.append(f"largest {p} that fits: ", style="bold")
+        out.append(f" {res.largest_fit} ", style="bold reverse")
+    else:
+        out.append(f"nothing in {res.lo}..{res.hi} fits", style="bold")
+    out.append("   smallest that fails: ", style="bold")
+    out.append("-" if res.smallest_oom is None else str(res.smallest_oom), style="bold")
+    out.append("\n")
+    out.append("exact" if res.exact else "NOT exact", style="bold" if res.exact else "bold underline")
+    out.append(f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
+               f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}")
+    if res.note:
+        out.append(f"\nnote: {res.note}", style="italic")
+    if res.largest_fit is not None:
+        out.append(f"\nenter: full run at {p}={res.largest_fit}", style="bold")
+        lim = {k: v for k, v in (probe_only_limits or {}).items() if v}
+        if lim:
+            shown = ", ".join(f"{k.split('_')[0]} {v}" for k, v in sorted(lim.items()))
+            out.append(f" (under the same budget: {shown})", style="dim")
+    return out
+
+
+__all__ = ["COLUMNS", "BOUNDARY_KINDS", "ProbeState", "status_line", "trial_cells", "trial_marker",
+           "trial_row", "table_trials", "boundary_kind", "boundary_text"]
