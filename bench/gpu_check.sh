@@ -25,7 +25,7 @@ common=(--set model.init=random --set max_steps=${STEPS:-20} --set num_samples=2
 
 echo "== 1. NVML"
 "$PY" - <<'EOF' | tee "$OUT/nvml.txt"
-from fttui.monitor.samplers import make_gpu_sampler
+from fttui.monitor import make_gpu_sampler
 s = make_gpu_sampler().sample()
 print("available:", s.available, s.reason or "", "driver", s.driver, "cuda", s.cuda)
 for g in s.gpus:

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(ns.home) if ns.home else Path(tempfile.mkdtemp(prefix="fttui-bench-"))
     os.environ["FTTUI_HOME"] = str(home)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.profiles import load_profile
 
     headers = ["host limit", "true boundary", "method", "answer", "exact", "trials (values tried)", "model loads",
                "wall s"]

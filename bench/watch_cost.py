@@ -61,7 +61,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--out")
     a = ap.parse_args()
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.profiles import load_profile
 
     resolved = load_profile(a.profile, [f"max_steps={a.steps}"])
     home = Path(tempfile.mkdtemp(prefix="fttui-bench-"))

@@ -4,6 +4,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 unset NO_COLOR
 export FTTUI_TEST_RUN=1
+# The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
+.venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }
 .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
 rc=$?
 if [ "$rc" = 5 ]; then

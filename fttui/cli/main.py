@@ -12,10 +12,9 @@ import os
 import sys
 
 from fttui import __version__
+from fttui.core.base.constants import EXIT_INTERRUPTED, EXIT_OK, PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.fmt import rel_path
-
-EXIT = {"completed": 0, "failed": 1, "oom": 3, "cancelled": 4}
 
 
 def _add_profile_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -60,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("probe", help="find the largest batch size / sequence length that fits")
     _add_profile_args(p)
-    p.add_argument("--param", choices=["batch_size", "max_seq_len"], default="batch_size")
+    p.add_argument("--param", choices=list(PROBE_PARAMS), default="batch_size")
     p.add_argument("--range", default="1..1024", metavar="LO..HI")
     p.add_argument("--steps", type=int, default=2, help="training steps per trial (default 2)")
     p.add_argument("--start", type=int, default=None, help="first value to try (default LO)")
@@ -86,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("estimate", help="predict peak GPU memory per card and host memory, before launch")
     _add_profile_args(p)
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    p.add_argument("--max", choices=["batch_size", "max_seq_len"],
+    p.add_argument("--max", choices=list(PROBE_PARAMS),
                    help="the largest value that fits --gpu-memory")
     p.add_argument("--gpu-memory", metavar="SIZE", help="card size for --max / the fit check, e.g. 24GiB")
     p.add_argument("--calibrate", action="store_true",
@@ -100,7 +99,7 @@ def _is_tty() -> bool:
 
 
 def _resolve(args) -> dict:
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.profiles import load_profile
 
     overrides = list(getattr(args, "overrides", []) or [])
     if getattr(args, "gpu_memory_limit", None):
@@ -128,7 +127,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_profiles(args) -> int:
-    from fttui.core.profiles.profile import discover, load_profile, profile_summary
+    from fttui.core.profiles import discover, load_profile, profile_summary
 
     items, errors = [], []
     for ref in discover():
@@ -289,12 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.cmd](args)
     except FttuiError as e:
         print(f"fttui: {e}", file=sys.stderr)
-        return getattr(e, "exit_code", 2)
+        return e.exit_code
     except KeyboardInterrupt:
         print("fttui: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return EXIT_OK
 
 
 if __name__ == "__main__":

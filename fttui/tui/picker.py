@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 from rich.console import Group
@@ -35,16 +36,16 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     """Predicted peak memory of ``resolved`` (calibrated from the store ``rows`` when some match)
     next to the visible cards of ``gpu_snap`` (or ``limits.gpu_memory`` when set). Never raises:
     a profile the estimator cannot express gives its one-line message."""
-    from fttui.core.memory.estimate import MIB, calibration_from_store, estimate, fmt_bytes
+    from fttui.core.memory import MIB, calibration_from_store, estimate, fmt_bytes
 
     head = ("estimate: ", "bold")
     try:
         cal = calibration_from_store(resolved, rows) if rows else None
-    except Exception:  # a row the fit cannot use: fall back to the formula
-        cal = None
+    except (FttuiError, KeyError, TypeError, ValueError, ZeroDivisionError):  # a row the fit cannot use
+        cal = None  # fall back to the formula
     try:
         e = estimate(resolved, cal)
-    except Exception as ex:  # EstimateError (or a profile field it trips on): one line, no crash
+    except (FttuiError, KeyError, TypeError, ValueError) as ex:  # EstimateError, or a field it trips on
         msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
         return MemoryVerdict(Text.assemble(head, f"not available: {msg}"), None)
     source = f"calibrated from {cal.rows} row{'s' if cal.rows != 1 else ''}" if cal else "formula"
@@ -59,7 +60,7 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     limit = None
     limit_text = ((resolved.get("limits") or {}).get("gpu_memory") or "")
     if limit_text:
-        from fttui.core.profiles.profile import parse_size
+        from fttui.core.profiles import parse_size
 
         try:
             limit = parse_size(limit_text)
@@ -142,7 +143,7 @@ class PickerScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = "profiles"
-        from fttui.core.profiles.profile import discover
+        from fttui.core.profiles import discover
 
         try:
             self.refs = discover()
@@ -215,7 +216,7 @@ class PickerScreen(Screen):
         self.action_launch()
 
     def _select_profile(self, index: int) -> None:
-        from fttui.core.profiles.profile import load_profile
+        from fttui.core.profiles import load_profile
 
         if not (0 <= index < len(self.refs)):
             return
@@ -260,7 +261,7 @@ class PickerScreen(Screen):
             self._recompute()
 
     def _recompute(self) -> None:
-        from fttui.core.profiles.profile import apply_overrides
+        from fttui.core.profiles import apply_overrides
 
         if self.base is None:
             return
@@ -284,7 +285,7 @@ class PickerScreen(Screen):
         w.display = bool(error)
 
     def _details(self, r: dict, overrides: dict[str, str]):
-        from fttui.core.profiles.profile import profile_summary
+        from fttui.core.profiles import profile_summary
 
         s = profile_summary(r)
         micro, accum, procs, eff = effective_batch(r)
@@ -382,5 +383,5 @@ def read_store_rows() -> list[dict]:
 
         with Store() as store:
             return store.rows()
-    except Exception:  # an unreadable store only costs the calibration
+    except (FttuiError, OSError, sqlite3.Error):  # an unreadable store only costs the calibration
         return []

@@ -16,7 +16,7 @@ import pytest
 from fttui.core.base.errors import ProfileError
 from fttui.core.run.events import read_jsonl
 from fttui.core.run.launch import build_command, check_rendezvous, child_env, free_port
-from fttui.core.profiles.profile import load_profile
+from fttui.core.profiles import load_profile
 from tests.conftest import run_fttui
 from tests.helpers import processes_mentioning, wait_for
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fttui.core.run.events import read_jsonl
-from fttui.core.profiles.profile import load_profile
+from fttui.core.profiles import load_profile
 from tests.conftest import run_fttui
 from tests.helpers import processes_mentioning
 

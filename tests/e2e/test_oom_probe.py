@@ -19,7 +19,7 @@ import pytest
 
 from fttui.core.run.events import read_jsonl
 from fttui.core.experiments.probe import Prober
-from fttui.core.profiles.profile import load_profile
+from fttui.core.profiles import load_profile
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 

@@ -21,7 +21,7 @@ async def until(pilot, cond, timeout: float = 20.0, what: str = "condition", ste
 
 @pytest.fixture
 def fake_gpu_sampler():
-    from fttui.monitor.samplers import FakeGpuSampler
+    from fttui.monitor import FakeGpuSampler
 
     from tests.tui.fixtures import FAKE_GPUS
 

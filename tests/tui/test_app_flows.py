@@ -80,7 +80,7 @@ async def test_pick_change_batch_launch_complete_and_result_row(fttui_home):
 
 @pytest.mark.e2e
 async def test_cancel_with_confirmation(fttui_home):
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.profiles import load_profile
 
     resolved = load_profile("tiny-lora", ["max_steps=100000"])
     app = FttuiApp(launch_profile=resolved)
@@ -154,7 +154,7 @@ async def test_picker_shows_two_fake_gpus(fttui_home, fake_gpu_sampler, tmp_path
 
 
 async def test_picker_without_gpus_and_bad_override(fttui_home, tmp_path, monkeypatch):
-    from fttui.monitor.samplers import FakeGpuSampler
+    from fttui.monitor import FakeGpuSampler
 
     fixture_profiles(tmp_path, monkeypatch)
     bad = tmp_path / "missing.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, OptionList
 
-from fttui.monitor.samplers import FakeGpuSampler, GpuInfo, GpuSnapshot
+from fttui.monitor import FakeGpuSampler, GpuInfo, GpuSnapshot
 from fttui.tui import picker as picker_mod
 from fttui.tui.app import FttuiApp
 from fttui.tui.dialogs import ConfirmScreen
@@ -171,7 +171,7 @@ def _snap(*totals_mb: float) -> GpuSnapshot:
 
 
 def _resolved(name: str, *overrides: str) -> dict:
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.profiles import load_profile
 
     return load_profile(name, list(overrides))
 

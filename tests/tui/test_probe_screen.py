@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import DataTable, Input, OptionList
 
 from fttui.core.base import paths
-from fttui.monitor.samplers import FakeGpuSampler
+from fttui.monitor import FakeGpuSampler
 from fttui.tui.app import FttuiApp
 from fttui.tui.picker import PickerScreen
 from fttui.tui.probe_screen import ProbeScreen
@@ -202,7 +202,7 @@ async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch
 
 
 async def test_recorded_result_and_launch_profile(fttui_home, tmp_path, monkeypatch):
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.profiles import load_profile
 
     fixture_profiles(tmp_path, monkeypatch)
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
@@ -233,7 +233,7 @@ SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40"
 
 @pytest.mark.parametrize("size", SIZES)
 def test_probe_screen_snapshot(snap_compare, size, tmp_path, monkeypatch):
-    from fttui.core.profiles.profile import load_profile
+    from fttui.core.profiles import load_profile
 
     fixture_profiles(tmp_path, monkeypatch)
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from fttui.monitor.samplers import FakeGpuSampler
+from fttui.monitor import FakeGpuSampler
 from fttui.tui.app import FttuiApp
 from tests.tui.fixtures import FAKE_GPUS, fill_store, fixture_profiles, write_run
 

@@ -101,7 +101,7 @@ def _quote(s: str) -> str:
 
 
 def _profile_index(name: str) -> int:
-    from fttui.core.profiles.profile import discover
+    from fttui.core.profiles import discover
 
     names = [r.name for r in discover()]
     return names.index(name)

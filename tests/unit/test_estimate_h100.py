@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from fttui.core.memory.estimate import calibrate, estimate
-from fttui.core.profiles.profile import load_profile
+from fttui.core.memory import calibrate, estimate
+from fttui.core.profiles import load_profile
 
 MIB = 1 << 20
 H100 = 81559 * MIB

@@ -1,7 +1,7 @@
 """Environment fttui adds to training processes (fttui.core.run.launch.child_env)."""
 
 from fttui.core.run.launch import child_env
-from fttui.core.profiles.profile import load_profile
+from fttui.core.profiles import load_profile
 
 
 def test_cpu_runs_mmap_big_tensors_so_peak_rss_follows_live_tensors():

@@ -3,7 +3,7 @@
 Each :class:`Arch` names a published model (its hub id), the transformers ``model_type`` that
 builds a model with the same tensor shapes without remote code, the config numbers for that
 ``model_type`` and the published parameter count. A profile's ``model.arch`` may name an entry
-(``arch = "baichuan2-7b"``): resolution (``fttui.core.profiles.profile``) turns it into the entry's
+(``arch = "baichuan2-7b"``): resolution (``fttui.core.profiles``) turns it into the entry's
 ``model_type`` and fills ``model.arch_config`` with the numbers, so ``--set model.init=random``
 builds the architecture from its config alone: no download, no remote code.
 
