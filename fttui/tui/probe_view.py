@@ -55,13 +55,15 @@ def trial_cells(t) -> list[str]:
 
 def trial_marker(t, result) -> str:
     """``▶`` on the trials that show the boundary of a finished probe: the fresh fit at the
-    largest clean fit and the clean OOM at the smallest; "" otherwise."""
+    largest fit and the fresh OOM at the smallest; "" otherwise."""
     if result is None or not t.clean:
         return ""
     if t.status == "fit" and t.fresh and t.value == result.largest_fit:
         return "▶"
     if t.status == "oom" and t.value == result.smallest_oom:
-        return "▶"
+        # the fresh OOM that decided it; a result recorded before OOMs had to be fresh: the clean one
+        fresh_oom = any(x.fresh and x.status == "oom" and x.value == t.value for x in result.trials)
+        return "▶" if t.fresh or not fresh_oom else ""
     return ""
 
 

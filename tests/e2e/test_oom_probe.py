@@ -18,15 +18,17 @@ from pathlib import Path
 import pytest
 
 from fttui.core.run.events import read_jsonl
-from fttui.core.experiments.probe import Prober
+from fttui.core.experiments.probe import MAX_LOADS, Prober
 from fttui.core.profiles import load_profile
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 
 pytestmark = pytest.mark.e2e
 
-# tiny-lora (LoRA, seq 128), one step per trial: the batch-size boundary lands at about 5.
-PROBE_LIMIT = "40MiB"
+# tiny-lora (LoRA, seq 128), one step per trial: the batch-size boundary lands at about 6.
+# (At 40MiB the budget is so close to the process floor that fresh processes no longer
+# answer monotonically: batch 2 ran out of memory where 3 and 4 fitted, see docs/bench-probe.md.)
+PROBE_LIMIT = "48MiB"
 
 
 def _results(*args: str) -> list[dict]:
@@ -62,8 +64,9 @@ def fresh_trial(resolved: dict, value: int, steps: int = 1) -> str:
 
 
 def test_cpu_oom_run_end_to_end(fttui_home):
+    # batch 232: the whole shipped data set in one step (a larger batch is bad input, exit 2)
     proc = run_fttui("run", "--profile", "tiny-full", "--headless", "--host-memory-limit", "64MiB",
-                     "--set", "batch_size=512", "--set", "max_steps=2")
+                     "--set", "batch_size=232", "--set", "max_steps=2")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "OUT OF MEMORY" in proc.stdout
     run_dir = only_run_dir(fttui_home)
@@ -100,7 +103,7 @@ def _probe_and_scan(fttui_home):
     assert lf is not None and so is not None, f"the boundary should land inside 1..24: {res}"
     assert lf + 1 == so and res["exact"] is True
     assert 1 <= lf < so <= 24
-    assert res["model_loads"] <= 4  # 2-4 loads: see fttui/core/experiments/probe.py
+    assert res["model_loads"] <= MAX_LOADS  # see fttui/core/experiments/probe.py
     for t in res["trials"]:
         for key in ("value", "status", "peak_gpu_mem_mb", "peak_host_rss_mb"):
             assert key in t
@@ -109,10 +112,10 @@ def _probe_and_scan(fttui_home):
         assert t["peak_host_rss_mb"] and t["peak_host_rss_mb"] > 0
         if t["status"] == "oom":
             assert t["oom_kind"] == "cpu"
-    # Observed trials are monotone and both ends of the boundary were observed: the fit as the
-    # first trial of a fresh process, the OOM before any other OOM in its process.
+    # Observed trials are monotone and both ends of the boundary were observed, each as the first
+    # trial of a fresh process.
     clean_fit = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "fit"]
-    clean_oom = [t["value"] for t in res["trials"] if t["clean"] and t["status"] == "oom"]
+    clean_oom = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "oom"]
     assert max(clean_fit) == lf and min(clean_oom) == so
     assert max(clean_fit) < min(clean_oom)
 
@@ -164,9 +167,9 @@ def test_probe_max_seq_len(fttui_home):
     assert res["param"] == "max_seq_len" and res["exact"] is True
     lf, so = res["largest_fit"], res["smallest_oom"]
     assert lf is not None and so == lf + 1 and 16 <= lf < 512, res
-    assert res["model_loads"] <= 4  # 2-4 loads: see fttui/core/experiments/probe.py
+    assert res["model_loads"] <= MAX_LOADS  # see fttui/core/experiments/probe.py
     clean_fit = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "fit"]
-    clean_oom = [t["value"] for t in res["trials"] if t["clean"] and t["status"] == "oom"]
+    clean_oom = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "oom"]
     assert max(clean_fit) == lf < so == min(clean_oom)
     rows = _results("--kind", "probe")
     assert len(rows) == len(res["trials"])

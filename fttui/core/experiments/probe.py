@@ -3,19 +3,22 @@
 Both ends are observed, each as a fresh run would see it, every trial runs real training steps
 at worst-case length, and few models are loaded. What counts as observed:
 
-  * a fit, only as the *first* trial of a process (``fresh``): later trials in the same process
-    fit a little more easily than a fresh run (the first trial pays one-time costs at its peak);
-  * an OOM, in any trial before the process's first OOM (``clean``): a later trial failing means
-    a fresh run fails too. Trials after an OOM only *guide* (allocator state differs).
+  * a fit or an OOM, only as the *first* trial of a process (``fresh``). Later trials in a
+    process are biased, and the bias changes sign between machines: the first trial pays one-time
+    costs at its peak (later ones fit more easily), but under an address-space budget a trial
+    also leaves mapped memory behind (later ones fail sooner: measured, tiny-lora at 48 MiB, a
+    later trial ran out of memory at batch 3 where fresh processes fit 6). Later trials only
+    *guide* the next fresh process.
 
   load 1   climbs x2 from the start value (1, 2, 4, ...) reusing the loaded model until its first
            OOM, then bisects in the same process to guess the boundary;
-  load 2.. a fresh process starts at the most likely largest fit g (the highest in-process fit
-           below the smallest OOM, or the guess): g fits fresh and g+1 fails -> done; otherwise
-           it climbs +1 or fails fresh, and the next load narrows again.
+  load 2   a fresh process checks the lowest in-process OOM (or the guess);
+  load 3.. without a fresh OOM yet, a fresh process starts at twice the largest fresh fit; with
+           one, at the middle of the interval between the fresh ends, until they are adjacent.
+           Each fresh process climbs +1 after its first trial: those trials only guide.
 
-Two to four model loads over 1..1024, three typical (measured in bench/probe_vs_accelerate.py against
-accelerate's find_executable_batch_size).
+Five to nine model loads on the tiny profiles under a 48MiB budget (docs/bench-probe.md; bench/probe_vs_accelerate.py
+compares it with accelerate's find_executable_batch_size); at most MAX_LOADS.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from fttui.core.run import launch, rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
 from fttui.core.run.topology import world_size
 
-MAX_LOADS = 8
+MAX_LOADS = 12
 
 
 @dataclass
@@ -143,8 +146,7 @@ class Prober:
         launch.validate_before_launch(self.resolved)
         t0 = time.time()
         clean_fit: int | None = None  # largest fresh fit
-        clean_oom: int | None = None  # smallest clean OOM
-        likely_fit: int | None = None  # largest in-process (not fresh) clean fit below clean_oom
+        clean_oom: int | None = None  # smallest fresh OOM
         guess: int | None = None
         note = ""
         try:
@@ -159,20 +161,13 @@ class Prober:
                 if self.loads == 0:
                     start, growth = self.start, "mul"
                 else:
-                    low = (clean_fit or self.lo - 1) + 1
-                    high = (clean_oom or self.hi + 1) - 1
-                    options = [v for v in (likely_fit, guess) if v is not None and low <= v <= high]
-                    start = max(options) if options else low
-                    growth = "add"
+                    start, growth = self._next_start(clean_fit, clean_oom, guess), "add"
                 res = self._load(start, growth, clean_fit, clean_oom)
                 for t in res["trials"]:
-                    if t.status == "fit" and t.fresh:
+                    if t.fresh and t.status == "fit":
                         clean_fit = max(clean_fit or 0, t.value)
-                    elif t.status == "oom" and t.clean:
+                    elif t.fresh and t.status == "oom":
                         clean_oom = t.value if clean_oom is None else min(clean_oom, t.value)
-                fits = [t.value for t in self.trials if t.status == "fit" and t.clean and not t.fresh
-                        and (clean_oom is None or t.value < clean_oom) and t.value > (clean_fit or 0)]
-                likely_fit = max(fits) if fits else None
                 if res.get("model_oom"):
                     note = "the model itself does not fit in the memory budget (OOM while loading it)"
                     break
@@ -192,6 +187,27 @@ class Prober:
             note = note or f"{self.lo} already fails: nothing in the range fits"
         return ProbeResult(self.probe_id, self.param, self.lo, self.hi, clean_fit, clean_oom, exact,
                            self.loads, self.trials, round(time.time() - t0, 2), note)
+
+    def _next_start(self, clean_fit: int | None, clean_oom: int | None, guess: int | None) -> int:
+        """The value a fresh process tries first, inside the open interval between the fresh ends.
+
+        In-process trials only point: their bias may be large (seen: OOM at 42 tokens in-process
+        where a fresh process fits 108), so they pick the first check and nothing after it. The
+        first check is the lowest in-process OOM above the floor (in-process trials that fit more
+        easily make it a ceiling at once), or the highest in-process fit when none ran out. Without a fresh OOM the fresh start then doubles; with
+        one, the interval is halved."""
+        low = (clean_fit or self.lo - 1) + 1
+        high = (clean_oom or self.hi + 1) - 1
+        if self.loads == 1:
+            inside = [t for t in self.trials if low <= t.value <= high]
+            ooms = [t.value for t in inside if t.status == "oom" and t.clean]
+            fits = [t.value for t in inside if t.status == "fit"]
+            for v in (min(ooms) if ooms else None, None if ooms else max(fits, default=None), guess):
+                if v is not None and low <= v <= high:
+                    return v
+        if clean_oom is None:
+            return min(high, max(low, 2 * (clean_fit or 0)))
+        return (low + high + 1) // 2
 
     # ------------------------------------------------------------------------------------------
     def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None) -> dict:
@@ -216,10 +232,11 @@ class Prober:
             log.close()
         if self.stopped:
             self._kill()
-        from fttui.monitor import HostSampler, make_gpu_sampler
+        from fttui.monitor import HostSampler, make_gpu_sampler, run_cards
 
         host = HostSampler(self.proc.pid)
         gpu = make_gpu_sampler()
+        n_cards = int(prof["devices"].get("gpus", 1))  # the probe's process uses the first visible card(s)
         tail = JsonlTail(rd.events_path)
         out: dict = {"trials": [], "guess": None, "model_oom": False}
         window_start: float | None = None
@@ -230,7 +247,7 @@ class Prober:
             g = gpu.sample(host.tree_pids())
             append_jsonl(rd.samples_path, {"t": time.time(), "gpu": g.to_dict(), "host": h.to_dict()})
             if g.available:
-                for info in g.gpus:
+                for info in run_cards(g)[:n_cards]:  # the run's cards only, not the machine's
                     used = info.proc_mem_mb if info.proc_mem_mb is not None else info.mem_used_mb
                     if used is not None:
                         window_peak[info.index] = max(window_peak.get(info.index, 0.0), used)
@@ -300,7 +317,7 @@ class Prober:
             "steps": t.steps, "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
             "tokens_padded_per_s": t.tokens_per_s, "step_time_s": t.step_time_s,
             "peak_gpu_mem_mb": t.peak_gpu_mem_mb, "peak_torch_reserved_mb": t.peak_torch_reserved_mb,
-            "peak_host_rss_mb": t.peak_host_rss_mb, "status": t.status, "oom_kind": t.oom_kind,
+            "peak_host_rss_mb": t.peak_host_rss_mb, "host_measure": "ranks", "status": t.status, "oom_kind": t.oom_kind,
             "error": t.message, "limits": p.get("limits") or {},
             "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
             "effective_batch": batch * int(train.get("grad_accum", 1)) * world_size(p),
@@ -348,12 +365,13 @@ def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int |
     budget = resolved.get("limits", {}).get("gpu_memory")
     device = parse_size(budget) if budget else None
     if device is None:
-        from fttui.monitor import make_gpu_sampler
+        from fttui.monitor import make_gpu_sampler, run_cards
 
-        snap = make_gpu_sampler().sample()
-        if not snap.available or not snap.gpus or not snap.gpus[0].mem_total_mb:
+        with make_gpu_sampler() as sampler:
+            cards = run_cards(sampler.sample())  # the card size: the first visible card's total
+        if not cards or not cards[0].mem_total_mb:
             return None, "no GPU visible: starting at the low end of the range"
-        device = int(snap.gpus[0].mem_total_mb * 2**20)
+        device = int(cards[0].mem_total_mb * 2**20)
     try:
         from fttui.core.results.store import Store
 
