@@ -1,5 +1,7 @@
 """The host sampler: ``HostSampler`` reads system RAM and swap, and walks the training process
-tree (the supervised root and all its descendants) for its summed RSS, process count and CPU.
+tree (the supervised root and all its descendants) for its summed RSS, process count and CPU,
+and the part of that RSS held by build tools (:func:`is_build_process`: compilers, linkers and
+build drivers that a first run starts to build ops, such as DeepSpeed's CPU Adam).
 
 Only psutil and ``/proc``; ``sample()`` never raises.
 """
@@ -8,13 +10,37 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 
 import psutil
 
 from fttui.monitor.snapshots import MB, HostSnapshot
 
-__all__ = ["HostSampler"]
+__all__ = ["BUILD_TOOLS", "HostSampler", "is_build_process"]
+
+#: Process names of build steps: C/C++/CUDA compilers and their stages, assemblers, linkers and
+#: build drivers. A name may carry a target prefix (``x86_64-linux-gnu-g++``) or a version
+#: suffix (``g++-12``, ``clang-17``).
+BUILD_TOOLS: frozenset[str] = frozenset({
+    "cc1plus", "cc1", "c++", "g++", "gcc", "cc", "clang", "clang++", "collect2", "as", "ld", "ld.bfd",
+    "ld.gold", "ld.lld", "lld", "nvcc", "cicc", "ptxas", "cudafe++", "fatbinary", "nvlink", "ninja",
+    "make", "gmake", "cmake",
+})
+_VERSION_SUFFIX = re.compile(r"-\d+(\.\d+)*$")
+
+
+def is_build_process(name: object) -> bool:
+    """Whether a process name (``psutil.Process.name()``) is a build tool of :data:`BUILD_TOOLS`.
+    Never raises: anything but a known name is ``False``."""
+    if not isinstance(name, str) or not name:
+        return False
+    base = _VERSION_SUFFIX.sub("", name.strip())
+    if base in BUILD_TOOLS:
+        return True
+    # a target prefix (x86_64-linux-gnu-g++): any ending after a "-" that is a known tool
+    parts = base.split("-")
+    return any("-".join(parts[i:]) in BUILD_TOOLS for i in range(1, len(parts)))
 
 # whether this kernel offers /proc/<pid>/task/<tid>/children (the cheap tree walk)
 _PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
@@ -24,8 +50,9 @@ class HostSampler:
     """System RAM and swap, plus the process tree rooted at ``root_pid`` (root and all recursive
     children): summed RSS, process count and summed CPU percent (``psutil.cpu_percent`` with
     ``interval=None`` on ``Process`` objects cached between calls; the first sample of a new
-    process counts 0 %). A dead root gives an empty tree (0 processes, 0 MB, 0 %); without a
-    root the tree figures are ``None``. Never raises.
+    process counts 0 %), and the RSS and count of its build tools (:func:`is_build_process`, by
+    process name). A dead root gives an empty tree (0 processes, 0 MB, 0 %); without a root the
+    tree figures are ``None``. Never raises.
 
     The tree is found through ``/proc/<pid>/task/<tid>/children`` where the kernel offers it
     (cheap: only the tree is read), with a full ``psutil`` scan every ``full_scan_s`` seconds to
@@ -117,12 +144,12 @@ class HostSampler:
             swap_used = sw.used / MB
         except Exception:  # as above (e.g. no swap accounting in some containers)
             pass
-        rss = nprocs = cpu = None
+        rss = nprocs = cpu = build_rss = build_n = None
         if self.root_pid is not None:
             try:
-                rss, nprocs, cpu = self._sample_tree()
+                rss, nprocs, cpu, build_rss, build_n = self._sample_tree()
             except Exception:  # anything the tree walk did not expect: no tree figures, no raise
-                rss, nprocs, cpu = None, None, None
+                rss = nprocs = cpu = build_rss = build_n = None
         return HostSnapshot(
             ram_used_mb=ram_used,
             ram_total_mb=ram_total,
@@ -131,14 +158,16 @@ class HostSampler:
             tree_rss_mb=rss,
             tree_nprocs=nprocs,
             tree_cpu_pct=cpu,
+            build_rss_mb=build_rss,
+            build_nprocs=build_n,
         )
 
-    def _sample_tree(self) -> tuple[float, int, float]:
+    def _sample_tree(self) -> tuple[float, int, float, float, int]:
         pids = self._discover()
         alive: list[int] = []
         procs: dict[int, psutil.Process] = {}
-        rss = 0.0
-        cpu = 0.0
+        rss = cpu = build_rss = 0.0
+        build_n = 0
         for pid in pids:
             proc = self._procs.get(pid)
             try:
@@ -149,6 +178,7 @@ class HostSampler:
                     c = proc.cpu_percent(interval=None)
                     if proc.status() == psutil.STATUS_ZOMBIE:
                         continue
+                    build = is_build_process(_name(proc))
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
             except (psutil.AccessDenied, OSError):
@@ -160,6 +190,17 @@ class HostSampler:
             alive.append(pid)
             rss += r
             cpu += c
+            if build:
+                build_rss += r
+                build_n += 1
         self._procs = procs  # dead ones dropped
         self._pids = alive
-        return rss / MB, len(alive), cpu
+        return rss / MB, len(alive), cpu, build_rss / MB, build_n
+
+
+def _name(proc: psutil.Process) -> str | None:
+    """The process's name (psutil caches it per ``Process``); ``None`` when it cannot be read."""
+    try:
+        return proc.name()
+    except (psutil.Error, OSError):
+        return None

@@ -71,7 +71,16 @@ CASES = [
      ["trust_remote_code"]),
     ("bad-size", lambda t: ["--profile", _profile(t, TINY), "--host-memory-limit", "lots"], ["host_memory"]),
     ("unknown-profile", lambda t: ["--profile", "tiny-lorra"], ["tiny-lorra", "did you mean"]),
+    ("batch-larger-than-data", lambda t: ["--profile", "tiny-lora", "--set", "batch_size=1000000000000"],
+     ["--set: train.batch_size", "1000000000000 samples per step", "the data has 1024 samples",
+      "at most 1024", "data.num_samples"]),
+    ("batch-larger-than-file", lambda t: ["--profile", _profile(t, TINY), "--set", "batch_size=4", "--set",
+                                          "data.source=" + _data(t, "three.jsonl", THREE)],
+     ["train.batch_size", "the data has 3 samples", "at most 3", "a larger data file"]),
 ]
+
+
+THREE = "".join(json.dumps({"instruction": f"q{i}", "output": f"a{i}"}) + "\n" for i in range(3))
 
 
 def _remote_model(tmp: Path) -> Path:

@@ -29,8 +29,13 @@ EXIT_INTERRUPTED = 130
 EXIT_CODES: MappingProxyType[str, int] = MappingProxyType(
     {"completed": EXIT_OK, "failed": EXIT_ERROR, "oom": EXIT_OOM, "cancelled": EXIT_CANCELLED})
 
+# CUDA context + cuBLAS/cuDNN workspaces + NCCL per card, in bytes: counted by NVML but not by
+# torch's reserved memory. The memory model's fitted constant (CONSTANTS["cuda_context_bytes"],
+# docs/estimate.md); here so that the summary row's fallback (reserved + context) uses it too.
+CUDA_CONTEXT_BYTES = 800 * 2**20
+
 __all__ = [
     "METHODS", "FULL_METHODS", "LORA_METHODS", "KBIT_METHODS", "ZERO3_OFFLOAD", "PROBE_PARAMS",
     "FINAL_STATUSES", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "EXIT_CANCELLED",
-    "EXIT_INTERRUPTED", "EXIT_CODES",
+    "EXIT_INTERRUPTED", "EXIT_CODES", "CUDA_CONTEXT_BYTES",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fttui.core.base.constants import CUDA_CONTEXT_BYTES
 from fttui.core.base.units import MIB
 
 __all__ = ["CONSTANTS", "COMPONENTS", "HOST_COMPONENTS", "Calibration", "Estimate"]
@@ -21,7 +22,7 @@ __all__ = ["CONSTANTS", "COMPONENTS", "HOST_COMPONENTS", "Calibration", "Estimat
 CONSTANTS: dict[str, float] = {
     # CUDA context + cuBLAS/cuDNN workspaces + NCCL, per card, counted by NVML "used" but not by
     # torch.cuda.memory_reserved(). Typical published values 300-600 MB; fitted: see the doc.
-    "cuda_context_bytes": 800 * MIB,
+    "cuda_context_bytes": CUDA_CONTEXT_BYTES,
     # extra reserved memory of the caching allocator (block rounding, fragmentation, cached
     # blocks) as a fraction of the dynamic (per-step) memory: activations and transients.
     "allocator_fraction": 0.2,

@@ -80,10 +80,24 @@ COLUMNS: dict[str, str] = {
     # schema 3
     "interconnect": "TEXT",  # NVLink | PCIe | QPI/UPI between the run's cards; "" for one card
     "fresh": "INTEGER",  # probe trial: the first trial of its process (what a fresh run sees)
+    # schema 4: figures that are the run's own (issue 14)
+    "mismatch": "TEXT",  # JSON {setting: {"stated", "observed"}}: what the run did differs; {} when all agree
+    "peak_tree_rss_mb": "REAL",  # the whole supervised process tree (launchers, build steps included)
+    "peak_build_rss_mb": "REAL",  # the tree's build steps (compilers, linkers, ninja)
+    "host_measure": "TEXT",  # what peak_host_rss_mb sums: "ranks" | "tree" | "tree (before schema 4)"
+    "gpu_mem_total_mb": "TEXT",  # JSON list, each card's total memory
+    "gpu_mem_source": "TEXT",  # peak_gpu_proc_mb from "nvml-process" | "torch-reserved+context"; null on CPU
 }
-_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh")}
+_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh"),
+          4: ("mismatch", "peak_tree_rss_mb", "peak_build_rss_mb", "host_measure", "gpu_mem_total_mb",
+              "gpu_mem_source")}
+#: host_measure of the rows recorded before schema 4: their peak_host_rss_mb was the process tree's
+#: (probe trials: the trial process's own peak, the ranks' measure).
+HOST_MEASURE_BEFORE_4 = "tree (before schema 4)"
 _LATER = {c for cols in _ADDED.values() for c in cols}
 JSON_COLUMNS = {
+    "mismatch",
+    "gpu_mem_total_mb",
     "peak_rank_rss_mb",
     "gpu_names",
     "peak_gpu_mem_mb",
@@ -102,6 +116,10 @@ MIGRATIONS: list[str] = [
     "CREATE INDEX runs_group ON runs(group_id);",
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[2]),
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[3]),
+    ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[4])
+    + f";UPDATE runs SET host_measure = '{HOST_MEASURE_BEFORE_4}', peak_tree_rss_mb = peak_host_rss_mb"
+      " WHERE kind IS NULL OR kind != 'probe'"
+    ";UPDATE runs SET host_measure = 'ranks' WHERE kind = 'probe'",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

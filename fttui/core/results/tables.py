@@ -22,15 +22,26 @@ def _opt(v, nd=3):
     return "" if v is None or v == "" else fmt.num(v, nd)
 
 
+def _setting(key: str):
+    """The stated setting; where the run did otherwise (the row's ``mismatch``), ``"16 (ran 8)"``."""
+    def cell(row: dict) -> str:
+        text = str(row.get(key) or "")
+        seen = (row.get("mismatch") or {}).get(key) if isinstance(row.get("mismatch"), dict) else None
+        if isinstance(seen, dict) and seen.get("observed") is not None:
+            text += f" (ran {seen['observed']})"
+        return text
+    return cell
+
+
 REFERENCE_COLUMNS: list[tuple[str, object]] = [
     ("model", lambda r: r.get("model") or ""),
     ("dataset", lambda r: r.get("dataset") or ""),
     ("gpu", lambda r: r.get("gpu") or ""),
     ("num_gpus", lambda r: str(r.get("num_gpus") or 0)),
     ("method", lambda r: fmt.method_label(r.get("method"))),
-    ("batch_size", lambda r: str(r.get("batch_size") or "")),
-    ("grad_accum", lambda r: str(r.get("grad_accum") or "")),
-    ("max_seq_len", lambda r: str(r.get("max_seq_len") or "")),
+    ("batch_size", _setting("batch_size")),
+    ("grad_accum", _setting("grad_accum")),
+    ("max_seq_len", _setting("max_seq_len")),
     ("samples_per_s", lambda r: "" if r.get("status") == "oom" else _opt(r.get("samples_per_s"))),
     ("tokens_per_s", lambda r: "" if r.get("status") == "oom" else _opt(r.get("tokens_per_s"), 2)),
     ("duration", lambda r: "" if r.get("status") == "oom" else fmt.duration(r.get("duration_s"))),

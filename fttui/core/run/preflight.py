@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fttui.core.base.constants import METHODS
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
+from fttui.core.profiles.schema import OVERRIDE
 
 # Methods this build runs end to end. The others are named in profiles but refused before launch.
 RUNNABLE_METHODS = set(METHODS)
@@ -38,7 +39,7 @@ def preflight(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -
         raise ProfileError(src, "method", f"method {method!r} is not supported yet",
                            f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
     _check_model(resolved, src)
-    _check_data(resolved)
+    _check_batch(resolved, src, _check_data(resolved))
     gpus = int(resolved["devices"].get("gpus", 1))
     n, reason = gpu_count if gpu_count is not None else visible_gpu_count()
     precision = resolved["train"].get("precision", "fp32")
@@ -112,16 +113,43 @@ def _check_bf16(src: str, precision: str) -> None:
             pass
 
 
-def _check_data(resolved: dict) -> None:
+def _check_data(resolved: dict) -> int | None:
+    """Read the data file (a synthetic source has none); its number of records."""
     data = resolved["data"]
     if data.get("source", "synthetic") == "synthetic":
-        return
+        return None
     from fttui.core.data.records import load_records
 
     try:
-        load_records(data["source"], data.get("format", "auto"))
+        return len(load_records(data["source"], data.get("format", "auto")))
     except DataError as e:
         raise DataError(None, str(e), "fix the data file or point data.source at another one") from None
+
+
+def _check_batch(resolved: dict, src: str, records: int | None) -> None:
+    """One step of every process must fit in the data: micro batch x world size <= samples.
+    A larger batch would run one short step and record a batch it never ran."""
+    from fttui.core.run.topology import world_size
+
+    data, micro = resolved["data"], int(resolved["train"].get("batch_size", 1))
+    asked = int(data.get("num_samples") or 0)
+    samples = asked if records is None else (min(asked, records) if asked > 0 else records)
+    ws = world_size(resolved)
+    if samples <= 0 or micro * ws <= samples:
+        return
+    if records is None:
+        more = "more data.num_samples"
+    elif 0 < asked < records:
+        more = f"more data.num_samples, up to the file's {records}"
+    else:
+        more = "a larger data file"
+    fit = samples // ws
+    hint = (f"use batch_size at most {fit}, or {more}" if fit >= 1
+            else f"use at most {samples} processes, or {more}")
+    per_step = f"{micro} x {ws} processes = {micro * ws}" if ws > 1 else str(micro)
+    file = OVERRIDE if any(str(o).startswith("train.batch_size=") for o in resolved.get("overrides", ())) else src
+    raise ProfileError(file, "train.batch_size",
+                       f"{per_step} samples per step but the data has {samples} samples", hint)
 
 
 def _check_model(resolved: dict, src: str) -> None:

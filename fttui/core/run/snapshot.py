@@ -86,6 +86,7 @@ class RunSnapshot:
     torch_peak_alloc_mb: dict[int, float] = field(default_factory=dict)
     host_peak_tree_rss_mb: float | None = None
     host_peak_ram_used_mb: float | None = None
+    host_peak_build_rss_mb: float | None = None  # the tree's build tools (compilers, linkers), summed per sample
     # latest resources
     gpu: GpuSnapshot | None = None
     host: HostSnapshot | None = None

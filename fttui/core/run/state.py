@@ -53,6 +53,7 @@ class RunState:
         self._gpu_peak_used: dict[int, float] = {}
         self._gpu_peak_proc: dict[int, float] = {}
         self._host_peak_rss: float | None = None
+        self._host_peak_build: float | None = None
         self._host_peak_ram: float | None = None
         self._gpu_raw: dict[str, Any] | None = None
         self._host_raw: dict[str, Any] | None = None
@@ -240,6 +241,9 @@ class RunState:
             v = num(host.get("ram_used_mb"))
             if v is not None and (self._host_peak_ram is None or v > self._host_peak_ram):
                 self._host_peak_ram = v
+            v = num(host.get("build_rss_mb"))
+            if v is not None and (self._host_peak_build is None or v > self._host_peak_build):
+                self._host_peak_build = v
 
     # ------------------------------------------------------------------ snapshot
     def _step(self) -> int | None:
@@ -333,6 +337,7 @@ class RunState:
             stalled=self._stalled,
             host_peak_tree_rss_mb=self._host_peak_rss,
             host_peak_ram_used_mb=self._host_peak_ram,
+            host_peak_build_rss_mb=self._host_peak_build,
             gpu=self._gpu_obj,
             host=self._host_obj,
             world_size=world,

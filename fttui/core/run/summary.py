@@ -7,6 +7,8 @@ import time
 from typing import Any
 
 from fttui.core.run import rundir
+from fttui.core.run.events import read_jsonl
+from fttui.core.run.row_figures import gpu_figures, host_figures, mismatch, row_cards
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.topology import processes_per_node, world_size
@@ -89,35 +91,38 @@ def _round(x: float | None, nd: int = 3) -> float | None:
 
 
 def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_launch: float | None, t_end: float,
-              stalled: bool = False) -> dict[str, Any]:
+              stalled: bool = False, cuda_visible: str | None = None) -> dict[str, Any]:
+    """The run's summary row (the store's columns). Its cards are the run's
+    (:mod:`fttui.core.run.row_figures`): those ``cuda_visible`` names (a ``CUDA_VISIBLE_DEVICES``
+    value) when given, else those the GPU samples recorded as visible to the supervisor, whose
+    environment the training inherits."""
     prof = rd.profile() or {}
     train, data, dev, model = (prof.get(k, {}) for k in ("train", "data", "devices", "model"))
     env = dict(snap.env or {})
-    gpu_snap = snap.gpu
-    gpu_names = [g.name for g in gpu_snap.gpus] if gpu_snap and gpu_snap.available else []
-    gpu_names = env.get("gpu_names") or gpu_names
     nproc = processes_per_node(prof) if prof else 1
     ws = snap.world_size or (world_size(prof) if prof else 1)
     micro = snap.micro_batch or train.get("batch_size")
     accum = snap.grad_accum or train.get("grad_accum")
     versions = {k: env.get(k) for k in ("python", "torch", "transformers", "peft", "accelerate",
                                         "bitsandbytes", "deepspeed", "cuda", "driver") if k in env}
-    num_gpus = len(gpu_names) if gpu_names else 0
-    if gpu_names and int(dev.get("gpus", 1)) > 0:
-        num_gpus = min(len(gpu_names), nproc) if nproc else len(gpu_names)
+    gpus_asked = int(dev.get("gpus", 1))
+    cards = row_cards(snap, gpus_asked, nproc, cuda_visible)
+    gpu_names = [c.name or "" for c in cards]
+    if not cards and gpus_asked > 0:  # no GPU sample: the worker's own list (CUDA order)
+        gpu_names = list(env.get("gpu_names") or [])[:max(1, nproc)]
+    num_gpus = len(gpu_names)
     interconnect = ""
-    if num_gpus >= 2:
+    if len(cards) >= 2:
         from fttui.core.results.rows import interconnect_label
         from fttui.monitor import gpu_topology
 
-        topo = gpu_topology([g.index for g in gpu_snap.gpus][:num_gpus] if gpu_snap else None)
+        topo = gpu_topology([c.index for c in cards])
         env["topology"] = topo
         interconnect = interconnect_label(num_gpus, (topo or {}).get("nvlink_links"),
                                           (topo or {}).get("common_ancestor"))
-    peak_gpu = _per_index(snap.gpu_peak_used_mb)
-    peak_proc = _per_index(snap.gpu_peak_proc_mb)
-    if num_gpus and len(peak_gpu) > num_gpus:
-        peak_gpu, peak_proc = peak_gpu[:num_gpus], peak_proc[:num_gpus]
+    stated = {"batch_size": train.get("batch_size"), "grad_accum": train.get("grad_accum"),
+              "max_seq_len": data.get("max_seq_len"), "world_size": world_size(prof) if prof else None}
+    differs = mismatch(stated, snap, read_jsonl(rd.events_path)) if prof else {}
     kind, group = rd.kind_and_group()
     return {
         "run_id": rd.run_id,
@@ -152,11 +157,10 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "tokens_per_s_avg": _round(snap.tokens_per_s_avg, 1),
         "duration_s": _round(snap.train_time, 2),
         "wall_s": _round(t_end - t_launch, 2) if t_launch else None,
-        "peak_gpu_mem_mb": peak_gpu,
-        "peak_gpu_proc_mb": peak_proc,
+        **gpu_figures(snap, cards),
         "peak_torch_reserved_mb": _per_index(snap.torch_peak_reserved_mb),
         "peak_torch_alloc_mb": _per_index(snap.torch_peak_alloc_mb),
-        "peak_host_rss_mb": _round(snap.host_peak_tree_rss_mb, 1),
+        **host_figures(snap),
         "peak_rank_rss_mb": _per_index(snap.rank_peak_rss_mb),
         "host_ram_total_mb": _round(getattr(snap.host, "ram_total_mb", None), 1) if snap.host else None,
         "host_ram_peak_used_mb": _round(snap.host_peak_ram_used_mb, 1),
@@ -175,4 +179,5 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "env": {k: v for k, v in env.items() if k not in versions},
         "run_dir": str(rd.path),
         "interconnect": interconnect,
+        "mismatch": differs,
     }
