@@ -28,9 +28,25 @@ def progress_line(snap) -> str:
         parts.append(f"ETA {fmt.duration(snap.eta_s)}")
     if snap.host is not None:
         parts.append(f"host RSS {fmt.mb(snap.host.tree_rss_mb)}")
-    if snap.gpu is not None and snap.gpu.available:
-        parts.append("gpu " + " ".join(fmt.mb(g.mem_used_mb) for g in snap.gpu.gpus))
+    if snap.gpu is not None and snap.gpu.available and snap.gpu.gpus:
+        parts.append(gpu_part(snap.gpu))
     return "  ".join(parts)
+
+
+def _mb0(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def gpu_part(gpu) -> str:
+    """``gpu run/dev/total MB *2 6100/18102/40960 *3 ... 0 -/4/40960``: per card the run's own
+    memory, the device's used (as nvidia-smi shows it) and total; the run's cards first, marked
+    ``*`` when CUDA_VISIBLE_DEVICES names them."""
+    from fttui.monitor import cards_run_first
+
+    named = gpu.visible is not None
+    cards = " ".join(f"{'*' if named and c.run else ''}{c.gpu.index} {_mb0(c.gpu.proc_mem_mb)}/"
+                     f"{_mb0(c.gpu.mem_used_mb)}/{_mb0(c.gpu.mem_total_mb)}" for c in cards_run_first(gpu))
+    return f"gpu run/dev/total MB {cards}"
 
 
 def summary_lines(rd: RunDir) -> list[str]:
@@ -161,9 +177,14 @@ def _render(snap, f: RunFollower):
                           f"  training RSS {fmt.mb(h.tree_rss_mb)} (peak {fmt.mb(snap.host_peak_tree_rss_mb)})")
     if snap.gpu is not None:
         if snap.gpu.available:
-            for g in snap.gpu.gpus:
-                t.add_row(f"GPU {g.index}", f"{fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
-                                            f"  util {fmt.pct(g.util_pct)}  {g.name}")
+            from fttui.monitor import cards_run_first
+
+            named = snap.gpu.visible is not None
+            for c in cards_run_first(snap.gpu):
+                g = c.gpu
+                t.add_row(f"GPU {g.index}" + (" *run" if named and c.run else ""),
+                          f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
+                          f"  util {fmt.pct(g.util_pct)}  {g.name}")
         else:
             t.add_row("GPU", snap.gpu.reason or "not available")
     line = status_line(snap)

@@ -1,6 +1,16 @@
 """Recorded GPUs: ``FakeGpuSampler`` replays GPU figures from a list or a JSON file (tests and
 demos on machines without GPUs), and :func:`make_gpu_sampler` picks it over the real NVML sampler
 when ``FTTUI_FAKE_GPUS`` names such a file. Like the real sampler it never raises.
+
+A recorded card is a ``GpuInfo`` dict. It may also list the processes holding memory on it:
+``"processes": [{"run": true, "used_mb": 5000}, {"pid": 5000001, "used_mb": 3000, "user":
+"alice"}]``. Then its ``proc_mem_mb`` is computed per sample as NVML's per-process figure would
+be: the memory of the processes among the pids given to ``sample(pids=...)`` (the run's process
+tree), ``None`` without pids. ``"run": true`` stands for a process of the run's tree, whatever its
+pid (real pids change from run to run); an entry with a ``pid`` counts only when that pid is
+given (pids above 2**22 never exist: another user's). The card's ``mem_used_mb`` (device used)
+stays as recorded: every process's memory is in it. Cards without ``processes`` keep their
+recorded ``proc_mem_mb``.
 """
 
 from __future__ import annotations
@@ -9,8 +19,11 @@ import json
 import os
 from typing import Any, Iterable, Sequence
 
+from dataclasses import replace
+
 from fttui.monitor.gpu import GpuSampler
-from fttui.monitor.snapshots import GpuInfo, GpuSnapshot, opt_str
+from fttui.monitor.snapshots import GpuInfo, GpuSnapshot, num, opt_int, opt_str
+from fttui.monitor.visible import resolve_visible
 
 __all__ = ["FAKE_GPUS_ENV", "FakeGpuSampler", "make_gpu_sampler"]
 
@@ -20,8 +33,8 @@ FAKE_GPUS_ENV = "FTTUI_FAKE_GPUS"
 class FakeGpuSampler:
     """Replays recorded GPU figures cyclically (for tests and demos on machines without GPUs).
 
-    ``source`` is a list of frames (each a list of ``GpuInfo`` dicts), a dict
-    ``{"driver", "cuda", "frames"}``, or the path of a JSON file holding that dict. An unreadable
+    ``source`` is a list of frames (each a list of ``GpuInfo`` dicts, see the module's doc for
+    their ``processes``), a dict ``{"driver", "cuda", "used_api", "frames"}``, or the path of a JSON file holding that dict. An unreadable
     file does not raise: ``sample()`` then reports ``available=False`` with the reason.
     """
 
@@ -48,10 +61,16 @@ class FakeGpuSampler:
             frames = data
         self.driver = driver
         self.cuda = cuda
+        self.used_api = opt_str(data.get("used_api")) if isinstance(data, dict) else None
+        raw = [[g for g in frame if isinstance(g, dict)]
+               for frame in (frames if isinstance(frames, (list, tuple)) else [])
+               if isinstance(frame, (list, tuple))]
         self.frames: list[tuple[GpuInfo, ...]] = [
-            tuple(GpuInfo.from_dict(g, i) for i, g in enumerate(frame) if isinstance(g, dict))
-            for frame in (frames if isinstance(frames, (list, tuple)) else [])
-            if isinstance(frame, (list, tuple))
+            tuple(GpuInfo.from_dict(g, i) for i, g in enumerate(frame)) for frame in raw
+        ]
+        # per frame, per card: the recorded processes, or None for a card without the list
+        self.processes: list[tuple[list[tuple[int, float]] | None, ...]] = [
+            tuple(_processes(g.get("processes")) for g in frame) for frame in raw
         ]
         if not self.frames and self._error is None:
             self._error = "fake GPU data has no frames"
@@ -60,9 +79,14 @@ class FakeGpuSampler:
     def sample(self, pids: Iterable[int] = ()) -> GpuSnapshot:
         if self._error is not None:
             return GpuSnapshot(available=False, reason=self._error, gpus=())
-        frame = self.frames[self._pos % len(self.frames)]
+        pos = self._pos % len(self.frames)
         self._pos += 1
-        return GpuSnapshot(available=True, reason=None, driver=self.driver, cuda=self.cuda, gpus=frame)
+        wanted = {int(p) for p in pids}
+        frame = tuple(g if procs is None else replace(g, proc_mem_mb=_run_mem(procs, wanted))
+                      for g, procs in zip(self.frames[pos], self.processes[pos]))
+        vis = resolve_visible(None, frame)
+        return GpuSnapshot(available=True, reason=None, driver=self.driver, cuda=self.cuda, gpus=frame,
+                           visible=vis.indices, mig=vis.mig, used_api=self.used_api)
 
     def close(self) -> None:
         pass
@@ -72,6 +96,30 @@ class FakeGpuSampler:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+RUN = -1  # the pid slot of a ``"run": true`` process: one of the run's tree, whatever its pid
+
+
+def _processes(value: Any) -> list[tuple[int, float]] | None:
+    """(pid or RUN, used MB) per recorded process; ``None`` when the card lists none."""
+    if not isinstance(value, list):
+        return None
+    out = []
+    for p in value:
+        if not isinstance(p, dict):
+            continue
+        pid = RUN if p.get("run") is True else opt_int(p.get("pid"))
+        if pid is not None and (pid == RUN or pid >= 0):
+            out.append((pid, num(p.get("used_mb")) or 0.0))
+    return out
+
+
+def _run_mem(procs: list[tuple[int, float]], pids: set[int]) -> float | None:
+    """The memory of the run's processes on the card, as the real sampler sums it."""
+    if not pids:
+        return None
+    return sum(mb for pid, mb in procs if pid == RUN or pid in pids)
 
 
 def make_gpu_sampler() -> GpuSampler | FakeGpuSampler:

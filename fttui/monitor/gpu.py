@@ -1,48 +1,30 @@
 """The real GPU sampler: ``GpuSampler`` reads every device through NVML (pynvml, imported lazily
-on the first sample), and :func:`visible_indices` reads ``CUDA_VISIBLE_DEVICES``.
+on the first sample); each sample also says which cards this process's ``CUDA_VISIBLE_DEVICES``
+names (:mod:`fttui.monitor.visible`).
 
 Contract (docs/architecture.md, "Monitor core"): ``sample()`` never raises; a value NVML cannot
 give is ``None``; a missing driver gives ``GpuSnapshot(available=False, reason=NO_DRIVER_REASON)``.
+
+Device memory: ``mem_used_mb`` comes from NVML's v2 memory call (``nvmlDeviceGetMemoryInfo(h,
+version=nvmlMemory_v2)``, nvidia-ml-py >= 12.535 and a driver that has it), whose ``used`` leaves
+out the memory the driver reserves, as nvidia-smi shows it; where the binding or the driver lacks
+it, the v1 call's ``used`` (reserved memory included, ~0.5 GB on an idle H100). The snapshot's
+``used_api`` says which. ``proc_mem_mb`` is the run's own: NVML's per-process memory of the pids
+given (the run's process tree).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterable
 
 from fttui.monitor.snapshots import MB, GpuInfo, GpuSnapshot, num, opt_str
+from fttui.monitor.visible import resolve_visible, visible_indices
 
 __all__ = ["NO_DRIVER_REASON", "GpuSampler", "visible_indices"]
 
 NO_DRIVER_REASON = "NVML library not found: no NVIDIA driver"
-
-
-def visible_indices(value: str | None = None) -> list[int] | None:
-    """Parse ``CUDA_VISIBLE_DEVICES`` (or ``value``) into NVML indices.
-
-    ``None`` when the variable is unset (all devices visible) or names devices by UUID / MIG id
-    (not resolved here). Like CUDA, parsing stops at the first invalid or negative entry, so
-    ``""`` and ``"-1"`` give ``[]``; duplicates are dropped. Only informative: the samplers show
-    every device NVML sees.
-    """
-    if value is None:
-        value = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if value is None:
-            return None
-    out: list[int] = []
-    for i, part in enumerate(value.split(",")):
-        part = part.strip()
-        try:
-            n = int(part)
-        except ValueError:
-            if i == 0 and part:
-                return None  # UUID or MIG syntax
-            break
-        if n < 0:
-            break
-        if n not in out:
-            out.append(n)
-    return out
+# pynvml's errors saying the v2 memory call is not there (the driver predates it)
+_NO_V2_ERRORS = ("NVMLError_FunctionNotFound", "NVMLError_NotSupported", "NVMLError_ArgumentVersionMismatch")
 
 
 class GpuSampler:
@@ -58,7 +40,9 @@ class GpuSampler:
         self._driver: str | None = None
         self._cuda: str | None = None
         self._handles: list[Any] = []
-        self._static: list[tuple[str | None, str | None]] = []  # (name, uuid) per device
+        self._static: list[tuple[str | None, str | None, tuple[str, ...]]] = []  # (name, uuid, MIG uuids)
+        self._mem_v2 = True  # try the v2 memory call until the binding or the driver lacks it
+        self._v1_used = False  # a card of the current sample fell back to the v1 call
 
     # -- init / close
     def _init(self) -> None:
@@ -91,19 +75,36 @@ class GpuSampler:
             handle = self._call(pynvml.nvmlDeviceGetHandleByIndex, i)
             self._handles.append(handle)
             if handle is None:
-                self._static.append((None, None))
+                self._static.append((None, None, ()))
             else:
                 self._static.append(
                     (
                         opt_str(self._call(pynvml.nvmlDeviceGetName, handle)),
                         opt_str(self._call(pynvml.nvmlDeviceGetUUID, handle)),
+                        self._mig_uuids(handle),
                     )
                 )
 
+    def _mig_uuids(self, handle: Any) -> tuple[str, ...]:
+        """The UUIDs of the card's MIG devices; ``()`` outside MIG mode or without the calls."""
+        nv = self._nvml
+        mode = self._call(getattr(nv, "nvmlDeviceGetMigMode", None), handle)
+        if not isinstance(mode, (list, tuple)) or not mode or mode[0] != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
+            return ()
+        count = self._call(getattr(nv, "nvmlDeviceGetMaxMigDeviceCount", None), handle)
+        out = []
+        for j in range(count if isinstance(count, int) else 0):
+            # an empty slot raises: None
+            mig = self._call(getattr(nv, "nvmlDeviceGetMigDeviceHandleByIndex", None), handle, j)
+            uuid = opt_str(self._call(nv.nvmlDeviceGetUUID, mig)) if mig is not None else None
+            if uuid:
+                out.append(uuid)
+        return tuple(out)
+
     @staticmethod
-    def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(fn: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)  # type: ignore[misc]  (a missing call is None: TypeError)
         except Exception:  # NVMLError, ctypes errors, missing symbols in old drivers
             return None
 
@@ -116,6 +117,7 @@ class GpuSampler:
         self._reason = None
         self._handles = []
         self._static = []
+        self._mem_v2 = True
 
     def __enter__(self) -> "GpuSampler":
         return self
@@ -137,27 +139,32 @@ class GpuSampler:
             if self._nvml is None:
                 return GpuSnapshot(available=False, reason=self._reason or "NVML not initialised", gpus=())
             wanted = {int(p) for p in pids}
+            self._v1_used = False
             gpus = tuple(self._device(i, h, wanted) for i, h in enumerate(self._handles))
-            return GpuSnapshot(available=True, reason=None, driver=self._driver, cuda=self._cuda, gpus=gpus)
+            vis = resolve_visible(None, gpus)
+            api = None if not gpus else ("v1" if self._v1_used else "v2")
+            return GpuSnapshot(available=True, reason=None, driver=self._driver, cuda=self._cuda, gpus=gpus,
+                               visible=vis.indices, mig=vis.mig, used_api=api)
         except Exception as exc:  # belt and braces: sampling never raises
             return GpuSnapshot(available=False, reason=f"NVML sampling failed: {exc}", gpus=())
 
     def _device(self, index: int, handle: Any, pids: set[int]) -> GpuInfo:
-        name, uuid = self._static[index]
+        name, uuid, migs = self._static[index]
         if handle is None:
-            return GpuInfo(index=index, name=name, uuid=uuid)
+            return GpuInfo(index=index, name=name, uuid=uuid, mig_uuids=migs)
         nv = self._nvml
         used = total = None
-        mem = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+        mem = self._memory(handle)
         if mem is not None:
             used = num(getattr(mem, "used", None))
             total = num(getattr(mem, "total", None))
             used = None if used is None else used / MB
             total = None if total is None else total / MB
-        util = self._call(nv.nvmlDeviceGetUtilizationRates, handle)
+        util = self._call(getattr(nv, "nvmlDeviceGetUtilizationRates", None), handle)
         util_pct = num(getattr(util, "gpu", None)) if util is not None else None
-        power = num(self._call(nv.nvmlDeviceGetPowerUsage, handle))
-        temp = num(self._call(nv.nvmlDeviceGetTemperature, handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0)))
+        power = num(self._call(getattr(nv, "nvmlDeviceGetPowerUsage", None), handle))
+        temp = num(self._call(getattr(nv, "nvmlDeviceGetTemperature", None), handle,
+                              getattr(nv, "NVML_TEMPERATURE_GPU", 0)))
         proc_mem = self._proc_mem(handle, pids) if pids else None
         return GpuInfo(
             index=index,
@@ -169,10 +176,25 @@ class GpuSampler:
             power_w=None if power is None else power / 1000.0,
             temp_c=temp,
             proc_mem_mb=proc_mem,
+            mig_uuids=migs,
         )
 
+    def _memory(self, handle: Any) -> Any:
+        """NVML's v2 memory info (``used`` as nvidia-smi shows it) or, where the binding has no
+        ``nvmlMemory_v2`` or the driver no ``nvmlDeviceGetMemoryInfo_v2``, the v1 info."""
+        nv = self._nvml
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if self._mem_v2 and version is not None:
+            try:
+                return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except Exception as exc:  # TypeError (an old binding), NVMLError_FunctionNotFound, ...
+                if isinstance(exc, TypeError) or type(exc).__name__ in _NO_V2_ERRORS:
+                    self._mem_v2 = False  # this binding or driver never has it: stop asking
+        self._v1_used = True
+        return self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+
     def _proc_mem(self, handle: Any, pids: set[int]) -> float | None:
-        procs = self._call(self._nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        procs = self._call(getattr(self._nvml, "nvmlDeviceGetComputeRunningProcesses", None), handle)
         if procs is None:
             return None
         total = 0.0

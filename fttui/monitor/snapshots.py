@@ -61,9 +61,15 @@ class GpuInfo:
     power_w: float | None = None
     temp_c: float | None = None
     proc_mem_mb: float | None = None
+    mig_uuids: tuple[str, ...] = ()  # UUIDs of the card's MIG devices (MIG mode only)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.mig_uuids:
+            d["mig_uuids"] = list(self.mig_uuids)
+        else:
+            del d["mig_uuids"]  # the common case: sample lines stay as they were
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], index: int = 0) -> "GpuInfo":
@@ -80,16 +86,40 @@ class GpuInfo:
             power_w=num(d.get("power_w")),
             temp_c=num(d.get("temp_c")),
             proc_mem_mb=num(d.get("proc_mem_mb")),
+            mig_uuids=_str_tuple(d.get("mig_uuids")),
         )
+
+
+def _str_tuple(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(str(v) for v in value if isinstance(v, str) and v)
+
+
+def _int_tuple(value: Any) -> tuple[int, ...] | None:
+    """A tuple of non-negative ints from a list, ``None`` for anything that is not a list."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    out = [opt_int(v) for v in value]
+    return tuple(v for v in out if v is not None and v >= 0)
 
 
 @dataclass(frozen=True)
 class GpuSnapshot:
+    """One GPU sample. ``gpus`` holds every card NVML sees, in NVML order. ``visible`` is what the
+    sampling process's ``CUDA_VISIBLE_DEVICES`` names, as NVML indices in CUDA order (``None``:
+    unset or not resolvable, every card; ``()``: none), ``mig`` the visible cards named through a
+    MIG instance. ``used_api`` says which NVML memory call gave ``mem_used_mb``: ``"v2"`` (as
+    nvidia-smi shows it, without the driver's reserved memory) or ``"v1"`` (with it)."""
+
     available: bool
     reason: str | None = None
     driver: str | None = None
     cuda: str | None = None
     gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
+    visible: tuple[int, ...] | None = None
+    mig: tuple[int, ...] = ()
+    used_api: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +128,9 @@ class GpuSnapshot:
             "driver": self.driver,
             "cuda": self.cuda,
             "gpus": [g.to_dict() for g in self.gpus],
+            "visible": None if self.visible is None else list(self.visible),
+            "mig": list(self.mig),
+            "used_api": self.used_api,
         }
 
     @classmethod
@@ -112,6 +145,9 @@ class GpuSnapshot:
             driver=opt_str(d.get("driver")),
             cuda=opt_str(d.get("cuda")),
             gpus=gpus,
+            visible=_int_tuple(d.get("visible")),
+            mig=_int_tuple(d.get("mig")) or (),
+            used_api=opt_str(d.get("used_api")),
         )
 
 
@@ -124,6 +160,8 @@ class HostSnapshot:
     tree_rss_mb: float | None = None
     tree_nprocs: int | None = None
     tree_cpu_pct: float | None = None
+    build_rss_mb: float | None = None  # the tree's build tools (compilers, linkers, ninja), by name
+    build_nprocs: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,4 +178,6 @@ class HostSnapshot:
             tree_rss_mb=num(d.get("tree_rss_mb")),
             tree_nprocs=opt_int(d.get("tree_nprocs")),
             tree_cpu_pct=num(d.get("tree_cpu_pct")),
+            build_rss_mb=num(d.get("build_rss_mb")),
+            build_nprocs=opt_int(d.get("build_nprocs")),
         )

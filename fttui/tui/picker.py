@@ -66,7 +66,9 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
             limit = parse_size(limit_text)
         except ValueError:
             limit = None
-    cards = list(gpu_snap.gpus) if gpu_snap is not None and gpu_snap.available and gpu_snap.gpus else []
+    from fttui.monitor import run_cards
+
+    cards = run_cards(gpu_snap)  # the cards CUDA_VISIBLE_DEVICES leaves the run, in CUDA order
     # (peak, budget, what the budget is) per card of the run that has one
     budgets: list[tuple[int, int, str]] = []
     for i, peak in enumerate(peaks):

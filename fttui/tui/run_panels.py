@@ -6,11 +6,15 @@ Textual's reactive idiom: every panel has a ``snapshot`` var (bound to ``RunScre
 is gone, the supervisor is lost, a cancel was asked); the GPU panels watch ``area`` (the screen's
 size) to choose between cards and one line per GPU. Display only: the status text is
 fttui.core.run.status.status_line's, the figures are the snapshot's.
+
+GPUs: when the run's CUDA_VISIBLE_DEVICES names cards (the sample's ``visible``), those come
+first, marked ``*run``, and show run / device / total memory; the other cards follow, unmarked.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from rich.columns import Columns
 from rich.console import Group
@@ -26,7 +30,8 @@ from fttui.core.base.constants import FINAL_STATUSES
 from fttui.core.base.fmt import fraction
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import RUNNING, status_line
-from fttui.tui.widgets import Bar, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
+from fttui.monitor import GpuInfo, cards_run_first
+from fttui.tui.widgets import RUN_MARK, Bar, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
 
 SPARK_POINTS = 120  # history shown in the sparklines (RunState keeps 240)
 WIDE_W = 30  # content width from which the throughput and loss lines add their dim extras
@@ -176,10 +181,32 @@ class HostPanel(Panel):
         ), key=(h, s.host_peak_tree_rss_mb))
 
 
-def _gpus(s: RunSnapshot | None) -> list:
-    if s is None or s.gpu is None or not s.gpu.available:
+class Shown(NamedTuple):
+    """A card as the panels show it: ``run`` marks it (CUDA_VISIBLE_DEVICES named it), ``slot`` is
+    its CUDA device number in the run (the rank whose torch figures are its), ``None`` for a card
+    the run does not use."""
+
+    gpu: GpuInfo
+    run: bool
+    mig: bool
+    slot: int | None
+
+
+def _gpus(s: RunSnapshot | None) -> list[Shown]:
+    """The cards to show, the run's first. Without CUDA_VISIBLE_DEVICES every card is the run's
+    and none is marked."""
+    if s is None or s.gpu is None:
         return []
-    return list(s.gpu.gpus)
+    named = s.gpu.visible is not None
+    out, slot = [], 0
+    for c in cards_run_first(s.gpu):
+        out.append(Shown(c.gpu, c.run and named, c.mig, slot if c.run else None))
+        slot += c.run
+    return out
+
+
+def _rsv(s: RunSnapshot, c: Shown) -> float | None:
+    return None if c.slot is None else s.torch_peak_reserved_mb.get(c.slot)
 
 
 def gpu_layout(n: int, area: Size) -> tuple[str, int, int]:
@@ -244,13 +271,16 @@ class GpuGrid(Grid):
             return
         if self._mode != "cards":
             return
-        peaks, rsv = s.gpu_peak_used_mb, s.torch_peak_reserved_mb
-        for i, g in enumerate(gpus):
+        peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
+        for i, c in enumerate(gpus):
+            g = c.gpu
             for w in self.query(f"#gpu-{i}").results(Panel):
-                w.border_title = f"GPU {g.index}"
+                w.border_title = f"GPU {g.index}" + (f" {RUN_MARK}" if c.run else "") + (" MIG" if c.mig else "")
                 w.border_subtitle = g.name or ""
-                w.show(Group(*gpu_card_lines(g, peaks.get(g.index), rsv.get(g.index))),
-                       key=(g, peaks.get(g.index), rsv.get(g.index)))
+                w.set_class(c.run, "-run")
+                w.show(Group(*gpu_card_lines(g, peaks.get(g.index), _rsv(s, c), run=c.run,
+                                             run_peak_mb=proc.get(g.index))),
+                       key=(c, peaks.get(g.index), _rsv(s, c), proc.get(g.index)))
 
 
 class GpuTable(Panel):
@@ -270,9 +300,11 @@ class GpuTable(Panel):
             return
         self.styles.height = len(gpus) + 2
         s = self.snapshot
-        peaks, rsv = s.gpu_peak_used_mb, s.torch_peak_reserved_mb
-        self.show(Group(*[gpu_row(g, peaks.get(g.index), rsv.get(g.index)) for g in gpus]),
-                  key=(tuple(gpus), tuple(sorted(peaks.items())), tuple(sorted(rsv.items()))))
+        peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
+        self.show(Group(*[gpu_row(c.gpu, peaks.get(c.gpu.index), _rsv(s, c), run=c.run,
+                                  run_peak_mb=proc.get(c.gpu.index)) for c in gpus]),
+                  key=(tuple(gpus), tuple(sorted(peaks.items())), tuple(sorted(proc.items())),
+                       tuple(sorted(s.torch_peak_reserved_mb.items()))))
 
     watch_snapshot = watch_area = _draw
 

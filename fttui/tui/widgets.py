@@ -22,21 +22,26 @@ from fttui.core.base import fmt
 from fttui.core.base.fmt import fraction
 
 FULL, EMPTY = "█", "░"
+OTHERS = "▒"  # the part of a card's memory bar held by processes that are not the run's
+RUN_MARK = "*run"  # after a card's name: one of the run's cards (CUDA_VISIBLE_DEVICES names it)
 
 
 class Bar:
     """A horizontal bar filling the width it is given, followed by a label.
 
-    ``Bar(0.4, "9.8/24.0 GB")`` renders ``████░░░░░░ 9.8/24.0 GB`` at any width.
+    ``Bar(0.4, "9.8/24.0 GB")`` renders ``████░░░░░░ 9.8/24.0 GB`` at any width. With ``inner``
+    (a fraction up to ``frac``) the bar's first part is full blocks up to ``inner`` and shaded
+    blocks from there to ``frac``: ``██▒▒░░░░░░`` (the run's memory, then other processes').
     """
 
     def __init__(self, frac: float | None, label: str = "", prefix: str = "", style: str = "",
-                 max_bar: int = 40) -> None:
+                 max_bar: int = 40, inner: float | None = None) -> None:
         self.frac = frac
         self.label = label
         self.prefix = prefix
         self.style = style
         self.max_bar = max_bar
+        self.inner = inner
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
@@ -49,7 +54,11 @@ class Bar:
                 yield Segment("·" * bar_w, Style(dim=True))
             else:
                 n = int(round(self.frac * bar_w))
-                yield Segment(FULL * n, Style.parse(self.style) if self.style else Style())
+                style = Style.parse(self.style) if self.style else Style()
+                k = n if self.inner is None else min(n, int(round(self.inner * bar_w)))
+                yield Segment(FULL * k, style)
+                if n > k:
+                    yield Segment(OTHERS * (n - k), style)
                 yield Segment(EMPTY * (bar_w - n), Style(dim=True))
         if self.label:
             yield Segment((" " if bar_w or self.prefix else "") + self.label)
@@ -86,40 +95,63 @@ def num(x: float | None, nd: int = 2) -> str:
     return f"{x:.{nd}f}"
 
 
-def gpu_card_lines(g, peak_mb: float | None, reserved_mb: float | None) -> list:
-    """Body of one GPU card: memory bar, peaks, util/power/temp."""
+def run_dev_total(run: float | None, used: float | None, total: float | None) -> str:
+    """``run 6.0 dev 18.1/40.0 GB``: the run's own memory, the card's used (as nvidia-smi shows
+    it) and its total, in GB above 1 GB total, else MB."""
+    if total is not None and total >= 1024:
+        r = "-" if run is None else f"{run / 1024:.1f}"
+        return f"run {r} dev {gb_pair(used, total)}"
+    r = "-" if run is None else f"{run:.0f}"
+    return f"run {r} dev {gb_pair(used, total)}"
+
+
+def _mem_bar(g, run: bool, prefix: str = "") -> Bar:
     frac = fraction(g.mem_used_mb, g.mem_total_mb)
+    if not run:
+        return Bar(frac, gb_pair(g.mem_used_mb, g.mem_total_mb), prefix=prefix, style=bar_style(frac))
+    inner = fraction(g.proc_mem_mb, g.mem_total_mb)
+    return Bar(frac, run_dev_total(g.proc_mem_mb, g.mem_used_mb, g.mem_total_mb), style=bar_style(frac),
+               inner=inner)
+
+
+def gpu_card_lines(g, peak_mb: float | None, reserved_mb: float | None, *, run: bool = False,
+                   run_peak_mb: float | None = None) -> list:
+    """Body of one GPU card: memory bar, peaks, util/power/temp. ``run``: one of the run's cards,
+    named by CUDA_VISIBLE_DEVICES: the bar says run / device / total (``run 9.6 dev 21.3/40.0 GB``,
+    the run's part full, other processes' shaded) and the peaks run/device (``peak 9.6/21.3 GB``)."""
     peak = f"peak {fmt.mb(peak_mb)}"
+    if run:  # run/device, as the bar's label orders them
+        peak = f"peak {gb_pair(run_peak_mb, peak_mb)}"
     if reserved_mb is not None:
-        peak += f"  torch rsv {fmt.mb(reserved_mb)}"
+        peak += f"  {'rsv' if run else 'torch rsv'} {fmt.mb(reserved_mb)}"
     extra = [f"util {fmt.pct(g.util_pct)}",
              "-" if g.power_w is None else f"{g.power_w:.0f} W",
              "-" if g.temp_c is None else f"{g.temp_c:.0f}°C"]
     return [
-        Bar(frac, gb_pair(g.mem_used_mb, g.mem_total_mb), prefix="mem ", style=bar_style(frac)),
+        _mem_bar(g, run, prefix="mem "),
         Text(peak, no_wrap=True, overflow="ellipsis"),
         Text("  ".join(extra), no_wrap=True, overflow="ellipsis"),
     ]
 
 
-def gpu_row(g, peak_mb: float | None, reserved_mb: float | None, name_w: int = 0):
-    """One line for one GPU (compact layout for many GPUs)."""
+def gpu_row(g, peak_mb: float | None, reserved_mb: float | None, name_w: int = 0, *, run: bool = False,
+            run_peak_mb: float | None = None):
+    """One line for one GPU (compact layout for many GPUs); ``run`` as in :func:`gpu_card_lines`,
+    marked ``GPU2*``."""
     from rich.table import Table
 
-    frac = fraction(g.mem_used_mb, g.mem_total_mb)
     t = Table.grid(padding=(0, 1), expand=True)
     t.add_column(no_wrap=True)
     t.add_column(ratio=1, no_wrap=True)
     t.add_column(no_wrap=True)
-    tail = f"pk {fmt.mb(peak_mb)}"
+    # the run's card: peaks run/device ("pk 9.6/21.3 GB"), short, the line is narrow
+    tail = "pk " + gb_pair(run_peak_mb, peak_mb) if run else f"pk {fmt.mb(peak_mb)}"
     if reserved_mb is not None:
         tail += f" rsv {fmt.mb(reserved_mb)}"
     tail += f"  {fmt.pct(g.util_pct)}"
     tail += "  -" if g.power_w is None else f" {g.power_w:.0f}W"
     tail += "" if g.temp_c is None else f" {g.temp_c:.0f}°C"
-    t.add_row(Text(f"GPU{g.index}", style="bold"),
-              Bar(frac, gb_pair(g.mem_used_mb, g.mem_total_mb), style=bar_style(frac)),
-              Text(tail))
+    t.add_row(Text(f"GPU{g.index}" + ("*" if run else ""), style="bold"), _mem_bar(g, run), Text(tail))
     return t
 
 
@@ -131,13 +163,20 @@ def gpu_list_text(gpu) -> Text:
         return Text.assemble(("GPUs: none", "bold"), f" ({gpu.reason or 'not available'})")
     if not gpu.gpus:
         return Text.assemble(("GPUs: none", "bold"), " visible")
+    from fttui.monitor import cards_run_first
+
     out = Text()
-    head = f"GPUs: {len(gpu.gpus)} visible"
+    named = gpu.visible is not None  # CUDA_VISIBLE_DEVICES names some: those first, marked
+    cards = cards_run_first(gpu)
+    n_run = sum(c.run for c in cards)
+    head = f"GPUs: {n_run} of {len(cards)} visible (CUDA_VISIBLE_DEVICES)" if named else f"GPUs: {len(cards)} visible"
     if gpu.driver:
         head += f" (driver {gpu.driver}" + (f", CUDA {gpu.cuda})" if gpu.cuda else ")")
     out.append(head, style="bold")
-    for g in gpu.gpus:
-        out.append(f"\n  {g.index}  {g.name or '?'}  {gb_pair(g.mem_used_mb, g.mem_total_mb)}")
+    for c in cards:
+        g = c.gpu
+        mark = ("*" if c.run else " ") if named else " "
+        out.append(f"\n {mark}{g.index}  {g.name or '?'}  {gb_pair(g.mem_used_mb, g.mem_total_mb)}")
         if g.util_pct is not None:
             out.append(f"  util {fmt.pct(g.util_pct)}")
     return out

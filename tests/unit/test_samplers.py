@@ -277,3 +277,112 @@ def test_no_ui_or_torch_imports():
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- device memory: NVML v2 or v1
+GiB = 2**30
+RESERVED = 512 * 2**20  # what the driver keeps: in v1's used, not in v2's (nor in nvidia-smi's)
+
+
+def _memory_stub(monkeypatch, *, v2: str = "ok", calls: list | None = None):
+    """A pynvml stand-in with one card holding 3 GiB: ``v2`` is ``ok`` (binding and driver have the
+    v2 call), ``binding`` (no ``nvmlMemory_v2``: an old nvidia-ml-py), ``driver`` (the call is not
+    in the driver) or ``old-signature`` (a binding whose call takes no version)."""
+    import types
+
+    import pynvml
+
+    calls = calls if calls is not None else []
+
+    def v1():
+        return types.SimpleNamespace(total=24 * GiB, free=24 * GiB - 3 * GiB - RESERVED, used=3 * GiB + RESERVED)
+
+    def get_memory(handle, version=None):
+        calls.append(version)
+        if version is None:
+            return v1()
+        if v2 == "driver":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return types.SimpleNamespace(version=version, total=24 * GiB, reserved=RESERVED,
+                                     free=24 * GiB - 3 * GiB - RESERVED, used=3 * GiB)
+
+    def get_memory_old(handle):
+        calls.append(None)
+        return v1()
+
+    fake = types.SimpleNamespace(
+        NVMLError=pynvml.NVMLError, NVMLError_LibraryNotFound=pynvml.NVMLError_LibraryNotFound,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: "550.54.15", nvmlSystemGetCudaDriverVersion=lambda: 12040,
+        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: "Fake GPU", nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlDeviceGetMemoryInfo=get_memory_old if v2 == "old-signature" else get_memory,
+    )
+    if v2 != "binding":
+        fake.nvmlMemory_v2 = pynvml.nvmlMemory_v2
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return calls
+
+
+def test_device_used_from_nvml_v2(monkeypatch):
+    import pynvml
+
+    calls = _memory_stub(monkeypatch, v2="ok")
+    with GpuSampler() as s:
+        snap = s.sample()
+    assert snap.used_api == "v2"
+    assert snap.gpus[0].mem_used_mb == 3072.0  # as nvidia-smi shows it: the reserved 512 MB left out
+    assert snap.gpus[0].mem_total_mb == 24576.0
+    assert calls == [pynvml.nvmlMemory_v2]
+    assert snap.to_dict()["used_api"] == "v2"
+
+
+@pytest.mark.parametrize("missing", ["binding", "driver", "old-signature"])
+def test_device_used_falls_back_to_v1(monkeypatch, missing):
+    calls = _memory_stub(monkeypatch, v2=missing)
+    with GpuSampler() as s:
+        first, second = s.sample(), s.sample()
+    for snap in (first, second):
+        assert snap.used_api == "v1"
+        assert snap.gpus[0].mem_used_mb == 3072.0 + 512.0  # v1: reserved memory included
+    # a binding or driver without the v2 call is asked once, not at every sample
+    assert len([c for c in calls if c is not None]) == (1 if missing == "driver" else 0)
+
+
+# ---------------------------------------------------------------- fake GPUs shared with another user
+SHARED = DATA / "fake_gpus_shared.json"
+
+
+def test_shared_fixture_visible_cards(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    snap = FakeGpuSampler(str(SHARED)).sample([os.getpid()])
+    assert len(snap.gpus) == 4 and snap.used_api == "v2"
+    assert visible_indices() == [2, 3]
+    assert visible_indices(None, snap.gpus) == [2, 3]
+    assert snap.visible == (2, 3) and snap.mig == ()
+
+
+def test_shared_fixture_other_process_not_in_run_figure(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    s = FakeGpuSampler(str(SHARED))
+    snap = s.sample([os.getpid(), os.getpid() + 1])
+    g0, _, g2, g3 = snap.gpus
+    # card 2: the run's 6,100 MB and alice's 12,000 MB; the run's figure has only the run's
+    assert g2.proc_mem_mb == 6100.0 and g3.proc_mem_mb == 6050.0
+    assert g2.mem_used_mb == 18102.0 and g2.mem_used_mb >= g2.proc_mem_mb + 12000.0  # device: both
+    assert g0.proc_mem_mb == 0.0 and g0.mem_used_mb == 4.0  # an idle card: none of the run's
+    # without the run's pids NVML has nothing to sum (as the real sampler)
+    assert all(g.proc_mem_mb is None for g in s.sample().gpus)
+
+
+def test_fake_processes_format_is_backwards_compatible():
+    frames = [[{"index": 0, "mem_used_mb": 900.0, "proc_mem_mb": 500.0},
+               {"index": 1, "mem_used_mb": 900.0, "processes": [{"pid": 77, "used_mb": 300.0},
+                                                                {"pid": 78, "used_mb": 200.0},
+                                                                {"run": True, "used_mb": 100.0}, "junk"]}]]
+    s = FakeGpuSampler(frames)
+    g0, g1 = s.sample([77]).gpus
+    assert g0.proc_mem_mb == 500.0  # recorded figure, as before
+    assert g1.proc_mem_mb == 400.0  # pid 77 and the run's process, not pid 78
+    assert g1.mem_used_mb == 900.0
+    assert "processes" not in g1.to_dict()
