@@ -40,7 +40,9 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
         weight_decay=float(t.get("weight_decay", 0.0)),
         optim=optim,
         seed=int(t.get("seed", 42)),
-        logging_steps=1,
+        # No Trainer logging: the step events carry the loss (Counters) and the learning rate;
+        # logging every step cost a dict, the callbacks' on_log and, on a GPU, two syncs per step.
+        logging_strategy="no",
         save_strategy="no",
         report_to=[],
         disable_tqdm=True,

@@ -14,3 +14,12 @@ def test_host_budget_keeps_the_fine_threshold_and_gpu_runs_keep_glibc_defaults()
     assert child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))["MALLOC_MMAP_THRESHOLD_"] == "131072"
     gpu = child_env(load_profile("tiny-lora", ["gpus=1"]))
     assert "MALLOC_MMAP_THRESHOLD_" not in gpu and "MALLOC_ARENA_MAX" not in gpu
+
+
+def test_cpu_runs_keep_the_heap_top_mapped_so_steps_do_not_fault_it_back():
+    # a fixed mmap threshold also fixes glibc's trim threshold at 128 KiB: each step gave the
+    # heap's free top back and faulted it in again (bench/measure_cost.py, docs/benchmarks.md)
+    assert child_env(load_profile("tiny-lora"))["MALLOC_TRIM_THRESHOLD_"] == str(32 << 20)
+    # the probe's host budget keeps its own settings, GPU runs glibc's defaults
+    assert "MALLOC_TRIM_THRESHOLD_" not in child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))
+    assert "MALLOC_TRIM_THRESHOLD_" not in child_env(load_profile("tiny-lora", ["gpus=1"]))

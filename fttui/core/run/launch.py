@@ -131,10 +131,14 @@ def child_env(resolved: dict) -> dict[str, str]:
         # and returned on free, so the process's peak RSS follows its live tensors (glibc's
         # heap would otherwise keep the high-water mark of freed blocks: +70% measured on a
         # 13M-parameter model at batch 16 x 512) and the estimate can predict it; smaller
-        # allocations stay on the heap (no measurable slowdown; a 128 KiB threshold halves the
-        # tiny profiles' samples/s).
+        # allocations stay on the heap (a 128 KiB threshold halves the tiny profiles' samples/s).
         env["MALLOC_ARENA_MAX"] = "1"
         env["MALLOC_MMAP_THRESHOLD_"] = str(4 << 20)
+        # A fixed mmap threshold also fixes glibc's trim threshold at 128 KiB: every step gave
+        # the heap's free top back and faulted it in again (~140 page faults per sample, 5% of
+        # the CPU time on bench/measure_cost.py's training). Up to 32 MiB of free heap top stays
+        # mapped instead: no faults in the steady state, peak RSS +0..19 MiB (docs/benchmarks.md).
+        env["MALLOC_TRIM_THRESHOLD_"] = str(32 << 20)
     nproc = prof.devices.processes_per_node()
     if on_cpu and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
