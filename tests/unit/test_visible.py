@@ -145,3 +145,19 @@ def test_nvml_sampler_lists_mig_devices_and_resolves_them(monkeypatch):
     assert snap.gpus[0].mig_uuids == () and snap.gpus[1].mig_uuids == MIG1
     assert snap.visible == (1,) and snap.mig == (1,)
     assert visible_indices(MIG1[0], snap.gpus) == [1]  # what a reader of the sample lines resolves
+
+
+def test_preflight_counts_cards_named_by_uuid(monkeypatch):
+    """Preflight's count of usable cards resolves UUIDs too (a UUID list is not 'all cards')."""
+    from pathlib import Path
+
+    from fttui.core.run.preflight import visible_gpu_count
+
+    shared = Path(__file__).resolve().parents[1] / "data" / "fake_gpus_shared.json"
+    monkeypatch.setenv("FTTUI_FAKE_GPUS", str(shared))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a100e5f6-0000-1111-2222-333300000000")
+    assert visible_gpu_count() == (1, None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert visible_gpu_count() == (2, None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert visible_gpu_count() == (4, None)

@@ -26,7 +26,7 @@ def visible_gpu_count() -> tuple[int, str | None]:
     if not snap.available:
         return 0, snap.reason
     n = len(snap.gpus)
-    vis = visible_indices()
+    vis = visible_indices(None, snap.gpus)
     if vis is not None:
         n = len([i for i in vis if i < n])
     return n, None
