@@ -15,7 +15,7 @@ at worst-case length, and few models are loaded. What counts as observed:
   load 2   a fresh process checks the lowest in-process OOM (or the guess);
   load 3.. without a fresh OOM yet, a fresh process starts at twice the largest fresh fit; with
            one, at the middle of the interval between the fresh ends, until they are adjacent.
-           Each fresh process climbs +1 after its first trial: those trials only guide.
+           These processes run one trial each: only load 1's later trials guide.
 
 Five to nine model loads on the tiny profiles under a 48MiB budget (docs/bench-probe.md; bench/probe_vs_accelerate.py
 compares it with accelerate's find_executable_batch_size); at most MAX_LOADS.
@@ -162,7 +162,9 @@ class Prober:
                     start, growth = self.start, "mul"
                 else:
                     start, growth = self._next_start(clean_fit, clean_oom, guess), "add"
-                res = self._load(start, growth, clean_fit, clean_oom)
+                # Only the first load's later trials guide (see _next_start): later loads run the
+                # one trial that counts, their first.
+                res = self._load(start, growth, clean_fit, clean_oom, hi=self.hi if self.loads == 0 else start)
                 for t in res["trials"]:
                     if t.fresh and t.status == "fit":
                         clean_fit = max(clean_fit or 0, t.value)
@@ -210,13 +212,14 @@ class Prober:
         return (low + high + 1) // 2
 
     # ------------------------------------------------------------------------------------------
-    def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None) -> dict:
+    def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None,
+              hi: int | None = None) -> dict:
         self.loads += 1
         k = self.loads
         prof = self.resolved
         rid = f"{self.probe_id}-load{k}"
         argv = [sys.executable, "-m", "fttui.worker.probe", "--run-dir", str(paths.runs_dir() / rid),
-                "--param", self.param, "--start", str(start), "--hi", str(self.hi), "--growth", growth,
+                "--param", self.param, "--start", str(start), "--hi", str(hi or self.hi), "--growth", growth,
                 "--steps", str(self.steps), "--lo-fit", str(clean_fit or self.lo - 1), "--oom-bound", str(clean_oom or 0)]
         env_add = launch.child_env(prof)
         env_add["FTTUI_PARENT_PID"] = str(os.getpid())
