@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -191,12 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     extra = dict(kv.split("=", 1) for kv in a.plain_env)
     home = make_home(a.samples)
     pairs = []
-    for i in range(a.pairs):
-        f = run_fttui(home, a.threads, tree=a.fttui_tree)
-        p = run_plain(home, a.threads, a.samples, extra_env=extra)
-        pairs.append((f, p))
-        print(f"pair {i + 1}: fttui {f['steady']:.1f}  plain {p['steady']:.1f} samples/s  "
-              f"ratio {ratio(f['steady'], p['steady']):.3f}", file=sys.stderr, flush=True)
+    try:
+        for i in range(a.pairs):
+            f = run_fttui(home, a.threads, tree=a.fttui_tree)
+            p = run_plain(home, a.threads, a.samples, extra_env=extra)
+            pairs.append((f, p))
+            print(f"pair {i + 1}: fttui {f['steady']:.1f}  plain {p['steady']:.1f} samples/s  "
+                  f"ratio {ratio(f['steady'], p['steady']):.3f}", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)  # the runs' folders and the plain script's output
     header = (f"{a.samples} samples of 128 tokens, batch 8, fp32, CPU, {a.threads} threads, {a.pairs} pairs "
               f"(A B alternated){', plain env ' + ' '.join(a.plain_env) if a.plain_env else ''}")
     text = table(pairs, header)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=3200)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--out-dir", default="/tmp/plain-trainer-out")
+    ap.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "plain-trainer-out"))
     ap.add_argument("--json-out")
     a = ap.parse_args(argv)
 
