@@ -1,1 +1,3 @@
-"""Core of fttui: profiles, launching, supervision, events and the results store (no torch)."""
+"""The core of fttui: torch-, Textual- and Rich-free, layered top to bottom as
+experiments > run | memory > results > profiles > models | data > base (import-linter contracts in
+pyproject.toml; docs/architecture.md)."""
