@@ -8,6 +8,7 @@ import time
 
 from fttui.core.base import fmt
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
+from fttui.core.run.phases import mmss, phase_text
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower
@@ -31,6 +32,28 @@ def progress_line(snap) -> str:
     if snap.gpu is not None and snap.gpu.available and snap.gpu.gpus:
         parts.append(gpu_part(snap.gpu))
     return "  ".join(parts)
+
+
+def phase_lines(snap, printed: int) -> list[str]:
+    """The headless lines of the phase changes after the first ``printed`` (a count: the
+    snapshot's ``phase_history`` entries, then one for the end of the startup), each with the
+    time the phase before it took: ``phase: building ops (loading the model took 00:04)``;
+    ``phase: training (first step took 00:01)`` once the first step ended them. Times are the
+    snapshot's own (events' and samples' ``t``)."""
+    hist = list(snap.phase_history)
+    if snap.startup_ended_t is not None and hist:
+        hist.append(("training", snap.startup_ended_t))
+    lines = []
+    for i in range(printed, len(hist)):
+        name, t = hist[i]
+        text = phase_text(name) if name != "training" else name
+        if i == 0:
+            lines.append(f"phase: {text}")
+            continue
+        prev, t_prev = hist[i - 1]
+        took = mmss(t - t_prev) if t is not None and t_prev is not None else "?"
+        lines.append(f"phase: {text} ({phase_text(prev)} took {took})")
+    return lines
 
 
 def _mb0(x: float | None) -> str:
@@ -116,6 +139,7 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
 def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
+    phases_printed = 0
     dev = (f.rd.profile() or {}).get("devices", {})
     while True:
         snap = f.poll()
@@ -124,6 +148,9 @@ def _follow_plain(f: RunFollower) -> None:
             said_waiting = True
             print(f"waiting for node 0 at {dev.get('main_addr')}:{dev.get('main_port')} "
                   f"(node {dev.get('node_rank')} of {dev.get('nodes')})", flush=True)
+        for line in phase_lines(snap, phases_printed):
+            print(line, flush=True)
+            phases_printed += 1
         if not started and snap.status != "starting":
             started = True
             print(f"training: {snap.params_trainable or '?'} of {snap.params_total or '?'} parameters trainable, "

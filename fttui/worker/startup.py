@@ -15,6 +15,7 @@ from typing import Any
 from fttui.core.base.constants import KBIT_METHODS, METHODS, ZERO3_OFFLOAD
 from fttui.core.data.records import load_records
 from fttui.core.run.events import append_jsonl
+from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
 from .limits import apply_gpu_limit, apply_host_limit, parse_size
@@ -135,6 +136,9 @@ def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = 
     if source != "synthetic":
         su.records = load_records(source, d.get("format") or "auto")
 
+    emit = state.get("emit")
+    if emit is not None:  # the startup phase (fttui.core.run.phases): imports, tokenizer, model
+        emit("phase", phase=LOADING_MODEL)
     import torch
 
     torch.set_num_threads(_threads(local_world))

@@ -2,7 +2,7 @@
 
 Also runs under ``torchrun`` (one process per rank; DDP over gloo on CPU, nccl on CUDA) and, for
 ``full-zero3-offload``, under the ``deepspeed`` launcher. Reads ``DIR/profile.json`` (the resolved
-profile), appends ``start``/``step``/``end``/``error`` events to ``DIR/events.jsonl`` and prints a
+profile), appends ``phase``/``start``/``step``/``end``/``error`` events to ``DIR/events.jsonl`` and prints a
 few human-readable lines to stdout.
 
 Exit codes: 0 completed, 1 failed, 2 bad config or data, 3 out of memory.
@@ -23,6 +23,9 @@ import time
 import traceback
 from typing import Any
 
+from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.run.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
+
 from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_code_for, one_line
 from .startup import Emitter, env_int, setup
 from .trainer import make_trainer
@@ -38,6 +41,8 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
     from .callback import Counters, EventCallback, environment
     from .data import build_dataset
 
+    emit = state["emit"]
+    emit("phase", phase=PREPARING_DATA)
     vocab = su.model.get_input_embeddings().num_embeddings
     dataset, dinfo = build_dataset(d, su.tok, vocab, int(t.get("seed", 42)), records=su.records)
     log(f"dataset: {dinfo['name']}, {dinfo['num_samples']} samples"
@@ -63,14 +68,30 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
         "device": "cuda" if su.use_cuda else "cpu",
         "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }
-    callback = EventCallback(state["emit"], counters, start_fields, on_cuda=su.use_cuda, printer=log)
-    trainer = make_trainer(su, profile, dataset, counters, [callback])
+    callback = EventCallback(emit, counters, start_fields, on_cuda=su.use_cuda, printer=log)
+    deepspeed = profile["method"] == ZERO3_OFFLOAD
+    # DeepSpeed builds its engine (and JIT-builds its ops on a first run) inside train(), before
+    # the callbacks' on_train_begin: there the first step begins.
+    phase_cbs = [_first_step_callback(emit)] if deepspeed else []
+    trainer = make_trainer(su, profile, dataset, counters, [*phase_cbs, callback])
+    emit("phase", phase=BUILDING_OPS if deepspeed else FIRST_STEP)
     t_train = time.perf_counter()
     trainer.train()
     log(f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "
         f"in {time.perf_counter() - t_train:.2f}s")
     _close_process_group()
     return EXIT_OK
+
+
+def _first_step_callback(emit):
+    """A callback that announces the ``first-step`` phase when training begins."""
+    from transformers import TrainerCallback
+
+    class FirstStepPhase(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            emit("phase", phase=FIRST_STEP)
+
+    return FirstStepPhase()
 
 
 def _close_process_group() -> None:

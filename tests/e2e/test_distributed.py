@@ -30,7 +30,8 @@ def _rows() -> list[dict]:
 
 
 def _events(run_dir: Path) -> list[dict]:
-    return read_jsonl(run_dir / "events.jsonl")
+    """Events without the startup ``phase`` ones (tests/e2e/test_phases_run.py checks those)."""
+    return [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") != "phase"]
 
 
 def _argv(run_dir: Path) -> list[str]:

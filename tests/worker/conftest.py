@@ -93,10 +93,13 @@ def run_worker(run_dir: Path, *, timeout: float = 120, torchrun_nproc: int = 0) 
 
 
 def read_events(run_dir: Path) -> list[dict]:
+    """The worker's events, startup ``phase`` events left out (tests/unit/test_phases.py and
+    tests/e2e/test_phases_run.py check those)."""
     path = run_dir / "events.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [e for e in events if e.get("event") != "phase"]
 
 
 @pytest.fixture

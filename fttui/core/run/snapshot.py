@@ -83,6 +83,11 @@ class RunSnapshot:
     torch_peak_reserved_mb: dict[int, float] = field(default_factory=dict)
     rank_peak_rss_mb: dict[int, float] = field(default_factory=dict)  # each rank's own peak RSS
     stalled: bool = False  # the supervisor flagged no progress for its stall timeout
+    # startup (fttui.core.run.phases): the phase shown before the first step, and the t it began
+    phase: str | None = None
+    phase_since: float | None = None
+    startup_ended_t: float | None = None  # t of the first step event (or the end), which ends them
+    phase_history: tuple[tuple[str, float | None], ...] = ()  # each change: (phase, t it changed at)
     torch_peak_alloc_mb: dict[int, float] = field(default_factory=dict)
     host_peak_tree_rss_mb: float | None = None
     host_peak_ram_used_mb: float | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fttui.core.run.phases import PhaseFold
 from fttui.core.run.rates import Point, RankProgress, StepHistory, rates
 from fttui.core.run.snapshot import RunSnapshot, sum_known, to_int
 from fttui.core.run.status import FinalStatus
@@ -50,6 +51,7 @@ class RunState:
         self._torch_alloc: dict[int, float] = {}
         self._rank_rss: dict[int, float] = {}
         self._stalled = False
+        self._phases = PhaseFold()
         self._gpu_peak_used: dict[int, float] = {}
         self._gpu_peak_proc: dict[int, float] = {}
         self._host_peak_rss: float | None = None
@@ -97,6 +99,7 @@ class RunState:
             "launch": self._on_launch,
             "stalled": self._on_stalled,
             "resumed": self._on_stalled,
+            "phase": self._on_phase,
         }.get(name) if isinstance(name, str) else None
         if handler is None:
             return
@@ -111,6 +114,10 @@ class RunState:
     def _on_stalled(self, ev: dict[str, Any], t: float | None) -> None:
         # The supervisor saw no step for its stall timeout while the process lived (or it resumed).
         self._stalled = ev.get("event") == "stalled"
+
+    def _on_phase(self, ev: dict[str, Any], t: float | None) -> None:
+        # A startup phase began (fttui.core.run.phases); the first step ends them.
+        self._phases.on_event(ev, t)
 
     def _on_launch(self, ev: dict[str, Any], t: float | None) -> None:
         # The supervisor's launch event: elapsed time counts from here (model loading included).
@@ -136,6 +143,7 @@ class RunState:
         rank = self._rank(ev)
         r = self._progress(rank)
         self._set_status("running")
+        self._phases.end(t)
         if t is not None:
             self._last_progress_t = t if self._last_progress_t is None else max(self._last_progress_t, t)
         if r.cur is not None and step <= r.cur.step:
@@ -164,6 +172,7 @@ class RunState:
         self._hist.add(rank, step, prev, point, num(ev.get("step_time")), loss)
 
     def _on_end(self, ev: dict[str, Any], t: float | None) -> None:
+        self._phases.end(t)
         r = self._progress(self._rank(ev))
         for attr in ("samples", "tokens", "tokens_padded", "train_time"):
             v = num(ev.get(attr))
@@ -235,6 +244,7 @@ class RunState:
         host = sample.get("host")
         if isinstance(host, dict):
             self._host_raw, self._host_obj = host, None
+            self._phases.on_sample(host, num(sample.get("t")))
             v = num(host.get("tree_rss_mb"))
             if v is not None and (self._host_peak_rss is None or v > self._host_peak_rss):
                 self._host_peak_rss = v
@@ -296,6 +306,7 @@ class RunState:
         env = start.get("env")
         err = self._error or {}
         final = self._final
+        phase, phase_since = self._phases.current()
         return RunSnapshot(
             status=status,
             error=dict(self._error) if self._error else None,
@@ -335,6 +346,10 @@ class RunState:
             torch_peak_alloc_mb=dict(self._torch_alloc),
             rank_peak_rss_mb=dict(self._rank_rss),
             stalled=self._stalled,
+            phase=phase,
+            phase_since=phase_since,
+            startup_ended_t=self._phases.ended_t,
+            phase_history=tuple(self._phases.history),
             host_peak_tree_rss_mb=self._host_peak_rss,
             host_peak_ram_used_mb=self._host_peak_ram,
             host_peak_build_rss_mb=self._host_peak_build,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from fttui.core.base.constants import FINAL_STATUSES
+from fttui.core.run.phases import mmss, phase_text
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.monitor import num
 
@@ -98,7 +99,10 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     ``gone``: the run directory was deleted; ``lost``: the supervisor died without a final
     status; ``cancelling``: this view asked for a cancel (the last two only count while the
     snapshot has no final status). ``detail`` (the app's status bar) also says that a starting
-    run is loading the model and at which step a failed run failed.
+    run is loading the model and at which step a failed run failed. Once the worker or the
+    samples name a startup phase (``snap.phase``), every view shows it until the first step:
+    ``STARTING: building ops (01:12)``, the time since the phase began (``snap.phase_since``) up
+    to the latest time the state has seen (``snap.last_t``).
     """
     if gone:
         return GONE
@@ -111,6 +115,8 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
             return LOST
         if cancelling:
             return CANCELLING
+        if snap.phase and st in ("starting", "running") and snap.step is None:
+            return StatusLine(f"STARTING: {phase_text(snap.phase)} ({phase_elapsed(snap)})", RUNNING)
         if detail and st == "starting":
             return StatusLine("STARTING: loading the model", RUNNING)
     msg = snap.message or ""
@@ -127,4 +133,12 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     return StatusLine(text, kind)
 
 
-__all__ = ["FinalStatus", "StatusLine", "status_line", "RUNNING"]
+def phase_elapsed(snap: RunSnapshot) -> str:
+    """``mm:ss`` in the snapshot's startup phase: from ``phase_since`` to ``last_t`` (the
+    snapshot's own times, so a view and a test read the same)."""
+    if snap.phase_since is None or snap.last_t is None:
+        return mmss(None)
+    return mmss(snap.last_t - snap.phase_since)
+
+
+__all__ = ["FinalStatus", "StatusLine", "status_line", "phase_elapsed", "RUNNING"]
