@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 from rich.console import Group
@@ -376,6 +375,8 @@ class PickerScreen(Screen):
 def read_store_rows() -> list[dict]:
     """The results-store rows (for calibrating the estimate); none when there is no store yet (it
     is not created here) or it cannot be read."""
+    import sqlite3  # here, not at the top: the picker is the first frame
+
     from fttui.core.base import paths
 
     try:
