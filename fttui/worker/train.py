@@ -79,7 +79,7 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
     trainer.train()
     log(f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "
         f"in {time.perf_counter() - t_train:.2f}s")
-    _close_process_group()
+    _close_process_group(trainer)
     return EXIT_OK
 
 
@@ -94,16 +94,26 @@ def _first_step_callback(emit):
     return FirstStepPhase()
 
 
-def _close_process_group() -> None:
+def _close_process_group(trainer) -> None:
     """Tear the process group down before the interpreter exits: left to the exit handlers,
-    gloo's threads can abort a rank ("terminate called without an active exception")."""
+    gloo's threads can abort a rank ("terminate called without an active exception").
+
+    ``destroy_process_group`` only unregisters the group: the DDP wrapper's reducer keeps it alive
+    until the interpreter finalises, where the same abort happens (seen under load, about one
+    run in four). So the Trainer's wrapped model and optimizer are released first."""
+    import gc
+
     import torch.distributed as dist
 
+    trainer.accelerator.free_memory()  # drops accelerate's references to the DDP model and optimizer
+    trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
+    gc.collect()
     if dist.is_available() and dist.is_initialized():
         try:
             dist.barrier()
         finally:
             dist.destroy_process_group()
+    gc.collect()
 
 
 def main(argv: list[str] | None = None) -> int:
