@@ -155,7 +155,9 @@ def cmd_profiles(args) -> int:
 def cmd_results(args) -> int:
     from fttui.core.results import tables
     from fttui.core.results.store import Store
+    from fttui.core.run.recover import recover_all
 
+    recover_all()
     with Store() as store:
         rows = store.rows(kind=None if args.kind == "all" else args.kind, limit=args.limit or None)
     if args.format == "json":
@@ -180,10 +182,14 @@ def cmd_ls(args) -> int:
     from fttui.core.run import rundir
     from fttui.core.results.tables import to_text
 
+    from fttui.core.run.recover import recover_all
+
+    runs = rundir.list_runs()
+    recover_all(runs)  # runs whose supervisor died get their row now that their training ended
     body = []
-    for rd in rundir.list_runs():
+    for rd in runs:
         label = rd.state_label()
-        body.append([("* " if label == "running" else "  ") + rd.run_id, label, str(rd.path)])
+        body.append([("* " if label.startswith("running") else "  ") + rd.run_id, label, str(rd.path)])
     if not body:
         print("no runs yet")
         return 0
@@ -205,14 +211,22 @@ def _find_run(run: str | None, live_only: bool = False):
 def cmd_cancel(args) -> int:
     import time
 
+    import signal
+
+    from fttui.core.run.recover import recover
+
     rd = _find_run(args.run, live_only=True)
     rd.request_cancel()
     print(f"cancelling {rd.run_id} ...", file=sys.stderr)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    killed = False
+    while time.monotonic() - start < 60:
         if rd.status() is not None or not rd.is_live():
             break
+        if not killed and time.monotonic() - start > 10 and not rd.supervisor_alive():
+            killed = rd.signal_training(signal.SIGKILL)  # no supervisor to escalate: do it here
         time.sleep(0.2)
+    recover(rd)  # no-op unless the supervisor was gone: then the row is written here
     st = rd.status() or {}
     print(f"{rd.run_id}: {st.get('status', 'still stopping')}")
     return 0 if st else 1

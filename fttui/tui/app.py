@@ -77,6 +77,8 @@ class FttuiApp(App[int]):
     def on_mount(self) -> None:
         from fttui.tui.picker import PickerScreen
 
+        self.call_after_refresh(self._finish_orphans)  # bookkeeping after the first frame
+
         if self.attach:
             self.show_run(RunDir(Path(self.attach)))
             return
@@ -88,6 +90,19 @@ class FttuiApp(App[int]):
                 self.push_screen(PickerScreen(error=str(e)))
                 return
         self.push_screen(PickerScreen())
+
+    def _finish_orphans(self) -> None:
+        self.run_worker(self._finish_orphans_now, thread=True, group="bookkeeping", exit_on_error=False)
+
+    def _finish_orphans_now(self) -> None:
+        """Write the rows of runs whose supervisor died and whose training has ended since."""
+        from fttui.core.run.recover import recover_all
+
+        done = recover_all()
+        if done:
+            names = ", ".join(rd.run_id for rd, _ in done[:3]) + (" ..." if len(done) > 3 else "")
+            self.call_from_thread(self.notify, f"finished {len(done)} run(s) whose supervisor had died: {names}",
+                                  title="rows written")
 
     # ---------------------------------------------------------------- actions
     def live_runs(self) -> list[RunDir]:

@@ -39,7 +39,9 @@ def _steps(run_dir) -> int:
 
 
 def _worker(run_dir) -> psutil.Process:
-    procs = [p for p in processes_mentioning(str(run_dir)) if "fttui.worker.train" in " ".join(p.cmdline())]
+    # The training process itself, not its log writer (whose command line carries the training's).
+    procs = [p for p in processes_mentioning(str(run_dir))
+             if "fttui.worker.train" in " ".join(p.cmdline()) and "fttui.core.run.logtee" not in p.cmdline()]
     assert procs, "no training process"
     return procs[0]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,41 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+def process_matches(pid: int | None, create_time: float | None) -> bool:
+    """``pid`` is alive and (when ``create_time`` is given) is the process started then."""
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return False
+    if not isinstance(create_time, (int, float)):
+        return True  # written before start times were kept
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - create_time) < 1.0
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Some process of process group ``pgid`` is alive (zombies count as gone)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    import psutil
+
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.Error, OSError):
+            pass
+    return False
+
+
 class RunDir:
     """A run directory and the files in it."""
 
@@ -100,6 +136,11 @@ class RunDir:
     def cancel_path(self) -> Path:
         return self.path / "cancel"
 
+    @property
+    def exit_path(self) -> Path:
+        """How the training exited, written by its log writer (:mod:`fttui.core.run.logtee`)."""
+        return self.path / "exit.json"
+
     # contents
     def profile(self) -> dict | None:
         return read_json(self.profile_path)
@@ -131,7 +172,29 @@ class RunDir:
     def exists(self) -> bool:
         return self.path.is_dir()
 
+    def exit_info(self) -> dict | None:
+        """``exit.json`` (``returncode``, ``t``) once the training has exited, else ``None``."""
+        info = read_json(self.exit_path)
+        return info if isinstance(info, dict) else None
+
+    def supervisor_alive(self) -> bool:
+        """The supervisor of supervisor.json is running: its pid is alive and was started when
+        the supervisor was (a pid reused by another process does not count)."""
+        sup = self.supervisor()
+        return bool(sup) and process_matches(sup.get("pid"), sup.get("create_time"))
+
+    def training_alive(self) -> bool:
+        """The training's process group (supervisor.json's ``train_pgid``) still has a process and
+        its log writer has not recorded an exit."""
+        sup = self.supervisor() or {}
+        pgid = sup.get("train_pgid")
+        if not isinstance(pgid, int) or pgid <= 1 or self.exit_path.exists():
+            return False
+        return group_alive(pgid)
+
     def is_live(self) -> bool:
+        """No final status yet and someone is at work: the supervisor, or (when it died) the
+        training it started."""
         if self.status_path.exists():
             return False
         sup = self.supervisor()
@@ -141,18 +204,35 @@ class RunDir:
                 return time.time() - self.path.stat().st_mtime < 30
             except OSError:
                 return False
-        return pid_alive(sup.get("pid"))
+        return self.supervisor_alive() or self.training_alive()
 
     def state_label(self) -> str:
         st = self.status()
         if st:
             return st.get("status", "unknown")
-        return "running" if self.is_live() else "lost"
+        if not self.is_live():
+            return "lost"
+        return "running" if self.supervisor() is None or self.supervisor_alive() else "running (unsupervised)"
 
     def request_cancel(self) -> None:
-        """Ask the supervisor to stop the run (it polls for this file)."""
+        """Ask the supervisor to stop the run (it polls for this file); when the supervisor is
+        gone and the training runs on, send SIGTERM to the training's process group."""
         fd = os.open(self.cancel_path, os.O_WRONLY | os.O_CREAT, 0o600)
         os.close(fd)
+        if not self.supervisor_alive():
+            self.signal_training(signal.SIGTERM)
+
+    def signal_training(self, sig: int) -> bool:
+        """Send ``sig`` to the training's process group (supervisor.json's ``train_pgid``) while
+        it runs; ``True`` when it was sent."""
+        pgid = (self.supervisor() or {}).get("train_pgid")
+        if not isinstance(pgid, int) or pgid <= 1 or not self.training_alive():
+            return False
+        try:
+            os.killpg(pgid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
 
 
 def create(resolved: dict, argv: list[str], env: dict[str, str], run_id: str | None = None, *,

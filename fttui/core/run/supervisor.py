@@ -2,10 +2,17 @@
 
 Started by ``fttui run`` (or the app) in a session of its own, so it outlives the process that
 launched it, a closed terminal and a dropped SSH connection. It starts the training command in
-its own process group, samples GPU and host memory at about 2 Hz into ``samples.jsonl``, folds
-the worker's events, and when training ends in any way writes the summary row to the store and
-then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or SIGINT) stops the whole process
-tree: SIGTERM, then SIGKILL after a grace period.
+its own process group, under its log writer (:mod:`fttui.core.run.logtee`, which masks secrets
+into ``train.log`` and records the exit in ``exit.json``), samples GPU and host memory at about
+2 Hz into ``samples.jsonl``, folds the worker's events, and when training ends in any way writes
+the summary row to the store and then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or
+SIGINT) stops the whole process tree: SIGTERM, then SIGKILL after a grace period.
+
+The training does not depend on the supervisor: if the supervisor dies, the training runs on and
+the next fttui command that looks writes its row (:mod:`fttui.core.run.recover`).
+``supervisor.json`` keeps what that needs: the supervisor's pid and start time (a reused pid is
+not it), and the training's process group (``train_pgid``, also what ``fttui cancel`` signals
+when no supervisor is there).
 
     python -m fttui.core.run.supervisor RUN_DIR
 """
@@ -16,18 +23,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import psutil
 
-from fttui.core.base.redact import Redactor
 from fttui.core.run import rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
+from fttui.core.run.recover import finish
 from fttui.core.run.state import RunState
-from fttui.core.run.summary import build_row, final_status
+from fttui.core.run.summary import final_status
 from fttui.monitor import HostSampler, make_gpu_sampler
 
 TICK_S = float(os.environ.get("FTTUI_SAMPLE_INTERVAL", "0.5"))
@@ -135,9 +140,9 @@ class Supervisor:
     # main loop ------------------------------------------------------------------------------
     def run(self) -> int:
         rd = self.rd
-        rundir.write_json_atomic(
-            rd.supervisor_path, {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time()}
-        )
+        me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(),
+              "create_time": psutil.Process().create_time()}
+        rundir.write_json_atomic(rd.supervisor_path, me)
         argv = self.command.get("argv")
         if not argv:
             self._finish(None, None, error="command.json has no argv")
@@ -148,66 +153,67 @@ class Supervisor:
         gpu = make_gpu_sampler()
         tail = JsonlTail(rd.events_path)
         t_launch = time.time()
-        log = open_private(rd.log_path)
-        with log:
+        with open_private(rd.log_path):  # the log exists (0600) before anything writes to it
+            pass
+        try:
+            # The log writer leads the training's process group; output never passes through
+            # this process, so the training outlives it.
+            self.child = subprocess.Popen(
+                [sys.executable, "-m", "fttui.core.run.logtee", str(rd.path), "--", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            self._finish(None, t_launch, error=f"could not start {argv[0]}: {e}")
+            return 1
+        rundir.write_json_atomic(rd.supervisor_path, me | {"train_pgid": self.child.pid})
+        append_jsonl(rd.events_path, {"event": "launch", "t": time.time(), "rank": -1,
+                                      "source": "supervisor", "pid": self.child.pid})
+        host = HostSampler(self.child.pid)
+        last_progress = time.time()
+        last_step = 0
+        while True:
+            tick = time.monotonic()
+            self._remember_tree()
+            self._sample(host, gpu)
+            for ev in tail.read_new():
+                self.state.apply(ev)
+            snap_step = self.state.snapshot().step or 0
+            if snap_step != last_step:
+                last_step, last_progress = snap_step, time.time()
+                if self.stalled:
+                    self.stalled = False
+                    self._event("resumed")
+            if (self.stall_after > 0 and not self.stalled
+                    and time.time() - last_progress > self.stall_after):
+                self.stalled = self.ever_stalled = True
+                self._event("stalled", seconds=round(time.time() - last_progress, 1))
+            if self.cancel_reason is None and rd.cancel_path.exists():
+                self.cancel_reason = "cancel requested"
+            if self.cancel_reason is not None:
+                self._event("cancel", reason=self.cancel_reason)
+                self.stop_tree()
+                break
+            if self.child.poll() is not None:
+                break
             try:
-                # Output goes through the supervisor so secrets are masked before they reach the
-                # log; if the supervisor dies, the training dies with it (SIGPIPE) instead of
-                # running on unwatched.
-                self.child = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as e:
-                self._finish(None, t_launch, error=f"could not start {argv[0]}: {e}")
-                return 1
-            pump = threading.Thread(target=_pump, args=(self.child.stdout, log, Redactor(env)), daemon=True)
-            pump.start()
-            append_jsonl(rd.events_path, {"event": "launch", "t": time.time(), "rank": -1,
-                                          "source": "supervisor", "pid": self.child.pid})
-            host = HostSampler(self.child.pid)
-            last_progress = time.time()
-            last_step = 0
-            while True:
-                tick = time.monotonic()
-                self._remember_tree()
-                self._sample(host, gpu)
-                for ev in tail.read_new():
-                    self.state.apply(ev)
-                snap_step = self.state.snapshot().step or 0
-                if snap_step != last_step:
-                    last_step, last_progress = snap_step, time.time()
-                    if self.stalled:
-                        self.stalled = False
-                        self._event("resumed")
-                if (self.stall_after > 0 and not self.stalled
-                        and time.time() - last_progress > self.stall_after):
-                    self.stalled = self.ever_stalled = True
-                    self._event("stalled", seconds=round(time.time() - last_progress, 1))
-                if self.cancel_reason is None and rd.cancel_path.exists():
-                    self.cancel_reason = "cancel requested"
-                if self.cancel_reason is not None:
-                    self._event("cancel", reason=self.cancel_reason)
-                    self.stop_tree()
-                    break
-                if self.child.poll() is not None:
-                    break
-                try:
-                    self.child.wait(timeout=max(0.0, TICK_S - (time.monotonic() - tick)))
-                except subprocess.TimeoutExpired:
-                    pass
-            self.reap_leftovers()
-            pump.join(timeout=5)
+                self.child.wait(timeout=max(0.0, TICK_S - (time.monotonic() - tick)))
+            except subprocess.TimeoutExpired:
+                pass
+        self.reap_leftovers()
         self._sample(host, gpu)
         for ev in tail.read_new():
             self.state.apply(ev)
-        rc = self.child.returncode
-        self._finish(rc, t_launch)
+        ex = rd.exit_info() or {}
+        rc = ex.get("returncode") if isinstance(ex.get("returncode"), int) else self.child.returncode
+        if ex.get("error"):
+            self._finish(rc, t_launch, error=str(ex["error"]))
+        else:
+            self._finish(rc, t_launch)
         gpu.close()  # never raises: NVML's errors are swallowed by the sampler
         return 0
 
@@ -230,45 +236,13 @@ class Supervisor:
 
     def _finish(self, rc: int | None, t_launch: float | None, error: str | None = None) -> None:
         status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error)
-        self._event("exit", returncode=rc, signal=status.signal, status=status.status)
-        snap = self.state.snapshot()
-        row = build_row(self.rd, snap, status, t_launch=t_launch, t_end=time.time(), stalled=self.ever_stalled)
-        status = replace(status, row_saved=save_row(row, self.rd), ended=time.time())
-        rundir.write_json_atomic(self.rd.status_path, status.to_dict())
+        finish(self.rd, self.state, status, t_launch=t_launch, t_end=time.time(), stalled=self.ever_stalled,
+               recorded_by="supervisor", source="supervisor")
 
 
 def open_private(path: Path):
     """Append-only binary file readable by the user only."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
-
-
-def _pump(pipe, log, redact: Redactor) -> None:
-    try:
-        for line in iter(pipe.readline, b""):
-            log.write(redact(line))
-    except (OSError, ValueError):
-        pass
-    finally:
-        try:
-            pipe.close()
-        except OSError:
-            pass
-
-
-def save_row(row: dict, rd: rundir.RunDir) -> bool:
-    """Write the summary row; keep a copy in the run dir whatever happens to the store."""
-    rundir.write_json_atomic(rd.path / "row.json", row)
-    from fttui.core.results.store import Store
-
-    for attempt in range(5):
-        try:
-            with Store() as store:
-                store.put(row)
-            return True
-        except Exception as e:  # any failure (sqlite, disk, a bad value): retry, then go on to status.json
-            print(f"supervisor: saving the row failed ({e!r}), attempt {attempt + 1}", file=sys.stderr, flush=True)
-            time.sleep(0.5 * (attempt + 1))
-    return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,11 @@ class RunFollower:
         """Read what is new; returns the current snapshot."""
         if self.final is None:
             self.final = self.rd.final_status()
+        if self.final is None and not self.rd.is_live():
+            # The supervisor died and the training has ended since: finish the run here.
+            from fttui.core.run.recover import recover
+
+            self.final = recover(self.rd) or self.rd.final_status()
         self.new_events = self.events.read_new()
         for ev in self.new_events:
             self.state.apply(ev)
@@ -41,7 +46,8 @@ class RunFollower:
         return self.final is not None
 
     def lost(self) -> bool:
-        """The supervisor is gone without writing a status (killed by hand, machine reboot)."""
+        """No final status and nobody at work: the supervisor is gone and the run could not be
+        finished from what it left (or another command is finishing it right now)."""
         return self.final is None and not self.rd.is_live()
 
 

@@ -1,0 +1,155 @@
+"""Finishing a run: its exit event, summary row and ``status.json``, written once.
+
+The supervisor finishes its run when the training ends (:func:`finish`). When the supervisor
+died first, the training goes on (its log writer, :mod:`fttui.core.run.logtee`, holds its output
+and records its exit in ``exit.json``), and the next fttui command that looks at the run (``ls``,
+``results``, ``attach``, the app off its first frame) finishes it with :func:`recover`:
+
+- the training exited and ``exit.json`` says how: the same verdict as the supervisor's
+  (completed, failed, oom, cancelled), from the same events;
+- nothing recorded the exit (the log writer was killed too, or the machine went down): ``completed``
+  when the worker's end event is there, else ``lost`` with the figures up to the last step.
+
+A lock file in the run directory and the check for ``status.json`` under it make sure two
+commands looking at once write one row. Rows written this way say ``recorded_by = "recovered"``:
+their GPU samples stop where the supervisor died.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import replace
+
+from fttui.core.run import rundir
+from fttui.core.run.events import read_jsonl
+from fttui.core.run.state import RunState
+from fttui.core.run.status import FinalStatus
+from fttui.core.run.summary import build_row, final_status
+
+#: A recovery lock older than this is left over by a command that died while recovering.
+STALE_LOCK_S = 120.0
+
+
+def save_row(row: dict, rd: rundir.RunDir) -> bool:
+    """Write the summary row; keep a copy in the run dir whatever happens to the store."""
+    rundir.write_json_atomic(rd.path / "row.json", row)
+    from fttui.core.results.store import Store
+
+    for attempt in range(5):
+        try:
+            with Store() as store:
+                store.put(row)
+            return True
+        except Exception as e:  # any failure (sqlite, disk, a bad value): retry, then go on to status.json
+            print(f"fttui: saving the row of {rd.run_id} failed ({e!r}), attempt {attempt + 1}",
+                  file=sys.stderr, flush=True)
+            time.sleep(0.5 * (attempt + 1))
+    return False
+
+
+def finish(rd: rundir.RunDir, state: RunState, status: FinalStatus, *, t_launch: float | None,
+           t_end: float, stalled: bool, recorded_by: str, source: str) -> FinalStatus:
+    """Append the exit event, save the summary row, then write ``status.json`` (last: its
+    presence means the run is finished)."""
+    ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "returncode": status.returncode,
+          "signal": status.signal, "status": status.status}
+    from fttui.core.run.events import append_jsonl
+
+    append_jsonl(rd.events_path, ev)
+    state.apply(ev)
+    row = build_row(rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled)
+    from fttui.core.results.store import COLUMNS as _C  # TEMP until the column lands
+    if "recorded_by" in _C:
+        row["recorded_by"] = recorded_by
+    status = replace(status, row_saved=save_row(row, rd), ended=time.time())
+    rundir.write_json_atomic(rd.status_path, status.to_dict())
+    return status
+
+
+def _lock(rd: rundir.RunDir) -> bool:
+    path = rd.path / "recover.lock"
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            return True
+        except FileExistsError:
+            try:
+                if time.time() - path.stat().st_mtime < STALE_LOCK_S:
+                    return False
+                path.unlink()
+            except FileNotFoundError:
+                continue
+        except OSError:
+            return False
+    return False
+
+
+def _unlock(rd: rundir.RunDir) -> None:
+    try:
+        (rd.path / "recover.lock").unlink()
+    except OSError:
+        pass
+
+
+def needs_recovery(rd: rundir.RunDir) -> bool:
+    """The run has no final status, its supervisor started and is gone, and nothing of the
+    training is running any more."""
+    return (not rd.status_path.exists() and rd.supervisor() is not None and not rd.supervisor_alive()
+            and not rd.training_alive())
+
+
+def recover(rd: rundir.RunDir) -> FinalStatus | None:
+    """Finish a run whose supervisor died, once its training has ended; ``None`` when there is
+    nothing to do (finished already, still live, or another command is finishing it now)."""
+    if not needs_recovery(rd) or not _lock(rd):
+        return None
+    try:
+        if rd.status_path.exists():  # finished while we waited for the lock
+            return None
+        prof = rd.profile() or {}
+        state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
+        events = read_jsonl(rd.events_path)
+        for ev in events:
+            state.apply(ev)
+        for s in read_jsonl(rd.samples_path):
+            state.apply_sample(s)
+        snap = state.snapshot()
+        times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
+        launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
+        sup = rd.supervisor() or {}
+        t_launch = launches[0] if launches else sup.get("started")
+        ex = rd.exit_info()
+        cancel = "cancel requested" if rd.cancel_path.exists() else None
+        if ex is not None and isinstance(ex.get("returncode"), int):
+            status = final_status(rd, snap, ex["returncode"], cancel)
+            t_end = float(ex.get("t") or (times[-1] if times else time.time()))
+        else:
+            t_end = times[-1] if times else time.time()
+            if snap.status == "completed":
+                status = FinalStatus("completed")
+            elif cancel:
+                status = FinalStatus("cancelled", error=cancel, error_step=snap.step)
+            else:
+                status = FinalStatus("lost", error=f"supervisor and training ended without recording the exit; "
+                                                   f"figures up to step {snap.step or 0}", error_step=snap.step)
+        stalled = any(e.get("event") == "stalled" for e in events)
+        return finish(rd, state, status, t_launch=t_launch, t_end=t_end, stalled=stalled,
+                      recorded_by="recovered", source="recovery")
+    finally:
+        _unlock(rd)
+
+
+def recover_all(runs: list[rundir.RunDir] | None = None) -> list[tuple[rundir.RunDir, FinalStatus]]:
+    """Finish every run that needs it (see :func:`recover`); returns those it finished."""
+    done = []
+    for rd in rundir.list_runs() if runs is None else runs:
+        try:
+            st = recover(rd)
+        except OSError as e:  # an unreadable run directory must not stop the others
+            print(f"fttui: cannot finish run {rd.run_id}: {e}", file=sys.stderr)
+            continue
+        if st is not None:
+            done.append((rd, st))
+    return done

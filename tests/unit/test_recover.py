@@ -1,0 +1,119 @@
+"""Finishing a run whose supervisor died (fttui.core.run.recover) on hand-made run directories:
+the verdict, the once-only write, and the supervisor's identity by pid and start time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from fttui.core.results.store import Store
+from fttui.core.run import rundir
+from fttui.core.run.events import read_jsonl
+from fttui.core.run.recover import needs_recovery, recover, recover_all
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _run_dir(home, *, end: bool, exit_rc: int | None, steps: int = 3, cancel: bool = False) -> rundir.RunDir:
+    prof = {"name": "t", "method": "lora", "model": {"name_or_path": "tiny"}, "train": {"batch_size": 2},
+            "data": {"max_seq_len": 32}, "devices": {"gpus": 0}}
+    rd = rundir.create(prof, ["python", "-c", "pass"], {})
+    t0 = time.time() - 100
+    evs = [{"event": "launch", "t": t0, "rank": -1, "source": "supervisor", "pid": 1},
+           {"event": "start", "t": t0 + 1, "rank": 0, "world_size": 1, "micro_batch": 2, "grad_accum": 1,
+            "total_steps": 10, "max_seq_len": 32, "params_total": 1000, "params_trainable": 10}]
+    for i in range(1, steps + 1):
+        evs.append({"event": "step", "t": t0 + 1 + i, "rank": 0, "step": i, "total_steps": 10, "samples": 2 * i,
+                    "tokens": 60 * i, "tokens_padded": 64 * i, "loss": 1.0, "step_time": 1.0, "train_time": float(i),
+                    "peak_rss_mb": 100.0 + i})
+    if end:
+        evs.append({"event": "end", "t": t0 + 2 + steps, "rank": 0, "step": steps, "train_time": float(steps),
+                    "samples": 2 * steps, "tokens": 60 * steps, "tokens_padded": 64 * steps})
+    with open(rd.events_path, "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in evs)
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": _dead_pid(), "pgid": 1, "started": t0,
+                                                  "create_time": t0, "train_pgid": _dead_pid()})
+    if exit_rc is not None:
+        rundir.write_json_atomic(rd.exit_path, {"returncode": exit_rc, "t": t0 + 3 + steps, "pid": 1})
+    if cancel:
+        rd.request_cancel()
+    return rd
+
+
+def _row(rd) -> dict:
+    with Store() as s:
+        return s.get(rd.run_id)
+
+
+@pytest.mark.parametrize("end, exit_rc, cancel, status", [
+    (True, 0, False, "completed"),     # exit.json and the end event
+    (True, None, False, "completed"),  # the end event alone
+    (False, -9, False, "failed"),      # killed, exit recorded: the supervisor's own verdict
+    (False, -15, True, "cancelled"),   # cancelled while unsupervised
+    (False, None, False, "lost"),      # nothing recorded the exit
+])
+def test_verdict(fttui_home, end, exit_rc, cancel, status):
+    rd = _run_dir(fttui_home, end=end, exit_rc=exit_rc, cancel=cancel)
+    assert needs_recovery(rd) and not rd.is_live()
+    st = recover(rd)
+    assert st is not None and st.status == status and st.row_saved
+    row = _row(rd)
+    assert row["status"] == status and row["steps"] == 3 and row["samples"] == 6
+    assert json.loads((rd.path / "status.json").read_text())["status"] == status
+    if status == "lost":
+        assert "up to step 3" in row["error"]
+    assert recover(rd) is None and not needs_recovery(rd)
+
+
+def test_many_commands_looking_at_once_write_one_row(fttui_home):
+    rds = [_run_dir(fttui_home, end=True, exit_rc=0) for _ in range(3)]
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(recover_all())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(rd.run_id for done in results for rd, _ in done) == sorted(rd.run_id for rd in rds)
+    for rd in rds:
+        assert sum(1 for e in read_jsonl(rd.events_path) if e.get("event") == "exit") == 1
+        assert not (rd.path / "recover.lock").exists()
+    with Store() as s:
+        assert len(s.rows(kind=None)) == 3
+
+
+def test_a_reused_pid_is_not_the_supervisor(fttui_home):
+    rd = _run_dir(fttui_home, end=False, exit_rc=None)
+    me = psutil.Process()
+    # This test process is alive, but it is not the supervisor that started at another time.
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": me.create_time() - 50})
+    assert not rd.supervisor_alive() and not rd.is_live()
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": me.create_time()})
+    assert rd.supervisor_alive() and rd.is_live() and rd.state_label() == "running"
+    assert recover(rd) is None  # live: nothing to finish
+
+
+def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_home):
+    rd = _run_dir(fttui_home, end=False, exit_rc=None)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        sup = rd.supervisor() | {"train_pgid": child.pid}
+        rundir.write_json_atomic(rd.supervisor_path, sup)
+        assert rd.training_alive() and rd.is_live() and rd.state_label() == "running (unsupervised)"
+        assert recover(rd) is None
+        rd.request_cancel()  # no supervisor: the cancel goes to the training's group
+        assert child.wait(timeout=10) == -15
+        assert not rd.is_live()
+        assert recover(rd).status == "cancelled"
+    finally:
+        child.kill()
