@@ -1,0 +1,57 @@
+"""Which optional part of fttui a run needs (the extras of ``pyproject.toml``), checked before
+launch: the app, the results and the estimate need no training stack, so an installation without
+``[train]`` is valid until a run is launched on this machine.
+
+Checks look for the packages (``importlib.util.find_spec``) without importing them: the check
+costs milliseconds and never loads torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+from fttui.core.base.constants import DEEPSPEED_SHARDINGS, KBIT_METHODS
+from fttui.core.base.errors import FttuiError
+
+#: extra -> the import names it provides.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "train": ("torch", "transformers", "peft", "accelerate"),
+    "qlora": ("bitsandbytes",),
+    "zero3": ("deepspeed",),
+}
+
+
+class MissingExtraError(FttuiError):
+    """A run needs packages of an extra that is not installed."""
+
+
+def needed_extras(method: str, sharding: str = "none") -> list[str]:
+    """The extras a run of ``method`` under ``sharding`` needs on the machine that trains."""
+    out = ["train"]
+    if method in KBIT_METHODS:
+        out.append("qlora")
+    if sharding in DEEPSPEED_SHARDINGS or method == "full-zero3-offload":
+        out.append("zero3")
+    return out
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_extras(method: str, sharding: str = "none", *,
+                 installed: Callable[[str], bool] = _installed) -> None:
+    """Raise :class:`MissingExtraError` naming the extra to install when a package is missing."""
+    for extra in needed_extras(method, sharding):
+        missing = [p for p in EXTRAS[extra] if not installed(p)]
+        if missing:
+            what = f"method {method}" + (f" with sharding {sharding}" if sharding != "none" else "")
+            raise MissingExtraError(
+                f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed): pip install 'fttui[{extra}]'")
+
+
+__all__ = ["EXTRAS", "MissingExtraError", "needed_extras", "check_extras"]
