@@ -43,7 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profiles", help="list the profiles")
     p.add_argument("--format", choices=["table", "json"], default="table")
 
-    p = sub.add_parser("results", help="the stored summary rows")
+    p = sub.add_parser("results", help="the stored summary rows; export them, import other machines' rows",
+                       description="Show the stored summary rows (default), `export` them as JSON lines "
+                                   "(every column and the environment), or `import` such files from other "
+                                   "machines (idempotent by run id; conflicts are reported, never overwritten).")
+    p.add_argument("action", nargs="?", choices=["show", "export", "import"], default="show",
+                   help="show (default), export or import")
+    p.add_argument("files", nargs="*", metavar="FILE", help="import: export files to read")
+    p.add_argument("--out", metavar="FILE", help="export: write here instead of stdout")
     p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
     p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all")
     p.add_argument("--limit", type=int, default=0, help="only the latest N rows")
@@ -158,6 +165,12 @@ def cmd_results(args) -> int:
     from fttui.core.run.recover import recover_all
 
     recover_all()
+    if args.action == "export":
+        return _results_export(args)
+    if args.action == "import":
+        return _results_import(args)
+    if args.files or args.out:
+        raise FttuiError("FILE and --out go with `fttui results export` / `fttui results import`")
     with Store() as store:
         rows = store.rows(kind=None if args.kind == "all" else args.kind, limit=args.limit or None)
     if args.format == "json":
@@ -176,6 +189,45 @@ def cmd_results(args) -> int:
         else:
             sys.stdout.write(tables.to_text(headers, body))
     return 0
+
+
+def _results_export(args) -> int:
+    from pathlib import Path
+
+    from fttui.core.results.exchange import export
+    from fttui.core.results.store import Store
+
+    if args.files:
+        raise FttuiError("`fttui results export` takes no FILE; use --out FILE")
+    with Store() as store:
+        if not args.out:
+            n = export(store, sys.stdout)
+        else:
+            out = Path(args.out)
+            tmp = out.with_name(f".{out.name}.tmp")
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    n = export(store, f)
+                os.replace(tmp, out)
+            except OSError as e:
+                raise FttuiError(f"--out {args.out}: {e.strerror or e}") from None
+    print(f"exported {n} row(s)" + (f" to {args.out}" if args.out else ""), file=sys.stderr)
+    return 0
+
+
+def _results_import(args) -> int:
+    from fttui.core.results.exchange import import_files
+    from fttui.core.results.store import Store
+
+    if not args.files:
+        raise FttuiError("`fttui results import` needs at least one FILE (made by `fttui results export`)")
+    with Store() as store:
+        rep = import_files(store, args.files)
+    print(f"imported {len(rep.added)} row(s); {len(rep.same)} already there; {len(rep.conflicts)} conflict(s)")
+    for rid, cols in rep.conflicts:
+        print(f"conflict: {rid} is stored with other figures ({', '.join(cols[:6])}"
+              f"{' ...' if len(cols) > 6 else ''}); kept the stored row", file=sys.stderr)
+    return 1 if rep.conflicts else 0
 
 
 def cmd_ls(args) -> int:

@@ -21,9 +21,22 @@ from fttui.core.results.prices import Prices
 from fttui.core.results.rows import (card_memory_mb, gpu_name, is_oom, num, peak_gb, peaks_mb,
                                      row_interconnect, versions)
 
-__all__ = ["VERSION_KEYS", "Ctx", "gpus_table", "groups_table", "per_price", "rel", "runs_table"]
+__all__ = ["VERSION_KEYS", "Ctx", "machine", "gpus_table", "groups_table", "per_price", "rel", "runs_table"]
 
 VERSION_KEYS = ("driver", "cuda", "torch", "transformers", "peft", "bitsandbytes", "deepspeed")
+
+
+def machine(r: Mapping) -> str:
+    """The machine a row ran on: its environment's host name ("" when not recorded)."""
+    env = r.get("env")
+    if isinstance(env, str):
+        import json
+
+        try:
+            env = json.loads(env)
+        except ValueError:
+            env = None
+    return str((env or {}).get("hostname") or "") if isinstance(env, dict) else ""
 
 
 @dataclass
@@ -141,9 +154,13 @@ def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
             continue
         key = tuple(r.get(k) for k in ("model", "dataset", "method", "precision", "batch_size", "grad_accum",
                                        "max_seq_len", "num_gpus"))
-        work.setdefault(key, {}).setdefault(gpu_name(r), []).append(r)
-    headers = ["model", "dataset", "gpu", "interconnect", "num_gpus", "method", "batch_size", "max_seq_len",
-               "samples_per_s", "duration", "gpu_mem_mb", "x_slowest"]
+        work.setdefault(key, {}).setdefault((gpu_name(r), machine(r)), []).append(r)
+    # Rows imported from several machines (`fttui results import`): the same GPU model on two
+    # machines is two columns of the comparison, and the table says which machine.
+    machines = {m for by in work.values() for (_, m) in by}
+    several = len(machines - {""}) > 1
+    headers = ["model", "dataset", "gpu", *(["machine"] if several else []), "interconnect", "num_gpus", "method",
+               "batch_size", "max_seq_len", "samples_per_s", "duration", "gpu_mem_mb", "x_slowest"]
     if ctx.baseline_sps:
         headers.append("rel_throughput")
     if ctx.prices is not None:
@@ -158,7 +175,8 @@ def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
         slowest = next((num(r.get("samples_per_s")) for r in picked if not is_oom(r) and num(r.get("samples_per_s"))), None)
         for r in picked:
             sps = None if is_oom(r) else num(r.get("samples_per_s"))
-            cells = [r.get("model") or "", r.get("dataset") or "", gpu_name(r), row_interconnect(r),
+            cells = [r.get("model") or "", r.get("dataset") or "", gpu_name(r), *([machine(r)] if several else []),
+                     row_interconnect(r),
                      int(r.get("num_gpus") or 0), fmt.method_label(r.get("method")), r.get("batch_size"),
                      r.get("max_seq_len"), sps, "" if is_oom(r) else fmt.duration(num(r.get("duration_s"))),
                      _mem_cell(r), None if sps is None or not slowest else sps / slowest]
