@@ -287,6 +287,7 @@ class PickerScreen(Screen):
 
     def _details(self, r: dict, overrides: dict[str, str]):
         from fttui.core.profiles import profile_summary
+        from fttui.core.profiles.summary import sharding_label
 
         s = profile_summary(r)
         micro, accum, procs, eff = effective_batch(r)
@@ -300,6 +301,7 @@ class PickerScreen(Screen):
             t.add_row("", Text(s["description"], style="italic"))
         t.add_row("model", f"{s['model']}  ({model.get('init')})")
         t.add_row("method", fmt.method_label(r["method"], train.get("optimizer")) + f"  {train.get('precision')}")
+        t.add_row("sharding", sharding_label(r))
         t.add_row("data", f"{s['dataset']}  max_seq_len {data.get('max_seq_len')}"
                           + (f"  {data.get('num_samples')} samples" if data.get("num_samples") else ""))
         where = f"{dev.get('gpus')} GPU" + ("s" if dev.get("gpus") != 1 else "") if dev.get("gpus") else "CPU"

@@ -1,6 +1,7 @@
 """Evidence of how training runs, gathered once the Trainer is set up (``start`` event): the
-wrapper around the model, the optimizer chain down to the one that steps, the process group and,
-under DeepSpeed, the engine's ZeRO settings read back from the engine (not from our config).
+wrapper around the model, the optimizer chain down to the one that steps, the process group,
+under DeepSpeed the engine's ZeRO settings read back from the engine (not from our config), and
+the sharding that runs (:func:`fttui.worker.sharding.sharding_info`).
 """
 
 from __future__ import annotations
@@ -96,4 +97,10 @@ def runtime_info(trainer) -> dict[str, Any]:
     if getattr(trainer, "is_deepspeed_enabled", False):
         engine = getattr(trainer, "deepspeed", None) or wrapped
         out["deepspeed"] = deepspeed_info(engine)
+    from .sharding import sharding_info
+
+    try:
+        out["sharding"] = sharding_info(trainer, getattr(trainer, "fttui_sharding", None))
+    except Exception as e:  # evidence only; the sharding check (trainer.py) fails the run on its own
+        out["sharding"] = {"asked": getattr(trainer, "fttui_sharding", None), "ran": None, "error": repr(e)[:300]}
     return out

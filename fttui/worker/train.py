@@ -1,8 +1,8 @@
 """Training worker entry point: ``python -m fttui.worker.train --run-dir DIR``.
 
-Also runs under ``torchrun`` (one process per rank; DDP over gloo on CPU, nccl on CUDA) and, for
-``full-zero3-offload``, under the ``deepspeed`` launcher. Reads ``DIR/profile.json`` (the resolved
-profile), appends ``phase``/``start``/``step``/``end``/``error`` events to ``DIR/events.jsonl`` and prints a
+Also runs under ``torchrun`` (one process per rank; DDP over gloo on CPU, nccl on CUDA; FSDP for
+an ``fsdp*`` sharding) and, for a ``zero*`` sharding, under the ``deepspeed`` launcher (or
+torchrun). Reads ``DIR/profile.json`` (the resolved profile), appends ``phase``/``start``/``step``/``end``/``error`` events to ``DIR/events.jsonl`` and prints a
 few human-readable lines to stdout.
 
 Exit codes: 0 completed, 1 failed, 2 bad config or data, 3 out of memory.
@@ -23,10 +23,11 @@ import time
 import traceback
 from typing import Any
 
-from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.base.constants import DEEPSPEED_SHARDINGS
 from fttui.core.run.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_code_for, one_line
+from .sharding import sharding_of
 from .startup import Emitter, env_int, setup
 from .trainer import make_trainer
 
@@ -69,7 +70,7 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
         "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }
     callback = EventCallback(emit, counters, start_fields, on_cuda=su.use_cuda, printer=log)
-    deepspeed = profile["method"] == ZERO3_OFFLOAD
+    deepspeed = sharding_of(profile) in DEEPSPEED_SHARDINGS
     # DeepSpeed builds its engine (and JIT-builds its ops on a first run) inside train(), before
     # the callbacks' on_train_begin: there the first step begins.
     phase_cbs = [_first_step_callback(emit)] if deepspeed else []

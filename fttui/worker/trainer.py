@@ -1,7 +1,9 @@
 """The Hugging Face Trainer of a run: :func:`training_args` turns the resolved profile into
-``TrainingArguments`` (with the DeepSpeed config for full-zero3-offload) and :func:`make_trainer`
-builds the counting Trainer on the model and tokenizer of a :class:`~.startup.Setup`.
-Shared by the training and probe workers; transformers is imported inside the functions.
+``TrainingArguments`` (the DeepSpeed config of a ``zero*`` sharding, the FSDP arguments of an
+``fsdp*`` one: :mod:`.sharding`) and :func:`make_trainer` builds the counting Trainer on the model
+and tokenizer of a :class:`~.startup.Setup`, with the check that the sharding which runs is the
+one asked for. Shared by the training and probe workers; transformers is imported inside the
+functions.
 """
 
 from __future__ import annotations
@@ -9,13 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS
 
 from .errors import ConfigError, one_line
-from .model_config import deepspeed_config
+from .sharding import check_sharding, deepspeed_config, fsdp_arguments, sharding_info, sharding_of, trainer_class
 from .startup import Setup
 
-__all__ = ["training_args", "make_trainer"]
+__all__ = ["training_args", "make_trainer", "sharding_check_callback"]
 
 
 def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: bool):
@@ -55,8 +57,11 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
     )
     if world > 1 and not use_cuda:
         ta_kwargs["ddp_backend"] = "gloo"
-    if profile["method"] == ZERO3_OFFLOAD:
+    sharding = sharding_of(profile)
+    if sharding in DEEPSPEED_SHARDINGS:
         ta_kwargs["deepspeed"] = deepspeed_config(profile, world)
+    elif sharding in FSDP_SHARDINGS:
+        ta_kwargs.update(fsdp_arguments(profile))
     try:
         return TrainingArguments(**ta_kwargs)
     except ValueError as e:
@@ -71,13 +76,35 @@ def make_trainer(su: Setup, profile: dict[str, Any], dataset, counters, callback
     from .data import Collator
 
     d = profile["data"]
-    trainer = CountingTrainer(
+    sharding = sharding_of(profile)
+    check = sharding_check_callback(sharding)
+    trainer = trainer_class(CountingTrainer, sharding)(
         model=su.model,
         args=training_args(profile, su.run_dir, su.world, su.use_cuda),
         train_dataset=dataset,
         data_collator=Collator(su.tok.pad_token_id, int(d.get("max_seq_len", 512)), bool(d.get("pad_to_max"))),
-        callbacks=callbacks,
+        callbacks=[*callbacks, check],
         counters=counters,
     )
+    check.trainer = trainer
+    trainer.fttui_sharding = sharding  # the start event's runtime_info reads it
     trainer.remove_callback(PrinterCallback)
     return trainer
+
+
+def sharding_check_callback(asked: str):
+    """A callback that, once the Trainer has wrapped the model (training begins, after the start
+    event), fails the run with one line when the sharding that runs is not ``asked``."""
+    from transformers import TrainerCallback
+
+    class ShardingCheck(TrainerCallback):
+        trainer = None
+
+        def on_train_begin(self, args, state, control, **kw):
+            if self.trainer is not None:
+                info = sharding_info(self.trainer, asked)
+                wrapped = getattr(self.trainer, "model_wrapped", None)
+                info["wrapper"] = type(wrapped).__name__ if wrapped is not None else None
+                check_sharding(asked, info)
+
+    return ShardingCheck()

@@ -162,7 +162,7 @@ def test_reference_profile_settings():
     assert b["train"]["gradient_checkpointing"] and b["train"]["epochs"] == 1.0
     assert b["train"]["precision"] == "fp16"
     z = load_profile("baichuan2-full-zero3", ["gpus=2", "batch_size=4"])
-    assert z["method"] == "full-zero3-offload" and z["devices"]["gpus"] == 2
+    assert (z["method"], z["sharding"], z["devices"]["gpus"]) == ("full", "zero3-offload", 2)
     ll = load_profile("llama2-7b-lora")
     assert (ll["data"]["max_seq_len"], ll["data"]["num_samples"], ll["train"]["batch_size"]) == (
         512, 274, 4)
@@ -200,5 +200,6 @@ def test_tiny_twins(name):
     assert r["model"]["init"] == "random" and r["devices"]["gpus"] == 0
     assert r["model"]["arch_config"] == dict(ARCHS["tiny-llama"].config)
     assert r["train"]["precision"] == "fp32"
-    assert r["method"] == {"tiny-full-zero3": "full-zero3-offload", "tiny-lora-emb": "lora-emb",
+    assert r["method"] == {"tiny-full-zero3": "full", "tiny-lora-emb": "lora-emb",
                            "tiny-qlora": "qlora", "tiny-lora-int8": "lora-int8"}[name]
+    assert name != "tiny-full-zero3" or r["sharding"] == "zero3-offload"

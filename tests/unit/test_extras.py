@@ -38,3 +38,16 @@ def test_missing_extra_is_one_line_naming_the_extra(method, sharding, missing, e
 def test_everything_installed_here_passes():
     check_extras("qlora", "zero3")  # this environment is [dev] = [all]
     assert set(EXTRAS) == {"train", "qlora", "zero3"}
+
+
+def test_preflight_names_the_missing_extra_before_launch(monkeypatch, fttui_home):
+    from fttui.core.base.errors import ProfileError
+    from fttui.core.profiles import load_profile
+    from fttui.core.run import extras, launch
+
+    monkeypatch.setattr(extras, "_installed", lambda name: name != "bitsandbytes")
+    with pytest.raises(ProfileError) as e:
+        launch.launch(load_profile("tiny-qlora"))
+    msg = str(e.value)
+    assert "needs fttui[qlora] (bitsandbytes not installed)" in msg and "pip install 'fttui[qlora]'" in msg
+    assert not (fttui_home / "runs").exists() or not list((fttui_home / "runs").iterdir())  # nothing launched

@@ -154,8 +154,10 @@ def _old_launcher(resolved):
     dev = resolved["devices"]
     if dev.get("launcher", "auto") != "auto":
         return dev["launcher"]
-    if resolved["method"] == "full-zero3-offload":
+    if resolved["method"] == "full-zero3-offload" or resolved.get("sharding", "none").startswith("zero"):
         return "deepspeed"
+    if resolved.get("sharding", "none").startswith("fsdp"):
+        return "torchrun"
     if _old_processes_per_node(resolved) > 1 or int(dev.get("nodes", 1)) > 1:
         return "torchrun"
     return "python"

@@ -355,7 +355,9 @@ def test_local_model_paths_resolve_from_profile_folder(isolated):
 def test_methods_all_valid():
     assert set(METHODS) == SUPPORTED_METHODS and len(METHODS) == 6
     for method in METHODS:
-        assert load_profile("tiny-full", [f"method={method}"])["method"] == method
+        r = load_profile("tiny-full", [f"method={method}"])
+        assert (r["method"], r["sharding"]) == (("full", "zero3-offload") if method == "full-zero3-offload"
+                                                else (method, "none"))
 
 
 def test_unsupported_method(monkeypatch):

@@ -126,8 +126,9 @@ class Prober:
         if world_size(resolved) != 1:
             raise FttuiError("the probe measures one process: set gpus to 1 (or 0 on CPU); "
                              "with data parallelism every card holds the same as one")
-        if resolved["method"] == "full-zero3-offload":
-            raise FttuiError("the probe does not support full-zero3-offload yet: use `fttui sweep`")
+        if resolved.get("sharding", "none") != "none" or resolved["method"] == "full-zero3-offload":
+            raise FttuiError(f"the probe does not support sharding {resolved.get('sharding', 'zero3-offload')} yet "
+                             "(each trial would need a fresh launch of all ranks): use `fttui sweep`")
         if steps < 1:
             raise FttuiError("--steps must be >= 1")
         self.resolved = resolved

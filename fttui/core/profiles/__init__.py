@@ -23,13 +23,13 @@ from fttui.core.profiles.schema import (
     ALIASES, ALL_KEYS, META_KEYS, METHODS, PATH_KEYS, SCHEMA, SECTIONS, Field)
 from fttui.core.profiles.summary import profile_summary
 from fttui.core.profiles.typed import (
-    BatchFigures, DataSettings, DeviceSettings, LimitSettings, LoraSettings, ModelSettings,
+    BatchFigures, DataSettings, DeepSpeedSettings, DeviceSettings, LimitSettings, LoraSettings, ModelSettings,
     MonitorSettings, Profile, QuantSettings, TrainSettings, Zero3Settings)
 from fttui.core.profiles.values import SUPPORTED_METHODS
 
 __all__ = [
     "ALIASES", "ALL_KEYS", "META_KEYS", "METHODS", "PATH_KEYS", "SCHEMA", "SECTIONS",
-    "SUPPORTED_METHODS", "BatchFigures", "DataSettings", "DeviceSettings", "Field",
+    "SUPPORTED_METHODS", "BatchFigures", "DataSettings", "DeepSpeedSettings", "DeviceSettings", "Field",
     "LimitSettings", "LoraSettings", "ModelSettings", "MonitorSettings", "Profile", "ProfileError",
     "ProfileRef", "QuantSettings", "SizeError", "TrainSettings", "Zero3Settings",
     "apply_overrides", "discover", "find_profile", "load_profile", "parse_size", "profile_summary",

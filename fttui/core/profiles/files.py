@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.discovery import (
     candidates, display, looks_like_path, safe_resolve, unknown_profile_hint)
-from fttui.core.profiles.schema import SCHEMA, SECTIONS, TOP, dotted
+from fttui.core.profiles.schema import SCHEMA, SECTION_ALIASES, SECTIONS, TOP, dotted
 from fttui.core.profiles.values import check_value, type_word
 
 
@@ -58,6 +58,12 @@ def normalize(data: Mapping[str, Any], file: str) -> dict[str, dict[str, Any]]:
     """Check a profile's keys and value types; returns {section: {key: value}} (TOP for top-level)."""
     out: dict[str, dict[str, Any]] = {TOP: {}}
     for name, value in data.items():
+        if name in SECTION_ALIASES and isinstance(value, dict):  # [zero3] is [deepspeed]
+            new = SECTION_ALIASES[name]
+            if isinstance(data.get(new), dict):
+                raise ProfileError(file, f"[{name}]", f"[{name}] is the old name of [{new}] and both are given",
+                                   f"move its keys under [{new}]")
+            name = new
         if name in SCHEMA[TOP]:
             out[TOP][name] = check_value(TOP, name, value, file)
             continue

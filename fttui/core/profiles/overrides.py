@@ -14,7 +14,8 @@ import tomllib
 from typing import Any, Iterable, Mapping
 
 from fttui.core.base.errors import ProfileError, did_you_mean
-from fttui.core.profiles.schema import ALIASES, ALL_KEYS, OVERRIDE, SCHEMA, SECTIONS, TOP, Field, dotted
+from fttui.core.profiles.schema import (
+    ALIASES, ALL_KEYS, OVERRIDE, SCHEMA, SECTION_ALIASES, SECTIONS, TOP, Field, dotted)
 from fttui.core.profiles.values import check_value, toml_literal
 
 
@@ -60,6 +61,7 @@ def _override_key(key: str) -> tuple[str, str, str | None]:
     key = key.strip()
     dotted = ALIASES.get(key, key)
     parts = dotted.split(".")
+    parts[0] = SECTION_ALIASES.get(parts[0], parts[0]) if len(parts) > 1 else parts[0]
     if len(parts) == 1 and parts[0] in SCHEMA[TOP]:
         if parts[0] == "extends":
             raise ProfileError(OVERRIDE, key, "extends cannot be overridden",

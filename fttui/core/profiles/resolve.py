@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from fttui.core.base.constants import SHARDING_METHODS, SHARDINGS, ZERO3_OFFLOAD
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.models.archs import ARCHS
 from fttui.core.profiles.discovery import display, find_profile, looks_like_path, origin_of, safe_resolve
@@ -82,6 +83,7 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
             resolved[section] = values
     derived: list[str] = []
     model, data, train, devices = (resolved[s] for s in ("model", "data", "train", "devices"))
+    _resolve_sharding(resolved, lambda dk: where(dk if explicit(dk) or dk != "sharding" else "method"))
     method = resolved["method"]
 
     # model
@@ -180,6 +182,32 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
     resolved["derived"] = sorted(derived)
     resolved["overrides"] = list(log)
     return resolved
+
+
+def _resolve_sharding(resolved: dict[str, Any], where: Any) -> None:
+    """``method = "full-zero3-offload"`` is method ``full`` with sharding ``zero3-offload`` (a
+    sharding given explicitly, other than ``none``, wins); then the pair must be one the
+    libraries run (:data:`~fttui.core.base.constants.SHARDING_METHODS`), and an ``-offload``
+    sharding must offload something."""
+    if resolved["method"] == ZERO3_OFFLOAD:
+        resolved["method"] = "full"
+        if resolved["sharding"] == "none":
+            resolved["sharding"] = "zero3-offload"
+    method, sharding = resolved["method"], resolved["sharding"]
+    if method not in SHARDING_METHODS[sharding]:
+        runs_with = [s for s in SHARDINGS if method in SHARDING_METHODS[s]]
+        raise ProfileError(where("sharding"), "sharding", f"method {method} cannot run with sharding {sharding}",
+                           f"sharding {sharding} runs {', '.join(SHARDING_METHODS[sharding])}; "
+                           f"method {method} runs with sharding {', '.join(runs_with)} (docs/launchers.md)")
+    ds = resolved["deepspeed"]
+    if sharding.endswith("-offload") and sharding.startswith("zero"):
+        moved = ds["offload_optimizer"] or (sharding == "zero3-offload" and ds["offload_params"])
+        if not moved:
+            what = ("deepspeed.offload_optimizer and deepspeed.offload_params are both false"
+                    if sharding == "zero3-offload" else "deepspeed.offload_optimizer is false")
+            raise ProfileError(where("deepspeed.offload_optimizer"), "deepspeed.offload_optimizer",
+                               f"sharding {sharding} offloads nothing: {what}",
+                               f"use sharding = \"{sharding.removesuffix('-offload')}\", or set offload_optimizer = true")
 
 
 def load_profile(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from fttui.core.base.constants import METHODS
+from fttui.core.base.constants import METHODS, SHARDINGS
 
 SYNTHETIC = "synthetic"
 SYNTHETIC_DEFAULT_SAMPLES = 256
@@ -43,6 +43,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "description": Field("str", ""),
         "extends": Field("str", None),
         "method": Field("str", "lora", METHODS),
+        # how states are spread over ranks, orthogonal to the method (docs/launchers.md)
+        "sharding": Field("str", "none", SHARDINGS),
     },
     "model": {
         "name_or_path": Field("str", None),
@@ -93,7 +95,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # that call run)
         "prepare": Field("str", "peft", ("peft", "none")),
     },
-    "zero3": {
+    # DeepSpeed settings of every zero* sharding (old name [zero3], still read: SECTION_ALIASES).
+    # What goes to the host under a *-offload sharding: the optimizer states, and under zero3 the
+    # parameters; both are ignored without -offload.
+    "deepspeed": {
         "offload_optimizer": Field("bool", True),
         "offload_params": Field("bool", True),
         "pin_memory": Field("bool", True),
@@ -117,6 +122,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
 }
 
 SECTIONS: tuple[str, ...] = tuple(s for s in SCHEMA if s != TOP)
+
+#: old section names, read as the new ones (files and ``--set``)
+SECTION_ALIASES: dict[str, str] = {"zero3": "deepspeed"}
 
 #: short ``--set`` names
 ALIASES: dict[str, str] = {
@@ -149,5 +157,5 @@ ALL_KEYS: tuple[str, ...] = tuple(dotted(s, k) for s, keys in SCHEMA.items() for
 
 __all__ = [
     "ALIASES", "ALL_KEYS", "META_KEYS", "METHODS", "OVERRIDE", "PATH_KEYS", "QLORA_DEFAULT_OPTIMIZER",
-    "SCHEMA", "SECTIONS", "SYNTHETIC", "SYNTHETIC_DEFAULT_SAMPLES", "TOP", "Field", "dotted",
+    "SCHEMA", "SECTIONS", "SECTION_ALIASES", "SYNTHETIC", "SYNTHETIC_DEFAULT_SAMPLES", "TOP", "Field", "dotted",
 ]

@@ -13,6 +13,26 @@ from typing import Any, Mapping
 from fttui.core.profiles.typed import Profile
 
 
+def sharding_label(resolved: Mapping[str, Any]) -> str:
+    """The sharding in words: ``zero3-offload (DeepSpeed ZeRO-3; optimizer states, parameters on
+    the host)``, ``none (DDP over 2 processes)``..."""
+    prof = Profile.from_partial(resolved)
+    sharding = prof.sharding_asked()
+    ds = prof.deepspeed
+    if sharding == "none":
+        procs = prof.world_size()
+        return f"none (DDP over {procs} processes)" if procs > 1 else "none"
+    if sharding.startswith("zero"):
+        stage = sharding[4]
+        host = []
+        if sharding.endswith("-offload"):
+            host = (["optimizer states"] if ds.offload_optimizer else []) + (
+                ["parameters"] if stage == "3" and ds.offload_params else [])
+        return f"{sharding} (DeepSpeed ZeRO-{stage}" + (f"; {', '.join(host)} on the host)" if host else ")")
+    return f"{sharding} (PyTorch FSDP2" + ("; parameters, gradients, optimizer states on the host)"
+                                          if sharding.endswith("-offload") else ")")
+
+
 def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:
     """The figures ``fttui profiles`` shows for one resolved profile."""
     model, data = resolved["model"], resolved["data"]
@@ -25,6 +45,7 @@ def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:
         "description": resolved.get("description", ""),
         "model": label,
         "method": resolved["method"],
+        "sharding": Profile.from_partial(resolved).sharding_asked(),
         "batch_size": train["batch_size"],
         "grad_accum": train["grad_accum"],
         "gpus": devices["gpus"],
@@ -37,4 +58,4 @@ def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["profile_summary"]
+__all__ = ["profile_summary", "sharding_label"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Self
 
-from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS, ZERO3_OFFLOAD
 from fttui.core.profiles.resolve import load_profile
 from fttui.core.profiles.schema import SCHEMA, TOP
 
@@ -136,11 +136,17 @@ class QuantSettings(_Section):
 
 
 @dataclass(frozen=True)
-class Zero3Settings(_Section):
-    SECTION: ClassVar[str] = "zero3"
+class DeepSpeedSettings(_Section):
+    """``[deepspeed]`` (old name ``[zero3]``): what a ``*-offload`` ZeRO sharding puts on the host."""
+
+    SECTION: ClassVar[str] = "deepspeed"
     offload_optimizer: bool
     offload_params: bool
     pin_memory: bool
+
+
+#: the old name of :class:`DeepSpeedSettings`
+Zero3Settings = DeepSpeedSettings
 
 
 @dataclass(frozen=True)
@@ -183,7 +189,7 @@ class MonitorSettings(_Section):
 SECTION_TYPES: dict[str, type[_Section]] = {
     cls.SECTION: cls
     for cls in (ModelSettings, DataSettings, TrainSettings, LoraSettings, QuantSettings,
-                Zero3Settings, DeviceSettings, LimitSettings, MonitorSettings)
+                DeepSpeedSettings, DeviceSettings, LimitSettings, MonitorSettings)
 }
 
 #: the meta keys' values when a partial dict leaves them out
@@ -209,12 +215,13 @@ class Profile:
     description: str
     extends: str | None
     method: str
+    sharding: str
     model: ModelSettings
     data: DataSettings
     train: TrainSettings
     lora: LoraSettings
     quant: QuantSettings
-    zero3: Zero3Settings
+    deepspeed: DeepSpeedSettings
     devices: DeviceSettings
     limits: LimitSettings
     monitor: MonitorSettings
@@ -238,7 +245,9 @@ class Profile:
         figures only; it checks nothing."""
         values: dict[str, Any] = {}
         for n in _names(cls):
-            if n in SECTION_TYPES:
+            if n == "deepspeed" and n not in resolved:  # a profile.json written before sharding
+                values[n] = DeepSpeedSettings.from_partial(resolved.get("zero3"))
+            elif n in SECTION_TYPES:
                 values[n] = SECTION_TYPES[n].from_partial(resolved.get(n))
             else:
                 default = _META_DEFAULTS[n] if n in _META_DEFAULTS else SCHEMA[TOP][n].default
@@ -269,13 +278,22 @@ class Profile:
         procs = self.world_size()
         return BatchFigures(micro, accum, procs, micro * accum * procs)
 
+    def sharding_asked(self) -> str:
+        """The sharding this profile asks for; a ``profile.json`` written before sharding says
+        ``method = "full-zero3-offload"`` instead, which is ``zero3-offload``."""
+        return "zero3-offload" if self.method == ZERO3_OFFLOAD else self.sharding
+
     def launcher(self) -> str:
-        """The launcher that starts the run: the profile's, or for ``auto`` deepspeed (ZeRO-3
-        offload), torchrun (several processes) or plain python (one)."""
+        """The launcher that starts the run: the profile's, or for ``auto`` DeepSpeed's (a
+        ``zero*`` sharding), torchrun (an ``fsdp*`` sharding, or several processes) or plain
+        python (one process)."""
         if self.devices.launcher != "auto":
             return self.devices.launcher
-        if self.method == ZERO3_OFFLOAD:
+        sharding = self.sharding_asked()
+        if sharding in DEEPSPEED_SHARDINGS:
             return "deepspeed"
+        if sharding in FSDP_SHARDINGS:
+            return "torchrun"
         if self.devices.processes_per_node() > 1 or int(self.devices.nodes or 1) > 1:
             return "torchrun"
         return "python"
@@ -284,5 +302,5 @@ class Profile:
 __all__ = [
     "BatchFigures", "DataSettings", "DeviceSettings", "LimitSettings", "LoraSettings",
     "ModelSettings", "MonitorSettings", "Profile", "QuantSettings", "SECTION_TYPES",
-    "TrainSettings", "Zero3Settings",
+    "TrainSettings", "DeepSpeedSettings", "Zero3Settings",
 ]

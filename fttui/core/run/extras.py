@@ -43,15 +43,26 @@ def _installed(name: str) -> bool:
         return False
 
 
-def check_extras(method: str, sharding: str = "none", *,
-                 installed: Callable[[str], bool] = _installed) -> None:
-    """Raise :class:`MissingExtraError` naming the extra to install when a package is missing."""
+def missing_extra(method: str, sharding: str = "none", *,
+                  installed: Callable[[str], bool] | None = None) -> tuple[str, list[str]] | None:
+    """The first extra the run needs whose packages are not all installed, with those packages."""
+    installed = installed or _installed
     for extra in needed_extras(method, sharding):
         missing = [p for p in EXTRAS[extra] if not installed(p)]
         if missing:
-            what = f"method {method}" + (f" with sharding {sharding}" if sharding != "none" else "")
-            raise MissingExtraError(
-                f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed): pip install 'fttui[{extra}]'")
+            return extra, missing
+    return None
 
 
-__all__ = ["EXTRAS", "MissingExtraError", "needed_extras", "check_extras"]
+def check_extras(method: str, sharding: str = "none", *,
+                 installed: Callable[[str], bool] | None = None) -> None:
+    """Raise :class:`MissingExtraError` naming the extra to install when a package is missing."""
+    found = missing_extra(method, sharding, installed=installed)
+    if found:
+        extra, missing = found
+        what = f"method {method}" + (f" with sharding {sharding}" if sharding != "none" else "")
+        raise MissingExtraError(
+            f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed): pip install 'fttui[{extra}]'")
+
+
+__all__ = ["EXTRAS", "MissingExtraError", "needed_extras", "missing_extra", "check_extras"]

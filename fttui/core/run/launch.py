@@ -2,8 +2,8 @@
 
 The training command is an argument list, never a shell string. The launcher is an existing one:
 plain ``python -m`` for one process, ``torch.distributed.run`` (torchrun) for several processes
-or machines, and DeepSpeed's own launcher for ZeRO-3 offload, because ``accelerate launch
---cpu`` silently ignores a DeepSpeed config (see docs/launchers.md).
+or machines and for FSDP, and DeepSpeed's own launcher for the ZeRO shardings, because
+``accelerate launch --cpu`` silently ignores a DeepSpeed config (see docs/launchers.md).
 
 Ports: a single-node run needs no agreed port, so torchrun gets ``--standalone`` (it picks a free
 port itself) and the deepspeed / accelerate launchers get ``devices.main_port`` when it is free,
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS
 from fttui.core.profiles import Profile
 from fttui.core.run import rundir
 from fttui.core.base.errors import FttuiError, ProfileError
@@ -58,12 +58,7 @@ def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> l
     worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir)]
     launcher = prof.launcher()
     src = prof.source or "?"
-    if prof.method == ZERO3_OFFLOAD and launcher in ("python", "accelerate"):
-        # python: no process group for DeepSpeed; accelerate launch --cpu ignores a DeepSpeed
-        # config and one accelerate process is plain python (the worker would refuse it late).
-        raise ProfileError(src, "devices.launcher",
-                           f"method full-zero3-offload cannot run under the {launcher} launcher",
-                           "set devices.launcher = \"auto\" or \"deepspeed\"")
+    check_launcher(prof, launcher)
     if launcher == "python":
         if nproc * nodes != 1:
             raise ProfileError(
@@ -109,6 +104,34 @@ def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> l
         return [*cmd, "--module", WORKER_MODULE, "--run-dir", str(run_dir)]
     raise ProfileError(src, "devices.launcher", f"unknown launcher {launcher!r}",
                        "use auto, python, torchrun, accelerate or deepspeed")
+
+
+#: the launchers that run each kind of sharding (the first is what ``auto`` picks)
+SHARDING_LAUNCHERS: dict[str, tuple[str, ...]] = {
+    **{s: ("deepspeed", "torchrun") for s in DEEPSPEED_SHARDINGS},
+    **{s: ("torchrun", "accelerate") for s in FSDP_SHARDINGS},
+}
+
+
+def check_launcher(prof: Profile, launcher: str) -> None:
+    """ProfileError (one line) when the launcher cannot run the profile's sharding.
+
+    ZeRO: python starts no process group for DeepSpeed, and ``accelerate launch`` ignores a
+    DeepSpeed config handed to the Trainer (``--cpu``: one plain process). FSDP: the Trainer
+    refuses FSDP outside a process group (plain python, or accelerate with one process, which
+    fttui starts with ``--cpu`` on CPU), and DeepSpeed's launcher is for DeepSpeed."""
+    sharding = prof.sharding_asked()
+    allowed = SHARDING_LAUNCHERS.get(sharding)
+    if allowed is None:
+        return
+    procs = prof.world_size()
+    if launcher in allowed and not (launcher == "accelerate" and procs == 1):
+        return
+    ok = [a for a in allowed if not (a == "accelerate" and procs == 1)]
+    raise ProfileError(prof.source or "?", "devices.launcher",
+                       f"sharding {sharding} cannot run under the {launcher} launcher"
+                       + (" with one process" if launcher == "accelerate" and launcher in allowed else ""),
+                       "set devices.launcher = " + " or ".join(f'\"{a}\"' for a in ["auto", *ok]))
 
 
 def child_env(resolved: dict) -> dict[str, str]:
@@ -212,4 +235,5 @@ def launch(resolved: dict, run_id: str | None = None,
     return rd
 
 
-__all__ = ["launch", "prepare", "start_supervisor", "build_command", "check_rendezvous", "free_port", "FttuiError"]
+__all__ = ["launch", "prepare", "start_supervisor", "build_command", "check_launcher", "check_rendezvous",
+           "free_port", "SHARDING_LAUNCHERS", "FttuiError"]

@@ -6,9 +6,10 @@ import json
 import os
 from pathlib import Path
 
-from fttui.core.base.constants import METHODS
+from fttui.core.base.constants import METHODS, ZERO3_OFFLOAD
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
 from fttui.core.profiles.schema import OVERRIDE
+from fttui.core.run.extras import missing_extra
 
 # Methods this build runs end to end. The others are named in profiles but refused before launch.
 RUNNABLE_METHODS = set(METHODS)
@@ -71,17 +72,19 @@ def _check_stack(resolved: dict, src: str, gpus: int, n_visible: int) -> None:
         if importlib.util.find_spec("flash_attn") is None:
             raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs the flash-attn package",
                                "pip install flash-attn, or use attn_implementation = \"sdpa\"")
-    if method in ("qlora", "lora-int8") and importlib.util.find_spec("bitsandbytes") is None:
-        raise ProfileError(src, "method", f"{method} needs the bitsandbytes package", "pip install bitsandbytes")
-    if method == "full-zero3-offload":
-        if importlib.util.find_spec("deepspeed") is None:
-            raise ProfileError(src, "method", "full-zero3-offload needs the deepspeed package", "pip install deepspeed")
-        from fttui.core.run.topology import world_size
-
-        if gpus == 0 and world_size(resolved) > 1:
-            raise ProfileError(src, "devices.cpu_processes",
-                               "ZeRO-3 with several CPU ranks is not trustworthy (ranks disagree on the world size)",
-                               "use one CPU process, or GPUs")
+    sharding = resolved.get("sharding", "none")
+    if method == ZERO3_OFFLOAD:  # a profile.json written before sharding
+        method, sharding = "full", "zero3-offload"
+    found = missing_extra(method, sharding)  # the optional parts of fttui (pyproject extras) it needs
+    if found:
+        extra, missing = found
+        key = "sharding" if extra == "zero3" else "method"
+        what = f"sharding {sharding}" if extra == "zero3" else f"method {method}"
+        raise ProfileError(src, key, f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed)",
+                           f"pip install 'fttui[{extra}]'")
+    if sharding == "fsdp-offload" and (gpus == 0 or n_visible == 0):
+        raise ProfileError(src, "sharding", "sharding fsdp-offload needs CUDA GPUs (it offloads from the GPU to the host)",
+                           "use sharding = \"fsdp\" on CPU ranks")
 
 
 def _check_bf16(src: str, precision: str) -> None:

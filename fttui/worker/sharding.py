@@ -1,0 +1,269 @@
+"""The sharding a run asks for (profile key ``sharding``), as the Trainer runs it, and what ran.
+
+- ``zero2`` / ``zero2-offload`` / ``zero3`` / ``zero3-offload``: :func:`deepspeed_config`, the
+  DeepSpeed config handed to ``TrainingArguments(deepspeed=dict)`` (stage 2 or 3; ``-offload``:
+  the optimizer states on the host, for stage 3 the parameters too, as ``[deepspeed]`` says).
+- ``fsdp`` / ``fsdp-offload``: :func:`fsdp_arguments`, PyTorch FSDP2 through the Trainer and
+  accelerate (``-offload``: parameters, gradients and optimizer states on the host; GPU only).
+  accelerate switches to FSDP only for GPU-like device types: on CPU ranks it would silently run
+  DDP. :func:`trainer_class` gives the Trainer a subclass whose accelerator, right after it is
+  created, is put in FSDP mode with the same plugin when it stayed in CPU DDP mode; accelerate's
+  own ``prepare`` then shards the model (``fully_shard``), nothing else changes.
+- :func:`sharding_info` reads back what runs (the DeepSpeed engine's stage and offload devices,
+  the FSDP-wrapped module and its offload policy, the parameters this rank holds);
+  :func:`check_sharding` fails the run when that is not what the profile asked for.
+
+Imports nothing heavy at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS, ZERO3_OFFLOAD
+
+from .errors import ConfigError
+
+__all__ = ["sharding_of", "deepspeed_settings", "deepspeed_config", "fsdp_arguments", "trainer_class",
+           "sharding_info", "check_sharding", "held_tensors"]
+
+
+def sharding_of(profile: dict[str, Any]) -> str:
+    """The sharding a resolved profile asks for (a ``profile.json`` of an older run has no
+    ``sharding`` key: its ``full-zero3-offload`` method is ZeRO-3 offload, anything else none)."""
+    if profile.get("method") == ZERO3_OFFLOAD:
+        return "zero3-offload"
+    return str(profile.get("sharding") or "none")
+
+
+def deepspeed_settings(profile: dict[str, Any]) -> dict[str, Any]:
+    """The ``[deepspeed]`` settings (``[zero3]`` in a ``profile.json`` written before sharding)."""
+    return dict(profile.get("deepspeed") or profile.get("zero3") or {})
+
+
+def deepspeed_config(profile: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """The DeepSpeed config of a ``zero*`` sharding: stage 2 or 3; ``-offload`` puts the optimizer
+    states (``offload_optimizer``) and, for stage 3, the parameters (``offload_params``) on the
+    host, page-locked when ``pin_memory``. No ``optimizer`` section: the Trainer's optimizer is
+    used (DeepSpeed swaps in its CPU Adam when the optimizer states are offloaded)."""
+    sharding = sharding_of(profile)
+    if sharding not in DEEPSPEED_SHARDINGS:
+        raise ConfigError(f"sharding: {sharding!r} is not a DeepSpeed sharding ({', '.join(DEEPSPEED_SHARDINGS)})")
+    t = profile["train"]
+    z = deepspeed_settings(profile)
+    stage = 3 if sharding.startswith("zero3") else 2
+    offload = sharding.endswith("-offload")
+    micro = int(t.get("batch_size", 1))
+    accum = int(t.get("grad_accum", 1))
+    pin = bool(z.get("pin_memory", True))
+    zero: dict[str, Any] = {
+        "stage": stage,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": "auto",
+    }
+    if stage == 3:
+        zero.update({
+            "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto",
+            "stage3_gather_16bit_weights_on_model_save": True,
+        })
+    else:
+        zero.update({"allgather_partitions": True, "allgather_bucket_size": 2e8, "reduce_scatter": True})
+    if offload and z.get("offload_optimizer", True):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+    if offload and stage == 3 and z.get("offload_params", True):
+        zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
+    precision = t.get("precision", "fp32")
+    return {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": micro * accum * max(1, int(world_size)),
+        "gradient_clipping": "auto",
+        "fp16": {"enabled": precision == "fp16"},
+        "bf16": {"enabled": precision == "bf16"},
+        "zero_optimization": zero,
+        "steps_per_print": 1_000_000_000,
+        "wall_clock_breakdown": False,
+    }
+
+
+def fsdp_arguments(profile: dict[str, Any]) -> dict[str, Any]:
+    """``TrainingArguments`` keys of an ``fsdp*`` sharding: FSDP2, every decoder layer its own
+    unit (the model's ``_no_split_modules``), parameters resharded after the forward (full
+    sharding of parameters, gradients and optimizer states); ``fsdp-offload`` adds the CPU
+    offload policy."""
+    sharding = sharding_of(profile)
+    if sharding not in FSDP_SHARDINGS:
+        raise ConfigError(f"sharding: {sharding!r} is not an FSDP sharding ({', '.join(FSDP_SHARDINGS)})")
+    return {"fsdp": "full_shard", "fsdp_config": {
+        "version": 2,
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "reshard_after_forward": True,
+        "cpu_offload": sharding == "fsdp-offload",
+        "state_dict_type": "FULL_STATE_DICT",
+    }}
+
+
+def _promote_fsdp(trainer) -> None:
+    """FSDP on CPU ranks: accelerate leaves a CPU process group in DDP mode (``MULTI_CPU``) even
+    with an FSDP plugin; put the state in FSDP mode with the plugin the Trainer built its
+    arguments for, before anything is prepared. Other modes are left alone (the check after
+    preparation says what ran)."""
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    args_plugin = getattr(trainer.args, "fsdp_plugin_args", None)
+    state = trainer.accelerator.state
+    if args_plugin is None or getattr(state, "fsdp_plugin", None) is not None:
+        return
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        return
+    plugin = FullyShardedDataParallelPlugin(**args_plugin)
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.fsdp_plugin = plugin
+    state.distributed_type = DistributedType.FSDP
+    from accelerate.state import PartialState
+
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    trainer.is_fsdp_enabled = True
+
+
+def trainer_class(base: type, sharding: str) -> type:
+    """``base`` (the counting Trainer), or for an FSDP sharding a subclass that keeps FSDP on
+    CPU ranks (:func:`_promote_fsdp`)."""
+    if sharding not in FSDP_SHARDINGS:
+        return base
+
+    class FsdpTrainer(base):  # type: ignore[misc, valid-type]
+        def create_accelerator_and_postprocess(self) -> None:
+            super().create_accelerator_and_postprocess()
+            _promote_fsdp(self)
+
+    FsdpTrainer.__name__ = FsdpTrainer.__qualname__ = f"Fsdp{base.__name__}"
+    return FsdpTrainer
+
+
+def _qualname(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__name__}"
+
+
+def _local_numel(p) -> int:
+    """Elements of a parameter this rank holds: a DTensor's local shard, a ZeRO-3 partition."""
+    ds = getattr(p, "ds_tensor", None)
+    if ds is not None:
+        return int(ds.numel())
+    to_local = getattr(p, "to_local", None)
+    if callable(to_local):
+        return int(to_local().numel())
+    return int(p.numel())
+
+
+def _fsdp_modules(model) -> list:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def _fsdp_offload(modules) -> bool | None:
+    """Whether the FSDP2 parameter groups offload to the host (their offload policy)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    seen = None
+    for m in modules:
+        try:
+            group = m._get_fsdp_state()._fsdp_param_group
+        except AttributeError:  # evidence only: a torch whose FSDP2 internals moved
+            return None
+        if group is not None:
+            seen = bool(seen) or isinstance(group.offload_policy, CPUOffloadPolicy)
+    return seen
+
+
+def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
+    """What shards the run, read back from the objects that train: ``ran`` (a ``sharding``
+    value), ``distributed_type`` (accelerate's), and per kind the engine's ZeRO stage and
+    offload devices or the FSDP modules and offload policy; ``params`` / ``params_local``:
+    elements of every parameter and of the part this rank holds."""
+    info: dict[str, Any] = {"asked": asked}
+    acc = getattr(trainer, "accelerator", None)
+    dtype = getattr(getattr(acc, "state", None), "distributed_type", None)
+    info["distributed_type"] = getattr(dtype, "value", None if dtype is None else str(dtype))
+    wrapped = getattr(trainer, "model_wrapped", None)
+    model = wrapped if wrapped is not None else getattr(trainer, "model", None)
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        engine = getattr(trainer, "deepspeed", None) or wrapped
+        stage = engine.zero_optimization_stage()
+        devices = []
+        for fn in ("zero_offload_optimizer", "zero_offload_param"):
+            conf = getattr(engine, fn)()
+            dev = getattr(conf, "device", None) if conf is not None else None
+            devices.append(str(getattr(dev, "value", dev) or "none"))
+        offload = any(d in ("cpu", "nvme") for d in devices)
+        info.update(kind="deepspeed", zero_stage=stage, offload_optimizer=devices[0], offload_param=devices[1],
+                    ran=f"zero{stage}" + ("-offload" if offload else "") if stage in (2, 3) else f"zero{stage}")
+        model = getattr(engine, "module", model)
+    else:
+        fsdp = _fsdp_modules(model) if model is not None else []
+        if fsdp:
+            offload = _fsdp_offload(fsdp)
+            info.update(kind="fsdp", fsdp_modules=len(fsdp), fsdp_root=_qualname(model), offload=offload,
+                        ran="fsdp-offload" if offload else "fsdp")
+        else:
+            info.update(kind="none", ran="none")
+    params = local = 0
+    seen: set[int] = set()
+    for p in (model.parameters() if model is not None else ()):
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        params += int(getattr(p, "ds_numel", None) or p.numel())
+        local += _local_numel(p)
+    info["params"], info["params_local"] = params, local
+    return info
+
+
+def check_sharding(asked: str, info: dict[str, Any]) -> None:
+    """ConfigError (one line) when the sharding that runs is not the one asked for."""
+    ran = info.get("ran")
+    if ran == asked:
+        return
+    raise ConfigError(f"sharding {asked!r} was asked for but {ran!r} runs (accelerate distributed type "
+                      f"{info.get('distributed_type')}, wrapper {info.get('wrapper') or '?'}); "
+                      "refusing to record a run under the wrong sharding")
+
+
+def held_tensors(trainer) -> dict[str, int]:
+    """Bytes this rank holds in parameters and optimizer states, from the tensors themselves
+    (local shards of DTensors; ZeRO-3 partitions; DeepSpeed's flat fp32 partitions)."""
+    import torch
+
+    def nbytes(t) -> int:
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        return int(t.numel() * t.element_size())
+
+    wrapped = getattr(trainer, "model_wrapped", None) or trainer.model
+    model = getattr(wrapped, "module", wrapped) if getattr(trainer, "is_deepspeed_enabled", False) else wrapped
+    params = 0
+    seen: set[int] = set()
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            ds = getattr(p, "ds_tensor", None)
+            params += nbytes(ds) if ds is not None else nbytes(p)
+    opt = trainer.optimizer
+    inner = opt
+    for _ in range(6):  # accelerate / DeepSpeed wrappers down to the optimizer that holds state
+        nxt = getattr(inner, "optimizer", None)
+        if nxt is None or nxt is inner:
+            break
+        inner = nxt
+    states = 0
+    seen_t: set[int] = set()
+    for st in getattr(inner, "state", {}).values():
+        for v in st.values():
+            if isinstance(v, torch.Tensor) and v.dim() > 0 and id(v) not in seen_t:
+                seen_t.add(id(v))
+                states += nbytes(v)
+    return {"params": params, "optimizer_states": states}
