@@ -8,6 +8,7 @@ import time
 
 from fttui.core.base import fmt
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
+from fttui.core.run.perf import mfu_text
 from fttui.core.run.phases import mmss, phase_text
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
@@ -31,7 +32,21 @@ def progress_line(snap) -> str:
         parts.append(f"host RSS {fmt.mb(snap.host.tree_rss_mb)}")
     if snap.gpu is not None and snap.gpu.available and snap.gpu.gpus:
         parts.append(gpu_part(snap.gpu))
+    if snap.cards:
+        parts.append("MFU " + " ".join(mfu_text(c.mfu) for c in snap.cards))
     return "  ".join(parts)
+
+
+def near_oom_line(snap) -> str | None:
+    """The headless warning when a card comes close to an OOM (fttui.core.run.perf), else None:
+    ``NEAR OOM: GPU 2: 3 allocator retries (lowest headroom 812 MB, threshold 4.0 GB)``."""
+    if not snap.near_oom:
+        return None
+    card = next((c for c in snap.cards if c.near_oom), None)
+    tail = ""
+    if card is not None and card.min_headroom_mb is not None:
+        tail = f" (lowest headroom {fmt.mb(card.min_headroom_mb)}, threshold {fmt.mb(card.threshold_mb)})"
+    return f"NEAR OOM: {snap.near_oom_reason}{tail}"
 
 
 def phase_lines(snap, printed: int) -> list[str]:
@@ -92,10 +107,35 @@ def summary_lines(rd: RunDir) -> list[str]:
         f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
         f"  peak GPU {';'.join(f'{x:.0f}' for x in row.get('peak_gpu_mem_mb') or []) or '-'} MB",
     ]
+    perf = perf_summary(row)
+    if perf:
+        lines.append(perf)
     if row.get("error"):
         lines.append(f"  error: {row['error']}")
     lines.append(f"  run dir {rd.path}")
     return lines
+
+
+def perf_summary(row: dict) -> str | None:
+    """``  MFU 41% 40% per card (1.49e+10 FLOPs/token)  lowest headroom 9.3 GB 14.1 GB  allocator
+    retries 0 0``, with ``NEAR OOM`` when a card came close; a CPU run's only ``  7.06e+05
+    FLOPs/token``; None when the row has none of these."""
+    def per_card(key: str, show) -> str:
+        vals = row.get(key)
+        return " ".join(show(v) for v in vals) if isinstance(vals, list) and vals else "-"
+
+    fpt = row.get("flops_per_token")
+    fpt = f"{fpt:.3g} FLOPs/token" if isinstance(fpt, (int, float)) else None
+    if not isinstance(row.get("mfu"), list):  # no card (CPU run): the model's figure only
+        return None if fpt is None else f"  {fpt}"
+    text = f"  MFU {per_card('mfu', mfu_text)} per card" + (f" ({fpt})" if fpt else "")
+    if isinstance(row.get("min_headroom_mb"), list):
+        text += f"  lowest headroom {per_card('min_headroom_mb', fmt.mb)}"
+    if isinstance(row.get("alloc_retries"), list):
+        text += f"  allocator retries {per_card('alloc_retries', lambda v: '-' if v is None else str(v))}"
+    if row.get("near_oom") in (1, True):
+        text += "  NEAR OOM"
+    return text
 
 
 def _row(rd: RunDir) -> dict | None:
@@ -139,7 +179,7 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
 def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
-    phases_printed = 0
+    phases_printed, warned = 0, None
     dev = (f.rd.profile() or {}).get("devices", {})
     while True:
         snap = f.poll()
@@ -159,6 +199,10 @@ def _follow_plain(f: RunFollower) -> None:
         if snap.step and snap.step != last_step and (now - last_print >= 1.0 or snap.step == snap.total_steps):
             print(progress_line(snap), flush=True)
             last_print, last_step = now, snap.step
+        warning = near_oom_line(snap)
+        if warning is not None and snap.near_oom_reason != warned:
+            warned = snap.near_oom_reason  # once per reason: the counters only grow
+            print(warning, flush=True)
         if snap.stalled != stalled:
             stalled = snap.stalled
             print("STALLED: no training step for longer than the stall timeout (the process is alive)"
@@ -207,11 +251,18 @@ def _render(snap, f: RunFollower):
             from fttui.monitor import cards_run_first
 
             named = snap.gpu.visible is not None
+            perf = {p.index: p for p in snap.cards}
             for c in cards_run_first(snap.gpu):
                 g = c.gpu
-                t.add_row(f"GPU {g.index}" + (" *run" if named and c.run else ""),
-                          f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
-                          f"  util {fmt.pct(g.util_pct)}  {g.name}")
+                p = perf.get(g.index) if c.run else None
+                line = Text(f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
+                            f"  util {fmt.pct(g.util_pct)}  {g.name}")
+                if p is not None:
+                    line.append(f"\nMFU {mfu_text(p.mfu)}  headroom {fmt.mb(p.headroom_mb)}"
+                                + (f"  allocator retries {p.alloc_retries}" if p.alloc_retries is not None else "")
+                                + (f"  NEAR OOM: {p.reason}" if p.near_oom else ""),
+                                style="bold red" if p.near_oom else "")
+                t.add_row(f"GPU {g.index}" + (" *run" if named and c.run else ""), line)
         else:
             t.add_row("GPU", snap.gpu.reason or "not available")
     line = status_line(snap)

@@ -9,6 +9,10 @@ fttui.core.run.status.status_line's, the figures are the snapshot's.
 
 GPUs: when the run's CUDA_VISIBLE_DEVICES names cards (the sample's ``visible``), those come
 first, marked ``*run``, and show run / device / total memory; the other cards follow, unmarked.
+Each card's last line is its headroom (``free``, total minus device used) and, on the run's
+cards, MFU and the allocator's retries (fttui.core.run.perf, docs/performance.md): ``MFU 41%
+free 18.7 GB  retries 0``, red with ``NEAR OOM`` in the card's title when the card is close to an
+OOM. In the one-line-per-GPU table, the table's subtitle carries MFU and the warning.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from textual.widgets import Sparkline, Static
 from fttui.core.base import fmt
 from fttui.core.base.constants import FINAL_STATUSES
 from fttui.core.base.fmt import fraction
-from fttui.core.run.snapshot import RunSnapshot
+from fttui.core.run.perf import mfu_text
+from fttui.core.run.snapshot import CardPerf, RunSnapshot
 from fttui.core.run.status import RUNNING, status_line
 from fttui.monitor import GpuInfo, cards_run_first
 from fttui.tui.widgets import RUN_MARK, Bar, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
@@ -37,7 +42,7 @@ SPARK_POINTS = 120  # history shown in the sparklines (RunState keeps 240)
 WIDE_W = 30  # content width from which the throughput and loss lines add their dim extras
 MAX_CARDS = 8
 CARD_W = 36  # minimum width of one GPU card
-CARD_H = 5  # 3 lines + border
+CARD_H = 6  # 4 lines + border
 STATUS_KINDS = (RUNNING, *FINAL_STATUSES)
 
 
@@ -209,6 +214,35 @@ def _rsv(s: RunSnapshot, c: Shown) -> float | None:
     return None if c.slot is None else s.torch_peak_reserved_mb.get(c.slot)
 
 
+def _perf(s: RunSnapshot, c: Shown) -> CardPerf | None:
+    """The run's per-card figures of a card the run uses."""
+    if c.slot is None:
+        return None
+    return next((p for p in s.cards if p.index == c.gpu.index), None)
+
+
+def perf_line(g: GpuInfo, p: CardPerf | None) -> Text:
+    """A card's last line: ``MFU 41%  free 18.7 GB  retries 0`` on the run's cards (red when near
+    an OOM), ``free 40.0 GB`` on the others."""
+    free = None if g.mem_total_mb is None or g.mem_used_mb is None else g.mem_total_mb - g.mem_used_mb
+    if p is None:
+        return Text(f"free {fmt.mb(free)}", style="dim", no_wrap=True, overflow="ellipsis")
+    text = f"MFU {mfu_text(p.mfu)}  free {fmt.mb(free)}"
+    if p.alloc_retries is not None:
+        text += f"  retries {p.alloc_retries}"
+    return Text(text, style="bold red" if p.near_oom else "", no_wrap=True, overflow="ellipsis")
+
+
+def perf_subtitle(s: RunSnapshot) -> str:
+    """The GPU table's subtitle: the run's cards' MFU and the near-OOM warning."""
+    if not s.cards:
+        return ""
+    text = "MFU " + " ".join(mfu_text(p.mfu) for p in s.cards)
+    if s.near_oom:
+        text += f"  NEAR OOM {s.near_oom_reason}"
+    return text
+
+
 def gpu_layout(n: int, area: Size) -> tuple[str, int, int]:
     """(mode, columns, rows) for ``n`` GPUs on a screen of ``area``: "cards" in a grid for a few
     GPUs, "table" (one line each) when they do not fit, "none" without GPUs."""
@@ -274,13 +308,17 @@ class GpuGrid(Grid):
         peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
         for i, c in enumerate(gpus):
             g = c.gpu
+            perf = _perf(s, c)
+            near = perf is not None and perf.near_oom
             for w in self.query(f"#gpu-{i}").results(Panel):
-                w.border_title = f"GPU {g.index}" + (f" {RUN_MARK}" if c.run else "") + (" MIG" if c.mig else "")
+                w.border_title = f"GPU {g.index}" + (f" {RUN_MARK}" if c.run else "") + (" MIG" if c.mig else "") \
+                    + (" [b red]NEAR OOM[/]" if near else "")
                 w.border_subtitle = g.name or ""
                 w.set_class(c.run, "-run")
+                w.set_class(near, "-near-oom")
                 w.show(Group(*gpu_card_lines(g, peaks.get(g.index), _rsv(s, c), run=c.run,
-                                             run_peak_mb=proc.get(g.index))),
-                       key=(c, peaks.get(g.index), _rsv(s, c), proc.get(g.index)))
+                                             run_peak_mb=proc.get(g.index)), perf_line(g, perf)),
+                       key=(c, peaks.get(g.index), _rsv(s, c), proc.get(g.index), perf))
 
 
 class GpuTable(Panel):
@@ -300,6 +338,7 @@ class GpuTable(Panel):
             return
         self.styles.height = len(gpus) + 2
         s = self.snapshot
+        self.border_subtitle = perf_subtitle(s)
         peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
         self.show(Group(*[gpu_row(c.gpu, peaks.get(c.gpu.index), _rsv(s, c), run=c.run,
                                   run_peak_mb=proc.get(c.gpu.index)) for c in gpus]),

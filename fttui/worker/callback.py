@@ -163,6 +163,35 @@ def _peak_rss_mb() -> float | None:
     return None
 
 
+def model_shape(model) -> dict[str, Any] | None:
+    """The architecture numbers FLOPs per token need (fttui.core.models.flops.ModelShape):
+    ``vocab``, ``hidden``, ``layers``, ``attn_dim`` (heads x head size), ``tied`` (the output
+    layer is the input embedding), read from the model's (text) config; ``None`` when one is
+    missing."""
+    cfg = getattr(model, "config", None)
+    if cfg is not None and callable(getattr(cfg, "get_text_config", None)):
+        cfg = cfg.get_text_config()
+    if cfg is None:
+        return None
+
+    def first(*names):
+        for n in names:
+            v = getattr(cfg, n, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return None
+
+    vocab = first("vocab_size", "padded_vocab_size")
+    hidden = first("hidden_size", "n_embd", "n_embed", "d_model")
+    layers = first("num_hidden_layers", "num_layers", "n_layer")
+    heads = first("num_attention_heads", "n_head")
+    if None in (vocab, hidden, layers, heads):
+        return None
+    head_dim = first("head_dim", "kv_channels") or hidden // heads
+    return {"vocab": vocab, "hidden": hidden, "layers": layers, "attn_dim": heads * head_dim,
+            "tied": bool(getattr(cfg, "tie_word_embeddings", False))}
+
+
 class EventCallback(TrainerCallback):
     """Emits ``start`` (on_train_begin), ``step`` (on_step_end) and ``end`` (on_train_end).
 
@@ -194,6 +223,10 @@ class EventCallback(TrainerCallback):
                 fields.update(runtime_info(self.trainer))
             except Exception as e:  # evidence only: never stop a run for it
                 fields["runtime_info_error"] = repr(e)[:300]
+            try:
+                fields["model_shape"] = model_shape(self.trainer.model)
+            except Exception as e:  # MFU goes without it: never stop a run for it
+                fields["model_shape_error"] = repr(e)[:300]
         self.emit("start", **fields)
 
     def on_step_begin(self, args, state, control, **kw):
@@ -208,12 +241,15 @@ class EventCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         now = time.perf_counter()
         loss = self.c.pop_loss()
-        peak_alloc = peak_res = None
+        peak_alloc = peak_res = retries = ooms = None
         if self.on_cuda:
             import torch
 
-            peak_alloc = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-            peak_res = round(torch.cuda.max_memory_reserved() / 2**20, 1)
+            # one call: max_memory_allocated / max_memory_reserved each read memory_stats() too
+            stats = torch.cuda.memory_stats()
+            peak_alloc = round(stats.get("allocated_bytes.all.peak", 0) / 2**20, 1)
+            peak_res = round(stats.get("reserved_bytes.all.peak", 0) / 2**20, 1)
+            retries, ooms = stats.get("num_alloc_retries"), stats.get("num_ooms")
         self.c.step = int(state.global_step)
         ev = self.emit(
             "step",
@@ -229,6 +265,8 @@ class EventCallback(TrainerCallback):
             train_time=now - self.t0,
             torch_peak_alloc_mb=peak_alloc,
             torch_peak_reserved_mb=peak_res,
+            torch_alloc_retries=retries,
+            torch_ooms=ooms,
             peak_rss_mb=_peak_rss_mb(),
         )
         every = max(1, (self.total_steps or 1) // 20)

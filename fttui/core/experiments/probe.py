@@ -309,6 +309,7 @@ class Prober:
         batch = t.value if self.param == "batch_size" else train.get("batch_size")
         row = {
             "run_id": f"{self.probe_id}-{len(self.trials) + 1:02d}",
+            "recorded_by": "probe",
             "kind": "probe", "group_id": self.probe_id, "param": self.param, "clean": t.clean, "fresh": t.fresh,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "profile": p.get("name"), "model": p["model"].get("name_or_path") or p["model"].get("arch"),

@@ -87,15 +87,25 @@ COLUMNS: dict[str, str] = {
     "host_measure": "TEXT",  # what peak_host_rss_mb sums: "ranks" | "tree" | "tree (before schema 4)"
     "gpu_mem_total_mb": "TEXT",  # JSON list, each card's total memory
     "gpu_mem_source": "TEXT",  # peak_gpu_proc_mb from "nvml-process" | "torch-reserved+context"; null on CPU
+    "alloc_retries": "TEXT",  # JSON list per card: the CUDA caching allocator's retries of its ranks; null on CPU
+    "min_headroom_mb": "TEXT",  # JSON list per card: total minus the peak of device used
+    "mfu": "TEXT",  # JSON list per card: model FLOPs utilisation (0..1) over the training time; null entries unknown
+    "flops_per_token": "REAL",  # model FLOPs per trained token (docs/performance.md)
+    "near_oom": "INTEGER",  # a card's allocator retried or its headroom fell under the threshold; null on CPU
+    "recorded_by": "TEXT",  # who wrote the row: "supervisor" | "recovered" (a later command: the supervisor died) | "probe"
 }
 _ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh"),
           4: ("mismatch", "peak_tree_rss_mb", "peak_build_rss_mb", "host_measure", "gpu_mem_total_mb",
-              "gpu_mem_source")}
+              "gpu_mem_source", "alloc_retries", "min_headroom_mb", "mfu", "flops_per_token", "near_oom",
+              "recorded_by")}
 #: host_measure of the rows recorded before schema 4: their peak_host_rss_mb was the process tree's
 #: (probe trials: the trial process's own peak, the ranks' measure).
 HOST_MEASURE_BEFORE_4 = "tree (before schema 4)"
 _LATER = {c for cols in _ADDED.values() for c in cols}
 JSON_COLUMNS = {
+    "alloc_retries",
+    "min_headroom_mb",
+    "mfu",
     "mismatch",
     "gpu_mem_total_mb",
     "peak_rank_rss_mb",
@@ -119,7 +129,9 @@ MIGRATIONS: list[str] = [
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[4])
     + f";UPDATE runs SET host_measure = '{HOST_MEASURE_BEFORE_4}', peak_tree_rss_mb = peak_host_rss_mb"
       " WHERE kind IS NULL OR kind != 'probe'"
-    ";UPDATE runs SET host_measure = 'ranks' WHERE kind = 'probe'",
+    ";UPDATE runs SET host_measure = 'ranks' WHERE kind = 'probe'"
+    ";UPDATE runs SET recorded_by = 'supervisor' WHERE kind IS NULL OR kind != 'probe'"
+    ";UPDATE runs SET recorded_by = 'probe' WHERE kind = 'probe'",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

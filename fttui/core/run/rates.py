@@ -23,13 +23,13 @@ Pure and stdlib only; ``fttui.core.run.state.RunState`` drives it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fttui.core.run.snapshot import rate, sum_known
 
-__all__ = ["Point", "RankProgress", "Rates", "rates", "StepHistory"]
+__all__ = ["Point", "RankProgress", "Rates", "rates", "rank_token_rates", "StepHistory"]
 
 
 class Point:
@@ -94,7 +94,7 @@ def rates(ranks: Iterable[RankProgress]) -> Rates:
     """The global rates: per rank steady (average as fallback) and average, summed; seconds per
     step of the slowest rank."""
     steady_s: list[float | None] = []
-    steady_t: list[float | None] = []
+    steady_t: list[float | None] = []  # each rank's, in order: rank_token_rates keeps them apart
     steady_tp: list[float | None] = []
     avg_s: list[float | None] = []
     avg_t: list[float | None] = []
@@ -128,6 +128,21 @@ def rates(ranks: Iterable[RankProgress]) -> Rates:
         tokens_padded_per_s_avg=sum_known(avg_tp),
         seconds_per_step=max(sps) if sps else None,
     )
+
+
+def rank_token_rates(ranks: Mapping[int, RankProgress]) -> dict[int, float]:
+    """Each rank's steady tokens/s, the figures :func:`rates` sums (its whole-run average until a
+    step beyond its warm-up reference); a rank without one is left out."""
+    out: dict[int, float] = {}
+    for k, r in ranks.items():
+        ref, cur = r.ref, r.cur
+        if ref is not None and cur is not None and cur.step > ref.step and rate(0.0, 0.0, cur.train_time, ref.train_time) is not None:
+            v = rate(cur.tokens, ref.tokens, cur.train_time, ref.train_time)
+        else:
+            v = rate(r.tokens, 0.0, r.train_time, 0.0)
+        if v is not None:
+            out[k] = v
+    return out
 
 
 class StepHistory:

@@ -59,10 +59,8 @@ def finish(rd: rundir.RunDir, state: RunState, status: FinalStatus, *, t_launch:
 
     append_jsonl(rd.events_path, ev)
     state.apply(ev)
-    row = build_row(rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled)
-    from fttui.core.results.store import COLUMNS as _C  # TEMP until the column lands
-    if "recorded_by" in _C:
-        row["recorded_by"] = recorded_by
+    row = build_row(rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled,
+                    recorded_by=recorded_by)
     status = replace(status, row_saved=save_row(row, rd), ended=time.time())
     rundir.write_json_atomic(rd.status_path, status.to_dict())
     return status

@@ -13,7 +13,7 @@ from typing import Any
 
 from fttui.monitor import GpuSnapshot, HostSnapshot, num
 
-__all__ = ["RunSnapshot", "to_int", "sum_known", "rate"]
+__all__ = ["RunSnapshot", "CardPerf", "to_int", "sum_known", "rate"]
 
 
 def to_int(value: Any) -> int | None:
@@ -36,6 +36,32 @@ def rate(num_now: float | None, num_ref: float | None, t_now: float | None, t_re
     if dt <= 0:
         return None
     return (num_now - num_ref) / dt
+
+
+@dataclass(frozen=True)
+class CardPerf:
+    """One of the run's cards as ``fttui.core.run.perf`` sees it (docs/performance.md): memory
+    headroom (total minus device used, latest and lowest), the allocator retries and OOMs of its
+    ranks, the near-OOM warning and its reason, and MFU (live: steady tokens/s; ``mfu_avg``: tokens
+    over training time, the row's). ``None``: not known (no NVML sample, a CPU rank, an unknown
+    card), never 0."""
+
+    index: int | None  # NVML index; None when the card is known from the worker's list only
+    name: str | None
+    ranks: tuple[int, ...] = ()
+    total_mb: float | None = None
+    used_mb: float | None = None
+    headroom_mb: float | None = None
+    min_headroom_mb: float | None = None
+    threshold_mb: float | None = None
+    alloc_retries: int | None = None
+    ooms: int | None = None
+    near_oom: bool = False
+    reason: str | None = None
+    tokens_per_s: float | None = None
+    peak_tflops: float | None = None
+    mfu: float | None = None
+    mfu_avg: float | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +132,19 @@ class RunSnapshot:
     params_trainable: int | None = None
     config: dict[str, Any] | None = None
     env: dict[str, Any] | None = None
+    # per rank, for the per-card figures: live (steady) tokens/s, cumulative tokens and training
+    # time, the CUDA caching allocator's cumulative retries and OOMs (absent on CPU)
+    rank_tokens_per_s: dict[int, float] = field(default_factory=dict)
+    rank_tokens: dict[int, float] = field(default_factory=dict)
+    rank_train_time: dict[int, float] = field(default_factory=dict)
+    rank_alloc_retries: dict[int, float] = field(default_factory=dict)
+    rank_ooms: dict[int, float] = field(default_factory=dict)
+    model_shape: Any = None  # fttui.core.models.flops.ModelShape, from the start event
+    # per card (fttui.core.run.perf): the run's cards, FLOPs per token, the near-OOM warning
+    cards: tuple[CardPerf, ...] = ()
+    flops_per_token: float | None = None
+    near_oom: bool | None = None  # None: no card to judge (CPU run, no GPU sample)
+    near_oom_reason: str | None = None  # "GPU 2: 3 allocator retries", the first card's
     # bookkeeping
     events: int = 0
     samples_seen: int = 0

@@ -3,7 +3,8 @@
 
 No I/O, stdlib only. See docs/architecture.md, sections "Events" and "Monitor core". The record
 it produces is ``fttui.core.run.snapshot.RunSnapshot``; how the rates and the histories are
-computed is ``fttui.core.run.rates``. Besides those, ``eta_s`` is
+computed is ``fttui.core.run.rates``; the per-card figures (headroom, the CUDA caching allocator's
+retries, the near-OOM warning, MFU) are ``fttui.core.run.perf``'s. Besides those, ``eta_s`` is
 ``(total_steps - step) * seconds_per_step``; 0 once completed, ``None`` when the total is unknown
 or the run failed.
 """
@@ -13,8 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fttui.core.run.perf import model_shape, with_perf
 from fttui.core.run.phases import PhaseFold
-from fttui.core.run.rates import Point, RankProgress, StepHistory, rates
+from fttui.core.run.rates import Point, RankProgress, StepHistory, rank_token_rates, rates
 from fttui.core.run.snapshot import RunSnapshot, sum_known, to_int
 from fttui.core.run.status import FinalStatus
 from fttui.monitor import GpuSnapshot, HostSnapshot, num
@@ -50,6 +52,9 @@ class RunState:
         self._torch_reserved: dict[int, float] = {}
         self._torch_alloc: dict[int, float] = {}
         self._rank_rss: dict[int, float] = {}
+        self._retries: dict[int, float] = {}  # CUDA caching allocator, cumulative per rank
+        self._ooms: dict[int, float] = {}
+        self._shape = None  # fttui.core.models.flops.ModelShape of the start event
         self._stalled = False
         self._phases = PhaseFold()
         self._gpu_peak_used: dict[int, float] = {}
@@ -129,6 +134,7 @@ class RunState:
         if self._start is None or (self._start_rank is not None and rank < self._start_rank):
             self._start = ev
             self._start_rank = rank
+            self._shape = model_shape(ev)
         if t is not None and (self._started_t is None or t < self._started_t):
             self._started_t = t
         ts = to_int(ev.get("total_steps"))
@@ -165,7 +171,8 @@ class RunState:
             r.total_steps = ts
             self._total_steps = ts
         for key, peaks in (("torch_peak_reserved_mb", self._torch_reserved), ("torch_peak_alloc_mb", self._torch_alloc),
-                           ("peak_rss_mb", self._rank_rss)):
+                           ("peak_rss_mb", self._rank_rss), ("torch_alloc_retries", self._retries),
+                           ("torch_ooms", self._ooms)):
             v = num(ev.get(key))
             if v is not None and v > peaks.get(rank, -math.inf):
                 peaks[rank] = v
@@ -307,7 +314,7 @@ class RunState:
         err = self._error or {}
         final = self._final
         phase, phase_since = self._phases.current()
-        return RunSnapshot(
+        return with_perf(RunSnapshot(  # per-card headroom, retries, MFU: fttui.core.run.perf
             status=status,
             error=dict(self._error) if self._error else None,
             returncode=self._returncode,
@@ -365,6 +372,12 @@ class RunState:
             params_trainable=to_int(start.get("params_trainable")),
             config=dict(config) if isinstance(config, dict) else None,
             env=dict(env) if isinstance(env, dict) else None,
+            rank_tokens_per_s=rank_token_rates(ranks),
+            rank_tokens={k: r.tokens for k, r in ranks.items() if r.tokens is not None},
+            rank_train_time={k: r.train_time for k, r in ranks.items() if r.train_time is not None},
+            rank_alloc_retries=dict(self._retries),
+            rank_ooms=dict(self._ooms),
+            model_shape=self._shape,
             events=self._events,
             samples_seen=self._samples_seen,
-        )
+        ))

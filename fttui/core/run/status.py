@@ -102,7 +102,8 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     run is loading the model and at which step a failed run failed. Once the worker or the
     samples name a startup phase (``snap.phase``), every view shows it until the first step:
     ``STARTING: building ops (01:12)``, the time since the phase began (``snap.phase_since``) up
-    to the latest time the state has seen (``snap.last_t``).
+    to the latest time the state has seen (``snap.last_t``). A running run close to an OOM on a
+    card says so: ``RUNNING, NEAR OOM: GPU 2: 3 allocator retries`` (``snap.near_oom_reason``).
     """
     if gone:
         return GONE
@@ -122,10 +123,12 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     msg = snap.message or ""
     if st == "oom":
         text = f"OUT OF MEMORY ({snap.oom_kind or 'unknown'}): {msg}"
-    elif st in ("failed", "cancelled"):
+    elif st in ("failed", "cancelled", "lost"):
         text = f"{st.upper()}: {msg}"
     elif snap.stalled and st == "running":
         text = "RUNNING, STALLED: no training step for longer than the stall timeout"
+    elif snap.near_oom and st == "running":  # fttui.core.run.perf: warn before the OOM
+        text = f"RUNNING, NEAR OOM: {snap.near_oom_reason}"
     else:
         text = st.upper()
     if detail and st == "failed" and snap.error and snap.error.get("step") is not None:

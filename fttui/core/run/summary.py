@@ -8,6 +8,7 @@ from typing import Any
 
 from fttui.core.run import rundir
 from fttui.core.run.events import read_jsonl
+from fttui.core.run.perf import row_perf
 from fttui.core.run.row_figures import gpu_figures, host_figures, mismatch, row_cards
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus
@@ -91,11 +92,13 @@ def _round(x: float | None, nd: int = 3) -> float | None:
 
 
 def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_launch: float | None, t_end: float,
-              stalled: bool = False, cuda_visible: str | None = None) -> dict[str, Any]:
+              stalled: bool = False, cuda_visible: str | None = None, recorded_by: str = "supervisor") -> dict[str, Any]:
     """The run's summary row (the store's columns). Its cards are the run's
     (:mod:`fttui.core.run.row_figures`): those ``cuda_visible`` names (a ``CUDA_VISIBLE_DEVICES``
     value) when given, else those the GPU samples recorded as visible to the supervisor, whose
-    environment the training inherits."""
+    environment the training inherits. Per card also allocator retries, lowest headroom and MFU
+    (:mod:`fttui.core.run.perf`). ``recorded_by``: who wrote the row (``"supervisor"``, or
+    ``"recovered"`` when a later command wrote it for a supervisor that died)."""
     prof = rd.profile() or {}
     train, data, dev, model = (prof.get(k, {}) for k in ("train", "data", "devices", "model"))
     env = dict(snap.env or {})
@@ -180,4 +183,6 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "run_dir": str(rd.path),
         "interconnect": interconnect,
         "mismatch": differs,
+        **row_perf(snap, cards, gpus_asked > 0),
+        "recorded_by": recorded_by,
     }

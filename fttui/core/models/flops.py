@@ -1,0 +1,137 @@
+"""Model FLOPs per trained token, for full and adapter fine-tuning (docs/performance.md).
+
+Counted per token, in multiply-adds x 2, for a decoder-only transformer:
+
+* ``N``: the parameters used in a matrix multiply per token: every parameter except the input
+  embedding table (a lookup, no multiply). The output layer counts, tied to the embedding or not
+  (its multiply runs either way: ``vocab x hidden`` weights). Norm weights and biases are in it
+  too (a rounding error). Adapters and ``lora-emb``'s trainable copies are in it as they run.
+* forward: ``2 N`` plus the attention scores and their weighted sum,
+  ``4 L a s`` (``L`` layers, ``a`` = heads x head size, ``s`` tokens in the sequence). The full
+  ``s x s`` score matrix is counted, as PaLM's and Megatron-LM's MFU do (a causal kernel that
+  skips the masked half still gets credit for it), so figures compare with published ones.
+* backward: the activation gradients of every matmul, ``2 N``, plus the weight gradients of the
+  trained ones only, ``2 N_trained``, plus the attention's ``8 L a s``.
+* full fine-tuning: ``6 N + 12 L a s``; adapters (LoRA, QLoRA, int8): a frozen base gets no weight
+  gradient, ``4 N_base + 6 N_adapter + 12 L a s``.
+* gradient checkpointing: the decoder layers' forward once more, ``2 (N - N_head) + 4 L a s``
+  (transformers checkpoints each decoder layer; the output layer is not recomputed). With it the
+  figure counts work the hardware repeats (PaLM calls that hardware FLOPs; see the docs).
+
+Pure Python: the numbers come from the worker's ``start`` event (``params_total``,
+``params_trainable``, ``model_shape``) or from :mod:`fttui.core.models.numbers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from fttui.core.base.constants import FULL_METHODS
+
+__all__ = ["ModelShape", "MatmulParams", "FlopsPerToken", "matmul_params", "flops_per_token", "shape_from"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the FLOPs of a training step need to know of the model.
+
+    ``params_total`` / ``params_trainable``: the real counts of the model as trained (adapters and
+    ``lora-emb``'s copies included; the worker's ``start`` event). ``attn_dim``: heads x head size
+    (the width of the score and weighted-sum multiplies; grouped-query K/V heads do not change it)."""
+
+    params_total: int
+    params_trainable: int
+    vocab: int
+    hidden: int
+    layers: int
+    attn_dim: int
+    tied: bool
+
+    @property
+    def embedding(self) -> int:
+        """The input embedding table (= the output layer's weights): ``vocab x hidden``."""
+        return self.vocab * self.hidden
+
+
+@dataclass(frozen=True)
+class MatmulParams:
+    """``n``: the parameters in a multiply per token (``N``); ``trained``: those of them that get a
+    weight gradient; ``head``: the output layer's."""
+
+    n: int
+    trained: int
+    head: int
+
+
+def matmul_params(shape: ModelShape, method: str) -> MatmulParams:
+    """``N`` and ``N_trained`` of a method. Full methods: everything but the input embedding
+    (an untied output layer is its own matrix; a tied one is the embedding, counted once in
+    ``params_total`` and run as the output multiply). Adapter methods: the frozen base (total minus
+    trainable) without its input embedding, plus the adapters. ``lora-emb`` trains copies of the
+    input embedding (a lookup: no multiply) and of the output layer (whose multiply replaces the
+    frozen one's)."""
+    e = shape.embedding
+    if method in FULL_METHODS:
+        n = shape.params_total - (0 if shape.tied else e)
+        return MatmulParams(n, n, e)
+    frozen = shape.params_total - shape.params_trainable
+    trained = shape.params_trainable
+    if method == "lora-emb":
+        if shape.tied:  # one shared trainable copy: the lookup and the output multiply
+            frozen -= e
+        else:
+            frozen -= 2 * e
+            trained -= e
+    else:
+        frozen -= 0 if shape.tied else e
+    return MatmulParams(max(0, frozen) + max(0, trained), max(0, trained), e)
+
+
+@dataclass(frozen=True)
+class FlopsPerToken:
+    """FLOPs per trained token, by part (their sum is ``total``)."""
+
+    forward: float
+    backward: float
+    recompute: float
+    seq_len: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+    def to_dict(self) -> dict[str, float]:
+        return {"forward": self.forward, "backward": self.backward, "recompute": self.recompute,
+                "seq_len": self.seq_len, "total": self.total}
+
+
+def flops_per_token(shape: ModelShape, method: str, seq_len: float, gradient_checkpointing: bool = False) -> FlopsPerToken:
+    """The model FLOPs of training on one token of a sequence of ``seq_len`` tokens (module doc)."""
+    p = matmul_params(shape, method)
+    attn = 4.0 * shape.layers * shape.attn_dim * seq_len  # one forward of scores + weighted sum
+    forward = 2.0 * p.n + attn
+    backward = 2.0 * p.n + 2.0 * p.trained + 2.0 * attn
+    recompute = 2.0 * max(0, p.n - p.head) + attn if gradient_checkpointing else 0.0
+    return FlopsPerToken(forward, backward, recompute, float(seq_len))
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        return None
+    return int(v)
+
+
+def shape_from(params_total: Any, params_trainable: Any, numbers: Mapping[str, Any] | None) -> ModelShape | None:
+    """A :class:`ModelShape` from the parameter counts and the architecture numbers (``vocab``,
+    ``hidden``, ``layers``, ``attn_dim``, ``tied``: the worker's ``model_shape``, or the keys of
+    :class:`fttui.core.models.numbers.ArchNumbers` ``vocab``, ``hidden``, ``layers``, ``q_dim``);
+    ``None`` when one is missing."""
+    if not isinstance(numbers, Mapping):
+        return None
+    total, trainable = _int(params_total), _int(params_trainable)
+    vocab, hidden, layers = _int(numbers.get("vocab")), _int(numbers.get("hidden")), _int(numbers.get("layers"))
+    attn = _int(numbers.get("attn_dim") if numbers.get("attn_dim") is not None else numbers.get("q_dim"))
+    if None in (total, trainable, vocab, hidden, layers, attn) or total <= 0:  # type: ignore[operator]
+        return None
+    return ModelShape(total, trainable, vocab, hidden, layers, attn, bool(numbers.get("tied")))  # type: ignore[arg-type]
