@@ -75,6 +75,24 @@ def deepspeed_info(engine) -> dict[str, Any]:
     return info
 
 
+def training_precision(args, engine=None) -> str:
+    """The precision training runs in, read back: DeepSpeed's engine when there is one, else the
+    Trainer's mixed-precision flags (``bf16`` / ``fp16`` autocast), else ``fp32``."""
+    if engine is not None:
+        for name, label in (("bfloat16_enabled", "bf16"), ("fp16_enabled", "fp16")):
+            fn = getattr(engine, name, None)
+            try:
+                if callable(fn) and fn():
+                    return label
+            except Exception:  # evidence only: fall back to the Trainer's flags
+                break
+    if getattr(args, "bf16", False):
+        return "bf16"
+    if getattr(args, "fp16", False):
+        return "fp16"
+    return "fp32"
+
+
 def runtime_info(trainer) -> dict[str, Any]:
     """Evidence gathered once training is set up (``start`` event): the wrapped model's class, the
     optimizer chain, the process group and, under DeepSpeed, the engine's ZeRO settings."""
@@ -94,9 +112,11 @@ def runtime_info(trainer) -> dict[str, Any]:
     except (ImportError, RuntimeError, ValueError):  # no torch.distributed, or no usable group
         out["distributed"] = None
     out["deepspeed"] = None
+    engine = None
     if getattr(trainer, "is_deepspeed_enabled", False):
         engine = getattr(trainer, "deepspeed", None) or wrapped
         out["deepspeed"] = deepspeed_info(engine)
+    out["precision"] = training_precision(trainer.args, engine)
     from .sharding import sharding_info
 
     try:

@@ -332,3 +332,11 @@ def test_zero3_offload_under_deepspeed_launcher(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     start, _ = _check_stream(read_events(rd), batch=2, steps=2)
     assert start["params_total"] == start["params_trainable"] > 0  # ZeRO-3 partitions: counted via ds_numel
+
+
+def test_start_event_reports_the_precision_that_runs(tmp_path):
+    rd = write_run_dir(tmp_path, make_profile(**{"train.precision": "bf16", "train.max_steps": 1}))
+    res = run_worker(rd)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (start,) = [e for e in read_events(rd) if e["event"] == "start"]
+    assert start["precision"] == "bf16"

@@ -131,8 +131,9 @@ def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[st
     out inside it); fewer than the full step is a short ``grad_accum`` (``per_step / micro``
     micro batches); more is a larger ``batch_size`` (``per_step / accumulation``). Either way
     ``effective_batch`` (all ranks) is flagged beside it. Sequence length and world size: the
-    worker's start event. Precision is not compared: the worker reports its weights' dtype, not
-    the training precision (fp16 mixed precision keeps fp32 weights)."""
+    worker's start event. Precision: the lowest rank's start event (``precision``: what the Trainer
+    or DeepSpeed's engine runs, read back) against ``train.precision``."""
+    events = list(events)
     out: dict[str, Any] = {}
     micro, accum = to_int(stated.get("batch_size")), to_int(stated.get("grad_accum")) or 1
     per_step = samples_per_step(events)
@@ -153,4 +154,9 @@ def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[st
             want = to_int(stated.get(key))
             if want is not None and seen is not None and seen != want:
                 out[key] = {"stated": want, "observed": seen}
+    # Precision: what the Trainer (or DeepSpeed's engine) ran, from the lowest rank's start event.
+    starts = sorted((e for e in events if e.get("event") == "start" and e.get("precision")),
+                    key=lambda e: to_int(e.get("rank")) or 0)
+    if starts and stated.get("precision") and starts[0]["precision"] != stated["precision"]:
+        out["precision"] = {"stated": stated["precision"], "observed": starts[0]["precision"]}
     return out

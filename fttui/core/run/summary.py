@@ -124,7 +124,8 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         interconnect = interconnect_label(num_gpus, (topo or {}).get("nvlink_links"),
                                           (topo or {}).get("common_ancestor"))
     stated = {"batch_size": train.get("batch_size"), "grad_accum": train.get("grad_accum"),
-              "max_seq_len": data.get("max_seq_len"), "world_size": world_size(prof) if prof else None}
+              "max_seq_len": data.get("max_seq_len"), "world_size": world_size(prof) if prof else None,
+              "precision": train.get("precision")}
     differs = mismatch(stated, snap, read_jsonl(rd.events_path)) if prof else {}
     kind, group = rd.kind_and_group()
     return {
