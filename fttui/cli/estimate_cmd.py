@@ -44,7 +44,13 @@ def render_text(e, title: str = "") -> str:
 
     i = e.inputs
     lines = []
+    per_node = i["gpus"] or i.get("cpu_processes") or 1
     where = f"{i['gpus']} GPU(s)" if i["gpus"] else "CPU"
+    if i.get("nodes", 1) > 1:
+        where += f" x {i['nodes']} nodes ({per_node * i['nodes']} ranks)"
+    sharding = i.get("sharding") or "none"
+    if sharding != "none":
+        where += f", sharding {sharding}"
     head = (f"{title or i.get('profile') or ''}: {i['method']}, {i['precision']}, "
             f"batch {i['batch_size']} x seq {i['max_seq_len']}, "
             f"gradient checkpointing {'on' if i['gradient_checkpointing'] else 'off'}, "
@@ -59,7 +65,8 @@ def render_text(e, title: str = "") -> str:
                 if e.breakdown.get(k)]
         rows.append(["peak per card", fmt_bytes(max(e.gpu_peak_bytes))])
         lines.append("")
-        lines.append(f"GPU, per card (x{len(e.gpu_peak_bytes)}):")
+        lines.append(f"GPU, per card (x{len(e.gpu_peak_bytes)}"
+                     + (" on each node" if i.get("nodes", 1) > 1 else "") + "):")
         lines.append(to_text(["component", "bytes"], rows).rstrip("\n"))
         if e.device_bytes:
             verdict = "fits" if e.fits else "does NOT fit"

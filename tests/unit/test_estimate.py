@@ -234,9 +234,10 @@ def test_zero3_offload_moves_states_to_host():
     full = estimate(load_profile("baichuan2-full-zero3", ["method=full"]))
     P = z.inputs["params"]
     assert z.breakdown["optimizer_states"] == 0 and z.breakdown["gradients"] == 0
-    assert z.host_breakdown["zero3_master_params"] == 4 * P
-    assert z.host_breakdown["zero3_optimizer_states"] == 8 * P
-    assert z.host_breakdown["zero3_gradients"] == 4 * P
+    assert z.host_breakdown["offload_master_params"] == 4 * P
+    assert z.host_breakdown["offload_optimizer_states"] == 8 * P
+    assert z.host_breakdown["offload_gradients"] == 4 * P
+    assert z.host_breakdown["offload_param_partitions"] == 2 * P  # fp16 partitions
     assert full.breakdown["optimizer_states"] == 8 * P  # fp32 AdamW on fp32 master weights
     assert z.gpu_peak_bytes[0] < full.gpu_peak_bytes[0] / 3
     assert z.host_peak_bytes > 16 * P

@@ -5,8 +5,9 @@ Pure Python (no torch). The public API lives here: :func:`estimate` -> :class:`E
 :func:`calibration_from_store` (-> :class:`Calibration`), the breakdown labels
 (:data:`COMPONENTS`, :data:`HOST_COMPONENTS`) and the fitted :data:`CONSTANTS`. The modules:
 ``inputs`` (what is read of a profile), ``linears`` (layer shapes, LoRA targets), ``states``
-(weights, gradients, optimizer states), ``activations``, ``host``, ``estimate`` (the sum),
-``calibration``, ``solve`` and ``breakdown`` (the records).
+(weights, gradients, optimizer states), ``sharding`` (the same per rank under DeepSpeed ZeRO and
+FSDP, and what their offload puts on the host), ``activations``, ``host``, ``estimate`` (the
+sum), ``calibration``, ``solve`` and ``breakdown`` (the records).
 """
 
 from __future__ import annotations

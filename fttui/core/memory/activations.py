@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
-from fttui.core.memory.inputs import DTYPE_BYTES, Setup
+from fttui.core.memory.inputs import Setup
 from fttui.core.memory.linears import _native_linears, _real_linears
 from fttui.core.models.numbers import ArchNumbers
 
@@ -138,21 +138,26 @@ def eager_attention(a: ArchNumbers, attn: str) -> bool:
     return a.model_type == "bloom" or attn == "eager"  # transformers' BLOOM has eager only
 
 
-def activation_peak(c: Setup) -> tuple[float, float]:
-    """(bytes per token, attention-matrix bytes) of the largest phase of a training step.
+def activation_peak(c: Setup, loss_extra: float = 0.0,
+                    layer_extra: float = 0.0) -> tuple[float, float, float]:
+    """(bytes per token, attention-matrix bytes, extra bytes) of the largest phase of a step.
 
     The phases: with gradient checkpointing, the loss and its backward (all checkpoints and the
     logits), the backward through one recomputed layer, and that layer's attention backward;
-    without it, every layer's saved tensors plus the loss's backward or the last layer's MLP
-    gradients, and the last layer's attention backward."""
+    without it, every layer's saved tensors plus the loss's backward, or plus the last layer's
+    MLP gradients, and the last layer's attention backward. ``loss_extra`` / ``layer_extra``:
+    what else is live in the loss's phase / in a decoder layer's backward (FSDP's gathered
+    units), taken into the choice of the largest phase and returned as its third figure."""
     a, s, method, ab, wb, rb = c.a, c.s, c.method, c.ab, c.wb, c.rb
     V, h, L = a.vocab, a.hidden, a.layers
     b, seq = s["batch_size"], s["max_seq_len"]
     r, drop = s["lora_r"], s["lora_dropout"]
     eager = eager_attention(a, s["attn_implementation"])
-    dt = LayerDtypes(ab=ab, wb=DTYPE_BYTES[c.precision] if c.zero3 else wb,
+    dt = LayerDtypes(ab=ab, wb=wb,
                      lin_out=4 if method in KBIT_METHODS and ab == 2 and wb == 4 else ab,
-                     mask=1 if c.on_gpu else 4, full=method in FULL_METHODS)
+                     # the CPU kernel's mask has the adapter's dtype: fp32 (peft), or the half
+                     # dtype when DeepSpeed cast the whole module
+                     mask=1 if c.on_gpu else (ab if c.deepspeed else 4), full=method in FULL_METHODS)
     pretrained = s["init"] == "pretrained"
     linears = (_real_linears(a) if pretrained else None) or _native_linears(a)
     layer_tok = layer_act_per_token(a, dt, c.lora_mods, r, drop, eager, linears)
@@ -181,12 +186,14 @@ def activation_peak(c: Setup) -> tuple[float, float]:
         # residual stream the first norm's input is the checkpoint itself); phase 3: that
         # layer's attention backward
         p2 = ckpt + layer_tok - (4 * h if rb == 4 else 0)
-        phases = [(ckpt + logits_peak, 0.0), (p2 + mlp_grads, elems * att_elem),
-                  (p2 - mlp_saved, elems * (att_elem + att_grad))]
+        phases = [(ckpt + logits_peak, 0.0, loss_extra), (p2 + mlp_grads, elems * att_elem, layer_extra),
+                  (p2 - mlp_saved, elems * (att_elem + att_grad), layer_extra)]
     else:
-        # every layer's saved tensors, plus the larger of the loss's backward and the last
-        # layer's MLP gradients; or the last layer's attention backward
-        phases = [(L * layer_tok + max(logits_peak, mlp_grads), L * elems * att_elem),
-                  (L * layer_tok - mlp_saved, elems * (L * att_elem + att_grad))]
+        # every layer's saved tensors, plus the loss's backward or the last layer's MLP
+        # gradients; or the last layer's attention backward
+        phases = [(L * layer_tok + logits_peak, L * elems * att_elem, loss_extra),
+                  (L * layer_tok + mlp_grads, L * elems * att_elem, layer_extra),
+                  (L * layer_tok - mlp_saved, elems * (L * att_elem + att_grad), layer_extra)]
     tokens = c.tokens
-    return max(phases, key=lambda ph: ph[0] * tokens + ph[1])
+    # ties go to the first phase, as before the extras existed
+    return max(phases, key=lambda ph: ph[0] * tokens + ph[1] + ph[2])

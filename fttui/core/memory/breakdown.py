@@ -26,8 +26,8 @@ CONSTANTS: dict[str, float] = {
     # extra reserved memory of the caching allocator (block rounding, fragmentation, cached
     # blocks) as a fraction of the dynamic (per-step) memory: activations and transients.
     "allocator_fraction": 0.2,
-    # NCCL communicators and DeepSpeed/DDP communication buffers outside the gradient copy,
-    # per card when more than one process trains (world size > 1).
+    # NCCL communicators and DeepSpeed/DDP communication buffers outside the gradient copy and
+    # the ZeRO / FSDP buckets, per card when more than one process trains (world size > 1).
     "comm_bytes": 2048 * MIB,
     # host: python + torch + transformers + peft + a Trainer built, measured on the fttui CPU
     # worker stack (VmHWM after building a Trainer on the tiny model: 421 MiB) plus the first
@@ -64,11 +64,12 @@ HOST_COMPONENTS: dict[str, str] = {
     "optimizer_states": "optimizer states (CPU training)",
     "lora": "LoRA params + grads + states (CPU)",
     "activations": "activations (CPU training)",
-    "zero3_master_params": "ZeRO-3 fp32 master params",
-    "zero3_optimizer_states": "ZeRO-3 optimizer states",
-    "zero3_gradients": "ZeRO-3 fp32 gradients",
-    "zero3_param_partitions": "ZeRO-3 half-precision param partitions",
-    "zero3_pinned_buffers": "ZeRO-3 pinned / swap buffers",
+    "communication": "communication buckets (CPU training)",
+    "offload_master_params": "offloaded fp32 master params",
+    "offload_optimizer_states": "offloaded optimizer states",
+    "offload_gradients": "offloaded gradients",
+    "offload_param_partitions": "offloaded param partitions",
+    "offload_pinned_buffers": "pinned staging buffers (ZeRO offload)",
 }
 
 
@@ -93,7 +94,7 @@ class Calibration:
 @dataclass
 class Estimate:
     inputs: dict[str, Any]
-    breakdown: dict[str, int]  # per card (every card gets the same figures)
+    breakdown: dict[str, int]  # per card, i.e. per rank (every card gets the same figures)
     gpu_peak_bytes: list[int]  # one per card of this node
     host_breakdown: dict[str, int]
     host_peak_bytes: int

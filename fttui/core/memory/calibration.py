@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
+from fttui.core.base.constants import ZERO3_OFFLOAD
 from fttui.core.base.errors import EstimateError
 from fttui.core.base.units import MIB
 from fttui.core.memory.breakdown import Calibration, Estimate
 from fttui.core.memory.estimate import estimate
-from fttui.core.memory.inputs import _with, settings
+from fttui.core.memory.inputs import _with, settings, sharding_of
 
 __all__ = ["calibrate", "calibration_from_store"]
 
@@ -100,12 +101,14 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
 def calibration_from_store(resolved: Mapping[str, Any],
                            store_rows: Iterable[Mapping[str, Any]]) -> Calibration | None:
     """Calibrate from the results-store rows (runs, probe trials, sweep cells) of the same model,
-    method, precision and gradient checkpointing as ``resolved`` that finished without running
-    out of memory and carry a memory figure; ``None`` when there is none."""
+    method, sharding, precision and gradient checkpointing as ``resolved`` that finished without
+    running out of memory and carry a memory figure; ``None`` when there is none. A row without
+    a sharding ran unsharded; method ``full-zero3-offload`` is ``full`` with ``zero3-offload``."""
     s = settings(resolved)
+    method, sharding = sharding_of(resolved)
     want = {
         "model": (resolved.get("model") or {}).get("name_or_path"),
-        "method": s["method"],
+        "method": method,
         "precision": s["precision"],
         "gradient_checkpointing": int(s["gradient_checkpointing"]),
     }
@@ -113,6 +116,11 @@ def calibration_from_store(resolved: Mapping[str, Any],
     picked = []
     for row in store_rows:
         if row.get("status") in ("oom", "failed", "cancelled"):
+            continue
+        row = dict(row)
+        if row.get("method") == ZERO3_OFFLOAD:  # a row stored before sharding was its own key
+            row["method"], row["sharding"] = "full", "zero3-offload"
+        if (row.get("sharding") or "none") != sharding:
             continue
         if any(row.get(k) is not None and row.get(k) != v
                for k, v in want.items() if k != "gradient_checkpointing"):

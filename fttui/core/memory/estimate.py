@@ -4,7 +4,8 @@
 architecture numbers (``fttui.core.models.numbers``) and adds up, per card, step by step:
 
 * weights, gradients, optimizer states, LoRA parameters and quantisation buffers
-  (:mod:`fttui.core.memory.states`),
+  (:mod:`fttui.core.memory.states`; per rank under DeepSpeed ZeRO / FSDP, with what the
+  offloading variants put on the host: :mod:`fttui.core.memory.sharding`),
 * activations (:mod:`fttui.core.memory.activations`: what autograd keeps, with and without
   gradient checkpointing, the output layer's logits and the attention matrix of eager
   attention) and the optimizer step's temporaries,
@@ -21,20 +22,22 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.units import GIB, MIB
 from fttui.core.memory.activations import activation_peak
 from fttui.core.memory.breakdown import COMPONENTS, CONSTANTS, HOST_COMPONENTS, Calibration, Estimate
 from fttui.core.memory.host import host_terms
 from fttui.core.memory.inputs import Setup, setup
-from fttui.core.memory.states import trainable_states
+from fttui.core.memory.sharding import Working, sharded_states, step_temporaries
+from fttui.core.memory.states import norm_head, trainable_states
 
 __all__ = ["estimate"]
 
 
 def _dynamic(c: Setup, bd: dict[str, float], per_tok: float, att_bytes: float,
-             calibration: Calibration | None) -> tuple[float, float]:
+             calibration: Calibration | None) -> float:
     """Activations (or the optimizer step's temporaries, the larger) and the allocator's share
-    of them. Returns (the dynamic bytes, the allocator fraction applied to activations)."""
+    of them. Returns the allocator fraction applied to activations."""
     method, P, wb = c.method, c.a.params, c.wb
     # with checkpointing the caching allocator keeps about the checkpoints' size again in
     # blocks it cannot reuse (measured on an H100: reserved - allocated = 0.8-1.4 x the
@@ -48,18 +51,21 @@ def _dynamic(c: Setup, bd: dict[str, float], per_tok: float, att_bytes: float,
         alloc_on_act = CONSTANTS["allocator_fraction"]
     # the optimizer step runs after the backward has freed the activations: its temporaries
     # (torch AdamW foreach: about one tensor per trainable parameter) compete with them
-    trainable_full = P if method in ("full",) else 0
-    step_tmp = trainable_full * wb + c.lora_params * 4
-    if method == "lora-emb":
-        step_tmp += (c.embed + c.head) * wb  # the trainable embedding / output-layer copies
+    if c.sharding != "none":
+        step_tmp = step_temporaries(c)
+    else:
+        step_tmp = (P * wb if method == "full" else 0) + c.lora_params * 4
+        if method == "lora-emb":
+            step_tmp += (c.embed + c.head) * wb  # the trainable embedding / output-layer copies
     dyn = max(act, step_tmp)
     bd["activations"] = dyn
     bd["allocator"] = max(alloc_on_act * dyn, ckpt_bytes if alloc_on_act and c.on_gpu else 0.0)
-    return dyn, alloc_on_act
+    return alloc_on_act
 
 
 def _framework(c: Setup, bd: dict[str, float], calibration: Calibration | None) -> None:
-    """The CUDA context and, with more than one process, the communication buffers."""
+    """The CUDA context and, with more than one process, the communication buffers (on top of
+    the sharded runs' buckets, already in ``bd``)."""
     if not c.on_gpu:
         return
     bd["cuda_context"] = CONSTANTS["cuda_context_bytes"]
@@ -69,21 +75,38 @@ def _framework(c: Setup, bd: dict[str, float], calibration: Calibration | None) 
         # DDP's reducer keeps its buckets as a second copy of every trainable gradient
         # (gradient_as_bucket_view=False, the HF Trainer default); NCCL its own buffers
         P, wb, method = c.a.params, c.wb, c.method
-        ddp_copy = 0 if c.zero3 else (c.lora_params * 4 + (P * wb if method == "full" else 0)
-                                      + ((c.embed + c.head) * wb if method == "lora-emb" else 0))
-        bd["communication"] = CONSTANTS["comm_bytes"] + ddp_copy
+        ddp_copy = 0 if c.sharding != "none" else (
+            c.lora_params * 4 + (P * wb if method == "full" else 0)
+            + ((c.embed + c.head) * wb if method == "lora-emb" else 0))
+        bd["communication"] += CONSTANTS["comm_bytes"] + ddp_copy
 
 
-def _zero3_working_set(bd: dict[str, float], working: float, alloc_on_act: float,
-                       notes: list[str]) -> None:
-    """ZeRO-3: the working set (activations, gathered parameters, NormHead copy) first reuses
-    the blocks of the cached half copy; only what exceeds it is new memory. The allocator
-    fraction applies to the whole working set (its tensors do not fit the cached blocks
-    exactly)."""
-    bd["activations"] = max(0.0, working - bd["weights"])
+def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
+                 extra_head: float, alloc_on_act: float, notes: list[str]) -> None:
+    """ZeRO-3 and FSDP: the gathered parameters of the peak's phase (counted under weights) and
+    the NormHead copy join the activations in the working set, which the allocator fraction
+    applies to. Under
+    ZeRO-3 on a GPU every card first held the whole half-precision model (DeepSpeed moves the
+    module to the card before partitioning it; fttui builds the model without zero.Init), and
+    under FSDP a random-init model; the caching allocator keeps those blocks, and everything the
+    card allocates afterwards reuses them: the card's reserved memory is at least that copy (the
+    unused rest counted under allocator overhead)."""
+    # the phase activation_peak chose: a decoder layer's backward or the loss's
+    gathered = w.gathered + (w.layer if w.layer and phase_extra == w.layer else w.loss)
+    bd["weights"] += gathered
+    bd["activations"] += extra_head
+    working = bd["activations"] + gathered
     bd["allocator"] = alloc_on_act * working
-    notes.append(f"ZeRO-3: {min(working, bd['weights']) / GIB:.1f} GiB of the working set "
-                 "reuse the cached copy")
+    # FSDP: a random-init model is drawn on the card (fttui.worker.model) before accelerate
+    # shards it, which leaves the same cached copy; a pretrained one is sharded from the host
+    whole_on_card = c.zero3 or (c.s["init"] == "random" and c.method not in KBIT_METHODS)
+    if c.on_gpu and whole_on_card:
+        floor = c.a.params * c.wb
+        inside = sum(bd[k] for k in ("weights", "gradients", "optimizer_states", "lora",
+                                     "activations", "quantisation", "communication"))
+        bd["allocator"] += max(0.0, floor - inside)
+        notes.append(f"{'ZeRO-3' if c.zero3 else 'FSDP'}: {min(inside, floor) / GIB:.1f} GiB of the "
+                     "card's allocations reuse the cached copy of the whole model")
 
 
 def _cap_allocator(bd: dict[str, float], device_bytes: int) -> None:
@@ -100,6 +123,7 @@ def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     inputs.update({"model": (resolved.get("model") or {}).get("name_or_path"),
                    "arch": c.a.arch_name or c.a.model_type, "params": c.a.params,
                    "lora_params": c.lora_params, "tokens_per_step": c.tokens,
+                   "sharding": c.sharding, "ranks": c.world,
                    "lora_modules": [n for n, _fi, _fo in c.lora_mods],
                    "profile": resolved.get("name")})
     return inputs
@@ -112,7 +136,8 @@ def _final_notes(c: Setup, calibration: Calibration | None, notes: list[str]) ->
         notes.insert(0, f"calibrated from {calibration.rows} measured rows "
                         f"({calibration.per_token_bytes / 1024:.1f} KiB per token{ctx})")
     if c.s["nodes"] > 1:
-        notes.append("per-card figures for one node; every node is the same")
+        notes.append(f"per-card figures for one node; every node is the same ({c.world} ranks "
+                     f"= {c.s['nodes']} nodes x {c.per_node}); host figures per node")
 
 
 def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None,
@@ -122,12 +147,17 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     c = setup(resolved, notes)
     bd = dict.fromkeys(COMPONENTS, 0.0)
     host_bd = dict.fromkeys(HOST_COMPONENTS, 0.0)
-    gathered, extra_head = trainable_states(c, bd, host_bd, notes)
-    per_tok, att_bytes = activation_peak(c)
-    dyn, alloc_on_act = _dynamic(c, bd, per_tok, att_bytes, calibration)
+    w = Working()
+    if c.sharding == "none":
+        trainable_states(c, bd, notes)
+    else:
+        w = sharded_states(c, bd, host_bd, notes)
+    extra_head = norm_head(c, bd, notes)
+    per_tok, att_bytes, phase_extra = activation_peak(c, w.loss, w.layer)
+    alloc_on_act = _dynamic(c, bd, per_tok, att_bytes, calibration)
+    if c.zero3 or c.fsdp:
+        _working_set(c, bd, w, phase_extra, extra_head, alloc_on_act, notes)
     _framework(c, bd, calibration)
-    if c.zero3:
-        _zero3_working_set(bd, dyn + gathered + extra_head, alloc_on_act, notes)
     if device_bytes and c.on_gpu:
         _cap_allocator(bd, device_bytes)
     card = {k: int(round(v)) for k, v in bd.items()}

@@ -12,18 +12,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from fttui.core.base.constants import (FULL_METHODS, KBIT_METHODS, LORA_METHODS, METHODS, PROBE_PARAMS,
+from fttui.core.base.constants import (DEEPSPEED_SHARDINGS, FSDP_SHARDINGS, FULL_METHODS, KBIT_METHODS,
+                                       LORA_METHODS, METHODS, PROBE_PARAMS, SHARDING_METHODS, SHARDINGS,
                                        ZERO3_OFFLOAD)
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
 
-__all__ = ["DTYPE_BYTES", "PARAMS", "Setup", "settings", "setup"]
+__all__ = ["DTYPE_BYTES", "PARAMS", "Setup", "settings", "setup", "sharding_of"]
 
 #: bytes per element of each training precision
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 #: the settings solve_max searches, with the profile key each one sets
 PARAMS = PROBE_PARAMS
+
+
+def sharding_of(resolved: Mapping[str, Any]) -> tuple[str, str]:
+    """(method, sharding) as the estimator models them: the profile's ``sharding`` (default
+    ``none``); ``method = "full-zero3-offload"`` reads as ``full`` with ``zero3-offload``."""
+    method = resolved.get("method", "lora")
+    sharding = resolved.get("sharding") or "none"
+    if method == ZERO3_OFFLOAD:
+        if sharding not in ("none", "zero3-offload"):
+            raise EstimateError(f"method {ZERO3_OFFLOAD} is method full with sharding zero3-offload; "
+                                f"it cannot take sharding {sharding!r} (use method full)")
+        return "full", "zero3-offload"
+    return method, sharding
 
 
 def settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,7 +64,10 @@ def settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
         "lora_dropout": float(lo.get("dropout", 0.05)),
         "lora_target_modules": lo.get("target_modules", ["q_proj", "v_proj"]),
         "quant": dict(resolved.get("quant") or {}),
-        "zero3": dict(resolved.get("zero3") or {}),
+        # the DeepSpeed settings: [deepspeed] ([zero3] in profiles written before sharding)
+        "zero3": dict(resolved.get("deepspeed") or resolved.get("zero3") or {}),
+        "sharding": ("zero3-offload" if resolved.get("method") == ZERO3_OFFLOAD
+                     else resolved.get("sharding") or "none"),
     }
 
 
@@ -69,7 +86,9 @@ class Setup:
     ``ab``: activation dtype bytes (2 under autocast or half weights); ``wb``: bytes of the
     non-quantised weights as trained; ``rb``: bytes of the residual stream; ``world``: training
     processes over all nodes; ``head``: output-layer parameters (0 when tied to the embedding);
-    ``lin_total``: parameters of the decoder layers' linear layers; ``other``: the rest."""
+    ``lin_total``: parameters of the decoder layers' linear layers; ``other``: the rest;
+    ``method``: the method as modelled (``full-zero3-offload`` is ``full``); ``sharding``: one of
+    :data:`~fttui.core.base.constants.SHARDINGS`; ``per_node``: training processes per node."""
 
     s: dict[str, Any]
     a: ArchNumbers
@@ -87,12 +106,30 @@ class Setup:
     other: int
     lora_mods: list[tuple[str, int, int]]
     lora_params: int
-    zero3: bool
+    sharding: str
     world: int
+    per_node: int
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.sharding in DEEPSPEED_SHARDINGS
+
+    @property
+    def zero3(self) -> bool:
+        """DeepSpeed ZeRO stage 3 (parameters partitioned), with or without offload."""
+        return self.sharding in ("zero3", "zero3-offload")
+
+    @property
+    def fsdp(self) -> bool:
+        return self.sharding in FSDP_SHARDINGS
 
 
 def _weight_bytes(method: str, precision: str, s: Mapping[str, Any]) -> int:
     """Bytes per non-quantised weight as the worker trains it."""
+    if s["sharding"] in DEEPSPEED_SHARDINGS:
+        # DeepSpeed casts the whole module to the half dtype under fp16/bf16
+        # (DeepSpeedEngine._configure_distributed_model); the fp32 masters live in its optimizer
+        return DTYPE_BYTES[precision]
     if method in FULL_METHODS:
         return 2 if precision == "bf16" else 4  # fp16 AMP keeps fp32 weights (fttui.worker.model)
     if method in KBIT_METHODS:
@@ -105,9 +142,18 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
     """Check the method and precision, read the architecture and derive the shared quantities
     (the LoRA modules' notes go to ``notes``)."""
     s = settings(resolved)
-    method, precision = s["method"], s["precision"]
-    if method not in METHODS:
-        raise EstimateError(f"method {method!r} is not one the estimator knows ({', '.join(METHODS)})")
+    precision = s["precision"]
+    if s["method"] not in METHODS:
+        raise EstimateError(f"method {s['method']!r} is not one the estimator knows ({', '.join(METHODS)})")
+    if s["sharding"] not in SHARDINGS:
+        raise EstimateError(f"sharding {s['sharding']!r} is not one the estimator knows "
+                            f"({', '.join(SHARDINGS)})")
+    method, sharding = sharding_of(resolved)
+    if method not in SHARDING_METHODS[sharding]:
+        runs_with = [x for x in SHARDINGS if method in SHARDING_METHODS[x]]
+        raise EstimateError(f"method {method} cannot run with sharding {sharding} (sharding {sharding} "
+                            f"runs {', '.join(SHARDING_METHODS[sharding])}; method {method} runs with "
+                            f"{', '.join(runs_with)})")
     if precision not in DTYPE_BYTES:
         raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
     a = arch_numbers(resolved)
@@ -123,15 +169,15 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
         lora_mods = lora_modules(resolved, a, notes)
         lora_params = L * sum(s["lora_r"] * (fi + fo) for _n, fi, fo in lora_mods)
     wb = _weight_bytes(method, precision, s)
+    per_node = max(1, gpus if on_gpu else s["cpu_processes"])
     return Setup(
         s=s, a=a, method=method, precision=precision,
         tokens=s["batch_size"] * s["max_seq_len"], on_gpu=on_gpu, half=half,
         ab=2 if half else 4,  # activation dtype (autocast / half weights)
         wb=wb,
         # the residual stream follows the embedding output: fp32 weights -> fp32 activations
-        rb=wb if method != ZERO3_OFFLOAD else DTYPE_BYTES[precision],
+        rb=wb,
         embed=embed, head=0 if a.tied else embed, lin_total=lin_total,
         other=P - lin_total,  # embeddings, output layer, norms, biases
         lora_mods=lora_mods, lora_params=lora_params,
-        zero3=method == ZERO3_OFFLOAD,
-        world=max(1, gpus if on_gpu else s["cpu_processes"]) * s["nodes"])
+        sharding=s["sharding"], per_node=per_node, world=per_node * s["nodes"])

@@ -3,9 +3,9 @@
 Owns what a card holds for the whole run, whatever the batch: the weights by storage dtype
 (fp32 / fp16 / bf16, int8, NF4/FP4), the gradients and optimizer states of trainable full-model
 parameters, the LoRA parameters with their gradients and states, the bitsandbytes constants
-and one dequantised matrix, ZeRO-3's half-precision copy and its offloaded host figures, and
-Baichuan2's NormHead copy. :func:`trainable_states` fills the per-card and host breakdowns of an
-estimate; the sources of each figure are in docs/estimate.md.
+and one dequantised matrix, and Baichuan2's NormHead copy. :func:`trainable_states` fills the per-card breakdown of an
+unsharded run (sharded runs: :mod:`fttui.core.memory.sharding`, which reuses the terms here);
+the sources of each figure are in docs/estimate.md.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fttui.core.base.constants import KBIT_METHODS
-from fttui.core.base.units import GIB
 from fttui.core.memory.inputs import DTYPE_BYTES, Setup
 from fttui.core.memory.linears import _native_linears
 
-__all__ = ["trainable_states"]
+__all__ = ["norm_head", "trainable_states"]
 
 
 def _optimizer_bytes_per_param(optimizer: str, param_bytes: int) -> tuple[float, str]:
@@ -45,51 +44,6 @@ def _quant_bytes(n: int, method: str, quant: Mapping[str, Any]) -> tuple[float, 
     else:
         consts = n / 64 * 4
     return n / 2, consts
-
-
-def _zero3(c: Setup, bd: dict[str, float], host_bd: dict[str, float], notes: list[str]) -> float:
-    """ZeRO-3 with offload: the card's half copy, what stays on the card, the host's share.
-    Returns the bytes of the parameters gathered in flight."""
-    s, a = c.s, c.a
-    P, h, world = a.params, a.hidden, c.world
-    z = s["zero3"]
-    hb = DTYPE_BYTES[c.precision] if c.precision != "fp32" else 4
-    off_p, off_o = z.get("offload_params", True), z.get("offload_optimizer", True)
-    # fttui builds the model before DeepSpeed (no zero.Init): DeepSpeed casts it to the
-    # half dtype and moves the whole module to the card before partitioning
-    # (DeepSpeedEngine._configure_distributed_model); the freed blocks stay reserved by the
-    # caching allocator, so every card keeps about one half-precision copy of the model.
-    floor = P * hb
-    # gathered parameters in flight: the largest module twice (prefetch) ~ DeepSpeed
-    # estimate_zero3_model_states_mem_needs: 4 x largest_layer_params with offload
-    largest = max(c.embed, max(fi * fo for _n, fi, fo in _native_linears(a)))
-    gathered = 4 * largest + (0 if off_p else P * hb / world)
-    grads_gpu = 0 if off_o else P * hb / world
-    opt_gpu = 0 if off_o else P * 12 / world
-    bd["weights"] = floor
-    bd["gradients"] = grads_gpu
-    bd["optimizer_states"] = opt_gpu
-    notes.append("ZeRO-3: the model is built before DeepSpeed (no zero.Init), so each card "
-                 "first holds a whole half-precision copy; the caching allocator keeps it "
-                 "reserved and activations reuse it")
-    # host (per node): DeepSpeed estimate_zero3_model_states_mem_needs with offload:
-    # fp32 master params 4 + Adam states 8 + fp32 grads 4 (+ half param partitions 2)
-    share = P / s["nodes"]
-    if off_o:
-        host_bd["zero3_master_params"] = 4 * share
-        host_bd["zero3_optimizer_states"] = 8 * share
-        host_bd["zero3_gradients"] = 4 * share
-    if off_p:
-        host_bd["zero3_param_partitions"] = hb * share
-    # pinned staging buffers for the parameter and gradient buckets (prefetch + reduce
-    # buckets, about 4 x hidden^2 elements each, fp32). DeepSpeed's own estimator multiplies
-    # the 18 bytes/param by additional_buffer_factor = 1.5 as an upper bound; the reference
-    # authors' "needs at least 128 GB" for a 7.5B model fits 18 bytes/param without it.
-    host_bd["zero3_pinned_buffers"] = 2 * 4 * h * h * 4 * (world // s["nodes"])
-    upper = P * max(4 * (world // s["nodes"]), 18) * 1.5 / s["nodes"]
-    notes.append(f"ZeRO-3 host: DeepSpeed estimate_zero3_model_states_mem_needs (no "
-                 f"zero.Init, factor 1.5) gives {upper / GIB:.0f} GiB as an upper bound")
-    return gathered
 
 
 def _full(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
@@ -142,7 +96,7 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     notes.append(f"optimizer {opt}: {why}")
 
 
-def _norm_head(c: Setup, bd: dict[str, float], notes: list[str]) -> float:
+def norm_head(c: Setup, bd: dict[str, float], notes: list[str]) -> float:
     """Baichuan2's NormHead copy: counted under weights, or (ZeRO-3) returned as working set."""
     extra_head = 0.0
     if c.a.arch_name == "baichuan2-7b" and c.s["init"] == "pretrained":
@@ -157,15 +111,10 @@ def _norm_head(c: Setup, bd: dict[str, float], notes: list[str]) -> float:
     return extra_head
 
 
-def trainable_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
-                     notes: list[str]) -> tuple[float, float]:
-    """Fill the static terms of ``bd`` (and ZeRO-3's of ``host_bd``). Returns (bytes of the
-    parameters ZeRO-3 gathers in flight, bytes of the NormHead copy in ZeRO-3's working set)."""
-    gathered = 0.0
-    if c.zero3:
-        gathered = _zero3(c, bd, host_bd, notes)
-    elif c.method == "full":
+def trainable_states(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
+    """Fill the static terms of ``bd`` of an unsharded run (``sharding = "none"``; sharded runs:
+    :func:`fttui.core.memory.sharding.sharded_states`)."""
+    if c.method == "full":
         _full(c, bd, notes)
     else:
         _adapters(c, bd, notes)
-    return gathered, _norm_head(c, bd, notes)
