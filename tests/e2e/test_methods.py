@@ -188,7 +188,7 @@ def test_zero3_config_generated_from_profile():
         assert cfg["train_micro_batch_size_per_gpu"] == micro and cfg["gradient_accumulation_steps"] == 3
         assert cfg["train_batch_size"] == micro * 3 * world
     z = cfg["zero_optimization"]
-    pin = prof["zero3"]["pin_memory"]
+    pin = prof["deepspeed"]["pin_memory"]
     assert z["stage"] == 3
     assert z["offload_optimizer"] == {"device": "cpu", "pin_memory": pin}
     assert z["offload_param"] == {"device": "cpu", "pin_memory": pin}
@@ -211,7 +211,7 @@ def test_zero3_offload_runs_on_the_deepspeed_engine(fttui_home):
     assert ds is not None and ds["engine"] == "deepspeed.runtime.engine.DeepSpeedEngine"
     assert start["wrapper"] == ds["engine"]
     assert ds["zero_stage"] == 3
-    pin = prof["zero3"]["pin_memory"]
+    pin = prof["deepspeed"]["pin_memory"]
     assert ds["offload_optimizer"] == {"device": "cpu", "pin_memory": pin}
     assert ds["offload_param"] == {"device": "cpu", "pin_memory": pin}
     micro, accum = prof["train"]["batch_size"], prof["train"]["grad_accum"]

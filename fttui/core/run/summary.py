@@ -137,7 +137,11 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "profile": prof.get("name"),
         "model": model.get("name_or_path") or model.get("arch"),
         "dataset": data.get("name"),
-        "method": prof.get("method"),
+        # Until the row has its own sharding column (issue 15, schema 5), a full run under
+        # ZeRO-3 offload keeps the stored name the reference tables label "full (ZeRO-3 offload)";
+        # the worker stops any run whose sharding is not the one asked for.
+        "method": ("full-zero3-offload" if prof.get("method") == "full" and prof.get("sharding") == "zero3-offload"
+                   else prof.get("method")),
         "precision": train.get("precision"),
         "gpu": gpu_names[0] if gpu_names else "cpu",
         "gpu_names": gpu_names,
