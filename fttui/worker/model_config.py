@@ -1,6 +1,7 @@
 """What the resolved profile asks of the model, as the configs it is built and trained with:
 the weight and compute dtypes, the transformers config of a random-init model, the bitsandbytes
-quantisation config (qlora / lora-int8), the device map and the DeepSpeed ZeRO-3 config.
+quantisation config (qlora / lora-int8) and the device map (the DeepSpeed config of each
+sharding is :mod:`.sharding`'s).
 
 Weight dtype per method and precision (``train.precision``):
   fp32 -> float32 everywhere.
@@ -20,7 +21,7 @@ from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
 
 from .errors import ConfigError
 
-__all__ = ["torch_dtype", "compute_dtype", "load_config", "quant_config", "device_map", "deepspeed_config"]
+__all__ = ["torch_dtype", "compute_dtype", "load_config", "quant_config", "device_map"]
 
 
 def torch_dtype(precision: str, method: str = "full"):
@@ -98,36 +99,3 @@ def device_map(use_cuda: bool, local_rank: int):
     """Where a quantised model is loaded: this rank's GPU, or the host."""
     return {"": local_rank} if use_cuda else "cpu"
 
-
-def deepspeed_config(resolved: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """ZeRO-3 config with CPU offload of optimizer state and parameters."""
-    t = resolved["train"]
-    z = resolved.get("zero3") or {}
-    micro = int(t.get("batch_size", 1))
-    accum = int(t.get("grad_accum", 1))
-    pin = bool(z.get("pin_memory", True))
-    zero: dict[str, Any] = {
-        "stage": 3,
-        "overlap_comm": True,
-        "contiguous_gradients": True,
-        "reduce_bucket_size": "auto",
-        "stage3_prefetch_bucket_size": "auto",
-        "stage3_param_persistence_threshold": "auto",
-        "stage3_gather_16bit_weights_on_model_save": True,
-    }
-    if z.get("offload_optimizer", True):
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
-    if z.get("offload_params", True):
-        zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
-    precision = t.get("precision", "fp32")
-    return {
-        "train_micro_batch_size_per_gpu": micro,
-        "gradient_accumulation_steps": accum,
-        "train_batch_size": micro * accum * max(1, int(world_size)),
-        "gradient_clipping": "auto",
-        "fp16": {"enabled": precision == "fp16"},
-        "bf16": {"enabled": precision == "bf16"},
-        "zero_optimization": zero,
-        "steps_per_print": 1_000_000_000,
-        "wall_clock_breakdown": False,
-    }

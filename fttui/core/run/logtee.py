@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from fttui.core.base.redact import Redactor
-from fttui.core.run.rundir import RunDir, write_json_atomic
+from fttui.core.run.rundir import RunDir, group_members, write_json_atomic
 
 #: After the training exits, how long its last output may take to arrive (a process it started
 #: may still hold the pipe; its output after that is not the training's).
@@ -46,25 +46,11 @@ def _pump(pipe, log, redact: Redactor) -> None:
         pass
 
 
-def _others_in_group() -> list:
-    """The other live processes of this process group (processes the training left behind)."""
-    import psutil
-
-    me, pgid, out = os.getpid(), os.getpgid(0), []
-    for p in psutil.process_iter():
-        try:
-            if p.pid != me and os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (psutil.Error, OSError):
-            pass
-    return out
-
-
 def _reap_group() -> None:
     """Stop what the training left behind in its group (SIGTERM, then SIGKILL)."""
     import psutil
 
-    left = _others_in_group()
+    left = group_members(os.getpgid(0), exclude=os.getpid())
     for p in left:
         try:
             p.terminate()

@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 
 from fttui.core.run import rundir
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.events import append_jsonl, read_jsonl
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.summary import build_row, final_status
@@ -55,8 +55,6 @@ def finish(rd: rundir.RunDir, state: RunState, status: FinalStatus, *, t_launch:
     presence means the run is finished)."""
     ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "returncode": status.returncode,
           "signal": status.signal, "status": status.status}
-    from fttui.core.run.events import append_jsonl
-
     append_jsonl(rd.events_path, ev)
     state.apply(ev)
     row = build_row(rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled,

@@ -71,6 +71,20 @@ def process_matches(pid: int | None, create_time: float | None) -> bool:
         return True
 
 
+def group_members(pgid: int, exclude: int | None = None) -> list:
+    """The live (not zombie) processes of process group ``pgid``, ``exclude`` (a pid) left out."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid != exclude and os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return out
+
+
 def group_alive(pgid: int) -> bool:
     """Some process of process group ``pgid`` is alive (zombies count as gone)."""
     try:
@@ -79,15 +93,7 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    import psutil
-
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except (psutil.Error, OSError):
-            pass
-    return False
+    return bool(group_members(pgid))
 
 
 class RunDir:
