@@ -185,16 +185,11 @@ def import_files(store: Store, paths: Sequence[str | os.PathLike]) -> ImportRepo
 
 def _insert_all(store: Store, rows: list[dict[str, Any]]) -> None:
     """Insert new rows in one transaction; plain INSERT, so an existing run is never replaced."""
-    store.conn.execute("BEGIN IMMEDIATE")
-    try:
+    with store.transaction() as conn:
         for row in rows:
             keys = [k for k in row if k in COLUMNS]
-            store.conn.execute(f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})",
-                               [store_mod._encode(k, row[k]) for k in keys])
-        store.conn.execute("COMMIT")
-    except BaseException:
-        store.conn.execute("ROLLBACK")
-        raise
+            conn.execute(f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})",
+                         [store_mod._encode(k, row[k]) for k in keys])
 
 
 __all__ = ["FORMAT_VERSION", "ImportFileError", "ImportReport", "export", "export_lines", "import_files"]

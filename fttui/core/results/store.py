@@ -7,10 +7,11 @@ version (``PRAGMA user_version``) and is brought up to date by ordered migration
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +153,21 @@ class Store:
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self._migrate()
 
-    def _migrate(self) -> None:
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction. An interrupt can land anywhere, even inside COMMIT (then
+        SQLite has already committed or rolled back): roll back only what is still open."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
+            yield self.conn
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def _migrate(self) -> None:
+        with self.transaction():
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(
@@ -167,10 +180,6 @@ class Store:
                         self.conn.execute(stmt)
             if version != SCHEMA_VERSION:
                 self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -194,13 +203,8 @@ class Store:
             f"INSERT OR REPLACE INTO runs ({', '.join(keys)}) "
             f"VALUES ({', '.join('?' for _ in keys)})"
         )
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self.transaction():
             self.conn.execute(sql, values)
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
 
     def get(self, run_id: str) -> dict[str, Any] | None:
         cur = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
