@@ -96,7 +96,7 @@ def summary_lines(rd: RunDir) -> list[str]:
         return [f"run {rd.run_id}: no summary row"]
     lines = [
         f"run {row['run_id']}: {row['status']}" + (f" ({row['oom_kind']})" if row.get("oom_kind") else ""),
-        f"  model {row.get('model')}  method {fmt.method_label(row.get('method'))}  batch {row.get('batch_size')}"
+        f"  model {row.get('model')}  method {fmt.method_label(row.get('method'), row.get('sharding'))}  batch {row.get('batch_size')}"
         f" x accum {row.get('grad_accum')} x world {row.get('world_size')} = {row.get('effective_batch')}"
         f"  max_seq_len {row.get('max_seq_len')}",
         f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}  tokens {row.get('tokens')}"

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="Markdown tables, CSVs and PNG charts of the stored rows")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="keep rows whose column KEY equals VALUE; repeatable (same key twice: either)")
-    p.add_argument("--group-by", choices=["model", "method", "gpu", "batch_size", "max_seq_len"])
+    p.add_argument("--group-by", choices=["model", "method", "sharding", "gpu", "batch_size", "max_seq_len"])
     p.add_argument("--baseline", metavar="RUN_ID", help="relative throughput against this run (id or prefix)")
     p.add_argument("--prices", metavar="FILE", help="TOML or CSV: GPU name -> price per card")
     p.add_argument("--out", metavar="DIR", help="write report.md, CSVs and PNG charts here (default: Markdown on stdout)")

@@ -300,7 +300,7 @@ class PickerScreen(Screen):
         if s.get("description"):
             t.add_row("", Text(s["description"], style="italic"))
         t.add_row("model", f"{s['model']}  ({model.get('init')})")
-        t.add_row("method", fmt.method_label(r["method"], train.get("optimizer")) + f"  {train.get('precision')}")
+        t.add_row("method", fmt.method_label(r["method"], optimizer=train.get("optimizer")) + f"  {train.get('precision')}")
         t.add_row("sharding", sharding_label(r))
         t.add_row("data", f"{s['dataset']}  max_seq_len {data.get('max_seq_len')}"
                           + (f"  {data.get('num_samples')} samples" if data.get("num_samples") else ""))

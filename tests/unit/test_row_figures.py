@@ -308,7 +308,7 @@ def test_schema_4_row_round_trip(tmp_path, fttui_home):
                 "gpu_mem_source", "peak_host_rss_mb"):
         assert got[key] == row[key], key
     assert got["mismatch"]["batch_size"]["observed"] == 1024 and got["host_measure"] == "ranks"
-    assert store_mod.SCHEMA_VERSION == 4
+    assert {"mismatch", "peak_tree_rss_mb", "host_measure"} <= set(store_mod._ADDED[4])
 
 
 def test_schema_3_store_migrates_and_keeps_every_row(tmp_path):
@@ -338,7 +338,7 @@ def test_schema_3_store_migrates_and_keeps_every_row(tmp_path):
     conn.close()
 
     with Store(path) as s:
-        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION
         rows = {r["run_id"]: r for r in s.rows()}
     assert set(rows) == {"r1", "r2", "p1"}
     for rid, raw in before.items():
@@ -389,3 +389,32 @@ def test_batch_against_a_data_file():
     with pytest.raises(ProfileError, match="at most 10, or more data.num_samples, up to the file's 20"):
         _check_batch(r, "p.toml", 20)
     _check_batch(_resolved(batch_size=20), "p.toml", 20)
+
+
+# ------------------------------------------------------------------ sharding (schema 5)
+def test_row_records_the_sharding_read_back_from_the_engine(tmp_path):
+    ran = {"asked": "zero2", "ran": "zero2-offload", "kind": "deepspeed", "zero_stage": 2,
+           "offload_optimizer": "cpu", "offload_param": "none"}
+    rd = _run_dir(tmp_path, ["sharding=zero2", "devices.launcher=torchrun"],
+                  events=[_start(rank=1, sharding={"asked": "zero2", "ran": "zero3"}), _start(sharding=ran),
+                          _step(1, 8)])
+    row = _row(rd)
+    assert (row["method"], row["sharding"]) == ("lora", "zero2-offload")  # rank 0's read-back, not the profile
+    assert row["mismatch"]["sharding"] == {"stated": "zero2", "observed": "zero2-offload"}
+    assert row["env"]["sharding"]["zero_stage"] == 2
+
+
+def test_row_of_a_run_that_ended_before_its_start_event_keeps_the_sharding_asked(tmp_path):
+    rd = _run_dir(tmp_path, ["sharding=zero3", "devices.launcher=torchrun"])
+    row = _row(rd, status="failed")
+    assert row["sharding"] == "zero3" and "sharding" not in row["mismatch"] and "sharding" not in row["env"]
+
+
+def test_row_of_a_profile_json_written_before_the_sharding_axis(tmp_path):
+    rd = _run_dir(tmp_path)
+    prof = json.loads((rd.path / "profile.json").read_text())
+    prof["method"] = "full-zero3-offload"
+    prof.pop("sharding", None)
+    (rd.path / "profile.json").write_text(json.dumps(prof))
+    row = _row(rd, status="failed")
+    assert (row["method"], row["sharding"]) == ("full", "zero3-offload")

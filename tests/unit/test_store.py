@@ -42,3 +42,77 @@ def test_an_interrupt_inside_a_write_reraises_and_keeps_the_store_whole(tmp_path
         assert (store.get("during") is not None) is kept
         store.put({"run_id": "after", "profile": "p", "status": "completed"})
         assert store.get("after") is not None
+
+
+# ------------------------------------------------------------------ schema 5: the sharding column
+def _store_at(path, version: int, rows: list[dict]) -> None:
+    """A results file exactly as an fttui of schema ``version`` wrote it."""
+    from fttui.core.results import store as store_mod
+
+    conn = sqlite3.connect(path)
+    for ddl in store_mod.MIGRATIONS[:version]:
+        for stmt in ddl.split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
+    conn.execute(f"PRAGMA user_version = {version}")
+    for r in rows:
+        conn.execute(f"INSERT INTO runs ({', '.join(r)}) VALUES ({', '.join('?' for _ in r)})", list(r.values()))
+    conn.commit()
+    conn.close()
+
+
+def test_schema_4_rows_get_their_sharding(tmp_path):
+    from fttui.core.results import store as store_mod
+    from fttui.core.results.tables import reference_table
+
+    path = tmp_path / "results.sqlite"
+    _store_at(path, 4, [
+        {"run_id": "z", "kind": "run", "method": "full-zero3-offload", "status": "completed", "model": "m"},
+        {"run_id": "l", "kind": "run", "method": "lora", "status": "oom", "model": "m"},
+        {"run_id": "p", "kind": "probe", "method": "qlora", "status": "fit", "model": "m"},
+    ])
+    with Store(path) as store:
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION == 5
+        rows = {r["run_id"]: r for r in store.rows(kind=None)}
+    assert (rows["z"]["method"], rows["z"]["sharding"]) == ("full", "zero3-offload")
+    assert (rows["l"]["method"], rows["l"]["sharding"]) == ("lora", "none")
+    assert (rows["p"]["method"], rows["p"]["sharding"]) == ("qlora", "none")
+    # the tables label the migrated row as they labelled the old method name
+    headers, body = reference_table([rows["z"], rows["l"]])
+    method = headers.index("method")
+    assert [line[method] for line in body] == ["full (ZeRO-3 offload)", "lora"]
+    with Store(path) as store:  # opening again changes nothing
+        assert store.get("z")["sharding"] == "zero3-offload" and len(store.rows(kind=None)) == 3
+
+
+def test_method_labels_carry_the_sharding():
+    from fttui.core.base import fmt
+
+    assert fmt.method_label("full", "zero3-offload") == "full (ZeRO-3 offload)"
+    assert fmt.method_label("full-zero3-offload") == "full (ZeRO-3 offload)"  # rows of an old export
+    assert fmt.method_label("lora-emb", "fsdp") == "lora (+emb, FSDP)"
+    assert fmt.method_label("lora", "none") == fmt.method_label("lora") == "lora"
+    assert fmt.method_label("qlora", "zero2", optimizer="paged_adamw_8bit") == "qlora (paged, ZeRO-2)"
+
+
+def test_matrices_and_bar_labels_keep_shardings_apart():
+    from fttui.core.results.labels import bar_labels
+    from fttui.core.results.matrices import matrix_tables
+
+    def row(rid, sharding, bs, seq, gb):
+        return {"run_id": rid, "model": "m", "dataset": "d", "gpu": "NVIDIA A100-SXM4-80GB", "num_gpus": 2,
+                "method": "full", "sharding": sharding, "precision": "bf16", "batch_size": bs, "grad_accum": 1,
+                "max_seq_len": seq, "status": "completed", "peak_gpu_mem_mb": [gb * 1024], "duration_s": 10.0,
+                "steps": 10}
+
+    rows = [row(f"{s}-{bs}-{seq}", s, bs, seq, gb)
+            for s, gb in (("zero2", 40), ("zero3", 20)) for bs in (1, 2) for seq in (512, 1024)]
+    tables = matrix_tables(rows, None)
+    assert len(tables) == 2  # one batch x sequence table per sharding, never one table mixing them
+    titles = sorted(t.title for t in tables)
+    assert "ZeRO-2" in titles[0] and "ZeRO-3" in titles[1]
+    for t in tables:
+        want = "40.00" if "ZeRO-2" in t.title else "20.00"
+        assert all(c.startswith(want) for line in t.cells for c in line[1:])
+    labels = bar_labels([rows[0], rows[4]])
+    assert labels == ["ZeRO-2", "ZeRO-3"]

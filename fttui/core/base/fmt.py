@@ -39,21 +39,44 @@ def pct(x: float | None) -> str:
 
 METHOD_LABELS = {
     "full": "full",
-    "full-zero3-offload": "full (ZeRO-3 offload)",
     "lora": "lora",
     "lora-emb": "lora (+emb)",
     "qlora": "qlora",
     "lora-int8": "lora (int8)",
 }
 
+SHARDING_LABELS = {
+    "none": "",
+    "zero2": "ZeRO-2",
+    "zero2-offload": "ZeRO-2 offload",
+    "zero3": "ZeRO-3",
+    "zero3-offload": "ZeRO-3 offload",
+    "fsdp": "FSDP",
+    "fsdp-offload": "FSDP offload",
+}
 
-def method_label(method: str | None, optimizer: str | None = None, precision: str | None = None) -> str:
+
+def sharding_label(sharding: str | None) -> str:
+    """``ZeRO-3 offload`` for ``zero3-offload``; empty for none (one process per card, DDP)."""
+    if not sharding:
+        return ""
+    return SHARDING_LABELS.get(sharding, sharding)
+
+
+def method_label(method: str | None, sharding: str | None = None, *, optimizer: str | None = None) -> str:
+    """A method as the tables write it, with the sharding that ran when there is one:
+    ``full (ZeRO-3 offload)``, ``lora (+emb, FSDP)``, ``qlora (paged)``."""
     if method is None:
         return ""
+    if method == "full-zero3-offload":  # the stored name of full + ZeRO-3 offload before schema 5
+        method, sharding = "full", sharding or "zero3-offload"
     label = METHOD_LABELS.get(method, method)
     if method == "qlora" and optimizer and optimizer.startswith("paged"):
         label = "qlora (paged)"
-    return label
+    extra = sharding_label(sharding)
+    if not extra:
+        return label
+    return f"{label[:-1]}, {extra})" if label.endswith(")") else f"{label} ({extra})"
 
 
 def rel_path(path: str) -> str:

@@ -18,13 +18,14 @@ from fttui.core.results.rows import gpu_name, num, short_gpu
 __all__ = ["METHOD_ORDER", "bar_labels", "chart_key", "dim_text", "full_label", "sort_key"]
 
 METHOD_ORDER = list(fmt.METHOD_LABELS)
-_LABEL_KEYS = ("method", "precision", "batch_size", "grad_accum", "max_seq_len", "gpu", "num_gpus", "kind")
+SHARDING_ORDER = list(fmt.SHARDING_LABELS)
+_LABEL_KEYS = ("method", "sharding", "precision", "batch_size", "grad_accum", "max_seq_len", "gpu", "num_gpus", "kind")
 
 
 def chart_key(r: Mapping) -> tuple:
-    """Order of the bars: model, kind, GPU, cards, method, precision, batch, sequence, accumulation."""
+    """Order of the bars: model, kind, GPU, cards, method, sharding, precision, batch, sequence, accumulation."""
     return (str(r.get("model") or ""), str(r.get("kind") or ""), short_gpu(gpu_name(r)), int(r.get("num_gpus") or 0),
-            sort_key("method", r.get("method")), str(r.get("precision") or ""), sort_key("batch_size", r.get("batch_size")),
+            sort_key("method", r.get("method")), sort_key("sharding", r.get("sharding")), str(r.get("precision") or ""), sort_key("batch_size", r.get("batch_size")),
             sort_key("max_seq_len", r.get("max_seq_len")), sort_key("grad_accum", r.get("grad_accum")))
 
 
@@ -39,7 +40,9 @@ def _row_label(row: Mapping, fields: Sequence[str]) -> str:
         if key == "model":
             parts.append(str(v or "?"))
         elif key == "method":
-            parts.append(fmt.method_label(v) or "?")
+            parts.append(fmt.method_label(v, row.get("sharding")) or "?")
+        elif key == "sharding" and "method" not in fields:
+            parts.append(fmt.sharding_label(v) or "no sharding")
         elif key == "precision":
             parts.append(str(v or ""))
         elif key == "batch_size":
@@ -88,9 +91,15 @@ def sort_key(key: str, v: Any) -> tuple:
         return (2, 0, "")
     if key == "method" and v in METHOD_ORDER:
         return (0, METHOD_ORDER.index(v), "")
+    if key == "sharding" and v in SHARDING_ORDER:
+        return (0, SHARDING_ORDER.index(v), "")
     x = num(v)
     return (0, x, "") if x is not None else (1, 0, str(v))
 
 
 def dim_text(key: str, v: Any) -> str:
-    return fmt.method_label(v) if key == "method" else cell_text(v)
+    if key == "method":
+        return fmt.method_label(v)
+    if key == "sharding":
+        return fmt.sharding_label(v) or "none"
+    return cell_text(v)

@@ -18,7 +18,7 @@ from fttui.core.results.rows import gpu_name, peak_gb, s_per_step, short_gpu
 __all__ = ["MATRIX_DIMS", "MATRIX_PAIRS", "matrix_tables", "pick"]
 
 # Settings a matrix can be drawn over, and the pairs tried (rows x columns), in order.
-MATRIX_DIMS = ("method", "precision", "batch_size", "grad_accum", "max_seq_len")
+MATRIX_DIMS = ("method", "sharding", "precision", "batch_size", "grad_accum", "max_seq_len")
 MATRIX_PAIRS = (("method", "max_seq_len"), ("batch_size", "max_seq_len"), ("method", "batch_size"),
                 ("batch_size", "grad_accum"))
 
@@ -53,7 +53,7 @@ def _context_title(row: Mapping, fixed: Sequence[str]) -> str:
         v = row.get(k)
         if v is None or v == "":
             continue
-        parts.append({"method": fmt.method_label(v), "precision": str(v), "batch_size": f"batch {v}",
+        parts.append({"method": fmt.method_label(v), "sharding": fmt.sharding_label(v), "precision": str(v), "batch_size": f"batch {v}",
                       "grad_accum": f"accum {v}", "max_seq_len": f"seq {v}"}[k])
     return " · ".join(p for p in parts if p)
 

@@ -39,7 +39,7 @@ from fttui.core.results.store import COLUMNS
 __all__ = ["GROUP_KEYS", "Prices", "Report", "Table", "build_report", "filter_rows", "find_row",
            "full_label", "interconnect_label", "load_prices", "parse_where", "write_report"]
 
-GROUP_KEYS = ("model", "method", "gpu", "batch_size", "max_seq_len")
+GROUP_KEYS = ("model", "method", "sharding", "gpu", "batch_size", "max_seq_len")
 
 
 def find_row(rows: Sequence[Mapping], ref: str) -> dict:

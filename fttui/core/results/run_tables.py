@@ -84,7 +84,7 @@ def runs_table(rows: Sequence[dict], ctx: Ctx, group_by: str | None) -> Table:
         ("card_mem_gb", lambda r: None if (m := card_memory_mb(r)) is None else m / 1024, fmt_gb),
         ("num_gpus", lambda r: int(r.get("num_gpus") or 0), cell_text),
         ("interconnect", row_interconnect, cell_text),
-        ("method", lambda r: fmt.method_label(r.get("method")), cell_text),
+        ("method", lambda r: fmt.method_label(r.get("method"), r.get("sharding")), cell_text),
         ("precision", lambda r: r.get("precision") or "", cell_text),
         ("batch_size", lambda r: r.get("batch_size"), cell_text),
         ("grad_accum", lambda r: r.get("grad_accum"), cell_text),
@@ -153,7 +153,7 @@ def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
         if r.get("status") not in ("completed", "oom"):
             continue
         key = tuple(r.get(k) for k in ("model", "dataset", "method", "precision", "batch_size", "grad_accum",
-                                       "max_seq_len", "num_gpus"))
+                                       "max_seq_len", "num_gpus", "sharding"))
         work.setdefault(key, {}).setdefault((gpu_name(r), machine(r)), []).append(r)
     # Rows imported from several machines (`fttui results import`): the same GPU model on two
     # machines is two columns of the comparison, and the table says which machine.
@@ -177,7 +177,7 @@ def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
             sps = None if is_oom(r) else num(r.get("samples_per_s"))
             cells = [r.get("model") or "", r.get("dataset") or "", gpu_name(r), *([machine(r)] if several else []),
                      row_interconnect(r),
-                     int(r.get("num_gpus") or 0), fmt.method_label(r.get("method")), r.get("batch_size"),
+                     int(r.get("num_gpus") or 0), fmt.method_label(r.get("method"), r.get("sharding")), r.get("batch_size"),
                      r.get("max_seq_len"), sps, "" if is_oom(r) else fmt.duration(num(r.get("duration_s"))),
                      _mem_cell(r), None if sps is None or not slowest else sps / slowest]
             if ctx.baseline_sps:

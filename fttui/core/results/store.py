@@ -28,7 +28,8 @@ COLUMNS: dict[str, str] = {
     "profile": "TEXT",
     "model": "TEXT",
     "dataset": "TEXT",
-    "method": "TEXT",
+    "method": "TEXT",  # full | lora | lora-emb | qlora | lora-int8
+    "sharding": "TEXT",  # schema 5: what sharded the run, read back from the engine or wrapper (constants.SHARDINGS)
     "precision": "TEXT",
     "gpu": "TEXT",  # first card's name, or "cpu"
     "gpu_names": "TEXT",  # JSON list
@@ -98,7 +99,8 @@ COLUMNS: dict[str, str] = {
 _ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh"),
           4: ("mismatch", "peak_tree_rss_mb", "peak_build_rss_mb", "host_measure", "gpu_mem_total_mb",
               "gpu_mem_source", "alloc_retries", "min_headroom_mb", "mfu", "flops_per_token", "near_oom",
-              "recorded_by")}
+              "recorded_by"),
+          5: ("sharding",)}
 #: host_measure of the rows recorded before schema 4: their peak_host_rss_mb was the process tree's
 #: (probe trials: the trial process's own peak, the ranks' measure).
 HOST_MEASURE_BEFORE_4 = "tree (before schema 4)"
@@ -133,6 +135,11 @@ MIGRATIONS: list[str] = [
     ";UPDATE runs SET host_measure = 'ranks' WHERE kind = 'probe'"
     ";UPDATE runs SET recorded_by = 'supervisor' WHERE kind IS NULL OR kind != 'probe'"
     ";UPDATE runs SET recorded_by = 'probe' WHERE kind = 'probe'",
+    # schema 5: sharding is its own column. Before it, the only sharded runs were the full runs
+    # under ZeRO-3 offload, stored as method "full-zero3-offload"; every other run had none.
+    f"ALTER TABLE runs ADD COLUMN sharding {COLUMNS['sharding']}"
+    ";UPDATE runs SET method = 'full', sharding = 'zero3-offload' WHERE method = 'full-zero3-offload'"
+    ";UPDATE runs SET sharding = 'none' WHERE sharding IS NULL",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

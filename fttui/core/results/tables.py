@@ -38,7 +38,7 @@ REFERENCE_COLUMNS: list[tuple[str, object]] = [
     ("dataset", lambda r: r.get("dataset") or ""),
     ("gpu", lambda r: r.get("gpu") or ""),
     ("num_gpus", lambda r: str(r.get("num_gpus") or 0)),
-    ("method", lambda r: fmt.method_label(r.get("method"))),
+    ("method", lambda r: fmt.method_label(r.get("method"), r.get("sharding"))),
     ("batch_size", _setting("batch_size")),
     ("grad_accum", _setting("grad_accum")),
     ("max_seq_len", _setting("max_seq_len")),

@@ -29,7 +29,8 @@ from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.monitor import GpuInfo, num, visible_indices
 
 __all__ = ["CUDA_CONTEXT_MB", "SOURCE_NVML", "SOURCE_TORCH", "MEASURE_RANKS", "MEASURE_TREE",
-           "row_cards", "gpu_figures", "host_figures", "samples_per_step", "mismatch"]
+           "row_cards", "gpu_figures", "host_figures", "samples_per_step", "mismatch", "sharding_read_back",
+           "stated_sharding"]
 
 CUDA_CONTEXT_MB = CUDA_CONTEXT_BYTES / MIB
 SOURCE_NVML = "nvml-process"
@@ -159,4 +160,25 @@ def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[st
                     key=lambda e: to_int(e.get("rank")) or 0)
     if starts and stated.get("precision") and starts[0]["precision"] != stated["precision"]:
         out["precision"] = {"stated": stated["precision"], "observed": starts[0]["precision"]}
+    ran = (sharding_read_back(events) or {}).get("ran")
+    if ran and stated.get("sharding") and ran != stated["sharding"]:
+        out["sharding"] = {"stated": stated["sharding"], "observed": ran}
     return out
+
+
+def stated_sharding(prof: dict[str, Any]) -> tuple[str | None, str]:
+    """``(method, sharding)`` a resolved profile asks for. A profile.json written before the
+    sharding axis names ``full-zero3-offload`` as its method: that is full under ZeRO-3 offload."""
+    method = prof.get("method")
+    if method == "full-zero3-offload":
+        return "full", "zero3-offload"
+    return method, prof.get("sharding") or "none"
+
+
+def sharding_read_back(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """What sharded the run, read back from the engine or the wrapper by the lowest rank (its
+    start event's ``sharding``: ``ran``, the ZeRO stage and offload devices or the FSDP
+    modules); None before any start event says."""
+    starts = sorted((e for e in events if e.get("event") == "start" and isinstance(e.get("sharding"), dict)),
+                    key=lambda e: to_int(e.get("rank")) or 0)
+    return dict(starts[0]["sharding"]) if starts else None

@@ -9,7 +9,8 @@ from typing import Any
 from fttui.core.run import rundir
 from fttui.core.run.events import read_jsonl
 from fttui.core.run.perf import row_perf
-from fttui.core.run.row_figures import gpu_figures, host_figures, mismatch, row_cards
+from fttui.core.run.row_figures import (gpu_figures, host_figures, mismatch, row_cards, sharding_read_back,
+                                        stated_sharding)
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.topology import processes_per_node, world_size
@@ -126,7 +127,15 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     stated = {"batch_size": train.get("batch_size"), "grad_accum": train.get("grad_accum"),
               "max_seq_len": data.get("max_seq_len"), "world_size": world_size(prof) if prof else None,
               "precision": train.get("precision")}
-    differs = mismatch(stated, snap, read_jsonl(rd.events_path)) if prof else {}
+    events = read_jsonl(rd.events_path)
+    method, sharding_asked = stated_sharding(prof)
+    stated["sharding"] = sharding_asked
+    differs = mismatch(stated, snap, events) if prof else {}
+    # The sharding that ran, read back from the engine or wrapper (the worker stops a run whose
+    # sharding is not the one asked for); the one asked for when the run ended before it said.
+    read_back = sharding_read_back(events)
+    if read_back:
+        env["sharding"] = read_back
     kind, group = rd.kind_and_group()
     return {
         "run_id": rd.run_id,
@@ -137,11 +146,8 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "profile": prof.get("name"),
         "model": model.get("name_or_path") or model.get("arch"),
         "dataset": data.get("name"),
-        # Until the row has its own sharding column (issue 15, schema 5), a full run under
-        # ZeRO-3 offload keeps the stored name the reference tables label "full (ZeRO-3 offload)";
-        # the worker stops any run whose sharding is not the one asked for.
-        "method": ("full-zero3-offload" if prof.get("method") == "full" and prof.get("sharding") == "zero3-offload"
-                   else prof.get("method")),
+        "method": method,
+        "sharding": (read_back or {}).get("ran") or sharding_asked,
         "precision": train.get("precision"),
         "gpu": gpu_names[0] if gpu_names else "cpu",
         "gpu_names": gpu_names,
