@@ -17,8 +17,11 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.base.fmt import rel_path
 
 
-def _add_profile_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--profile", "-p", required=required, help="profile name or path to a .toml file")
+def _add_profile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", "-p", help="profile name or path to a .toml file")
+    p.add_argument("--from", dest="from_config", metavar="FILE.yaml",
+                   help="a LLaMA-Factory or axolotl training config instead of a profile "
+                        "(`fttui profiles --from FILE.yaml` shows the profile it becomes)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a profile key (dotted, e.g. train.batch_size=8); repeatable")
     p.add_argument("--gpu-memory-limit", metavar="SIZE",
@@ -40,8 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
 
-    p = sub.add_parser("profiles", help="list the profiles")
+    p = sub.add_parser("profiles", help="list the profiles, or show the profile a YAML config becomes")
     p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--from", dest="from_config", metavar="FILE.yaml",
+                   help="print the profile (TOML) a LLaMA-Factory or axolotl config maps to, "
+                        "with the keys that do not map")
 
     p = sub.add_parser("results", help="the stored summary rows; export them, import other machines' rows",
                        description="Show the stored summary rows (default), `export` them as JSON lines "
@@ -113,6 +119,18 @@ def _resolve(args) -> dict:
         overrides.append(f"limits.gpu_memory={json.dumps(args.gpu_memory_limit)}")
     if getattr(args, "host_memory_limit", None):
         overrides.append(f"limits.host_memory={json.dumps(args.host_memory_limit)}")
+    from_config = getattr(args, "from_config", None)
+    if from_config and args.profile:
+        raise FttuiError("give --profile or --from, not both")
+    if from_config:
+        from fttui.core.profiles.foreign import load_config_profile, unmapped_line
+
+        resolved, mapped = load_config_profile(from_config, overrides)
+        if mapped.unmapped:
+            print(unmapped_line(mapped), file=sys.stderr)
+        return resolved
+    if not args.profile:
+        raise FttuiError("give a profile: --profile NAME (`fttui profiles` lists them) or --from FILE.yaml")
     return load_profile(args.profile, overrides)
 
 
@@ -136,6 +154,17 @@ def cmd_run(args) -> int:
 def cmd_profiles(args) -> int:
     from fttui.core.profiles import discover, load_profile, profile_summary
 
+    if args.from_config:
+        from fttui.core.profiles.foreign import load_config_profile, profile_toml
+
+        _, mapped = load_config_profile(args.from_config)  # checked as the run would check it
+        if args.format == "json":
+            print(json.dumps({"tool": mapped.tool, "profile": mapped.data, "notes": mapped.notes,
+                              "unmapped": [{"key": k, "value": v, "why": why} for k, v, why in mapped.unmapped]},
+                             indent=2, default=str))
+        else:
+            sys.stdout.write(profile_toml(mapped))
+        return 0
     items, errors = [], []
     for ref in discover():
         try:

@@ -50,6 +50,7 @@ def test_wheel_holds_profiles_demo_data_license_and_extras(wheel):
     assert {n.split("/")[-1] for n in names if n.startswith("fttui/_profiles/") and n.endswith(".toml")} == shipped
     assert "fttui/_profiles/data/tiny-instruct.jsonl" in names
     assert "fttui/tui/app.tcss" in names
+    assert "fttui/core/profiles/foreign/known_keys.json" in names  # `--from FILE.yaml` reads it
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in meta and "Classifier: " in meta
     for extra in ("train", "qlora", "zero3", "all", "dev"):

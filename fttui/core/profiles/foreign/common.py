@@ -1,0 +1,177 @@
+"""What both readers of other tools' configs share: the mapped profile being built, the key
+vocabulary of each tool, the DeepSpeed JSON a config names, precision and attention.
+
+A reader (``llamafactory``, ``axolotl``) turns the YAML mapping into :class:`Mapped`: profile
+data in fttui's sections (as a TOML file would hold it), the keys that do not map (each with the
+reason, never silently dropped) and notes on where the profile differs from the tool's run.
+Pure: stdlib only; the YAML itself is parsed in :mod:`fttui.core.profiles.foreign`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from fttui.core.base.errors import ProfileError, did_you_mean
+from fttui.core.profiles.discovery import display
+from fttui.core.profiles.schema import SCHEMA, TOP
+
+__all__ = ["Mapped", "known_keys", "deepspeed_sharding", "tool_default", "is_true"]
+
+_KNOWN_KEYS = Path(__file__).with_name("known_keys.json")
+
+
+@dataclass
+class Mapped:
+    """A config read into fttui's terms.
+
+    tool: ``"LLaMA-Factory"`` or ``"axolotl"``. path: the YAML file. data: profile sections
+    (``{"method": ..., "train": {...}}``). unmapped: ``(key, value, why)`` for each key that
+    fttui does not take over. notes: where the profile differs from the tool's own run.
+    """
+
+    tool: str
+    path: Path
+    config: Mapping[str, Any]
+    data: dict[str, Any] = field(default_factory=dict)
+    unmapped: list[tuple[str, Any, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    _used: set[str] = field(default_factory=set)
+
+    @property
+    def where(self) -> str:
+        return display(self.path)
+
+    def error(self, key: str | None, message: str, hint: str | None = None) -> ProfileError:
+        return ProfileError(self.where, key, message, hint)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The config's value of ``key`` (marked as read), ``default`` when absent or empty."""
+        self._used.add(key)
+        value = self.config.get(key)
+        return default if value is None or value == "" else value
+
+    def has(self, key: str) -> bool:
+        value = self.config.get(key)
+        return value is not None and value != ""
+
+    def put(self, dotted: str, value: Any) -> None:
+        """Set a profile key (``train.batch_size``; ``method`` at the top level)."""
+        section, _, key = dotted.rpartition(".")
+        if section:
+            self.data.setdefault(section, {})[key] = value
+        else:
+            self.data[key] = value
+
+    def put_if_known(self, dotted: str, value: Any, source_key: str) -> None:
+        """Set a profile key when this fttui has it, else list ``source_key`` as not mapped."""
+        section, _, key = dotted.rpartition(".")
+        if key in SCHEMA.get(section or TOP, {}):
+            self.put(dotted, value)
+        else:
+            self.skip(source_key, f"this fttui has no {dotted} setting")
+
+    def skip(self, key: str, why: str) -> None:
+        """List ``key`` as not mapped, with the reason."""
+        self._used.add(key)
+        value = self.config.get(key)
+        if value is None or value == "" or value == [] or value == {}:
+            return  # an empty key (axolotl's templates leave many) asks for nothing
+        self.unmapped.append((key, value, why))
+
+    def finish(self, tool_keys: frozenset[str]) -> None:
+        """Every key not read: listed when the tool knows it, a one-line error when no one does."""
+        for key in self.config:
+            if key in self._used:
+                continue
+            if key not in tool_keys:
+                hint = did_you_mean(key, tool_keys)
+                raise self.error(key, f"unknown {self.tool} key", hint or
+                                 f"not a key of {self.tool} or the Trainer; check the spelling")
+            self.skip(key, f"a {self.tool} setting fttui has no counterpart for")
+
+
+@lru_cache(maxsize=None)
+def known_keys(tool: str) -> frozenset[str]:
+    """The top-level keys ``tool`` (``llamafactory``, ``axolotl``) accepts, the Trainer's included
+    (``scripts/foreign_keys.py`` reads them from the tools' sources)."""
+    data = json.loads(_KNOWN_KEYS.read_text(encoding="utf-8"))
+    return frozenset(data[tool]) | frozenset(data["trainer"])
+
+
+def is_true(value: Any) -> bool:
+    """YAML booleans and the strings people write for them (``"true"``, ``"auto"`` is not)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return value is True or value == 1
+
+
+def tool_default(m: Mapped, key: str, value: Any) -> Any:
+    """``key``'s value, or the tool's own default (noted, so the profile runs what the tool ran)."""
+    if m.has(key):
+        return m.get(key)
+    m.get(key)
+    m.notes.append(f"{key} not given: {m.tool}'s default {value!r}")
+    return value
+
+
+def _deepspeed_file(m: Mapped, ref: str) -> Path:
+    """The DeepSpeed JSON a config names: the tools run from their working folder, so a relative
+    path is tried there first, then beside the YAML."""
+    given = Path(ref).expanduser()
+    tried = [given] if given.is_absolute() else [Path.cwd() / given, m.path.parent / given]
+    for cand in tried:
+        if cand.is_file():
+            return cand
+    raise m.error("deepspeed", f"DeepSpeed config not found: {ref}",
+                  "looked in " + " and ".join(display(c.parent) for c in tried))
+
+
+def deepspeed_sharding(m: Mapped, ref: str) -> None:
+    """``sharding`` and ``[deepspeed]`` from the DeepSpeed JSON ``ref`` names (ZeRO stage, what is
+    offloaded to the host). Stage 0 is plain data parallel; stage 1 and NVMe offload are not
+    among fttui's shardings (one line, naming the ones that are)."""
+    path = _deepspeed_file(m, ref)
+    try:
+        conf = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise m.error("deepspeed", f"{display(path)}: not a DeepSpeed JSON config ({e})") from None
+    zero = conf.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise m.error("deepspeed", f"{display(path)}: zero_optimization must be a JSON object")
+    stage = zero.get("stage", 0)
+    devices = {}
+    for part in ("offload_optimizer", "offload_param"):
+        dev = (zero.get(part) or {}).get("device") if isinstance(zero.get(part), dict) else None
+        devices[part] = str(dev or "none").lower()
+        if devices[part] == "nvme":
+            raise m.error("deepspeed", f"{display(path)}: {part} to nvme",
+                          "fttui offloads to the host (device \"cpu\") only")
+    if stage == 0:
+        m.put("sharding", "none")
+        m.notes.append(f"DeepSpeed config {path.name}: ZeRO stage 0 is plain data parallel (sharding none)")
+        return
+    if stage not in (2, 3):
+        raise m.error("deepspeed", f"{display(path)}: ZeRO stage {stage} is not a sharding fttui runs",
+                      "use stage 2 or 3 (fttui's zero2, zero2-offload, zero3, zero3-offload)")
+    opt_host = devices["offload_optimizer"] == "cpu"
+    param_host = devices["offload_param"] == "cpu"
+    if stage == 2 and param_host:
+        raise m.error("deepspeed", f"{display(path)}: offload_param under ZeRO stage 2",
+                      "stage 2 cannot offload parameters; use stage 3 or drop offload_param")
+    offload = opt_host or param_host
+    m.put("sharding", f"zero{stage}" + ("-offload" if offload else ""))
+    if offload:
+        m.put("deepspeed.offload_optimizer", opt_host)
+        if stage == 3:
+            m.put("deepspeed.offload_params", param_host)
+        pins = [bool((zero.get(p) or {}).get("pin_memory", False)) for p in ("offload_optimizer", "offload_param")
+                if devices[p] == "cpu"]
+        m.put("deepspeed.pin_memory", all(pins))
+    m.notes.append(f"DeepSpeed config {path.name}: ZeRO stage {stage}"
+                   + (" with " + " and ".join(n for n, on in (("optimizer", opt_host), ("parameters", param_host)) if on)
+                      + " on the host" if offload else "")
+                   + "; fttui writes its own DeepSpeed config with these settings")
