@@ -101,6 +101,7 @@ def test_axolotl_local_dataset_and_fsdp(tmp_path):
     ("base_model: m\nadapter: qlora\n", "adapter", "load_in_4bit"),
     ("base_model: m\nload_in_4bit: true\n", "adapter", "without an adapter"),
     ("base_model: m\nadapter: lora\ndeepspeed: ds.json\nfsdp: [full_shard]\n", "fsdp", "both deepspeed and fsdp"),
+    ("base_model: m\nrl: dpo\n", "rl", "supervised fine-tuning"),
     ("base_model: m\nmicro_batch_sise: 2\n", "micro_batch_sise", "did you mean 'micro_batch_size'"),
     ("hello: 1\n", None, "not a LLaMA-Factory or axolotl training config"),
     ("base_model: [unclosed\n", None, "not valid YAML"),

@@ -38,6 +38,9 @@ _NOT_TRAINING = {
 
 
 def _method(m: Mapped) -> str:
+    rl = m.get("rl")
+    if rl:
+        raise m.error("rl", f"rl {rl}: fttui runs supervised fine-tuning", "drop rl (and its datasets) for SFT")
     adapter = str(m.get("adapter", "") or "").lower()
     four, eight = is_true(m.get("load_in_4bit", False)), is_true(m.get("load_in_8bit", False))
     if four and eight:
