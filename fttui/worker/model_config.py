@@ -18,6 +18,8 @@ import os
 from typing import Any
 
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
+from fttui.core.base.errors import EstimateError
+from fttui.core.models.numbers import config_numbers
 
 from .errors import ConfigError
 
@@ -44,7 +46,9 @@ def compute_dtype(precision: str):
 
 def load_config(m: dict[str, Any]):
     """The transformers config of a ``model.init = "random"`` model: ``model.config`` (a
-    config.json or its folder) or ``model.arch``, with ``model.arch_config`` on top."""
+    config.json or its folder; resolution sets it to the config.json of a model folder or a
+    cached hub id given as ``model.name_or_path``) or ``model.arch``, with ``model.arch_config``
+    on top. The numbers are the ones the estimator reads (:func:`config_numbers`)."""
     from transformers import AutoConfig
 
     arch_config = dict(m.get("arch_config") or {})
@@ -59,13 +63,19 @@ def load_config(m: dict[str, Any]):
             raise ConfigError(f"model.config: {cfg_path}: file not found") from None
         except ValueError as e:
             raise ConfigError(f"model.config: {cfg_path}: malformed JSON ({e})") from None
-        model_type = raw.pop("model_type", None) or m.get("arch")
-        if not model_type:
-            raise ConfigError(f"model.config: {cfg_path}: no model_type (set model.arch)")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"model.config: {cfg_path}: not a JSON object")
+        try:
+            # the decoder's numbers (a multimodal config's text_config), without the meta keys
+            model_type, raw = config_numbers(raw, m.get("arch"))
+        except EstimateError:
+            raise ConfigError(f"model.config: {cfg_path}: no model_type (set model.arch)") from None
         raw.update(arch_config)
-        for k in ("architectures", "transformers_version", "_name_or_path"):
-            raw.pop(k, None)
-        return AutoConfig.for_model(model_type, **raw)
+        raw.pop("quantization_config", None)  # random weights: the method decides the quantisation
+        try:
+            return AutoConfig.for_model(model_type, **raw)
+        except ValueError as e:
+            raise ConfigError(f"model.config: {cfg_path}: {e}".splitlines()[0]) from None
     arch = m.get("arch")
     if not arch:
         raise ConfigError("model.arch: required with model.init = \"random\" (or set model.config)")

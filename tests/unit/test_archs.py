@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fttui.core.models.archs import ARCHS, Arch, param_count, resolve_config
+from fttui.core.models.layouts import layout
 from fttui.core.profiles import apply_overrides, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,8 +93,11 @@ def test_param_count_options():
     assert param_count({**base, "tie_word_embeddings": True}) == plain - 800
     assert param_count({**base, "num_key_value_heads": 1}) == plain - 2 * 8 * 4
     assert param_count({**base, "model_type": "qwen2"}) == plain + 8 + 8 + 8
-    with pytest.raises(ValueError, match="not supported"):
-        param_count({**base, "model_type": "gpt2"})
+    # a model_type without an exact layout is counted as a Llama-like decoder, and says so
+    assert param_count({**base, "model_type": "gpt2"}) == plain
+    assert "not among the layouts" in layout("gpt2", {k: v for k, v in base.items() if k != "model_type"}).note
+    with pytest.raises(ValueError, match="config needs vocab_size"):
+        param_count({"model_type": "mistral", "hidden_size": 8})
     with pytest.raises(KeyError, match="unknown architecture"):
         param_count("no-such-model")
     with pytest.raises(ValueError, match="model_type"):

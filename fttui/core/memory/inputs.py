@@ -138,6 +138,25 @@ def _weight_bytes(method: str, precision: str, s: Mapping[str, Any]) -> int:
     return DTYPE_BYTES[precision]
 
 
+_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def _moe_lora(mods: list[tuple[str, int, int]], a: ArchNumbers, notes: list[str]) -> list[tuple[str, int, int]]:
+    """The LoRA modules of an MoE layer: the attention ones, and the MLP names only on a shared
+    expert (its width); the routed experts are 3-D parameters, not linear modules LoRA adapts."""
+    h, si = a.hidden, a.shared_inter
+    shared = {"gate_proj": (h, si), "up_proj": (h, si), "down_proj": (si, h)}
+    out = [m for m in mods if m[0] in _ATTENTION]
+    mlp = [m[0] for m in mods if m[0] in shared]
+    if si:
+        out += [(n, *shared[n]) for n in mlp]
+    if mlp:
+        notes.append(f"MoE: lora targets {', '.join(mlp)} adapt "
+                     f"{'the shared expert only' if si else 'nothing'}; the {a.experts} routed experts "
+                     "per layer are not linear modules and stay frozen")
+    return out
+
+
 def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
     """Check the method and precision, read the architecture and derive the shared quantities
     (the LoRA modules' notes go to ``notes``)."""
@@ -162,11 +181,16 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
     half = DTYPE_BYTES[precision] == 2
     P, V, h, L = a.params, a.vocab, a.hidden, a.layers
     embed = V * h
-    lin_total = L * sum(fi * fo for _n, fi, fo in _native_linears(a))
+    # the decoder layers' linear modules (what bitsandbytes quantises; MoE experts are not ones)
+    lin_total = a.linear_params or L * sum(fi * fo for _n, fi, fo in _native_linears(a))
+    if a.note:
+        notes.append(a.note)
     lora_mods: list[tuple[str, int, int]] = []
     lora_params = 0
     if method in LORA_METHODS:
         lora_mods = lora_modules(resolved, a, notes)
+        if a.experts:
+            lora_mods = _moe_lora(lora_mods, a, notes)
         lora_params = L * sum(s["lora_r"] * (fi + fo) for _n, fi, fo in lora_mods)
     wb = _weight_bytes(method, precision, s)
     per_node = max(1, gpus if on_gpu else s["cpu_processes"])

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from fttui.core.models.layouts import layout
+
 __all__ = ["ARCHS", "Arch", "param_count", "resolve_config"]
 
 
@@ -35,6 +37,8 @@ class Arch:
     notes: what the native mapping does not capture.
     published_counts_tied_twice: the published figure counts a tied output matrix a second time
         (a state-dict count); :func:`param_count` counts unique parameters.
+    hub_model_type: the ``model_type`` in the original's own config.json when it differs from
+        :attr:`model_type` (a remote-code original: ``baichuan``, ``chatglm``, ``qwen``).
     """
 
     name: str
@@ -45,6 +49,12 @@ class Arch:
     needs_remote_code: bool
     notes: str = ""
     published_counts_tied_twice: bool = field(default=False)
+    hub_model_type: str = ""
+
+    @property
+    def own_model_types(self) -> tuple[str, ...]:
+        """The ``model_type`` values a config.json of this model may carry."""
+        return tuple(dict.fromkeys(t for t in (self.model_type, self.hub_model_type) if t))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
@@ -99,6 +109,7 @@ ARCHS: dict[str, Arch] = {
             config=_llama(125696, 4096, 11008, 32, 32, 32, max_pos=4096, eps=1e-6),
             params_b=7.51,
             needs_remote_code=True,
+            hub_model_type="baichuan",
             notes=(
                 "BaichuanForCausalLM (remote code) mapped onto llama: W_pack (fused q,k,v, no bias) "
                 "has the shapes of q/k/v_proj together. Not captured: NormHead (the output layer "
@@ -115,6 +126,7 @@ ARCHS: dict[str, Arch] = {
             config=_llama(64000, 4096, 11008, 32, 32, 32, max_pos=4096, eps=1e-6),
             params_b=7.0,
             needs_remote_code=True,
+            hub_model_type="baichuan",
             notes=(
                 "BaiChuanForCausalLM (remote code) mapped onto llama: LLaMA layout with a fused "
                 "W_pack (q,k,v, no bias) and a 64,000-token vocabulary. Not captured: the fused "
@@ -131,6 +143,7 @@ ARCHS: dict[str, Arch] = {
             config=_qwen2(65024, 4096, 13696, 28, 32, 2, max_pos=8192, eps=1e-5),
             params_b=6.24,
             needs_remote_code=True,
+            hub_model_type="chatglm",
             notes=(
                 "ChatGLMForConditionalGeneration (remote code) mapped onto qwen2 (multi-query "
                 "attention with 2 key/value groups, kv_channels 128 = head_dim, SwiGLU ffn 13,696 "
@@ -176,6 +189,7 @@ ARCHS: dict[str, Arch] = {
             config=_qwen2(151936, 2048, 5504, 24, 16, 16, max_pos=8192, eps=1e-6),
             params_b=1.84,
             needs_remote_code=True,
+            hub_model_type="qwen",
             notes=_QWEN_V1_NOTES,
         ),
         Arch(
@@ -185,6 +199,7 @@ ARCHS: dict[str, Arch] = {
             config=_qwen2(151936, 4096, 11008, 32, 32, 32, max_pos=8192, eps=1e-6),
             params_b=7.72,
             needs_remote_code=True,
+            hub_model_type="qwen",
             notes=_QWEN_V1_NOTES,
         ),
         Arch(
@@ -194,6 +209,7 @@ ARCHS: dict[str, Arch] = {
             config=_qwen2(152064, 5120, 13696, 40, 40, 40, max_pos=8192, eps=1e-6),
             params_b=14.2,
             needs_remote_code=True,
+            hub_model_type="qwen",
             notes=_QWEN_V1_NOTES,
         ),
         Arch(
@@ -204,6 +220,7 @@ ARCHS: dict[str, Arch] = {
                           theta=1000000.0),
             params_b=72.3,
             needs_remote_code=True,
+            hub_model_type="qwen",
             notes=_QWEN_V1_NOTES + " Qwen-72B uses RoPE base 1,000,000 for its 32K context.",
         ),
         Arch(
@@ -258,58 +275,14 @@ def resolve_config(arch: str | Arch | Mapping[str, Any]) -> tuple[str, dict[str,
     return str(model_type), cfg
 
 
-def _get(cfg: Mapping[str, Any], *names: str, default: Any = None) -> Any:
-    for name in names:
-        if cfg.get(name) is not None:
-            return cfg[name]
-    if default is None:
-        raise KeyError(f"config needs {' or '.join(names)}")
-    return default
-
-
-#: transformers defaults used when a key is absent (LlamaConfig / Qwen2Config / BloomConfig)
-_DEFAULT_TIE = {"llama": False, "qwen2": False, "mistral": False, "bloom": True}
-
-
 def param_count(arch: str | Arch | Mapping[str, Any], *, count_tied_twice: bool = False) -> int:
     """Number of parameters of the native model the numbers describe (unique tensors: a tied
     output layer counts once unless ``count_tied_twice``).
 
-    Supported ``model_type``: ``llama``/``mistral`` (``attention_bias``, ``mlp_bias``,
-    ``head_dim``), ``qwen2`` (bias on q, k, v) and ``bloom``.
+    Exact for the ``model_type`` values of :data:`fttui.core.models.layouts.FAMILIES` (Llama,
+    Mistral, Qwen2/3, Phi-3, Gemma 1-3, Mixtral, Qwen-MoE, BLOOM, ...); any other decoder with
+    the usual config keys is counted as a Llama-like one. ``KeyError``-free: a missing number
+    raises :class:`~fttui.core.models.layouts.LayoutError` (a ``ValueError``).
     """
     model_type, cfg = resolve_config(arch)
-    vocab = int(_get(cfg, "vocab_size"))
-    hidden = int(_get(cfg, "hidden_size", "n_embed", "n_embd"))
-    layers = int(_get(cfg, "num_hidden_layers", "n_layer"))
-    tie = bool(cfg.get("tie_word_embeddings", _DEFAULT_TIE.get(model_type, False)))
-    embed = vocab * hidden
-
-    if model_type in ("llama", "mistral", "qwen2"):
-        heads = int(_get(cfg, "num_attention_heads"))
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or hidden // heads)
-        inter = int(_get(cfg, "intermediate_size"))
-        q_out, kv_out = heads * head_dim, kv_heads * head_dim
-        attn = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
-        mlp = 3 * hidden * inter
-        if model_type == "qwen2":
-            attn += q_out + 2 * kv_out  # q, k, v bias; o_proj has none
-        elif cfg.get("attention_bias"):
-            attn += q_out + 2 * kv_out + hidden
-        if model_type != "qwen2" and cfg.get("mlp_bias"):
-            mlp += 2 * inter + hidden
-        per_layer = attn + mlp + 2 * hidden  # two RMSNorm weights
-        total = embed + layers * per_layer + hidden  # final norm
-    elif model_type == "bloom":
-        inter = 4 * hidden
-        attn = hidden * 3 * hidden + 3 * hidden + hidden * hidden + hidden
-        mlp = hidden * inter + inter + inter * hidden + hidden
-        per_layer = attn + mlp + 2 * 2 * hidden  # two LayerNorms (weight and bias)
-        total = embed + 2 * hidden + layers * per_layer + 2 * hidden  # + embedding LN, final LN
-    else:
-        raise ValueError(f"param_count: model_type {model_type!r} is not supported "
-                         "(llama, mistral, qwen2, bloom)")
-    if not tie or count_tied_twice:
-        total += embed  # the output layer
-    return total
+    return layout(model_type, cfg).params(count_tied_twice)

@@ -1,5 +1,17 @@
 """The numbers of a model's architecture (sizes, heads, parameter count) from a resolved profile,
-as the estimator and the activation model read them. Pure Python: no torch, no transformers."""
+as the estimator and the activation model read them. Pure Python: no torch, no transformers.
+
+Where the numbers come from, first that applies:
+
+1. ``model.config``: a ``config.json`` (given, or found by resolution in the model folder or
+   the local Hugging Face cache for ``model.name_or_path``). With ``init = "random"`` the
+   ``model.arch_config`` numbers go on top, as the worker builds it. A config of a remote-code
+   original that an :data:`~fttui.core.models.archs.ARCHS` entry maps (``model_type``
+   ``baichuan``, ``chatglm``, ``qwen``) is read through the entry instead.
+2. an :data:`~fttui.core.models.archs.ARCHS` entry (``model.arch_name``, ``model.arch`` naming
+   one, or ``model.name_or_path`` equal to an entry's hub id) with ``model.arch_config`` on top.
+3. ``model.arch`` (a transformers ``model_type``) with the ``model.arch_config`` numbers.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +19,22 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from fttui.core.base.errors import EstimateError
-from fttui.core.models.archs import ARCHS, param_count, resolve_config
+from fttui.core.models.archs import ARCHS, resolve_config
+from fttui.core.models.hfconfig import ConfigReadError, download_command, is_hub_id, read_config
+from fttui.core.models.layouts import LayoutError, layout
+
+#: keys of a config.json that are not architecture numbers
+_META = ("model_type", "architectures", "transformers_version", "_name_or_path", "auto_map")
 
 
 @dataclass(frozen=True)
 class ArchNumbers:
+    """``inter``: the MLP width one token passes through (MoE: experts per token x expert
+    width + shared expert); ``experts``: routed experts per MoE layer (0: dense);
+    ``linear_params``: weights of the decoder layers' linear modules; ``note``: what the
+    numbers leave out (an inexact layout), or ""; ``shared_inter``: the width of an MoE
+    layer's shared expert (0: none)."""
+
     model_type: str
     vocab: int
     hidden: int
@@ -23,6 +46,11 @@ class ArchNumbers:
     tied: bool
     params: int
     arch_name: str | None = None
+    experts: int = 0
+    top_k: int = 0
+    linear_params: int = 0
+    note: str = ""
+    shared_inter: int = 0
 
     @property
     def q_dim(self) -> int:
@@ -33,38 +61,72 @@ class ArchNumbers:
         return self.kv_heads * self.head_dim
 
 
-def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
-    """The numbers of the profile's architecture: an :data:`ARCHS` entry (``model.arch_name``,
-    or ``model.arch`` naming one), else ``model.arch`` + ``model.arch_config``."""
-    m = resolved.get("model") or {}
+def config_numbers(raw: Mapping[str, Any], fallback_type: str | None = None) -> tuple[str, dict[str, Any]]:
+    """``(model_type, numbers)`` of a config.json's object; a multimodal config's decoder is its
+    ``text_config``."""
+    cfg = dict(raw)
+    text = cfg.get("text_config")
+    if not cfg.get("hidden_size") and isinstance(text, dict) and text.get("hidden_size"):
+        cfg = dict(text)
+    model_type = cfg.get("model_type") or fallback_type
+    if not model_type:
+        raise EstimateError("the model's config.json has no model_type (set model.arch)")
+    return str(model_type), {k: v for k, v in cfg.items() if k not in _META}
+
+
+def _entry_of(m: Mapping[str, Any]) -> str | None:
     name = m.get("arch_name") or (m.get("arch") if m.get("arch") in ARCHS else None)
     if name is None and isinstance(m.get("name_or_path"), str):
-        # a pretrained profile without arch: match the hub id of an entry
-        for entry in ARCHS.values():
+        for entry in ARCHS.values():  # a pretrained profile without arch: the entry of its hub id
             if entry.hub_id == m["name_or_path"]:
                 name = entry.name
+    return name
+
+
+def model_numbers(m: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """``(model_type, config numbers, ARCHS entry or None)`` of a resolved ``[model]`` table."""
+    name = _entry_of(m)
+    arch_config = {k: v for k, v in (m.get("arch_config") or {}).items() if v is not None}
+    if m.get("config"):
+        try:
+            raw = read_config(m["config"])
+        except ConfigReadError as e:
+            raise EstimateError(f"model.config: {e}") from None
+        model_type, cfg = config_numbers(raw, m.get("arch"))
+        own = ARCHS[name] if name else None
+        if own is None or model_type == own.model_type or model_type not in own.own_model_types:
+            if m.get("init") == "random":
+                cfg.update(arch_config)
+            return model_type, cfg, name if own is not None and model_type == own.model_type else None
     if name is not None:
         model_type, cfg = resolve_config(name)
-        cfg.update({k: v for k, v in (m.get("arch_config") or {}).items() if v is not None})
-    elif m.get("arch"):
-        model_type, cfg = str(m["arch"]), dict(m.get("arch_config") or {})
-    else:
-        raise EstimateError("the estimator needs the architecture numbers: set model.arch to an "
-                            f"entry of fttui.core.models.archs ({', '.join(ARCHS)}) or model.arch + "
-                            "model.arch_config")
+        cfg.update(arch_config)
+        return model_type, cfg, name
+    if m.get("arch"):
+        return str(m["arch"]), arch_config, None
+    where = m.get("name_or_path")
+    hint = ""
+    if m.get("init", "pretrained") == "pretrained" and isinstance(where, str) and is_hub_id(where):
+        hint = f"; {where} is not in the local Hugging Face cache ({download_command(where)})"
+    raise EstimateError("the estimator needs the architecture numbers: give a model folder or a cached hub "
+                        f"id with its config.json, model.config, model.arch naming an entry of "
+                        f"fttui.core.models.archs ({', '.join(ARCHS)}), or model.arch + model.arch_config"
+                        + hint)
+
+
+def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
+    """The numbers of the profile's architecture (see the module text for where they come from)."""
+    m = resolved.get("model") or {}
+    model_type, cfg, name = model_numbers(m)
     try:
-        params = param_count({"model_type": model_type, **cfg})
-    except (KeyError, ValueError) as e:
-        raise EstimateError(f"model.arch_config: {e}") from None
-    hidden = int(cfg.get("hidden_size") or cfg.get("n_embed") or cfg.get("n_embd"))
-    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
-    heads = int(cfg.get("num_attention_heads") or cfg.get("n_head"))
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    inter = int(cfg.get("intermediate_size") or 4 * hidden)
-    tied = bool(cfg.get("tie_word_embeddings", model_type == "bloom"))
-    return ArchNumbers(model_type, int(cfg["vocab_size"]), hidden, layers, heads, kv, head_dim,
-                       inter, tied, params, name)
+        lay = layout(model_type, cfg)
+        params = lay.params()
+    except LayoutError as e:
+        raise EstimateError(f"model {model_type}: {e} (give it in model.arch_config, or point model.config / "
+                            "model.name_or_path at the model's config.json)") from None
+    return ArchNumbers(model_type, lay.vocab, lay.hidden, lay.layers, lay.heads, lay.kv_heads, lay.head_dim,
+                       lay.inter, lay.tied, params, name, lay.experts, lay.top_k, lay.linear_params(), lay.note,
+                       lay.shared_inter)
 
 
-__all__ = ["ArchNumbers", "arch_numbers"]
+__all__ = ["ArchNumbers", "arch_numbers", "config_numbers", "model_numbers"]

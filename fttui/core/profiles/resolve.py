@@ -22,6 +22,7 @@ from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.models.archs import ARCHS
 from fttui.core.profiles.discovery import display, find_profile, looks_like_path, origin_of, safe_resolve
 from fttui.core.profiles.files import load_chain, normalize
+from fttui.core.profiles.modelsrc import attach_config, check_arch
 from fttui.core.profiles.overrides import apply_overrides_to
 from fttui.core.profiles.schema import (
     META_KEYS, OVERRIDE, QLORA_DEFAULT_OPTIMIZER, SCHEMA, SECTIONS, SYNTHETIC,
@@ -97,15 +98,8 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
                                f"relative paths are resolved from "
                                f"{display(_base_dir(origins.get('model.config', leaf)))}")
         model["config"] = str(cfg)
-    if model["init"] == "random":
-        if not model["arch"] and not model["config"]:
-            raise ProfileError(where("model.init"), "model.arch",
-                               "init = \"random\" needs model.arch or model.config",
-                               "e.g. arch = \"llama\" with an [model.arch_config] table")
-        if model["name_or_path"] is None:
-            model["name_or_path"] = model["arch"] or Path(model["config"]).parent.name
-            derived.append("model.name_or_path")
-    elif model["name_or_path"] is None or not model["name_or_path"].strip():
+    check_arch(model["arch"], where("model.arch"))
+    if model["init"] != "random" and (model["name_or_path"] is None or not model["name_or_path"].strip()):
         raise ProfileError(display(leaf), "model.name_or_path", "required",
                            "set a hub id like \"gpt2\" or a local model folder, "
                            "or use init = \"random\" with arch")
@@ -121,8 +115,6 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
                      arch_config={**entry.config_dict(), **given})
     elif previous is None or model["arch"] != previous.model_type:
         model["arch_name"] = None
-    if model["arch_name"] and "model.name_or_path" in derived:
-        model["name_or_path"] = model["arch_name"]  # the label of a random-init model
     for dk, key in (("model.name_or_path", "name_or_path"), ("model.tokenizer", "tokenizer")):
         value = model[key]
         if value is None or dk in derived or (key == "tokenizer" and value == "byte"):
@@ -134,6 +126,19 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
             raise ProfileError(where(dk), dk, f"not found: {value}",
                                f"relative paths are resolved from "
                                f"{display(_base_dir(origins.get(dk, leaf)))}")
+    # the model's own config.json (a local folder or a cached hub id) -> model.config, checked
+    # against model.arch
+    attach_config(model, derived, where)
+    if model["init"] == "random":
+        if not model["arch"] and not model["config"]:
+            raise ProfileError(where("model.init"), "model.arch",
+                               "init = \"random\" needs model.arch, model.config or a model folder "
+                               "(or cached hub id) as model.name_or_path",
+                               "e.g. arch = \"llama\" with an [model.arch_config] table")
+        if model["name_or_path"] is None:
+            # the label of a random-init model
+            model["name_or_path"] = model["arch_name"] or model["arch"] or Path(model["config"]).parent.name
+            derived.append("model.name_or_path")
     if model["tokenizer"] is None:
         model["tokenizer"] = "byte" if model["init"] == "random" else model["name_or_path"]
         derived.append("model.tokenizer")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fttui.core.base.constants import METHODS, ZERO3_OFFLOAD
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
+from fttui.core.models.hfconfig import cached_snapshot, download_command, hub_cache_dir, is_hub_id
 from fttui.core.profiles.schema import OVERRIDE
 from fttui.core.run.extras import missing_extra
 
@@ -156,23 +157,38 @@ def _check_batch(resolved: dict, src: str, records: int | None) -> None:
 
 
 def _check_model(resolved: dict, src: str) -> None:
+    """A pretrained model must be on this machine before launch: a local folder with its
+    config.json, or a hub id in the local Hugging Face cache (the worker runs with
+    HF_HUB_OFFLINE=1 and never downloads); remote code needs model.trust_remote_code."""
     model = resolved["model"]
     if model.get("init", "pretrained") != "pretrained":
         return
-    path = Path(str(model.get("name_or_path", "")))
-    if not path.is_dir():
-        return  # a hub id: checked when the worker loads it
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        raise ProfileError(src, "model.name_or_path", f"{path} has no config.json",
-                           "point it at a folder saved with save_pretrained, or use a hub id")
+    name = str(model.get("name_or_path", ""))
+    path = Path(name)
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise ProfileError(src, "model.name_or_path", f"{path} has no config.json",
+                               "point it at a folder saved with save_pretrained, or use a hub id")
+        where = str(path)
+    else:
+        snap = cached_snapshot(name) if is_hub_id(name) else None
+        if snap is None:
+            raise ProfileError(src, "model.name_or_path",
+                               f"{name} is not in the local Hugging Face cache ({hub_cache_dir()}) and runs "
+                               "never download", f"download it first: {download_command(name)}")
+        cfg, where = snap / "config.json", name
+    tok = model.get("tokenizer")
+    if tok and tok not in ("byte", name) and not Path(str(tok)).exists() and cached_snapshot(str(tok)) is None:
+        raise ProfileError(src, "model.tokenizer", f"{tok} is not in the local Hugging Face cache ({hub_cache_dir()})",
+                           f"download it first: {download_command(str(tok))}")
     try:
         conf = json.loads(cfg.read_text())
     except ValueError as e:
         raise ProfileError(src, "model.name_or_path", f"{cfg} is not valid JSON ({e})", None) from None
     if conf.get("auto_map") and not model.get("trust_remote_code"):
         raise ProfileError(src, "model.trust_remote_code",
-                           f"{path} needs remote code (its config has auto_map)",
+                           f"{where} needs remote code (its config has auto_map)",
                            "set model.trust_remote_code = true if you trust that code")
 
 
