@@ -1,0 +1,137 @@
+"""One line about a run, for lists (`fttui ls`, the app's live runs): id, profile, state, step of
+total, ETA and start time, read cheaply from its run directory.
+
+``run_brief`` reads ``profile.json``, ``command.json``, ``status.json`` and only the first and
+the last ``HEAD_BYTES`` / ``TAIL_BYTES`` of ``events.jsonl`` (never the whole of a long run's
+file), and folds those events with the same ``RunState`` the live views use: the start events
+(total steps, start time, the warm-up reference step) sit at the head, the latest steps at the
+tail, and the steady seconds per step only needs those two ends (cumulative ``train_time``), so
+the ETA is the one the run screen shows. ``live_briefs`` lists the live runs (supervised, or
+unsupervised with the training still at work), newest first; finished runs cost a ``stat`` each.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fttui.core.base import fmt
+from fttui.core.run.events import parse_line
+from fttui.core.run.rundir import RunDir, list_runs
+from fttui.core.run.state import RunState
+
+HEAD_BYTES = 64 * 1024
+TAIL_BYTES = 64 * 1024
+
+__all__ = ["RunBrief", "run_brief", "live_briefs", "head_tail_events", "HEAD_BYTES", "TAIL_BYTES"]
+
+
+@dataclass(frozen=True)
+class RunBrief:
+    """What a list shows about one run. ``state`` is ``RunDir.state_label()`` ("running",
+    "running (unsupervised)", a final status, "lost"); ``started`` is epoch seconds."""
+
+    run_id: str
+    path: Path
+    profile: str
+    kind: str
+    state: str
+    step: int | None
+    total_steps: int | None
+    eta_s: float | None
+    started: float | None
+
+    @property
+    def live(self) -> bool:
+        return self.state.startswith("running")
+
+    def step_text(self) -> str:
+        """``12/20``, ``12`` (total unknown) or ``-`` (no step yet)."""
+        if self.step is None:
+            return "-" if self.total_steps is None else f"0/{self.total_steps}"
+        return f"{self.step}/{self.total_steps}" if self.total_steps else str(self.step)
+
+    def eta_text(self) -> str:
+        """The time left of a live run (``MM:SS`` or ``H:MM:SS``); ``-`` otherwise."""
+        return (fmt.duration(self.eta_s) or "-") if self.live and self.eta_s is not None else "-"
+
+    def started_text(self) -> str:
+        """Local start time, ``YYYY-MM-DD HH:MM``; ``-`` when unknown."""
+        if self.started is None:
+            return "-"
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
+
+
+def head_tail_events(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES,
+                     tail_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
+    """The complete JSON objects of the first ``head_bytes`` and the last ``tail_bytes`` of a
+    JSON-lines file (the whole file when it is that small), in file order. Lines cut by either
+    window and lines that are not JSON objects are left out; a missing file gives ``[]``."""
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        size = os.fstat(fd).st_size
+        if size <= head_bytes + tail_bytes:
+            chunks = [os.pread(fd, size, 0)]
+        else:
+            head = os.pread(fd, head_bytes, 0)
+            tail = os.pread(fd, tail_bytes, size - tail_bytes)
+            chunks = [head[:head.rfind(b"\n") + 1], tail[tail.find(b"\n") + 1:]]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    out: list[dict[str, Any]] = []
+    for chunk in chunks:
+        for raw in chunk.split(b"\n"):
+            obj = parse_line(raw) if raw.strip() else None
+            if obj is not None:
+                out.append(obj)
+    return out
+
+
+def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
+    """The brief of one run directory. ``state``: its ``state_label()`` when the caller has it
+    already (it costs a process check for a run without ``status.json``)."""
+    prof = rd.profile() or {}
+    cmd = rd.command() or {}
+    train = prof.get("train") if isinstance(prof.get("train"), dict) else {}
+    try:
+        warmup = int(train.get("warmup_exclude_steps", 1))
+    except (TypeError, ValueError):
+        warmup = 1
+    fold = RunState(warmup_exclude_steps=warmup, history=2)
+    fold.apply_all(head_tail_events(rd.events_path, HEAD_BYTES, TAIL_BYTES))
+    final = rd.final_status()
+    if final is not None:
+        fold.set_final(final)
+    snap = fold.snapshot()
+    started = snap.started_t
+    if started is None:
+        created = cmd.get("created")
+        started = float(created) if isinstance(created, (int, float)) else None
+    kind, _group = rd.kind_and_group()
+    return RunBrief(run_id=rd.run_id, path=rd.path, profile=str(prof.get("name") or "?"), kind=kind,
+                    state=state if state is not None else rd.state_label(), step=snap.step,
+                    total_steps=snap.total_steps, eta_s=snap.eta_s, started=started)
+
+
+def live_briefs(runs: list[RunDir] | None = None) -> list[RunBrief]:
+    """The briefs of the live runs among ``runs`` (default: every run directory), newest first.
+    A run with ``status.json`` is finished: it costs a ``stat``; a vanished directory is skipped."""
+    out = []
+    for rd in reversed(runs if runs is not None else list_runs()):
+        try:
+            if rd.status_path.exists():
+                continue
+            label = rd.state_label()
+            if label.startswith("running"):
+                out.append(run_brief(rd, label))
+        except OSError:
+            continue
+    return out
