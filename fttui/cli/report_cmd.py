@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 from fttui.core.base.fmt import rel_path
@@ -32,6 +33,9 @@ def cmd_report(args) -> int:
         paths = write_report(rep, args.out)
         for p in paths:
             print(rel_path(str(p)))
+        return 0
+    if getattr(args, "json", False):
+        print(json.dumps(rep.to_json_obj(), indent=1, default=str))
         return 0
     sys.stdout.write(rep.to_markdown())
     return 0

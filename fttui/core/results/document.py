@@ -101,6 +101,14 @@ class Report:
     def table(self, slug: str) -> Table | None:
         return next((t for t in self.tables if t.slug == slug), None)
 
+    def to_json_obj(self) -> dict[str, Any]:
+        """The report as data (``fttui report --json``): the summary lines, and each table with its
+        raw cells (numbers stay numbers) and the cells as the Markdown shows them."""
+        return {"summary": self.summary, "rows": len(self.rows), "group_by": self.group_by,
+                "charts": [c.name for c in self.charts],
+                "tables": [{"slug": t.slug, "title": t.title, "headers": t.headers, "cells": t.cells,
+                            "text": t.text_body(), "note": t.note} for t in self.tables if t.headers]}
+
     def to_markdown(self, images: Mapping[str, str] | None = None) -> str:
         """The report as Markdown; ``images`` maps chart names to image paths (set by
         :func:`write_report`); without it the charts are only mentioned."""

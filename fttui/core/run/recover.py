@@ -17,6 +17,7 @@ their GPU samples stop where the supervisor died.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -27,6 +28,8 @@ from fttui.core.run.events import append_jsonl, read_jsonl
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.summary import build_row, final_status
+
+log = logging.getLogger(__name__)
 
 #: A recovery lock older than this is left over by a command that died while recovering.
 STALE_LOCK_S = 120.0
@@ -61,6 +64,8 @@ def finish(rd: rundir.RunDir, state: RunState, status: FinalStatus, *, t_launch:
                     recorded_by=recorded_by)
     status = replace(status, row_saved=save_row(row, rd), ended=time.time())
     rundir.write_json_atomic(rd.status_path, status.to_dict())
+    log.debug("run %s finished by the %s: %s, row %s", rd.run_id, recorded_by, status.status,
+              "saved" if status.row_saved else "NOT saved (row.json kept)")
     return status
 
 
@@ -140,7 +145,9 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
 def recover_all(runs: list[rundir.RunDir] | None = None) -> list[tuple[rundir.RunDir, FinalStatus]]:
     """Finish every run that needs it (see :func:`recover`); returns those it finished."""
     done = []
-    for rd in rundir.list_runs() if runs is None else runs:
+    runs = rundir.list_runs() if runs is None else runs
+    log.debug("checking %d run director%s for runs to finish", len(runs), "y" if len(runs) == 1 else "ies")
+    for rd in runs:
         try:
             st = recover(rd)
         except OSError as e:  # an unreadable run directory must not stop the others

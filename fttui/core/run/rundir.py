@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import signal
@@ -11,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from fttui.core.base import paths
+from fttui.core.base.errors import FttuiError
 from fttui.core.run.status import FinalStatus
+
+log = logging.getLogger(__name__)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -254,6 +258,7 @@ def create(resolved: dict, argv: list[str], env: dict[str, str], run_id: str | N
     write_json_atomic(rd.profile_path, resolved)
     write_json_atomic(rd.command_path, {"argv": argv, "env": env, "created": time.time(),
                                         "kind": kind, "group": group})
+    log.debug("run directory %s (kind %s%s): %s", path, kind, f", group {group}" if group else "", " ".join(argv))
     return rd
 
 
@@ -267,7 +272,8 @@ def list_runs() -> list[RunDir]:
 
 
 def find(run: str | None) -> RunDir | None:
-    """A run by id, id prefix or path; None = the latest live run, else the latest run."""
+    """A run by id, id prefix or path; None = the latest live run, else the latest run.
+    FttuiError (one line listing them) when a prefix matches several runs."""
     if run:
         p = Path(run)
         if p.is_dir() and (p / "profile.json").exists():
@@ -276,7 +282,13 @@ def find(run: str | None) -> RunDir | None:
         if len(matches) == 1:
             return matches[0]
         exact = [r for r in matches if r.run_id == run]
-        return exact[0] if exact else None
+        if exact:
+            return exact[0]
+        if matches:
+            shown = ", ".join(r.run_id for r in matches[-5:])
+            more = f" and {len(matches) - 5} older" if len(matches) > 5 else ""
+            raise FttuiError(f"{run!r} matches {len(matches)} runs: {shown}{more}; give more of the id")
+        return None
     runs = list_runs()
     live = [r for r in runs if r.is_live()]
     if live:

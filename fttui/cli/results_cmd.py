@@ -1,0 +1,83 @@
+"""`fttui results`: show the stored rows, export them, import other machines' rows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from fttui.core.base.errors import FttuiError
+
+
+def cmd_results(args, is_tty) -> int:
+    from fttui.core.results import tables
+    from fttui.core.results.store import Store
+    from fttui.core.run.recover import recover_all
+
+    from fttui.core.base import paths
+
+    logging.getLogger("fttui.cli").debug("results store %s", paths.store_path())
+    recover_all()
+    if args.action == "export":
+        return _results_export(args)
+    if args.action == "import":
+        return _results_import(args)
+    if args.files or args.out:
+        raise FttuiError("FILE and --out go with `fttui results export` / `fttui results import`")
+    with Store() as store:
+        rows = store.rows(kind=None if args.kind == "all" else args.kind, limit=args.limit or None)
+    if args.format == "json":
+        sys.stdout.write(tables.to_json(rows))
+        return 0
+    headers, body = tables.reference_table(rows)
+    if args.format == "csv":
+        sys.stdout.write(tables.to_csv(headers, body))
+    elif args.format == "markdown":
+        sys.stdout.write(tables.to_markdown(headers, body))
+    else:
+        if is_tty():
+            from fttui.cli.live import print_table
+
+            print_table(headers, body)
+        else:
+            sys.stdout.write(tables.to_text(headers, body))
+    return 0
+
+
+def _results_export(args) -> int:
+    from pathlib import Path
+
+    from fttui.core.results.exchange import export
+    from fttui.core.results.store import Store
+
+    if args.files:
+        raise FttuiError("`fttui results export` takes no FILE; use --out FILE")
+    with Store() as store:
+        if not args.out:
+            n = export(store, sys.stdout)
+        else:
+            out = Path(args.out)
+            tmp = out.with_name(f".{out.name}.tmp")
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    n = export(store, f)
+                os.replace(tmp, out)
+            except OSError as e:
+                raise FttuiError(f"--out {args.out}: {e.strerror or e}") from None
+    print(f"exported {n} row(s)" + (f" to {args.out}" if args.out else ""), file=sys.stderr)
+    return 0
+
+
+def _results_import(args) -> int:
+    from fttui.core.results.exchange import import_files
+    from fttui.core.results.store import Store
+
+    if not args.files:
+        raise FttuiError("`fttui results import` needs at least one FILE (made by `fttui results export`)")
+    with Store() as store:
+        rep = import_files(store, args.files)
+    print(f"imported {len(rep.added)} row(s); {len(rep.same)} already there; {len(rep.conflicts)} conflict(s)")
+    for rid, cols in rep.conflicts:
+        print(f"conflict: {rid} is stored with other figures ({', '.join(cols[:6])}"
+              f"{' ...' if len(cols) > 6 else ''}); kept the stored row", file=sys.stderr)
+    return 1 if rep.conflicts else 0
