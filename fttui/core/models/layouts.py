@@ -30,9 +30,11 @@ class Family:
 
     norm: ``rms`` (a weight), ``ln`` (weight and bias). layer_norms: norms per decoder layer.
     qk_norm: ``head`` (q_norm and k_norm over head_dim), ``full`` (over all q / kv channels).
-    qkv_bias / o_bias / mlp_bias: True, False or the config key that says (default False).
+    qkv_bias / o_bias / mlp_bias: True, False or the config key that says (``"key"``: default
+    False, ``"key=1"``: default True).
     moe: ``all`` (every layer sparse: Mixtral) or ``step`` (Qwen-MoE: ``decoder_sparse_step``
-    and ``mlp_only_layers``). tie: transformers' default of ``tie_word_embeddings``.
+    and ``mlp_only_layers``). shared_expert: an MoE layer has a shared expert (its width may be
+    0) and its one-row gate. tie: transformers' default of ``tie_word_embeddings``.
     head_dim: the config class's default ``head_dim`` (0: width / heads).
     """
 
@@ -43,6 +45,7 @@ class Family:
     o_bias: bool | str = False
     mlp_bias: bool | str = False
     moe: str = ""
+    shared_expert: bool = False
     tie: bool = False
     head_dim: int = 0
 
@@ -64,7 +67,7 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": Family(qkv_bias="attention_bias", o_bias="attention_bias", layer_norms=4,
                           qk_norm="head", tie=True, head_dim=256),
     "mixtral": Family(moe="all"),
-    "qwen2_moe": Family(qkv_bias="qkv_bias", moe="step"),
+    "qwen2_moe": Family(qkv_bias="qkv_bias=1", moe="step", shared_expert=True),
     "qwen3_moe": Family(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", moe="step"),
     "bloom": Family(norm="ln", tie=True),  # fused query_key_value, 4h MLP, ALiBi: see _bloom
 }
@@ -95,7 +98,11 @@ def _num(cfg: Mapping[str, Any], what: str, default: int | None = None) -> int:
 
 
 def _flag(cfg: Mapping[str, Any], spec: bool | str) -> bool:
-    return bool(cfg.get(spec, False)) if isinstance(spec, str) else spec
+    if not isinstance(spec, str):
+        return spec
+    key, _, default = spec.partition("=")
+    value = cfg.get(key)
+    return default == "1" if value is None else bool(value)
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ class Layout:
             return self.layers * (3 * h * h + h * h + 8 * h * h)
         attn, _ = self._attn()
         dense = 3 * self.hidden * self.dense_inter
-        shared = 3 * self.hidden * self.shared_inter + (self.hidden if self.shared_inter else 0)
+        shared = 3 * self.hidden * self.shared_inter + (self.hidden if self.family.shared_expert else 0)
         return self.layers * attn + (self.layers - self.sparse_layers) * dense + self.sparse_layers * shared
 
     def params(self, count_tied_twice: bool = False) -> int:
@@ -165,7 +172,7 @@ class Layout:
             mlp_bias = _flag(self.cfg, f.mlp_bias)
             dense = 3 * h * self.dense_inter + ((2 * self.dense_inter + h) if mlp_bias else 0)
             sparse = self.experts * (3 * h * self.expert_inter + h)  # experts and the router row each
-            if self.shared_inter:
+            if f.shared_expert:
                 sparse += 3 * h * self.shared_inter + h  # shared expert and its gate
             total = (embed + L * (attn_w + attn_other + f.layer_norms * norm) + norm
                      + (L - self.sparse_layers) * dense + self.sparse_layers * sparse)
