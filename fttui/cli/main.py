@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="launch a profile and watch it")
     _add_profile_args(p)
+    p.add_argument("--resume", metavar="RUN",
+                   help="continue RUN (a run id or unique prefix) from its last checkpoint, as a new run "
+                        "with the same profile")
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
 
@@ -135,20 +138,9 @@ def _resolve(args) -> dict:
 
 
 def cmd_run(args) -> int:
-    from fttui.core.run import launch
+    from fttui.cli.run_cmd import cmd_run as run
 
-    resolved = _resolve(args)
-    if not args.headless and not args.detach and _is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
-        from fttui.tui.app import run_app
-
-        return run_app(launch_profile=resolved)
-    rd = launch.launch(resolved)
-    if args.detach:
-        print(rd.run_id)
-        return 0
-    from fttui.cli.live import watch_run
-
-    return watch_run(rd, rich_live=False if args.headless else _is_tty())
+    return run(args, _resolve, _is_tty)
 
 
 def cmd_profiles(args) -> int:

@@ -193,10 +193,15 @@ def model_shape(model) -> dict[str, Any] | None:
 
 
 class EventCallback(TrainerCallback):
-    """Emits ``start`` (on_train_begin), ``step`` (on_step_end) and ``end`` (on_train_end).
+    """Emits ``start`` (on_train_begin), ``step`` (on_step_end), ``eval`` (on_evaluate), ``save``
+    (on_save, a checkpoint) and ``end`` (on_train_end); ``eval`` and ``save`` from the lowest rank.
 
     The ``start`` event adds :func:`fttui.worker.runtime.runtime_info` of the trainer (``wrapper``,
-    ``optimizer``, ``distributed``, ``deepspeed``) when the trainer is a :class:`CountingTrainer`."""
+    ``optimizer``, ``distributed``, ``deepspeed``) when the trainer is a :class:`CountingTrainer`,
+    and ``resumed_step``, the optimizer step training goes on from (0 for a fresh run).
+    ``train_time`` leaves out the evaluations and checkpoint saves (their own events say how long
+    they took), so the rates stay those of training. With ``eval_at_end`` the last step is
+    followed by an evaluation (unless the Trainer's eval_steps already asked for one)."""
 
     def __init__(self, emit: Callable[..., Any], counters: Counters, start_fields: dict[str, Any],
                  on_cuda: bool, printer: Callable[[str], None] | None = None) -> None:
@@ -207,15 +212,29 @@ class EventCallback(TrainerCallback):
         self.step_t0 = None
         self.lr = None
         self.total_steps = None
+        self.eval_at_end = False
+        self.paused = 0.0  # seconds spent in evaluations and checkpoint saves
+        self._mark: float | None = None  # end of the latest step, or of the latest pause
 
-    def _train_time(self) -> float:
-        return time.perf_counter() - self.t0 if self.t0 is not None else 0.0
+    def _train_time(self, now: float | None = None) -> float:
+        if self.t0 is None:
+            return 0.0
+        return (time.perf_counter() if now is None else now) - self.t0 - self.paused
+
+    def _pause(self) -> float:
+        """Seconds since the step ended (or the previous pause), now counted as paused."""
+        now = time.perf_counter()
+        took = now - self._mark if self._mark is not None else 0.0
+        self.paused += took
+        self._mark = now
+        return took
 
     def on_train_begin(self, args, state, control, **kw):
         self.t0 = time.perf_counter()
         self.total_steps = int(state.max_steps)
         fields = dict(self.start_fields)
         fields["total_steps"] = self.total_steps
+        fields["resumed_step"] = int(state.global_step)
         if self.trainer is not None:
             try:
                 from .runtime import runtime_info
@@ -262,17 +281,38 @@ class EventCallback(TrainerCallback):
             loss=loss if loss is None or loss == loss else None,  # NaN -> null (JSON)
             lr=self.lr,
             step_time=now - (self.step_t0 if self.step_t0 is not None else now),
-            train_time=now - self.t0,
+            train_time=self._train_time(now),
             torch_peak_alloc_mb=peak_alloc,
             torch_peak_reserved_mb=peak_res,
             torch_alloc_retries=retries,
             torch_ooms=ooms,
             peak_rss_mb=_peak_rss_mb(),
         )
+        if self.eval_at_end and state.global_step >= state.max_steps:
+            control.should_evaluate = True
+        self._mark = time.perf_counter()
         every = max(1, (self.total_steps or 1) // 20)
         if self.printer is not None and (ev["step"] in (1, self.total_steps) or ev["step"] % every == 0):
             self.printer(f"step {ev['step']}/{self.total_steps} loss {loss if loss is None else round(loss, 4)} "
                          f"step_time {ev['step_time']:.3f}s")
+
+    def on_evaluate(self, args, state, control, metrics=None, **kw):
+        took = self._pause()
+        if not state.is_world_process_zero:
+            return
+        metrics = dict(metrics or {})
+        loss = metrics.get("eval_loss")
+        self.emit("eval", step=int(state.global_step), eval_loss=float(loss) if isinstance(loss, (int, float)) else None,
+                  metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
+                  eval_time=round(took, 3))
+        if self.printer is not None:
+            self.printer(f"eval at step {state.global_step}: loss {loss if loss is None else round(loss, 4)}")
+
+    def on_save(self, args, state, control, **kw):
+        took = self._pause()
+        if state.is_world_process_zero:
+            self.emit("save", step=int(state.global_step), kind="checkpoint",
+                      path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), save_time=round(took, 3))
 
     def on_train_end(self, args, state, control, **kw):
         self.emit("end", step=int(state.global_step), train_time=self._train_time(), samples=self.c.samples,

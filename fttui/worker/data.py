@@ -8,7 +8,7 @@ from typing import Any
 from .errors import DataError
 from fttui.core.data.records import load_records
 
-__all__ = ["load_records", "DataError", "SyntheticDataset", "ListDataset", "build_dataset",
+__all__ = ["load_records", "DataError", "SyntheticDataset", "ListDataset", "Subset", "split_eval", "build_dataset",
            "Collator", "tokenize_record", "PROMPT_WITH_INPUT", "PROMPT_NO_INPUT"]
 
 PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
@@ -49,6 +49,36 @@ class ListDataset:
 
     def __getitem__(self, i: int) -> dict[str, list[int]]:
         return self.items[i]
+
+
+class Subset:
+    """The samples of ``base`` at ``indices``, in that order."""
+
+    def __init__(self, base, indices: list[int]) -> None:
+        self.base, self.indices = base, list(indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        return self.base[self.indices[i]]
+
+
+def split_eval(dataset, ratio: float, seed: int):
+    """``(train, eval)``: ``round(ratio * n)`` samples (at least one) held out for evaluation,
+    drawn with ``seed``; ``(dataset, None)`` when ``ratio`` is 0. Both keep the dataset's order."""
+    import random
+
+    n = len(dataset)
+    if ratio <= 0:
+        return dataset, None
+    n_eval = max(1, round(ratio * n))
+    if n_eval >= n:
+        raise DataError(None, f"data.eval_ratio {ratio} of {n} samples leaves none to train on; "
+                              "lower eval_ratio or use more samples")
+    held = set(random.Random(seed).sample(range(n), n_eval))
+    return (Subset(dataset, [i for i in range(n) if i not in held]),
+            Subset(dataset, sorted(held)))
 
 
 def tokenize_record(rec: dict[str, Any], tok, max_seq_len: int) -> dict[str, list[int]]:

@@ -27,26 +27,36 @@ from fttui.core.base.constants import DEEPSPEED_SHARDINGS
 from fttui.core.run.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_code_for, one_line
+from fttui.core.run.rundir import RunDir
+from fttui.core.run.summary import row_so_far
+
 from .sharding import sharding_of
-from .startup import Emitter, env_int, setup
-from .trainer import make_trainer
+from .startup import Emitter, env_int, read_profile, setup
+from .trainer import make_trainer, plan
 
 # Emitter, setup and make_trainer are also imported from here (bench/probe_vs_accelerate.py).
 __all__ = ["Emitter", "setup", "make_trainer", "run", "main"]
 
 
-def run(run_dir: str, state: dict[str, Any]) -> int:
+def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> int:
+    keep = plan(read_profile(run_dir), run_dir)  # a bad value fails before the model loads
+    if resume_from is not None:
+        check_checkpoint(resume_from)
     su = setup(run_dir, state)
     profile, log = su.profile, su.log
     d, t = profile["data"], profile["train"]
     from .callback import Counters, EventCallback, environment
-    from .data import build_dataset
+    from .data import build_dataset, split_eval
 
     emit = state["emit"]
     emit("phase", phase=PREPARING_DATA)
     vocab = su.model.get_input_embeddings().num_embeddings
     dataset, dinfo = build_dataset(d, su.tok, vocab, int(t.get("seed", 42)), records=su.records)
-    log(f"dataset: {dinfo['name']}, {dinfo['num_samples']} samples"
+    dataset, eval_dataset = split_eval(dataset, float(d.get("eval_ratio") or 0.0) if keep.eval else 0.0,
+                                       int(t.get("seed", 42)))
+    n_eval = len(eval_dataset) if eval_dataset is not None else 0
+    log(f"dataset: {dinfo['name']}, {len(dataset)} samples"
+        + (f" (+{n_eval} held out for evaluation)" if n_eval else "")
         + (f" ({dinfo['dropped']} dropped: no response token within max_seq_len)" if dinfo["dropped"] else "")
         + f", max_seq_len {d.get('max_seq_len')}, tokenizer {getattr(su.tok, 'name', '?')}")
 
@@ -60,7 +70,11 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
         "micro_batch": int(t.get("batch_size", 1)),
         "grad_accum": int(t.get("grad_accum", 1)),
         "max_seq_len": int(d.get("max_seq_len", 512)),
-        "num_samples": dinfo["num_samples"],
+        "num_samples": len(dataset),
+        "eval_samples": n_eval,
+        "keep": {"save": keep.save, "save_steps": keep.save_steps, "output_dir": keep.output_dir,
+                 "eval_steps": keep.eval_steps if n_eval else None, "report_to": keep.report_to,
+                 "resume_from": resume_from},
         "env": environment(),
         "limits": su.limits,
         "method": profile["method"],
@@ -70,18 +84,49 @@ def run(run_dir: str, state: dict[str, Any]) -> int:
         "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }
     callback = EventCallback(emit, counters, start_fields, on_cuda=su.use_cuda, printer=log)
+    callback.eval_at_end = n_eval > 0
+    from .trackers import RowToTrackers
+
+    to_trackers = RowToTrackers(lambda: row_so_far(RunDir(run_dir)), emit)
     deepspeed = sharding_of(profile) in DEEPSPEED_SHARDINGS
     # DeepSpeed builds its engine (and JIT-builds its ops on a first run) inside train(), before
     # the callbacks' on_train_begin: there the first step begins.
     phase_cbs = [_first_step_callback(emit)] if deepspeed else []
-    trainer = make_trainer(su, profile, dataset, counters, [*phase_cbs, callback])
+    trainer = make_trainer(su, profile, dataset, counters, [*phase_cbs, callback, to_trackers], eval_dataset)
+    to_trackers.trainer = trainer
     emit("phase", phase=BUILDING_OPS if deepspeed else FIRST_STEP)
     t_train = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from)
     log(f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "
         f"in {time.perf_counter() - t_train:.2f}s")
+    if keep.save != "none":
+        _save_final(trainer, su.tok, keep.output_dir, emit, log)
     _close_process_group(trainer)
     return EXIT_OK
+
+
+def check_checkpoint(path: str) -> None:
+    """A checkpoint to resume from is a folder with the Trainer's ``trainer_state.json``."""
+    if not os.path.isfile(os.path.join(path, "trainer_state.json")):
+        raise WorkerInputError(f"--resume-from {path}: not a checkpoint (no trainer_state.json)")
+
+
+def _save_final(trainer, tok, output_dir: str, emit, log) -> None:
+    """The trained adapter (peft) or model in ``output_dir``, in the Trainer's format
+    (``save_model``: every rank takes part, the lowest writes), with the tokenizer when it is a
+    transformers one; a ``save`` event (``kind`` ``model``) says where and how long it took."""
+    t0 = time.perf_counter()
+    trainer.save_model(output_dir)
+    if trainer.is_world_process_zero():
+        if callable(getattr(tok, "save_pretrained", None)):
+            tok.save_pretrained(output_dir)
+        took = time.perf_counter() - t0
+        emit("save", step=int(trainer.state.global_step), kind="model", path=output_dir, save_time=round(took, 3))
+        log(f"saved the trained {'adapter' if _is_peft(trainer.model) else 'model'} to {output_dir} ({took:.1f}s)")
+
+
+def _is_peft(model) -> bool:
+    return hasattr(model, "peft_config")
 
 
 def _first_step_callback(emit):
@@ -120,6 +165,8 @@ def _close_process_group(trainer) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fttui.worker.train", description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True, help="run directory holding profile.json")
+    ap.add_argument("--resume-from", default=None, metavar="CHECKPOINT",
+                    help="a Trainer checkpoint folder to continue from (fttui run --resume)")
     # The deepspeed launcher passes --local_rank (unless --no_local_rank); torchrun uses env only.
     ap.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
@@ -139,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     emit = Emitter(os.path.join(run_dir, "events.jsonl"), rank)
     state: dict[str, Any] = {"rank": rank, "emit": emit, "counters": None}
     try:
-        return run(run_dir, state)
+        return run(run_dir, state, ns.resume_from)
     except Exception as exc:  # every failure becomes one error event
         kind, oom_kind = classify(exc)
         code = exit_code_for(exc)

@@ -8,8 +8,9 @@ functions.
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS
 
@@ -17,7 +18,48 @@ from .errors import ConfigError, one_line
 from .sharding import check_sharding, deepspeed_config, fsdp_arguments, sharding_info, sharding_of, trainer_class
 from .startup import Setup
 
-__all__ = ["training_args", "make_trainer", "sharding_check_callback"]
+__all__ = ["Plan", "plan", "training_args", "make_trainer", "sharding_check_callback"]
+
+
+class Plan(NamedTuple):
+    """What a run keeps and reports, from the profile and the run's kind (``command.json``):
+    probe trials and sweep cells measure, so they never save or evaluate, and probe trials
+    report to no tracker."""
+
+    kind: str
+    save: str  # end | steps | none
+    save_steps: int
+    output_dir: str
+    eval: bool  # a held-out split is evaluated (data.eval_ratio > 0)
+    eval_steps: int  # 0 = at the end only
+    report_to: list[str]
+
+
+def run_kind(run_dir: str) -> str:
+    """The launch's kind (``run``, ``probe``, ``sweep``) from ``command.json``; ``run`` without one."""
+    try:
+        with open(os.path.join(run_dir, "command.json"), encoding="utf-8") as f:
+            kind = json.load(f).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return "run"
+    return kind if isinstance(kind, str) and kind else "run"
+
+
+def plan(profile: dict[str, Any], run_dir: str) -> Plan:
+    """The :class:`Plan` of this run. A ``profile.json`` without ``train.save`` (written before
+    the key existed, or by hand) saves nothing, as runs did then; the other keys take their
+    defaults."""
+    t, d = profile["train"], profile["data"]
+    kind = run_kind(run_dir)
+    measuring = kind in ("probe", "sweep")
+    save = "none" if measuring else str(t.get("save", "none"))
+    if save not in ("end", "steps", "none"):
+        raise ConfigError(f"train.save: unknown value {save!r} (use end, steps or none)")
+    report_to = [] if kind == "probe" else [str(x) for x in t.get("report_to") or []]
+    return Plan(kind, save, max(1, int(t.get("save_steps") or 100)),
+                str(t.get("output_dir") or os.path.join(run_dir, "output")),
+                not measuring and float(d.get("eval_ratio") or 0.0) > 0, max(0, int(t.get("eval_steps") or 0)),
+                report_to)
 
 
 def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: bool):
@@ -29,8 +71,10 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
     optim = t.get("optimizer") or "adamw_torch"
     warmup = float(t.get("warmup_ratio") or 0.0)
     max_steps = int(t.get("max_steps", -1) or -1)
+    keep = plan(profile, run_dir)
     ta_kwargs: dict[str, Any] = dict(
-        output_dir=os.path.join(run_dir, "trainer"),
+        output_dir=keep.output_dir,
+        run_name=os.path.basename(os.path.normpath(run_dir)),  # the trackers' run name: the fttui run id
         per_device_train_batch_size=int(t.get("batch_size", 1)),
         gradient_accumulation_steps=int(t.get("grad_accum", 1)),
         num_train_epochs=float(t.get("epochs", 1.0)),
@@ -44,9 +88,19 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
         seed=int(t.get("seed", 42)),
         # No Trainer logging: the step events carry the loss (Counters) and the learning rate;
         # logging every step cost a dict, the callbacks' on_log and, on a GPU, two syncs per step.
-        logging_strategy="no",
-        save_strategy="no",
-        report_to=[],
+        # With trackers the Trainer logs every step for them (loss, learning rate, grad norm).
+        logging_strategy="steps" if keep.report_to else "no",
+        logging_steps=1,
+        # "steps": a resumable checkpoint (model, optimizer, scheduler, RNG states) every
+        # save_steps and at the last step; the final adapter / model: train.py's save_model.
+        save_strategy="steps" if keep.save == "steps" else "no",
+        save_steps=keep.save_steps,
+        # the end evaluation: EvalAtEnd (callback.py)
+        eval_strategy="steps" if keep.eval and keep.eval_steps > 0 else "no",
+        eval_steps=keep.eval_steps if keep.eval and keep.eval_steps > 0 else None,
+        per_device_eval_batch_size=int(t.get("batch_size", 1)),
+        prediction_loss_only=True,  # the loss only: no logits gathered over the split
+        report_to=keep.report_to,
         disable_tqdm=True,
         dataloader_num_workers=0,
         use_cpu=not use_cuda,
@@ -68,8 +122,10 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
         raise ConfigError(f"training arguments: {one_line(e)}") from e
 
 
-def make_trainer(su: Setup, profile: dict[str, Any], dataset, counters, callbacks):
-    """The :class:`~.callback.CountingTrainer` for ``dataset`` (no printer: the worker prints)."""
+def make_trainer(su: Setup, profile: dict[str, Any], dataset, counters, callbacks, eval_dataset=None):
+    """The :class:`~.callback.CountingTrainer` for ``dataset`` (no printer: the worker prints).
+    The trackers' callbacks (``train.report_to``) come after fttui's, so that at the end of
+    training fttui's row reaches a tracker before its callback closes the writer or ends the run."""
     from transformers.trainer_callback import PrinterCallback
 
     from .callback import CountingTrainer
@@ -82,6 +138,7 @@ def make_trainer(su: Setup, profile: dict[str, Any], dataset, counters, callback
         model=su.model,
         args=training_args(profile, su.run_dir, su.world, su.use_cuda),
         train_dataset=dataset,
+        eval_dataset=eval_dataset,
         data_collator=Collator(su.tok.pad_token_id, int(d.get("max_seq_len", 512)), bool(d.get("pad_to_max"))),
         callbacks=[*callbacks, check],
         counters=counters,
@@ -89,6 +146,11 @@ def make_trainer(su: Setup, profile: dict[str, Any], dataset, counters, callback
     check.trainer = trainer
     trainer.fttui_sharding = sharding  # the start event's runtime_info reads it
     trainer.remove_callback(PrinterCallback)
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    trackers = tuple(INTEGRATION_TO_CALLBACK.values())
+    cbs = trainer.callback_handler.callbacks
+    cbs[:] = [cb for cb in cbs if not isinstance(cb, trackers)] + [cb for cb in cbs if isinstance(cb, trackers)]
     return trainer
 
 

@@ -138,7 +138,8 @@ def test_two_cpu_ranks_one_row(fttui_home):
     per_rank = {}
     for rank in (0, 1):
         mine = [e for e in events if e["rank"] == rank]
-        assert [e["event"] for e in mine] == ["start"] + ["step"] * steps + ["end"]
+        # (rank 0 then saves the adapter: a "save" event after "end", tests/e2e/test_results_kept.py)
+        assert [e["event"] for e in mine if e["event"] != "save"] == ["start"] + ["step"] * steps + ["end"]
         assert mine[0]["world_size"] == 2 and mine[0]["distributed"]["world_size"] == 2
         assert mine[0]["distributed"]["backend"] == "gloo"
         assert mine[0]["wrapper"].endswith("DistributedDataParallel")

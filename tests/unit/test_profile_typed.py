@@ -30,7 +30,7 @@ BUNDLED = sorted((ROOT / "profiles").glob("*.toml"))
 #: the annotation each schema kind is held as (a default of None adds "| None")
 KIND_TYPES = {
     "str": "str", "int": "int", "float": "float", "bool": "bool", "size": "str",
-    "table": "Mapping[str, Any]", "modules": "tuple[str, ...] | str",
+    "table": "Mapping[str, Any]", "modules": "tuple[str, ...] | str", "names": "tuple[str, ...]",
 }  # fmt: skip
 
 

@@ -22,7 +22,8 @@ class Field(NamedTuple):
     """One key of the schema.
 
     kind: ``str``, ``int``, ``float`` (ints accepted), ``bool``, ``table``, ``modules``
-    (a list of names or one string), ``size`` (a size string for :func:`parse_size`, "" = none).
+    (a list of names or one string), ``names`` (a list of names, maybe empty; one string is
+    read as a comma-separated list), ``size`` (a size string for :func:`parse_size`, "" = none).
     A default of ``None`` means "not set" (optional, or derived from other keys).
     """
 
@@ -64,6 +65,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "max_seq_len": Field("int", 512, lo=1, hint="tokens per sample; use 1 or more"),
         "num_samples": Field("int", 0, lo=0, hint="0 means all samples of the file"),
         "pad_to_max": Field("bool", False),
+        # a fraction of the samples held out for evaluation (0 = none): evaluated at the end and
+        # every train.eval_steps; the evaluation loss goes to the row and the events
+        "eval_ratio": Field("float", 0.0, lo=0, hi=1, hi_open=True,
+                            hint="a fraction of the samples, 0 or more and below 1, e.g. 0.1"),
     },
     "train": {
         "batch_size": Field("int", 1, lo=1, hint="micro batch per device; use 1 or more"),
@@ -79,6 +84,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "weight_decay": Field("float", 0.0, lo=0, hint="use 0 or more, e.g. 0.01"),
         "seed": Field("int", 42),
         "warmup_exclude_steps": Field("int", 1, lo=0, hint="steps left out of steady rates; 0 or more"),
+        # what the run keeps (docs/architecture.md, "Results kept"): "end" the trained adapter or
+        # model in the output folder; "steps" also a resumable checkpoint every save_steps steps
+        "save": Field("str", "end", ("end", "steps", "none")),
+        "save_steps": Field("int", 100, lo=1, hint="optimizer steps between checkpoints; use 1 or more"),
+        "output_dir": Field("str", None),  # none = <run dir>/output
+        "eval_steps": Field("int", 0, lo=0, hint="optimizer steps between evaluations; 0 = at the end only"),
+        # Trainer trackers (transformers' report_to names); fttui logs its row there at the end
+        "report_to": Field("names", []),
     },
     "lora": {
         "r": Field("int", 8, lo=1, hint="LoRA rank, e.g. 8 or 16"),

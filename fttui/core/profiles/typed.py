@@ -98,6 +98,7 @@ class DataSettings(_Section):
     max_seq_len: int
     num_samples: int
     pad_to_max: bool
+    eval_ratio: float
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ class TrainSettings(_Section):
     weight_decay: float
     seed: int
     warmup_exclude_steps: int
+    save: str
+    save_steps: int
+    output_dir: str | None
+    eval_steps: int
+    report_to: tuple[str, ...]
 
 
 @dataclass(frozen=True)

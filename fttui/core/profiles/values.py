@@ -17,6 +17,7 @@ from typing import Any
 from fttui.core.base.errors import ProfileError, SizeError, did_you_mean
 from fttui.core.base.units import _SIZE_HINT, parse_size  # the hint parse_size gives, for a non-size type
 from fttui.core.profiles.schema import METHODS, SCHEMA, Field, dotted
+from fttui.core.profiles.trackers import TRACKERS
 
 #: Methods this build can run. Every name in METHODS is a valid profile value; a method outside
 #: this set is rejected as "not supported" (the lead may narrow it).
@@ -29,6 +30,7 @@ _KIND_WORDS = {
     "bool": "true or false",
     "table": "a table",
     "modules": "a list of module names or a string",
+    "names": "a list of names or a string",
     "size": "a size string",
 }
 
@@ -89,6 +91,8 @@ def _type_hint(key: str, field: Field, value: Any) -> str:
     example = field.default if field.default not in (None, "", {}) else None
     if field.kind == "modules":
         return 'e.g. target_modules = ["q_proj", "v_proj"] or "all-linear"'
+    if field.kind == "names":
+        return f'e.g. {short} = ["tensorboard"] or []'
     if field.kind == "table":
         return f"write it as a table under a [{key}] header"
     if example is not None:
@@ -115,6 +119,8 @@ def _kind_ok(kind: str, value: Any) -> bool:
             and bool(value)
             and all(isinstance(v, str) and v.strip() for v in value)
         )
+    if kind == "names":
+        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     if kind == "size":
         return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
     raise AssertionError(kind)
@@ -143,6 +149,8 @@ def check_value(section: str, key: str, value: Any, file: str) -> Any:
                 raise ProfileError(file, dk, exc.message, exc.hint) from None
     elif field.kind in ("table", "modules"):
         value = copy.deepcopy(value)
+    elif field.kind == "names":
+        value = _names(file, dk, value)
     if field.choices and value not in field.choices:
         word = {"method": "method", "train.precision": "precision"}.get(dk, "value")
         hint = did_you_mean(value, field.choices) or "one of: " + ", ".join(field.choices)
@@ -159,6 +167,22 @@ def check_value(section: str, key: str, value: Any, file: str) -> Any:
         raise ProfileError(file, dk, f"must be {op} {num(field.hi)}, got {num(value)}",
                            field.hint or f"use a value {op} {num(field.hi)}")
     return value
+
+
+def _names(file: str, dk: str, value: str | list[str]) -> list[str]:
+    """A ``names`` value as a list without repeats: one string is a comma-separated list and
+    ``"none"`` (transformers' word) or ``""`` an empty one. ``train.report_to`` names trackers
+    (:data:`~fttui.core.profiles.trackers.TRACKERS`)."""
+    parts = value.split(",") if isinstance(value, str) else value
+    names = [p.strip() for p in parts if p.strip()]
+    if names == ["none"]:
+        names = []
+    if dk == "train.report_to":
+        for name in names:
+            if name not in TRACKERS:
+                hint = did_you_mean(name, list(TRACKERS)) or "one of: " + ", ".join(TRACKERS)
+                raise ProfileError(file, dk, f"unknown tracker '{name}'", hint)
+    return list(dict.fromkeys(names))
 
 
 def num(x: float) -> str:

@@ -95,12 +95,20 @@ COLUMNS: dict[str, str] = {
     "flops_per_token": "REAL",  # model FLOPs per trained token (docs/performance.md)
     "near_oom": "INTEGER",  # a card's allocator retried or its headroom fell under the threshold; null on CPU
     "recorded_by": "TEXT",  # who wrote the row: "supervisor" | "recovered" (a later command: the supervisor died) | "probe"
+    # schema 6: results kept (issue 16)
+    "resumed_from": "TEXT",  # the run id whose last checkpoint this run continued from
+    "resumed_step": "INTEGER",  # the optimizer step of that checkpoint (steps counts on from it)
+    "eval_loss": "REAL",  # the latest evaluation loss on the held-out split (data.eval_ratio)
+    "eval_step": "INTEGER",  # the optimizer step that evaluation ran after
+    "output_dir": "TEXT",  # the folder the run saved its adapter / model or checkpoints in; null when nothing was saved
+    "checkpoint": "TEXT",  # the last resumable checkpoint it saved (a folder), else null
 }
 _ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh"),
           4: ("mismatch", "peak_tree_rss_mb", "peak_build_rss_mb", "host_measure", "gpu_mem_total_mb",
               "gpu_mem_source", "alloc_retries", "min_headroom_mb", "mfu", "flops_per_token", "near_oom",
               "recorded_by"),
-          5: ("sharding",)}
+          5: ("sharding",),
+          6: ("resumed_from", "resumed_step", "eval_loss", "eval_step", "output_dir", "checkpoint")}
 #: host_measure of the rows recorded before schema 4: their peak_host_rss_mb was the process tree's
 #: (probe trials: the trial process's own peak, the ranks' measure).
 HOST_MEASURE_BEFORE_4 = "tree (before schema 4)"
@@ -140,6 +148,8 @@ MIGRATIONS: list[str] = [
     f"ALTER TABLE runs ADD COLUMN sharding {COLUMNS['sharding']}"
     ";UPDATE runs SET method = 'full', sharding = 'zero3-offload' WHERE method = 'full-zero3-offload'"
     ";UPDATE runs SET sharding = 'none' WHERE sharding IS NULL",
+    # schema 6: what a run kept. Before it no run saved, resumed or evaluated: null is true of them.
+    ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[6]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS
 from fttui.core.profiles import Profile
+from fttui.core.profiles.trackers import missing_tracker
 from fttui.core.run import rundir
+from fttui.core.run.resume import Resume
 from fttui.core.base.errors import FttuiError, ProfileError
 
 WORKER_MODULE = "fttui.worker.train"
@@ -48,14 +50,17 @@ def free_port(preferred: int | None = None) -> int:
         return int(s.getsockname()[1])
 
 
-def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> list[str]:
-    """The argv of the training command for this (resolved) profile."""
+def build_command(resolved: dict, run_dir: Path, python: str | None = None,
+                  resume_from: str | None = None) -> list[str]:
+    """The argv of the training command for this (resolved) profile; ``resume_from``: the
+    checkpoint folder the worker continues from (``fttui run --resume``)."""
     prof = Profile.from_dict(resolved)
     py = python or sys.executable
     dev = prof.devices
     nproc = dev.processes_per_node()
     nodes = dev.nodes
-    worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir)]
+    resume = ["--resume-from", str(resume_from)] if resume_from else []
+    worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), *resume]
     launcher = prof.launcher()
     src = prof.source or "?"
     check_launcher(prof, launcher)
@@ -101,7 +106,7 @@ def build_command(resolved: dict, run_dir: Path, python: str | None = None) -> l
                     f"--master_addr={dev.main_addr}", f"--master_port={port}"]
         else:
             cmd += [f"--master_port={port}"]
-        return [*cmd, "--module", WORKER_MODULE, "--run-dir", str(run_dir)]
+        return [*cmd, "--module", WORKER_MODULE, "--run-dir", str(run_dir), *resume]
     raise ProfileError(src, "devices.launcher", f"unknown launcher {launcher!r}",
                        "use auto, python, torchrun, accelerate or deepspeed")
 
@@ -193,19 +198,48 @@ def validate_before_launch(resolved: dict, gpu_count: tuple[int, str | None] | N
     from fttui.core.run.preflight import preflight
 
     preflight(resolved, gpu_count)
+    check_trackers(resolved)
     check_rendezvous(resolved)
+
+
+def check_trackers(resolved: dict) -> None:
+    """Every tracker of ``train.report_to`` can run here (its package is installed), else one
+    line naming the pip package; nothing is imported."""
+    prof = Profile.from_dict(resolved)
+    missing = missing_tracker(prof.train.report_to)
+    if missing is not None:
+        name, what = missing
+        raise ProfileError(prof.source or "?", "train.report_to", f"tracker '{name}' {what}",
+                           "or leave it out of train.report_to")
+
+
+def with_output_dir(resolved: dict) -> dict:
+    """The profile with a relative ``train.output_dir`` made absolute from the current folder
+    (the worker runs elsewhere, and a resumed run must find the same folder)."""
+    out = (resolved.get("train") or {}).get("output_dir")
+    if not out or os.path.isabs(os.path.expanduser(out)):
+        return resolved
+    return {**resolved, "train": {**resolved["train"], "output_dir": os.path.abspath(os.path.expanduser(out))}}
 
 
 def prepare(resolved: dict, run_id: str | None = None,
             gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
-            group: str | None = None) -> rundir.RunDir:
+            group: str | None = None, resume: Resume | None = None) -> rundir.RunDir:
     """Validate, then create the run directory with the profile and the command (``kind`` and
-    ``group``: see :func:`fttui.core.run.rundir.create`)."""
+    ``group``: see :func:`fttui.core.run.rundir.create`). ``resume`` (:func:`~fttui.core.run.resume.plan_resume`):
+    the worker continues from that run's checkpoint, and ``command.json`` names it (``resume``:
+    ``run_id``, ``checkpoint``, ``step``) for the row."""
     validate_before_launch(resolved, gpu_count)
+    resolved = with_output_dir(resolved)
     rid = run_id or rundir.new_run_id(resolved.get("name", "run"))
     run_path = rundir.paths.runs_dir() / rid
-    argv = build_command(resolved, run_path)
-    return rundir.create(resolved, argv, child_env(resolved), run_id=rid, kind=kind, group=group)
+    argv = build_command(resolved, run_path, resume_from=resume.checkpoint if resume else None)
+    rd = rundir.create(resolved, argv, child_env(resolved), run_id=rid, kind=kind, group=group)
+    if resume is not None:
+        command = rd.command() or {}
+        command["resume"] = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}
+        rundir.write_json_atomic(rd.command_path, command)
+    return rd
 
 
 def start_supervisor(rd: rundir.RunDir) -> int:
@@ -227,13 +261,14 @@ def start_supervisor(rd: rundir.RunDir) -> int:
 
 def launch(resolved: dict, run_id: str | None = None,
            gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
-           group: str | None = None) -> rundir.RunDir:
+           group: str | None = None, resume: Resume | None = None) -> rundir.RunDir:
     """Validate, create the run directory and start its supervisor. ``gpu_count`` (number
-    visible, reason when none) overrides NVML's answer, for an app with an injected sampler."""
-    rd = prepare(resolved, run_id, gpu_count, kind=kind, group=group)
+    visible, reason when none) overrides NVML's answer, for an app with an injected sampler;
+    ``resume``: see :func:`prepare`."""
+    rd = prepare(resolved, run_id, gpu_count, kind=kind, group=group, resume=resume)
     start_supervisor(rd)
     return rd
 
 
 __all__ = ["launch", "prepare", "start_supervisor", "build_command", "check_launcher", "check_rendezvous",
-           "free_port", "SHARDING_LAUNCHERS", "FttuiError"]
+           "check_trackers", "free_port", "SHARDING_LAUNCHERS", "FttuiError"]

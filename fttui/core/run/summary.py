@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from typing import Any
@@ -137,6 +138,7 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     if read_back:
         env["sharding"] = read_back
     kind, group = rd.kind_and_group()
+    kept = kept_figures(rd, events)
     return {
         "run_id": rd.run_id,
         "kind": kind,
@@ -196,4 +198,50 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "mismatch": differs,
         **row_perf(snap, cards, gpus_asked > 0),
         "recorded_by": recorded_by,
+        **kept,
     }
+
+
+def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row's schema-6 columns: the run it resumed (``command.json``'s ``resume``, written by
+    :func:`fttui.core.run.launch.prepare`), the latest evaluation (``eval`` events) and what it
+    saved (``save`` events), from the lowest rank that reported them."""
+    resume = (rd.command() or {}).get("resume")
+    resume = resume if isinstance(resume, dict) else {}
+    evals = [e for e in events if e.get("event") == "eval" and isinstance(e.get("step"), int)]
+    last_eval = max(evals, key=lambda e: (e["step"], -int(e.get("rank") or 0), e.get("t") or 0), default={})
+    saves = [e for e in events if e.get("event") == "save" and isinstance(e.get("path"), str)]
+    checkpoints = [e for e in saves if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)]
+    model = [e for e in saves if e.get("kind") == "model"]
+    output_dir = None
+    if model:
+        output_dir = model[-1]["path"]
+    elif checkpoints:
+        output_dir = os.path.dirname(checkpoints[-1]["path"])
+    loss = last_eval.get("eval_loss")
+    return {
+        "resumed_from": resume.get("run_id") if isinstance(resume.get("run_id"), str) else None,
+        "resumed_step": resume.get("step") if isinstance(resume.get("step"), int) else None,
+        "eval_loss": float(loss) if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None,
+        "eval_step": last_eval.get("step"),
+        "output_dir": output_dir,
+        "checkpoint": max(checkpoints, key=lambda e: e["step"])["path"] if checkpoints else None,
+    }
+
+
+def row_so_far(rd: rundir.RunDir, *, recorded_by: str = "worker") -> dict[str, Any]:
+    """The summary row as the run stands now, from its events and samples so far: what the
+    worker logs to the run's trackers when training ends, before the supervisor's row exists
+    (which adds the exit and the last samples)."""
+    from fttui.core.run.state import RunState
+
+    prof = rd.profile() or {}
+    state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
+    events = read_jsonl(rd.events_path)
+    state.apply_all(events)
+    for sample in read_jsonl(rd.samples_path):
+        state.apply_sample(sample)
+    snap = state.snapshot()
+    launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
+    return build_row(rd, snap, FinalStatus(snap.status), t_launch=launches[0] if launches else None,
+                     t_end=time.time(), recorded_by=recorded_by)
