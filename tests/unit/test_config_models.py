@@ -202,3 +202,18 @@ def test_random_init_from_a_config_folder(tmp_path):
     # nothing to build from: the error names the ways
     with pytest.raises(ProfileError, match="needs model.arch, model.config or a model folder"):
         apply_overrides(r, [f"model.name_or_path={tmp_path / 'nowhere'}"])
+
+
+def test_random_init_of_a_config_transformers_cannot_build(tmp_path):
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "my_remote_lm", "vocab_size": 64,
+                                                    "hidden_size": 16, "num_hidden_layers": 1,
+                                                    "num_attention_heads": 2, "auto_map": {}}))
+    path = tmp_path / "rand.toml"
+    path.write_text(f"[model]\nname_or_path = \"{folder}\"\ninit = \"random\"\n")
+    with pytest.raises(ProfileError, match="model_type my_remote_lm is not a causal LM the installed transformers"):
+        load_profile(str(path))
+    # pretrained, it resolves (the estimate counts it as a Llama-like decoder and says so)
+    e = estimate(load_profile(str(path), ["model.init=pretrained", "model.trust_remote_code=true"]))
+    assert any("not among the layouts" in n for n in e.notes)
