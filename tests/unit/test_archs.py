@@ -136,7 +136,7 @@ def test_reference_profile_resolves_to_arch(path):
     assert m["trust_remote_code"] is arch.needs_remote_code
     if arch.needs_remote_code:
         assert "runs the modelling code" in text
-    assert r["devices"]["gpus"] == 1
+    assert r["devices"]["gpus"] >= 1  # the rows of several cards (qwen-7b-full, qwen-72b-lora) too
     assert r["lora"]["target_modules"] == "all-linear" or r["method"] == "full" \
         or r["method"] == "full-zero3-offload"
     if r["method"] == "qlora":

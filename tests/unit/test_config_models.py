@@ -190,6 +190,7 @@ def test_random_init_from_a_config_folder(tmp_path):
                     "[devices]\ngpus = 0\n")
     r = load_profile(str(path))
     assert r["model"]["config"] == str(folder / "config.json") and r["model"]["tokenizer"] == "byte"
+    assert r["model"]["name_or_path"] == str(folder) and apply_overrides(r, []) == r
     e = estimate(r)
     h, i, L, V = 32, 64, 2, 128
     assert e.inputs["params"] == V * h + L * (h * 32 + 2 * h * 8 + 32 * h + 3 * h * i + 2 * h) + h  # tied, GQA 1

@@ -102,8 +102,8 @@ def attach_config(model: dict[str, Any], derived: list[str], where: Callable[[st
                                f"{key} at a {entry.name} model")
     elif model["arch"] and model["arch"] != model_type:
         _mismatch(what, model_type, str(model["arch"]), where(key), key)
-    types = causal_lm_types()
-    if model["init"] == "random" and types and model_type not in types and model_type not in FAMILIES:
+    if model["init"] == "random" and model_type not in FAMILIES and causal_lm_types() \
+            and model_type not in causal_lm_types():
         raise ProfileError(where(key), key, f"{what}: model_type {model_type} is not a causal LM the installed "
                            "transformers builds, so it cannot be random-initialised from its config",
                            "use init = \"pretrained\" (with trust_remote_code if it needs its own code), or "
