@@ -11,7 +11,9 @@ optimizer states, inputs) are passed as ``external`` and not counted.
 measures one step the way the HF Trainer runs it (forward, loss, backward, ``optimizer.step``;
 the model outputs are dropped before the backward). It is how the estimator's activation model
 is checked tensor by tensor: :func:`check_estimate` on the settings of :data:`SETTINGS`
-(``bench/estimate_tensors.py``, ``tests/worker/test_estimate_tensors.py``).
+(``bench/estimate_tensors.py``, ``tests/worker/test_estimate_tensors.py``), and its growth with
+the sequence length by :func:`check_slope` (bytes per token between two lengths, measured and
+estimated).
 """
 
 from __future__ import annotations
@@ -145,3 +147,25 @@ def check_estimate(profile: str, overrides: list[str]) -> dict[str, Any]:
     predicted = sum(host[k] for k in MODEL_PARTS)
     return {"measured": m["total"], "predicted": predicted,
             "error": (predicted - m["total"]) / m["total"], "top": m["top"]}
+
+
+def check_slope(profile: str, overrides: list[str], lengths: tuple[int, int] = (128, 512)) -> dict[str, Any]:
+    """Bytes per token that one step's live tensors grow by between two sequence lengths
+    (``measured``: the dynamic peak of :func:`measure_step`; ``predicted``: the estimate's
+    activations), the relative ``error``, and ``peaks`` (the live storages at each peak, by
+    operator and dtype: :meth:`LiveTensors.top`)."""
+    from fttui.core.memory import estimate
+    from fttui.core.profiles import load_profile
+
+    dyn, act, tokens, peaks = [], [], [], []
+    for n in lengths:
+        resolved = load_profile(profile, [*overrides, f"max_seq_len={n}"])
+        m = measure_step(resolved)
+        dyn.append(m["dynamic_peak"])
+        act.append(estimate(resolved).host_breakdown["activations"])
+        tokens.append(int(resolved["train"]["batch_size"]) * n)
+        peaks.append(m["top"])
+    d = tokens[1] - tokens[0]
+    measured, predicted = (dyn[1] - dyn[0]) / d, (act[1] - act[0]) / d
+    return {"measured": measured, "predicted": predicted, "error": (predicted - measured) / measured,
+            "peaks": peaks}

@@ -205,6 +205,10 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
                      + (f"fp32 masters + optimizer states + fp32 gradients {ob + 4:.0f} B on the host"
                         if off_o else f"fp32 masters + optimizer states {ob:.0f} B and gradients "
                         f"{gb} B on the card") + ", partitioned")
+        if c.zero3 and c.on_gpu:
+            notes.append(f"ZeRO-3 without zero.Init: every card first holds the whole model in the half "
+                         f"dtype ({a.params * c.wb / GIB:.1f} GiB) before DeepSpeed partitions it; a "
+                         "smaller card fails while the engine starts")
         if c.method == "full":
             gpu, cpu = deepspeed_reference(c)
             notes.append(f"DeepSpeed's own estimator (model states, additional_buffer_factor 1.5, "

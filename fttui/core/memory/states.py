@@ -81,6 +81,14 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
             bd["weights"] += (c.embed if a.tied else c.head) * 2
             notes.append("k-bit under fp16/bf16 autocast: the half copy of the fp32 output "
                          "layer kept for its backward counted under weights")
+        if method == "qlora" and wb == 4:
+            # measured tensor by tensor (tests/worker/test_estimate_slope.py): the layer inputs
+            # that gradient checkpointing keeps are fp32, twice those of an fp16 model
+            notes.append("qlora: bitsandbytes 4-bit after peft's prepare_model_for_kbit_training: "
+                         "embeddings, norms and output layer in fp32, so an fp32 residual stream "
+                         "(checkpoints 4 B per element); a GPTQ checkpoint (auto-gptq, as in "
+                         "Qwen's Q-LoRA rows) is not cast and keeps them in fp16: --set "
+                         "quant.prepare=none estimates that")
     else:
         bd["weights"] = a.params * wb
     if method == "lora-emb":
