@@ -218,3 +218,10 @@ def test_random_init_of_a_config_transformers_cannot_build(tmp_path):
     # pretrained, it resolves (the estimate counts it as a Llama-like decoder and says so)
     e = estimate(load_profile(str(path), ["model.init=pretrained", "model.trust_remote_code=true"]))
     assert any("not among the layouts" in n for n in e.notes)
+    # a plain model.arch maps the remote-code model onto a native one (as the ARCHS entries do):
+    # the arch's numbers stand, and launching still asks for trust_remote_code
+    mapped = load_profile("tiny-full", [f"model.name_or_path={folder}", "model.init=pretrained"])
+    assert mapped["model"]["config"] is None
+    assert estimate(mapped).inputs["params"] == param_count("tiny-llama")
+    with pytest.raises(ProfileError, match="needs remote code"):
+        preflight(mapped, (0, "no NVIDIA driver"))

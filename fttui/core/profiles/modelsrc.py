@@ -46,14 +46,22 @@ def check_arch(arch: str | None, where: str) -> None:
                        (f"{near} " if near else "") + known_arch_text())
 
 
-def _config_type(path: str, where: str, key: str) -> tuple[str, dict[str, Any]]:
+def _config_type(path: str, where: str, key: str) -> tuple[str, dict[str, Any], bool]:
+    """(model_type, numbers, remote): remote = the config names its own code (``auto_map``) for
+    a model_type transformers does not build."""
     try:
         raw = read_config(path)
     except ConfigReadError as e:
         raise ProfileError(where, key, str(e), "point it at a model folder saved with save_pretrained") from None
     if not raw.get("model_type") and not isinstance(raw.get("text_config"), dict):
-        return "", raw
-    return config_numbers(raw)
+        return "", raw, False
+    model_type, cfg = config_numbers(raw)
+    return model_type, cfg, bool(raw.get("auto_map")) and not _native(model_type)
+
+
+def _native(model_type: str) -> bool:
+    """transformers builds this model_type itself (no remote code), as far as is known."""
+    return model_type in FAMILIES or not causal_lm_types() or model_type in causal_lm_types()
 
 
 def _disagreement(entry: Arch, model_type: str, cfg: dict[str, Any]) -> str | None:
@@ -81,11 +89,17 @@ def attach_config(model: dict[str, Any], derived: list[str], where: Callable[[st
     if model["config"] is None:
         return
     key = "model.config" if explicit else "model.name_or_path"
-    model_type, cfg = _config_type(model["config"], where(key), key)
+    model_type, cfg, remote = _config_type(model["config"], where(key), key)
     if not model_type:
         return  # a config without model_type takes model.arch (the worker requires one of them)
     entry = ARCHS.get(model["arch_name"] or "")
     what = model["config"] if explicit else name
+    if remote and model["arch"] and entry is None and not explicit:
+        # a remote-code model mapped onto a native model.arch (+ arch_config), as the ARCHS
+        # entries map theirs: the arch's numbers stand
+        model["config"] = None
+        derived.remove("model.config")
+        return
     if entry is not None:
         if model_type not in entry.own_model_types:
             _mismatch(what, model_type, f"{entry.name} ({entry.model_type})", where(key), key)
@@ -102,8 +116,7 @@ def attach_config(model: dict[str, Any], derived: list[str], where: Callable[[st
                                f"{key} at a {entry.name} model")
     elif model["arch"] and model["arch"] != model_type:
         _mismatch(what, model_type, str(model["arch"]), where(key), key)
-    if model["init"] == "random" and model_type not in FAMILIES and causal_lm_types() \
-            and model_type not in causal_lm_types():
+    if model["init"] == "random" and not _native(model_type):
         raise ProfileError(where(key), key, f"{what}: model_type {model_type} is not a causal LM the installed "
                            "transformers builds, so it cannot be random-initialised from its config",
                            "use init = \"pretrained\" (with trust_remote_code if it needs its own code), or "
