@@ -210,7 +210,8 @@ def test_random_init_of_a_config_transformers_cannot_build(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "my_remote_lm", "vocab_size": 64,
                                                     "hidden_size": 16, "num_hidden_layers": 1,
-                                                    "num_attention_heads": 2, "auto_map": {}}))
+                                                    "num_attention_heads": 2,
+                                                    "auto_map": {"AutoModelForCausalLM": "modeling_my.MyLM"}}))
     path = tmp_path / "rand.toml"
     path.write_text(f"[model]\nname_or_path = \"{folder}\"\ninit = \"random\"\n")
     with pytest.raises(ProfileError, match="model_type my_remote_lm is not a causal LM the installed transformers"):
