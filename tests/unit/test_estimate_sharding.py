@@ -344,3 +344,17 @@ def test_fsdp_random_init_leaves_the_whole_model_cached_on_the_card():
     assert rnd.gpu_peak_bytes[0] - ctx_comm >= 2 * P  # the bf16 model, whole
     assert pre.gpu_peak_bytes[0] - ctx_comm < 2 * P  # a sixteenth of it, + what is gathered
     assert rnd.host_breakdown["model_load"] == 0 and pre.host_breakdown["model_load"] == 2 * P * 8
+
+
+def test_zero3_card_smaller_than_the_whole_model_does_not_fit():
+    """ZeRO-3 without zero.Init: each card first holds the whole half-precision model, so a card
+    smaller than it does not fit however small the partitioned states are (qwen-72b-lora: 134.6
+    GiB of bf16 weights on 80 GiB cards); a card that holds it fits."""
+    r = load_profile("qwen-72b-lora")
+    GiB = 1 << 30
+    whole = estimate(r).inputs["params"] * 2
+    small = estimate(r, device_bytes=80 * GiB)
+    assert small.fits is False and max(small.gpu_peak_bytes) >= whole
+    assert any("does not fit: the card first holds the whole model" in n for n in small.notes)
+    big = estimate(r, device_bytes=192 * GiB)
+    assert big.fits is True and not any("does not fit" in n for n in big.notes)

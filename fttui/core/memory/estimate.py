@@ -82,7 +82,7 @@ def _framework(c: Setup, bd: dict[str, float], calibration: Calibration | None) 
 
 
 def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
-                 extra_head: float, alloc_on_act: float, notes: list[str]) -> None:
+                 extra_head: float, alloc_on_act: float, notes: list[str]) -> float:
     """ZeRO-3 and FSDP: the gathered parameters of the peak's phase (counted under weights) and
     the NormHead copy join the activations in the working set, which the allocator fraction
     applies to. Under
@@ -90,7 +90,8 @@ def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
     module to the card before partitioning it; fttui builds the model without zero.Init), and
     under FSDP a random-init model; the caching allocator keeps those blocks, and everything the
     card allocates afterwards reuses them: the card's reserved memory is at least that copy (the
-    unused rest counted under allocator overhead)."""
+    unused rest counted under allocator overhead). Returns the bytes of that whole copy (0 when
+    the card never holds it)."""
     # the phase activation_peak chose: a decoder layer's backward or the loss's
     gathered = w.gathered + (w.layer if w.layer and phase_extra == w.layer else w.loss)
     bd["weights"] += gathered
@@ -107,14 +108,18 @@ def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
         bd["allocator"] += max(0.0, floor - inside)
         notes.append(f"{'ZeRO-3' if c.zero3 else 'FSDP'}: {min(inside, floor) / GIB:.1f} GiB of the "
                      "card's allocations reuse the cached copy of the whole model")
+        return floor
+    return 0.0
 
 
-def _cap_allocator(bd: dict[str, float], device_bytes: int) -> None:
+def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) -> None:
     """The caching allocator frees its cached blocks and retries before it reports OOM (PyTorch
     CUDA caching allocator), so the reserved-but-unused part shrinks to the room left on the
-    card: NVML "used" stays below the card while allocated memory fits."""
+    card: NVML "used" stays below the card while allocated memory fits. ``whole``: a copy of the
+    whole model the card must hold at once first (ZeRO-3, FSDP random init); no retry frees
+    that, so a card smaller than it does not fit."""
     allocated = sum(v for k, v in bd.items() if k != "allocator")
-    bd["allocator"] = max(0.0, min(bd["allocator"], device_bytes - allocated))
+    bd["allocator"] = max(0.0, min(bd["allocator"], max(device_bytes, whole) - allocated))
 
 
 def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,11 +160,16 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     extra_head = norm_head(c, bd, notes)
     per_tok, att_bytes, phase_extra = activation_peak(c, w.loss, w.layer)
     alloc_on_act = _dynamic(c, bd, per_tok, att_bytes, calibration)
+    whole = 0.0
     if c.zero3 or c.fsdp:
-        _working_set(c, bd, w, phase_extra, extra_head, alloc_on_act, notes)
+        whole = _working_set(c, bd, w, phase_extra, extra_head, alloc_on_act, notes)
     _framework(c, bd, calibration)
     if device_bytes and c.on_gpu:
-        _cap_allocator(bd, device_bytes)
+        _cap_allocator(bd, device_bytes, whole)
+        if whole > device_bytes:
+            notes.append(f"does not fit: the card first holds the whole model ({whole / GIB:.1f} GiB) "
+                         f"before {'DeepSpeed partitions' if c.zero3 else 'FSDP shards'} it, more than "
+                         f"{device_bytes / GIB:.1f} GiB")
     card = {k: int(round(v)) for k, v in bd.items()}
     host_terms(c, bd, host_bd)
     if c.on_gpu:

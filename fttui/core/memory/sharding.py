@@ -125,7 +125,9 @@ def _unsharded(c: Setup, notes: list[str]) -> tuple[float, float, float, float]:
     if c.method == "full":
         return 0.0, 0.0, c.a.params * c.wb, 0.0
     tmp = dict.fromkeys(("weights", "gradients", "optimizer_states", "lora", "quantisation"), 0.0)
-    _adapters(c, tmp, notes)
+    scratch: list[str] = []  # its optimizer note is the unsharded one; the sharded note follows
+    _adapters(c, tmp, scratch)
+    notes += [n for n in scratch if not n.startswith("optimizer ")]
     emb = (c.embed + c.head) if c.method == "lora-emb" else 0
     adapter_b = DTYPE_BYTES[c.precision] if c.deepspeed else 4
     return tmp["weights"] - emb * c.wb, c.lora_params * adapter_b, emb * c.wb, tmp["quantisation"]
