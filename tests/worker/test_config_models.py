@@ -112,3 +112,25 @@ def test_random_init_from_a_config_folder_trains(tmp_path):
     assert start["params_total"] == layout("mistral", numbers).params()
     steps = [e for e in events if e.get("event") == "step"]
     assert len(steps) == 3 and all(e["loss"] > 0 for e in steps)
+
+
+@pytest.mark.parametrize("targets", ["all-linear", ["qkv_proj", "o_proj"], ["gate_up_proj", "down_proj"]])
+def test_phi3_lora_counts_the_fused_modules_peft_adapts(tmp_path, targets):
+    """Phi-3 fuses q/k/v (qkv_proj) and gate/up (gate_up_proj): the estimate's LoRA parameters
+    equal what peft adds to a Phi-3 built from the same config (meta device)."""
+    peft = pytest.importorskip("peft")
+    from fttui.core.memory import estimate
+
+    # tiny-lora's own [model.arch_config] numbers win over the folder's: use the same ones
+    numbers = {**_TINY, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 512}
+    folder = tmp_path / "phi3"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "phi3", **numbers}))
+    resolved = load_profile("tiny-lora", [f"model.name_or_path={folder}", "model.init=random",
+                                          "model.arch=phi3", "model.arch_config.num_key_value_heads=2",
+                                          f"lora.target_modules={json.dumps(targets)}"])
+    model = _meta("phi3", numbers)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=targets))
+    added = sum(p.numel() for n, p in lora.named_parameters() if "lora_" in n)
+    assert estimate(resolved).inputs["lora_params"] == added

@@ -22,6 +22,8 @@ def _native_linears(a: ArchNumbers) -> list[tuple[str, int, int]]:
     if a.model_type == "bloom":
         return [("query_key_value", h, 3 * h), ("dense", h, h),
                 ("dense_h_to_4h", h, 4 * h), ("dense_4h_to_h", 4 * h, h)]
+    if a.model_type == "phi3":  # transformers' Phi-3 fuses q, k, v and gate, up
+        return [("qkv_proj", h, q + 2 * kv), ("o_proj", q, h), ("gate_up_proj", h, 2 * i), ("down_proj", i, h)]
     return [("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h),
             ("gate_proj", h, i), ("up_proj", h, i), ("down_proj", i, h)]
 
