@@ -77,7 +77,31 @@ CASES = [
     ("batch-larger-than-file", lambda t: ["--profile", _profile(t, TINY), "--set", "batch_size=4", "--set",
                                           "data.source=" + _data(t, "three.jsonl", THREE)],
      ["train.batch_size", "the data has 3 samples", "at most 3", "a larger data file"]),
+    ("arch-disagrees-with-config", lambda t: ["--profile", _profile(t, TINY), "--set",
+                                              f"model.name_or_path={_config_dir(t, 'mistral')}"],
+     ["is a mistral model", "model.arch"]),
+    ("unknown-arch", lambda t: ["--profile", _profile(t, TINY), "--set", "model.arch=foo"],
+     ["unknown architecture 'foo'"]),
+    ("hub-id-not-cached", lambda t: ["--profile", _profile(t, TINY), "--set", "model.init=pretrained",
+                                     "--set", "model.name_or_path=fttui-tests/not-a-cached-model"],
+     ["not in the local Hugging Face cache", "hf download fttui-tests/not-a-cached-model"]),
+    ("from-unknown-key", lambda t: ["--from", _data(t, "lf.yaml", "model_name_or_path: m\nlora_rnak: 8\n")],
+     ["lf.yaml: lora_rnak: unknown LLaMA-Factory key", "did you mean 'lora_rank'"]),
+    ("from-missing-deepspeed", lambda t: ["--from", _data(t, "ax.yml", "base_model: m\nadapter: lora\n"
+                                                                     "deepspeed: ds_z9.json\n")],
+     ["ax.yml: deepspeed: DeepSpeed config not found: ds_z9.json"]),
+    ("profile-and-from", lambda t: ["--profile", "tiny-lora", "--from", _data(t, "lf.yaml", "model_name_or_path: m\n")],
+     ["give --profile or --from, not both"]),
 ]
+
+
+def _config_dir(tmp: Path, model_type: str) -> Path:
+    d = tmp / model_type
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": model_type, "vocab_size": 512, "hidden_size": 64,
+                                               "intermediate_size": 128, "num_hidden_layers": 2,
+                                               "num_attention_heads": 4, "num_key_value_heads": 4}))
+    return d
 
 
 THREE = "".join(json.dumps({"instruction": f"q{i}", "output": f"a{i}"}) + "\n" for i in range(3))

@@ -126,8 +126,10 @@ def _deepspeed_file(m: Mapped, ref: str) -> Path:
     for cand in tried:
         if cand.is_file():
             return cand
+    folders = list(dict.fromkeys(display(c.parent.resolve()) for c in tried))
     raise m.error("deepspeed", f"DeepSpeed config not found: {ref}",
-                  "looked in " + " and ".join(display(c.parent) for c in tried))
+                  f"looked in {folders[0]} (the working folder and the YAML's)" if len(folders) == 1
+                  else f"looked in {folders[0]} (the working folder) and {folders[1]} (the YAML's)")
 
 
 def deepspeed_sharding(m: Mapped, ref: str) -> None:
