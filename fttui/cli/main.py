@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -15,6 +16,7 @@ from fttui import __version__
 from fttui.core.base.constants import EXIT_INTERRUPTED, EXIT_OK, PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.fmt import rel_path
+from fttui.cli.conventions import SHELLS, completion_script, finish_parser, setup_logging
 
 
 def _add_profile_args(p: argparse.ArgumentParser) -> None:
@@ -34,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fttui", description="Launch, watch and record LLM fine-tuning runs.")
     ap.add_argument("--version", action="version", version=f"fttui {__version__}")
     ap.add_argument("--profile", "-p", help="launch this profile and open its run screen")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --profile: override a profile key (dotted, e.g. train.batch_size=8); repeatable")
     ap.add_argument("--headless", action="store_true", help="no app: plain progress lines")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
 
@@ -47,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
 
     p = sub.add_parser("profiles", help="list the profiles, or show the profile a YAML config becomes")
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--format", choices=["table", "json"], default="table",
+                   help="a table (default) or JSON")
+    p.add_argument("--names", action="store_true", help="only the profile names, one per line (for completion)")
     p.add_argument("--from", dest="from_config", metavar="FILE.yaml",
                    help="print the profile (TOML) a LLaMA-Factory or axolotl config maps to, "
                         "with the keys that do not map")
@@ -60,23 +65,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show (default), export or import")
     p.add_argument("files", nargs="*", metavar="FILE", help="import: export files to read")
     p.add_argument("--out", metavar="FILE", help="export: write here instead of stdout")
-    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
-    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all")
+    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table",
+                   help="show: a table (default), Markdown, CSV or JSON (every column)")
+    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all",
+                   help="only rows of this kind: runs, probe trials, sweep cells (default all)")
     p.add_argument("--limit", type=int, default=0, help="only the latest N rows")
 
-    sub.add_parser("ls", help="list run directories, live ones marked")
+    sub.add_parser("ls", help="list run directories (live ones marked *) with step, ETA and start time")
 
     p = sub.add_parser("cancel", help="stop a live run and everything it started")
     p.add_argument("run", nargs="?", help="run id or prefix (default: the latest live run)")
 
     p = sub.add_parser("attach", help="open the run screen of a live or finished run")
     p.add_argument("run", nargs="?", help="run id, prefix or run directory (default: latest live run)")
-    p.add_argument("--headless", action="store_true")
+    p.add_argument("--headless", action="store_true", help="plain progress lines, no app")
 
     p = sub.add_parser("probe", help="find the largest batch size / sequence length that fits")
     _add_profile_args(p)
-    p.add_argument("--param", choices=list(PROBE_PARAMS), default="batch_size")
-    p.add_argument("--range", default="1..1024", metavar="LO..HI")
+    p.add_argument("--param", choices=list(PROBE_PARAMS), default="batch_size",
+                   help="the setting to probe (default batch_size)")
+    p.add_argument("--range", default="1..1024", metavar="LO..HI", help="the values to search (default 1..1024)")
     p.add_argument("--steps", type=int, default=2, help="training steps per trial (default 2)")
     p.add_argument("--start", type=int, default=None, help="first value to try (default LO)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -92,11 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="Markdown tables, CSVs and PNG charts of the stored rows")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="keep rows whose column KEY equals VALUE; repeatable (same key twice: either)")
-    p.add_argument("--group-by", choices=["model", "method", "sharding", "gpu", "batch_size", "max_seq_len"])
+    p.add_argument("--group-by", choices=["model", "method", "sharding", "gpu", "batch_size", "max_seq_len"],
+                   help="colour and order the charts' bars by this setting")
     p.add_argument("--baseline", metavar="RUN_ID", help="relative throughput against this run (id or prefix)")
     p.add_argument("--prices", metavar="FILE", help="TOML or CSV: GPU name -> price per card")
     p.add_argument("--out", metavar="DIR", help="write report.md, CSVs and PNG charts here (default: Markdown on stdout)")
-    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all")
+    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all",
+                   help="only rows of this kind (default all)")
+    p.add_argument("--json", action="store_true", help="the tables as JSON (raw and shown cells) on stdout")
 
     p = sub.add_parser("estimate", help="predict peak GPU memory per card and host memory, before launch")
     _add_profile_args(p)
@@ -107,7 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate", action="store_true",
                    help="fit the activation term to this profile's measured rows in the store")
 
-    return ap
+    p = sub.add_parser("completion", help="print a shell completion script",
+                       description="Print a completion script for bash or zsh: subcommands, options, their "
+                                   "choices and profile names. Install: eval \"$(fttui completion bash)\" "
+                                   "in ~/.bashrc (zsh: ~/.zshrc with `completion zsh`).")
+    p.add_argument("shell", choices=list(SHELLS), help="bash or zsh")
+
+    return finish_parser(ap)
 
 
 def _is_tty() -> bool:
@@ -134,7 +151,10 @@ def _resolve(args) -> dict:
         return resolved
     if not args.profile:
         raise FttuiError("give a profile: --profile NAME (`fttui profiles` lists them) or --from FILE.yaml")
-    return load_profile(args.profile, overrides)
+    resolved = load_profile(args.profile, overrides)
+    logging.getLogger("fttui.cli").debug("profile %s from %s (%s)%s", resolved.get("name"), resolved.get("source"),
+                                         resolved.get("origin"), f", overrides {overrides}" if overrides else "")
+    return resolved
 
 
 def cmd_run(args) -> int:
@@ -156,6 +176,9 @@ def cmd_profiles(args) -> int:
                              indent=2, default=str))
         else:
             sys.stdout.write(profile_toml(mapped))
+        return 0
+    if args.names:
+        print("\n".join(ref.path.stem for ref in discover()))
         return 0
     items, errors = [], []
     for ref in discover():
@@ -181,92 +204,28 @@ def cmd_profiles(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from fttui.core.results import tables
-    from fttui.core.results.store import Store
-    from fttui.core.run.recover import recover_all
+    from fttui.cli.results_cmd import cmd_results as run
 
-    recover_all()
-    if args.action == "export":
-        return _results_export(args)
-    if args.action == "import":
-        return _results_import(args)
-    if args.files or args.out:
-        raise FttuiError("FILE and --out go with `fttui results export` / `fttui results import`")
-    with Store() as store:
-        rows = store.rows(kind=None if args.kind == "all" else args.kind, limit=args.limit or None)
-    if args.format == "json":
-        sys.stdout.write(tables.to_json(rows))
-        return 0
-    headers, body = tables.reference_table(rows)
-    if args.format == "csv":
-        sys.stdout.write(tables.to_csv(headers, body))
-    elif args.format == "markdown":
-        sys.stdout.write(tables.to_markdown(headers, body))
-    else:
-        if _is_tty():
-            from fttui.cli.live import print_table
-
-            print_table(headers, body)
-        else:
-            sys.stdout.write(tables.to_text(headers, body))
-    return 0
-
-
-def _results_export(args) -> int:
-    from pathlib import Path
-
-    from fttui.core.results.exchange import export
-    from fttui.core.results.store import Store
-
-    if args.files:
-        raise FttuiError("`fttui results export` takes no FILE; use --out FILE")
-    with Store() as store:
-        if not args.out:
-            n = export(store, sys.stdout)
-        else:
-            out = Path(args.out)
-            tmp = out.with_name(f".{out.name}.tmp")
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    n = export(store, f)
-                os.replace(tmp, out)
-            except OSError as e:
-                raise FttuiError(f"--out {args.out}: {e.strerror or e}") from None
-    print(f"exported {n} row(s)" + (f" to {args.out}" if args.out else ""), file=sys.stderr)
-    return 0
-
-
-def _results_import(args) -> int:
-    from fttui.core.results.exchange import import_files
-    from fttui.core.results.store import Store
-
-    if not args.files:
-        raise FttuiError("`fttui results import` needs at least one FILE (made by `fttui results export`)")
-    with Store() as store:
-        rep = import_files(store, args.files)
-    print(f"imported {len(rep.added)} row(s); {len(rep.same)} already there; {len(rep.conflicts)} conflict(s)")
-    for rid, cols in rep.conflicts:
-        print(f"conflict: {rid} is stored with other figures ({', '.join(cols[:6])}"
-              f"{' ...' if len(cols) > 6 else ''}); kept the stored row", file=sys.stderr)
-    return 1 if rep.conflicts else 0
+    return run(args, _is_tty)
 
 
 def cmd_ls(args) -> int:
-    from fttui.core.run import rundir
     from fttui.core.results.tables import to_text
-
+    from fttui.core.run import rundir
+    from fttui.core.run.brief import run_brief
     from fttui.core.run.recover import recover_all
 
     runs = rundir.list_runs()
     recover_all(runs)  # runs whose supervisor died get their row now that their training ended
     body = []
     for rd in runs:
-        label = rd.state_label()
-        body.append([("* " if label.startswith("running") else "  ") + rd.run_id, label, str(rd.path)])
+        b = run_brief(rd)  # step of total, ETA (live runs) and start time, from both ends of events.jsonl
+        body.append([("* " if b.live else "  ") + rd.run_id, b.state, b.step_text(), b.eta_text(),
+                     b.started_text(), str(rd.path)])
     if not body:
         print("no runs yet")
         return 0
-    sys.stdout.write(to_text(["run", "status", "directory"], body))
+    sys.stdout.write(to_text(["run", "status", "step", "ETA", "started", "directory"], body))
     return 0
 
 
@@ -353,7 +312,13 @@ def cmd_estimate(args) -> int:
     return run(args, _resolve)
 
 
+def cmd_completion(args) -> int:
+    sys.stdout.write(completion_script(build_parser(), args.shell))
+    return 0
+
+
 COMMANDS = {
+    "completion": cmd_completion,
     "estimate": cmd_estimate,
     "report": cmd_report,
     "sweep": cmd_sweep,
@@ -369,6 +334,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    setup_logging(getattr(args, "verbose", 0) or 0)
     try:
         if args.cmd is None:
             return cmd_app(args)
