@@ -27,8 +27,9 @@ def cmd_probe(args, resolve) -> int:
     out = sys.stderr if args.json else sys.stdout
 
     def on_trial(t):
+        fresh = " (fresh launch)" if prober.launched else " (fresh process)"
         print(f"  {args.param}={t.value}: {'fit' if t.status == 'fit' else 'OOM (' + str(t.oom_kind) + ')'}"
-              f"{' (fresh process)' if t.fresh else ('' if t.clean else ' (after an OOM: guide only)')}"
+              f"{fresh if t.fresh else ('' if t.clean else ' (after an OOM: guide only)')}"
               f"  host RSS {fmt.mb(t.peak_host_rss_mb)}"
               + (f"  {t.samples_per_s:.2f} samples/s" if t.samples_per_s else ""), file=out, flush=True)
 
@@ -42,7 +43,8 @@ def cmd_probe(args, resolve) -> int:
                     on_trial=on_trial, on_log=lambda s: print(s, file=out, flush=True))
     old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     print(f"probe {prober.probe_id}: {args.param} in {lo}..{hi}, {args.steps} steps per trial, "
-          f"worst-case length (every sample {resolved['data']['max_seq_len']} tokens)", file=out, flush=True)
+          f"worst-case length (every sample {resolved['data']['max_seq_len']} tokens)"
+          + ("; each trial a fresh launch of all ranks" if prober.launched else ""), file=out, flush=True)
     try:
         res = prober.run()
     except KeyboardInterrupt:
@@ -59,7 +61,8 @@ def cmd_probe(args, resolve) -> int:
         print()
         print((to_markdown if args.markdown else to_text)(TRIAL_HEADERS, body))
         print(f"largest {res.param} that fits: {res.largest_fit}   smallest that fails: {res.smallest_oom}"
-              f"   ({'exact' if res.exact else 'NOT exact'}; {res.model_loads} model loads, {len(res.trials)} "
+              f"   ({'exact' if res.exact else 'NOT exact'}; {res.model_loads} "
+              f"{'launches' if prober.launched else 'model loads'}, {len(res.trials)} "
               f"trials, {fmt.duration(res.wall_s)})")
         if res.note:
             print(f"note: {res.note}")

@@ -19,6 +19,12 @@ at worst-case length, and few models are loaded. What counts as observed:
 
 Five to nine model loads on the tiny profiles under a 48MiB budget (docs/bench-probe.md; bench/probe_vs_accelerate.py
 compares it with accelerate's find_executable_batch_size); at most MAX_LOADS.
+
+Several processes (ranks) or a sharding: every trial is a fresh launch of all ranks with the
+command ``fttui run`` would start (fttui.core.experiments.launched), so every trial is fresh and
+the same search runs with one trial per launch: x2 from the start value until the first OOM,
+then the interval between the largest fit and the smallest OOM is halved until they are
+adjacent. An OOM on any rank is the trial's OOM. At most ``launched.max_launches(lo, hi)``.
 """
 
 from __future__ import annotations
@@ -30,90 +36,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 
 from fttui.core.base import paths
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import EstimateError, FttuiError
 from fttui.core.base.units import parse_size
+from fttui.core.experiments import launched
+from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
+from fttui.core.profiles import Profile
 from fttui.core.run import launch, rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
 from fttui.core.run.topology import world_size
 
 MAX_LOADS = 12
-
-
-@dataclass
-class Trial:
-    value: int
-    status: str  # fit | oom
-    load: int
-    clean: bool
-    fresh: bool = False
-    oom_kind: str | None = None
-    message: str | None = None
-    steps: int = 0
-    step_time_s: float | None = None
-    samples_per_s: float | None = None
-    tokens_per_s: float | None = None
-    peak_gpu_mem_mb: list[float] = field(default_factory=list)
-    peak_torch_reserved_mb: list[float] = field(default_factory=list)
-    peak_host_rss_mb: float | None = None
-
-
-@dataclass
-class ProbeResult:
-    probe_id: str
-    param: str
-    lo: int
-    hi: int
-    largest_fit: int | None
-    smallest_oom: int | None
-    exact: bool
-    model_loads: int
-    trials: list[Trial]
-    wall_s: float
-    note: str = ""
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["trials"] = [asdict(t) for t in self.trials]
-        return d
-
-
-def _mb_list(values: list[float], sep: str = ";") -> str:
-    return sep.join(f"{x:.0f}" for x in values) or "-"
-
-
-def trial_cells(t: Trial, torch_reserved: bool = True, sep: str = ";") -> list[str]:
-    """One trial as table cells (the CLI's table and the app's): value, result, observed as
-    (fresh / clean / no), load, GPU MB per card, [torch reserved MB,] host RSS MB, s/step,
-    samples/s."""
-    cells = [
-        str(t.value),
-        "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
-        "fresh" if t.fresh else ("yes" if t.clean else "no"),
-        str(t.load),
-        _mb_list(t.peak_gpu_mem_mb, sep),
-    ]
-    if torch_reserved:
-        cells.append(_mb_list(t.peak_torch_reserved_mb, sep))
-    return cells + [
-        "-" if t.peak_host_rss_mb is None else f"{t.peak_host_rss_mb:.0f}",
-        "-" if t.step_time_s is None else f"{t.step_time_s:.3f}",
-        "-" if t.samples_per_s is None else f"{t.samples_per_s:.2f}",
-    ]
-
-
-def parse_range(text: str) -> tuple[int, int]:
-    try:
-        lo_s, hi_s = text.split("..", 1)
-        lo, hi = int(lo_s), int(hi_s)
-    except ValueError:
-        raise FttuiError(f"--range {text!r}: expected LO..HI, e.g. 1..1024") from None
-    if lo < 1 or hi < lo:
-        raise FttuiError(f"--range {text!r}: need 1 <= LO <= HI")
-    return lo, hi
 
 
 class Prober:
@@ -123,14 +58,13 @@ class Prober:
                  on_log: Callable[[str], None] | None = None):
         if param not in PROBE_PARAMS:
             raise FttuiError(f"--param {param!r}: use one of {', '.join(PROBE_PARAMS)}")
-        if world_size(resolved) != 1:
-            raise FttuiError("the probe measures one process: set gpus to 1 (or 0 on CPU); "
-                             "with data parallelism every card holds the same as one")
-        if resolved.get("sharding", "none") != "none" or resolved["method"] == "full-zero3-offload":
-            raise FttuiError(f"the probe does not support sharding {resolved.get('sharding', 'zero3-offload')} yet "
-                             "(each trial would need a fresh launch of all ranks): use `fttui sweep`")
         if steps < 1:
             raise FttuiError("--steps must be >= 1")
+        # Several ranks or a sharding: each trial a fresh launch of the real command.
+        self.launched = launched.needs_launch(resolved)
+        if self.launched:
+            launched.check_probe(resolved)
+        self.max_loads = launched.max_launches(lo, hi) if self.launched else MAX_LOADS
         self.resolved = resolved
         self.param, self.lo, self.hi, self.steps = param, lo, hi, steps
         self.start = max(lo, min(hi, start)) if start else lo
@@ -140,18 +74,23 @@ class Prober:
         self.trials: list[Trial] = []
         self.loads = 0
         self.proc: subprocess.Popen | None = None
+        self.trial: launched.LaunchedTrial | None = None  # the launched trial running now
         self.stopped = False
 
     # ------------------------------------------------------------------------------------------
     def run(self) -> ProbeResult:
         launch.validate_before_launch(self.resolved)
+        cap = launched.positions(self.resolved) if self.launched and self.param == "max_seq_len" else None
+        if cap and self.hi > cap:
+            self.hi = max(self.lo, cap)
+            self.on_log(f"the model has {cap} positions: the range ends there")
         t0 = time.time()
         clean_fit: int | None = None  # largest fresh fit
         clean_oom: int | None = None  # smallest fresh OOM
         guess: int | None = None
         note = ""
         try:
-            while self.loads < MAX_LOADS:
+            while self.loads < self.max_loads:
                 if self.stopped:
                     note = "stopped"
                     break
@@ -175,11 +114,11 @@ class Prober:
                     note = "the model itself does not fit in the memory budget (OOM while loading it)"
                     break
                 if not res["trials"]:
-                    note = "the probe process ran no trial"
+                    note = "stopped" if self.stopped else "the probe process ran no trial"
                     break
                 guess = res.get("guess")
             else:
-                note = f"stopped after {MAX_LOADS} model loads without closing the boundary"
+                note = f"stopped after {self.max_loads} model loads without closing the boundary"
         finally:
             self._kill()
         exact = (clean_fit is not None and clean_oom is not None and clean_oom == clean_fit + 1) or \
@@ -215,6 +154,8 @@ class Prober:
     # ------------------------------------------------------------------------------------------
     def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None,
               hi: int | None = None) -> dict:
+        if self.launched:
+            return self._launch(start)
         self.loads += 1
         k = self.loads
         prof = self.resolved
@@ -304,33 +245,37 @@ class Prober:
     def _save(self, t: Trial) -> None:
         from fttui.core.results.store import Store
 
-        p = self.resolved
-        train, data = p["train"], p["data"]
-        batch = t.value if self.param == "batch_size" else train.get("batch_size")
-        row = {
-            "run_id": f"{self.probe_id}-{len(self.trials) + 1:02d}",
-            "recorded_by": "probe",
-            "kind": "probe", "group_id": self.probe_id, "param": self.param, "clean": t.clean, "fresh": t.fresh,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "profile": p.get("name"), "model": p["model"].get("name_or_path") or p["model"].get("arch"),
-            "dataset": "synthetic (worst case)", "method": p["method"],
-            "precision": train.get("precision"),
-            "batch_size": batch,
-            "grad_accum": train.get("grad_accum"), "world_size": world_size(p),
-            "max_seq_len": t.value if self.param == "max_seq_len" else data.get("max_seq_len"),
-            "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
-            "steps": t.steps, "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
-            "tokens_padded_per_s": t.tokens_per_s, "step_time_s": t.step_time_s,
-            "peak_gpu_mem_mb": t.peak_gpu_mem_mb, "peak_torch_reserved_mb": t.peak_torch_reserved_mb,
-            "peak_host_rss_mb": t.peak_host_rss_mb, "host_measure": "ranks", "status": t.status, "oom_kind": t.oom_kind,
-            "error": t.message, "limits": p.get("limits") or {},
-            "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
-            "effective_batch": batch * int(train.get("grad_accum", 1)) * world_size(p),
-        }
         with Store() as store:
-            store.put(row)
+            store.put(trial_row(t, self.resolved, self.probe_id, self.param, len(self.trials) + 1))
 
-    def _kill(self) -> None:
+    def _launch(self, value: int) -> dict:
+        """One trial as a fresh launch of all ranks (fttui.core.experiments.launched)."""
+        self.loads += 1
+        k = self.loads
+        trial = launched.LaunchedTrial(self.resolved, self.param, value, self.steps, load=k,
+                                       run_id=f"{self.probe_id}-load{k}", group=self.probe_id)
+        self.trial = trial
+        if self.stopped:
+            trial.stop()
+        self.on_log(f"trial {k}: {self.param}={value}, a fresh launch of {world_size(self.resolved)} "
+                    f"process{'es' if world_size(self.resolved) != 1 else ''} "
+                    f"({Profile.from_dict(trial.resolved).launcher()})")
+        try:
+            t, model_oom = trial.run(self.on_log)
+        finally:
+            trial.stop()
+            self.trial = None
+        if t is None:
+            return {"trials": [], "guess": None, "model_oom": False}
+        self._save(t)
+        self.trials.append(t)
+        self.on_trial(t)
+        return {"trials": [t], "guess": None, "model_oom": model_oom}
+
+    def _kill(self, wait: bool = True) -> None:
+        trial = self.trial
+        if trial is not None:
+            trial.stop(wait=wait)
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -346,8 +291,10 @@ class Prober:
                 continue
 
     def stop(self) -> None:
+        """Stop the probe: no further trial starts and the running one is stopped (a launched
+        trial is only asked to stop here: the thread that runs the probe waits for its end)."""
         self.stopped = True
-        self._kill()
+        self._kill(wait=False)
 
 
 def _r(x, nd):
@@ -390,3 +337,6 @@ def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int |
         return None, f"no prediction ({e})"
     start = max(lo, min(hi, guess or lo))
     return start, f"starting at the predicted largest fit {guess} ({'calibrated' if cal else 'formula'})"
+
+
+__all__ = ["Prober", "ProbeResult", "Trial", "MAX_LOADS", "parse_range", "predicted_start", "trial_cells"]

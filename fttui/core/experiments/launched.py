@@ -1,0 +1,229 @@
+"""Probe trials as fresh launches of the training command, for setups of several processes.
+
+A profile with several ranks (``devices.gpus`` or ``devices.cpu_processes`` > 1) or a sharding
+other than ``none`` cannot be probed inside one process: each trial is a fresh launch of all
+ranks, with the command ``fttui run`` would start (:func:`fttui.core.run.launch.prepare`: the
+same checks, the same launcher, argv and environment), the probed setting set for the trial, a
+few steps of worst-case synthetic samples (every sample ``max_seq_len`` tokens). The trial is
+the run's own verdict (:func:`fttui.core.run.summary.final_status`, the classification every
+run gets): ``completed`` is a fit, ``oom`` on any rank is the trial's OOM, anything else stops
+the probe with the trial's log.
+
+The command runs under :mod:`fttui.core.experiments.trial_guard` (the training's log writer,
+own process group), which stops the whole tree when the probe stops or dies. Every trial is the
+first (and only) trial of its processes: ``fresh`` and ``clean``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.errors import FttuiError
+from fttui.core.experiments.trials import Trial
+from fttui.core.profiles import Profile, apply_overrides
+from fttui.core.run import launch
+from fttui.core.run.events import JsonlTail, append_jsonl, read_jsonl
+from fttui.core.run.row_figures import host_figures, sharding_read_back
+from fttui.core.run.state import RunState
+from fttui.core.run.summary import final_status
+
+#: How long a stopped trial's guard gets to stop its tree (its own grace is 5 s) before it is
+#: killed, and the training's group with it.
+STOP_WAIT_S = 30.0
+
+
+def needs_launch(resolved: dict) -> bool:
+    """Whether the probe must launch each trial: several processes, or a sharding."""
+    prof = Profile.from_partial(resolved)
+    return prof.world_size() > 1 or prof.sharding_asked() != "none"
+
+
+def check_probe(resolved: dict) -> None:
+    """One line when a launched probe cannot run this profile."""
+    nodes = int(resolved["devices"].get("nodes", 1) or 1)
+    if nodes > 1:
+        raise FttuiError(f"the probe runs on one machine, the profile has devices.nodes = {nodes}: every node "
+                         "would have to launch each trial together; probe one node's setup (nodes = 1)")
+
+
+def max_launches(lo: int, hi: int) -> int:
+    """The most trials a launched probe needs: a x2 climb over lo..hi, then a bisection."""
+    return hi.bit_length() + (hi - lo + 1).bit_length() + 2
+
+
+def positions(resolved: dict) -> int | None:
+    """The model's ``max_position_embeddings`` when the profile states it (the longest
+    ``max_seq_len`` a trial can ask for)."""
+    cfg = resolved["model"].get("arch_config") or {}
+    try:
+        n = int(cfg.get("max_position_embeddings") or 0)
+    except (TypeError, ValueError):
+        return None
+    return n or None
+
+
+def trial_overrides(resolved: dict, param: str, value: int, steps: int) -> dict:
+    """The settings of one trial on top of the profile: the probed value, ``steps`` optimizer
+    steps, synthetic samples (each ``max_seq_len`` tokens), exactly enough of them for the steps
+    on every rank."""
+    prof = Profile.from_partial(resolved)
+    micro = int(value) if param == "batch_size" else int(prof.train.batch_size or 1)
+    accum = int(prof.train.grad_accum or 1)
+    return {PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps), "data.source": "synthetic",
+            "data.num_samples": micro * accum * prof.world_size() * int(steps)}
+
+
+def _r(x, nd):
+    return None if x is None else round(float(x), nd)
+
+
+class LaunchedTrial:
+    """One trial: prepare its run directory (``kind = "probe"``, ``group`` = the probe), launch,
+    sample and fold its events until it ends, then judge it (:meth:`run`). :meth:`stop` may be
+    called from any thread."""
+
+    def __init__(self, resolved: dict, param: str, value: int, steps: int, *, run_id: str, group: str,
+                 load: int):
+        self.param, self.value, self.load = param, int(value), load
+        self.resolved = apply_overrides(resolved, trial_overrides(resolved, param, value, steps))
+        self.rd = launch.prepare(self.resolved, run_id=run_id, kind="probe", group=group)
+        self.guard: subprocess.Popen | None = None
+        self.leader: int | None = None  # the log writer: leader of the training's process group
+        self.stopped = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        cmd = self.rd.command() or {}
+        env = dict(os.environ)
+        env.update(cmd.get("env") or {})
+        log = os.fdopen(os.open(self.rd.path / "guard.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+        with self._lock:
+            if self.stopped:
+                log.close()
+                return
+            try:
+                self.guard = subprocess.Popen(
+                    [sys.executable, "-m", "fttui.core.experiments.trial_guard", str(self.rd.path), "--",
+                     *cmd["argv"]],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
+                    start_new_session=True, close_fds=True)
+            finally:
+                log.close()
+        line = self.guard.stdout.readline() if self.guard.stdout else b""
+        try:
+            self.leader = int(line.strip())
+        except ValueError:
+            self.leader = None
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop the trial's processes: the guard stops the tree. ``wait``: until it has (if it
+        does not end in time, it and the training's group are killed); else only ask (an app's
+        thread must not block: the probe's own thread waits)."""
+        with self._lock:
+            self.stopped = True
+            guard = self.guard
+        if guard is None:
+            return
+        try:
+            if guard.stdin:
+                guard.stdin.close()
+        except OSError:
+            pass
+        if not wait:
+            return
+        try:
+            guard.wait(timeout=STOP_WAIT_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        for pgid in (guard.pid, self.leader):
+            try:
+                if pgid:
+                    os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            guard.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    # ------------------------------------------------------------------------------------------
+    def run(self, on_log=lambda s: None) -> tuple[Trial | None, bool]:
+        """Launch and follow the trial. ``(trial, model_oom)``: ``trial`` None when the probe was
+        stopped; ``model_oom`` when it ran out of memory before its first step while loading the
+        model. FttuiError when it ended any other way."""
+        self.start()
+        if self.guard is None:
+            return None, False
+        from fttui.monitor import HostSampler, make_gpu_sampler, run_cards
+
+        rd = self.rd
+        prof = self.resolved
+        state = RunState(warmup_exclude_steps=1)
+        host = HostSampler(self.leader or self.guard.pid)
+        gpu = make_gpu_sampler()
+        gpus = int(prof["devices"].get("gpus", 1) or 0)
+        n_cards = Profile.from_partial(prof).devices.processes_per_node() if gpus > 0 else 0
+        tail = JsonlTail(rd.events_path)
+        peak: dict[int, float] = {}
+        try:
+            while True:
+                done = self.guard.poll() is not None
+                h = host.sample()
+                g = gpu.sample(host.tree_pids())
+                sample = {"t": time.time(), "gpu": g.to_dict(), "host": h.to_dict()}
+                append_jsonl(rd.samples_path, sample)
+                state.apply_sample(sample)
+                if g.available:
+                    for info in run_cards(g)[:n_cards]:  # the run's cards only, not the machine's
+                        used = info.proc_mem_mb if info.proc_mem_mb is not None else info.mem_used_mb
+                        if used is not None:
+                            peak[info.index] = max(peak.get(info.index, 0.0), used)
+                for ev in tail.read_new():
+                    state.apply(ev)
+                if done:
+                    break
+                time.sleep(0.25)
+        finally:
+            gpu.close()
+        if self.stopped:
+            return None, False
+        ex = rd.exit_info() or {}
+        rc = ex.get("returncode") if isinstance(ex.get("returncode"), int) else None
+        snap = state.snapshot()
+        fs = final_status(rd, snap, rc, None, str(ex["error"]) if ex.get("error") else None)
+        if fs.status not in ("completed", "oom"):
+            raise FttuiError(f"probe trial {self.load} ({self.param}={self.value}) {fs.status}: "
+                             f"{fs.error or 'no message'} (see {rd.log_path})")
+        return self._trial(fs, snap, peak), fs.status == "oom" and not snap.step and snap.phase in (None, "loading-model")
+
+    def _trial(self, fs, snap, peak: dict[int, float]) -> Trial:
+        fit = fs.status == "completed"
+        batch = Profile.from_partial(self.resolved).effective_batch().effective
+        seq = int(self.resolved["data"]["max_seq_len"])
+        sps = (snap.samples_per_s or snap.samples_per_s_avg) if fit else None
+        tps = (snap.tokens_per_s or snap.tokens_per_s_avg) if fit else None
+        step_time = snap.seconds_per_step or (batch / sps if sps else None)
+        host = host_figures(snap)
+        ran = (sharding_read_back(read_jsonl(self.rd.events_path)) or {}).get("ran")
+        return Trial(
+            value=self.value, status="fit" if fit else "oom", load=self.load, clean=True, fresh=True,
+            oom_kind=None if fit else fs.oom_kind, message=None if fit else fs.error,
+            steps=int(snap.step or 0), step_time_s=_r(step_time, 4), samples_per_s=_r(sps, 3),
+            tokens_per_s=_r(tps if tps else (sps * seq if sps else None), 1),
+            peak_gpu_mem_mb=[round(peak[i], 1) for i in sorted(peak)],
+            peak_torch_reserved_mb=[round(float(snap.torch_peak_reserved_mb[r]), 1)
+                                    for r in sorted(snap.torch_peak_reserved_mb)],
+            peak_host_rss_mb=host["peak_host_rss_mb"], host_measure=host["host_measure"],
+            sharding=ran if isinstance(ran, str) else None,
+        )
+
+
+__all__ = ["LaunchedTrial", "needs_launch", "check_probe", "max_launches", "positions", "trial_overrides"]

@@ -1,0 +1,130 @@
+"""One launched probe trial, bound to the life of the probe that started it.
+
+    python -m fttui.core.experiments.trial_guard RUN_DIR -- ARGV...
+
+The probe (fttui.core.experiments.launched) starts this process with its stdin a pipe whose other
+end only the probe holds. It starts the trial's training command the way the supervisor starts a
+run's: under the log writer (:mod:`fttui.core.run.logtee`, which writes ``train.log`` and
+``exit.json``), as the leader of the training's own process group, with the launcher of the
+command (torchrun, DeepSpeed's) starting the ranks. It prints the log writer's pid on one line.
+
+End of file on stdin means the probe wants the trial stopped, or is gone (killed with SIGKILL
+too: the kernel closes its end of the pipe): the whole tree is stopped, SIGTERM to the group and
+to every process seen in it, SIGKILL after a grace period. When the training ends first, what it
+left behind is stopped the same way. This process writes nothing to the store: the probe records
+the trial.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+#: Seconds between SIGTERM and SIGKILL when the trial is stopped.
+GRACE_S = float(os.environ.get("FTTUI_KILL_GRACE", "5"))
+TICK_S = 0.2
+
+
+class Tree:
+    """The processes of a trial: its group and every descendant seen while it ran."""
+
+    def __init__(self, leader: subprocess.Popen):
+        self.leader = leader
+        self.seen: dict[int, psutil.Process] = {}
+
+    def remember(self) -> None:
+        try:
+            root = psutil.Process(self.leader.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for p in procs:
+            self.seen.setdefault(p.pid, p)
+
+    def alive(self) -> list[psutil.Process]:
+        out = []
+        for p in self.seen.values():
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.leader.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in self.alive():
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    def stop(self) -> None:
+        """SIGTERM everything, SIGKILL what is left after the grace period."""
+        self.remember()
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline and (self.leader.poll() is None or self.alive()):
+            time.sleep(0.1)
+        self.signal(signal.SIGKILL)
+        try:
+            self.leader.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _stdin_closed(fd: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` for the probe's pipe; True at end of file."""
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    except InterruptedError:
+        return False
+    if not ready:
+        return False
+    try:
+        return os.read(fd, 4096) == b""
+    except OSError:
+        return True
+
+
+def run(run_dir: str, argv: list[str]) -> int:
+    stop_asked = []
+    signal.signal(signal.SIGTERM, lambda *_: stop_asked.append(True))
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    leader = subprocess.Popen([sys.executable, "-m", "fttui.core.run.logtee", run_dir, "--", *argv],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True, close_fds=True)
+    print(leader.pid, flush=True)
+    tree = Tree(leader)
+    fd = sys.stdin.fileno()
+    while leader.poll() is None:
+        tree.remember()
+        if stop_asked or _stdin_closed(fd, TICK_S):
+            tree.stop()
+            return 130
+    if tree.alive():  # the training ended and left processes behind
+        tree.stop()
+    return leader.returncode if leader.returncode >= 0 else 128 - leader.returncode
+
+
+def main(args: list[str] | None = None) -> int:
+    args = sys.argv[1:] if args is None else args
+    if len(args) < 3 or args[1] != "--":
+        print("usage: python -m fttui.core.experiments.trial_guard RUN_DIR -- ARGV...", file=sys.stderr)
+        return 2
+    os.umask(0o077)
+    return run(args[0], args[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

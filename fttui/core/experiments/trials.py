@@ -1,0 +1,128 @@
+"""A probe's trials and its result: the records, their table cells and their rows in the store.
+
+Both ways a probe runs its trials (several trials in one probe-worker process, or one fresh
+launch of the training command per trial, fttui.core.experiments.launched) give the same
+:class:`Trial` records, the same :class:`ProbeResult` and the same store rows (``kind = "probe"``,
+one per trial, :func:`trial_row`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from fttui.core.base.errors import FttuiError
+from fttui.core.run.row_figures import stated_sharding
+from fttui.core.run.topology import world_size
+
+
+@dataclass
+class Trial:
+    value: int
+    status: str  # fit | oom
+    load: int
+    clean: bool
+    fresh: bool = False
+    oom_kind: str | None = None
+    message: str | None = None
+    steps: int = 0
+    step_time_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    peak_gpu_mem_mb: list[float] = field(default_factory=list)
+    peak_torch_reserved_mb: list[float] = field(default_factory=list)
+    peak_host_rss_mb: float | None = None
+    #: what ``peak_host_rss_mb`` measures: ``ranks`` (the training processes' own peaks, summed)
+    #: or ``tree`` (the launched process tree, when no rank reported a step)
+    host_measure: str = "ranks"
+    #: the sharding that ran, read back from the engine or wrapper (launched trials); else None
+    sharding: str | None = None
+
+
+@dataclass
+class ProbeResult:
+    probe_id: str
+    param: str
+    lo: int
+    hi: int
+    largest_fit: int | None
+    smallest_oom: int | None
+    exact: bool
+    model_loads: int
+    trials: list[Trial]
+    wall_s: float
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["trials"] = [asdict(t) for t in self.trials]
+        return d
+
+
+def _mb_list(values: list[float], sep: str = ";") -> str:
+    return sep.join(f"{x:.0f}" for x in values) or "-"
+
+
+def trial_cells(t: Trial, torch_reserved: bool = True, sep: str = ";") -> list[str]:
+    """One trial as table cells (the CLI's table and the app's): value, result, observed as
+    (fresh / clean / no), load, GPU MB per card, [torch reserved MB,] host RSS MB, s/step,
+    samples/s."""
+    cells = [
+        str(t.value),
+        "fit" if t.status == "fit" else f"OOM ({t.oom_kind or '?'})",
+        "fresh" if t.fresh else ("yes" if t.clean else "no"),
+        str(t.load),
+        _mb_list(t.peak_gpu_mem_mb, sep),
+    ]
+    if torch_reserved:
+        cells.append(_mb_list(t.peak_torch_reserved_mb, sep))
+    return cells + [
+        "-" if t.peak_host_rss_mb is None else f"{t.peak_host_rss_mb:.0f}",
+        "-" if t.step_time_s is None else f"{t.step_time_s:.3f}",
+        "-" if t.samples_per_s is None else f"{t.samples_per_s:.2f}",
+    ]
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    try:
+        lo_s, hi_s = text.split("..", 1)
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError:
+        raise FttuiError(f"--range {text!r}: expected LO..HI, e.g. 1..1024") from None
+    if lo < 1 or hi < lo:
+        raise FttuiError(f"--range {text!r}: need 1 <= LO <= HI")
+    return lo, hi
+
+
+def trial_row(t: Trial, resolved: dict, probe_id: str, param: str, index: int) -> dict:
+    """The store row of one trial (``kind = "probe"``, ``recorded_by = "probe"``); ``index``
+    counts the probe's trials from 1."""
+    p = resolved
+    train, data = p["train"], p["data"]
+    batch = t.value if param == "batch_size" else train.get("batch_size")
+    method, sharding = stated_sharding(p)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    return {
+        "run_id": f"{probe_id}-{index:02d}",
+        "recorded_by": "probe",
+        "kind": "probe", "group_id": probe_id, "param": param, "clean": t.clean, "fresh": t.fresh,
+        "started_at": now, "ended_at": now,
+        "profile": p.get("name"), "model": p["model"].get("name_or_path") or p["model"].get("arch"),
+        "dataset": "synthetic (worst case)", "method": method, "sharding": t.sharding or sharding,
+        "precision": train.get("precision"),
+        "batch_size": batch,
+        "grad_accum": train.get("grad_accum"), "world_size": world_size(p),
+        "nodes": int(p["devices"].get("nodes", 1)),
+        "max_seq_len": t.value if param == "max_seq_len" else data.get("max_seq_len"),
+        "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
+        "steps": t.steps, "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
+        "tokens_padded_per_s": t.tokens_per_s, "step_time_s": t.step_time_s,
+        "peak_gpu_mem_mb": t.peak_gpu_mem_mb, "peak_torch_reserved_mb": t.peak_torch_reserved_mb,
+        "peak_host_rss_mb": t.peak_host_rss_mb, "host_measure": t.host_measure, "status": t.status,
+        "oom_kind": t.oom_kind, "error": t.message, "limits": p.get("limits") or {},
+        "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
+        "effective_batch": batch * int(train.get("grad_accum", 1)) * world_size(p),
+    }
+
+
+__all__ = ["Trial", "ProbeResult", "trial_cells", "parse_range", "trial_row"]
