@@ -105,7 +105,9 @@ def run_fttui(home: Path, threads: int, python: str = sys.executable, tree: str 
     if tree:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
     before = {r["run_id"] for r in _rows(home, env, python)}
-    proc = subprocess.run([python, "-m", "fttui", "run", "--profile", PROFILE, "--headless"], cwd=str(home),
+    # save = none: the adapter saved at the end is outside train_time but inside wall_s
+    proc = subprocess.run([python, "-m", "fttui", "run", "--profile", PROFILE, "--headless", "--set",
+                           "train.save=none"], cwd=str(home),
                           env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"fttui run failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-2000:]}")

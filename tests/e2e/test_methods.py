@@ -205,7 +205,7 @@ def test_zero3_offload_runs_on_the_deepspeed_engine(fttui_home):
     row, start, run_dir = run_method("tiny-full-zero3", fttui_home, timeout=280)
     argv = json.loads((run_dir / "command.json").read_text())["argv"]
     assert argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--num_gpus=1" in argv
-    assert row["method"] == "full-zero3-offload"
+    assert (row["method"], row["sharding"]) == ("full", "zero3-offload")  # read back from the engine
     assert row["params_trainable"] == row["params_total"] == base_params(prof["model"]["arch_config"])
     ds = start["deepspeed"]
     assert ds is not None and ds["engine"] == "deepspeed.runtime.engine.DeepSpeedEngine"

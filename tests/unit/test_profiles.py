@@ -86,6 +86,8 @@ def test_bundled_profile_loads(path):
     assert resolved["model"]["name_or_path"]
     summary = profile_summary(resolved)
     assert summary["name"] == path.stem and summary["effective_batch"] >= 1
+    if "(reference:" in resolved["description"]:  # a benchmark: measured, its weights not kept
+        assert resolved["train"]["save"] == "none", f"{path.name}: add save = \"none\" under [train]"
 
 
 def test_tiny_profiles_content():
