@@ -157,7 +157,8 @@ class LossPanel(Vertical):
         lo = ""
         if s.loss_history and self.wide:
             lo = f"  min {min(s.loss_history):.4f}"
-        self.query_one("#loss-text", Static).update(Text.assemble(("loss ", "bold"), loss, (lo, "dim")))
+        ev = (("  eval ", "bold"), f"{s.eval_loss:.4f}", (f" @{s.eval_step}", "dim")) if s.eval_loss is not None else ()
+        self.query_one("#loss-text", Static).update(Text.assemble(("loss ", "bold"), loss, (lo, "dim"), *ev))
         _spark(self.query_one("#loss-spark", Sparkline), s.loss_history)
 
     watch_snapshot = watch_wide = _draw

@@ -276,3 +276,28 @@ def test_unavailable_gpu_sample():
     assert s.gpu is not None and s.gpu.available is False and "NVML" in s.gpu.reason
     assert s.gpu_peak_used_mb == {}
     assert s.host.ram_used_mb == 1.0 and s.host.tree_rss_mb is None
+
+
+def test_eval_and_checkpoint_events_fold_like_the_row(tmp_path):
+    """The live view's evaluation loss and checkpoint step are the row's (summary.kept_figures),
+    computed from the same events two ways."""
+    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.summary import kept_figures
+
+    events = [
+        {"event": "eval", "t": 3.0, "rank": 0, "step": 10, "eval_loss": 2.5},
+        {"event": "save", "t": 3.1, "rank": 0, "step": 10, "kind": "checkpoint", "path": "out/checkpoint-10"},
+        {"event": "eval", "t": 5.0, "rank": 0, "step": 20, "eval_loss": 2.25},
+        {"event": "save", "t": 5.1, "rank": 0, "step": 20, "kind": "checkpoint", "path": "out/checkpoint-20"},
+        {"event": "eval", "t": 5.2, "rank": 0, "step": 20, "eval_loss": None},  # no loss: nothing to show
+        {"event": "save", "t": 6.0, "rank": 0, "step": 20, "kind": "model", "path": "out"},
+    ]
+    st = RunState()
+    assert st.snapshot().eval_loss is None and st.snapshot().checkpoint_step is None
+    for e in events:
+        st.apply(e)
+    snap = st.snapshot()
+    (tmp_path / "command.json").write_text("{}")
+    row = kept_figures(RunDir(tmp_path), events)
+    assert (snap.eval_loss, snap.eval_step) == (2.25, 20) == (row["eval_loss"], row["eval_step"])
+    assert snap.checkpoint_step == 20 and row["checkpoint"].endswith(f"checkpoint-{snap.checkpoint_step}")

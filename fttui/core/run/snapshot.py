@@ -84,6 +84,9 @@ class RunSnapshot:
     tokens_padded: float | None = None
     loss: float | None = None  # rank 0 (or lowest rank present)
     lr: float | None = None
+    eval_loss: float | None = None  # the latest evaluation (data.eval_ratio), at eval_step
+    eval_step: int | None = None
+    checkpoint_step: int | None = None  # the latest resumable checkpoint (train.save = "steps")
     # time
     started_t: float | None = None
     last_t: float | None = None

@@ -68,6 +68,8 @@ class RunState:
         self._host_obj: HostSnapshot | None = None
         self._events = 0
         self._samples_seen = 0
+        self._eval: tuple[int, float] | None = None  # (step, loss) of the latest evaluation
+        self._checkpoint_step: int | None = None
 
     # ------------------------------------------------------------------ helpers
     def _touch(self, t: Any) -> float | None:
@@ -105,6 +107,8 @@ class RunState:
             "stalled": self._on_stalled,
             "resumed": self._on_stalled,
             "phase": self._on_phase,
+            "eval": self._on_kept,
+            "save": self._on_kept,
         }.get(name) if isinstance(name, str) else None
         if handler is None:
             return
@@ -119,6 +123,16 @@ class RunState:
     def _on_stalled(self, ev: dict[str, Any], t: float | None) -> None:
         # The supervisor saw no step for its stall timeout while the process lived (or it resumed).
         self._stalled = ev.get("event") == "stalled"
+
+    def _on_kept(self, ev: dict[str, Any], t: float | None) -> None:
+        # rank 0's evaluation on the held-out split (the latest step wins) or a saved checkpoint
+        step, loss = to_int(ev.get("step")), num(ev.get("eval_loss"))
+        if step is None:
+            return
+        if ev["event"] == "eval" and loss is not None and (self._eval is None or step >= self._eval[0]):
+            self._eval = (step, loss)
+        elif ev["event"] == "save" and ev.get("kind") == "checkpoint":
+            self._checkpoint_step = max(step, self._checkpoint_step or 0)
 
     def _on_phase(self, ev: dict[str, Any], t: float | None) -> None:
         # A startup phase began (fttui.core.run.phases); the first step ends them.
@@ -331,6 +345,9 @@ class RunState:
             tokens_padded=sum_known([r.tokens_padded for r in ranks.values()]),
             loss=lead.loss if lead else None,
             lr=lead.lr if lead else None,
+            eval_loss=self._eval[1] if self._eval else None,
+            eval_step=self._eval[0] if self._eval else None,
+            checkpoint_step=self._checkpoint_step,
             started_t=self._started_t,
             last_t=self._last_t,
             last_progress_t=self._last_progress_t,

@@ -208,7 +208,8 @@ def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, A
     saved (``save`` events), from the lowest rank that reported them."""
     resume = (rd.command() or {}).get("resume")
     resume = resume if isinstance(resume, dict) else {}
-    evals = [e for e in events if e.get("event") == "eval" and isinstance(e.get("step"), int)]
+    evals = [e for e in events if e.get("event") == "eval" and isinstance(e.get("step"), int)
+             and isinstance(e.get("eval_loss"), (int, float)) and not isinstance(e.get("eval_loss"), bool)]
     last_eval = max(evals, key=lambda e: (e["step"], -int(e.get("rank") or 0), e.get("t") or 0), default={})
     saves = [e for e in events if e.get("event") == "save" and isinstance(e.get("path"), str)]
     checkpoints = [e for e in saves if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)]
