@@ -67,11 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", help="export: write here instead of stdout")
     p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table",
                    help="show: a table (default), Markdown, CSV or JSON (every column)")
-    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all",
+    p.add_argument("--kind", choices=["run", "probe", "sweep", "command", "watch", "all"], default="all",
                    help="only rows of this kind: runs, probe trials, sweep cells (default all)")
     p.add_argument("--limit", type=int, default=0, help="only the latest N rows")
 
-    sub.add_parser("ls", help="list run directories (live ones marked *) with step, ETA and start time")
+    p = sub.add_parser("ls", help="list run directories (live ones marked *) with step, ETA and start time")
+    p.add_argument("--json", action="store_true", help="the runs as JSON (step, total, ETA in s, start time)")
 
     p = sub.add_parser("cancel", help="stop a live run and everything it started")
     p.add_argument("run", nargs="?", help="run id or prefix (default: the latest live run)")
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="RUN_ID", help="relative throughput against this run (id or prefix)")
     p.add_argument("--prices", metavar="FILE", help="TOML or CSV: GPU name -> price per card")
     p.add_argument("--out", metavar="DIR", help="write report.md, CSVs and PNG charts here (default: Markdown on stdout)")
-    p.add_argument("--kind", choices=["run", "probe", "sweep", "all"], default="all",
+    p.add_argument("--kind", choices=["run", "probe", "sweep", "command", "watch", "all"], default="all",
                    help="only rows of this kind (default all)")
     p.add_argument("--json", action="store_true", help="the tables as JSON (raw and shown cells) on stdout")
 
@@ -117,6 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory", metavar="SIZE", help="card size for --max / the fit check, e.g. 24GiB")
     p.add_argument("--calibrate", action="store_true",
                    help="fit the activation term to this profile's measured rows in the store")
+
+    p = sub.add_parser("watch", help="the resource panels of a process fttui did not start",
+                       description="Watch a running process fttui did not start (yours): its process tree's "
+                                   "host memory and CPU and the cards it uses, in the app or as plain lines, "
+                                   "until it ends or Ctrl-C (which never touches the process). A summary row "
+                                   "only with --record.")
+    p.add_argument("--pid", type=int, required=True, help="the process to watch (its children are watched too)")
+    p.add_argument("--name", help="a name for the watch (default pid-PID-PROGRAM)")
+    p.add_argument("--record", action="store_true", help="save a summary row (kind watch) when the watch ends")
+    p.add_argument("--headless", action="store_true", help="plain lines, no app")
+    p.add_argument("--detach", action="store_true", help="start the watch in the background and print its id")
 
     p = sub.add_parser("completion", help="print a shell completion script",
                        description="Print a completion script for bash or zsh: subcommands, options, their "
@@ -217,11 +229,17 @@ def cmd_ls(args) -> int:
 
     runs = rundir.list_runs()
     recover_all(runs)  # runs whose supervisor died get their row now that their training ended
-    body = []
+    body, briefs = [], []
     for rd in runs:
         b = run_brief(rd)  # step of total, ETA (live runs) and start time, from both ends of events.jsonl
+        briefs.append({"run_id": b.run_id, "profile": b.profile, "kind": b.kind, "status": b.state, "live": b.live,
+                       "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s, "started": b.started,
+                       "run_dir": str(rd.path)})
         body.append([("* " if b.live else "  ") + rd.run_id, b.state, b.step_text(), b.eta_text(),
                      b.started_text(), str(rd.path)])
+    if getattr(args, "json", False):
+        print(json.dumps(briefs, indent=1))
+        return 0
     if not body:
         print("no runs yet")
         return 0
@@ -312,6 +330,12 @@ def cmd_estimate(args) -> int:
     return run(args, _resolve)
 
 
+def cmd_watch(args) -> int:
+    from fttui.cli.watch_cmd import cmd_watch as run
+
+    return run(args, _is_tty)
+
+
 def cmd_completion(args) -> int:
     sys.stdout.write(completion_script(build_parser(), args.shell))
     return 0
@@ -319,6 +343,7 @@ def cmd_completion(args) -> int:
 
 COMMANDS = {
     "completion": cmd_completion,
+    "watch": cmd_watch,
     "estimate": cmd_estimate,
     "report": cmd_report,
     "sweep": cmd_sweep,

@@ -108,3 +108,14 @@ def test_report_json_has_the_tables_the_markdown_shows(fttui_home):
         assert len(t["cells"]) == len(t["text"]) and all(len(c) == len(t["headers"]) for c in t["cells"])
         for line in t["text"][:3]:
             assert "| " + " | ".join(line) + " |" in md.stdout
+
+
+def test_ls_json_lists_the_runs(fttui_home):
+    rid = "20261123-101010-tiny-lora-aaaa"
+    (fttui_home / "runs" / rid).mkdir(parents=True)
+    (fttui_home / "runs" / rid / "profile.json").write_text('{"name": "tiny-lora"}')
+    (fttui_home / "runs" / rid / "status.json").write_text('{"status": "completed"}')
+    out = run_fttui("ls", "--json", env=fttui_env(FTTUI_HOME=str(fttui_home)))
+    assert out.returncode == 0, out.stderr
+    (run,) = json.loads(out.stdout)
+    assert (run["run_id"], run["status"], run["live"]) == (rid, "completed", False)

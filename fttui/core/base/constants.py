@@ -43,7 +43,10 @@ PROBE_PARAMS: MappingProxyType[str, str] = MappingProxyType(
 # A run's final statuses (status.json, the row) and the exit codes of `fttui run`.
 #: ``lost``: the supervisor died and nothing recorded how the training ended (its row, written by the
 #: next fttui command that looked, has the figures up to the last step).
-FINAL_STATUSES: tuple[str, ...] = ("completed", "failed", "oom", "cancelled", "lost")
+#: ``watched``: a process fttui watched but did not start (`fttui watch --pid`) ended, or the watch
+#: was stopped; fttui knows no exit code for it.
+WATCHED = "watched"
+FINAL_STATUSES: tuple[str, ...] = ("completed", "failed", "oom", "cancelled", "lost", WATCHED)
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -51,7 +54,7 @@ EXIT_OOM = 3
 EXIT_CANCELLED = 4
 EXIT_INTERRUPTED = 130
 EXIT_CODES: MappingProxyType[str, int] = MappingProxyType(
-    {"completed": EXIT_OK, "failed": EXIT_ERROR, "oom": EXIT_OOM, "cancelled": EXIT_CANCELLED})
+    {"completed": EXIT_OK, "failed": EXIT_ERROR, "oom": EXIT_OOM, "cancelled": EXIT_CANCELLED, WATCHED: EXIT_OK})
 
 # CUDA context + cuBLAS/cuDNN workspaces + NCCL per card, in bytes: counted by NVML but not by
 # torch's reserved memory. The memory model's fitted constant (CONSTANTS["cuda_context_bytes"],
@@ -61,6 +64,6 @@ CUDA_CONTEXT_BYTES = 800 * 2**20
 __all__ = [
     "METHODS", "FULL_METHODS", "LORA_METHODS", "KBIT_METHODS", "ZERO3_OFFLOAD", "SHARDINGS", "DEEPSPEED_SHARDINGS", "FSDP_SHARDINGS",
     "SHARDING_METHODS", "PROBE_PARAMS",
-    "FINAL_STATUSES", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "EXIT_CANCELLED",
+    "FINAL_STATUSES", "WATCHED", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "EXIT_CANCELLED",
     "EXIT_INTERRUPTED", "EXIT_CODES", "CUDA_CONTEXT_BYTES",
 ]

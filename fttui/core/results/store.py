@@ -21,7 +21,7 @@ from fttui.core.base.errors import StoreError
 # Column name -> SQL type. Order is the order of `fttui results` columns in JSON and CSV.
 COLUMNS: dict[str, str] = {
     "run_id": "TEXT PRIMARY KEY",
-    "kind": "TEXT",  # run | probe | sweep
+    "kind": "TEXT",  # run | probe | sweep | command (`fttui run -- CMD`) | watch (`fttui watch --pid`)
     "group_id": "TEXT",  # the probe or sweep a trial belongs to
     "started_at": "TEXT",
     "ended_at": "TEXT",

@@ -24,6 +24,7 @@ import time
 from dataclasses import replace
 
 from fttui.core.run import rundir
+from fttui.core.base.constants import WATCHED
 from fttui.core.run.events import append_jsonl, read_jsonl
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
@@ -94,6 +95,21 @@ def _unlock(rd: rundir.RunDir) -> None:
         pass
 
 
+def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | None, source: str) -> FinalStatus:
+    """Finish a watch (``fttui watch --pid``): status ``watched`` and, only when ``--record`` asked
+    for it, the summary row (kind ``watch``)."""
+    status = FinalStatus(WATCHED, error=why)
+    if ((rd.profile() or {}).get("watch") or {}).get("record"):
+        return finish(rd, state, status, t_launch=t_launch, t_end=time.time(), stalled=False,
+                      recorded_by=source, source=source)
+    ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "status": WATCHED}
+    append_jsonl(rd.events_path, ev)
+    state.apply(ev)
+    status = replace(status, ended=time.time())
+    rundir.write_json_atomic(rd.status_path, status.to_dict())
+    return status
+
+
 def needs_recovery(rd: rundir.RunDir) -> bool:
     """The run has no final status, its supervisor started and is gone, and nothing of the
     training is running any more."""
@@ -121,6 +137,8 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
         launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
         sup = rd.supervisor() or {}
         t_launch = launches[0] if launches else sup.get("started")
+        if rd.kind_and_group()[0] == "watch":  # its watcher died: no row unless one was asked for
+            return end_watch(rd, state, "the watcher ended without a status", t_launch, "recovered")
         ex = rd.exit_info()
         cancel = "cancel requested" if rd.cancel_path.exists() else None
         if ex is not None and isinstance(ex.get("returncode"), int):

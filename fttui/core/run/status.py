@@ -123,7 +123,7 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     msg = snap.message or ""
     if st == "oom":
         text = f"OUT OF MEMORY ({snap.oom_kind or 'unknown'}): {msg}"
-    elif st in ("failed", "cancelled", "lost"):
+    elif st in ("failed", "cancelled", "lost", "watched"):
         text = f"{st.upper()}: {msg}"
     elif snap.stalled and st == "running":
         text = "RUNNING, STALLED: no training step for longer than the stall timeout"
