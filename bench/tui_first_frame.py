@@ -1,6 +1,13 @@
-"""Time to the app's first frame, and the import time of fttui.tui.app.
+"""Time to the app's first frame, against a bare Textual app, and the import time of fttui.tui.app.
 
-    .venv/bin/python bench/tui_first_frame.py [--runs 10] [--mode pty|tmux|headless] [--json]
+    .venv/bin/python bench/tui_first_frame.py [--runs 10] [--mode compare|pty|tmux|headless|all] [--json]
+
+compare (the goal's figure): `fttui` and the bare app of bench/tui_bare_app.py (a Header, a
+  ListView of two items, a Footer), each started with `respawn-pane` in the same tmux pane of
+  100x30 and timed until its list is on screen (fttui: the picker's "profiles" and "details"
+  pane titles; the bare app: both item labels), polling `capture-pane -p` every 10 ms; the two
+  alternate in one session (ABBA order, so neither always goes first). Prints each median and
+  the ratio fttui / bare (the median of the per-pair ratios too).
 
 pty (default): the real `fttui` binary (the entry point next to this Python) on a pseudo
   terminal of 80x24; the clock starts just before the process is spawned and stops when the
@@ -39,6 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FTTUI_BIN = Path(sys.executable).parent / "fttui"
 MARKERS = ("profiles", "details")  # the border titles of the picker's two panes
+BARE_APP = ROOT / "bench" / "tui_bare_app.py"
+BARE_MARKERS = ("first item", "second item")  # the bare app's two list items (tui_bare_app.ITEMS)
 CSI = re.compile(rb"\x1b\[[0-9;?<>=$]*[A-Za-z~]")
 
 IMPORT_CODE = r"""
@@ -138,22 +147,34 @@ class TmuxPane:
     def _cmd(self, *args: str) -> list[str]:
         return ["tmux", "-L", self.sock, "-f", "/dev/null", *args]
 
-    def run(self, argv: list[str], home: str) -> float:
+    def run(self, argv: list[str], home: str, markers: tuple[str, ...] = MARKERS,
+            env: tuple[str, ...] = ()) -> float:
         import shlex
 
-        cmd = " ".join(shlex.quote(a) for a in ["env", "-u", "FTTUI_NO_APP", f"FTTUI_HOME={home}",
+        cmd = " ".join(shlex.quote(a) for a in ["env", "-u", "FTTUI_NO_APP", *env, f"FTTUI_HOME={home}",
                                                  "TERM=xterm-256color", *argv])
         t0 = time.perf_counter()
         subprocess.run(self._cmd("respawn-pane", "-k", "-t", "b", "-c", str(ROOT), cmd), check=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             s = subprocess.run(self._cmd("capture-pane", "-p", "-t", "b"), capture_output=True, text=True).stdout
-            if all(m in s for m in MARKERS):
+            if all(m in s for m in markers):
                 t = time.perf_counter() - t0
                 subprocess.run(self._cmd("send-keys", "-t", "b", "q"))
+                self._wait_exit()
                 return t
             time.sleep(0.01)
-        raise RuntimeError("no first frame within 30 s in tmux")
+        raise RuntimeError(f"no first frame within 30 s in tmux ({argv[0]})")
+
+    def _wait_exit(self, timeout: float = 10.0) -> None:
+        """Until the app has quit (the pane is dead), so the next run starts on a clear screen."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = subprocess.run(self._cmd("display-message", "-p", "-t", "b", "#{pane_dead}"),
+                                  capture_output=True, text=True).stdout.strip()
+            if dead == "1":
+                return
+            time.sleep(0.02)
 
     def close(self) -> None:
         subprocess.run(self._cmd("kill-server"), capture_output=True)
@@ -162,6 +183,49 @@ class TmuxPane:
 
 def _tmux_socket_path(name: str) -> Path:
     return Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}" / name
+
+
+def first_profile(home: str) -> str:
+    """The first name of the picker's profile list (as `fttui` started in ROOT lists them)."""
+    code = "from fttui.core.profiles import discover; print(discover()[0].name)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(home), capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip()
+
+
+def compare(runs: int, width: int = 100, height: int = 30) -> dict:
+    """fttui and the bare app alternated in one tmux pane; medians and the ratio.
+
+    Both run as installed software does: with Python's bytecode cache (a private
+    PYTHONPYCACHEPREFIX, written by the warm-up runs; PYTHONDONTWRITEBYTECODE is unset)."""
+    pane = TmuxPane(width, height)
+    home = tempfile.mkdtemp(prefix="fttui-bench-")
+    pycache = tempfile.mkdtemp(prefix="fttui-bench-pyc-")
+    env = ("-u", "PYTHONDONTWRITEBYTECODE", f"PYTHONPYCACHEPREFIX={pycache}")
+    fttui: list[float] = []
+    bare: list[float] = []
+    try:
+        # fttui: the two pane titles and the first profile of the list
+        apps = {"fttui": ([str(FTTUI_BIN)], (*MARKERS, first_profile(home)), fttui),
+                "bare": ([sys.executable, str(BARE_APP)], BARE_MARKERS, bare)}
+        for name in ("fttui", "bare", "fttui", "bare"):  # warm-up (and bytecode), not counted
+            argv, markers, _ = apps[name]
+            pane.run(argv, home, markers, env)
+            time.sleep(0.3)
+        for i in range(runs):
+            order = ("fttui", "bare") if i % 2 == 0 else ("bare", "fttui")
+            for name in order:
+                argv, markers, xs = apps[name]
+                xs.append(pane.run(argv, home, markers, env))
+                time.sleep(0.2)
+    finally:
+        pane.close()
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(pycache, ignore_errors=True)
+    pairs = [a / b for a, b in zip(fttui, bare)]
+    return {"size": f"{width}x{height}", "fttui": stats(fttui), "bare": stats(bare),
+            "ratio_of_medians": round(statistics.median(fttui) / statistics.median(bare), 2),
+            "median_pair_ratio": round(statistics.median(pairs), 2)}
 
 
 def headless() -> float:
@@ -193,16 +257,23 @@ def stats(xs: list[float]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--mode", choices=["pty", "tmux", "headless", "all"], default="all")
+    ap.add_argument("--mode", choices=["compare", "pty", "tmux", "headless", "all"], default="all")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if args.mode in ("pty", "tmux", "all") and not FTTUI_BIN.exists():
+    if args.mode != "headless" and not FTTUI_BIN.exists():
         print(f"no fttui entry point next to {sys.executable}: install the project (make) first", file=sys.stderr)
         return 2
     out: dict = {"machine": machine(),
                  "load_avg_start": [round(x, 2) for x in os.getloadavg()],
                  "date": time.strftime("%Y-%m-%d %H:%M")}
     import_time()  # warm the page cache once
+    if args.mode in ("compare", "all"):
+        if not shutil.which("tmux"):
+            print("--mode compare needs tmux", file=sys.stderr)
+            return 2
+        out["compare_tmux_100x30"] = compare(args.runs)
+        if args.mode == "compare":
+            return _print(out, args.json)
     out["python_startup"] = stats([interpreter_only() for _ in range(args.runs)])
     out["import_fttui_tui_app"] = stats([import_time() for _ in range(args.runs)])
     if args.mode in ("pty", "all"):
@@ -222,16 +293,29 @@ def main() -> int:
             pane.close()
     if args.mode in ("headless", "all"):
         out["first_frame_headless_run_test"] = stats([headless() for _ in range(args.runs)])
+    return _print(out, args.json)
+
+
+def _stat_line(v: dict) -> str:
+    return f"median {v['median_s']:.3f} s  (min {v['min_s']:.3f}, max {v['max_s']:.3f}, {v['runs']} runs)"
+
+
+def _print(out: dict, as_json: bool) -> int:
     out["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    if args.json:
+    if as_json:
         print(json.dumps(out, indent=2))
-    else:
-        for k, v in out.items():
-            if isinstance(v, dict):
-                print(f"{k:32s} median {v['median_s']:.3f} s  (min {v['min_s']:.3f}, max {v['max_s']:.3f}, "
-                      f"{v['runs']} runs)")
-            else:
-                print(f"{k:32s} {v}")
+        return 0
+    for k, v in out.items():
+        if isinstance(v, dict) and "median_s" in v:
+            print(f"{k:32s} {_stat_line(v)}")
+        elif isinstance(v, dict):  # the comparison
+            print(f"{k} ({v['size']}, alternated):")
+            print(f"  {'fttui':30s} {_stat_line(v['fttui'])}")
+            print(f"  {'bare Textual app':30s} {_stat_line(v['bare'])}")
+            print(f"  {'ratio (medians)':30s} x{v['ratio_of_medians']:.2f}  (median of pair ratios "
+                  f"x{v['median_pair_ratio']:.2f})")
+        else:
+            print(f"{k:32s} {v}")
     return 0
 
 

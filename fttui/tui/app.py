@@ -10,13 +10,16 @@ imports the training stack (torch, transformers, peft); see docs/architecture.md
 
 from __future__ import annotations
 
-from pathlib import Path
+import threading
+from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.binding import Binding
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.run.rundir import RunDir
+
+if TYPE_CHECKING:  # imported where used: the first frame does not wait for the run modules
+    from fttui.core.run.rundir import RunDir
 
 
 class FttuiApp(App[int]):
@@ -40,17 +43,21 @@ class FttuiApp(App[int]):
         self._gpu_sampler = gpu_sampler
         self.runs: list[RunDir] = []  # runs this session launched or attached to
         self.exit_code = 0
+        self._sampler_lock = threading.Lock()  # the picker samples from a thread worker
+        self._bookkeeping_started = False
 
     # ---------------------------------------------------------------- services for the screens
     @property
     def gpu_sampler(self):
-        if self._gpu_sampler is None:
-            from fttui.monitor import make_gpu_sampler
+        with self._sampler_lock:
+            if self._gpu_sampler is None:
+                from fttui.monitor import make_gpu_sampler
 
-            self._gpu_sampler = make_gpu_sampler()
-        return self._gpu_sampler
+                self._gpu_sampler = make_gpu_sampler()
+            return self._gpu_sampler
 
     def sample_gpus(self):
+        """A GPU snapshot (callable from a thread worker); never raises."""
         try:
             return self.gpu_sampler.sample()
         except Exception as e:  # samplers should never raise; a broken one must not crash us
@@ -74,24 +81,41 @@ class FttuiApp(App[int]):
         self.push_screen(RunScreen(rd))
 
     # ---------------------------------------------------------------- lifecycle
-    def on_mount(self) -> None:
+    def get_default_screen(self):
+        """The picker is the app's first screen (no screen pushed over a blank one: one layout,
+        one style pass before the first frame); attaching or launching starts on a blank one."""
+        if self.attach or self.launch_profile is not None:
+            return super().get_default_screen()
         from fttui.tui.picker import PickerScreen
 
-        self.call_after_refresh(self._finish_orphans)  # bookkeeping after the first frame
+        return PickerScreen()  # it starts the bookkeeping once its first frame is out
 
+    def can_go_back(self) -> bool:
+        """A screen below the current one to go back to (not the blank first screen)."""
+        stack = self.screen_stack
+        return len(stack) > 1 and stack[-2].id != "_default"
+
+    def on_mount(self) -> None:
         if self.attach:
-            self.show_run(RunDir(Path(self.attach)))
-            return
-        if self.launch_profile is not None:
+            from fttui.core.run.rundir import RunDir
+
+            self.call_after_refresh(self.start_bookkeeping)  # after the first frame
+            self.show_run(RunDir(self.attach))
+        elif self.launch_profile is not None:
+            self.call_after_refresh(self.start_bookkeeping)
             try:
                 self.launch_run(self.launch_profile)
-                return
             except FttuiError as e:
-                self.push_screen(PickerScreen(error=str(e)))
-                return
-        self.push_screen(PickerScreen())
+                from fttui.tui.picker import PickerScreen
 
-    def _finish_orphans(self) -> None:
+                self.push_screen(PickerScreen(error=str(e)))
+
+    def start_bookkeeping(self) -> None:
+        """Finish the runs whose supervisor died (fttui.core.run.recover), once, in a thread
+        worker; called after the first frame, never before it."""
+        if self._bookkeeping_started:
+            return
+        self._bookkeeping_started = True
         self.run_worker(self._finish_orphans_now, thread=True, group="bookkeeping", exit_on_error=False)
 
     def _finish_orphans_now(self) -> None:

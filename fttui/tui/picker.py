@@ -1,13 +1,15 @@
-"""Profile picker: the profiles, one's resolved settings, overrides, the visible GPUs; Enter launches."""
+"""Profile picker: the live runs (when there are), the profiles, one's resolved settings,
+overrides, the visible GPUs; Enter launches, `a` attaches to a live run.
+
+The first frame shows the profile list and the first profile's details; everything else comes
+after it: the GPUs and the results store (for the estimate) in a thread worker, the live runs
+in another (``fttui.tui.live_runs``), then the app's bookkeeping of runs whose supervisor died.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -15,95 +17,25 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from fttui.core.base import fmt
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, effective_batch, field_values, overrides_from_fields
-from fttui.tui.widgets import gpu_list_text
+from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, field_values, overrides_from_fields
+from fttui.tui.details import REMOTE_CODE_LINE, profile_details
+from fttui.tui.verdict import MemoryVerdict, memory_verdict, read_store_rows
+
+LIVE_REFRESH_S = 5.0  # the live runs' step and ETA, while the picker is shown
+# What the first frame leaves out comes this long after it: until then the event loop idles, so
+# Textual's output thread writes the frame out and the terminal draws it (on two busy cores, a
+# second layout or the workers' imports right away held it back by tens of milliseconds).
+BACKGROUND_DELAY_S = 0.1
 
 
-@dataclass
-class MemoryVerdict:
-    """The estimate of a profile against the visible cards, as the picker shows it."""
-
-    text: Text
-    fits: bool | None  # None: nothing to compare with (CPU profile, no GPU, no estimate)
-    question: str = ""  # the launch confirmation when predicted not to fit
-    detail: str = ""
-
-
-def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
-    """Predicted peak memory of ``resolved`` (calibrated from the store ``rows`` when some match)
-    next to the visible cards of ``gpu_snap`` (or ``limits.gpu_memory`` when set). Never raises:
-    a profile the estimator cannot express gives its one-line message."""
-    from fttui.core.memory import MIB, calibration_from_store, estimate, fmt_bytes
-
-    head = ("estimate: ", "bold")
-    try:
-        cal = calibration_from_store(resolved, rows) if rows else None
-    except (FttuiError, KeyError, TypeError, ValueError, ZeroDivisionError):  # a row the fit cannot use
-        cal = None  # fall back to the formula
-    try:
-        e = estimate(resolved, cal)
-    except (FttuiError, KeyError, TypeError, ValueError) as ex:  # EstimateError, or a field it trips on
-        msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
-        return MemoryVerdict(Text.assemble(head, f"not available: {msg}"), None)
-    source = f"calibrated from {cal.rows} row{'s' if cal.rows != 1 else ''}" if cal else "formula"
-    host = fmt_bytes(e.host_peak_bytes)
-    if not e.gpu_peak_bytes:
-        return MemoryVerdict(Text.assemble(head, f"host peak {host} ({source})\n",
-                                           "CPU profile: no GPU budget"), None)
-    peaks = e.gpu_peak_bytes
-    n = len(peaks)
-    line1 = Text.assemble(head, f"GPU {fmt_bytes(max(peaks))} per card"
-                          + (f" x{n}" if n > 1 else "") + f", host peak {host} ({source})\n")
-    limit = None
-    limit_text = ((resolved.get("limits") or {}).get("gpu_memory") or "")
-    if limit_text:
-        from fttui.core.profiles import parse_size
-
-        try:
-            limit = parse_size(limit_text)
-        except ValueError:
-            limit = None
-    from fttui.monitor import run_cards
-
-    cards = run_cards(gpu_snap)  # the cards CUDA_VISIBLE_DEVICES leaves the run, in CUDA order
-    # (peak, budget, what the budget is) per card of the run that has one
-    budgets: list[tuple[int, int, str]] = []
-    for i, peak in enumerate(peaks):
-        card = cards[i] if i < len(cards) else None
-        total = int(card.mem_total_mb * MIB) if card is not None and card.mem_total_mb else None
-        if limit is not None and (total is None or limit < total):
-            budgets.append((peak, limit, "limits.gpu_memory"))
-        elif total is not None:
-            budgets.append((peak, total, f"GPU {card.index}"))
-    missing = f"; {n} GPUs asked, {len(cards)} visible" if cards and n > len(cards) else ""
-    if not budgets:
-        return MemoryVerdict(line1 + Text("no GPU visible: no card to compare with"), None)
-    over = [b for b in budgets if b[0] > b[1]]
-    if over:
-        peak, budget, what = over[0]
-        line2 = Text.assemble(("does NOT fit", "bold reverse"),
-                              f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, {what}){missing}")
-        has = (f"the limit (limits.gpu_memory) is {fmt_bytes(budget)}" if what == "limits.gpu_memory"
-               else f"the card has {fmt_bytes(budget)}")
-        question = f"predicted {fmt_bytes(peak)} per card, {has}: launch anyway? y / n"
-        detail = (f"{resolved.get('name') or 'this profile'} ({source}): the run would likely stop "
-                  "with CUDA out of memory.")
-        return MemoryVerdict(line1 + line2, False, question, detail)
-    peak, budget, what = min(budgets, key=lambda b: b[1] - b[0])
-    line2 = Text.assemble(("fits", "bold"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, "
-                                            f"{what}){missing}")
-    return MemoryVerdict(line1 + line2, True)
-
-
-REMOTE_CODE_LINE = "REMOTE CODE: on (runs code from the model's hub repo)"
 
 
 class PickerScreen(Screen):
     BINDINGS = [
         Binding("enter", "launch", "Launch"),
         Binding("p", "probe", "Probe"),
+        Binding("a", "attach", "Attach"),
         Binding("escape", "focus_list", "Profiles", show=False),
     ]
 
@@ -119,59 +51,85 @@ class PickerScreen(Screen):
         self.store_rows: list[dict] | None = None  # results-store rows, read after mount and on return
         self.verdict: MemoryVerdict | None = None  # the estimate of the current selection
         self._store_stale = False  # a run or probe started here may add rows to the store
+        self.live = None  # the live runs pane (fttui.tui.live_runs.LiveRuns), mounted when one is found
+        self._method_value = "lora"  # the method field's value until its Select is mounted
 
     def compose(self) -> ComposeResult:
+        # Every widget is built with its content (the profile names, the first profile's details
+        # and fields): the first layout is the one drawn, no update after mount costs a frame.
+        self._load_first()
+        self.sub_title = "profiles"
         yield Header()
         with Horizontal(id="picker-main"):
             with Vertical(id="profiles-pane"):
-                yield OptionList(id="profiles", compact=True)
-            with Vertical(id="details-pane"):
+                ol = OptionList(*[Option(self._ref_label(ref), id=ref.name) for ref in self.refs],
+                                id="profiles", compact=True)
+                ol.border_title = "profiles"
+                yield ol
+            with Vertical(id="details-pane") as pane:
+                pane.border_title = "details"
+                pane.border_subtitle = "enter: launch  p: probe"
                 with VerticalScroll(id="details-scroll"):
-                    yield Static(id="details")
-                with Horizontal(id="overrides"):
+                    yield Static(self._first_details(), id="details")
+                with Horizontal(id="overrides") as overrides:
+                    # filled already; drawn just after the first frame
+                    overrides.display = False
+                    values = field_values(self.base) if self.base is not None else {}
+                    self._method_value = values.get("method") or "lora"
                     for fid, _dotted, label in OVERRIDE_FIELDS:
                         with Vertical(classes=f"field field-{fid}"):
                             yield Label(label)
-                            if fid == "method":
-                                yield Select([(m, m) for m in METHODS], id=f"ov-{fid}",
-                                             allow_blank=False, value="lora", compact=True)
-                            else:
-                                yield Input(id=f"ov-{fid}", type="integer", compact=True)
-                yield Static(id="picker-error")
-                yield Static(id="estimate")
-                yield Static(id="gpus")
+                            if fid != "method":  # the method's Select (the costly one) comes later
+                                yield Input(values.get(fid, ""), id=f"ov-{fid}", type="integer", compact=True)
+                error = Static(id="picker-error")
+                self._show_error(self.load_error, error)
+                yield error
+                estimate = Static(id="estimate")
+                estimate.display = False
+                yield estimate
+                yield Static(Text("GPUs: looking...", style="dim"), id="gpus")
         yield Footer()
 
-    def on_mount(self) -> None:
-        self.sub_title = "profiles"
-        from fttui.core.profiles import discover
+    def _load_first(self) -> None:
+        """The profiles, and the first one loaded (as selecting it would)."""
+        from fttui.core.profiles import discover, load_profile
 
         try:
             self.refs = discover()
         except (OSError, FttuiError) as e:
             self.refs = []
             self.load_error = str(e)
+        if not self.refs:
+            return
+        ref = self.refs[0]
+        try:
+            self.base = load_profile(str(ref.path))
+            self.base["origin"] = ref.origin
+            self.resolved = self.base
+        except FttuiError as e:
+            self.load_error = self.load_error or str(e)
+
+    def _first_details(self):
+        if not self.refs:
+            return "no profiles found: put NAME.toml files in ./profiles or the user profile folder"
+        if self.base is None:
+            return Text(f"{self.refs[0].name} ({self.refs[0].origin})", style="bold")
+        return profile_details(self.base, {})
+
+    def on_mount(self) -> None:
         ol = self.query_one("#profiles", OptionList)
-        ol.border_title = "profiles"
-        for ref in self.refs:
-            label = Text(ref.name, no_wrap=True, overflow="ellipsis")
-            if ref.origin != "bundled":
-                label.append(f" ({ref.origin})", style="dim")
-            ol.add_option(Option(label, id=ref.name))
-        self.query_one("#details-pane").border_title = "details"
-        self.query_one("#details-pane").border_subtitle = "enter: launch  p: probe"
         if self.refs:
-            ol.highlighted = 0
-            self._select_profile(0)
-        else:
-            self.query_one("#details", Static).update("no profiles found: put NAME.toml files in "
-                                                      "./profiles or the user profile folder")
-        self._show_error(self.load_error)
+            ol.highlighted = 0  # the profile loaded in compose: selecting it again is a no-op
         ol.focus()
-        self.query_one("#gpus", Static).update(Text("GPUs: looking...", style="dim"))
-        self.query_one("#estimate", Static).display = False
-        # the first frame waits for neither the GPUs nor the store: both come after it
+        # the GPUs, the store, the live runs, the bookkeeping: all after the first frame
         self.call_after_refresh(self._after_first_frame)
+
+    @staticmethod
+    def _ref_label(ref) -> Text:
+        label = Text(ref.name, no_wrap=True, overflow="ellipsis")
+        if ref.origin != "bundled":
+            label.append(f" ({ref.origin})", style="dim")
+        return label
 
     def on_screen_resume(self) -> None:
         # back from a run: the list has the keys (q, r, ?), not a field that would swallow them
@@ -179,19 +137,102 @@ class PickerScreen(Screen):
         if self._store_stale and self.store_rows is not None:  # back from a run or probe
             self._store_stale = False
             self.call_after_refresh(self._reload_store)
+        if self.live is not None:
+            self._list_live_runs()
 
     def _after_first_frame(self) -> None:
-        self._refresh_gpus()
-        self._reload_store()
+        self.set_timer(BACKGROUND_DELAY_S, self._after_first_frame_out)
+
+    def _after_first_frame_out(self) -> None:
+        self._mount_method_field()
+        self.query_one("#overrides").display = True
+        self._read_gpus_and_store()
+        self._list_live_runs()
+        self.set_interval(LIVE_REFRESH_S, self._refresh_live_runs)
+
+    @work(thread=True, group="picker-gpus-store", exit_on_error=False)
+    def _read_gpus_and_store(self) -> None:
+        """NVML (or the fake sampler) and the results store, off the event loop."""
+        snap = self.app.sample_gpus()
+        rows = read_store_rows() if self.store_rows is None else self.store_rows
+        self.app.call_from_thread(self._got_gpus_and_store, snap, rows)
+
+    def _got_gpus_and_store(self, snap, rows: list[dict]) -> None:
+        self._show_gpus(snap)
+        if self.store_rows is None:
+            self.store_rows = rows
+        self._update_estimate()
 
     def _refresh_gpus(self) -> None:
-        snap = self.app.sample_gpus()
+        self._show_gpus(self.app.sample_gpus())
+
+    def _show_gpus(self, snap) -> None:
+        from fttui.tui.widgets import gpu_list_text
+
         self.gpu_snap = snap
         self.query_one("#gpus", Static).update(gpu_list_text(snap))
 
     def _reload_store(self) -> None:
         self.store_rows = read_store_rows()
         self._update_estimate()
+
+    def _mount_method_field(self) -> None:
+        if self._method_select() is not None:
+            return
+        value = self._method_value
+        methods = [*METHODS, value] if value not in METHODS else METHODS
+        self.query_one(".field-method").mount(Select([(m, m) for m in methods], id="ov-method",
+                                                     allow_blank=False, value=value, compact=True))
+
+    def _method_select(self) -> Select | None:
+        return next(iter(self.query("#ov-method").results(Select)), None)
+
+    # ------------------------------------------------------------------ live runs
+    def _refresh_live_runs(self) -> None:
+        if self.is_current:
+            self._list_live_runs()
+
+    @work(thread=True, exclusive=True, group="picker-live-runs", exit_on_error=False)
+    def _list_live_runs(self) -> None:
+        """Every live run on disk (fttui.core.run.brief), then the app's bookkeeping of the lost
+        ones: both after the first frame, in this thread."""
+        from fttui.core.run.brief import live_briefs
+
+        briefs = live_briefs()
+        self.app.call_from_thread(self._show_live_runs, briefs)
+        self.app.call_from_thread(self.app.start_bookkeeping)
+
+    async def _show_live_runs(self, briefs: list) -> None:
+        from fttui.tui.live_runs import LiveRuns
+
+        if self.live is None:
+            if not briefs:
+                return
+            self.live = LiveRuns()
+            await self.mount(self.live, before="#picker-main")
+            if self.app.focused is self.query_one("#profiles", OptionList):
+                self.live.query_one("#live-table").focus()  # the app opens on what matters
+        self.live.show(briefs)
+        self.live.display = bool(briefs)
+        self.refresh_bindings()
+
+    def on_data_table_row_selected(self, event) -> None:  # a click on a live run's row
+        if self.live is not None and event.data_table.id == "live-table":
+            self.action_attach()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "attach":  # in the footer only while a live run is listed
+            return bool(self.live is not None and self.live.briefs)
+        return True
+
+    def action_attach(self) -> None:
+        """The run screen of the live run under the cursor (the newest one from elsewhere)."""
+        b = self.live.selected() if self.live is not None else None
+        if b is None:
+            return
+        from fttui.core.run.rundir import RunDir
+
+        self.app.show_run(RunDir(b.path))
 
     # ------------------------------------------------------------------ memory estimate
     def _update_estimate(self) -> None:
@@ -234,24 +275,33 @@ class PickerScreen(Screen):
             self._update_estimate()
             return
         self._filling = True
-        try:
-            for fid, value in field_values(self.base).items():
-                w = self.query_one(f"#ov-{fid}")
-                if isinstance(w, Select):
-                    if value not in METHODS:
-                        w.set_options([(m, m) for m in [*METHODS, value]])
-                    w.value = value
-                else:
-                    w.value = value
+        try:  # the fields' Changed messages are dropped: one recompute below, not one per field
+            with self.prevent(Input.Changed, Select.Changed):
+                self._fill_fields(field_values(self.base))
         finally:
             self._filling = False
         self._recompute()
 
+    def _fill_fields(self, values: dict) -> None:
+        for fid, value in values.items():
+            if fid != "method":
+                self.query_one(f"#ov-{fid}", Input).value = value
+                continue
+            self._method_value = value
+            w = self._method_select()
+            if w is not None:
+                if value not in METHODS:
+                    w.set_options([(m, m) for m in [*METHODS, value]])
+                w.value = value
+
     def _field_texts(self) -> dict[str, str]:
         out = {}
         for fid, _dotted, _label in OVERRIDE_FIELDS:
-            w = self.query_one(f"#ov-{fid}")
-            v = w.value
+            if fid == "method":
+                w = self._method_select()
+                v = w.value if w is not None else self._method_value
+            else:
+                v = self.query_one(f"#ov-{fid}", Input).value
             out[fid] = "" if v is Select.NULL or v is None else str(v)
         return out
 
@@ -274,55 +324,16 @@ class PickerScreen(Screen):
         except FttuiError as e:
             self.resolved = None
             error = str(e)
-        self.query_one("#details", Static).update(self._details(self.resolved or self.base, overrides))
+        self.query_one("#details", Static).update(profile_details(self.resolved or self.base, overrides))
         self._show_error(error)
         self._update_estimate()
 
-    def _show_error(self, error: str | None) -> None:
+    def _show_error(self, error: str | None, w: Static | None = None) -> None:
         self.error_text = error or ""
-        w = self.query_one("#picker-error", Static)
+        w = w or self.query_one("#picker-error", Static)
         w.update(Text(error or "", style="bold"))
         w.set_class(bool(error), "-error")
         w.display = bool(error)
-
-    def _details(self, r: dict, overrides: dict[str, str]):
-        from fttui.core.profiles import profile_summary
-        from fttui.core.profiles.summary import sharding_label
-
-        s = profile_summary(r)
-        micro, accum, procs, eff = effective_batch(r)
-        train, data, dev, model = r["train"], r["data"], r["devices"], r["model"]
-        t = Table.grid(padding=(0, 1))
-        t.add_column(style="bold", no_wrap=True)
-        t.add_column(overflow="fold")
-        origin = r.get("origin") or s.get("origin") or ""
-        t.add_row("profile", f"{s['name']} ({origin})")
-        if s.get("description"):
-            t.add_row("", Text(s["description"], style="italic"))
-        t.add_row("model", f"{s['model']}  ({model.get('init')})")
-        t.add_row("method", fmt.method_label(r["method"], optimizer=train.get("optimizer")) + f"  {train.get('precision')}")
-        t.add_row("sharding", sharding_label(r))
-        t.add_row("data", f"{s['dataset']}  max_seq_len {data.get('max_seq_len')}"
-                          + (f"  {data.get('num_samples')} samples" if data.get("num_samples") else ""))
-        where = f"{dev.get('gpus')} GPU" + ("s" if dev.get("gpus") != 1 else "") if dev.get("gpus") else "CPU"
-        t.add_row("batch", f"{micro} x accum {accum} x {procs} proc{'s' if procs != 1 else ''} = {eff} effective")
-        t.add_row("devices", f"{where}, {dev.get('nodes')} node{'s' if dev.get('nodes') != 1 else ''}, "
-                             f"launcher {dev.get('launcher')}")
-        steps = f"max_steps {train.get('max_steps')}" if (train.get("max_steps") or -1) > 0 else f"epochs {train.get('epochs')}"
-        t.add_row("train", f"{steps}  lr {train.get('lr')}  {train.get('optimizer')}"
-                           + ("  grad ckpt" if train.get("gradient_checkpointing") else ""))
-        if r["method"] != "full" and r["method"] != "full-zero3-offload":
-            lora = r.get("lora", {})
-            t.add_row("lora", f"r {lora.get('r')}  alpha {lora.get('alpha')}  dropout {lora.get('dropout')}")
-        limits = r.get("limits", {}) or {}
-        if limits.get("gpu_memory") or limits.get("host_memory"):
-            t.add_row("limits", f"gpu {limits.get('gpu_memory') or '-'}  host {limits.get('host_memory') or '-'}")
-        if overrides:
-            t.add_row("overrides", ", ".join(f"{k}={v}" for k, v in overrides.items()))
-        if model.get("trust_remote_code"):
-            # first and in words (not only a colour): the profile runs code it did not ship
-            return Group(Text(REMOTE_CODE_LINE, style="bold reverse"), t)
-        return t
 
     # ------------------------------------------------------------------ actions
     def action_focus_list(self) -> None:
@@ -374,19 +385,6 @@ class PickerScreen(Screen):
             self._show_error(f"launch failed: {e}")
 
 
-def read_store_rows() -> list[dict]:
-    """The results-store rows (for calibrating the estimate); none when there is no store yet (it
-    is not created here) or it cannot be read."""
-    import sqlite3  # here, not at the top: the picker is the first frame
-
-    from fttui.core.base import paths
-
-    try:
-        if not paths.store_path().exists():
-            return []
-        from fttui.core.results.store import Store
-
-        with Store() as store:
-            return store.rows()
-    except (FttuiError, OSError, sqlite3.Error):  # an unreadable store only costs the calibration
-        return []
+# memory_verdict, MemoryVerdict, read_store_rows (fttui.tui.verdict) and REMOTE_CODE_LINE
+# (fttui.tui.details) are kept importable from here, where they lived before.
+__all__ = ["PickerScreen", "MemoryVerdict", "memory_verdict", "read_store_rows", "REMOTE_CODE_LINE"]

@@ -311,5 +311,5 @@ class ResultsScreen(Screen):
         self.notify(f"report written to {md}", title="report")
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 2:
+        if self.app.can_go_back():
             self.app.pop_screen()

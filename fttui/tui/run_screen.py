@@ -178,5 +178,5 @@ class RunScreen(Screen):
                                            "The supervisor stops the training processes."), done)
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 2:
+        if self.app.can_go_back():
             self.app.pop_screen()

@@ -146,10 +146,11 @@ async def test_picker_shows_two_fake_gpus(fttui_home, fake_gpu_sampler, tmp_path
     app = FttuiApp(gpu_sampler=fake_gpu_sampler)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
-        await until(pilot, lambda: "visible" in _static_text(app, "#gpus"), what="gpu list")
+        # read in a thread worker after the first frame: wait for both cards to be drawn
+        await until(pilot, lambda: _static_text(app, "#gpus").count("NVIDIA GeForce RTX 4090") == 2,
+                    what="gpu list")
         text = _static_text(app, "#gpus")
         assert "2 visible" in text
-        assert text.count("NVIDIA GeForce RTX 4090") == 2
         assert "5.7/24.0 GB" in text
 
 

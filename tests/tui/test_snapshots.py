@@ -10,16 +10,28 @@ import pytest
 
 from fttui.monitor import FakeGpuSampler
 from fttui.tui.app import FttuiApp
+from fttui.tui.picker import PickerScreen
+from tests.tui.conftest import until
 from tests.tui.fixtures import FAKE_GPUS, fill_store, fixture_profiles, write_run
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+
+
+async def picker_settled(pilot) -> None:
+    """The picker reads the GPUs, the store and the live runs in thread workers after its first
+    frame: wait for them, so the snapshot never catches it half-way."""
+    app = pilot.app
+    await until(pilot, lambda: isinstance(app.screen, PickerScreen) and app.screen.gpu_snap is not None
+                and app.screen.store_rows is not None, what="the picker's GPUs and store")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_picker_snapshot(snap_compare, size, tmp_path, monkeypatch):
     fixture_profiles(tmp_path, monkeypatch)
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
-    assert snap_compare(app, terminal_size=size)
+    assert snap_compare(app, terminal_size=size, run_before=picker_settled)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -41,4 +53,4 @@ def test_results_snapshot(snap_compare, size, tmp_path, monkeypatch):
     fixture_profiles(tmp_path, monkeypatch)
     fill_store()
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
-    assert snap_compare(app, terminal_size=size, press=["r"])
+    assert snap_compare(app, terminal_size=size, press=["r"], run_before=picker_settled)

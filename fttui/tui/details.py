@@ -1,0 +1,58 @@
+"""The picker's details pane: what a resolved profile will run, as a Rich renderable."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from fttui.core.profiles.fields import effective_batch
+
+REMOTE_CODE_LINE = "REMOTE CODE: on (runs code from the model's hub repo)"
+
+
+def profile_details(r: dict, overrides: dict[str, str]):
+    """The details pane of a resolved profile: a label / value grid (the remote-code warning
+    first, in words, when the profile runs code it did not ship)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    from fttui.core.base import fmt
+    from fttui.core.profiles import profile_summary
+    from fttui.core.profiles.summary import sharding_label
+
+    s = profile_summary(r)
+    micro, accum, procs, eff = effective_batch(r)
+    train, data, dev, model = r["train"], r["data"], r["devices"], r["model"]
+    t = Table.grid(padding=(0, 1))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    origin = r.get("origin") or s.get("origin") or ""
+    t.add_row("profile", f"{s['name']} ({origin})")
+    if s.get("description"):
+        t.add_row("", Text(s["description"], style="italic"))
+    t.add_row("model", f"{s['model']}  ({model.get('init')})")
+    t.add_row("method", fmt.method_label(r["method"], optimizer=train.get("optimizer")) + f"  {train.get('precision')}")
+    t.add_row("sharding", sharding_label(r))
+    t.add_row("data", f"{s['dataset']}  max_seq_len {data.get('max_seq_len')}"
+                      + (f"  {data.get('num_samples')} samples" if data.get("num_samples") else ""))
+    where = f"{dev.get('gpus')} GPU" + ("s" if dev.get("gpus") != 1 else "") if dev.get("gpus") else "CPU"
+    t.add_row("batch", f"{micro} x accum {accum} x {procs} proc{'s' if procs != 1 else ''} = {eff} effective")
+    t.add_row("devices", f"{where}, {dev.get('nodes')} node{'s' if dev.get('nodes') != 1 else ''}, "
+                         f"launcher {dev.get('launcher')}")
+    steps = f"max_steps {train.get('max_steps')}" if (train.get("max_steps") or -1) > 0 else f"epochs {train.get('epochs')}"
+    t.add_row("train", f"{steps}  lr {train.get('lr')}  {train.get('optimizer')}"
+                       + ("  grad ckpt" if train.get("gradient_checkpointing") else ""))
+    if r["method"] != "full" and r["method"] != "full-zero3-offload":
+        lora = r.get("lora", {})
+        t.add_row("lora", f"r {lora.get('r')}  alpha {lora.get('alpha')}  dropout {lora.get('dropout')}")
+    limits = r.get("limits", {}) or {}
+    if limits.get("gpu_memory") or limits.get("host_memory"):
+        t.add_row("limits", f"gpu {limits.get('gpu_memory') or '-'}  host {limits.get('host_memory') or '-'}")
+    if overrides:
+        t.add_row("overrides", ", ".join(f"{k}={v}" for k, v in overrides.items()))
+    if model.get("trust_remote_code"):
+        # first and in words (not only a colour): the profile runs code it did not ship
+        return Group(Text(REMOTE_CODE_LINE, style="bold reverse"), t)
+    return t
+
+
+__all__ = ["REMOTE_CODE_LINE", "profile_details"]

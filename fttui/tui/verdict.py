@@ -1,0 +1,109 @@
+"""The picker's memory verdict: the estimate of a resolved profile next to the visible cards (or
+``limits.gpu_memory``), and the results-store rows that calibrate it. Pure of the screen: the
+picker shows what ``memory_verdict`` returns; the memory estimator is imported when first used,
+after the picker's first frame."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from fttui.core.base.errors import FttuiError
+
+
+@dataclass
+class MemoryVerdict:
+    """The estimate of a profile against the visible cards, as the picker shows it."""
+
+    text: Text
+    fits: bool | None  # None: nothing to compare with (CPU profile, no GPU, no estimate)
+    question: str = ""  # the launch confirmation when predicted not to fit
+    detail: str = ""
+
+
+def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
+    """Predicted peak memory of ``resolved`` (calibrated from the store ``rows`` when some match)
+    next to the visible cards of ``gpu_snap`` (or ``limits.gpu_memory`` when set). Never raises:
+    a profile the estimator cannot express gives its one-line message."""
+    from fttui.core.memory import MIB, calibration_from_store, estimate, fmt_bytes
+
+    head = ("estimate: ", "bold")
+    try:
+        cal = calibration_from_store(resolved, rows) if rows else None
+    except (FttuiError, KeyError, TypeError, ValueError, ZeroDivisionError):  # a row the fit cannot use
+        cal = None  # fall back to the formula
+    try:
+        e = estimate(resolved, cal)
+    except (FttuiError, KeyError, TypeError, ValueError) as ex:  # EstimateError, or a field it trips on
+        msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
+        return MemoryVerdict(Text.assemble(head, f"not available: {msg}"), None)
+    source = f"calibrated from {cal.rows} row{'s' if cal.rows != 1 else ''}" if cal else "formula"
+    host = fmt_bytes(e.host_peak_bytes)
+    if not e.gpu_peak_bytes:
+        return MemoryVerdict(Text.assemble(head, f"host peak {host} ({source})\n",
+                                           "CPU profile: no GPU budget"), None)
+    peaks = e.gpu_peak_bytes
+    n = len(peaks)
+    line1 = Text.assemble(head, f"GPU {fmt_bytes(max(peaks))} per card"
+                          + (f" x{n}" if n > 1 else "") + f", host peak {host} ({source})\n")
+    limit = None
+    limit_text = ((resolved.get("limits") or {}).get("gpu_memory") or "")
+    if limit_text:
+        from fttui.core.profiles import parse_size
+
+        try:
+            limit = parse_size(limit_text)
+        except ValueError:
+            limit = None
+    from fttui.monitor import run_cards
+
+    cards = run_cards(gpu_snap)  # the cards CUDA_VISIBLE_DEVICES leaves the run, in CUDA order
+    # (peak, budget, what the budget is) per card of the run that has one
+    budgets: list[tuple[int, int, str]] = []
+    for i, peak in enumerate(peaks):
+        card = cards[i] if i < len(cards) else None
+        total = int(card.mem_total_mb * MIB) if card is not None and card.mem_total_mb else None
+        if limit is not None and (total is None or limit < total):
+            budgets.append((peak, limit, "limits.gpu_memory"))
+        elif total is not None:
+            budgets.append((peak, total, f"GPU {card.index}"))
+    missing = f"; {n} GPUs asked, {len(cards)} visible" if cards and n > len(cards) else ""
+    if not budgets:
+        return MemoryVerdict(line1 + Text("no GPU visible: no card to compare with"), None)
+    over = [b for b in budgets if b[0] > b[1]]
+    if over:
+        peak, budget, what = over[0]
+        line2 = Text.assemble(("does NOT fit", "bold reverse"),
+                              f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, {what}){missing}")
+        has = (f"the limit (limits.gpu_memory) is {fmt_bytes(budget)}" if what == "limits.gpu_memory"
+               else f"the card has {fmt_bytes(budget)}")
+        question = f"predicted {fmt_bytes(peak)} per card, {has}: launch anyway? y / n"
+        detail = (f"{resolved.get('name') or 'this profile'} ({source}): the run would likely stop "
+                  "with CUDA out of memory.")
+        return MemoryVerdict(line1 + line2, False, question, detail)
+    peak, budget, what = min(budgets, key=lambda b: b[1] - b[0])
+    line2 = Text.assemble(("fits", "bold"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, "
+                                            f"{what}){missing}")
+    return MemoryVerdict(line1 + line2, True)
+
+
+def read_store_rows() -> list[dict]:
+    """The results-store rows (for calibrating the estimate); none when there is no store yet (it
+    is not created here) or it cannot be read."""
+    import sqlite3  # here, not at the top: the picker is the first frame
+
+    from fttui.core.base import paths
+
+    try:
+        if not paths.store_path().exists():
+            return []
+        from fttui.core.results.store import Store
+
+        with Store() as store:
+            return store.rows()
+    except (FttuiError, OSError, sqlite3.Error):  # an unreadable store only costs the calibration
+        return []
+
+
+__all__ = ["MemoryVerdict", "memory_verdict", "read_store_rows"]
