@@ -186,7 +186,8 @@ async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch
         await _fill(pilot, scr, lo="1", hi="4", host="12 apples")
         await pilot.press("s")
         assert scr.state == "error" and "limits.host_memory: invalid size" in scr.error
-        # the qlora profile on 2 GPUs cannot be probed: said so, nothing started
+        # the qlora profile on 2 GPUs is probed by launches of both ranks: here the launch checks
+        # (fttui run's) refuse it in one line before anything starts
         await pilot.press("l")  # no result: nothing to launch
         await pilot.pause()
         assert isinstance(app.screen, ProbeScreen)
@@ -197,7 +198,9 @@ async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch
         await until(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen (qlora)")
         scr = app.screen
         await pilot.press("s")
-        assert scr.state == "error" and "one process" in scr.error
+        await until(pilot, lambda: scr.state == "error", timeout=30, what="the launch checks' error")
+        assert scr.prober.launched and scr.error and "\n" not in scr.error
+        assert "demo-qlora" in scr.error and "Traceback" not in scr.error
     assert not (fttui_home / "runs").exists()
 
 

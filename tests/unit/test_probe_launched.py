@@ -150,3 +150,52 @@ def test_guard_returns_the_training_exit_code(tmp_path):
     assert json.loads((run_dir / "exit.json").read_text())["returncode"] == 3
     assert "hello" in (run_dir / "train.log").read_text()
     guard.stdin.close()
+
+
+# ---------------------------------------------------------------------------- the search
+class _FakeTrial:
+    """A launched trial without processes: values up to ``BOUNDARY`` fit."""
+
+    BOUNDARY = 13
+    launched: list[int] = []
+
+    def __init__(self, resolved, param, value, steps, *, run_id, group, load):
+        self.resolved = launched.apply_overrides(resolved, launched.trial_overrides(resolved, param, value, steps))
+        self.value, self.load = value, load
+        _FakeTrial.launched.append(value)
+
+    def run(self, on_log=None):
+        fit = self.value <= self.BOUNDARY
+        return Trial(value=self.value, status="fit" if fit else "oom", load=self.load, clean=True, fresh=True,
+                     oom_kind=None if fit else "cpu", sharding="none"), False
+
+    def stop(self, wait=True):
+        pass
+
+
+@pytest.mark.parametrize("param, lo, hi, start, boundary, expect", [
+    # x2 from the start until the first OOM, then halving: one launch per trial
+    ("batch_size", 1, 128, 8, 13, [8, 16, 12, 14, 13]),
+    ("batch_size", 1, 32, None, 13, [1, 2, 4, 8, 16, 12, 14, 13]),
+    ("batch_size", 1, 128, 64, 13, [64, 32, 16, 8, 12, 14, 13]),  # the start fails: halve down
+    ("batch_size", 1, 4, None, 13, [1, 2, 4]),  # everything fits
+    ("batch_size", 3, 8, None, 2, [3]),  # the low end fails
+    # a start above the model's positions (tiny-lora: 512) starts at the capped end
+    ("max_seq_len", 100, 4096, 2048, 206, [512, 306, 203, 255, 229, 216, 210, 207, 205, 206]),
+])
+def test_launched_search(param, lo, hi, start, boundary, expect, monkeypatch, fttui_home):
+    monkeypatch.setattr(launched, "LaunchedTrial", _FakeTrial)
+    monkeypatch.setattr(_FakeTrial, "BOUNDARY", boundary)
+    monkeypatch.setattr(_FakeTrial, "launched", [])
+    resolved = load_profile("tiny-lora", CPU2)
+    res = Prober(resolved, param=param, lo=lo, hi=hi, steps=1, start=start).run()
+    assert _FakeTrial.launched == expect
+    assert res.model_loads == len(expect) <= launched.max_launches(lo, hi)
+    top = min(hi, 512) if param == "max_seq_len" else hi
+    assert res.exact
+    assert res.largest_fit == (min(boundary, top) if boundary >= lo else None)
+    assert res.smallest_oom == (boundary + 1 if boundary < top else None)
+    with Store() as store:
+        rows = store.rows(kind="probe")
+    assert sorted((r["batch_size"] if param == "batch_size" else r["max_seq_len"], r["status"]) for r in rows) == \
+        sorted((t.value, t.status) for t in res.trials)

@@ -83,6 +83,7 @@ class Prober:
         cap = launched.positions(self.resolved) if self.launched and self.param == "max_seq_len" else None
         if cap and self.hi > cap:
             self.hi = max(self.lo, cap)
+            self.start = min(self.start, self.hi)
             self.on_log(f"the model has {cap} positions: the range ends there")
         t0 = time.time()
         clean_fit: int | None = None  # largest fresh fit
