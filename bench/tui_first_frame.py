@@ -7,7 +7,9 @@ compare (the goal's figure): `fttui` and the bare app of bench/tui_bare_app.py (
   100x30 and timed until its list is on screen (fttui: the picker's "profiles" and "details"
   pane titles; the bare app: both item labels), polling `capture-pane -p` every 10 ms; the two
   alternate in one session (ABBA order, so neither always goes first). Prints each median and
-  the ratio fttui / bare (the median of the per-pair ratios too).
+  the ratio fttui / bare (the median of the per-pair ratios too). `--fttui-tree DIR` runs the
+  fttui package of another checkout instead (`python -P -m fttui` with PYTHONPATH=DIR), for
+  before/after figures in one session.
 
 pty (default): the real `fttui` binary (the entry point next to this Python) on a pseudo
   terminal of 80x24; the clock starts just before the process is spawned and stops when the
@@ -193,7 +195,7 @@ def first_profile(home: str) -> str:
     return out.stdout.strip()
 
 
-def compare(runs: int, width: int = 100, height: int = 30) -> dict:
+def compare(runs: int, width: int = 100, height: int = 30, tree: str | None = None) -> dict:
     """fttui and the bare app alternated in one tmux pane; medians and the ratio.
 
     Both run as installed software does: with Python's bytecode cache (a private
@@ -202,11 +204,15 @@ def compare(runs: int, width: int = 100, height: int = 30) -> dict:
     home = tempfile.mkdtemp(prefix="fttui-bench-")
     pycache = tempfile.mkdtemp(prefix="fttui-bench-pyc-")
     env = ("-u", "PYTHONDONTWRITEBYTECODE", f"PYTHONPYCACHEPREFIX={pycache}")
+    fttui_argv = [str(FTTUI_BIN)]
+    if tree:
+        env = (*env, f"PYTHONPATH={Path(tree).resolve()}")
+        fttui_argv = [sys.executable, "-P", "-m", "fttui"]  # -P: not the working directory's package
     fttui: list[float] = []
     bare: list[float] = []
     try:
         # fttui: the two pane titles and the first profile of the list
-        apps = {"fttui": ([str(FTTUI_BIN)], (*MARKERS, first_profile(home)), fttui),
+        apps = {"fttui": (fttui_argv, (*MARKERS, first_profile(home)), fttui),
                 "bare": ([sys.executable, str(BARE_APP)], BARE_MARKERS, bare)}
         for name in ("fttui", "bare", "fttui", "bare"):  # warm-up (and bytecode), not counted
             argv, markers, _ = apps[name]
@@ -223,7 +229,7 @@ def compare(runs: int, width: int = 100, height: int = 30) -> dict:
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(pycache, ignore_errors=True)
     pairs = [a / b for a, b in zip(fttui, bare)]
-    return {"size": f"{width}x{height}", "fttui": stats(fttui), "bare": stats(bare),
+    return {"size": f"{width}x{height}", "fttui_tree": str(tree or ROOT), "fttui": stats(fttui), "bare": stats(bare),
             "ratio_of_medians": round(statistics.median(fttui) / statistics.median(bare), 2),
             "median_pair_ratio": round(statistics.median(pairs), 2)}
 
@@ -259,6 +265,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--mode", choices=["compare", "pty", "tmux", "headless", "all"], default="all")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--fttui-tree", metavar="DIR", help="compare: the fttui package of this checkout instead")
     args = ap.parse_args()
     if args.mode != "headless" and not FTTUI_BIN.exists():
         print(f"no fttui entry point next to {sys.executable}: install the project (make) first", file=sys.stderr)
@@ -271,7 +278,7 @@ def main() -> int:
         if not shutil.which("tmux"):
             print("--mode compare needs tmux", file=sys.stderr)
             return 2
-        out["compare_tmux_100x30"] = compare(args.runs)
+        out["compare_tmux_100x30"] = compare(args.runs, tree=args.fttui_tree)
         if args.mode == "compare":
             return _print(out, args.json)
     out["python_startup"] = stats([interpreter_only() for _ in range(args.runs)])
@@ -309,7 +316,7 @@ def _print(out: dict, as_json: bool) -> int:
         if isinstance(v, dict) and "median_s" in v:
             print(f"{k:32s} {_stat_line(v)}")
         elif isinstance(v, dict):  # the comparison
-            print(f"{k} ({v['size']}, alternated):")
+            print(f"{k} ({v['size']}, alternated; fttui from {v['fttui_tree']}):")
             print(f"  {'fttui':30s} {_stat_line(v['fttui'])}")
             print(f"  {'bare Textual app':30s} {_stat_line(v['bare'])}")
             print(f"  {'ratio (medians)':30s} x{v['ratio_of_medians']:.2f}  (median of pair ratios "

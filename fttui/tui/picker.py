@@ -53,6 +53,7 @@ class PickerScreen(Screen):
         self._store_stale = False  # a run or probe started here may add rows to the store
         self.live = None  # the live runs pane (fttui.tui.live_runs.LiveRuns), mounted when one is found
         self._method_value = "lora"  # the method field's value until its Select is mounted
+        self._started = False  # the work deferred past the first frame has begun
 
     def compose(self) -> ComposeResult:
         # Every widget is built with its content (the profile names, the first profile's details
@@ -137,13 +138,14 @@ class PickerScreen(Screen):
         if self._store_stale and self.store_rows is not None:  # back from a run or probe
             self._store_stale = False
             self.call_after_refresh(self._reload_store)
-        if self.live is not None:
+        if self._started:  # back from a run, a probe, the results: the live runs again
             self._list_live_runs()
 
     def _after_first_frame(self) -> None:
         self.set_timer(BACKGROUND_DELAY_S, self._after_first_frame_out)
 
     def _after_first_frame_out(self) -> None:
+        self._started = True
         self._mount_method_field()
         self.query_one("#overrides").display = True
         self._read_gpus_and_store()
@@ -212,6 +214,9 @@ class PickerScreen(Screen):
             await self.mount(self.live, before="#picker-main")
             if self.app.focused is self.query_one("#profiles", OptionList):
                 self.live.query_one("#live-table").focus()  # the app opens on what matters
+        table = self.live.query_one("#live-table")
+        if not briefs and self.app.focused is table:
+            self.query_one("#profiles", OptionList).focus()
         self.live.show(briefs)
         self.live.display = bool(briefs)
         self.refresh_bindings()
