@@ -176,13 +176,43 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
     return EXIT_CODES.get(follower.final.status, EXIT_ERROR)
 
 
+class OutputTail:
+    """The new complete lines of a run's ``train.log``, as a terminal leaves them: a line redrawn
+    with carriage returns (a progress bar) shows its last state. What ``--headless`` prints of a
+    command run's own output."""
+
+    def __init__(self, path) -> None:
+        self.path, self.offset, self.rest = path, 0, b""
+
+    def lines(self, final: bool = False) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(1 << 20)
+        except OSError:
+            data = b""
+        self.offset += len(data)
+        *complete, self.rest = (self.rest + data).split(b"\n")
+        if final and self.rest:
+            complete, self.rest = complete + [self.rest], b""
+        out = []
+        for raw in complete:
+            parts = [p for p in raw.decode("utf-8", "replace").split("\r") if p.strip()]
+            if parts:
+                out.append(parts[-1].rstrip())
+        return out
+
+
 def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
     phases_printed, warned = 0, None
     dev = (f.rd.profile() or {}).get("devices", {})
+    output = OutputTail(f.rd.log_path) if f.rd.kind_and_group()[0] == "command" else None
     while True:
         snap = f.poll()
+        for line in output.lines(final=f.done) if output is not None else ():
+            print(line, flush=True)
         if (not started and not said_waiting and int(dev.get("node_rank", 0)) > 0
                 and time.monotonic() - t0 > 5):
             said_waiting = True

@@ -41,13 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--headless", action="store_true", help="no app: plain progress lines")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    p = sub.add_parser("run", help="launch a profile and watch it")
+    p = sub.add_parser("run", help="launch a profile, or any command (fttui run -- CMD ARGS...), and watch it",
+                       description="Launch a profile (--profile, --from) or any training command given after "
+                                   "`--` (plain python, torchrun, accelerate launch, deepspeed), supervise it "
+                                   "and record its summary row. A command runs in the current folder; a "
+                                   "Hugging Face Trainer in it reports its steps through fttui's callback "
+                                   "(docs/commands.md).")
     _add_profile_args(p)
     p.add_argument("--resume", metavar="RUN",
                    help="continue RUN (a run id or unique prefix) from its last checkpoint, as a new run "
                         "with the same profile")
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
+    p.add_argument("--name", help="with a command: the run's name (default: the script's name)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command to run and supervise instead of a profile")
 
     p = sub.add_parser("profiles", help="list the profiles, or show the profile a YAML config becomes")
     p.add_argument("--format", choices=["table", "json"], default="table",

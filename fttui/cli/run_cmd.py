@@ -1,4 +1,9 @@
-"""`fttui run`: launch a profile (or resume an earlier run from its last checkpoint) and watch it.
+"""`fttui run`: launch a profile (or resume an earlier run from its last checkpoint, or run any
+command given after ``--``) and watch it.
+
+``fttui run [--headless] [--name NAME] -- CMD ARGS...`` supervises the command as a profile run
+(:mod:`fttui.core.run.command`): it takes no profile, ``--set``, ``--from`` or ``--resume``; the
+command and its program are checked before anything is written.
 
 ``--resume RUN`` (a run id or unique prefix) launches a new run with the profile RUN ran with,
 continuing from RUN's last checkpoint (:mod:`fttui.core.run.resume`); it takes no ``--profile``,
@@ -26,18 +31,48 @@ def resume_of(args):
     return plan_resume(args.resume)
 
 
+def command_of(args) -> list[str] | None:
+    """The command after ``--`` (None when none was given); FttuiError (one line) for an empty
+    one, or for profile options given with it."""
+    cmd = list(getattr(args, "command", None) or [])
+    if not cmd:
+        if getattr(args, "name", None):
+            raise FttuiError("--name names a command run: give the command after --, e.g. fttui run --name x -- python train.py")
+        return None
+    if cmd[0] == "--":
+        cmd = cmd[1:]
+    given = [flag for flag, attr in (("--profile", "profile"), ("--from", "from_config"), ("--set", "overrides"),
+                                     ("--resume", "resume")) if getattr(args, attr, None)]
+    if given:
+        raise FttuiError(f"a command run takes no {', '.join(given)}: give a profile or a command after --")
+    if getattr(args, "gpu_memory_limit", None):
+        raise FttuiError("a command's GPU memory cannot be capped from outside it: leave out --gpu-memory-limit "
+                         "(torch.cuda.set_per_process_memory_fraction in the script does it)")
+    from fttui.core.run.command import check_command
+
+    return check_command(cmd, os.getcwd())
+
+
 def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
     from fttui.core.run import launch
 
+    command = command_of(args)
     resume = resume_of(args)
-    resolved = resume.profile if resume else resolve(args)
+    if command is not None:
+        from fttui.core.run.command import command_profile
+
+        resume = None
+        resolved = command_profile(command, name=args.name, cwd=os.getcwd(),
+                                   host_memory=getattr(args, "host_memory_limit", None) or "")
+    else:
+        resolved = resume.profile if resume else resolve(args)
     app = not args.headless and not args.detach and is_tty() and os.environ.get("FTTUI_NO_APP") != "1"
-    if app and resume is None:
+    if app and resume is None and command is None:
         from fttui.tui.app import run_app
 
         return run_app(launch_profile=resolved)
     rd = launch.launch(resolved, resume=resume)
-    if app:  # a resumed run: launched here, followed in the app
+    if app:  # a resumed run or a command: launched here, followed in the app
         from fttui.tui.app import run_app
 
         return run_app(attach=str(rd.path))

@@ -31,6 +31,7 @@ BUNDLED = sorted((ROOT / "profiles").glob("*.toml"))
 KIND_TYPES = {
     "str": "str", "int": "int", "float": "float", "bool": "bool", "size": "str",
     "table": "Mapping[str, Any]", "modules": "tuple[str, ...] | str", "names": "tuple[str, ...]",
+    "argv": "tuple[str, ...]",
 }  # fmt: skip
 
 

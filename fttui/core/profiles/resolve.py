@@ -84,6 +84,13 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
             resolved[section] = values
     derived: list[str] = []
     model, data, train, devices = (resolved[s] for s in ("model", "data", "train", "devices"))
+    command = resolved["command"]
+    if command["cwd"] is not None:
+        folder = _local_path(command["cwd"], _base_dir(origins.get("command.cwd", leaf)))
+        if folder is None or not folder.is_dir():
+            raise ProfileError(where("command.cwd"), "command.cwd", f"folder not found: {command['cwd']}",
+                               f"relative paths are resolved from {display(_base_dir(origins.get('command.cwd', leaf)))}")
+        command["cwd"] = str(folder)
     _resolve_sharding(resolved, lambda dk: where(dk if explicit(dk) or dk != "sharding" else "method"))
     method = resolved["method"]
 
@@ -99,7 +106,8 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
                                f"{display(_base_dir(origins.get('model.config', leaf)))}")
         model["config"] = str(cfg)
     check_arch(model["arch"], where("model.arch"))
-    if model["init"] != "random" and (model["name_or_path"] is None or not model["name_or_path"].strip()):
+    if model["init"] != "random" and (model["name_or_path"] is None or not model["name_or_path"].strip()) \
+            and command["argv"] is None:  # a command brings its own model
         raise ProfileError(display(leaf), "model.name_or_path", "required",
                            "set a hub id like \"gpt2\" or a local model folder, "
                            "or use init = \"random\" with arch")

@@ -132,6 +132,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "monitor": {
         "stall_timeout_s": Field("float", 0.0, lo=0, hint="seconds without a step before a run is flagged stalled; 0 = never"),
     },
+    # a command the profile runs instead of fttui's worker (docs/commands.md): `fttui run -p NAME`
+    # supervises it as `fttui run -- ARGV` does; the model, data and train sections then go unused
+    "command": {
+        "argv": Field("argv", None),
+        "cwd": Field("str", None),  # the folder it runs in (relative: from the profile's folder); none = where fttui starts
+    },
 }
 
 SECTIONS: tuple[str, ...] = tuple(s for s in SCHEMA if s != TOP)

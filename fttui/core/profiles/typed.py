@@ -191,11 +191,20 @@ class MonitorSettings(_Section):
     stall_timeout_s: float
 
 
+@dataclass(frozen=True)
+class CommandSettings(_Section):
+    """``[command]``: a command the profile runs instead of fttui's worker (docs/commands.md)."""
+
+    SECTION: ClassVar[str] = "command"
+    argv: tuple[str, ...] | None
+    cwd: str | None
+
+
 #: section name -> its dataclass, in SCHEMA order
 SECTION_TYPES: dict[str, type[_Section]] = {
     cls.SECTION: cls
     for cls in (ModelSettings, DataSettings, TrainSettings, LoraSettings, QuantSettings,
-                DeepSpeedSettings, DeviceSettings, LimitSettings, MonitorSettings)
+                DeepSpeedSettings, DeviceSettings, LimitSettings, MonitorSettings, CommandSettings)
 }
 
 #: the meta keys' values when a partial dict leaves them out
@@ -231,13 +240,17 @@ class Profile:
     devices: DeviceSettings
     limits: LimitSettings
     monitor: MonitorSettings
+    command: CommandSettings
     derived: tuple[str, ...]
     overrides: tuple[str, ...]
 
     @classmethod
     def from_dict(cls, resolved: Mapping[str, Any]) -> Profile:
         """The resolved dict of :func:`load_profile` / :func:`apply_overrides`: exactly its keys
-        (ValueError otherwise, e.g. for a key that is no setting)."""
+        (ValueError otherwise, e.g. for a key that is no setting); a ``profile.json`` written
+        before profiles could hold a ``[command]`` (a run resumed from then) has none."""
+        if "command" not in resolved:
+            resolved = {**resolved, "command": CommandSettings.from_partial({}).to_dict()}
         _check_keys(cls, resolved, "top level")
         return cls(**{
             n: SECTION_TYPES[n].from_dict(v) if n in SECTION_TYPES else _freeze(v)
@@ -306,7 +319,7 @@ class Profile:
 
 
 __all__ = [
-    "BatchFigures", "DataSettings", "DeviceSettings", "LimitSettings", "LoraSettings",
+    "BatchFigures", "CommandSettings", "DataSettings", "DeviceSettings", "LimitSettings", "LoraSettings",
     "ModelSettings", "MonitorSettings", "Profile", "QuantSettings", "SECTION_TYPES",
     "TrainSettings", "DeepSpeedSettings", "Zero3Settings",
 ]

@@ -32,6 +32,7 @@ _KIND_WORDS = {
     "modules": "a list of module names or a string",
     "names": "a list of names or a string",
     "size": "a size string",
+    "argv": "a list of strings (the program, then its arguments)",
 }
 
 
@@ -93,6 +94,8 @@ def _type_hint(key: str, field: Field, value: Any) -> str:
         return 'e.g. target_modules = ["q_proj", "v_proj"] or "all-linear"'
     if field.kind == "names":
         return f'e.g. {short} = ["tensorboard"] or []'
+    if field.kind == "argv":
+        return 'e.g. argv = ["python", "train.py", "--epochs", "1"]'
     if field.kind == "table":
         return f"write it as a table under a [{key}] header"
     if example is not None:
@@ -123,6 +126,9 @@ def _kind_ok(kind: str, value: Any) -> bool:
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     if kind == "size":
         return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    if kind == "argv":
+        return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value) \
+            and bool(value[0].strip())
     raise AssertionError(kind)
 
 
@@ -147,7 +153,7 @@ def check_value(section: str, key: str, value: Any, file: str) -> Any:
                 parse_size(value)
             except SizeError as exc:
                 raise ProfileError(file, dk, exc.message, exc.hint) from None
-    elif field.kind in ("table", "modules"):
+    elif field.kind in ("table", "modules", "argv"):
         value = copy.deepcopy(value)
     elif field.kind == "names":
         value = _names(file, dk, value)

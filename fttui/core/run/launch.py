@@ -229,6 +229,10 @@ def prepare(resolved: dict, run_id: str | None = None,
     ``group``: see :func:`fttui.core.run.rundir.create`). ``resume`` (:func:`~fttui.core.run.resume.plan_resume`):
     the worker continues from that run's checkpoint, and ``command.json`` names it (``resume``:
     ``run_id``, ``checkpoint``, ``step``) for the row."""
+    from fttui.core.run.command import command_of
+
+    if command_of(resolved) is not None:  # fttui run -- CMD, or a profile's [command]
+        return prepare_command(resolved, run_id, group=group)
     validate_before_launch(resolved, gpu_count)
     resolved = with_output_dir(resolved)
     rid = run_id or rundir.new_run_id(resolved.get("name", "run"))
@@ -239,6 +243,43 @@ def prepare(resolved: dict, run_id: str | None = None,
         command = rd.command() or {}
         command["resume"] = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}
         rundir.write_json_atomic(rd.command_path, command)
+    return rd
+
+
+def prepare_command(resolved: dict, run_id: str | None = None, *, group: str | None = None) -> rundir.RunDir:
+    """The run directory of a command run (:mod:`fttui.core.run.command`): the command checked
+    (not empty, its program found) and its folder fixed (the profile's ``command.cwd``, else the
+    current folder) before anything is written; ``command.json`` gets ``kind = "command"``,
+    ``cwd`` and, under ``limits.host_memory``, ``host_limit_bytes`` (each of the command's
+    processes' address space, RLIMIT_AS, set by the log writer)."""
+    from fttui.core.base.errors import SizeError
+    from fttui.core.base.units import parse_size
+    from fttui.core.run import command as cmdrun
+
+    cmd = dict(cmdrun.command_of(resolved) or {})
+    cwd = os.path.abspath(os.path.expanduser(str(cmd.get("cwd") or os.getcwd())))
+    if not os.path.isdir(cwd):
+        raise FttuiError(f"command folder not found: {cwd}")
+    argv = cmdrun.check_command(cmd.get("argv"), cwd)
+    limits = resolved.get("limits") or {}
+    if limits.get("gpu_memory"):
+        raise FttuiError("a command's GPU memory cannot be capped from outside it; leave out the GPU memory "
+                         "limit (torch.cuda.set_per_process_memory_fraction in the script does it)")
+    host_limit = None
+    if limits.get("host_memory"):
+        try:
+            host_limit = parse_size(limits["host_memory"])
+        except SizeError as e:
+            raise FttuiError(f"host memory limit: {e}") from None
+    resolved = {**resolved, "command": {**cmd, "argv": argv, "cwd": cwd}}
+    rid = run_id or rundir.new_run_id(resolved.get("name") or cmdrun.KIND)
+    env = cmdrun.command_env(rundir.paths.runs_dir() / rid, host_limit=host_limit is not None)
+    rd = rundir.create(resolved, argv, env, run_id=rid, kind=cmdrun.KIND, group=group)
+    command = rd.command() or {}
+    command["cwd"] = cwd
+    if host_limit is not None:
+        command["host_limit_bytes"] = host_limit
+    rundir.write_json_atomic(rd.command_path, command)
     return rd
 
 
@@ -270,5 +311,5 @@ def launch(resolved: dict, run_id: str | None = None,
     return rd
 
 
-__all__ = ["launch", "prepare", "start_supervisor", "build_command", "check_launcher", "check_rendezvous",
+__all__ = ["launch", "prepare", "prepare_command", "start_supervisor", "build_command", "check_launcher", "check_rendezvous",
            "check_trackers", "free_port", "SHARDING_LAUNCHERS", "FttuiError"]

@@ -12,6 +12,13 @@ the run's row (:mod:`fttui.core.run.recover`). Cancel still reaches it: a signal
 stops the training; this process outlives the signal only to drain the last lines and record the
 exit.
 
+A command run (``fttui run -- CMD``, :mod:`fttui.core.run.command`) adds two options before
+``--``: ``--parse`` reads the Trainer's printed progress bar and log dicts into step events
+(:mod:`fttui.core.run.logparse`) until fttui's callback announces itself in the run directory
+(``callback.json``: its events are then the run's), and ``--as-limit BYTES`` caps the address space
+(RLIMIT_AS) of the command and every process it starts. Output is read as it comes, split at
+newlines and carriage returns (a progress bar redraws with ``\r``), and written unchanged.
+
 ``exit.json``: ``{"returncode": int, "t": float, "pid": int}`` with ``returncode`` as
 :mod:`subprocess` reports it (negative = killed by that signal). This process exits with the
 training's code (128 + signal number when it was killed).
@@ -28,7 +35,13 @@ import time
 from pathlib import Path
 
 from fttui.core.base.redact import Redactor
+from fttui.core.run.events import append_jsonl
+from fttui.core.run.logparse import split_segments
 from fttui.core.run.rundir import RunDir, group_members, write_json_atomic
+
+#: Written in the run directory by fttui's Trainer callback (fttui.integrations.hf) when it
+#: starts reporting: the output's progress is then not read any more.
+CALLBACK_MARK = "callback.json"
 
 #: After the training exits, how long its last output may take to arrive (a process it started
 #: may still hold the pipe; its output after that is not the training's).
@@ -38,12 +51,65 @@ DRAIN_S = 3.0
 REAP_GRACE_S = 5.0
 
 
-def _pump(pipe, log, redact: Redactor) -> None:
+class _LogEvents:
+    """The parser of a command's output and where its events go; silent once the run's callback
+    writes events itself, and never fatal to the log."""
+
+    def __init__(self, rd: RunDir) -> None:
+        from fttui.core.run.logparse import TrainerLogParser
+
+        self.rd, self.parser, self.off = rd, TrainerLogParser(), False
+
+    def _write(self, events: list) -> None:
+        if not events or self.off:
+            return
+        if (self.rd.path / CALLBACK_MARK).exists():  # fttui's callback reports this run
+            self.off = True
+            return
+        for ev in events:
+            append_jsonl(self.rd.events_path, ev)
+
+    def feed(self, segment: bytes) -> None:
+        if self.off:
+            return
+        try:
+            self._write(self.parser.feed(segment.decode("utf-8", "replace"), time.time()))
+        except Exception as e:  # the log matters more than its events
+            self.off = True
+            print(f"fttui: reading progress from the output stopped: {e!r}", file=sys.stderr)
+
+    def finish(self) -> None:
+        if not self.off:
+            try:
+                self._write(self.parser.finish(time.time()))
+            except Exception:
+                pass
+
+
+def _pump(pipe, log, redact: Redactor, events: _LogEvents | None = None) -> None:
+    fd = pipe.fileno()
+    rest = b""
     try:
-        for line in iter(pipe.readline, b""):
-            log.write(redact(line))
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            segments, rest = split_segments(rest + chunk)
+            if len(rest) > 65536:  # a very long line without an end: write it as it is
+                segments, rest = segments + [rest], b""
+            for seg in segments:
+                log.write(redact(seg))
+                if events is not None:
+                    events.feed(seg)
     except (OSError, ValueError):
         pass
+    if rest:
+        try:
+            log.write(redact(rest))
+        except (OSError, ValueError):
+            pass
+        if events is not None:
+            events.feed(rest)
 
 
 def _reap_group() -> None:
@@ -64,7 +130,22 @@ def _reap_group() -> None:
             pass
 
 
-def run(rd: RunDir, argv: list[str]) -> int:
+def _limit_as(limit: int | None):
+    """A ``preexec_fn`` that caps the child's address space at ``limit`` bytes (None: no cap)."""
+    if not limit:
+        return None
+
+    def apply() -> None:
+        import resource
+
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+    return apply
+
+
+def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | None = None) -> int:
     parent = os.getppid()
     # Signals to the group are for the training: this process stays to drain and record. A
     # Python handler (not SIG_IGN) so that the training, after exec, gets the default action.
@@ -73,13 +154,14 @@ def run(rd: RunDir, argv: list[str]) -> int:
     log = os.fdopen(os.open(rd.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, close_fds=True)
+                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=_limit_as(as_limit))
     except OSError as e:
         log.write(f"fttui: could not start {argv[0]}: {e}\n".encode())
         write_json_atomic(rd.exit_path, {"returncode": 127, "t": time.time(), "pid": None,
                                          "error": f"could not start {argv[0]}: {e}"})
         return 127
-    pump = threading.Thread(target=_pump, args=(child.stdout, log, Redactor(dict(os.environ))), daemon=True)
+    events = _LogEvents(rd) if parse else None
+    pump = threading.Thread(target=_pump, args=(child.stdout, log, Redactor(dict(os.environ)), events), daemon=True)
     pump.start()
     while True:
         try:
@@ -88,6 +170,8 @@ def run(rd: RunDir, argv: list[str]) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
     pump.join(timeout=DRAIN_S)
+    if events is not None:
+        events.finish()
     write_json_atomic(rd.exit_path, {"returncode": rc, "t": time.time(), "pid": child.pid})
     if os.getppid() != parent:  # the supervisor is gone: nobody else will reap the group
         _reap_group()
@@ -96,11 +180,23 @@ def run(rd: RunDir, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) < 3 or args[1] != "--":
-        print("usage: python -m fttui.core.run.logtee RUN_DIR -- ARGV...", file=sys.stderr)
+    usage = "usage: python -m fttui.core.run.logtee RUN_DIR [--parse] [--as-limit BYTES] -- ARGV..."
+    if "--" not in args or args.index("--") < 1 or args.index("--") == len(args) - 1:
+        print(usage, file=sys.stderr)
         return 2
+    sep = args.index("--")
+    opts, parse, as_limit = args[1:sep], False, None
+    while opts:
+        opt = opts.pop(0)
+        if opt == "--parse":
+            parse = True
+        elif opt == "--as-limit" and opts and opts[0].isdigit():
+            as_limit = int(opts.pop(0))
+        else:
+            print(usage, file=sys.stderr)
+            return 2
     os.umask(0o077)
-    return run(RunDir(Path(args[0])), args[2:])
+    return run(RunDir(Path(args[0])), args[sep + 1:], parse=parse, as_limit=as_limit)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,13 @@ def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_re
                            error_step=err.get("step"), error_rank=err.get("rank"))
     if rc == 0 and snap.status == "completed":
         return FinalStatus("completed", rc, sig)
+    if rc != 0 and not err and rd.kind_and_group()[0] == "command":
+        # a command reports its OOM in its output only (the worker writes an error event)
+        from fttui.core.run.oomtext import oom_in_log
+
+        found = oom_in_log(rd.log_path)
+        if found is not None:
+            return FinalStatus("oom", rc, sig, oom_kind=found[0], error=found[1], error_step=snap.step)
     if rc == -signal.SIGKILL and _host_memory_pressure(rd, snap):
         return FinalStatus("oom", rc, sig, oom_kind="host-kill",
                            error="killed by SIGKILL while host memory was at its limit (kernel OOM killer)",
@@ -102,6 +109,14 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     (:mod:`fttui.core.run.perf`). ``recorded_by``: who wrote the row (``"supervisor"``, or
     ``"recovered"`` when a later command wrote it for a supervisor that died)."""
     prof = rd.profile() or {}
+    kind, group = rd.kind_and_group()
+    used = []  # a command's cards: those its processes had memory on
+    if kind == "command":
+        from fttui.core.run.command import row_profile
+
+        used = [c for c in (snap.gpu.gpus if snap.gpu is not None and snap.gpu.available else [])
+                if (snap.gpu_peak_proc_mb.get(c.index) or 0) > 0]
+        prof = row_profile(prof, snap.config, len(used))
     train, data, dev, model = (prof.get(k, {}) for k in ("train", "data", "devices", "model"))
     env = dict(snap.env or {})
     nproc = processes_per_node(prof) if prof else 1
@@ -111,7 +126,7 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     versions = {k: env.get(k) for k in ("python", "torch", "transformers", "peft", "accelerate",
                                         "bitsandbytes", "deepspeed", "cuda", "driver") if k in env}
     gpus_asked = int(dev.get("gpus", 1))
-    cards = row_cards(snap, gpus_asked, nproc, cuda_visible)
+    cards = used if used and cuda_visible is None else row_cards(snap, gpus_asked, nproc, cuda_visible)
     gpu_names = [c.name or "" for c in cards]
     if not cards and gpus_asked > 0:  # no GPU sample: the worker's own list (CUDA order)
         gpu_names = list(env.get("gpu_names") or [])[:max(1, nproc)]
@@ -131,13 +146,12 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     events = read_jsonl(rd.events_path)
     method, sharding_asked = stated_sharding(prof)
     stated["sharding"] = sharding_asked
-    differs = mismatch(stated, snap, events) if prof else {}
+    differs = mismatch(stated, snap, events) if prof and kind != "command" else {}  # a command states nothing
     # The sharding that ran, read back from the engine or wrapper (the worker stops a run whose
     # sharding is not the one asked for); the one asked for when the run ended before it said.
     read_back = sharding_read_back(events)
     if read_back:
         env["sharding"] = read_back
-    kind, group = rd.kind_and_group()
     kept = kept_figures(rd, events)
     return {
         "run_id": rd.run_id,

@@ -137,6 +137,14 @@ class Supervisor:
                 time.sleep(0.1)
             self._signal_all(signal.SIGKILL)
 
+    def logtee_options(self) -> list[str]:
+        """A command run's log writer reads the Trainer's printed progress and caps the command's
+        address space (``host_limit_bytes``); a profile run's worker does both itself."""
+        if self.command.get("kind") != "command":
+            return []
+        limit = self.command.get("host_limit_bytes")
+        return ["--parse", *(["--as-limit", str(int(limit))] if isinstance(limit, int) and limit > 0 else [])]
+
     # main loop ------------------------------------------------------------------------------
     def run(self) -> int:
         rd = self.rd
@@ -159,11 +167,12 @@ class Supervisor:
             # The log writer leads the training's process group; output never passes through
             # this process, so the training outlives it.
             self.child = subprocess.Popen(
-                [sys.executable, "-m", "fttui.core.run.logtee", str(rd.path), "--", *argv],
+                [sys.executable, "-m", "fttui.core.run.logtee", str(rd.path), *self.logtee_options(), "--", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env=env,
+                cwd=self.command.get("cwd") or None,  # a command run: the folder it was started from
                 start_new_session=True,
                 close_fds=True,
             )

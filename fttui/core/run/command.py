@@ -1,0 +1,142 @@
+"""Command runs: any command (``fttui run -- CMD ARGS...``, or a profile's ``[command] argv``)
+supervised as a profile run is (docs/commands.md).
+
+The run directory holds the command (``command.json``: ``argv``, ``cwd``, ``kind = "command"``)
+and a small ``profile.json`` (the name, the limits, the stall timeout and the command itself); the
+supervisor starts the command in its folder under the log writer, which also reads the
+Trainer's printed progress (:mod:`fttui.core.run.logparse`) while no callback writes events.
+
+For a Python command the environment gets fttui's Trainer integration
+(:mod:`fttui.integrations.hf`): ``FTTUI_RUN_DIR`` names the run directory, and the folder of
+fttui's ``sitecustomize`` goes first on ``PYTHONPATH``, so that a ``transformers.Trainer``
+created in any process of the command gets fttui's callback (``FTTUI_INJECT=0`` turns that off).
+The core never imports the integration: it only names its folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fttui.core.base.errors import FttuiError
+
+__all__ = ["RUN_DIR_ENV", "INJECT_ENV", "KIND", "autoload_dir", "check_command", "command_name",
+           "command_profile", "command_env", "command_text", "command_of", "row_profile"]
+
+#: The run directory, for the callback (the integration's documented variable).
+RUN_DIR_ENV = "FTTUI_RUN_DIR"
+#: ``0``: no automatic callback in the command's Trainers (the one-line callback still works).
+INJECT_ENV = "FTTUI_INJECT"
+KIND = "command"
+
+
+def autoload_dir() -> Path:
+    """The folder holding the integration's ``sitecustomize.py`` (put first on ``PYTHONPATH``)."""
+    return Path(__file__).resolve().parents[2] / "integrations" / "autoload"
+
+
+def check_command(argv: list[str] | tuple[str, ...] | None, cwd: str | os.PathLike | None = None,
+                  path: str | None = None) -> list[str]:
+    """The command as a list, checked before anything is written: not empty, and its program
+    exists (on ``PATH``, or as a file from ``cwd`` when it names a path). FttuiError (one line)
+    otherwise."""
+    argv = [str(a) for a in (argv or [])]
+    if not argv or not argv[0].strip():
+        raise FttuiError("empty command: give one after --, e.g. fttui run -- python train.py")
+    prog = argv[0]
+    if os.sep in prog:
+        full = Path(cwd or ".") / os.path.expanduser(prog)
+        if not full.is_file():
+            raise FttuiError(f"command not found: {prog} (no such file)")
+        if not os.access(full, os.X_OK):
+            raise FttuiError(f"command not executable: {prog} (run it with its interpreter, or chmod +x)")
+    elif shutil.which(prog, path=path if path is not None else os.environ.get("PATH")) is None:
+        raise FttuiError(f"command not found: {prog} (not on PATH)")
+    return argv
+
+
+def command_name(argv: list[str]) -> str:
+    """A run name from the command: the script's stem (``train.py`` -> ``train``), the module of
+    ``-m`` (``pkg.train`` -> ``train``), else the program's name."""
+    for i, arg in enumerate(argv):
+        if arg.endswith(".py") and not arg.startswith("-"):
+            return Path(arg).stem or "command"
+        if arg == "-m" and i + 1 < len(argv) and i <= 1:
+            return argv[i + 1].rsplit(".", 1)[-1] or "command"
+    return Path(argv[0]).name or "command"
+
+
+def command_profile(argv: list[str], *, name: str | None = None, cwd: str | None = None,
+                    host_memory: str = "", stall_timeout_s: float = 0.0, description: str = "") -> dict[str, Any]:
+    """The ``profile.json`` of ``fttui run -- CMD``: the name, the command, the limits and the
+    stall timeout (a command states no model, data or batch: the row takes those from the
+    Trainer's events, or leaves them unknown)."""
+    return {
+        "name": name or command_name(argv),
+        "source": "",
+        "origin": "command",
+        "description": description,
+        "command": {"argv": list(argv), "cwd": str(cwd or os.getcwd())},
+        "limits": {"gpu_memory": "", "host_memory": host_memory or ""},
+        "monitor": {"stall_timeout_s": float(stall_timeout_s or 0.0)},
+    }
+
+
+def command_of(resolved: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The profile's ``[command]`` (``argv``, ``cwd``) when it holds a command, else ``None``."""
+    cmd = (resolved or {}).get("command")
+    if isinstance(cmd, dict) and cmd.get("argv"):
+        return cmd
+    return None
+
+
+def command_text(resolved: dict[str, Any]) -> str | None:
+    """What a profile's command runs, as a shell would show it, with its folder: the line the
+    picker shows before launching it; ``None`` for a profile without a command."""
+    cmd = command_of(resolved)
+    if cmd is None:
+        return None
+    return f"{shlex.join(str(a) for a in cmd['argv'])}   (in {cmd.get('cwd') or os.getcwd()})"
+
+
+def command_env(run_dir: Path, *, inject: bool = True, host_limit: bool = False,
+                environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables added to the command's environment (recorded in ``command.json``)."""
+    environ = os.environ if environ is None else environ
+    env = {"PYTHONUNBUFFERED": "1", RUN_DIR_ENV: str(run_dir)}
+    if inject and environ.get(INJECT_ENV, "1") != "0":
+        prev = environ.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(autoload_dir()) + (os.pathsep + prev if prev else "")
+    else:
+        env[INJECT_ENV] = "0"
+    if host_limit:
+        # every thread's malloc arena is address space: fewer arenas, a steadier boundary
+        env["MALLOC_ARENA_MAX"] = "1"
+    return env
+
+
+def row_profile(prof: dict[str, Any], start_config: dict[str, Any] | None, cards_used: int) -> dict[str, Any]:
+    """The profile a command run's row is built from: the run's name and limits, and what the
+    Trainer told (its start event's ``config``: model, method, sharding, precision, GPUs per
+    node); nothing from the schema's defaults, which a command never stated. ``cards_used``: the
+    cards the command's processes had memory on (the GPUs when the Trainer did not say)."""
+    cfg = start_config if isinstance(start_config, dict) else {}
+    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    train = cfg.get("train") if isinstance(cfg.get("train"), dict) else {}
+    dev = cfg.get("devices") if isinstance(cfg.get("devices"), dict) else {}
+    own_model = ((prof.get("model") or {}).get("name_or_path")) if isinstance(prof.get("model"), dict) else None
+    gpus = dev.get("gpus") if isinstance(dev.get("gpus"), int) else cards_used
+    return {
+        "name": prof.get("name"),
+        "method": cfg.get("method"),
+        "sharding": cfg.get("sharding"),
+        "model": {"name_or_path": model.get("name_or_path") or own_model},
+        "data": {"name": None, "max_seq_len": None},
+        "train": {"precision": train.get("precision"), "gradient_checkpointing": train.get("gradient_checkpointing"),
+                  "batch_size": None, "grad_accum": None},
+        "devices": {"gpus": gpus, "cpu_processes": 1, "nodes": int(dev.get("nodes") or 1)},
+        "limits": prof.get("limits") or {},
+    }

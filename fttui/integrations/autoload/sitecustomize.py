@@ -1,0 +1,186 @@
+"""fttui's automatic Trainer callback for the commands it runs (docs/commands.md).
+
+``fttui run -- CMD`` puts this folder first on the command's ``PYTHONPATH``, so every Python
+process of the command (torchrun's, accelerate's and DeepSpeed's ranks included) imports this
+module at startup. With ``FTTUI_RUN_DIR`` set and ``FTTUI_INJECT`` not ``0`` it watches for the
+import of ``transformers.trainer`` and then:
+
+- wraps ``Trainer.__init__`` so that every Trainer (and subclass: TRL's, LLaMA-Factory's) gets
+  :class:`fttui.integrations.hf.FttuiCallback`, unless the script added one itself;
+- wraps ``Trainer.train`` so that an exception out of training is written as an ``error`` event
+  (OOM kind included) before it propagates unchanged;
+- writes the ``loading-model`` phase (the script is importing its training stack).
+
+Nothing else is changed, and nothing is imported before the script imports transformers. Any
+failure in here is swallowed: one line on stderr (the run's log) and the traceback in the run
+directory's ``integration.log``; the script runs as it would without fttui. A ``sitecustomize``
+that this one shadows on ``sys.path`` is run afterwards.
+"""
+
+from __future__ import annotations
+
+
+def _fail(what: str, exc: BaseException) -> None:
+    import os
+    import sys
+    import time
+    import traceback
+
+    try:
+        print(f"fttui: {what} failed ({type(exc).__name__}: {exc}); the script runs without fttui's callback",
+              file=sys.stderr, flush=True)
+        run_dir = os.environ.get("FTTUI_RUN_DIR")
+        if run_dir:
+            with open(os.path.join(run_dir, "integration.log"), "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}: {what}\n")
+                f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    except Exception:
+        pass
+
+
+def _load_hf():
+    """fttui.integrations.hf: imported when this Python's ``fttui`` is the one this file belongs
+    to, else loaded from the file next to this folder (fttui not installed in the command's
+    Python)."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fttui/integrations
+    spec = importlib.util.find_spec("fttui")
+    origin = os.path.dirname(os.path.abspath(spec.origin)) if spec is not None and spec.origin else None
+    if origin is not None and os.path.join(origin, "integrations") == pkg_dir:
+        return importlib.import_module("fttui.integrations.hf")
+    name = "_fttui_integrations_hf"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(pkg_dir, "hf.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _patch(trainer_module) -> None:
+    """Wrap ``Trainer.__init__`` and ``Trainer.train`` of the freshly imported module."""
+    import functools
+    import os
+    import time
+
+    hf = _load_hf()
+    run_dir = os.environ["FTTUI_RUN_DIR"]
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+    except ValueError:
+        rank = 0
+    hf.append_event(run_dir, {"event": "phase", "phase": "loading-model", "t": time.time(), "rank": rank,
+                              "source": "injected"})
+    Trainer = trainer_module.Trainer
+    init, train = Trainer.__init__, Trainer.train
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            hf.attach(self, via="injected")
+        except Exception as e:
+            _fail("adding fttui's callback to the Trainer", e)
+
+    @functools.wraps(train)
+    def train_(self, *args, **kwargs):
+        try:
+            return train(self, *args, **kwargs)
+        except BaseException as e:
+            hf.report_error(self, e)
+            raise
+
+    Trainer.__init__ = __init__
+    Trainer.train = train_
+
+
+class _Loader:
+    """The real loader of ``transformers.trainer``, then :func:`_patch`."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            _patch(module)
+        except Exception as e:
+            _fail("fttui's Trainer hook", e)
+
+
+class _Finder:
+    """Finds ``transformers.trainer`` with the other finders and hands back its spec with the
+    loader wrapped; every other module is left to them."""
+
+    TARGET = "transformers.trainer"
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.TARGET:
+            return None
+        import sys
+
+        try:
+            sys.meta_path.remove(self)  # once: and the other finders answer from here on
+        except ValueError:
+            pass
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            spec.loader = _Loader(spec.loader)
+            return spec
+        except Exception as e:
+            _fail("fttui's Trainer hook", e)
+            return None
+
+
+def _chain_next_sitecustomize() -> None:
+    """Run the ``sitecustomize`` this module shadows (a distribution's or a virtualenv's)."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", paths)
+    if spec is None or spec.loader is None or os.path.abspath(spec.origin or "") == os.path.abspath(__file__):
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+def _install() -> None:
+    import os
+    import sys
+
+    if not os.environ.get("FTTUI_RUN_DIR") or os.environ.get("FTTUI_INJECT", "1") == "0":
+        return
+    if "transformers.trainer" in sys.modules:  # imported already (an interactive start-up): patch it now
+        _patch(sys.modules["transformers.trainer"])
+        return
+    sys.meta_path.insert(0, _Finder())
+
+
+try:
+    _install()
+except Exception as _e:  # never stop the command's Python
+    _fail("fttui's Trainer hook", _e)
+
+try:
+    _chain_next_sitecustomize()
+except Exception as _e:
+    _fail("the sitecustomize after fttui's", _e)

@@ -1,0 +1,138 @@
+"""What fttui's Trainer callback (:mod:`fttui.integrations.hf`) reads off the Trainer, the model
+and the process: versions, the model's name, method, shape and parameters, the sharding, peak RSS,
+the OOM kind of an exception. Stdlib only (torch when it is already imported); loaded by path
+into a command's own Python when fttui is not installed there."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+__all__ = ["peak_rss_mb", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
+
+
+def peak_rss_mb() -> float | None:
+    try:
+        with open("/proc/self/status", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    gpus = []
+    if torch is not None and torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            gpus.append({"index": i, "name": p.name, "mem_total_mb": int(p.total_memory // 2**20)})
+    env = {k: _version(k) for k in ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "deepspeed", "trl")}
+    return {"python": platform.python_version(), **env,
+            "cuda": getattr(getattr(torch, "version", None), "cuda", None), "gpus": gpus,
+            "gpu_names": [g["name"] for g in gpus], "cpu_count": os.cpu_count(),
+            "hostname": platform.node()}
+
+
+def model_shape(model) -> dict[str, Any] | None:
+    """``vocab``, ``hidden``, ``layers``, ``attn_dim``, ``tied`` from the model's (text) config:
+    what fttui's FLOPs per token need (the same reading as fttui's worker)."""
+    cfg = getattr(model, "config", None)
+    if cfg is not None and callable(getattr(cfg, "get_text_config", None)):
+        cfg = cfg.get_text_config()
+    if cfg is None:
+        return None
+
+    def first(*names):
+        for n in names:
+            v = getattr(cfg, n, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return None
+
+    vocab = first("vocab_size", "padded_vocab_size")
+    hidden = first("hidden_size", "n_embd", "n_embed", "d_model")
+    layers = first("num_hidden_layers", "num_layers", "n_layer")
+    heads = first("num_attention_heads", "n_head")
+    if None in (vocab, hidden, layers, heads):
+        return None
+    head_dim = first("head_dim", "kv_channels") or hidden // heads
+    return {"vocab": vocab, "hidden": hidden, "layers": layers, "attn_dim": heads * head_dim,
+            "tied": bool(getattr(cfg, "tie_word_embeddings", False))}
+
+
+def model_name(model) -> str | None:
+    cfg = getattr(model, "config", None)
+    name = getattr(cfg, "_name_or_path", None) or getattr(model, "name_or_path", None)
+    if isinstance(name, str) and name:
+        return name
+    kind = getattr(cfg, "model_type", None)
+    return f"{kind} (from config)" if kind else None
+
+
+def method(model) -> str:
+    peft = hasattr(model, "peft_config")
+    if getattr(model, "is_loaded_in_4bit", False):
+        return "qlora" if peft else "full"
+    if getattr(model, "is_loaded_in_8bit", False):
+        return "lora-int8" if peft else "full"
+    return "lora" if peft else "full"
+
+
+def sharding(trainer) -> str | None:
+    """``zeroN`` / ``zeroN-offload`` under DeepSpeed, ``fsdp`` under FSDP, ``none`` otherwise;
+    ``None`` when it cannot be told."""
+    try:
+        if getattr(trainer, "is_deepspeed_enabled", False):
+            plugin = trainer.accelerator.state.deepspeed_plugin
+            stage = plugin.zero_stage
+            zero = plugin.deepspeed_config.get("zero_optimization", {})
+            off = any(str((zero.get(k) or {}).get("device", "none")) not in ("none", "None")
+                      for k in ("offload_optimizer", "offload_param"))
+            return f"zero{stage}" + ("-offload" if off else "") if stage in (2, 3) else None
+        if getattr(trainer, "is_fsdp_enabled", False):
+            return "fsdp"
+        return "none"
+    except Exception:
+        return None
+
+
+def params(model) -> tuple[int, int]:
+    total = trainable = 0
+    for p in model.parameters():
+        n = int(getattr(p, "ds_numel", 0) or p.numel())  # ZeRO-3 keeps a partition: ds_numel is the whole
+        total += n
+        trainable += n if p.requires_grad else 0
+    return total, trainable
+
+
+def oom_kind(exc: BaseException) -> str | None:
+    """The OOM kind of an exception chain (fttui's kinds: ``cpu``, ``nccl``, ``cuda``, ``bnb``)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        low = str(e).lower()
+        if isinstance(e, MemoryError) or "defaultcpuallocator: can't allocate memory" in low:
+            return "cpu"
+        if "nccl" in low and "out of memory" in low:
+            return "nccl"
+        if type(e).__name__ == "OutOfMemoryError" or "cuda out of memory" in low:
+            return "cuda"
+        if "bitsandbytes" in low and "memory" in low:
+            return "bnb"
+        e = e.__cause__ or e.__context__
+    return None
