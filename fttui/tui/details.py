@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.measure import Measurement
 from rich.text import Text
 
 from fttui.core.profiles.fields import effective_batch
@@ -9,11 +10,41 @@ from fttui.core.profiles.fields import effective_batch
 REMOTE_CODE_LINE = "REMOTE CODE: on (runs code from the model's hub repo)"
 
 
+class LabelGrid:
+    """Rows of a bold label and a value folded under its column: what ``Table.grid(padding=(0,
+    1))`` with a no-wrap first column and a folding second one draws, without the table's
+    measuring passes (the details pane is on the app's first frame)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, Text]] = []
+
+    def add_row(self, label: str, value: str | Text) -> None:
+        self.rows.append((label, value if isinstance(value, Text) else Text(value)))
+
+    def _label_width(self) -> int:
+        return max((len(label) for label, _ in self.rows), default=0)
+
+    def __rich_measure__(self, console, options) -> Measurement:
+        lw = self._label_width()
+        widest = max((v.cell_len for _, v in self.rows), default=0)
+        return Measurement(min(lw + 2, options.max_width), min(lw + 1 + widest, options.max_width))
+
+    def __rich_console__(self, console, options):
+        lw = self._label_width()
+        widest = max((v.cell_len for _, v in self.rows), default=0)
+        width = max(1, min(widest, options.max_width - lw - 1))  # the value column, as the table's
+        for label, value in self.rows:
+            lines = value.wrap(console, width, overflow="fold") if value.cell_len > width else [value]
+            for i, line in enumerate(lines):
+                line = line.copy()  # the row's Text is rendered again on every layout
+                line.pad_right(width - line.cell_len)  # in the value's own style, as a table cell
+                yield Text.assemble(((label if i == 0 else "").ljust(lw + 1), "bold"), line)
+
+
 def profile_details(r: dict, overrides: dict[str, str]):
     """The details pane of a resolved profile: a label / value grid (the remote-code warning
     first, in words, when the profile runs code it did not ship)."""
     from rich.console import Group
-    from rich.table import Table
 
     from fttui.core.base import fmt
     from fttui.core.profiles import profile_summary
@@ -22,9 +53,7 @@ def profile_details(r: dict, overrides: dict[str, str]):
     s = profile_summary(r)
     micro, accum, procs, eff = effective_batch(r)
     train, data, dev, model = r["train"], r["data"], r["devices"], r["model"]
-    t = Table.grid(padding=(0, 1))
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column(overflow="fold")
+    t = LabelGrid()
     origin = r.get("origin") or s.get("origin") or ""
     t.add_row("profile", f"{s['name']} ({origin})")
     if s.get("description"):

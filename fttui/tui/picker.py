@@ -2,8 +2,9 @@
 overrides, the visible GPUs; Enter launches, `a` attaches to a live run.
 
 The first frame shows the profile list and the first profile's details; everything else comes
-after it: the GPUs and the results store (for the estimate) in a thread worker, the live runs
-in another (``fttui.tui.live_runs``), then the app's bookkeeping of runs whose supervisor died.
+after it: the override fields (``ready`` once they are mounted), the GPUs and the results store
+(for the estimate) in a thread worker, the live runs in another (``fttui.tui.live_runs``), then
+the app's bookkeeping of runs whose supervisor died.
 """
 
 from __future__ import annotations
@@ -52,12 +53,14 @@ class PickerScreen(Screen):
         self.verdict: MemoryVerdict | None = None  # the estimate of the current selection
         self._store_stale = False  # a run or probe started here may add rows to the store
         self.live = None  # the live runs pane (fttui.tui.live_runs.LiveRuns), mounted when one is found
-        self._method_value = "lora"  # the method field's value until its Select is mounted
+        self._values: dict[str, str] = {}  # the override fields' values until they are mounted
+        self.ready = False  # the override fields are mounted (after the first frame)
         self._started = False  # the work deferred past the first frame has begun
 
     def compose(self) -> ComposeResult:
-        # Every widget is built with its content (the profile names, the first profile's details
-        # and fields): the first layout is the one drawn, no update after mount costs a frame.
+        # Every widget of the first frame is built with its content (the profile names, the first
+        # profile's details): the first layout is the one drawn, no update after mount costs a
+        # frame. The override fields come just after it (_mount_fields).
         self._load_first()
         self.sub_title = "profiles"
         yield Header()
@@ -72,16 +75,11 @@ class PickerScreen(Screen):
                 pane.border_subtitle = "enter: launch  p: probe"
                 with VerticalScroll(id="details-scroll"):
                     yield Static(self._first_details(), id="details")
-                with Horizontal(id="overrides") as overrides:
-                    # filled already; drawn just after the first frame
-                    overrides.display = False
-                    values = field_values(self.base) if self.base is not None else {}
-                    self._method_value = values.get("method") or "lora"
-                    for fid, _dotted, label in OVERRIDE_FIELDS:
-                        with Vertical(classes=f"field field-{fid}"):
-                            yield Label(label)
-                            if fid != "method":  # the method's Select (the costly one) comes later
-                                yield Input(values.get(fid, ""), id=f"ov-{fid}", type="integer", compact=True)
+                overrides = Horizontal(id="overrides")  # its fields are mounted after the first frame
+                overrides.display = False
+                yield overrides
+                if self.base is not None:
+                    self._values = field_values(self.base)
                 error = Static(id="picker-error")
                 self._show_error(self.load_error, error)
                 yield error
@@ -144,10 +142,9 @@ class PickerScreen(Screen):
     def _after_first_frame(self) -> None:
         self.set_timer(BACKGROUND_DELAY_S, self._after_first_frame_out)
 
-    def _after_first_frame_out(self) -> None:
+    async def _after_first_frame_out(self) -> None:
         self._started = True
-        self._mount_method_field()
-        self.query_one("#overrides").display = True
+        await self._mount_fields()
         self._read_gpus_and_store()
         self._list_live_runs()
         self.set_interval(LIVE_REFRESH_S, self._refresh_live_runs)
@@ -178,16 +175,25 @@ class PickerScreen(Screen):
         self.store_rows = read_store_rows()
         self._update_estimate()
 
-    def _mount_method_field(self) -> None:
-        if self._method_select() is not None:
-            return
-        value = self._method_value
-        methods = [*METHODS, value] if value not in METHODS else METHODS
-        self.query_one(".field-method").mount(Select([(m, m) for m in methods], id="ov-method",
-                                                     allow_blank=False, value=value, compact=True))
-
-    def _method_select(self) -> Select | None:
-        return next(iter(self.query("#ov-method").results(Select)), None)
+    async def _mount_fields(self) -> None:
+        """The override fields, with the values of the selection (not in the first frame: their
+        mount and style pass cost it about a tenth)."""
+        values = self._values
+        fields = []
+        for fid, _dotted, label in OVERRIDE_FIELDS:
+            value = values.get(fid, "")
+            if fid == "method":
+                value = value or "lora"
+                methods = [*METHODS, value] if value not in METHODS else METHODS
+                field = Select([(m, m) for m in methods], id="ov-method", allow_blank=False, value=value,
+                               compact=True)
+            else:
+                field = Input(value, id=f"ov-{fid}", type="integer", compact=True)
+            fields.append(Vertical(Label(label), field, classes=f"field field-{fid}"))
+        overrides = self.query_one("#overrides")
+        await overrides.mount_all(fields)
+        overrides.display = True
+        self.ready = True
 
     # ------------------------------------------------------------------ live runs
     def _refresh_live_runs(self) -> None:
@@ -288,25 +294,21 @@ class PickerScreen(Screen):
         self._recompute()
 
     def _fill_fields(self, values: dict) -> None:
+        self._values = dict(values)
+        if not self.ready:
+            return
         for fid, value in values.items():
-            if fid != "method":
-                self.query_one(f"#ov-{fid}", Input).value = value
-                continue
-            self._method_value = value
-            w = self._method_select()
-            if w is not None:
-                if value not in METHODS:
-                    w.set_options([(m, m) for m in [*METHODS, value]])
-                w.value = value
+            w = self.query_one(f"#ov-{fid}")
+            if fid == "method" and value not in METHODS:
+                w.set_options([(m, m) for m in [*METHODS, value]])
+            w.value = value
 
     def _field_texts(self) -> dict[str, str]:
+        if not self.ready:
+            return {fid: str(self._values.get(fid, "")) for fid, _dotted, _label in OVERRIDE_FIELDS}
         out = {}
         for fid, _dotted, _label in OVERRIDE_FIELDS:
-            if fid == "method":
-                w = self._method_select()
-                v = w.value if w is not None else self._method_value
-            else:
-                v = self.query_one(f"#ov-{fid}", Input).value
+            v = self.query_one(f"#ov-{fid}").value
             out[fid] = "" if v is Select.NULL or v is None else str(v)
         return out
 

@@ -7,12 +7,18 @@ import time
 import pytest
 
 
+def _screen_ready(app) -> bool:
+    """The current screen has built what it builds after its first frame (the picker's override
+    fields, ``PickerScreen.ready``): what a user could type into is there."""
+    return getattr(app.screen, "ready", True) is not False
+
+
 async def until(pilot, cond, timeout: float = 20.0, what: str = "condition", step: float = 0.1):
-    """Pause the pilot until ``cond()`` is true (bounded)."""
+    """Pause the pilot until ``cond()`` is true on a ready screen (bounded)."""
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
-        if v:
+        if v and _screen_ready(pilot.app):
             return v
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
