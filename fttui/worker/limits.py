@@ -20,7 +20,7 @@ from fttui.core.base.units import parse_size as _parse_size
 
 from .errors import ConfigError
 
-__all__ = ["parse_size", "apply_host_limit", "apply_gpu_limit"]
+__all__ = ["parse_size", "apply_host_limit", "apply_gpu_limit", "preload_before_limit"]
 
 
 def parse_size(value: Any) -> int | None:
@@ -80,3 +80,33 @@ def apply_gpu_limit(limit: int | None, log) -> dict[str, Any] | None:
         fractions.append(round(frac, 4))
     return {"gpu_memory_bytes": limit, "applied": True, "fractions": fractions}
 
+
+
+def preload_before_limit(sharding: str, use_cuda: bool, log) -> list[str]:
+    """Load, before the address-space limit, what the training would otherwise load under it:
+    ``deepspeed`` whenever it is installed (accelerate's ``unwrap_model``, called in
+    ``Trainer.__init__``, imports it then), and for a DeepSpeed sharding the ops it JIT-builds
+    (CPU Adam under ``-offload``; the shared-memory collectives on CPU ranks): a compiler started
+    under the limit dies with "virtual memory exhausted". Returns the ops loaded."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return []
+    import deepspeed  # noqa: F401
+
+    from fttui.core.base.constants import DEEPSPEED_SHARDINGS
+
+    if sharding not in DEEPSPEED_SHARDINGS:
+        return []
+    from deepspeed.accelerator import get_accelerator
+
+    names = (["CPUAdamBuilder"] if sharding.endswith("-offload") else []) + ([] if use_cuda else ["ShareMemCommBuilder"])
+    loaded = []
+    for name in names:
+        builder = get_accelerator().create_op_builder(name)
+        if builder is not None and builder.is_compatible():
+            builder.load()  # the cached build, or a JIT build now, outside the limit
+            loaded.append(builder.NAME)
+    if loaded:
+        log(f"DeepSpeed ops loaded before the host memory limit: {', '.join(loaded)}")
+    return loaded

@@ -18,7 +18,7 @@ from fttui.core.run.events import append_jsonl
 from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
-from .limits import apply_gpu_limit, apply_host_limit, parse_size
+from .limits import apply_gpu_limit, apply_host_limit, parse_size, preload_before_limit
 from .sharding import sharding_of
 
 __all__ = ["Emitter", "env_int", "read_profile", "Setup", "setup"]
@@ -178,6 +178,8 @@ def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = 
     # Start the CPU thread pool before the address-space limit (thread stacks count against it).
     (torch.ones(64, 64) @ torch.ones(64, 64)).sum().item()
     limits = {"host_memory": lim.get("host_memory") or "", "gpu_memory": lim.get("gpu_memory") or ""}
+    if host_limit:
+        preload_before_limit(sharding, use_cuda, log)
     host_applied = apply_host_limit(host_limit)
     if host_applied:
         limits.update(host_applied)
