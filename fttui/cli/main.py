@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a dimension of the grid, e.g. batch_size=1,2,4; repeatable")
     p.add_argument("--steps", type=int, default=10, help="training steps per cell (default 10)")
     p.add_argument("--out", help="also write the Markdown table to this file")
+    p.add_argument("--json", action="store_true", help="print the cells (settings, status, run id, row) as JSON instead")
 
     p = sub.add_parser("report", help="Markdown tables, CSVs and PNG charts of the stored rows")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",

@@ -100,5 +100,12 @@ def cmd_sweep(args, resolve) -> int:
         with open(args.out, "w") as f:
             f.write(text)
         print(f"table written to {args.out}", file=sys.stderr)
-    print(text)
+    if getattr(args, "json", False):
+        print(json.dumps({"sweep_id": res.sweep_id, "profile": resolved.get("name"), "grid": dict(res.grid),
+                          "interrupted": res.interrupted,
+                          "cells": [{"settings": c.settings, "status": c.status, "run_id": c.run_id,
+                                     "skipped_because": c.skipped_because, "row": c.row} for c in res.cells]},
+                         indent=1, default=str))
+    else:
+        print(text)
     return EXIT_CANCELLED if res.interrupted else EXIT_OK

@@ -81,3 +81,16 @@ def test_sweep_of_two_sharded_ranks(fttui_home):
         assert r["world_size"] == 2 and r["sharding"] == "fsdp"  # read back from the ranks
         assert len(r["peak_rank_rss_mb"]) == 2 or r["status"] == "oom"
         assert not processes_mentioning(r["run_id"])
+
+
+def test_sweep_json_cells_are_the_stored_rows(fttui_home):
+    proc = run_fttui("sweep", "--profile", "tiny-lora", "--grid", "batch_size=1,2", "--steps", "1", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["profile"] == "tiny-lora" and res["grid"] == {"batch_size": [1, 2]} and not res["interrupted"]
+    assert [c["settings"] for c in res["cells"]] == [{"batch_size": 1}, {"batch_size": 2}]
+    stored = {r["run_id"]: r for r in json.loads(run_fttui("results", "--kind", "sweep", "--json", check=True).stdout)}
+    for c in res["cells"]:
+        assert c["status"] == "completed" and c["run_id"] in stored
+        assert stored[c["run_id"]]["batch_size"] == c["settings"]["batch_size"] == c["row"]["batch_size"]
+        assert stored[c["run_id"]]["samples_per_s"] == c["row"]["samples_per_s"]
