@@ -128,6 +128,7 @@ def test_tmux_pick_launch_complete_quit_result(fttui_home, fttui_bin, in_root):
         idx = _profile_index("tiny-lora")
         t.keys("Home", *["Down"] * idx)
         t.wait_screen("tiny-lora (bundled)", timeout=10)
+        t.wait_screen("seq len", timeout=10)  # the override fields, mounted after the first frame
         # fewer, bigger steps: tab to the batch field (list -> details -> batch), type over it
         t.keys("Tab", "Tab")
         time.sleep(0.3)
@@ -183,3 +184,33 @@ def test_tmux_quit_detach_then_attach(fttui_home, fttui_bin, in_root):
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=30, what="run processes gone")
     st = json.loads((run_dir / "status.json").read_text())
     assert st["status"] == "cancelled"
+
+
+def test_tmux_live_run_listed_and_attached(fttui_home, fttui_bin, in_root):
+    """After an SSH drop: `fttui` opens on the live run another fttui started; Enter attaches."""
+    from tests.tui.fixtures import write_run
+
+    supervisor = subprocess.Popen(["sleep", "120"])  # stands for the other fttui's supervisor
+    try:
+        run_dir = write_run("20231114-221320-demo-lora-0001", status=None, live_pid=supervisor.pid,
+                            steps=12, total_steps=20)
+        t = Tmux(fttui_home, 100, 30)
+        try:
+            t.start()
+            s = t.wait_screen("live runs (1)", timeout=20)
+            line = next(ln for ln in s.splitlines() if run_dir.name in ln)
+            assert "demo-lora" in line and "running" in line and "12/20" in line and "00:06" in line
+            assert "a Attach" in s  # the key, in the footer
+            t.keys("Enter")
+            s = t.wait_screen("RUNNING", timeout=20)
+            assert run_dir.name in s and "step 12/20" in s
+            t.keys("q")  # attached here: quitting asks, detach leaves the run alone
+            t.wait_screen("still live", timeout=10)
+            t.keys("d")
+            wait_for(lambda: t.pane_dead()[0], timeout=30, what="app exit")
+        finally:
+            t.kill()
+        assert not (run_dir / "cancel").exists()
+    finally:
+        supervisor.kill()
+        supervisor.wait()
