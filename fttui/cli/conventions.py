@@ -10,7 +10,6 @@ names for ``--profile`` (asked from ``fttui profiles --names`` when the user pre
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -55,6 +54,10 @@ def finish_parser(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def setup_logging(verbosity: int) -> None:
     """``-v``: fttui's debug logs on stderr (and for the processes it starts: FTTUI_LOG_LEVEL)."""
     level = os.environ.get("FTTUI_LOG_LEVEL", "").upper()
+    if not verbosity and not level:
+        return
+    import logging
+
     if verbosity:
         level = "DEBUG"
         os.environ["FTTUI_LOG_LEVEL"] = "DEBUG"  # the supervisor and worker log the same way

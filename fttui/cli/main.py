@@ -6,9 +6,7 @@ Exit codes: 0 completed (or success), 1 failed, 2 bad input (profile, dataset, a
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import sys
 
@@ -16,10 +14,9 @@ from fttui import __version__
 from fttui.core.base.constants import EXIT_INTERRUPTED, EXIT_OK, PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.fmt import rel_path
-from fttui.cli.conventions import SHELLS, completion_script, finish_parser, setup_logging
 
 
-def _add_profile_args(p: argparse.ArgumentParser) -> None:
+def _add_profile_args(p) -> None:
     p.add_argument("--profile", "-p", help="profile name or path to a .toml file")
     p.add_argument("--from", dest="from_config", metavar="FILE.yaml",
                    help="a LLaMA-Factory or axolotl training config instead of a profile "
@@ -32,7 +29,11 @@ def _add_profile_args(p: argparse.ArgumentParser) -> None:
                    help="cap the address space the training processes may add (e.g. 2GiB)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
+    import argparse
+
+    from fttui.cli.conventions import SHELLS, finish_parser
+
     ap = argparse.ArgumentParser(prog="fttui", description="Launch, watch and record LLM fine-tuning runs.")
     ap.add_argument("--version", action="version", version=f"fttui {__version__}")
     ap.add_argument("--profile", "-p", help="launch this profile and open its run screen")
@@ -173,6 +174,8 @@ def _resolve(args) -> dict:
     if not args.profile:
         raise FttuiError("give a profile: --profile NAME (`fttui profiles` lists them) or --from FILE.yaml")
     resolved = load_profile(args.profile, overrides)
+    import logging
+
     logging.getLogger("fttui.cli").debug("profile %s from %s (%s)%s", resolved.get("name"), resolved.get("source"),
                                          resolved.get("origin"), f", overrides {overrides}" if overrides else "")
     return resolved
@@ -231,79 +234,25 @@ def cmd_results(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    from fttui.core.results.tables import to_text
-    from fttui.core.run import rundir
-    from fttui.core.run.brief import run_brief
-    from fttui.core.run.recover import recover_all
+    from fttui.cli.runs_cmd import cmd_ls as run
 
-    runs = rundir.list_runs()
-    recover_all(runs)  # runs whose supervisor died get their row now that their training ended
-    body, briefs = [], []
-    for rd in runs:
-        b = run_brief(rd)  # step of total, ETA (live runs) and start time, from both ends of events.jsonl
-        briefs.append({"run_id": b.run_id, "profile": b.profile, "kind": b.kind, "status": b.state, "live": b.live,
-                       "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s, "started": b.started,
-                       "run_dir": str(rd.path)})
-        body.append([("* " if b.live else "  ") + rd.run_id, b.state, b.step_text(), b.eta_text(),
-                     b.started_text(), str(rd.path)])
-    if getattr(args, "json", False):
-        print(json.dumps(briefs, indent=1))
-        return 0
-    if not body:
-        print("no runs yet")
-        return 0
-    sys.stdout.write(to_text(["run", "status", "step", "ETA", "started", "directory"], body))
-    return 0
-
-
-def _find_run(run: str | None, live_only: bool = False):
-    from fttui.core.run import rundir
-
-    rd = rundir.find(run)
-    if rd is None:
-        raise FttuiError(f"no run matches {run!r}" if run else "no runs yet")
-    if live_only and not rd.is_live():
-        raise FttuiError(f"run {rd.run_id} is not live ({rd.state_label()})")
-    return rd
+    return run(args)
 
 
 def cmd_cancel(args) -> int:
-    import time
+    from fttui.cli.runs_cmd import cmd_cancel as run
 
-    import signal
-
-    from fttui.core.run.recover import recover
-
-    rd = _find_run(args.run, live_only=True)
-    rd.request_cancel()
-    print(f"cancelling {rd.run_id} ...", file=sys.stderr)
-    start = time.monotonic()
-    killed = False
-    while time.monotonic() - start < 60:
-        if rd.status() is not None or not rd.is_live():
-            break
-        if not killed and time.monotonic() - start > 10 and not rd.supervisor_alive():
-            killed = rd.signal_training(signal.SIGKILL)  # no supervisor to escalate: do it here
-        time.sleep(0.2)
-    recover(rd)  # no-op unless the supervisor was gone: then the row is written here
-    st = rd.status() or {}
-    print(f"{rd.run_id}: {st.get('status', 'still stopping')}")
-    return 0 if st else 1
+    return run(args)
 
 
 def cmd_attach(args) -> int:
-    rd = _find_run(args.run)
-    if not args.headless and _is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
-        from fttui.tui.app import run_app
+    from fttui.cli.runs_cmd import cmd_attach as run
 
-        return run_app(attach=str(rd.path))
-    from fttui.cli.live import watch_run
-
-    return watch_run(rd, rich_live=False, cancel_on_interrupt=False)
+    return run(args, _is_tty)
 
 
 def cmd_app(args) -> int:
-    if args.profile:
+    if args is not None and args.profile:
         args.detach = False
         return cmd_run(args)
     if not _is_tty():
@@ -346,6 +295,8 @@ def cmd_watch(args) -> int:
 
 
 def cmd_completion(args) -> int:
+    from fttui.cli.conventions import completion_script
+
     sys.stdout.write(completion_script(build_parser(), args.shell))
     return 0
 
@@ -367,7 +318,19 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) == 1 and _is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
+        # bare `fttui` on a terminal: the app at once (no parser to build before its first frame)
+        if os.environ.get("FTTUI_LOG_LEVEL"):
+            from fttui.cli.conventions import setup_logging
+
+            setup_logging(0)
+        try:
+            return cmd_app(None)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
     args = build_parser().parse_args(argv)
+    from fttui.cli.conventions import setup_logging
+
     setup_logging(getattr(args, "verbose", 0) or 0)
     try:
         if args.cmd is None:

@@ -58,9 +58,10 @@ class PickerScreen(Screen):
         self._started = False  # the work deferred past the first frame has begun
 
     def compose(self) -> ComposeResult:
-        # Every widget of the first frame is built with its content (the profile names, the first
-        # profile's details): the first layout is the one drawn, no update after mount costs a
-        # frame. The override fields come just after it (_mount_fields).
+        # Every widget of the first frame is built with its content (the profile names; the first
+        # profile's name in the details): the first layout is the one drawn. Resolving the first
+        # profile (the resolver's imports and its files), the override fields, the GPUs and the
+        # store come just after it (_after_first_frame_out).
         self._load_first()
         self.sub_title = "profiles"
         yield Header()
@@ -90,35 +91,25 @@ class PickerScreen(Screen):
         yield Footer()
 
     def _load_first(self) -> None:
-        """The profiles, and the first one loaded (as selecting it would)."""
-        from fttui.core.profiles import discover, load_profile
+        """The profiles (their names: discovery reads no file); the first one is resolved after
+        the first frame, as selecting it would."""
+        from fttui.core.profiles.discovery import discover
 
         try:
             self.refs = discover()
         except (OSError, FttuiError) as e:
             self.refs = []
             self.load_error = str(e)
-        if not self.refs:
-            return
-        ref = self.refs[0]
-        try:
-            self.base = load_profile(str(ref.path))
-            self.base["origin"] = ref.origin
-            self.resolved = self.base
-        except FttuiError as e:
-            self.load_error = self.load_error or str(e)
 
     def _first_details(self):
         if not self.refs:
             return "no profiles found: put NAME.toml files in ./profiles or the user profile folder"
-        if self.base is None:
-            return Text(f"{self.refs[0].name} ({self.refs[0].origin})", style="bold")
-        return profile_details(self.base, {})
+        return Text(f"{self.refs[0].name} ({self.refs[0].origin})", style="bold")
 
     def on_mount(self) -> None:
         ol = self.query_one("#profiles", OptionList)
         if self.refs:
-            ol.highlighted = 0  # the profile loaded in compose: selecting it again is a no-op
+            ol.highlighted = 0  # resolved after the first frame (_after_first_frame_out)
         ol.focus()
         # the GPUs, the store, the live runs, the bookkeeping: all after the first frame
         self.call_after_refresh(self._after_first_frame)
@@ -144,6 +135,9 @@ class PickerScreen(Screen):
 
     async def _after_first_frame_out(self) -> None:
         self._started = True
+        if self.refs and self.base is None:
+            ol = self.query_one("#profiles", OptionList)
+            self._select_profile(ol.highlighted if ol.highlighted is not None else 0)
         await self._mount_fields()
         self._read_gpus_and_store()
         self._list_live_runs()
@@ -261,7 +255,7 @@ class PickerScreen(Screen):
     # ------------------------------------------------------------------ profile and overrides
     @on(OptionList.OptionHighlighted, "#profiles")
     def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        if event.option_index is not None:
+        if event.option_index is not None and self._started:  # before: the first frame's turn
             self._select_profile(event.option_index)
 
     @on(OptionList.OptionSelected, "#profiles")

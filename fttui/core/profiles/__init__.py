@@ -9,28 +9,44 @@ Pure stdlib. The public API is here; the modules split it by concern:
 - ``resolve``: the resolved dict (:func:`load_profile`, :func:`apply_overrides`)
 - ``typed``: the resolved dict as frozen dataclasses (:class:`Profile`) and its derived figures
 - ``summary``: :func:`profile_summary`; ``fields``: the picker's override fields
+- ``foreign``: LLaMA-Factory and axolotl configs (``--from``)
 
-Inside the package, modules import each other by module, never through this file.
+Inside the package, modules import each other by module, never through this file. The names
+below are imported on first use (PEP 562), so that importing one light module of the package
+(the app's first frame needs only ``discovery``) does not load the resolver and the typed view.
 """
 
 from __future__ import annotations
 
-from fttui.core.base.errors import ProfileError, SizeError
-from fttui.core.base.units import parse_size
-from fttui.core.profiles.discovery import ProfileRef, discover, find_profile
-from fttui.core.profiles.resolve import apply_overrides, load_profile
-from fttui.core.profiles.schema import (
-    ALIASES, ALL_KEYS, META_KEYS, METHODS, PATH_KEYS, SCHEMA, SECTIONS, Field)
-from fttui.core.profiles.summary import profile_summary
-from fttui.core.profiles.typed import (
-    BatchFigures, DataSettings, DeepSpeedSettings, DeviceSettings, LimitSettings, LoraSettings, ModelSettings,
-    MonitorSettings, Profile, QuantSettings, TrainSettings, Zero3Settings)
-from fttui.core.profiles.values import SUPPORTED_METHODS
+import importlib
+from typing import Any
 
-__all__ = [
-    "ALIASES", "ALL_KEYS", "META_KEYS", "METHODS", "PATH_KEYS", "SCHEMA", "SECTIONS",
-    "SUPPORTED_METHODS", "BatchFigures", "DataSettings", "DeepSpeedSettings", "DeviceSettings", "Field",
-    "LimitSettings", "LoraSettings", "ModelSettings", "MonitorSettings", "Profile", "ProfileError",
-    "ProfileRef", "QuantSettings", "SizeError", "TrainSettings", "Zero3Settings",
-    "apply_overrides", "discover", "find_profile", "load_profile", "parse_size", "profile_summary",
-]
+_WHERE = {
+    "ProfileError": "fttui.core.base.errors", "SizeError": "fttui.core.base.errors",
+    "parse_size": "fttui.core.base.units",
+    "ProfileRef": ".discovery", "discover": ".discovery", "find_profile": ".discovery",
+    "apply_overrides": ".resolve", "load_profile": ".resolve",
+    "ALIASES": ".schema", "ALL_KEYS": ".schema", "META_KEYS": ".schema", "METHODS": ".schema",
+    "PATH_KEYS": ".schema", "SCHEMA": ".schema", "SECTIONS": ".schema", "Field": ".schema",
+    "profile_summary": ".summary",
+    "BatchFigures": ".typed", "DataSettings": ".typed", "DeepSpeedSettings": ".typed", "DeviceSettings": ".typed",
+    "LimitSettings": ".typed", "LoraSettings": ".typed", "ModelSettings": ".typed", "MonitorSettings": ".typed",
+    "Profile": ".typed", "QuantSettings": ".typed", "TrainSettings": ".typed", "Zero3Settings": ".typed",
+    "SUPPORTED_METHODS": ".values",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(where, __name__) if where.startswith(".") else importlib.import_module(where)
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

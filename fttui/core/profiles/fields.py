@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from fttui.core.base.constants import METHODS
-from fttui.core.profiles.typed import Profile
 
 # The settings people change between runs: (field id, dotted profile key, label).
 OVERRIDE_FIELDS: list[tuple[str, str, str]] = [
@@ -54,6 +53,8 @@ def overrides_from_fields(resolved: Mapping[str, Any], values: Mapping[str, str]
 def effective_batch(resolved: Mapping[str, Any]) -> tuple[int, int, int, int]:
     """(micro batch, grad accumulation, processes, effective batch): see
     :meth:`~fttui.core.profiles.typed.Profile.effective_batch`."""
+    from fttui.core.profiles.typed import Profile  # on use: the app's first frame does without it
+
     return Profile.from_partial(resolved).effective_batch()
 
 

@@ -1,0 +1,81 @@
+"""`fttui ls`, `fttui cancel`, `fttui attach`: the run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from fttui.core.base.errors import FttuiError
+
+
+def cmd_ls(args) -> int:
+    from fttui.core.results.tables import to_text
+    from fttui.core.run import rundir
+    from fttui.core.run.brief import run_brief
+    from fttui.core.run.recover import recover_all
+
+    runs = rundir.list_runs()
+    recover_all(runs)  # runs whose supervisor died get their row now that their training ended
+    body, briefs = [], []
+    for rd in runs:
+        b = run_brief(rd)  # step of total, ETA (live runs) and start time, from both ends of events.jsonl
+        briefs.append({"run_id": b.run_id, "profile": b.profile, "kind": b.kind, "status": b.state, "live": b.live,
+                       "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s, "started": b.started,
+                       "run_dir": str(rd.path)})
+        body.append([("* " if b.live else "  ") + rd.run_id, b.state, b.step_text(), b.eta_text(),
+                     b.started_text(), str(rd.path)])
+    if getattr(args, "json", False):
+        print(json.dumps(briefs, indent=1))
+        return 0
+    if not body:
+        print("no runs yet")
+        return 0
+    sys.stdout.write(to_text(["run", "status", "step", "ETA", "started", "directory"], body))
+    return 0
+
+
+def _find_run(run: str | None, live_only: bool = False):
+    from fttui.core.run import rundir
+
+    rd = rundir.find(run)
+    if rd is None:
+        raise FttuiError(f"no run matches {run!r}" if run else "no runs yet")
+    if live_only and not rd.is_live():
+        raise FttuiError(f"run {rd.run_id} is not live ({rd.state_label()})")
+    return rd
+
+
+def cmd_cancel(args) -> int:
+    import time
+
+    import signal
+
+    from fttui.core.run.recover import recover
+
+    rd = _find_run(args.run, live_only=True)
+    rd.request_cancel()
+    print(f"cancelling {rd.run_id} ...", file=sys.stderr)
+    start = time.monotonic()
+    killed = False
+    while time.monotonic() - start < 60:
+        if rd.status() is not None or not rd.is_live():
+            break
+        if not killed and time.monotonic() - start > 10 and not rd.supervisor_alive():
+            killed = rd.signal_training(signal.SIGKILL)  # no supervisor to escalate: do it here
+        time.sleep(0.2)
+    recover(rd)  # no-op unless the supervisor was gone: then the row is written here
+    st = rd.status() or {}
+    print(f"{rd.run_id}: {st.get('status', 'still stopping')}")
+    return 0 if st else 1
+
+
+def cmd_attach(args, is_tty) -> int:
+    rd = _find_run(args.run)
+    if not args.headless and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
+        from fttui.tui.app import run_app
+
+        return run_app(attach=str(rd.path))
+    from fttui.cli.live import watch_run
+
+    return watch_run(rd, rich_live=False, cancel_on_interrupt=False)
