@@ -61,7 +61,7 @@ def test_schema_5_store_gains_the_kept_columns(tmp_path):
     conn.commit()
     conn.close()
     with Store(path) as store:
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION == 6
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION == 7
         old = store.get("old")
         assert all(old[c] is None for c in store_mod._ADDED[6])  # no run saved, resumed or evaluated before
         store.put({"run_id": "new", "resumed_from": "old", "resumed_step": 5, "eval_loss": 1.25, "eval_step": 10,

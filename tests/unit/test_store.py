@@ -72,7 +72,7 @@ def test_schema_4_rows_get_their_sharding(tmp_path):
         {"run_id": "p", "kind": "probe", "method": "qlora", "status": "fit", "model": "m"},
     ])
     with Store(path) as store:
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION == 6
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION == 7
         rows = {r["run_id"]: r for r in store.rows(kind=None)}
     assert (rows["z"]["method"], rows["z"]["sharding"]) == ("full", "zero3-offload")
     assert (rows["l"]["method"], rows["l"]["sharding"]) == ("lora", "none")

@@ -102,13 +102,16 @@ COLUMNS: dict[str, str] = {
     "eval_step": "INTEGER",  # the optimizer step that evaluation ran after
     "output_dir": "TEXT",  # the folder the run saved its adapter / model or checkpoints in; null when nothing was saved
     "checkpoint": "TEXT",  # the last resumable checkpoint it saved (a folder), else null
+    # schema 7: commands (issue 17)
+    "loss": "REAL",  # the training loss of the last step (the lowest rank's); null when nothing reported one
 }
 _ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh"),
           4: ("mismatch", "peak_tree_rss_mb", "peak_build_rss_mb", "host_measure", "gpu_mem_total_mb",
               "gpu_mem_source", "alloc_retries", "min_headroom_mb", "mfu", "flops_per_token", "near_oom",
               "recorded_by"),
           5: ("sharding",),
-          6: ("resumed_from", "resumed_step", "eval_loss", "eval_step", "output_dir", "checkpoint")}
+          6: ("resumed_from", "resumed_step", "eval_loss", "eval_step", "output_dir", "checkpoint"),
+          7: ("loss",)}
 #: host_measure of the rows recorded before schema 4: their peak_host_rss_mb was the process tree's
 #: (probe trials: the trial process's own peak, the ranks' measure).
 HOST_MEASURE_BEFORE_4 = "tree (before schema 4)"
@@ -150,6 +153,8 @@ MIGRATIONS: list[str] = [
     ";UPDATE runs SET sharding = 'none' WHERE sharding IS NULL",
     # schema 6: what a run kept. Before it no run saved, resumed or evaluated: null is true of them.
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[6]),
+    # schema 7: the last training loss (rows of any kind); older rows did not keep it: null.
+    ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[7]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

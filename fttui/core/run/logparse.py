@@ -4,7 +4,9 @@ A Hugging Face Trainer prints two things fttui can read (transformers 4 and 5):
 
 * its progress bar (tqdm, on stderr): ``' 40%|████      | 2/5 [00:01<00:01,  1.6it/s]'``, updated
   in place with a carriage return; the bar of the training loop has no description (``Map: ...``
-  bars of ``datasets`` do), and its total is the run's number of optimizer steps;
+  bars of ``datasets`` do), and its total is the run's number of optimizer steps. The training bar
+  is the latest bar without a description that starts (``0/M``) before any step; later bars of
+  another total (evaluation) are not steps;
 * its log dicts, one per logging step: ``{'loss': 2.31, 'grad_norm': 1.2, 'learning_rate': 5e-05,
   'epoch': 0.4}`` (transformers 5 prints the numbers as strings, ``'2.31'``), the evaluation's
   ``{'eval_loss': ...}`` and, at the end, ``{'train_runtime': ..., 'train_samples_per_second':
@@ -106,8 +108,10 @@ class TrainerLogParser:
     def _on_bar(self, n: int, total: int, t: float) -> list[dict[str, Any]]:
         if total <= 0:
             return []
-        if self.total is None:
-            self.total = total
+        if self.total is None or (total != self.total and n == 0 and self.emitted == 0
+                                  and (self.pending is None or self.pending[0] >= self.total)):
+            # the first bar; or a new one starting before any step, after the previous one finished
+            self.total, self.t0, self.pending = total, None, None
         elif total != self.total:
             return []  # another bar (evaluation, data): not the training loop's
         if self.t0 is None:
@@ -138,7 +142,7 @@ class TrainerLogParser:
                   "metrics": {k: v for k, v in logs.items() if k.startswith("eval_")},
                   "eval_time": logs.get("eval_runtime")}
             return [self._stamp(ev, t)]
-        if "train_runtime" in logs:
+        if "train_runtime" in logs and "loss" not in logs:  # the end (a step's log may carry its speed too)
             out = self._flush(t)
             runtime = logs["train_runtime"]
             sps = logs.get("train_samples_per_second")

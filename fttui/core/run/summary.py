@@ -177,6 +177,7 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
         "steps": snap.step,
         "total_steps": snap.total_steps,
+        "loss": _round(snap.loss, 6),
         "samples": _int(snap.samples),
         "tokens": _int(snap.tokens),
         "tokens_padded": _int(snap.tokens_padded),

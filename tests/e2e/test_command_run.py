@@ -1,0 +1,239 @@
+"""End to end: `fttui run -- CMD` supervises any command (issue 17, parts 1 and 2).
+
+Real commands on tiny CPU models: a plain Trainer script whose Trainer gets fttui's callback
+without a line of its own (the sitecustomize hook), the same script with the one-line callback,
+its printed log only, a script that only prints Trainer-style lines, an OOM under the host memory
+limit, cancel, bad input, a profile holding the command, and two torchrun ranks. Every figure of
+the row is compared with what the script's own Trainer says (its state written to a file).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fttui.core.run.events import read_jsonl
+from fttui.core.run.rundir import group_alive
+from tests.conftest import ROOT, fttui_env, run_fttui
+from tests.helpers import only_run_dir, processes_mentioning, wait_for
+
+pytestmark = pytest.mark.e2e
+
+SCRIPTS = Path(__file__).resolve().parent / "command_scripts"
+BATCH, ACCUM = 2, 2  # trainer_script.py's per-device batch and accumulation
+
+
+def _run(tmp_path, *args, env=None, timeout=240):
+    cwd = tmp_path / "work"
+    cwd.mkdir(exist_ok=True)
+    return run_fttui("run", "--headless", *args, cwd=cwd, env=env or fttui_env(), timeout=timeout)
+
+
+def _row(home) -> dict:
+    rows = json.loads(run_fttui("results", "--format", "json", check=True).stdout)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _events(run_dir: Path, event: str) -> list[dict]:
+    return [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") == event]
+
+
+def _trainer_run(tmp_path, fttui_home, steps: int, **env_extra):
+    state_file = tmp_path / "state.json"
+    env = fttui_env(STEPS=str(steps), STATE_FILE=str(state_file), OUT_DIR=str(tmp_path / "out"), **env_extra)
+    proc = _run(tmp_path, "--", sys.executable, str(SCRIPTS / "trainer_script.py"), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(state_file.read_text()), _row(fttui_home), only_run_dir(fttui_home)
+
+
+def _check_trainer_row(row, state, run_dir, source):
+    """The row's figures against the script's own Trainer, two ways each."""
+    steps = state["global_step"]
+    assert row["kind"] == "command" and row["status"] == "completed" and row["profile"] == "trainer_script"
+    assert row["steps"] == row["total_steps"] == steps > 0
+    # samples: the Trainer's steps x batch x accumulation, and its own train_samples_per_second x runtime
+    m = state["metrics"]
+    assert row["samples"] == steps * BATCH * ACCUM
+    assert row["samples"] == pytest.approx(m["train_samples_per_second"] * m["train_runtime"], rel=0.01)
+    # tokens: the Trainer's own non-padding count, and the last step event's
+    assert row["tokens"] == state["num_input_tokens_seen"] == _events(run_dir, "step")[-1]["tokens"]
+    # loss: the last step's, as the Trainer logged it (logging_steps = 1)
+    logged = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert len(logged) == steps
+    last = _events(run_dir, "step")[-1]
+    assert last["loss"] == pytest.approx(logged[-1], rel=1e-6)
+    assert row["loss"] == pytest.approx(logged[-1], rel=1e-5)
+    # samples/s over the whole run against the Trainer's own figure (it counts its preparation too)
+    assert row["samples_per_s_avg"] == pytest.approx(m["train_samples_per_second"], rel=0.10)
+    assert row["model"] == "llama (from config)" and row["method"] == "full" and row["precision"] == "fp32"
+    assert row["batch_size"] == BATCH and row["grad_accum"] == ACCUM and row["world_size"] == 1
+    assert row["gpu"] == "cpu" and row["peak_host_rss_mb"] > 0
+    sources = {e.get("source") for e in _events(run_dir, "step")}
+    assert sources == {source}, sources
+    assert (run_dir / "callback.json").exists()
+    assert not (run_dir / "integration.log").exists()
+
+
+def test_plain_trainer_script_gets_the_callback_injected(tmp_path, fttui_home):
+    proc, state, row, run_dir = _trainer_run(tmp_path, fttui_home, steps=12)
+    _check_trainer_row(row, state, run_dir, "injected")
+    cmd = json.loads((run_dir / "command.json").read_text())
+    assert cmd["kind"] == "command" and cmd["cwd"] == str(tmp_path / "work")
+    assert "{'loss':" in proc.stdout  # the headless view shows the command's own output
+    assert "COMPLETED" in proc.stdout
+    assert "{'loss':" in (run_dir / "train.log").read_text()
+    phases = [e["phase"] for e in _events(run_dir, "phase")]
+    assert phases == ["loading-model", "first-step"]
+
+
+def test_one_line_callback_without_injection(tmp_path, fttui_home):
+    _proc, state, row, run_dir = _trainer_run(tmp_path, fttui_home, steps=8, WITH_CALLBACK="1", FTTUI_INJECT="0")
+    _check_trainer_row(row, state, run_dir, "callback")
+    assert "PYTHONPATH" not in json.loads((run_dir / "command.json").read_text())["env"]
+
+
+def test_callback_line_and_injection_report_once(tmp_path, fttui_home):
+    _proc, state, row, run_dir = _trainer_run(tmp_path, fttui_home, steps=5, WITH_CALLBACK="1")
+    _check_trainer_row(row, state, run_dir, "injected")
+    assert [e["step"] for e in _events(run_dir, "step")] == list(range(1, 6))
+
+
+def test_trainer_log_lines_only(tmp_path, fttui_home):
+    """Injection off, no callback: the steps and losses come from the printed bar and dicts."""
+    _proc, state, row, run_dir = _trainer_run(tmp_path, fttui_home, steps=9, FTTUI_INJECT="0")
+    steps = _events(run_dir, "step")
+    assert {e["source"] for e in steps} == {"log"} and not (run_dir / "callback.json").exists()
+    assert [e["step"] for e in steps] == list(range(1, state["global_step"] + 1))
+    logged = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert [e["loss"] for e in steps] == [float(f"{x:.4g}") for x in logged]  # the Trainer prints 4 digits
+    assert row["loss"] == float(f"{logged[-1]:.4g}")
+    assert row["steps"] == row["total_steps"] == state["global_step"]
+    assert row["tokens"] == state["num_input_tokens_seen"]  # logged by the Trainer (include_num_input_tokens_seen)
+    m = state["metrics"]
+    assert row["samples"] == round(float(f"{m['train_samples_per_second']:.4g}") * float(f"{m['train_runtime']:.4g}"))
+    assert row["samples"] == pytest.approx(state["global_step"] * BATCH * ACCUM, rel=0.01)
+    assert row["model"] is None and row["method"] is None  # the log does not tell them
+
+
+def test_printed_trainer_lines_without_transformers(tmp_path, fttui_home):
+    state_file = tmp_path / "state.json"
+    proc = _run(tmp_path, "--name", "printer", "--", sys.executable, str(SCRIPTS / "log_lines_script.py"),
+                env=fttui_env(STEPS="7", STATE_FILE=str(state_file)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    state = json.loads(state_file.read_text())
+    run_dir = only_run_dir(fttui_home)
+    steps = _events(run_dir, "step")
+    assert [e["step"] for e in steps] == list(range(1, state["steps"] + 1))
+    assert [e["loss"] for e in steps] == state["losses"]
+    assert all(e["total_steps"] == state["steps"] for e in steps)
+    row = _row(fttui_home)
+    assert row["loss"] == state["losses"][-1]
+    assert row["profile"] == "printer" and row["kind"] == "command"
+    assert row["steps"] == state["steps"] and row["total_steps"] == state["steps"]
+    assert row["duration_s"] == pytest.approx(float(f"{state['runtime']:.4g}"), abs=0.006)  # the row keeps 2 decimals
+    assert row["status"] == "completed" and row["exit_code"] == 0
+
+
+@pytest.mark.parametrize("inject", ["1", "0"], ids=["injected-error-event", "read-from-output"])
+def test_out_of_host_memory_is_an_oom_row(tmp_path, fttui_home, inject):
+    state_file = tmp_path / "state.json"
+    env = fttui_env(STEPS="4", BIG="1", STATE_FILE=str(state_file), FTTUI_INJECT=inject)
+    proc = _run(tmp_path, "--host-memory-limit", "1400MiB", "--", sys.executable, str(SCRIPTS / "trainer_script.py"),
+                env=env)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not state_file.exists()  # the script never finished
+    row = _row(fttui_home)
+    assert row["kind"] == "command" and row["status"] == "oom" and row["oom_kind"] == "cpu", row
+    assert "can't allocate memory" in row["error"]
+    run_dir = only_run_dir(fttui_home)
+    cmd = json.loads((run_dir / "command.json").read_text())
+    assert cmd["host_limit_bytes"] == 1400 * 2**20
+    errors = _events(run_dir, "error")
+    assert len(errors) == (1 if inject == "1" else 0)
+    assert "can't allocate memory" in (run_dir / "train.log").read_text()
+
+
+def test_cancel_leaves_no_process(tmp_path, fttui_home):
+    token = f"fttui-cancel-{secrets.token_hex(4)}"
+    work = tmp_path / "work"
+    work.mkdir()
+    env = fttui_env(STEPS="100000", CHILD_TOKEN=token, STATE_FILE=str(tmp_path / "state.json"),
+                    OUT_DIR=str(tmp_path / "out"))
+    proc = subprocess.Popen([sys.executable, "-m", "fttui", "run", "--detach", "--", sys.executable,
+                             str(SCRIPTS / "trainer_script.py")], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    run_id = out.strip()
+    run_dir = fttui_home / "runs" / run_id
+    wait_for(lambda: _events(run_dir, "step"), timeout=120, what="a training step")
+    assert processes_mentioning(token), "the script's child should be running"
+    sup = json.loads((run_dir / "supervisor.json").read_text())
+    out = run_fttui("cancel", run_id, check=True)
+    assert "cancelled" in out.stdout
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "cancelled"
+    wait_for(lambda: not processes_mentioning(token) and not processes_mentioning(str(run_dir)), timeout=30,
+             what="every process of the command to end")
+    assert not group_alive(sup["train_pgid"])  # the command's process group is gone (zombies count as gone)
+    assert _row(fttui_home)["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--"], "empty command"),
+    (["--", "no-such-program-fttui"], "command not found: no-such-program-fttui"),
+    (["--", "./missing_script.sh"], "command not found: ./missing_script.sh"),
+    (["--name", "x"], "--name names a command run"),
+    (["--profile", "tiny-lora", "--", "python3", "x.py"], "takes no --profile"),
+    (["--gpu-memory-limit", "1GiB", "--", "python3", "x.py"], "cannot be capped"),
+])
+def test_bad_command_one_line_exit_2_nothing_written(tmp_path, fttui_home, argv, says):
+    proc = _run(tmp_path, *argv)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], proc.stderr
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+    assert not (fttui_home / "results.sqlite").exists()
+
+
+def test_profile_holding_a_command(tmp_path, fttui_home):
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "scripted.toml").write_text(
+        "# fttui run --profile scripted\n# a command in a profile: fttui's printer script\n"
+        f"[command]\nargv = [{json.dumps(sys.executable)}, {json.dumps(str(SCRIPTS / 'log_lines_script.py'))}]\n"
+        'cwd = "."\n')
+    state_file = tmp_path / "state.json"
+    proc = run_fttui("run", "--headless", "--profile", str(folder / "scripted.toml"), cwd=ROOT,
+                     env=fttui_env(STEPS="3", STATE_FILE=str(state_file)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = only_run_dir(fttui_home)
+    assert json.loads((run_dir / "command.json").read_text())["cwd"] == str(folder)
+    row = _row(fttui_home)
+    assert row["kind"] == "command" and row["profile"] == "scripted" and row["steps"] == 3
+    assert row["batch_size"] is None and row["method"] is None  # the profile's defaults are no statement
+
+
+@pytest.mark.slow
+def test_torchrun_two_cpu_ranks(tmp_path, fttui_home):
+    state_file = tmp_path / "state.json"
+    env = fttui_env(STEPS="6", STATE_FILE=str(state_file), OUT_DIR=str(tmp_path / "out"))
+    proc = _run(tmp_path, "--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                str(SCRIPTS / "trainer_script.py"), env=env, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    state = json.loads(state_file.read_text())
+    assert state["world_size"] == 2
+    row = _row(fttui_home)
+    run_dir = only_run_dir(fttui_home)
+    assert {e["rank"] for e in _events(run_dir, "step")} == {0, 1}
+    assert row["world_size"] == 2 and row["steps"] == state["global_step"] == 6
+    assert row["samples"] == state["global_step"] * BATCH * ACCUM * 2
+    m = state["metrics"]
+    assert row["samples"] == pytest.approx(m["train_samples_per_second"] * m["train_runtime"], rel=0.01)
+    assert row["tokens"] == state["num_input_tokens_seen"]  # gathered over both ranks by the Trainer
+    assert not processes_mentioning(str(run_dir))
