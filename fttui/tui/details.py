@@ -8,6 +8,7 @@ from rich.text import Text
 from fttui.core.profiles.fields import effective_batch
 
 REMOTE_CODE_LINE = "REMOTE CODE: on (runs code from the model's hub repo)"
+COMMAND_LINE = "COMMAND: launching runs this command, not fttui's worker"
 
 
 class LabelGrid:
@@ -50,6 +51,19 @@ def profile_details(r: dict, overrides: dict[str, str]):
     from fttui.core.profiles import profile_summary
     from fttui.core.profiles.summary import sharding_label
 
+    from fttui.core.run.command import command_text
+
+    cmd = command_text(r)
+    if cmd is not None:  # shown, in words, before it is launched: like remote code
+        t = LabelGrid()
+        t.add_row("profile", f"{r.get('name')} ({r.get('origin') or ''})")
+        if r.get("description"):
+            t.add_row("", Text(str(r["description"]), style="italic"))
+        t.add_row("command", cmd)
+        limits = r.get("limits", {}) or {}
+        if limits.get("host_memory"):
+            t.add_row("limits", f"host {limits['host_memory']} per process")
+        return Group(Text(COMMAND_LINE, style="bold reverse"), t)
     s = profile_summary(r)
     micro, accum, procs, eff = effective_batch(r)
     train, data, dev, model = r["train"], r["data"], r["devices"], r["model"]
@@ -84,4 +98,4 @@ def profile_details(r: dict, overrides: dict[str, str]):
     return t
 
 
-__all__ = ["REMOTE_CODE_LINE", "profile_details"]
+__all__ = ["COMMAND_LINE", "REMOTE_CODE_LINE", "profile_details"]

@@ -242,8 +242,10 @@ class PickerScreen(Screen):
     # ------------------------------------------------------------------ memory estimate
     def _update_estimate(self) -> None:
         """The estimate of the selection with its overrides (pure arithmetic: cheap)."""
+        from fttui.core.run.command import command_of
+
         w = self.query_one("#estimate", Static)
-        if self.store_rows is None or self.resolved is None:
+        if self.store_rows is None or self.resolved is None or command_of(self.resolved) is not None:
             self.verdict = None
             w.display = False
             return

@@ -313,3 +313,20 @@ async def test_no_color_flows(fttui_home, monkeypatch, size, tmp_path):
         await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
         assert app.no_color
         assert "demo-lora" in _static_text(app, "#details")
+
+
+async def test_attach_command_run_with_its_small_profile(fttui_home):
+    """A `fttui run -- CMD` run's profile.json holds only its name, command and limits: the run
+    screen shows it (steps from the callback's events) without the sections a profile has."""
+    import json
+
+    rd = write_run("20231114-221320-my-script-0001", status="completed", gpus=0)
+    (rd / "profile.json").write_text(json.dumps({"name": "my-script", "origin": "command",
+                                                 "command": {"argv": ["python", "train.py"], "cwd": "/work"},
+                                                 "limits": {}, "monitor": {}}))
+    app = FttuiApp(attach=str(rd))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen")
+        await pilot.pause()
+        assert _status(app) == "COMPLETED"
+        assert "step 12/20" in _static_text(app, "#run-progress")

@@ -195,3 +195,26 @@ def test_verdict_cards_limits_and_no_gpu():
     # more GPUs asked than visible
     v = memory_verdict(_resolved("qwen-7b-qlora", "devices.gpus=4"), _snap(24564, 24564), [])
     assert v.fits is True and "4 GPUs asked, 2 visible" in v.text.plain
+
+
+async def test_command_profile_shows_its_command_and_no_estimate(fttui_home, tmp_path, monkeypatch):
+    """A profile holding a [command] says, in words, that launching runs that command (and which,
+    in which folder), and makes no memory estimate (it names no model)."""
+    bundled = fixture_profiles(tmp_path, monkeypatch)
+    (bundled / "my-script.toml").write_text(
+        '# fttui run --profile my-script\n# my own Trainer script\ndescription = "my script"\n'
+        '[command]\nargv = ["python", "train.py", "--epochs", "1"]\n')
+    launched: list = []
+    app = _app(launched)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        picker = app.screen
+        await until(pilot, lambda: picker.store_rows is not None, what="store read")
+        names = [r.name for r in picker.refs]
+        picker.query_one("#profiles", OptionList).highlighted = names.index("my-script")
+        await until(pilot, lambda: picker.base and picker.base["name"] == "my-script", what="details")
+        await pilot.pause()
+        details = _text(app, "#details")
+        assert "COMMAND: launching runs this command" in details
+        assert "python train.py --epochs 1" in details
+        assert picker.verdict is None and not picker.query_one("#estimate").display

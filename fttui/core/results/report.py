@@ -155,7 +155,8 @@ def build_report(rows: Sequence[Mapping], group_by: str | None = None, baseline:
     kinds: dict[str, int] = {}
     for r in rows:
         kinds[str(r.get("kind") or "run")] = kinds.get(str(r.get("kind") or "run"), 0) + 1
-    names = {"run": "runs", "probe": "probe trials", "sweep": "sweep cells"}
+    names = {"run": "runs", "probe": "probe trials", "sweep": "sweep cells", "command": "command runs",
+             "watch": "watched processes"}
     summary = [f"{len(rows)} rows: " + ", ".join(f"{n} {names.get(k, k)}" for k, n in sorted(kinds.items())) + "; "
                + ", ".join(f"{n} {'out of memory' if s == 'oom' else s}" for s, n in sorted(statuses.items()))]
     if base is not None:
