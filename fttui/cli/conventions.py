@@ -13,7 +13,8 @@ import argparse
 import os
 import sys
 
-__all__ = ["SHELLS", "completion_script", "finish_parser", "setup_logging", "subcommands"]
+__all__ = ["SHELLS", "completion_script", "finish_parser", "follow_as_json", "run_json", "setup_logging",
+           "subcommands"]
 
 SHELLS = ("bash", "zsh")
 
@@ -139,3 +140,25 @@ def completion_script(ap: argparse.ArgumentParser, shell: str, prog: str = "fttu
         f"complete -o default -F {fn} {prog}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def run_json(rd) -> str:
+    """A run as JSON (``run --json``, ``attach --json``, ``cancel --json``): its id, directory,
+    ``status.json`` (null while live) and summary row (``row.json``; null until written)."""
+    import json
+
+    from fttui.core.run.rundir import read_json
+
+    return json.dumps({"run_id": rd.run_id, "run_dir": str(rd.path), "status": rd.status(),
+                       "row": read_json(rd.path / "row.json")}, indent=1, default=str)
+
+
+def follow_as_json(rd, follow) -> int:
+    """``follow()`` (a view that prints progress) with its lines on stderr, then the run as JSON on
+    stdout: a script reads one JSON document whatever the run printed."""
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):
+        code = follow()
+    print(run_json(rd), flush=True)
+    return code

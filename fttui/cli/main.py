@@ -55,6 +55,8 @@ def build_parser():
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
     p.add_argument("--name", help="with a command: the run's name (default: the script's name)")
+    p.add_argument("--json", action="store_true",
+                   help="no app; progress on stderr, then the run (status and summary row) as JSON on stdout")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to run and supervise instead of a profile")
 
@@ -85,10 +87,13 @@ def build_parser():
 
     p = sub.add_parser("cancel", help="stop a live run and everything it started")
     p.add_argument("run", nargs="?", help="run id or prefix (default: the latest live run)")
+    p.add_argument("--json", action="store_true", help="print the stopped run (status and row) as JSON")
 
     p = sub.add_parser("attach", help="open the run screen of a live or finished run")
     p.add_argument("run", nargs="?", help="run id, prefix or run directory (default: latest live run)")
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app")
+    p.add_argument("--json", action="store_true",
+                   help="no app; progress on stderr, then the run (status and row) as JSON on stdout")
 
     p = sub.add_parser("probe", help="find the largest batch size / sequence length that fits")
     _add_profile_args(p)

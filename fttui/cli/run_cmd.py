@@ -66,7 +66,9 @@ def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
                                    host_memory=getattr(args, "host_memory_limit", None) or "")
     else:
         resolved = resume.profile if resume else resolve(args)
-    app = not args.headless and not args.detach and is_tty() and os.environ.get("FTTUI_NO_APP") != "1"
+    as_json = bool(getattr(args, "json", False))
+    app = (not args.headless and not args.detach and not as_json and is_tty()
+           and os.environ.get("FTTUI_NO_APP") != "1")
     if app and resume is None and command is None:
         from fttui.tui.app import run_app
 
@@ -77,8 +79,17 @@ def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
 
         return run_app(attach=str(rd.path))
     if args.detach:
-        print(rd.run_id)
+        if as_json:
+            from fttui.cli.conventions import run_json
+
+            print(run_json(rd))
+        else:
+            print(rd.run_id)
         return 0
     from fttui.cli.live import watch_run
 
+    if as_json:
+        from fttui.cli.conventions import follow_as_json
+
+        return follow_as_json(rd, lambda: watch_run(rd, rich_live=False))
     return watch_run(rd, rich_live=False if args.headless else is_tty())

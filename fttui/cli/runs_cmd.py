@@ -66,16 +66,26 @@ def cmd_cancel(args) -> int:
         time.sleep(0.2)
     recover(rd)  # no-op unless the supervisor was gone: then the row is written here
     st = rd.status() or {}
-    print(f"{rd.run_id}: {st.get('status', 'still stopping')}")
+    if getattr(args, "json", False):
+        from fttui.cli.conventions import run_json
+
+        print(run_json(rd))
+    else:
+        print(f"{rd.run_id}: {st.get('status', 'still stopping')}")
     return 0 if st else 1
 
 
 def cmd_attach(args, is_tty) -> int:
     rd = _find_run(args.run)
-    if not args.headless and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
+    as_json = bool(getattr(args, "json", False))
+    if not args.headless and not as_json and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
         from fttui.tui.app import run_app
 
         return run_app(attach=str(rd.path))
     from fttui.cli.live import watch_run
 
+    if as_json:
+        from fttui.cli.conventions import follow_as_json
+
+        return follow_as_json(rd, lambda: watch_run(rd, rich_live=False, cancel_on_interrupt=False))
     return watch_run(rd, rich_live=False, cancel_on_interrupt=False)

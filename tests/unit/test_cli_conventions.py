@@ -119,3 +119,21 @@ def test_ls_json_lists_the_runs(fttui_home):
     assert out.returncode == 0, out.stderr
     (run,) = json.loads(out.stdout)
     assert (run["run_id"], run["status"], run["live"]) == (rid, "completed", False)
+
+
+def test_run_attach_and_cancel_json(fttui_home):
+    """`run --json`: progress on stderr, one JSON document on stdout whose row is the stored one;
+    `attach --json` of the finished run gives the same; `cancel --json` of a run that is not live
+    is the usual one-line error."""
+    env = fttui_env(FTTUI_HOME=str(fttui_home))
+    out = run_fttui("run", "--profile", "tiny-lora", "--set", "max_steps=2", "--set", "train.save=none", "--json",
+                    env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["status"]["status"] == "completed" and "COMPLETED" in out.stderr
+    stored = json.loads(run_fttui("results", "--json", env=env, check=True).stdout)
+    assert [r["run_id"] for r in stored] == [doc["run_id"]] and stored[0]["steps"] == doc["row"]["steps"] == 2
+    again = json.loads(run_fttui("attach", doc["run_id"], "--json", env=env, check=True).stdout)
+    assert again["row"]["run_id"] == doc["run_id"] and again["status"]["status"] == "completed"
+    cancel = run_fttui("cancel", doc["run_id"], "--json", env=env)
+    assert cancel.returncode == 2 and "is not live" in cancel.stderr
