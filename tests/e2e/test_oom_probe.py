@@ -240,7 +240,7 @@ def test_stopped_probe_leaves_no_process(how, fttui_home):
 CPU2 = ["--set", "devices.gpus=0", "--set", "devices.cpu_processes=2"]
 # Two gloo ranks of tiny-lora, one step per trial: the boundary lands at about 13 (the range
 # leaves room above it: what a rank imports after the limit changes with the stack).
-LAUNCHED_LIMIT = "128MiB"
+LAUNCHED_LIMIT = "64MiB"
 
 
 def _fresh_run(value: int, *extra: str) -> tuple[int, dict]:

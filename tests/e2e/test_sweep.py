@@ -14,9 +14,9 @@ pytestmark = pytest.mark.e2e
 
 def test_sweep_rows_matrix_and_skipped_cells(tmp_path, fttui_home):
     out = tmp_path / "sweep.md"
-    # Cells run in grid order: (2,32) (2,64) (32,32) (32,64). Batch 32 runs out of memory under
-    # 40MiB at either length; (32,64) dominates the OOM cell (32,32) and is skipped.
-    proc = run_fttui("sweep", "--profile", "tiny-lora", "--grid", "batch_size=2,32", "--grid", "max_seq_len=32,64",
+    # Cells run in grid order: (2,32) (2,64) (128,32) (128,64). Batch 128 runs out of memory under
+    # 40MiB at either length; (128,64) dominates the OOM cell (128,32) and is skipped.
+    proc = run_fttui("sweep", "--profile", "tiny-lora", "--grid", "batch_size=2,128", "--grid", "max_seq_len=32,64",
                      "--steps", "2", "--host-memory-limit", "40MiB", "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = proc.stdout
@@ -34,19 +34,19 @@ def test_sweep_rows_matrix_and_skipped_cells(tmp_path, fttui_home):
         parts = [p.strip() for p in ln.strip("|").split("|")]
         if parts[0].isdigit() and len(parts) > 3:
             cells[(int(parts[0]), int(parts[1]))] = parts
-    assert set(cells) == {(2, 32), (2, 64), (32, 32), (32, 64)}
+    assert set(cells) == {(2, 32), (2, 64), (128, 32), (128, 64)}
     assert cells[(2, 32)][2] == "completed" and cells[(2, 64)][2] == "completed"
     assert float(cells[(2, 32)][3]) > 0 and cells[(2, 32)][4] == "host RSS"
-    assert cells[(32, 32)][2] == "OOM (cpu)"
-    assert cells[(32, 64)][2].startswith("OOM (skipped") and "batch_size=32, max_seq_len=32" in cells[(32, 64)][2]
-    assert cells[(32, 64)][-1] == ""  # never launched
+    assert cells[(128, 32)][2] == "OOM (cpu)"
+    assert cells[(128, 64)][2].startswith("OOM (skipped") and "batch_size=128, max_seq_len=32" in cells[(128, 64)][2]
+    assert cells[(128, 64)][-1] == ""  # never launched
 
     # The matrix: batch_size down, max_seq_len across, "GB / s" cells, OOM cells marked.
     i = next(k for k, ln in enumerate(lines) if ln.startswith("| batch_size \\ max_seq_len"))
     matrix = [[p.strip() for p in ln.strip("|").split("|")] for ln in lines[i:i + 4]]
     assert matrix[0][1:] == ["32", "64"]
     assert matrix[2][0] == "2" and all(" GB / " in c for c in matrix[2][1:])
-    assert matrix[3] == ["32", "OOM", "OOM (skipped)"]
+    assert matrix[3] == ["128", "OOM", "OOM (skipped)"]
     assert "host RSS memory" in text
 
     # Every cell that ran is a row of kind sweep in the store; the skipped one is not.
@@ -55,10 +55,10 @@ def test_sweep_rows_matrix_and_skipped_cells(tmp_path, fttui_home):
     assert {r["kind"] for r in stored} == {"sweep"}
     assert len({r["group_id"] for r in stored}) == 1
     by = {(r["batch_size"], r["max_seq_len"]): r for r in stored}
-    assert set(by) == {(2, 32), (2, 64), (32, 32)}
+    assert set(by) == {(2, 32), (2, 64), (128, 32)}
     assert by[(2, 32)]["status"] == by[(2, 64)]["status"] == "completed"
     assert by[(2, 32)]["steps"] == 2
-    assert by[(32, 32)]["status"] == "oom" and by[(32, 32)]["oom_kind"] == "cpu"
+    assert by[(128, 32)]["status"] == "oom" and by[(128, 32)]["oom_kind"] == "cpu"
     assert {r["run_id"] for r in stored} == {cells[k][-1] for k in by}
     for r in stored:
         assert not processes_mentioning(r["run_id"])
