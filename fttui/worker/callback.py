@@ -12,6 +12,10 @@ from typing import Any, Callable
 
 from transformers import Trainer, TrainerCallback
 
+# the architecture numbers FLOPs per token need, read as the Trainer callback for scripts reads them
+from fttui.integrations.hf_info import model_shape
+
+
 class Counters:
     """Per-rank cumulative counters, updated per micro-batch by :class:`CountingTrainer`."""
 
@@ -161,35 +165,6 @@ def _peak_rss_mb() -> float | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def model_shape(model) -> dict[str, Any] | None:
-    """The architecture numbers FLOPs per token need (fttui.core.models.flops.ModelShape):
-    ``vocab``, ``hidden``, ``layers``, ``attn_dim`` (heads x head size), ``tied`` (the output
-    layer is the input embedding), read from the model's (text) config; ``None`` when one is
-    missing."""
-    cfg = getattr(model, "config", None)
-    if cfg is not None and callable(getattr(cfg, "get_text_config", None)):
-        cfg = cfg.get_text_config()
-    if cfg is None:
-        return None
-
-    def first(*names):
-        for n in names:
-            v = getattr(cfg, n, None)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                return v
-        return None
-
-    vocab = first("vocab_size", "padded_vocab_size")
-    hidden = first("hidden_size", "n_embd", "n_embed", "d_model")
-    layers = first("num_hidden_layers", "num_layers", "n_layer")
-    heads = first("num_attention_heads", "n_head")
-    if None in (vocab, hidden, layers, heads):
-        return None
-    head_dim = first("head_dim", "kv_channels") or hidden // heads
-    return {"vocab": vocab, "hidden": hidden, "layers": layers, "attn_dim": heads * head_dim,
-            "tied": bool(getattr(cfg, "tie_word_embeddings", False))}
 
 
 class EventCallback(TrainerCallback):

@@ -28,8 +28,9 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import Profile, apply_overrides
 from fttui.core.run import launch
-from fttui.core.run.events import JsonlTail, append_jsonl, read_jsonl
+from fttui.core.run.events import JsonlTail, read_jsonl
 from fttui.core.run.row_figures import host_figures, sharding_read_back
+from fttui.core.run.sampling import fold_card_peaks, take_sample
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import final_status
 
@@ -162,7 +163,7 @@ class LaunchedTrial:
         self.start()
         if self.guard is None:
             return None, False
-        from fttui.monitor import HostSampler, make_gpu_sampler, run_cards
+        from fttui.monitor import HostSampler, make_gpu_sampler
 
         rd = self.rd
         prof = self.resolved
@@ -176,16 +177,9 @@ class LaunchedTrial:
         try:
             while True:
                 done = self.guard.poll() is not None
-                h = host.sample()
-                g = gpu.sample(host.tree_pids())
-                sample = {"t": time.time(), "gpu": g.to_dict(), "host": h.to_dict()}
-                append_jsonl(rd.samples_path, sample)
+                sample, g = take_sample(host, gpu, rd.samples_path)
                 state.apply_sample(sample)
-                if g.available:
-                    for info in run_cards(g)[:n_cards]:  # the run's cards only, not the machine's
-                        used = info.proc_mem_mb if info.proc_mem_mb is not None else info.mem_used_mb
-                        if used is not None:
-                            peak[info.index] = max(peak.get(info.index, 0.0), used)
+                fold_card_peaks(peak, g, n_cards)
                 for ev in tail.read_new():
                     state.apply(ev)
                 if done:

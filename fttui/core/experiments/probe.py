@@ -45,7 +45,8 @@ from fttui.core.experiments import launched
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
 from fttui.core.profiles import Profile
 from fttui.core.run import launch, rundir
-from fttui.core.run.events import JsonlTail, append_jsonl
+from fttui.core.run.events import JsonlTail
+from fttui.core.run.sampling import fold_card_peaks, take_sample
 from fttui.core.run.topology import world_size
 
 MAX_LOADS = 12
@@ -178,7 +179,7 @@ class Prober:
             log.close()
         if self.stopped:
             self._kill()
-        from fttui.monitor import HostSampler, make_gpu_sampler, run_cards
+        from fttui.monitor import HostSampler, make_gpu_sampler
 
         host = HostSampler(self.proc.pid)
         gpu = make_gpu_sampler()
@@ -189,14 +190,8 @@ class Prober:
         window_peak: dict[int, float] = {}
         while True:
             done = self.proc.poll() is not None
-            h = host.sample()
-            g = gpu.sample(host.tree_pids())
-            append_jsonl(rd.samples_path, {"t": time.time(), "gpu": g.to_dict(), "host": h.to_dict()})
-            if g.available:
-                for info in run_cards(g)[:n_cards]:  # the run's cards only, not the machine's
-                    used = info.proc_mem_mb if info.proc_mem_mb is not None else info.mem_used_mb
-                    if used is not None:
-                        window_peak[info.index] = max(window_peak.get(info.index, 0.0), used)
+            _, g = take_sample(host, gpu, rd.samples_path)
+            fold_card_peaks(window_peak, g, n_cards)
             for ev in tail.read_new():
                 name = ev.get("event")
                 if name == "trial_start":

@@ -27,6 +27,7 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.run import rundir
 from fttui.core.run.events import append_jsonl
 from fttui.core.run.recover import end_watch
+from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
 from fttui.monitor import HostSampler, make_gpu_sampler
 
@@ -121,9 +122,7 @@ def watch(rd: rundir.RunDir) -> int:
     while proc is not None and _alive(proc):
         tick = time.monotonic()
         try:
-            h = host.sample()
-            sample = {"t": time.time(), "gpu": gpu.sample(host.tree_pids()).to_dict(), "host": h.to_dict()}
-            append_jsonl(rd.samples_path, sample)
+            sample, _ = take_sample(host, gpu, rd.samples_path)
             state.apply_sample(sample)
         except Exception as e:  # sampling must never end the watch
             print(f"pidwatch: sampling failed: {e!r}", file=sys.stderr, flush=True)

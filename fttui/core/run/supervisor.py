@@ -31,6 +31,7 @@ import psutil
 from fttui.core.run import rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
 from fttui.core.run.recover import finish
+from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import final_status
 from fttui.monitor import HostSampler, make_gpu_sampler
@@ -230,10 +231,7 @@ class Supervisor:
         if host is None:
             return
         try:
-            h = host.sample()
-            g = gpu.sample(host.tree_pids())
-            sample = {"t": time.time(), "gpu": g.to_dict(), "host": h.to_dict()}
-            append_jsonl(self.rd.samples_path, sample)
+            sample, _ = take_sample(host, gpu, self.rd.samples_path)
             self.state.apply_sample(sample)
         except Exception as e:  # sampling must never take a run down
             print(f"supervisor: sampling failed: {e!r}", file=sys.stderr, flush=True)
