@@ -71,6 +71,21 @@ def phase_lines(snap, printed: int) -> list[str]:
     return lines
 
 
+def training_line(snap) -> str | None:
+    """``training: 1,024 of 4,096 parameters trainable, 200 steps, world size 2``: what the
+    training's start event told, and only that; ``None`` when nothing told any of it (a command
+    without a Trainer, a run that ended before its start event)."""
+    parts = []
+    if snap.params_total is not None:
+        trainable = "?" if snap.params_trainable is None else f"{snap.params_trainable:,}"
+        parts.append(f"{trainable} of {snap.params_total:,} parameters trainable")
+    if snap.total_steps is not None:
+        parts.append(f"{snap.total_steps} steps")
+    if snap.world_size is not None and snap.config is not None:  # said by a start event, not guessed
+        parts.append(f"world size {snap.world_size}")
+    return "training: " + ", ".join(parts) if parts else None
+
+
 def _mb0(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}"
 
@@ -88,30 +103,38 @@ def gpu_part(gpu) -> str:
 
 
 def summary_lines(rd: RunDir) -> list[str]:
-    row = _row(rd)
-    if row:
-        keep = {"duration_s", "wall_s", "peak_host_rss_mb", "peak_gpu_mem_mb", "error", "oom_kind"}
-        row = {k: ("-" if v is None and k not in keep else v) for k, v in row.items()}
-    if not row:
+    """The lines printed when a run ended: its status, then what the row knows, in groups; a
+    group the row knows nothing of (a command that reported no training) is left out."""
+    raw = _row(rd)
+    if not raw:
         return [f"run {rd.run_id}: no summary row"]
-    lines = [
-        f"run {row['run_id']}: {row['status']}" + (f" ({row['oom_kind']})" if row.get("oom_kind") else ""),
-        f"  model {row.get('model')}  method {fmt.method_label(row.get('method'), row.get('sharding'))}  batch {row.get('batch_size')}"
-        f" x accum {row.get('grad_accum')} x world {row.get('world_size')} = {row.get('effective_batch')}"
-        f"  max_seq_len {row.get('max_seq_len')}",
-        f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}  tokens {row.get('tokens')}"
-        f" (padded {row.get('tokens_padded')})",
-        f"  samples/s {row.get('samples_per_s')} (steady; whole run {row.get('samples_per_s_avg')})"
-        f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded",
-        f"  duration {fmt.duration(row.get('duration_s'))} training, {fmt.duration(row.get('wall_s'))} wall"
+    keep = {"duration_s", "wall_s", "peak_host_rss_mb", "peak_gpu_mem_mb", "error", "oom_kind"}
+    row = {k: ("-" if v is None and k not in keep else v) for k, v in raw.items()}
+
+    def knows(*keys: str) -> bool:
+        return any(raw.get(k) is not None for k in keys)
+
+    lines = [f"run {row['run_id']}: {row['status']}" + (f" ({row['oom_kind']})" if row.get("oom_kind") else "")]
+    if knows("model", "method", "batch_size", "grad_accum", "world_size", "max_seq_len"):
+        lines.append(
+            f"  model {row.get('model')}  method {fmt.method_label(raw.get('method'), raw.get('sharding'))}"
+            f"  batch {row.get('batch_size')} x accum {row.get('grad_accum')} x world {row.get('world_size')}"
+            f" = {row.get('effective_batch')}  max_seq_len {row.get('max_seq_len')}")
+    if knows("steps", "total_steps", "samples", "tokens"):
+        lines.append(f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
+                     f"  tokens {row.get('tokens')} (padded {row.get('tokens_padded')})")
+    if knows("samples_per_s", "samples_per_s_avg", "tokens_per_s", "tokens_padded_per_s"):
+        lines.append(f"  samples/s {row.get('samples_per_s')} (steady; whole run {row.get('samples_per_s_avg')})"
+                     f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded")
+    lines.append(
+        f"  duration {fmt.duration(row.get('duration_s')) or '-'} training, {fmt.duration(row.get('wall_s')) or '-'} wall"
         f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
-        f"  peak GPU {';'.join(f'{x:.0f}' for x in row.get('peak_gpu_mem_mb') or []) or '-'} MB",
-    ]
+        f"  peak GPU {';'.join(f'{x:.0f}' for x in row.get('peak_gpu_mem_mb') or []) or '-'} MB")
     perf = perf_summary(row)
     if perf:
         lines.append(perf)
     if row.get("error"):
-        lines.append(f"  error: {row['error']}")
+        lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
     lines.append(f"  run dir {rd.path}")
     return lines
 
@@ -223,8 +246,9 @@ def _follow_plain(f: RunFollower) -> None:
             phases_printed += 1
         if not started and snap.status != "starting":
             started = True
-            print(f"training: {snap.params_trainable or '?'} of {snap.params_total or '?'} parameters trainable, "
-                  f"{snap.total_steps} steps, world size {snap.world_size}", flush=True)
+            line = training_line(snap)
+            if line:
+                print(line, flush=True)
         now = time.monotonic()
         if snap.step and snap.step != last_step and (now - last_print >= 1.0 or snap.step == snap.total_steps):
             print(progress_line(snap), flush=True)

@@ -237,3 +237,27 @@ def test_torchrun_two_cpu_ranks(tmp_path, fttui_home):
     assert row["samples"] == pytest.approx(m["train_samples_per_second"] * m["train_runtime"], rel=0.01)
     assert row["tokens"] == state["num_input_tokens_seen"]  # gathered over both ranks by the Trainer
     assert not processes_mentioning(str(run_dir))
+
+
+@pytest.mark.parametrize("argv", [
+    ["-c", "print('hello')"],
+    [str(SCRIPTS / "plain_loop_script.py"), "--steps", "20"],
+    [str(SCRIPTS / "plain_loop_script.py"), "--help"],
+], ids=["print", "plain-loop", "help"])
+def test_command_without_a_trainer_that_exits_0_is_completed(tmp_path, fttui_home, argv):
+    """Exit 0 is a command's success, Trainer or not (issue 27.1): completed, fttui exits 0, the
+    row leaves the training figures it never saw empty and says in words that no training was seen."""
+    proc = _run(tmp_path, "--", sys.executable, *argv)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = _row(fttui_home)
+    assert row["status"] == "completed" and row["exit_code"] == 0 and row["kind"] == "command"
+    assert row["error"].startswith("no training seen")
+    for key in ("steps", "total_steps", "samples", "tokens", "samples_per_s", "duration_s", "world_size",
+                "batch_size", "effective_batch", "model", "method", "gradient_checkpointing", "loss"):
+        assert row[key] is None, (key, row[key])
+    assert row["peak_host_rss_mb"] > 0 and row["wall_s"] > 0  # what fttui measured itself
+    out = proc.stdout
+    assert "COMPLETED: no training seen" in out and "FAILED" not in out
+    assert "None" not in out and "parameters trainable" not in out  # no "None steps, world size None"
+    status = json.loads((only_run_dir(fttui_home) / "status.json").read_text())
+    assert status["status"] == "completed"

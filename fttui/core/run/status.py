@@ -125,6 +125,8 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
         text = f"OUT OF MEMORY ({snap.oom_kind or 'unknown'}): {msg}"
     elif st in ("failed", "cancelled", "lost", "watched"):
         text = f"{st.upper()}: {msg}"
+    elif st == "completed" and msg:  # a command that exited 0 and reported no training says so
+        text = f"COMPLETED: {msg}"
     elif snap.stalled and st == "running":
         text = "RUNNING, STALLED: no training step for longer than the stall timeout"
     elif snap.near_oom and st == "running":  # fttui.core.run.perf: warn before the OOM

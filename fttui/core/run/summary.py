@@ -72,9 +72,23 @@ def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_re
                            error_rank=err.get("rank"))
     if sig:
         return FinalStatus("failed", rc, sig, error=f"training process killed by {sig}", error_step=snap.step)
+    if rc == 0 and rd.kind_and_group()[0] == "command":
+        # a command's exit 0 is its success (docs/commands.md), Trainer or not; say when nothing
+        # reported training, so that a row without figures is not read as a training run
+        return FinalStatus("completed", rc, sig, error=None if _training_seen(snap) else NO_TRAINING_SEEN)
     if rc == 0:
         return FinalStatus("failed", rc, sig, error="training process exited without finishing (no end event)")
     return FinalStatus("failed", rc, sig, error=f"exit code {rc}: {_last_log_line(rd)}".rstrip(": "))
+
+
+#: The words of a command that exited 0 without any training reported (no Trainer, no printed bar).
+NO_TRAINING_SEEN = ("no training seen: no Trainer reported to fttui and no training progress was printed "
+                    "(the row has the process's memory and time only)")
+
+
+def _training_seen(snap: RunSnapshot) -> bool:
+    """A start event, a step or an end was folded (from the callback, the worker or the log)."""
+    return snap.config is not None or snap.step is not None or snap.train_time is not None or bool(snap.ranks)
 
 
 def _host_memory_pressure(rd: rundir.RunDir, snap: RunSnapshot) -> bool:
@@ -120,7 +134,8 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     train, data, dev, model = (prof.get(k, {}) for k in ("train", "data", "devices", "model"))
     env = dict(snap.env or {})
     nproc = processes_per_node(prof) if prof else 1
-    ws = snap.world_size or (world_size(prof) if prof else 1)
+    # a command states no world size: the Trainer's (its start event), else unknown
+    ws = snap.world_size or (None if kind == "command" else world_size(prof) if prof else 1)
     micro = snap.micro_batch or train.get("batch_size")
     accum = snap.grad_accum or train.get("grad_accum")
     versions = {k: env.get(k) for k in ("python", "torch", "transformers", "peft", "accelerate",
@@ -174,7 +189,8 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         "world_size": ws,
         "effective_batch": (micro or 0) * (accum or 0) * (ws or 1) or None,
         "max_seq_len": snap.max_seq_len or data.get("max_seq_len"),
-        "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
+        "gradient_checkpointing": (None if kind == "command" and train.get("gradient_checkpointing") is None
+                                   else bool(train.get("gradient_checkpointing"))),
         "steps": snap.step,
         "total_steps": snap.total_steps,
         "loss": _round(snap.loss, 6),

@@ -47,7 +47,10 @@ class RunFollower:
 
     def lost(self) -> bool:
         """No final status and nobody at work: the supervisor is gone and the run could not be
-        finished from what it left (or another command is finishing it right now)."""
+        finished from what it left (or another command is finishing it right now). A status
+        written since the last poll is read first: a run that just finished is not lost."""
+        if self.final is None:
+            self.final = self.rd.final_status()
         return self.final is None and not self.rd.is_live()
 
 
