@@ -368,9 +368,18 @@ class RunSummary(Panel):
             skip = ("model", "dataset", "status", "grad_accum", "max_seq_len")
             cells = [Text.assemble((f"{h} ", "bold"), v or "-") for h, v in zip(headers, body[0])
                      if h not in skip]
-            self.border_title = (f"summary: {row.get('model') or '?'} on {row.get('dataset') or '?'}, "
-                                 f"steps {row.get('steps')}/{row.get('total_steps')}, "
-                                 f"wall {fmt.duration(row.get('wall_s')) or '-'}")
+            self.border_title = summary_title(row)
             # the error is in the status line already
             self.show(Columns(cells, padding=(0, 2)))
         self.display = True
+
+
+def summary_title(row: dict) -> str:
+    """``summary: tiny-llama on alpaca, steps 20/20, wall 00:12``: only what the row knows (no
+    "on ?" for synthetic data, no steps for a command that reported none)."""
+    parts = [f"summary: {row.get('model') or row.get('profile') or 'run'}"
+             + (f" on {row['dataset']}" if row.get("dataset") else "")]
+    if row.get("steps") is not None:
+        parts.append(f"steps {row['steps']}/{row.get('total_steps') or '?'}")
+    parts.append(f"wall {fmt.duration(row.get('wall_s')) or '-'}")
+    return ", ".join(parts)

@@ -12,6 +12,7 @@ tool nor the Trainer knows, contradictory settings and a missing DeepSpeed JSON 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,7 @@ def profile_toml(mapped: Mapped) -> str:
     the notes, then the keys in the schema's order."""
     stem = mapped.path.stem
     out = [f"# fttui run -p {stem}   (save this file as {stem}.toml in your profiles folder; "
-           f"or run the YAML itself: fttui run --from {mapped.path.name})",
+           f"or run the YAML itself: fttui run --from {shlex.quote(str(mapped.path))})",
            f"# From the {mapped.tool} config {mapped.path.name} by `fttui profiles --from`."]
     if mapped.unmapped:
         out.append("# Not mapped (fttui has no such setting; the run does not follow them):")

@@ -19,7 +19,7 @@ from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.discovery import display
 from fttui.core.profiles.schema import SCHEMA, TOP
 
-__all__ = ["Mapped", "known_keys", "deepspeed_sharding", "tool_default", "is_true"]
+__all__ = ["Mapped", "article", "known_keys", "deepspeed_sharding", "tool_default", "is_true"]
 
 _KNOWN_KEYS = Path(__file__).with_name("known_keys.json")
 
@@ -91,7 +91,12 @@ class Mapped:
                 hint = did_you_mean(key, tool_keys)
                 raise self.error(key, f"unknown {self.tool} key", hint or
                                  f"not a key of {self.tool} or the Trainer; check the spelling")
-            self.skip(key, f"a {self.tool} setting fttui has no counterpart for")
+            self.skip(key, f"{article(self.tool)} {self.tool} setting fttui has no counterpart for")
+
+
+def article(word: str) -> str:
+    """``a`` or ``an`` before ``word`` (by its first letter: "an axolotl", "a LLaMA-Factory")."""
+    return "an" if word[:1].lower() in "aeio" else "a"
 
 
 @lru_cache(maxsize=None)
