@@ -125,6 +125,10 @@ def build_parser():
                    help="only rows of this kind (default all)")
     p.add_argument("--json", action="store_true", help="the tables as JSON (raw and shown cells) on stdout")
 
+    from fttui.cli.data_cmd import add_parser as add_data_parser
+
+    add_data_parser(sub, _add_profile_args)
+
     p = sub.add_parser("estimate", help="predict peak GPU memory per card and host memory, before launch")
     _add_profile_args(p)
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
@@ -293,6 +297,12 @@ def cmd_estimate(args) -> int:
     return run(args, _resolve)
 
 
+def cmd_data(args) -> int:
+    from fttui.cli.data_cmd import cmd_data as run
+
+    return run(args, _resolve)
+
+
 def cmd_watch(args) -> int:
     from fttui.cli.watch_cmd import cmd_watch as run
 
@@ -310,6 +320,7 @@ COMMANDS = {
     "completion": cmd_completion,
     "watch": cmd_watch,
     "estimate": cmd_estimate,
+    "data": cmd_data,
     "report": cmd_report,
     "sweep": cmd_sweep,
     "probe": cmd_probe,

@@ -34,6 +34,11 @@ def store_path() -> Path:
     return home() / "results.sqlite"
 
 
+def cache_dir() -> Path:
+    """Derived data fttui can always recompute (token lengths of data files): ``$FTTUI_HOME/cache``."""
+    return home() / "cache"
+
+
 def user_profiles_dir() -> Path:
     """``$FTTUI_HOME/profiles`` when set, else ``$XDG_CONFIG_HOME/fttui/profiles`` (``~/.config``)."""
     explicit = _env_path("FTTUI_HOME")

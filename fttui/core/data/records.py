@@ -166,3 +166,58 @@ def load_records(path: str | os.PathLike[str], fmt: str = "auto") -> list[dict[s
         rec["line"] = lineno
         out.append(rec)
     return out
+
+
+def iter_records(path: str | os.PathLike[str], fmt: str = "auto"):
+    """Stream ``(record, bytes_read, total_bytes)``: a ``.jsonl`` file line by line (a 1 GB file
+    never sits in memory), a ``.json`` list through :func:`load_records`. Same checks and
+    one-line :class:`DataError` messages as :func:`load_records`."""
+    path = os.fspath(path)
+    if not path.endswith(".jsonl"):
+        records = load_records(path, fmt)
+        total = os.path.getsize(path)
+        for i, rec in enumerate(records, 1):
+            yield rec, (total if i == len(records) else 0), total
+        return
+    if fmt not in FORMATS:
+        raise DataError(None, f"{path}: unknown data.format {fmt!r} (use one of {', '.join(FORMATS)})")
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(None, f"{path}: data file not found") from None
+    except IsADirectoryError:
+        raise DataError(None, f"{path}: is a directory, expected a .json or .jsonl file") from None
+    except OSError as e:
+        raise DataError(None, f"{path}: cannot read data file ({e.strerror or e})") from None
+    chosen = None if fmt == "auto" else fmt
+    seen = 0
+    with f:
+        total = os.fstat(f.fileno()).st_size
+        done = 0
+        for lineno, raw in enumerate(f, 1):
+            done += len(raw)
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise DataError(None, f"{path}:{lineno}: not valid UTF-8") from None
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise DataError(None, f"{where}: malformed JSON line ({getattr(e, 'msg', e)})") from None
+            if chosen is None:
+                if not isinstance(obj, dict):
+                    raise DataError(None, f"{where}: expected a JSON object, got {type(obj).__name__}")
+                chosen = _detect(obj)
+                if chosen is None:
+                    keys = ", ".join(sorted(obj)[:6]) or "none"
+                    raise DataError(None, f"{where}: cannot detect the data format (keys: {keys}); "
+                                    "expected instruction/input/output or messages")
+            rec = _check(obj, chosen, where)
+            rec["line"] = lineno
+            seen += 1
+            yield rec, done, total
+    if not seen:
+        raise DataError(None, f"{path}: data file holds no records")
