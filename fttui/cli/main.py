@@ -353,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_app(args)
         return COMMANDS[args.cmd](args)
     except FttuiError as e:
-        print(f"fttui: {e}", file=sys.stderr)
+        from fttui.core.base.redact import mask_text
+
+        print(f"fttui: {mask_text(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("fttui: interrupted", file=sys.stderr)

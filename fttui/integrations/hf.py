@@ -38,6 +38,17 @@ except ImportError:  # loaded by path into a Python where fttui is not installed
     _info = _util.module_from_spec(_spec)
     _spec.loader.exec_module(_info)
 
+try:
+    from fttui.core.base.redact import mask as _mask
+except ImportError:  # the same: fttui's one secret mask, by path (stdlib only)
+    import importlib.util as _util
+
+    _rspec = _util.spec_from_file_location(
+        "_fttui_redact", os.path.join(os.path.dirname(__file__), os.pardir, "core", "base", "redact.py"))
+    _redact = _util.module_from_spec(_rspec)
+    _rspec.loader.exec_module(_redact)
+    _mask = _redact.mask
+
 __all__ = ["FttuiCallback", "attach", "report_error", "RUN_DIR_ENV", "CALLBACK_MARK"]
 
 #: The run directory the events go to (set by ``fttui run``).
@@ -50,7 +61,7 @@ _CLAIM = "_fttui_callback"  # the trainer attribute naming the callback that rep
 def append_event(run_dir: str, obj: dict[str, Any]) -> None:
     """One JSON line, one ``os.write`` on an O_APPEND descriptor (lines of several processes never
     interleave), as fttui's own writers do."""
-    data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
+    data = (json.dumps(_mask(obj), separators=(",", ":"), default=str) + "\n").encode()
     fd = os.open(os.path.join(run_dir, "events.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, data)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.base.redact import mask
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import COLUMNS, SCHEMA_VERSION, Store
 
@@ -57,7 +58,7 @@ def export_lines(rows: Sequence[dict[str, Any]], machine: str | None = None) -> 
               "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "rows": len(rows)}
     yield json.dumps(header, sort_keys=True) + "\n"
     for row in rows:
-        yield json.dumps(row, sort_keys=True, default=str) + "\n"
+        yield json.dumps(mask(row), sort_keys=True, default=str) + "\n"
 
 
 def export(store: Store, out, machine: str | None = None) -> int:
@@ -187,6 +188,7 @@ def _insert_all(store: Store, rows: list[dict[str, Any]]) -> None:
     """Insert new rows in one transaction; plain INSERT, so an existing run is never replaced."""
     with store.transaction() as conn:
         for row in rows:
+            row = mask(row)
             keys = [k for k in row if k in COLUMNS]
             conn.execute(f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})",
                          [store_mod._encode(k, row[k]) for k in keys])

@@ -17,6 +17,7 @@ from typing import Any
 
 from fttui.core.base import paths
 from fttui.core.base.errors import StoreError
+from fttui.core.base.redact import mask
 
 # Column name -> SQL type. Order is the order of `fttui results` columns in JSON and CSV.
 COLUMNS: dict[str, str] = {
@@ -214,6 +215,7 @@ class Store:
 
     def put(self, row: Mapping[str, Any]) -> None:
         """Insert or replace one row (keyed by run_id). Unknown keys are an error."""
+        row = mask(dict(row))  # the one secret mask, at the write
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise StoreError(f"unknown result columns: {sorted(unknown)}")

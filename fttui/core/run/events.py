@@ -1,6 +1,6 @@
 """Event lines (``events.jsonl`` / ``samples.jsonl``): tolerant incremental reader and atomic appender.
 
-Only stdlib. See docs/architecture.md, sections "Events" and "Monitor core".
+Only stdlib (and fttui's own secret mask, applied to every line appended). See docs/architecture.md, sections "Events" and "Monitor core".
 """
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+
+from fttui.core.base.redact import mask
 
 __all__ = [
     "EV_START",
@@ -68,7 +70,7 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     Lines written this way by several processes never interleave (the write is one syscall on an
     append-mode descriptor). The file is created with mode 0o600 if missing.
     """
-    data = encode_line(obj)
+    data = encode_line(mask(obj))  # the one secret mask, at the write
     fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         written = os.write(fd, data)

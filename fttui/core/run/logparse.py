@@ -43,8 +43,10 @@ _SEGMENT = re.compile(rb"[^\r\n]*[\r\n]")
 
 def split_segments(buf: bytes) -> tuple[list[bytes], bytes]:
     """Complete segments of ``buf`` (each with its ``\\n`` or ``\\r`` terminator) and the rest."""
-    out = _SEGMENT.findall(buf)
-    return out, buf[sum(len(s) for s in out):]
+    end = max(buf.rfind(b"\n"), buf.rfind(b"\r"))  # the regex only where a terminator follows:
+    if end < 0:  # a long unfinished line is not scanned again and again (that was quadratic)
+        return [], buf
+    return _SEGMENT.findall(buf, 0, end + 1), buf[end + 1:]
 
 
 def _number(value: Any) -> float | None:

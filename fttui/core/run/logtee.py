@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from fttui.core.base.redact import Redactor
+from fttui.core.base.redact import Redactor, split_long
 from fttui.core.run.events import append_jsonl
 from fttui.core.run.logparse import split_segments
 from fttui.core.run.rundir import RunDir, group_members, write_json_atomic
@@ -43,6 +43,8 @@ from fttui.core.run.rundir import RunDir, group_members, write_json_atomic
 #: starts reporting: the output's progress is then not read any more.
 CALLBACK_MARK = "callback.json"
 
+#: A line without an end longer than this is written in pieces (cut by redact.split_long).
+LONG_LINE = 65536
 #: After the training exits, how long its last output may take to arrive (a process it started
 #: may still hold the pipe; its output after that is not the training's).
 DRAIN_S = 3.0
@@ -95,8 +97,9 @@ def _pump(pipe, log, redact: Redactor, events: _LogEvents | None = None) -> None
             if not chunk:
                 break
             segments, rest = split_segments(rest + chunk)
-            if len(rest) > 65536:  # a very long line without an end: write it as it is
-                segments, rest = segments + [rest], b""
+            if len(rest) > LONG_LINE:  # a very long line without an end: write most of it now,
+                head, rest = split_long(rest)  # cut where no secret can be split in two
+                segments.append(head)
             for seg in segments:
                 log.write(redact(seg))
                 if events is not None:

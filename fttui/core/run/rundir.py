@@ -13,17 +13,19 @@ from typing import Any
 
 from fttui.core.base import paths
 from fttui.core.base.errors import FttuiError
+from fttui.core.base.redact import mask
 from fttui.core.run.status import FinalStatus
 
 log = logging.getLogger(__name__)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    """Write JSON so that a reader sees the old file or the new one, never half of one; secrets
+    masked (:func:`fttui.core.base.redact.mask`)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, default=str)
+        json.dump(mask(obj), f, indent=2, sort_keys=True, default=str)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
