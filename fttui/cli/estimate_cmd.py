@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
+from fttui.core.base import shardings
 from fttui.core.base.errors import FttuiError
 
 
@@ -48,9 +49,9 @@ def render_text(e, title: str = "") -> str:
     where = f"{i['gpus']} GPU(s)" if i["gpus"] else "CPU"
     if i.get("nodes", 1) > 1:
         where += f" x {i['nodes']} nodes ({per_node * i['nodes']} ranks)"
-    sharding = i.get("sharding") or "none"
-    if sharding != "none":
-        where += f", sharding {sharding}"
+    kind = shardings.find(i.get("sharding"))
+    if kind is None or kind.sharded:
+        where += f", sharding {i.get('sharding')}"
     head = (f"{title or i.get('profile') or ''}: {i['method']}, {i['precision']}, "
             f"batch {i['batch_size']} x seq {i['max_seq_len']}, "
             f"gradient checkpointing {'on' if i['gradient_checkpointing'] else 'off'}, "

@@ -1,6 +1,7 @@
 """What fttui's Trainer callback (:mod:`fttui.integrations.hf`) reads off the Trainer, the model
 and the process: versions, the model's name, method, shape and parameters, the sharding, peak RSS,
-the OOM kind of an exception. Stdlib only (torch when it is already imported); loaded by path
+the OOM kind of an exception. Stdlib only (torch when it is already imported; the sharding registry,
+fttui.core.base.shardings, is stdlib too); loaded by path, with that registry,
 into a command's own Python when fttui is not installed there."""
 
 from __future__ import annotations
@@ -9,6 +10,17 @@ import os
 import platform
 import sys
 from typing import Any
+
+try:
+    from fttui.core.base import shardings as _shardings
+except ImportError:  # loaded by path where fttui is not installed: the registry (stdlib only) by path too
+    import importlib.util as _util
+
+    _spec = _util.spec_from_file_location(
+        "_fttui_shardings", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "base", "shardings.py"))
+    _shardings = _util.module_from_spec(_spec)
+    sys.modules[_spec.name] = _shardings
+    _spec.loader.exec_module(_shardings)
 
 __all__ = ["peak_rss_mb", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
 
@@ -102,10 +114,11 @@ def sharding(trainer) -> str | None:
             zero = plugin.deepspeed_config.get("zero_optimization", {})
             off = any(str((zero.get(k) or {}).get("device", "none")) not in ("none", "None")
                       for k in ("offload_optimizer", "offload_param"))
-            return f"zero{stage}" + ("-offload" if off else "") if stage in (2, 3) else None
+            kind = _shardings.from_engine(_shardings.DEEPSPEED, stage, off)
+            return kind.name if kind is not None else None
         if getattr(trainer, "is_fsdp_enabled", False):
-            return "fsdp"
-        return "none"
+            return _shardings.from_engine(_shardings.FSDP).name
+        return _shardings.NONE.name
     except Exception:
         return None
 

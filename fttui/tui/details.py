@@ -48,6 +48,7 @@ def profile_details(r: dict, overrides: dict[str, str]):
     from rich.console import Group
 
     from fttui.core.base import fmt
+    from fttui.core.base.constants import FULL_METHODS
     from fttui.core.profiles import profile_summary
     from fttui.core.profiles.summary import sharding_label
 
@@ -84,7 +85,7 @@ def profile_details(r: dict, overrides: dict[str, str]):
     steps = f"max_steps {train.get('max_steps')}" if (train.get("max_steps") or -1) > 0 else f"epochs {train.get('epochs')}"
     t.add_row("train", f"{steps}  lr {train.get('lr')}  {train.get('optimizer')}"
                        + ("  grad ckpt" if train.get("gradient_checkpointing") else ""))
-    if r["method"] != "full" and r["method"] != "full-zero3-offload":
+    if r["method"] not in FULL_METHODS:
         lora = r.get("lora", {})
         t.add_row("lora", f"r {lora.get('r')}  alpha {lora.get('alpha')}  dropout {lora.get('dropout')}")
     limits = r.get("limits", {}) or {}

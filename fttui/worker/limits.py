@@ -94,13 +94,14 @@ def preload_before_limit(sharding: str, use_cuda: bool, log) -> list[str]:
         return []
     import deepspeed  # noqa: F401
 
-    from fttui.core.base.constants import DEEPSPEED_SHARDINGS
+    from fttui.core.base import shardings
 
-    if sharding not in DEEPSPEED_SHARDINGS:
+    kind = shardings.find(sharding)
+    if kind is None or not kind.deepspeed:
         return []
     from deepspeed.accelerator import get_accelerator
 
-    names = (["CPUAdamBuilder"] if sharding.endswith("-offload") else []) + ([] if use_cuda else ["ShareMemCommBuilder"])
+    names = (["CPUAdamBuilder"] if kind.offload else []) + ([] if use_cuda else ["ShareMemCommBuilder"])
     loaded = []
     for name in names:
         builder = get_accelerator().create_op_builder(name)

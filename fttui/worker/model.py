@@ -12,12 +12,12 @@ import contextlib
 import tempfile
 from typing import Any
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FULL_METHODS, KBIT_METHODS, METHODS
+from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, METHODS
 
 from .errors import ConfigError
 from .lora import lora_config
 from .model_config import device_map, load_config, quant_config, torch_dtype
-from .sharding import deepspeed_config, sharding_of
+from .sharding import deepspeed_config, kind_of
 from .structure import count_params, model_structure
 
 # deepspeed_config is re-exported: callers import it from here without loading torch.
@@ -57,7 +57,7 @@ def load_base_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_r
         # on a GPU the random weights are drawn where they will train: a 7B model initialises
         # in seconds there instead of minutes on the host, and the host never holds a copy.
         # DeepSpeed keeps the host build (it moves or partitions the host copy itself).
-        where = (torch.device("cuda", local_rank) if use_cuda and sharding_of(resolved) not in DEEPSPEED_SHARDINGS
+        where = (torch.device("cuda", local_rank) if use_cuda and not kind_of(resolved).deepspeed
                  else contextlib.nullcontext())
         with where:
             return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,

@@ -20,25 +20,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS, ZERO3_OFFLOAD
+from fttui.core.base import shardings
 
 from .errors import ConfigError
 
-__all__ = ["sharding_of", "deepspeed_settings", "deepspeed_config", "fsdp_arguments", "trainer_class",
+__all__ = ["sharding_of", "kind_of", "deepspeed_settings", "deepspeed_config", "fsdp_arguments", "trainer_class",
            "sharding_info", "check_sharding", "held_tensors"]
 
 
 def sharding_of(profile: dict[str, Any]) -> str:
     """The sharding a resolved profile asks for (a ``profile.json`` of an older run has no
     ``sharding`` key: its ``full-zero3-offload`` method is ZeRO-3 offload, anything else none)."""
-    if profile.get("method") == ZERO3_OFFLOAD:
-        return "zero3-offload"
-    return str(profile.get("sharding") or "none")
+    return str(shardings.of(profile.get("method"), profile.get("sharding"))[1])
+
+
+def kind_of(profile: dict[str, Any]) -> shardings.Sharding:
+    """The registry's entry of :func:`sharding_of` (ConfigError for a name it does not know)."""
+    kind = shardings.find(sharding_of(profile))
+    if kind is None:
+        raise ConfigError(f"sharding: unknown value {sharding_of(profile)!r} (use one of {', '.join(shardings.NAMES)})")
+    return kind
 
 
 def deepspeed_settings(profile: dict[str, Any]) -> dict[str, Any]:
     """The ``[deepspeed]`` settings (``[zero3]`` in a ``profile.json`` written before sharding)."""
-    return dict(profile.get("deepspeed") or profile.get("zero3") or {})
+    return dict(profile.get("deepspeed") or profile.get(shardings.LEGACY_SECTION) or {})
 
 
 def deepspeed_config(profile: dict[str, Any], world_size: int) -> dict[str, Any]:
@@ -46,13 +52,13 @@ def deepspeed_config(profile: dict[str, Any], world_size: int) -> dict[str, Any]
     states (``offload_optimizer``) and, for stage 3, the parameters (``offload_params``) on the
     host, page-locked when ``pin_memory``. No ``optimizer`` section: the Trainer's optimizer is
     used (DeepSpeed swaps in its CPU Adam when the optimizer states are offloaded)."""
-    sharding = sharding_of(profile)
-    if sharding not in DEEPSPEED_SHARDINGS:
-        raise ConfigError(f"sharding: {sharding!r} is not a DeepSpeed sharding ({', '.join(DEEPSPEED_SHARDINGS)})")
+    kind = kind_of(profile)
+    if not kind.deepspeed:
+        raise ConfigError(f"sharding: {kind.name!r} is not a DeepSpeed sharding "
+                          f"({', '.join(shardings.names(shardings.DEEPSPEED))})")
     t = profile["train"]
     z = deepspeed_settings(profile)
-    stage = 3 if sharding.startswith("zero3") else 2
-    offload = sharding.endswith("-offload")
+    stage, offload = kind.stage, kind.offload
     micro = int(t.get("batch_size", 1))
     accum = int(t.get("grad_accum", 1))
     pin = bool(z.get("pin_memory", True))
@@ -93,14 +99,14 @@ def fsdp_arguments(profile: dict[str, Any]) -> dict[str, Any]:
     unit (the model's ``_no_split_modules``), parameters resharded after the forward (full
     sharding of parameters, gradients and optimizer states); ``fsdp-offload`` adds the CPU
     offload policy."""
-    sharding = sharding_of(profile)
-    if sharding not in FSDP_SHARDINGS:
-        raise ConfigError(f"sharding: {sharding!r} is not an FSDP sharding ({', '.join(FSDP_SHARDINGS)})")
+    kind = kind_of(profile)
+    if not kind.fsdp:
+        raise ConfigError(f"sharding: {kind.name!r} is not an FSDP sharding ({', '.join(shardings.names(shardings.FSDP))})")
     return {"fsdp": "full_shard", "fsdp_config": {
         "version": 2,
         "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "reshard_after_forward": True,
-        "cpu_offload": sharding == "fsdp-offload",
+        "cpu_offload": kind.offload,
         "state_dict_type": "FULL_STATE_DICT",
     }}
 
@@ -132,7 +138,7 @@ def _promote_fsdp(trainer) -> None:
 def trainer_class(base: type, sharding: str) -> type:
     """``base`` (the counting Trainer), or for an FSDP sharding a subclass that keeps FSDP on
     CPU ranks (:func:`_promote_fsdp`)."""
-    if sharding not in FSDP_SHARDINGS:
+    if not (shardings.find(sharding) or shardings.NONE).fsdp:
         return base
 
     class FsdpTrainer(base):  # type: ignore[misc, valid-type]
@@ -200,17 +206,18 @@ def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
             dev = getattr(conf, "device", None) if conf is not None else None
             devices.append(str(getattr(dev, "value", dev) or "none"))
         offload = any(d in ("cpu", "nvme") for d in devices)
+        ran = shardings.from_engine(shardings.DEEPSPEED, stage, offload)
         info.update(kind="deepspeed", zero_stage=stage, offload_optimizer=devices[0], offload_param=devices[1],
-                    ran=f"zero{stage}" + ("-offload" if offload else "") if stage in (2, 3) else f"zero{stage}")
+                    ran=ran.name if ran is not None else f"zero{stage}")
         model = getattr(engine, "module", model)
     else:
         fsdp = _fsdp_modules(model) if model is not None else []
         if fsdp:
             offload = _fsdp_offload(fsdp)
             info.update(kind="fsdp", fsdp_modules=len(fsdp), fsdp_root=_qualname(model), offload=offload,
-                        ran="fsdp-offload" if offload else "fsdp")
+                        ran=shardings.from_engine(shardings.FSDP, offload=bool(offload)).name)
         else:
-            info.update(kind="none", ran="none")
+            info.update(kind="none", ran=shardings.NONE.name)
     params = local = 0
     seen: set[int] = set()
     for p in (model.parameters() if model is not None else ()):

@@ -12,14 +12,15 @@ import os
 import time
 from typing import Any
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS, KBIT_METHODS, METHODS, SHARDINGS
+from fttui.core.base import shardings
+from fttui.core.base.constants import KBIT_METHODS, METHODS, SHARDINGS
 from fttui.core.data.records import load_records
 from fttui.core.run.events import append_jsonl
 from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
 from .limits import apply_gpu_limit, apply_host_limit, parse_size, preload_before_limit
-from .sharding import sharding_of
+from .sharding import kind_of
 
 __all__ = ["Emitter", "env_int", "read_profile", "Setup", "setup"]
 
@@ -56,7 +57,7 @@ def _check_profile(p: dict[str, Any]) -> None:
             raise ConfigError(f"profile.json: missing section {sec!r}")
     if p.get("method") not in METHODS:
         raise ConfigError(f"method: unknown value {p.get('method')!r} (use one of {', '.join(METHODS)})")
-    if p.get("sharding", "none") not in SHARDINGS:
+    if shardings.find(p.get("sharding")) is None:
         raise ConfigError(f"sharding: unknown value {p.get('sharding')!r} (use one of {', '.join(SHARDINGS)})")
     t = p["train"]
     if t.get("precision", "fp32") not in ("fp32", "fp16", "bf16"):
@@ -148,16 +149,16 @@ def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = 
     su.use_cuda = use_cuda = torch.cuda.is_available() and int(profile["devices"].get("gpus", 1)) > 0
     if precision == "fp16" and not use_cuda:
         raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
-    sharding = sharding_of(profile)
-    if sharding in DEEPSPEED_SHARDINGS and "LOCAL_RANK" not in os.environ:
-        raise ConfigError(f"sharding {sharding}: launch the worker with the deepspeed launcher "
-                          "(devices.launcher = \"deepspeed\") or torchrun; plain python is not supported")
-    if sharding in FSDP_SHARDINGS and "LOCAL_RANK" not in os.environ:
-        raise ConfigError(f"sharding {sharding}: launch the worker with torchrun (devices.launcher = \"torchrun\"); "
-                          "FSDP needs a process group, plain python is not supported")
-    if sharding == "fsdp-offload" and not use_cuda:
-        raise ConfigError("sharding fsdp-offload: needs CUDA GPUs (on CPU ranks there is no device to offload from); "
-                          "use sharding = \"fsdp\"")
+    kind = kind_of(profile)
+    sharding = kind.name
+    if kind.sharded and "LOCAL_RANK" not in os.environ:
+        first, *rest = kind.launchers
+        raise ConfigError(f"sharding {kind}: launch the worker with the {first} launcher (devices.launcher = "
+                          f"\"{first}\")" + "".join(f" or {r}" for r in rest) + f"; {kind.family} needs a "
+                          "process group, plain python is not supported")
+    if kind.needs_cuda and not use_cuda:
+        raise ConfigError(f"sharding {kind}: needs CUDA GPUs (on CPU ranks there is no device to offload from); "
+                          f"use sharding = \"{kind.without_offload()}\"")
     if use_cuda:
         torch.cuda.set_device(local_rank)
 

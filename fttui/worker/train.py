@@ -23,14 +23,13 @@ import time
 import traceback
 from typing import Any
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS
 from fttui.core.run.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_code_for, one_line
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.summary import row_so_far
 
-from .sharding import sharding_of
+from .sharding import kind_of
 from .startup import Emitter, env_int, read_profile, setup
 from .trainer import make_trainer, plan
 
@@ -88,7 +87,7 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     from .trackers import RowToTrackers
 
     to_trackers = RowToTrackers(lambda: row_so_far(RunDir(run_dir)), emit)
-    deepspeed = sharding_of(profile) in DEEPSPEED_SHARDINGS
+    deepspeed = kind_of(profile).deepspeed
     # DeepSpeed builds its engine (and JIT-builds its ops on a first run) inside train(), before
     # the callbacks' on_train_begin: there the first step begins.
     phase_cbs = [_first_step_callback(emit)] if deepspeed else []

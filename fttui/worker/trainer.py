@@ -12,10 +12,9 @@ import json
 import os
 from typing import Any, NamedTuple
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS
 
 from .errors import ConfigError, one_line
-from .sharding import check_sharding, deepspeed_config, fsdp_arguments, sharding_info, sharding_of, trainer_class
+from .sharding import check_sharding, deepspeed_config, fsdp_arguments, kind_of, sharding_info, sharding_of, trainer_class
 from .startup import Setup
 
 __all__ = ["Plan", "plan", "training_args", "make_trainer", "sharding_check_callback"]
@@ -111,10 +110,10 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
     )
     if world > 1 and not use_cuda:
         ta_kwargs["ddp_backend"] = "gloo"
-    sharding = sharding_of(profile)
-    if sharding in DEEPSPEED_SHARDINGS:
+    kind = kind_of(profile)
+    if kind.deepspeed:
         ta_kwargs["deepspeed"] = deepspeed_config(profile, world)
-    elif sharding in FSDP_SHARDINGS:
+    elif kind.fsdp:
         ta_kwargs.update(fsdp_arguments(profile))
     try:
         return TrainingArguments(**ta_kwargs)

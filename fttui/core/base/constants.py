@@ -7,34 +7,20 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-# Fine-tuning methods, in the order the views list them.
-METHODS: tuple[str, ...] = ("full", "full-zero3-offload", "lora", "lora-emb", "qlora", "lora-int8")
-FULL_METHODS: tuple[str, ...] = ("full", "full-zero3-offload")
+from fttui.core.base import shardings
+
+# Fine-tuning methods, in the order the views list them; the legacy names of a method under a
+# sharding kind (``full-zero3-offload``: ``full`` under ZeRO-3 offload) come from the registry.
+METHODS: tuple[str, ...] = ("full", *shardings.LEGACY_METHODS, "lora", "lora-emb", "qlora", "lora-int8")
+FULL_METHODS: tuple[str, ...] = ("full", *shardings.LEGACY_METHODS)
 LORA_METHODS: tuple[str, ...] = ("lora", "lora-emb", "qlora", "lora-int8")
 KBIT_METHODS: tuple[str, ...] = ("qlora", "lora-int8")
-ZERO3_OFFLOAD = "full-zero3-offload"
-#: How a run's model, gradients and optimizer states are spread over ranks (profile key
-#: ``sharding``, orthogonal to ``method``): ``none`` = one process per card (DDP when several);
-#: ``zero*`` = DeepSpeed ZeRO stage 2/3 (``-offload``: optimizer states, and for stage 3 the
-#: parameters too, on the host); ``fsdp*`` = PyTorch FSDP through accelerate / the Trainer.
-SHARDINGS: tuple[str, ...] = ("none", "zero2", "zero2-offload", "zero3", "zero3-offload", "fsdp", "fsdp-offload")
-DEEPSPEED_SHARDINGS: tuple[str, ...] = ("zero2", "zero2-offload", "zero3", "zero3-offload")
-FSDP_SHARDINGS: tuple[str, ...] = ("fsdp", "fsdp-offload")
-#: The methods each sharding runs (docs/launchers.md, "Which method with which sharding"). ZeRO-2
-#: partitions only what trains (gradients, optimizer states), so the frozen, quantised base of
-#: qlora / lora-int8 is left as it is. ZeRO-3 and FSDP shard the parameters themselves: the
-#: libraries do that for 4-bit weights only when they are stored in a float dtype
-#: (bnb_4bit_quant_storage) and, under ZeRO-3, loaded inside zero.Init, which fttui's loader does
-#: not do; 8-bit weights cannot be sharded at all. ``full-zero3-offload`` is ``full`` here.
-SHARDING_METHODS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
-    "none": ("full", "lora", "lora-emb", "qlora", "lora-int8"),
-    "zero2": ("full", "lora", "lora-emb", "qlora", "lora-int8"),
-    "zero2-offload": ("full", "lora", "lora-emb", "qlora", "lora-int8"),
-    "zero3": ("full", "lora", "lora-emb"),
-    "zero3-offload": ("full", "lora", "lora-emb"),
-    "fsdp": ("full", "lora", "lora-emb"),
-    "fsdp-offload": ("full", "lora", "lora-emb"),
-})
+#: the sharding kinds' names (:mod:`fttui.core.base.shardings` declares each kind once)
+SHARDINGS: tuple[str, ...] = shardings.NAMES
+#: sharding -> the methods it runs, and the legacy method name (both read off the registry)
+SHARDING_METHODS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
+    {k.name: k.methods for k in shardings.KINDS.values()})
+ZERO3_OFFLOAD: str = next(iter(shardings.LEGACY_METHODS))
 
 # The settings the probe and `estimate --max` search, with the profile key each one sets.
 PROBE_PARAMS: MappingProxyType[str, str] = MappingProxyType(
@@ -62,8 +48,8 @@ EXIT_CODES: MappingProxyType[str, int] = MappingProxyType(
 CUDA_CONTEXT_BYTES = 800 * 2**20
 
 __all__ = [
-    "METHODS", "FULL_METHODS", "LORA_METHODS", "KBIT_METHODS", "ZERO3_OFFLOAD", "SHARDINGS", "DEEPSPEED_SHARDINGS", "FSDP_SHARDINGS",
-    "SHARDING_METHODS", "PROBE_PARAMS",
+    "METHODS", "FULL_METHODS", "LORA_METHODS", "KBIT_METHODS", "SHARDINGS", "SHARDING_METHODS", "ZERO3_OFFLOAD",
+    "PROBE_PARAMS",
     "FINAL_STATUSES", "WATCHED", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "EXIT_CANCELLED",
     "EXIT_INTERRUPTED", "EXIT_CODES", "CUDA_CONTEXT_BYTES",
 ]

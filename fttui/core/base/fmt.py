@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 
+from fttui.core.base import shardings
+
 
 def duration(seconds: float | None) -> str:
     """H:MM:SS above an hour, MM:SS below, as the reference tables write durations."""
@@ -45,22 +47,16 @@ METHOD_LABELS = {
     "lora-int8": "lora (int8)",
 }
 
-SHARDING_LABELS = {
-    "none": "",
-    "zero2": "ZeRO-2",
-    "zero2-offload": "ZeRO-2 offload",
-    "zero3": "ZeRO-3",
-    "zero3-offload": "ZeRO-3 offload",
-    "fsdp": "FSDP",
-    "fsdp-offload": "FSDP offload",
-}
+#: sharding kind -> its label (the registry's), in the registry's order
+SHARDING_LABELS = {k.name: k.label for k in shardings.KINDS.values()}
 
 
 def sharding_label(sharding: str | None) -> str:
     """``ZeRO-3 offload`` for ``zero3-offload``; empty for none (one process per card, DDP)."""
     if not sharding:
         return ""
-    return SHARDING_LABELS.get(sharding, sharding)
+    kind = shardings.find(sharding)
+    return sharding if kind is None else kind.label
 
 
 def method_label(method: str | None, sharding: str | None = None, *, optimizer: str | None = None) -> str:
@@ -68,8 +64,8 @@ def method_label(method: str | None, sharding: str | None = None, *, optimizer: 
     ``full (ZeRO-3 offload)``, ``lora (+emb, FSDP)``, ``qlora (paged)``."""
     if method is None:
         return ""
-    if method == "full-zero3-offload":  # the stored name of full + ZeRO-3 offload before schema 5
-        method, sharding = "full", sharding or "zero3-offload"
+    if method in shardings.LEGACY_METHODS:  # the stored name of full + ZeRO-3 offload before schema 5
+        method, sharding = "full", sharding or shardings.LEGACY_METHODS[method].name
     label = METHOD_LABELS.get(method, method)
     if method == "qlora" and optimizer and optimizer.startswith("paged"):
         label = "qlora (paged)"

@@ -42,7 +42,7 @@ STOP_WAIT_S = 30.0
 def needs_launch(resolved: dict) -> bool:
     """Whether the probe must launch each trial: several processes, or a sharding."""
     prof = Profile.from_partial(resolved)
-    return prof.world_size() > 1 or prof.sharding_asked() != "none"
+    return prof.world_size() > 1 or prof.sharding_kind().sharded
 
 
 def check_probe(resolved: dict) -> None:

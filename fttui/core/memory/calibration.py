@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-from fttui.core.base.constants import ZERO3_OFFLOAD
+from fttui.core.base import shardings
 from fttui.core.base.errors import EstimateError
 from fttui.core.base.units import MIB
 from fttui.core.memory.breakdown import Calibration, Estimate
@@ -118,9 +118,9 @@ def calibration_from_store(resolved: Mapping[str, Any],
         if row.get("status") in ("oom", "failed", "cancelled"):
             continue
         row = dict(row)
-        if row.get("method") == ZERO3_OFFLOAD:  # a row stored before sharding was its own key
-            row["method"], row["sharding"] = "full", "zero3-offload"
-        if (row.get("sharding") or "none") != sharding:
+        # a row stored before sharding was its own key names a legacy method
+        row["method"], row["sharding"] = shardings.of(row.get("method"), row.get("sharding"))
+        if row["sharding"] != sharding:
             continue
         if any(row.get(k) is not None and row.get(k) != v
                for k, v in want.items() if k != "gradient_checkpointing"):

@@ -51,7 +51,7 @@ def _dynamic(c: Setup, bd: dict[str, float], per_tok: float, att_bytes: float,
         alloc_on_act = CONSTANTS["allocator_fraction"]
     # the optimizer step runs after the backward has freed the activations: its temporaries
     # (torch AdamW foreach: about one tensor per trainable parameter) compete with them
-    if c.sharding != "none":
+    if c.kind.sharded:
         step_tmp = step_temporaries(c)
     else:
         step_tmp = (P * wb if method == "full" else 0) + c.lora_params * 4
@@ -75,7 +75,7 @@ def _framework(c: Setup, bd: dict[str, float], calibration: Calibration | None) 
         # DDP's reducer keeps its buckets as a second copy of every trainable gradient
         # (gradient_as_bucket_view=False, the HF Trainer default); NCCL its own buffers
         P, wb, method = c.a.params, c.wb, c.method
-        ddp_copy = 0 if c.sharding != "none" else (
+        ddp_copy = 0 if c.kind.sharded else (
             c.lora_params * 4 + (P * wb if method == "full" else 0)
             + ((c.embed + c.head) * wb if method == "lora-emb" else 0))
         bd["communication"] += CONSTANTS["comm_bytes"] + ddp_copy
@@ -153,7 +153,7 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     bd = dict.fromkeys(COMPONENTS, 0.0)
     host_bd = dict.fromkeys(HOST_COMPONENTS, 0.0)
     w = Working()
-    if c.sharding == "none":
+    if not c.kind.sharded:
         trainable_states(c, bd, notes)
     else:
         w = sharded_states(c, bd, host_bd, notes)

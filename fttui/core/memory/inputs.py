@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from fttui.core.base.constants import (DEEPSPEED_SHARDINGS, FSDP_SHARDINGS, FULL_METHODS, KBIT_METHODS,
-                                       LORA_METHODS, METHODS, PROBE_PARAMS, SHARDING_METHODS, SHARDINGS,
-                                       ZERO3_OFFLOAD)
+from fttui.core.base import shardings
+from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, LORA_METHODS, METHODS, PROBE_PARAMS, SHARDINGS
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
@@ -31,12 +30,13 @@ def sharding_of(resolved: Mapping[str, Any]) -> tuple[str, str]:
     """(method, sharding) as the estimator models them: the profile's ``sharding`` (default
     ``none``); ``method = "full-zero3-offload"`` reads as ``full`` with ``zero3-offload``."""
     method = resolved.get("method", "lora")
-    sharding = resolved.get("sharding") or "none"
-    if method == ZERO3_OFFLOAD:
-        if sharding not in ("none", "zero3-offload"):
-            raise EstimateError(f"method {ZERO3_OFFLOAD} is method full with sharding zero3-offload; "
+    sharding = resolved.get("sharding") or shardings.NONE.name
+    legacy = shardings.LEGACY_METHODS.get(method)
+    if legacy is not None:
+        if sharding not in (shardings.NONE.name, legacy.name):
+            raise EstimateError(f"method {method} is method full with sharding {legacy}; "
                                 f"it cannot take sharding {sharding!r} (use method full)")
-        return "full", "zero3-offload"
+        return "full", legacy.name
     return method, sharding
 
 
@@ -65,9 +65,8 @@ def settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
         "lora_target_modules": lo.get("target_modules", ["q_proj", "v_proj"]),
         "quant": dict(resolved.get("quant") or {}),
         # the DeepSpeed settings: [deepspeed] ([zero3] in profiles written before sharding)
-        "zero3": dict(resolved.get("deepspeed") or resolved.get("zero3") or {}),
-        "sharding": ("zero3-offload" if resolved.get("method") == ZERO3_OFFLOAD
-                     else resolved.get("sharding") or "none"),
+        "deepspeed": dict(resolved.get("deepspeed") or resolved.get(shardings.LEGACY_SECTION) or {}),
+        "sharding": shardings.of(resolved.get("method"), resolved.get("sharding"))[1],
     }
 
 
@@ -88,7 +87,7 @@ class Setup:
     processes over all nodes; ``head``: output-layer parameters (0 when tied to the embedding);
     ``lin_total``: parameters of the decoder layers' linear layers; ``other``: the rest;
     ``method``: the method as modelled (``full-zero3-offload`` is ``full``); ``sharding``: one of
-    :data:`~fttui.core.base.constants.SHARDINGS`; ``per_node``: training processes per node."""
+    :data:`~fttui.core.base.constants.SHARDINGS` (``kind``: its registry entry); ``per_node``: training processes per node."""
 
     s: dict[str, Any]
     a: ArchNumbers
@@ -111,22 +110,26 @@ class Setup:
     per_node: int
 
     @property
+    def kind(self) -> shardings.Sharding:
+        return shardings.get(self.sharding)
+
+    @property
     def deepspeed(self) -> bool:
-        return self.sharding in DEEPSPEED_SHARDINGS
+        return self.kind.deepspeed
 
     @property
     def zero3(self) -> bool:
         """DeepSpeed ZeRO stage 3 (parameters partitioned), with or without offload."""
-        return self.sharding in ("zero3", "zero3-offload")
+        return self.kind.zero3
 
     @property
     def fsdp(self) -> bool:
-        return self.sharding in FSDP_SHARDINGS
+        return self.kind.fsdp
 
 
 def _weight_bytes(method: str, precision: str, s: Mapping[str, Any]) -> int:
     """Bytes per non-quantised weight as the worker trains it."""
-    if s["sharding"] in DEEPSPEED_SHARDINGS:
+    if shardings.get(s["sharding"]).deepspeed:
         # DeepSpeed casts the whole module to the half dtype under fp16/bf16
         # (DeepSpeedEngine._configure_distributed_model); the fp32 masters live in its optimizer
         return DTYPE_BYTES[precision]
@@ -168,11 +171,11 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
         raise EstimateError(f"sharding {s['sharding']!r} is not one the estimator knows "
                             f"({', '.join(SHARDINGS)})")
     method, sharding = sharding_of(resolved)
-    if method not in SHARDING_METHODS[sharding]:
-        runs_with = [x for x in SHARDINGS if method in SHARDING_METHODS[x]]
+    kind = shardings.get(sharding)
+    if method not in kind.methods:
         raise EstimateError(f"method {method} cannot run with sharding {sharding} (sharding {sharding} "
-                            f"runs {', '.join(SHARDING_METHODS[sharding])}; method {method} runs with "
-                            f"{', '.join(runs_with)})")
+                            f"runs {', '.join(kind.methods)}; method {method} runs with "
+                            f"{', '.join(shardings.runs_with(method))})")
     if precision not in DTYPE_BYTES:
         raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
     a = arch_numbers(resolved)

@@ -76,7 +76,7 @@ def deepspeed_reference(c: Setup, factor: float = 1.5) -> tuple[float, float]:
     P, n, nodes = c.a.params, c.per_node, c.s["nodes"]
     gpus = n * nodes
     off_o, off_p = _offloads(c)
-    if c.sharding.startswith("zero2"):
+    if c.kind.stage == 2:
         if off_o:
             return 2 * P, P * max(4 * gpus, 16) * factor
         return 2 * P + int(18 * P / gpus), P * 4 * n * factor
@@ -93,15 +93,14 @@ def _opt_bytes(optimizer: str, param_bytes: int) -> float:
 
 
 def _offloads(c: Setup) -> tuple[bool, bool]:
-    """(optimizer states offloaded, parameters offloaded) to the host."""
-    sh, z = c.sharding, c.s["zero3"]  # [deepspeed] settings: what an -offload sharding moves
-    if sh == "zero3-offload":
-        return bool(z.get("offload_optimizer", True)), bool(z.get("offload_params", True))
-    if sh == "zero2-offload":
-        return bool(z.get("offload_optimizer", True)), False
-    if sh == "fsdp-offload":
-        return True, True
-    return False, False
+    """(optimizer states offloaded, parameters offloaded) to the host: under DeepSpeed what the
+    ``[deepspeed]`` settings move (parameters at stage 3 only), under FSDP everything."""
+    kind, z = c.kind, c.s["deepspeed"]
+    if not kind.offload:
+        return False, False
+    if kind.deepspeed:
+        return bool(z.get("offload_optimizer", True)), kind.zero3 and bool(z.get("offload_params", True))
+    return True, True
 
 
 def step_temporaries(c: Setup) -> float:
@@ -173,7 +172,7 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
         ob = 4 + _opt_bytes(c.s["optimizer"], 4)
         # the gradient partition in the half dtype + its fp32 copy for the step
         gb = hb + 4
-        if c.sharding.startswith("zero2"):
+        if c.kind.stage == 2:
             # ZeRO-2: the half-precision parameters are replicated on every rank
             bd["weights"] = frozen + other_b
             bd["lora"] = adapter_b
@@ -193,13 +192,13 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
             bd["gradients"] = gb * T / N
             bd["optimizer_states"] = ob * T / N
         buckets = ds_buckets(a.hidden)["reduce_bucket_size"] * hb
-        stage2 = c.sharding.startswith("zero2")
+        stage2 = c.kind.stage == 2
         bd["communication"] = buckets * (2 if stage2 and DEEPSPEED_DEFAULTS["overlap_comm"] else 1)
-        if c.sharding == "zero2-offload" and off_o:
+        if stage2 and off_o:
             # ZeRO-2 offload stages the updated partition in the half dtype on the host
             # (param_buffer_of_bit16_for_cpu_offload_groups) before it goes back to the card
             host_bd["offload_pinned_buffers"] = hb * T * node_share
-        if c.sharding == "zero3-offload" and (off_p or off_o):
+        if c.zero3 and (off_p or off_o):
             # pinned staging buffers for the parameter and gradient buckets (prefetch + reduce
             # buckets, about 4 x hidden^2 elements each, fp32)
             host_bd["offload_pinned_buffers"] = 2 * 4 * a.hidden * a.hidden * 4 * per_node

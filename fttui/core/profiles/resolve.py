@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from fttui.core.base.constants import SHARDING_METHODS, SHARDINGS, ZERO3_OFFLOAD
+from fttui.core.base import shardings
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.models.archs import ARCHS
 from fttui.core.profiles.discovery import display, find_profile, looks_like_path, origin_of, safe_resolve
@@ -198,29 +198,25 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
 
 
 def _resolve_sharding(resolved: dict[str, Any], where: Any) -> None:
-    """``method = "full-zero3-offload"`` is method ``full`` with sharding ``zero3-offload`` (a
-    sharding given explicitly, other than ``none``, wins); then the pair must be one the
-    libraries run (:data:`~fttui.core.base.constants.SHARDING_METHODS`), and an ``-offload``
-    sharding must offload something."""
-    if resolved["method"] == ZERO3_OFFLOAD:
-        resolved["method"] = "full"
-        if resolved["sharding"] == "none":
-            resolved["sharding"] = "zero3-offload"
-    method, sharding = resolved["method"], resolved["sharding"]
-    if method not in SHARDING_METHODS[sharding]:
-        runs_with = [s for s in SHARDINGS if method in SHARDING_METHODS[s]]
-        raise ProfileError(where("sharding"), "sharding", f"method {method} cannot run with sharding {sharding}",
-                           f"sharding {sharding} runs {', '.join(SHARDING_METHODS[sharding])}; "
-                           f"method {method} runs with sharding {', '.join(runs_with)} (docs/launchers.md)")
+    """A legacy method (``full-zero3-offload``) is method ``full`` under its sharding kind (a
+    sharding given explicitly, other than none, wins); then the pair must be one the libraries
+    run (the kind's ``methods``, :mod:`fttui.core.base.shardings`), and an offloading ZeRO kind
+    must offload something."""
+    resolved["method"], resolved["sharding"] = shardings.of(resolved["method"], resolved["sharding"])
+    method, kind = resolved["method"], shardings.get(resolved["sharding"])
+    if method not in kind.methods:
+        raise ProfileError(where("sharding"), "sharding", f"method {method} cannot run with sharding {kind}",
+                           f"sharding {kind} runs {', '.join(kind.methods)}; "
+                           f"method {method} runs with sharding {', '.join(shardings.runs_with(method))} (docs/launchers.md)")
     ds = resolved["deepspeed"]
-    if sharding.endswith("-offload") and sharding.startswith("zero"):
-        moved = ds["offload_optimizer"] or (sharding == "zero3-offload" and ds["offload_params"])
+    if kind.offload and kind.deepspeed:
+        moved = ds["offload_optimizer"] or (kind.zero3 and ds["offload_params"])
         if not moved:
             what = ("deepspeed.offload_optimizer and deepspeed.offload_params are both false"
-                    if sharding == "zero3-offload" else "deepspeed.offload_optimizer is false")
+                    if kind.zero3 else "deepspeed.offload_optimizer is false")
             raise ProfileError(where("deepspeed.offload_optimizer"), "deepspeed.offload_optimizer",
-                               f"sharding {sharding} offloads nothing: {what}",
-                               f"use sharding = \"{sharding.removesuffix('-offload')}\", or set offload_optimizer = true")
+                               f"sharding {kind} offloads nothing: {what}",
+                               f"use sharding = \"{kind.without_offload()}\", or set offload_optimizer = true")
 
 
 def load_profile(

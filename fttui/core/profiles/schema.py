@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from fttui.core.base import shardings
 from fttui.core.base.constants import METHODS, SHARDINGS
 
 SYNTHETIC = "synthetic"
@@ -45,7 +46,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "extends": Field("str", None),
         "method": Field("str", "lora", METHODS),
         # how states are spread over ranks, orthogonal to the method (docs/launchers.md)
-        "sharding": Field("str", "none", SHARDINGS),
+        "sharding": Field("str", shardings.NONE.name, SHARDINGS),
     },
     "model": {
         "name_or_path": Field("str", None),
@@ -143,7 +144,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
 SECTIONS: tuple[str, ...] = tuple(s for s in SCHEMA if s != TOP)
 
 #: old section names, read as the new ones (files and ``--set``)
-SECTION_ALIASES: dict[str, str] = {"zero3": "deepspeed"}
+SECTION_ALIASES: dict[str, str] = {shardings.LEGACY_SECTION: "deepspeed"}
 
 #: short ``--set`` names
 ALIASES: dict[str, str] = {

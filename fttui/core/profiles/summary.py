@@ -17,20 +17,18 @@ def sharding_label(resolved: Mapping[str, Any]) -> str:
     """The sharding in words: ``zero3-offload (DeepSpeed ZeRO-3; optimizer states, parameters on
     the host)``, ``none (DDP over 2 processes)``..."""
     prof = Profile.from_partial(resolved)
-    sharding = prof.sharding_asked()
-    ds = prof.deepspeed
-    if sharding == "none":
+    kind, ds = prof.sharding_kind(), prof.deepspeed
+    if not kind.sharded:
         procs = prof.world_size()
-        return f"none (DDP over {procs} processes)" if procs > 1 else "none"
-    if sharding.startswith("zero"):
-        stage = sharding[4]
+        return f"{kind} (DDP over {procs} processes)" if procs > 1 else str(kind)
+    if kind.deepspeed:
         host = []
-        if sharding.endswith("-offload"):
+        if kind.offload:
             host = (["optimizer states"] if ds.offload_optimizer else []) + (
-                ["parameters"] if stage == "3" and ds.offload_params else [])
-        return f"{sharding} (DeepSpeed ZeRO-{stage}" + (f"; {', '.join(host)} on the host)" if host else ")")
-    return f"{sharding} (PyTorch FSDP2" + ("; parameters, gradients, optimizer states on the host)"
-                                          if sharding.endswith("-offload") else ")")
+                ["parameters"] if kind.zero3 and ds.offload_params else [])
+        return f"{kind} (DeepSpeed ZeRO-{kind.stage}" + (f"; {', '.join(host)} on the host)" if host else ")")
+    return f"{kind} (PyTorch FSDP2" + ("; parameters, gradients, optimizer states on the host)"
+                                      if kind.offload else ")")
 
 
 def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:

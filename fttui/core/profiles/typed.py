@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Self
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS, ZERO3_OFFLOAD
+from fttui.core.base import shardings
 from fttui.core.profiles.resolve import load_profile
 from fttui.core.profiles.schema import SCHEMA, TOP
 
@@ -265,7 +265,7 @@ class Profile:
         values: dict[str, Any] = {}
         for n in _names(cls):
             if n == "deepspeed" and n not in resolved:  # a profile.json written before sharding
-                values[n] = DeepSpeedSettings.from_partial(resolved.get("zero3"))
+                values[n] = DeepSpeedSettings.from_partial(resolved.get(shardings.LEGACY_SECTION))
             elif n in SECTION_TYPES:
                 values[n] = SECTION_TYPES[n].from_partial(resolved.get(n))
             else:
@@ -300,19 +300,21 @@ class Profile:
     def sharding_asked(self) -> str:
         """The sharding this profile asks for; a ``profile.json`` written before sharding says
         ``method = "full-zero3-offload"`` instead, which is ``zero3-offload``."""
-        return "zero3-offload" if self.method == ZERO3_OFFLOAD else self.sharding
+        return shardings.of(self.method, self.sharding)[1]
+
+    def sharding_kind(self) -> shardings.Sharding:
+        """The registry's entry of :meth:`sharding_asked` (KeyError for an unknown name)."""
+        return shardings.get(self.sharding_asked())
 
     def launcher(self) -> str:
-        """The launcher that starts the run: the profile's, or for ``auto`` DeepSpeed's (a
-        ``zero*`` sharding), torchrun (an ``fsdp*`` sharding, or several processes) or plain
-        python (one process)."""
+        """The launcher that starts the run: the profile's, or for ``auto`` the sharding kind's
+        first launcher (DeepSpeed's for ``zero*``, torchrun for ``fsdp*``), else torchrun for
+        several processes and plain python for one."""
         if self.devices.launcher != "auto":
             return self.devices.launcher
-        sharding = self.sharding_asked()
-        if sharding in DEEPSPEED_SHARDINGS:
-            return "deepspeed"
-        if sharding in FSDP_SHARDINGS:
-            return "torchrun"
+        kind = shardings.find(self.sharding_asked())
+        if kind is not None and kind.launchers:
+            return kind.launchers[0]
         if self.devices.processes_per_node() > 1 or int(self.devices.nodes or 1) > 1:
             return "torchrun"
         return "python"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fttui.core.base import fmt
+from fttui.core.base import fmt, shardings
 from fttui.core.results.document import cell_text
 from fttui.core.results.rows import gpu_name, num, short_gpu
 
@@ -101,5 +101,5 @@ def dim_text(key: str, v: Any) -> str:
     if key == "method":
         return fmt.method_label(v)
     if key == "sharding":
-        return fmt.sharding_label(v) or "none"
+        return fmt.sharding_label(v) or shardings.NONE.name
     return cell_text(v)

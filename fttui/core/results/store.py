@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from fttui.core.base import paths
+from fttui.core.base import paths, shardings
 from fttui.core.base.errors import StoreError
 from fttui.core.base.redact import mask
 
@@ -148,10 +148,12 @@ MIGRATIONS: list[str] = [
     ";UPDATE runs SET recorded_by = 'supervisor' WHERE kind IS NULL OR kind != 'probe'"
     ";UPDATE runs SET recorded_by = 'probe' WHERE kind = 'probe'",
     # schema 5: sharding is its own column. Before it, the only sharded runs were the full runs
-    # under ZeRO-3 offload, stored as method "full-zero3-offload"; every other run had none.
+    # under ZeRO-3 offload, stored under its legacy method name (the registry's
+    # shardings.LEGACY_METHODS, "full-zero3-offload"); every other run had none.
     f"ALTER TABLE runs ADD COLUMN sharding {COLUMNS['sharding']}"
-    ";UPDATE runs SET method = 'full', sharding = 'zero3-offload' WHERE method = 'full-zero3-offload'"
-    ";UPDATE runs SET sharding = 'none' WHERE sharding IS NULL",
+    + "".join(f";UPDATE runs SET method = 'full', sharding = '{kind.name}' WHERE method = '{legacy}'"
+              for legacy, kind in shardings.LEGACY_METHODS.items())
+    + f";UPDATE runs SET sharding = '{shardings.NONE.name}' WHERE sharding IS NULL",
     # schema 6: what a run kept. Before it no run saved, resumed or evaluated: null is true of them.
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[6]),
     # schema 7: the last training loss (rows of any kind); older rows did not keep it: null.

@@ -11,14 +11,15 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS, KBIT_METHODS
+from fttui.core.base import shardings
+from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.errors import FttuiError
 
 #: extra -> the import names it provides.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("torch", "transformers", "peft", "accelerate"),
     "qlora": ("bitsandbytes",),
-    "zero3": ("deepspeed",),
+    **{k.extra: k.packages for k in shardings.KINDS.values() if k.extra},  # the sharding kinds' extras
 }
 
 
@@ -26,13 +27,15 @@ class MissingExtraError(FttuiError):
     """A run needs packages of an extra that is not installed."""
 
 
-def needed_extras(method: str, sharding: str = "none") -> list[str]:
-    """The extras a run of ``method`` under ``sharding`` needs on the machine that trains."""
+def needed_extras(method: str, sharding: str | None = None) -> list[str]:
+    """The extras a run of ``method`` under ``sharding`` (none when not given) needs on the
+    machine that trains."""
     out = ["train"]
     if method in KBIT_METHODS:
         out.append("qlora")
-    if sharding in DEEPSPEED_SHARDINGS or method == "full-zero3-offload":
-        out.append("zero3")
+    kind = shardings.find(shardings.of(method, sharding)[1])
+    if kind is not None and kind.extra and kind.extra not in out:
+        out.append(kind.extra)
     return out
 
 
@@ -43,7 +46,7 @@ def _installed(name: str) -> bool:
         return False
 
 
-def missing_extra(method: str, sharding: str = "none", *,
+def missing_extra(method: str, sharding: str | None = None, *,
                   installed: Callable[[str], bool] | None = None) -> tuple[str, list[str]] | None:
     """The first extra the run needs whose packages are not all installed, with those packages."""
     installed = installed or _installed
@@ -54,13 +57,13 @@ def missing_extra(method: str, sharding: str = "none", *,
     return None
 
 
-def check_extras(method: str, sharding: str = "none", *,
+def check_extras(method: str, sharding: str | None = None, *,
                  installed: Callable[[str], bool] | None = None) -> None:
     """Raise :class:`MissingExtraError` naming the extra to install when a package is missing."""
     found = missing_extra(method, sharding, installed=installed)
     if found:
         extra, missing = found
-        what = f"method {method}" + (f" with sharding {sharding}" if sharding != "none" else "")
+        what = f"method {method}" + (f" with sharding {sharding}" if (shardings.find(sharding) or shardings.NONE).sharded else "")
         raise MissingExtraError(
             f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed): pip install 'fttui[{extra}]'")
 

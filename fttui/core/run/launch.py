@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fttui.core.base.constants import DEEPSPEED_SHARDINGS, FSDP_SHARDINGS
+from fttui.core.base import shardings
 from fttui.core.profiles import Profile
 from fttui.core.profiles.trackers import missing_tracker
 from fttui.core.run import rundir
@@ -111,13 +111,6 @@ def build_command(resolved: dict, run_dir: Path, python: str | None = None,
                        "use auto, python, torchrun, accelerate or deepspeed")
 
 
-#: the launchers that run each kind of sharding (the first is what ``auto`` picks)
-SHARDING_LAUNCHERS: dict[str, tuple[str, ...]] = {
-    **{s: ("deepspeed", "torchrun") for s in DEEPSPEED_SHARDINGS},
-    **{s: ("torchrun", "accelerate") for s in FSDP_SHARDINGS},
-}
-
-
 def check_launcher(prof: Profile, launcher: str) -> None:
     """ProfileError (one line) when the launcher cannot run the profile's sharding.
 
@@ -126,8 +119,9 @@ def check_launcher(prof: Profile, launcher: str) -> None:
     refuses FSDP outside a process group (plain python, or accelerate with one process, which
     fttui starts with ``--cpu`` on CPU), and DeepSpeed's launcher is for DeepSpeed."""
     sharding = prof.sharding_asked()
-    allowed = SHARDING_LAUNCHERS.get(sharding)
-    if allowed is None:
+    kind = shardings.find(sharding)
+    allowed = kind.launchers if kind is not None else ()
+    if not allowed:
         return
     procs = prof.world_size()
     if launcher in allowed and not (launcher == "accelerate" and procs == 1):
@@ -312,4 +306,4 @@ def launch(resolved: dict, run_id: str | None = None,
 
 
 __all__ = ["launch", "prepare", "prepare_command", "start_supervisor", "build_command", "check_launcher", "check_rendezvous",
-           "check_trackers", "free_port", "SHARDING_LAUNCHERS", "FttuiError"]
+           "check_trackers", "free_port", "FttuiError"]

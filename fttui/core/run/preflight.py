@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from fttui.core.base.constants import METHODS, ZERO3_OFFLOAD
+from fttui.core.base import shardings
+from fttui.core.base.constants import METHODS
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
 from fttui.core.models.hfconfig import cached_snapshot, download_command, hub_cache_dir, is_hub_id
 from fttui.core.profiles.schema import OVERRIDE
@@ -73,19 +74,19 @@ def _check_stack(resolved: dict, src: str, gpus: int, n_visible: int) -> None:
         if importlib.util.find_spec("flash_attn") is None:
             raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs the flash-attn package",
                                "pip install flash-attn, or use attn_implementation = \"sdpa\"")
-    sharding = resolved.get("sharding", "none")
-    if method == ZERO3_OFFLOAD:  # a profile.json written before sharding
-        method, sharding = "full", "zero3-offload"
+    method, sharding = shardings.of(method, resolved.get("sharding"))  # a profile.json written before sharding
     found = missing_extra(method, sharding)  # the optional parts of fttui (pyproject extras) it needs
+    kind = shardings.find(sharding)
     if found:
         extra, missing = found
-        key = "sharding" if extra == "zero3" else "method"
-        what = f"sharding {sharding}" if extra == "zero3" else f"method {method}"
+        by_kind = kind is not None and extra == kind.extra
+        key = "sharding" if by_kind else "method"
+        what = f"sharding {sharding}" if by_kind else f"method {method}"
         raise ProfileError(src, key, f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed)",
                            f"pip install 'fttui[{extra}]'")
-    if sharding == "fsdp-offload" and (gpus == 0 or n_visible == 0):
-        raise ProfileError(src, "sharding", "sharding fsdp-offload needs CUDA GPUs (it offloads from the GPU to the host)",
-                           "use sharding = \"fsdp\" on CPU ranks")
+    if kind is not None and kind.needs_cuda and (gpus == 0 or n_visible == 0):
+        raise ProfileError(src, "sharding", f"sharding {kind} needs CUDA GPUs (it offloads from the GPU to the host)",
+                           f"use sharding = \"{kind.without_offload()}\" on CPU ranks")
 
 
 def _check_bf16(src: str, precision: str) -> None:

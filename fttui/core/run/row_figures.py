@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fttui.core.base import shardings
 from fttui.core.base.constants import CUDA_CONTEXT_BYTES
 from fttui.core.base.units import MIB
 from fttui.core.run.snapshot import RunSnapshot, to_int
@@ -169,10 +170,7 @@ def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[st
 def stated_sharding(prof: dict[str, Any]) -> tuple[str | None, str]:
     """``(method, sharding)`` a resolved profile asks for. A profile.json written before the
     sharding axis names ``full-zero3-offload`` as its method: that is full under ZeRO-3 offload."""
-    method = prof.get("method")
-    if method == "full-zero3-offload":
-        return "full", "zero3-offload"
-    return method, prof.get("sharding") or "none"
+    return shardings.of(prof.get("method"), prof.get("sharding"))
 
 
 def sharding_read_back(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
