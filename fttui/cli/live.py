@@ -10,6 +10,7 @@ from fttui.core.base import fmt
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
 from fttui.core.run.perf import mfu_text
 from fttui.core.run.phases import mmss, phase_text
+from fttui.core.run.ranks import clash_text
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower
@@ -229,7 +230,7 @@ class OutputTail:
 def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
-    phases_printed, warned = 0, None
+    phases_printed, warned, said_clash = 0, None, None
     dev = (f.rd.profile() or {}).get("devices", {})
     output = OutputTail(f.rd.log_path) if f.rd.kind_and_group()[0] == "command" else None
     while True:
@@ -253,6 +254,10 @@ def _follow_plain(f: RunFollower) -> None:
         if snap.step and snap.step != last_step and (now - last_print >= 1.0 or snap.step == snap.total_steps):
             print(progress_line(snap), flush=True)
             last_print, last_step = now, snap.step
+        clash = clash_text(snap.rank_clash)
+        if clash and clash != said_clash:  # two processes claim one rank: said once per change
+            said_clash = clash
+            print(clash, flush=True)
         warning = near_oom_line(snap)
         if warning is not None and snap.near_oom_reason != warned:
             warned = snap.near_oom_reason  # once per reason: the counters only grow

@@ -184,7 +184,8 @@ class FttuiCallback(TrainerCallback):
         return True
 
     def _emit(self, event: str, **fields: Any) -> None:
-        obj = {"event": event, "t": time.time(), "rank": self.rank, "source": self.via, **fields}
+        # the pid tells two processes that claim one rank apart (fttui.core.run.ranks)
+        obj = {"event": event, "t": time.time(), "rank": self.rank, "pid": os.getpid(), "source": self.via, **fields}
         try:
             append_event(self.run_dir, obj)
         except Exception as e:
@@ -359,7 +360,7 @@ def report_error(trainer, exc: BaseException) -> None:
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         state = getattr(trainer, "state", None)
         append_event(run_dir, {
-            "event": "error", "t": time.time(), "rank": _rank(), "source": getattr(cb, "via", "injected"),
+            "event": "error", "t": time.time(), "rank": _rank(), "pid": os.getpid(), "source": getattr(cb, "via", "injected"),
             "kind": "oom" if kind else "error", "oom_kind": kind,
             "message": (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
             "step": int(getattr(state, "global_step", 0) or 0),

@@ -261,3 +261,26 @@ def test_command_without_a_trainer_that_exits_0_is_completed(tmp_path, fttui_hom
     assert "None" not in out and "parameters trainable" not in out  # no "None steps, world size None"
     status = json.loads((only_run_dir(fttui_home) / "status.json").read_text())
     assert status["status"] == "completed"
+
+
+def test_two_processes_claiming_one_rank_are_flagged_and_both_counted(tmp_path, fttui_home):
+    """Two Trainer processes that each say rank 0 of world size 1 (the launcher's rank variables
+    dropped; issue 27.2): the live view and the row say so, and both processes' steps and samples
+    are counted, never folded into one."""
+    state = tmp_path / "state.json"
+    env = fttui_env(STEPS="5", STATE_FILE=str(state), OUT_DIR=str(tmp_path / "out"))
+    proc = _run(tmp_path, "--", sys.executable, str(SCRIPTS / "two_copies_script.py"), env=env, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    states = [json.loads((tmp_path / f"state.json.{k}").read_text()) for k in range(2)]
+    assert [s["world_size"] for s in states] == [1, 1]  # each process's own Trainer: world size 1
+    run_dir = only_run_dir(fttui_home)
+    starts = _events(run_dir, "start")
+    assert len(starts) == 2 and {e["rank"] for e in starts} == {0} and len({e["pid"] for e in starts}) == 2
+    row = _row(fttui_home)
+    assert row["samples"] == sum(s["global_step"] for s in states) * BATCH * ACCUM  # both, not one
+    assert row["tokens"] == sum(s["num_input_tokens_seen"] for s in states)
+    assert row["world_size"] == 2
+    clash = row["mismatch"]["world_size"]
+    assert (clash["stated"], clash["observed"]) == (1, 2) and "RANK CLASH" in clash["note"]
+    assert "rank 0" in clash["note"] and all(str(e["pid"]) in clash["note"] for e in starts)
+    assert "RANK CLASH: 2 processes each report rank 0" in proc.stdout

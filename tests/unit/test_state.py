@@ -301,3 +301,30 @@ def test_eval_and_checkpoint_events_fold_like_the_row(tmp_path):
     row = kept_figures(RunDir(tmp_path), events)
     assert (snap.eval_loss, snap.eval_step) == (2.25, 20) == (row["eval_loss"], row["eval_step"])
     assert snap.checkpoint_step == 20 and row["checkpoint"].endswith(f"checkpoint-{snap.checkpoint_step}")
+
+
+def test_two_processes_claiming_one_rank_are_two_slots():
+    """Steps of two processes that both say rank 0 (their pids differ) are both counted and the
+    clash is flagged (issue 27.2); one process's duplicate lines are still dropped."""
+    from fttui.core.run.state import RunState
+    from fttui.core.run.status import status_line
+
+    st = RunState()
+    for pid in (11, 12):
+        st.apply({"event": "start", "t": 1.0, "rank": 0, "pid": pid, "world_size": 1, "config": {}})
+    for step in (1, 2):
+        for pid in (11, 12):
+            ev = {"event": "step", "t": 1.0 + step, "rank": 0, "pid": pid, "step": step, "samples": 4 * step,
+                  "train_time": float(step), "peak_rss_mb": 100.0 + pid}
+            st.apply(ev)
+            st.apply(ev)  # a duplicate line of the same process
+    snap = st.snapshot()
+    assert snap.samples == 16 and snap.step == 2 and snap.world_size == 2
+    assert snap.rank_clash == {0: (11, 12)}
+    assert sorted(snap.rank_peak_rss_mb.values()) == [111.0, 112.0]
+    assert status_line(snap).text.startswith("RUNNING, RANK CLASH: 2 processes each report rank 0 (pids 11, 12)")
+    one = RunState()
+    one.apply({"event": "start", "t": 1.0, "rank": 0, "pid": 11, "world_size": 1, "config": {}})
+    one.apply({"event": "step", "t": 2.0, "rank": 0, "pid": 11, "step": 1, "samples": 4})
+    assert one.snapshot().rank_clash == {} and one.snapshot().world_size == 1
+    assert "CLASH" not in status_line(one.snapshot()).text

@@ -49,6 +49,7 @@ class CardPerf:
     index: int | None  # NVML index; None when the card is known from the worker's list only
     name: str | None
     ranks: tuple[int, ...] = ()
+    rank_clash: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rank -> pids of processes claiming it
     total_mb: float | None = None
     used_mb: float | None = None
     headroom_mb: float | None = None
@@ -127,6 +128,7 @@ class RunSnapshot:
     # from the start event
     world_size: int | None = None
     ranks: tuple[int, ...] = ()
+    rank_clash: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rank -> pids of processes claiming it
     micro_batch: int | None = None
     grad_accum: int | None = None
     max_seq_len: int | None = None

@@ -16,6 +16,7 @@ from typing import Any
 
 from fttui.core.run.perf import model_shape, with_perf
 from fttui.core.run.phases import PhaseFold
+from fttui.core.run.ranks import RankSlots
 from fttui.core.run.rates import Point, RankProgress, StepHistory, rank_token_rates, rates
 from fttui.core.run.snapshot import RunSnapshot, sum_known, to_int
 from fttui.core.run.status import FinalStatus
@@ -36,7 +37,8 @@ class RunState:
     def __init__(self, warmup_exclude_steps: int = 1, history: int = 240) -> None:
         self.warmup_exclude_steps = int(warmup_exclude_steps)
         self.history = max(1, int(history))
-        self._ranks: dict[int, RankProgress] = {}
+        self._ranks: dict[int, RankProgress] = {}  # by slot: the rank, or a second process's own
+        self._slots = RankSlots()
         self._hist = StepHistory(self.history)
         self._status = "starting"
         self._final: FinalStatus | None = None
@@ -83,8 +85,7 @@ class RunState:
             self._status = status
 
     def _rank(self, event: dict[str, Any]) -> int:
-        r = to_int(event.get("rank"))
-        return 0 if r is None else r
+        return self._slots.slot(event)  # fttui.core.run.ranks: two processes of one rank stay two
 
     def _progress(self, rank: int) -> RankProgress:
         r = self._ranks.get(rank)
@@ -212,7 +213,7 @@ class RunState:
             "oom_kind": ev.get("oom_kind"),
             "message": ev.get("message"),
             "step": to_int(ev.get("step")),
-            "rank": self._rank(ev),
+            "rank": to_int(ev.get("rank")) or 0,
         }
         # keep the first error, except that an OOM explains a later/earlier generic error better
         if self._error is None or (self._error.get("kind") != "oom" and kind == "oom"):
@@ -266,15 +267,11 @@ class RunState:
         if isinstance(host, dict):
             self._host_raw, self._host_obj = host, None
             self._phases.on_sample(host, num(sample.get("t")))
-            v = num(host.get("tree_rss_mb"))
-            if v is not None and (self._host_peak_rss is None or v > self._host_peak_rss):
-                self._host_peak_rss = v
-            v = num(host.get("ram_used_mb"))
-            if v is not None and (self._host_peak_ram is None or v > self._host_peak_ram):
-                self._host_peak_ram = v
-            v = num(host.get("build_rss_mb"))
-            if v is not None and (self._host_peak_build is None or v > self._host_peak_build):
-                self._host_peak_build = v
+            for key, attr in (("tree_rss_mb", "_host_peak_rss"), ("ram_used_mb", "_host_peak_ram"),
+                              ("build_rss_mb", "_host_peak_build")):
+                v, peak = num(host.get(key)), getattr(self, attr)
+                if v is not None and (peak is None or v > peak):
+                    setattr(self, attr, v)
 
     # ------------------------------------------------------------------ snapshot
     def _step(self) -> int | None:
@@ -321,8 +318,9 @@ class RunState:
             self._host_obj = HostSnapshot.from_dict(self._host_raw)
 
         world = to_int(start.get("world_size"))
-        if world is None and ranks:
-            world = len(ranks)
+        clash = self._slots.clashes()
+        if world is None and ranks or clash:  # processes of one claimed rank each count
+            world = max(world or 0, self._slots.processes(), len(ranks))
         config = start.get("config")
         env = start.get("env")
         err = self._error or {}
@@ -381,6 +379,7 @@ class RunState:
             host=self._host_obj,
             world_size=world,
             ranks=tuple(sorted(ranks)),
+            rank_clash=clash,
             micro_batch=to_int(start.get("micro_batch")),
             grad_accum=to_int(start.get("grad_accum")),
             max_seq_len=to_int(start.get("max_seq_len")),

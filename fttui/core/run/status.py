@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from fttui.core.base.constants import FINAL_STATUSES
 from fttui.core.run.phases import mmss, phase_text
+from fttui.core.run.ranks import clash_text
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.monitor import num
 
@@ -135,6 +136,9 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
         text = st.upper()
     if detail and st == "failed" and snap.error and snap.error.get("step") is not None:
         text += f" (step {snap.error['step']})"
+    clash = clash_text(snap.rank_clash)
+    if clash:  # two processes claimed one rank (fttui.core.run.ranks): every view says so
+        text += f", {clash}" if text == st.upper() else f"; {clash}"
     return StatusLine(text, kind)
 
 

@@ -12,7 +12,8 @@ from fttui.core.run.events import read_jsonl
 from fttui.core.run.perf import row_perf
 from fttui.core.run.row_figures import (gpu_figures, host_figures, mismatch, row_cards, sharding_read_back,
                                         stated_sharding)
-from fttui.core.run.snapshot import RunSnapshot
+from fttui.core.run.ranks import clash_mismatch
+from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.topology import processes_per_node, world_size
 
@@ -162,6 +163,10 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     method, sharding_asked = stated_sharding(prof)
     stated["sharding"] = sharding_asked
     differs = mismatch(stated, snap, events) if prof and kind != "command" else {}  # a command states nothing
+    # processes that claimed one rank (fttui.core.run.ranks): the world they stated, the processes seen
+    starts = [e for e in events if e.get("event") == "start"]
+    claimed = to_int(min(starts, key=lambda e: to_int(e.get("rank")) or 0).get("world_size")) if starts else None
+    differs.update(clash_mismatch(snap.rank_clash, claimed, snap.world_size))
     # The sharding that ran, read back from the engine or wrapper (the worker stops a run whose
     # sharding is not the one asked for); the one asked for when the run ended before it said.
     read_back = sharding_read_back(events)
