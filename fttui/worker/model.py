@@ -21,7 +21,7 @@ from .sharding import deepspeed_config, kind_of
 from .structure import count_params, model_structure
 
 # deepspeed_config is re-exported: callers import it from here without loading torch.
-__all__ = ["load_base_model", "enable_checkpointing", "build_model", "deepspeed_config"]
+__all__ = ["load_base_model", "random_on_host", "enable_checkpointing", "build_model", "deepspeed_config"]
 
 
 def load_base_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
@@ -53,22 +53,58 @@ def load_base_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_r
     if init != "random":
         raise ConfigError(f"model.init: unknown value {init!r} (use pretrained or random)")
     config = load_config(m)
+    card = torch.device("cuda", local_rank) if use_cuda else None
     if qconf is None:
         # on a GPU the random weights are drawn where they will train: a 7B model initialises
         # in seconds there instead of minutes on the host, and the host never holds a copy.
-        # DeepSpeed keeps the host build (it moves or partitions the host copy itself).
-        where = (torch.device("cuda", local_rank) if use_cuda and not kind_of(resolved).deepspeed
-                 else contextlib.nullcontext())
-        with where:
+        # DeepSpeed and FSDP keep a host build (they move or partition the host copy themselves;
+        # FSDP wrapping a model already on the card held it twice there): drawn on the card one
+        # module at a time.
+        if card is not None and kind_of(resolved).sharded:
+            return random_on_host(config, dtype=dtype, attn=attn, trust=trust, draw_on=card)
+        with card or contextlib.nullcontext():
             return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
                                                     trust_remote_code=trust)
     # bitsandbytes quantises while loading weights: materialise the random model once in a
     # temporary folder and load it back quantised (the fp weights are freed before loading).
-    fp = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust)
+    fp = random_on_host(config, dtype=dtype, attn=attn, trust=trust, draw_on=card)
     with tempfile.TemporaryDirectory(prefix="fttui-randinit-") as tmp:
         fp.save_pretrained(tmp)
         del fp
         return AutoModelForCausalLM.from_pretrained(tmp, **kwargs)
+
+
+def random_on_host(config, *, dtype, attn: str, trust: bool, draw_on=None):
+    """A random-init model whose weights live on the host. With ``draw_on`` (a CUDA device) the
+    parameters are built on the meta device and each module's own tensors are drawn there by the model's
+    own ``_init_weights`` and copied to the host one module at a time: a 7B model in seconds
+    instead of minutes of host init, and the card never holds more than one module (its memory
+    peak stays the training's). Without it, the plain host build."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedModel
+
+    if draw_on is None:
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
+                                                trust_remote_code=trust)
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):  # parameters on the meta device, buffers real
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
+                                                 trust_remote_code=trust)
+
+    def draw(module, owner) -> None:
+        for child in module.children():  # a sub-model initialises its own modules (as transformers does)
+            draw(child, child if isinstance(child, PreTrainedModel) else owner)
+        if not any(t is not None for t in (*module._parameters.values(), *module._buffers.values())):
+            return
+        module._apply(lambda t: torch.empty_like(t, device=draw_on), recurse=False)
+        owner._init_weights(module)
+        module._apply(lambda t: t.to("cpu"), recurse=False)
+
+    with torch.no_grad():
+        draw(model, model)
+    model.tie_weights()  # the modules' tensors were replaced one by one: tie the shared ones again
+    return model
 
 
 def enable_checkpointing(model) -> None:
