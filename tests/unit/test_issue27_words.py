@@ -44,3 +44,29 @@ def test_an_axolotl_setting_and_the_path_given(tmp_path, monkeypatch):
     assert why.startswith("an axolotl setting"), why
     first = profile_toml(m).splitlines()[0]
     assert "fttui run --from examples/llama-3/lora.yml)" in first, first
+
+
+def test_host_figures_are_named_where_shown(tmp_path):
+    """The live host figure is the tree's, the summary's the ranks' own peaks: each says which
+    (issue 27.4)."""
+    import json
+
+    from fttui.cli.live import progress_line, summary_lines
+    from fttui.core.run.rundir import RunDir
+    from fttui.monitor import HostSnapshot
+
+    st = RunState()
+    st.apply({"event": "step", "t": 2.0, "rank": 0, "step": 1, "samples": 4, "train_time": 1.0})
+    st.apply_sample({"t": 2.0, "host": HostSnapshot(tree_rss_mb=542.0, tree_nprocs=2).to_dict()})
+    assert "tree RSS 542 MB" in progress_line(st.snapshot()) and "host RSS" not in progress_line(st.snapshot())
+    run = tmp_path / "20260101-000000-x-0000"
+    run.mkdir()
+    row = {"run_id": run.name, "status": "completed", "peak_host_rss_mb": 520.0, "host_measure": "ranks",
+           "peak_tree_rss_mb": 631.0, "steps": 1}
+    (run / "row.json").write_text(json.dumps(row))
+    text = "\n".join(summary_lines(RunDir(run)))
+    assert "peak host RSS 520 MB (the ranks' own peaks, summed; tree 631 MB sampled)" in text
+    (run / "row.json").write_text(json.dumps(row | {"host_measure": "processes (1 without a readable VmHWM: "
+                                                                    "their sampled RSS)"}))
+    text = "\n".join(summary_lines(RunDir(run)))
+    assert "(each process's own peak, summed (1 without a readable VmHWM: their sampled RSS);" in text
