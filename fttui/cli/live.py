@@ -335,12 +335,3 @@ def _render(snap, f: RunFollower):
 def _f(x, nd=2):
     return "-" if x is None else f"{x:.{nd}f}"
 
-
-def print_table(headers, body) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(*headers)
-    for r in body:
-        t.add_row(*r)
-    Console().print(t)
