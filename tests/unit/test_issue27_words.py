@@ -70,3 +70,37 @@ def test_host_figures_are_named_where_shown(tmp_path):
                                                                     "their sampled RSS)"}))
     text = "\n".join(summary_lines(RunDir(run)))
     assert "(each process's own peak, summed (1 without a readable VmHWM: their sampled RSS);" in text
+
+
+def test_max_seq_len_past_the_model_positions(tmp_path):
+    """Above max_position_embeddings: a warning before launch for a rotary model, a refusal
+    for a learned position table (issue 27.7)."""
+    import pytest
+
+    from fttui.core.base.errors import ProfileError
+    from fttui.core.models.positions import check_positions, position_warning
+    from fttui.core.profiles import load_profile
+    from fttui.core.run.preflight import preflight
+
+    ok = load_profile("tiny-lora", ["data.max_seq_len=512"])
+    assert position_warning(ok) is None
+    long = load_profile("tiny-lora", ["data.max_seq_len=2048"])
+    words = position_warning(long)
+    assert words.startswith("data.max_seq_len 2048 is above the model's max_position_embeddings 512 (llama)")
+    check_positions(long, "x")  # rotary: runs, so no refusal
+    # a model folder whose config.json says 256 (the YAML case: cutoff_len 2048 on a small model)
+    folder = tmp_path / "small"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", "vocab_size": 512, "hidden_size": 64, '
+                                        '"intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, '
+                                        '"num_key_value_heads": 4, "max_position_embeddings": 256}')
+    local = load_profile("tiny-lora", ["model.init=pretrained", f"model.name_or_path={folder}",
+                                       "model.arch=llama", "data.max_seq_len=2048"])
+    assert "max_position_embeddings 256" in position_warning(local)
+    gpt2 = load_profile("tiny-lora", ["model.arch=gpt2", "model.arch_config.n_positions=64",
+                                      "model.arch_config.n_embd=64", "model.arch_config.n_layer=2",
+                                      "model.arch_config.n_head=4", "model.arch_config.vocab_size=512",
+                                      "data.max_seq_len=128"])
+    with pytest.raises(ProfileError, match="n_positions 64: gpt2 learns a table of absolute positions"):
+        preflight(gpt2, gpu_count=(0, "no GPU"))
+    assert position_warning(gpt2) is None

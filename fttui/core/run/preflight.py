@@ -10,6 +10,7 @@ from fttui.core.base import shardings
 from fttui.core.base.constants import METHODS
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
 from fttui.core.models.hfconfig import cached_snapshot, download_command, hub_cache_dir, is_hub_id
+from fttui.core.models.positions import check_positions
 from fttui.core.profiles.schema import OVERRIDE, SYNTHETIC
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
@@ -44,6 +45,7 @@ def preflight(profile: Profile | dict, gpu_count: tuple[int, str | None] | None 
         raise ProfileError(src, "method", f"method {prof.method!r} is not supported yet",
                            f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
     _check_model(prof, src)
+    check_positions(prof, src)  # a learned position table cannot run past its length
     _check_batch(prof, src, _check_data(prof))
     gpus = prof.devices.gpus
     n, reason = gpu_count if gpu_count is not None else visible_gpu_count()
