@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.units import GIB, MIB
 from fttui.core.memory.activations import activation_peak
 from fttui.core.memory.breakdown import COMPONENTS, CONSTANTS, HOST_COMPONENTS, Calibration, Estimate
@@ -121,6 +122,11 @@ def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) 
 def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an estimate was made for, as :meth:`Estimate.to_dict` reports them."""
     inputs = {k: v for k, v in c.s.items()}
+    if c.method not in KBIT_METHODS:
+        inputs["quant"] = None  # the profile's [quant] defaults quantise nothing in this run
+    elif c.method == "lora-int8":
+        # bitsandbytes LLM.int8(); [quant]'s 4-bit keys do not apply
+        inputs["quant"] = {"type": "int8", **{k: v for k, v in c.s["quant"].items() if k == "prepare"}}
     inputs.update({"model": (resolved.get("model") or {}).get("name_or_path"),
                    "arch": c.a.arch_name or c.a.model_type, "params": c.a.params,
                    "lora_params": c.lora_params, "tokens_per_step": c.tokens,

@@ -11,6 +11,7 @@ from fttui.core.base.constants import METHODS
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
 from fttui.core.models.hfconfig import cached_snapshot, download_command, hub_cache_dir, is_hub_id
 from fttui.core.models.positions import check_positions
+from fttui.core.models.prequant import refusal
 from fttui.core.profiles.schema import OVERRIDE, SYNTHETIC
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
@@ -46,6 +47,9 @@ def preflight(profile: Profile | dict, gpu_count: tuple[int, str | None] | None 
                            f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
     _check_model(prof, src)
     check_positions(prof, src)  # a learned position table cannot run past its length
+    stored = refusal(prof.method, prof.model)  # a checkpoint stored quantised (AWQ, GPTQ, ...)
+    if stored is not None:
+        raise ProfileError(src, "model.name_or_path", *stored)
     _check_batch(prof, src, _check_data(prof))
     gpus = prof.devices.gpus
     n, reason = gpu_count if gpu_count is not None else visible_gpu_count()
