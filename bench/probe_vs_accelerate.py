@@ -46,7 +46,6 @@ def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int, r
 
     from accelerate.utils import find_executable_batch_size
 
-    from fttui.worker.callback import Counters
     from fttui.worker.data import SyntheticDataset
     from fttui.worker.probe import trial_profile
     from fttui.worker.train import Emitter, make_trainer, setup
@@ -71,7 +70,7 @@ def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int, r
         ds = SyntheticDataset(int(prof["data"]["num_samples"]), int(prof["data"]["max_seq_len"]), vocab,
                               int(prof["train"].get("seed", 42)))
         trials.append({"value": batch_size, "status": "oom"})
-        trainer = make_trainer(su, prof, ds, Counters(), [])
+        trainer = make_trainer(su, prof, ds, [])
         try:
             trainer.train()
         finally:  # what run_trial does between trials: drop the optimizer state and gradients

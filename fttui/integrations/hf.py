@@ -10,44 +10,47 @@ batch, precision, parameters, the model's shape for MFU, versions), one ``step``
 step and process (samples, non-padding and padded tokens, loss, learning rate, step time,
 training time, peak CUDA memory and retries, peak RSS), ``eval``, ``save`` (checkpoints) and
 ``end``. Without the variable it does nothing, so the line can stay in a script run without
-fttui. Commands fttui runs get the same callback without the line (docs/commands.md): fttui's
+fttui. fttui's own training worker reports its runs with this same callback (its ``start`` event
+says what the worker knows of its profile: ``start=``), so a script and the worker write the same
+events, built as the typed records of :mod:`fttui.core.run.events` and serialised there. Commands fttui runs get the same callback without the line (docs/commands.md): fttui's
 ``sitecustomize`` (:mod:`fttui.integrations.autoload`) adds it to every ``transformers.Trainer``.
 
-Stdlib and transformers only, never fttui's core: the automatic hook loads this one file into
-the command's own Python. Whatever fails in here is written to ``integration.log`` in the run
+Stdlib and transformers only, and of fttui's core only :mod:`fttui.core.run.events` (stdlib
+only): the automatic hook loads this file into the command's own Python, where fttui may not be
+importable; then its siblings and the events module are loaded by path. Whatever fails in here is written to ``integration.log`` in the run
 directory and training goes on.
 """
 
 from __future__ import annotations
 
+import importlib.util as _util
 import json
 import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+
+def _by_path(name: str, *parts: str):
+    """A stdlib-only module of fttui loaded from its file (fttui not importable in this Python)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = _util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), *parts))
+    module = _util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
 try:
+    from fttui.core.run import events as _ev
     from fttui.integrations import hf_info as _info
-except ImportError:  # loaded by path into a Python where fttui is not installed: its sibling too
-    import importlib.util as _util
-
-    _spec = _util.spec_from_file_location("_fttui_hf_info", os.path.join(os.path.dirname(__file__), "hf_info.py"))
-    _info = _util.module_from_spec(_spec)
-    _spec.loader.exec_module(_info)
-
-try:
-    from fttui.core.base.redact import mask as _mask
-except ImportError:  # the same: fttui's one secret mask, by path (stdlib only)
-    import importlib.util as _util
-
-    _rspec = _util.spec_from_file_location(
-        "_fttui_redact", os.path.join(os.path.dirname(__file__), os.pardir, "core", "base", "redact.py"))
-    _redact = _util.module_from_spec(_rspec)
-    _rspec.loader.exec_module(_redact)
-    _mask = _redact.mask
+except ImportError:  # loaded by path into a Python where fttui is not installed
+    _ev = _by_path("_fttui_events", os.pardir, "core", "run", "events.py")
+    _info = _by_path("_fttui_hf_info", "hf_info.py")
 
 __all__ = ["FttuiCallback", "attach", "report_error", "RUN_DIR_ENV", "CALLBACK_MARK"]
 
@@ -59,14 +62,8 @@ _CLAIM = "_fttui_callback"  # the trainer attribute naming the callback that rep
 
 
 def append_event(run_dir: str, obj: dict[str, Any]) -> None:
-    """One JSON line, one ``os.write`` on an O_APPEND descriptor (lines of several processes never
-    interleave), as fttui's own writers do."""
-    data = (json.dumps(_mask(obj), separators=(",", ":"), default=str) + "\n").encode()
-    fd = os.open(os.path.join(run_dir, "events.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    """One event line (a JSON object) in ``run_dir``'s ``events.jsonl``, through its record."""
+    _ev.write_event(os.path.join(run_dir, "events.jsonl"), _ev.parse_event(obj))
 
 
 def log_failure(run_dir: str | None, what: str, exc: BaseException) -> None:
@@ -107,49 +104,33 @@ def _find_trainer():
     return None
 
 
-class _Counters:
-    """Samples, tokens and the step's loss, counted per micro-batch in ``training_step``."""
-
-    def __init__(self) -> None:
-        self.samples = 0
-        self.tokens = 0
-        self.tokens_padded = 0
-        self.loss = None
-        self.fetch_t0: float | None = None
-
-    def add(self, inputs, loss) -> None:
-        ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
-        if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
-            self.samples += int(ids.shape[0])
-            self.tokens_padded += int(ids.numel())
-            mask = inputs.get("attention_mask")
-            self.tokens += int(mask.sum().item()) if mask is not None else int(ids.numel())
-        if loss is not None and hasattr(loss, "detach"):
-            v = loss.detach().float()
-            self.loss = v if self.loss is None else self.loss + v
-
-    def pop_loss(self) -> float | None:
-        if self.loss is None:
-            return None
-        v, self.loss = float(self.loss.item()), None
-        return v if v == v else None  # NaN -> null
-
-
 class FttuiCallback(TrainerCallback):
     """Writes fttui's events for the Trainer it is added to, when ``FTTUI_RUN_DIR`` (or
     ``run_dir``) names a run directory; otherwise it does nothing. One callback reports a trainer:
-    a second one (the line in a script that fttui also injects into) stays silent."""
+    a second one (the line in a script that fttui also injects into) stays silent.
 
-    def __init__(self, run_dir: str | None = None, *, via: str = "callback") -> None:
+    fttui's worker passes ``start`` (the fields of its ``start`` event, from the trainer),
+    ``printer`` (a few progress lines), ``mark=False`` (no ``callback.json``: its log is not
+    parsed), ``first_step`` (announce the ``first-step`` phase at ``on_train_begin``: after
+    DeepSpeed built its engine) and ``strict`` (a failure in here fails the run instead of being
+    logged). ``eval_at_end``: an evaluation follows the last step (unless eval_steps asked one).
+    ``train_time`` leaves out evaluations and checkpoint saves (their own events time them)."""
+
+    def __init__(self, run_dir: str | None = None, *, via: str = "callback",
+                 start: Callable[[Any], dict[str, Any]] | None = None, printer: Callable[[str], None] | None = None,
+                 mark: bool = True, first_step: bool = True, strict: bool = False) -> None:
         self.run_dir = run_dir or os.environ.get(RUN_DIR_ENV) or None
-        self.via = via
+        self.via, self.start, self.printer = via, start, printer
+        self.mark, self.first_step, self.strict = mark, first_step, strict
+        self.eval_at_end = False
         self.trainer = None
         self.active = False
-        self.c = _Counters()
+        self.on_cuda = False
+        self.c = _info.Counters()
         self.rank = _rank()
         self.t0: float | None = None
         self.paused = 0.0
-        self.mark: float | None = None
+        self.mark_t: float | None = None  # end of the latest step, or of the latest pause
         self.step_t0: float | None = None
         self.lr: float | None = None
         self.total_steps: int | None = None
@@ -172,6 +153,8 @@ class FttuiCallback(TrainerCallback):
             try:
                 c.add(inputs, loss)
             except Exception as e:
+                if self.strict:
+                    raise
                 log_failure(self.run_dir, "counting a micro-batch", e)
             return loss
 
@@ -183,14 +166,19 @@ class FttuiCallback(TrainerCallback):
         trainer.get_batch_samples = get_batch_samples
         return True
 
-    def _emit(self, event: str, **fields: Any) -> None:
+    def _emit(self, record) -> dict[str, Any]:
+        import dataclasses
+
         # the pid tells two processes that claim one rank apart (fttui.core.run.ranks)
-        obj = {"event": event, "t": time.time(), "rank": self.rank, "pid": os.getpid(), "source": self.via, **fields}
+        record = dataclasses.replace(record, t=time.time(), rank=self.rank, pid=os.getpid(), source=self.via)
         try:
-            append_event(self.run_dir, obj)
+            return _ev.write_event(os.path.join(self.run_dir, "events.jsonl"), record)
         except Exception as e:
+            if self.strict:
+                raise
             self.active = False
-            log_failure(self.run_dir, f"writing the {event} event", e)
+            log_failure(self.run_dir, f"writing the {record.event} event", e)
+            return record.to_dict()
 
     def _guard(self, name: str, fn, *args) -> None:
         if not self.active:
@@ -198,7 +186,12 @@ class FttuiCallback(TrainerCallback):
         try:
             fn(*args)
         except Exception as e:
+            if self.strict:
+                raise
             log_failure(self.run_dir, f"fttui callback {name}", e)
+
+    def _train_time(self, now: float | None = None) -> float:
+        return 0.0 if self.t0 is None else (time.perf_counter() if now is None else now) - self.t0 - self.paused
 
     # ------------------------------------------------------------------ Trainer events
     def on_train_begin(self, args, state, control, **kw):
@@ -213,48 +206,35 @@ class FttuiCallback(TrainerCallback):
             self._start(args, state, kw.get("model"))
         except Exception as e:
             self.active = False
+            if self.strict:
+                raise
             log_failure(self.run_dir, "fttui callback start", e)
 
     def _start(self, args, state, model) -> None:
-        self.t0 = self.mark = time.perf_counter()
+        self.t0 = self.mark_t = time.perf_counter()
         self.total_steps = int(state.max_steps)
-        if self.rank == 0:
-            mark = os.path.join(self.run_dir, CALLBACK_MARK)
-            with open(mark, "w", encoding="utf-8") as f:
+        if self.mark and self.rank == 0:
+            with open(os.path.join(self.run_dir, CALLBACK_MARK), "w", encoding="utf-8") as f:
                 json.dump({"pid": os.getpid(), "via": self.via, "t": time.time()}, f)
-        self._emit("phase", phase="first-step")
+        if self.first_step:
+            self._emit(_ev.PhaseEvent(phase="first-step"))
         trainer = self.trainer
         model = getattr(trainer, "model", None) or model
-        precision = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
         torch = sys.modules.get("torch")
-        on_cuda = bool(torch is not None and torch.cuda.is_available() and str(getattr(args, "device", "")).startswith("cuda"))
-        fields: dict[str, Any] = {
-            "config": {
-                "method": _info.method(model) if model is not None else None,
-                "sharding": _info.sharding(trainer) if trainer is not None else None,
-                "model": {"name_or_path": _info.model_name(model) if model is not None else None},
-                "train": {"batch_size": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,
-                          "precision": precision, "gradient_checkpointing": bool(args.gradient_checkpointing),
-                          "lr": args.learning_rate, "max_steps": int(state.max_steps)},
-                "devices": {"gpus": int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if on_cuda else 0,
-                            "nodes": max(1, int(args.world_size) // int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))},
-            },
-            "total_steps": self.total_steps, "world_size": int(args.world_size),
-            "micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,
-            "precision": precision, "resumed_step": int(state.global_step), "env": _info.environment(),
-            "integration": {"via": self.via, "counting": trainer is not None,
-                            "trainer": type(trainer).__name__ if trainer is not None else None},
-        }
-        if model is not None:
-            fields["params_total"], fields["params_trainable"] = _info.params(model)
-            fields["model_shape"] = _info.model_shape(model)
-        dataset = getattr(trainer, "train_dataset", None)
-        try:
-            fields["num_samples"] = len(dataset) if dataset is not None else None
-        except TypeError:
-            fields["num_samples"] = None
-        self.on_cuda = on_cuda
-        self._emit("start", **fields)
+        self.on_cuda = bool(torch is not None and torch.cuda.is_available()
+                            and str(getattr(args, "device", "")).startswith("cuda"))
+        if self.start is not None:
+            fields = dict(self.start(trainer))
+        else:
+            fields = _info.start_fields(args, state, trainer, model, self.on_cuda, self.via)
+        fields["total_steps"] = self.total_steps
+        fields["resumed_step"] = int(state.global_step)
+        if model is not None and "model_shape" not in fields:
+            try:
+                fields["model_shape"] = _info.model_shape(model)
+            except Exception as e:  # MFU goes without it: never stop a run for it
+                fields["model_shape_error"] = repr(e)[:300]
+        self._emit(_ev.StartEvent.from_dict(fields))
 
     def on_step_begin(self, args, state, control, **kw):
         if not self.active:
@@ -268,35 +248,43 @@ class FttuiCallback(TrainerCallback):
             self.lr = None
 
     def on_step_end(self, args, state, control, **kw):
-        self._guard("step", self._step, state)
+        self._guard("step", self._step, state, control)
 
-    def _step(self, state) -> None:
+    def _step(self, state, control) -> None:
         now = time.perf_counter()
+        loss = self.c.pop_loss()
         peak_alloc = peak_res = retries = ooms = None
-        if getattr(self, "on_cuda", False):
+        if self.on_cuda:
             import torch
 
+            # one call: max_memory_allocated / max_memory_reserved each read memory_stats() too
             stats = torch.cuda.memory_stats()
             peak_alloc = round(stats.get("allocated_bytes.all.peak", 0) / 2**20, 1)
             peak_res = round(stats.get("reserved_bytes.all.peak", 0) / 2**20, 1)
             retries, ooms = stats.get("num_alloc_retries"), stats.get("num_ooms")
         counting = self.trainer is not None
-        self._emit("step", step=int(state.global_step), total_steps=self.total_steps,
-                   epoch=float(state.epoch) if state.epoch is not None else None,
-                   samples=self.c.samples if counting else None, tokens=self.c.tokens if counting else None,
-                   tokens_padded=self.c.tokens_padded if counting else None, loss=self.c.pop_loss(), lr=self.lr,
-                   step_time=now - (self.step_t0 if self.step_t0 is not None else now),
-                   train_time=now - self.t0 - self.paused, torch_peak_alloc_mb=peak_alloc,
-                   torch_peak_reserved_mb=peak_res, torch_alloc_retries=retries, torch_ooms=ooms,
-                   peak_rss_mb=_info.peak_rss_mb())
-        self.mark = time.perf_counter()
+        step = self.c.step = int(state.global_step)
+        ev = self._emit(_ev.StepEvent(
+            step=step, total_steps=self.total_steps, epoch=float(state.epoch) if state.epoch is not None else None,
+            samples=self.c.samples if counting else None, tokens=self.c.tokens if counting else None,
+            tokens_padded=self.c.tokens_padded if counting else None, loss=loss, lr=self.lr,
+            step_time=now - (self.step_t0 if self.step_t0 is not None else now), train_time=self._train_time(now),
+            torch_peak_alloc_mb=peak_alloc, torch_peak_reserved_mb=peak_res, torch_alloc_retries=retries,
+            torch_ooms=ooms, peak_rss_mb=_info.peak_rss_mb()))
+        if self.eval_at_end and state.global_step >= state.max_steps:
+            control.should_evaluate = True
+        self.mark_t = time.perf_counter()
+        every = max(1, (self.total_steps or 1) // 20)
+        if self.printer is not None and (step in (1, self.total_steps) or step % every == 0):
+            self.printer(f"step {step}/{self.total_steps} loss {loss if loss is None else round(loss, 4)} "
+                         f"step_time {ev['step_time']:.3f}s")
 
     def _pause(self) -> float:
         """Seconds since the step ended (or the previous pause), left out of the training time."""
         now = time.perf_counter()
-        took = now - self.mark if self.mark is not None else 0.0
+        took = now - self.mark_t if self.mark_t is not None else 0.0
         self.paused += took
-        self.mark = now
+        self.mark_t = now
         return took
 
     def on_evaluate(self, args, state, control, metrics=None, **kw):
@@ -308,9 +296,12 @@ class FttuiCallback(TrainerCallback):
             return
         metrics = dict(metrics or {})
         loss = metrics.get("eval_loss")
-        self._emit("eval", step=int(state.global_step), eval_loss=float(loss) if isinstance(loss, (int, float)) else None,
-                   metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
-                   eval_time=round(took, 3))
+        self._emit(_ev.EvalEvent(step=int(state.global_step),
+                                 eval_loss=float(loss) if isinstance(loss, (int, float)) else None,
+                                 metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
+                                 eval_time=round(took, 3)))
+        if self.printer is not None:
+            self.printer(f"eval at step {state.global_step}: loss {loss if loss is None else round(loss, 4)}")
 
     def on_save(self, args, state, control, **kw):
         self._guard("save", self._save, args, state)
@@ -318,17 +309,18 @@ class FttuiCallback(TrainerCallback):
     def _save(self, args, state) -> None:
         took = self._pause()
         if state.is_world_process_zero:
-            self._emit("save", step=int(state.global_step), kind="checkpoint",
-                       path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), save_time=round(took, 3))
+            self._emit(_ev.SaveEvent(step=int(state.global_step), kind="checkpoint", save_time=round(took, 3),
+                                     path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}")))
 
     def on_train_end(self, args, state, control, **kw):
         self._guard("end", self._end, state)
 
     def _end(self, state) -> None:
         counting = self.trainer is not None
-        self._emit("end", step=int(state.global_step), train_time=time.perf_counter() - self.t0 - self.paused,
-                   samples=self.c.samples if counting else None, tokens=self.c.tokens if counting else None,
-                   tokens_padded=self.c.tokens_padded if counting else None)
+        self._emit(_ev.EndEvent(step=int(state.global_step), train_time=self._train_time(),
+                                samples=self.c.samples if counting else None,
+                                tokens=self.c.tokens if counting else None,
+                                tokens_padded=self.c.tokens_padded if counting else None))
         self.active = False
 
 
@@ -359,12 +351,10 @@ def report_error(trainer, exc: BaseException) -> None:
         text = str(exc).strip()
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         state = getattr(trainer, "state", None)
-        append_event(run_dir, {
-            "event": "error", "t": time.time(), "rank": _rank(), "pid": os.getpid(), "source": getattr(cb, "via", "injected"),
-            "kind": "oom" if kind else "error", "oom_kind": kind,
-            "message": (f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
-            "step": int(getattr(state, "global_step", 0) or 0),
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:],
-        })
+        _ev.write_event(os.path.join(run_dir, "events.jsonl"), _ev.ErrorEvent(
+            rank=_rank(), pid=os.getpid(), source=getattr(cb, "via", "injected"), kind="oom" if kind else "error", oom_kind=kind,
+            message=(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
+            step=int(getattr(state, "global_step", 0) or 0),
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:]))
     except Exception as e:
         log_failure(run_dir, "reporting the training's error", e)

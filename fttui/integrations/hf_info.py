@@ -1,7 +1,7 @@
 """What fttui's Trainer callback (:mod:`fttui.integrations.hf`) reads off the Trainer, the model
 and the process: versions, the model's name, method, shape and parameters, the sharding, peak RSS,
-the OOM kind of an exception. Stdlib only (torch when it is already imported; the sharding registry,
-fttui.core.base.shardings, is stdlib too); loaded by path, with that registry,
+the OOM kind of an exception; the per-micro-batch counters. Stdlib only (torch when it is already
+imported; the sharding registry, fttui.core.base.shardings, is stdlib too); loaded by path, with that registry,
 into a command's own Python when fttui is not installed there."""
 
 from __future__ import annotations
@@ -22,7 +22,82 @@ except ImportError:  # loaded by path where fttui is not installed: the registry
     sys.modules[_spec.name] = _shardings
     _spec.loader.exec_module(_shardings)
 
-__all__ = ["peak_rss_mb", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
+__all__ = ["Counters", "start_fields", "peak_rss_mb", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
+
+
+class Counters:
+    """Samples, tokens and the step's loss of one rank, counted per micro-batch in the Trainer's
+    ``training_step``; the non-padding tokens and the loss stay on the device until the step ends
+    (no sync per micro-batch). ``step``: the last finished optimizer step (for error events)."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.tokens_padded = 0
+        self._tokens = 0  # settled ints
+        self._tokens_dev = None  # pending device tensor
+        self._loss_dev = None  # sum of this step's micro-batch losses (already / grad_accum)
+        self.fetch_t0: float | None = None
+        self.step = 0
+
+    def add(self, inputs, loss) -> None:
+        ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
+        if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
+            self.samples += int(ids.shape[0])
+            self.tokens_padded += int(ids.numel())
+            mask = inputs.get("attention_mask")
+            if mask is not None:
+                s = mask.detach().sum()
+                self._tokens_dev = s if self._tokens_dev is None else self._tokens_dev + s
+            else:
+                self._tokens += int(ids.numel())
+        # The returned loss is already divided for gradient accumulation (or normalised by the
+        # token count of the whole step), so the sum over the step's micro-batches is the step loss.
+        if loss is not None and hasattr(loss, "detach"):
+            v = loss.detach().float()
+            self._loss_dev = v if self._loss_dev is None else self._loss_dev + v
+
+    @property
+    def tokens(self) -> int:
+        if self._tokens_dev is not None:
+            self._tokens += int(self._tokens_dev.item())
+            self._tokens_dev = None
+        return self._tokens
+
+    def pop_loss(self) -> float | None:
+        if self._loss_dev is None:
+            return None
+        v, self._loss_dev = float(self._loss_dev.item()), None
+        return v if v == v else None  # NaN -> null
+
+
+def start_fields(args, state, trainer, model, on_cuda: bool, via: str) -> dict[str, Any]:
+    """The ``start`` event of a script's Trainer: what the Trainer tells of the run."""
+    precision = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    fields: dict[str, Any] = {
+        "config": {
+            "method": method(model) if model is not None else None,
+            "sharding": sharding(trainer) if trainer is not None else None,
+            "model": {"name_or_path": model_name(model) if model is not None else None},
+            "train": {"batch_size": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,
+                      "precision": precision, "gradient_checkpointing": bool(args.gradient_checkpointing),
+                      "lr": args.learning_rate, "max_steps": int(state.max_steps)},
+            "devices": {"gpus": local if on_cuda else 0, "nodes": max(1, int(args.world_size) // local)},
+        },
+        "world_size": int(args.world_size), "micro_batch": args.per_device_train_batch_size,
+        "grad_accum": args.gradient_accumulation_steps, "precision": precision, "env": environment(),
+        "integration": {"via": via, "counting": trainer is not None,
+                        "trainer": type(trainer).__name__ if trainer is not None else None},
+    }
+    if model is not None:
+        fields["params_total"], fields["params_trainable"] = params(model)
+        fields["model_shape"] = model_shape(model)
+    dataset = getattr(trainer, "train_dataset", None)
+    try:
+        fields["num_samples"] = len(dataset) if dataset is not None else None
+    except TypeError:
+        fields["num_samples"] = None
+    return fields
 
 
 def peak_rss_mb() -> float | None:

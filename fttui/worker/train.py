@@ -29,6 +29,7 @@ from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_co
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.summary import row_so_far
 
+from .sharding import kind_of
 from .startup import Emitter, env_int, read_profile, setup
 from .trainer import make_trainer, plan
 
@@ -42,31 +43,32 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
         check_checkpoint(resume_from)
     su = setup(run_dir, state)
     profile, log = su.profile, su.log
-    d, t = profile.data, profile.train
-    from .callback import Counters, EventCallback, environment
+    d, t = profile["data"], profile["train"]
+    from fttui.integrations.hf import FttuiCallback
+
     from .data import build_dataset, split_eval
+    from .environment import environment
 
     emit = state["emit"]
     emit("phase", phase=PREPARING_DATA)
     vocab = su.model.get_input_embeddings().num_embeddings
-    dataset, dinfo = build_dataset(d, su.tok, vocab, t.seed, records=su.records)
-    dataset, eval_dataset = split_eval(dataset, d.eval_ratio if keep.eval else 0.0, t.seed)
+    dataset, dinfo = build_dataset(d, su.tok, vocab, int(t.get("seed", 42)), records=su.records)
+    dataset, eval_dataset = split_eval(dataset, float(d.get("eval_ratio") or 0.0) if keep.eval else 0.0,
+                                       int(t.get("seed", 42)))
     n_eval = len(eval_dataset) if eval_dataset is not None else 0
     log(f"dataset: {dinfo['name']}, {len(dataset)} samples"
         + (f" (+{n_eval} held out for evaluation)" if n_eval else "")
         + (f" ({dinfo['dropped']} dropped: no response token within max_seq_len)" if dinfo["dropped"] else "")
-        + f", max_seq_len {d.max_seq_len}, tokenizer {getattr(su.tok, 'name', '?')}")
+        + f", max_seq_len {d.get('max_seq_len')}, tokenizer {getattr(su.tok, 'name', '?')}")
 
-    counters = Counters()
-    state["counters"] = counters
     start_fields = {
-        "config": profile.to_dict(),
+        "config": profile,
         "params_total": su.info["params_total"],
         "params_trainable": su.info["params_trainable"],
         "world_size": su.world,
-        "micro_batch": t.batch_size,
-        "grad_accum": t.grad_accum,
-        "max_seq_len": d.max_seq_len,
+        "micro_batch": int(t.get("batch_size", 1)),
+        "grad_accum": int(t.get("grad_accum", 1)),
+        "max_seq_len": int(d.get("max_seq_len", 512)),
         "num_samples": len(dataset),
         "eval_samples": n_eval,
         "keep": {"save": keep.save, "save_steps": keep.save_steps, "output_dir": keep.output_dir,
@@ -74,22 +76,26 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
                  "resume_from": resume_from},
         "env": environment(),
         "limits": su.limits,
-        "method": profile.method,
+        "method": profile["method"],
         "dtype": su.info["dtype"],
         "structure": su.info.get("structure"),
         "device": "cuda" if su.use_cuda else "cpu",
         "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }
-    callback = EventCallback(emit, counters, start_fields, on_cuda=su.use_cuda, printer=log)
+    deepspeed = kind_of(profile).deepspeed
+    # The run's events: fttui's Trainer callback, as for a script, with what the worker knows
+    # (start_fields, the trainer's runtime evidence). DeepSpeed builds its engine (and JIT-builds
+    # its ops on a first run) inside train(), before the callbacks' on_train_begin: there the
+    # first step begins (first_step).
+    callback = FttuiCallback(run_dir, via="worker", start=lambda trainer: {**start_fields, **_runtime(trainer)},
+                             printer=log, mark=False, first_step=deepspeed, strict=True)
     callback.eval_at_end = n_eval > 0
+    state["counters"] = counters = callback.c
     from .trackers import RowToTrackers
 
     to_trackers = RowToTrackers(lambda: row_so_far(RunDir(run_dir)), emit)
-    deepspeed = profile.sharding_kind().deepspeed
-    # DeepSpeed builds its engine (and JIT-builds its ops on a first run) inside train(), before
-    # the callbacks' on_train_begin: there the first step begins.
-    phase_cbs = [_first_step_callback(emit)] if deepspeed else []
-    trainer = make_trainer(su, profile, dataset, counters, [*phase_cbs, callback, to_trackers], eval_dataset)
+    trainer = make_trainer(su, profile, dataset, [callback, to_trackers], eval_dataset)
+    callback.bind(trainer)
     to_trackers.trainer = trainer
     emit("phase", phase=BUILDING_OPS if deepspeed else FIRST_STEP)
     t_train = time.perf_counter()
@@ -126,15 +132,15 @@ def _is_peft(model) -> bool:
     return hasattr(model, "peft_config")
 
 
-def _first_step_callback(emit):
-    """A callback that announces the ``first-step`` phase when training begins."""
-    from transformers import TrainerCallback
+def _runtime(trainer) -> dict[str, Any]:
+    """The start event's evidence of what runs (:func:`.runtime.runtime_info`: ``wrapper``,
+    ``optimizer``, ``distributed``, ``deepspeed``, ...); never stops a run."""
+    try:
+        from .runtime import runtime_info
 
-    class FirstStepPhase(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kw):
-            emit("phase", phase=FIRST_STEP)
-
-    return FirstStepPhase()
+        return runtime_info(trainer)
+    except Exception as e:  # evidence only
+        return {"runtime_info_error": repr(e)[:300]}
 
 
 def _close_process_group(trainer) -> None:

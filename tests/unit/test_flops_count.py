@@ -1,7 +1,7 @@
 """FLOPs per token against what PyTorch counts (torch.utils.flop_counter) on tiny real models, and
 the formula's N against the real parameters of the reference architectures (docs/performance.md).
 
-The worker reports the model's shape (fttui.worker.callback.model_shape); the core's formula
+The worker reports the model's shape (fttui.integrations.hf_info.model_shape); the core's formula
 (fttui.core.models.flops) must give the multiplies a training step of that model runs."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fttui.core.models.flops import flops_per_token, matmul_params, shape_from  
 from fttui.core.models.numbers import arch_numbers  # noqa: E402
 from fttui.core.profiles import load_profile  # noqa: E402
 from fttui.core.run import perf  # noqa: E402
-from fttui.worker.callback import model_shape  # noqa: E402
+from fttui.integrations.hf_info import model_shape  # noqa: E402
 from fttui.worker.structure import count_params  # noqa: E402
 
 B, S = 2, 64
@@ -120,12 +120,13 @@ def test_profile_numbers_and_worker_shape_agree_on_tiny_lora():
     assert from_worker == from_profile is not None
 
 
-def test_step_event_reads_the_allocator_once_per_step(monkeypatch):
+def test_step_event_reads_the_allocator_once_per_step(monkeypatch, tmp_path):
     """On CUDA the step event has the caching allocator's cumulative retries and OOMs beside the
     peaks, from one ``torch.cuda.memory_stats()`` call (the peaks used to cost two)."""
     from types import SimpleNamespace
 
-    from fttui.worker.callback import Counters, EventCallback
+    from fttui.core.run.events import read_jsonl
+    from fttui.integrations.hf import FttuiCallback
 
     calls = []
     stats = {"allocated_bytes.all.peak": 3 * 2**30, "reserved_bytes.all.peak": 4 * 2**30,
@@ -133,17 +134,15 @@ def test_step_event_reads_the_allocator_once_per_step(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: calls.append(1) or dict(stats))
     for name in ("max_memory_allocated", "max_memory_reserved"):  # not called any more
         monkeypatch.setattr(torch.cuda, name, lambda *a, **k: pytest.fail("a second allocator call"))
-    emitted = []
-    cb = EventCallback(lambda event, **kw: emitted.append({"event": event, **kw}) or emitted[-1], Counters(),
-                       {}, on_cuda=True)
-    cb.t0, cb.total_steps = 0.0, 2
+    emitted = lambda: read_jsonl(tmp_path / "events.jsonl")  # noqa: E731
+    cb = FttuiCallback(str(tmp_path), via="worker", strict=True)
+    cb.active, cb.on_cuda, cb.t0, cb.total_steps = True, True, 0.0, 2
     cb.on_step_end(None, SimpleNamespace(global_step=1, epoch=0.5), None)
-    ev = emitted[-1]
+    ev = emitted()[-1]
     assert len(calls) == 1
     assert ev["torch_peak_alloc_mb"] == 3072.0 and ev["torch_peak_reserved_mb"] == 4096.0
     assert ev["torch_alloc_retries"] == 2 and ev["torch_ooms"] == 0
-    cpu = EventCallback(lambda event, **kw: emitted.append({"event": event, **kw}) or emitted[-1], Counters(),
-                        {}, on_cuda=False)
-    cpu.t0, cpu.total_steps = 0.0, 2
+    cpu = FttuiCallback(str(tmp_path), via="worker", strict=True)
+    cpu.active, cpu.on_cuda, cpu.t0, cpu.total_steps = True, False, 0.0, 2
     cpu.on_step_end(None, SimpleNamespace(global_step=1, epoch=0.5), None)
-    assert emitted[-1]["torch_alloc_retries"] is None and emitted[-1]["torch_ooms"] is None and len(calls) == 1
+    assert emitted()[-1]["torch_alloc_retries"] is None and emitted()[-1]["torch_ooms"] is None and len(calls) == 1

@@ -23,13 +23,12 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
     emit = Emitter(os.path.join(run_dir, "events.jsonl"), rank)
     su = setup(run_dir, {"rank": rank, "emit": emit, "counters": None})
-    from fttui.worker.callback import Counters
     from fttui.worker.data import build_dataset
     from fttui.worker.sharding import held_tensors, sharding_info
 
     vocab = su.model.get_input_embeddings().num_embeddings
     dataset, _ = build_dataset(su.profile["data"], su.tok, vocab, 42, records=su.records)
-    trainer = make_trainer(su, su.profile, dataset, Counters(), [])
+    trainer = make_trainer(su, su.profile, dataset, [])
     trainer.train()
     out = {"rank": rank, "held": held_tensors(trainer), "sharding": sharding_info(trainer)}
     with open(os.path.join(run_dir, f"held-{rank}.json"), "w", encoding="utf-8") as f:

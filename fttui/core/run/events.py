@@ -1,67 +1,261 @@
-"""Event lines (``events.jsonl`` / ``samples.jsonl``): tolerant incremental reader and atomic appender.
+"""Event lines (``events.jsonl`` / ``samples.jsonl``): the typed event records, their one
+serialisation, a tolerant incremental reader and an atomic appender.
 
-Only stdlib (and fttui's own secret mask, applied to every line appended). See docs/architecture.md, sections "Events" and "Monitor core".
+Each event kind is one frozen record (:class:`StepEvent`, :class:`StartEvent`, ...): writers build
+the record and write ``record.to_dict()`` (:func:`write_event`), readers turn a line back into its
+record with :func:`parse_event`, tolerant of old lines (a missing key reads as ``None``, a key this
+fttui does not know is kept in ``extra``). Every line appended goes through fttui's one secret
+mask (:func:`fttui.core.base.redact.mask`). Stdlib only and of fttui only that mask: fttui's Trainer
+callback (:mod:`fttui.integrations.hf`) loads this file (and the mask) by path into a command's
+own Python.
+See docs/architecture.md, sections "Events" and "Monitor core".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Any
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from fttui.core.base.redact import mask
+try:  # the reader (not needed where this file is loaded by path: there it only writes)
+    from fttui.core.run.jsonl import JsonlTail, parse_line, read_jsonl
+except ImportError:  # pragma: no cover
+    pass
 
-__all__ = [
-    "EV_START",
-    "EV_STEP",
-    "EV_END",
-    "EV_ERROR",
-    "EV_EXIT",
-    "EVENT_NAMES",
-    "SOURCE_WORKER",
-    "SOURCE_SUPERVISOR",
-    "JsonlTail",
-    "read_jsonl",
-    "append_jsonl",
-    "encode_line",
-    "parse_line",
-]
+try:
+    from fttui.core.base.redact import mask
+except ImportError:  # loaded by path (fttui's Trainer callback in a command's Python): the mask too
+    import importlib.util as _util
+    import sys as _sys
+
+    _spec = _util.spec_from_file_location(
+        "_fttui_redact", os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "base", "redact.py"))
+    _redact = _util.module_from_spec(_spec)
+    _sys.modules[_spec.name] = _redact
+    _spec.loader.exec_module(_redact)
+    mask = _redact.mask
+
+__all__ = ["EV_START", "EV_STEP", "EV_END", "EV_ERROR", "EV_EXIT", "EVENT_NAMES", "SOURCE_WORKER",
+           "SOURCE_SUPERVISOR", "Event", "OtherEvent", "PhaseEvent", "StartEvent", "StepEvent", "EndEvent",
+           "EvalEvent", "SaveEvent", "TrackerEvent", "ErrorEvent", "ExitEvent", "RECORDS", "parse_event",
+           "write_event", "JsonlTail", "read_jsonl", "append_jsonl", "encode_line", "parse_line"]
 
 EV_START = "start"
 EV_STEP = "step"
 EV_END = "end"
 EV_ERROR = "error"
 EV_EXIT = "exit"
-EVENT_NAMES = (EV_START, EV_STEP, EV_END, EV_ERROR, EV_EXIT)
 
 SOURCE_WORKER = "worker"
 SOURCE_SUPERVISOR = "supervisor"
+_COMMON = ("event", "t", "rank", "pid", "source")
 
-_READ_CHUNK = 1 << 20
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """What every event line has: ``t`` (unix time), ``rank`` (global rank; -1 for the
+    supervisor's), ``pid`` (the writing process, written by fttui's Trainer callback: two processes
+    claiming one rank, :mod:`fttui.core.run.ranks`), ``source`` (``worker``, ``supervisor``,
+    ``callback``, ``injected``, ``log``), and ``extra``: the line's keys this record does not declare (kept, written back)."""
+
+    EVENT: ClassVar[str] = ""
+    #: leave ``None`` fields out of the line (records whose producers write different keys)
+    SPARSE: ClassVar[bool] = False
+    t: float | None = None
+    rank: int | None = 0
+    pid: int | None = None
+    source: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def event(self) -> str:
+        return self.EVENT
+
+    def fields(self) -> dict[str, Any]:
+        """The record's own keys (not the common ones), extras included."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("t", "rank", "pid", "source", "extra")}
+        if self.SPARSE:
+            out = {k: v for k, v in out.items() if v is not None}
+        return {**out, **self.extra}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event line as a JSON object (the one serialisation)."""
+        pid = {} if self.pid is None else {"pid": self.pid}
+        return {"event": self.event, "t": self.t, "rank": self.rank, **pid, "source": self.source, **self.fields()}
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> Event:
+        """The record of one line; missing keys read as ``None`` (defaults), unknown keys go to
+        ``extra``."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in obj.items() if k in names}
+        extra = {k: v for k, v in obj.items() if k not in names and k not in _COMMON}
+        if "rank" in known and known["rank"] is None:
+            known.pop("rank")
+        return cls(**known, extra=extra)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OtherEvent(Event):
+    """A kind without its own record (supervisor and probe events, kinds of a newer fttui)."""
+
+    name: str = ""
+
+    @property
+    def event(self) -> str:
+        return self.name
+
+    def fields(self) -> dict[str, Any]:
+        return dict(self.extra)
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> Event:
+        rec = super().from_dict({k: v for k, v in obj.items() if k != "name"})
+        return dataclasses.replace(rec, name=str(obj.get("event") or ""),
+                                   extra={**rec.extra, **({"name": obj["name"]} if "name" in obj else {})})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseEvent(Event):
+    """A startup phase begins (:mod:`fttui.core.run.phases`)."""
+
+    EVENT: ClassVar[str] = "phase"
+    phase: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartEvent(Event):
+    """Training begins: what runs (docs/architecture.md, "Events"); producers add their own
+    evidence (``structure``, ``wrapper``, ``deepspeed``, ``sharding``, ...) in ``extra``."""
+
+    EVENT: ClassVar[str] = "start"
+    SPARSE: ClassVar[bool] = True
+    config: dict[str, Any] | None = None
+    params_total: int | None = None
+    params_trainable: int | None = None
+    total_steps: int | None = None
+    world_size: int | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    max_seq_len: int | None = None
+    num_samples: int | None = None
+    precision: str | None = None
+    resumed_step: int | None = None
+    model_shape: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepEvent(Event):
+    """One optimizer step of one rank: cumulative counters, loss, times, memory peaks."""
+
+    EVENT: ClassVar[str] = "step"
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    samples: int | None = None
+    tokens: int | None = None
+    tokens_padded: int | None = None
+    loss: float | None = None
+    lr: float | None = None
+    step_time: float | None = None
+    train_time: float | None = None
+    torch_peak_alloc_mb: float | None = None
+    torch_peak_reserved_mb: float | None = None
+    torch_alloc_retries: int | None = None
+    torch_ooms: int | None = None
+    peak_rss_mb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndEvent(Event):
+    EVENT: ClassVar[str] = "end"
+    step: int | None = None
+    train_time: float | None = None
+    samples: int | None = None
+    tokens: int | None = None
+    tokens_padded: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalEvent(Event):
+    EVENT: ClassVar[str] = "eval"
+    step: int | None = None
+    eval_loss: float | None = None
+    metrics: dict[str, Any] | None = None
+    eval_time: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveEvent(Event):
+    """A save is complete: ``kind`` ``checkpoint`` (resumable) or ``model`` (after training)."""
+
+    EVENT: ClassVar[str] = "save"
+    step: int | None = None
+    kind: str | None = None
+    path: str | None = None
+    save_time: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackerEvent(Event):
+    EVENT: ClassVar[str] = "tracker"
+    SPARSE: ClassVar[bool] = True
+    name: str | None = None
+    logged: bool | None = None
+    where: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorEvent(Event):
+    EVENT: ClassVar[str] = "error"
+    kind: str | None = None
+    oom_kind: str | None = None
+    message: str | None = None
+    step: int | None = None
+    traceback: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExitEvent(Event):
+    EVENT: ClassVar[str] = "exit"
+    SPARSE: ClassVar[bool] = True
+    returncode: int | None = None
+    signal: int | None = None
+    status: str | None = None
+
+
+#: event kind -> its record
+RECORDS: dict[str, type[Event]] = {c.EVENT: c for c in (PhaseEvent, StartEvent, StepEvent, EndEvent, EvalEvent,
+                                                        SaveEvent, TrackerEvent, ErrorEvent, ExitEvent)}
+EVENT_NAMES = tuple(RECORDS)
+
+
+def parse_event(obj: Any) -> Event | None:
+    """The record of one event line (a parsed JSON object); ``None`` when it is no event."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+        return None
+    return RECORDS.get(obj["event"], OtherEvent).from_dict(obj)
+
+
+def write_event(path: str | os.PathLike[str], record: Event) -> dict[str, Any]:
+    """Append ``record`` to an events file (stamped with the time when it has none); the line as
+    written. Values JSON cannot hold are written as their ``str``."""
+    if record.t is None:
+        record = dataclasses.replace(record, t=time.time())
+    obj = mask(record.to_dict())  # the one secret mask, at the write
+    _append(path, (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode("utf-8"))
+    return obj
 
 
 def encode_line(obj: dict[str, Any]) -> bytes:
     """One compact JSON line (with trailing newline) as UTF-8 bytes."""
     return (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
-
-
-def parse_line(raw: bytes) -> dict[str, Any] | None:
-    """Parse one line (without or with its newline); ``None`` if it is not a JSON object.
-
-    Invalid UTF-8, invalid JSON and JSON values that are not objects all give ``None``.
-    """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
@@ -70,7 +264,10 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     Lines written this way by several processes never interleave (the write is one syscall on an
     append-mode descriptor). The file is created with mode 0o600 if missing.
     """
-    data = encode_line(mask(obj))  # the one secret mask, at the write
+    _append(path, encode_line(mask(obj)))  # the one secret mask, at the write
+
+
+def _append(path: str | os.PathLike[str], data: bytes) -> None:
     fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         written = os.write(fd, data)
@@ -83,99 +280,3 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
             written += n
     finally:
         os.close(fd)
-
-
-class JsonlTail:
-    """Incremental reader of a JSON-lines file that another process appends to.
-
-    ``read_new()`` returns the complete objects appended since the last call. It keeps the byte
-    offset between calls (opening, seeking, reading and closing the file each time, so a deleted
-    or recreated file is handled), buffers a trailing partial line until its newline arrives,
-    skips lines that are not JSON objects (counted in ``corrupt``) and starts over from the
-    beginning when the file shrank or was replaced (different inode). A missing file gives ``[]``.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
-        self.offset = 0  # bytes consumed (including the buffered partial line)
-        self.corrupt = 0  # lines skipped since creation (also across restarts)
-        self.restarts = 0  # times the file was found truncated or replaced
-        self._partial = b""
-        self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file being read
-
-    def reset(self) -> None:
-        """Forget the position: the next ``read_new()`` reads the file from the start."""
-        self.offset = 0
-        self._partial = b""
-        self._ident = None
-
-    def read_new(self) -> list[dict[str, Any]]:
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            return []
-        try:
-            try:
-                st = os.fstat(fd)
-            except OSError:
-                return []
-            ident = (st.st_dev, st.st_ino)
-            if self._ident is not None and (ident != self._ident or st.st_size < self.offset):
-                self.restarts += 1
-                self.offset = 0
-                self._partial = b""
-            elif self._ident is None and st.st_size < self.offset:
-                self.offset = 0
-                self._partial = b""
-            self._ident = ident
-            if st.st_size == self.offset:
-                return []
-            chunks: list[bytes] = []
-            try:
-                os.lseek(fd, self.offset, os.SEEK_SET)
-                while True:
-                    chunk = os.read(fd, _READ_CHUNK)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-            except OSError:
-                pass
-        finally:
-            os.close(fd)
-        if not chunks:
-            return []
-        data = b"".join(chunks)
-        self.offset += len(data)
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()  # b"" when data ended with a newline
-        out: list[dict[str, Any]] = []
-        for raw in lines:
-            if not raw.strip():
-                continue
-            obj = parse_line(raw)
-            if obj is None:
-                self.corrupt += 1
-            else:
-                out.append(obj)
-        return out
-
-    @property
-    def pending(self) -> bytes:
-        """The buffered partial last line (no newline yet)."""
-        return self._partial
-
-
-def read_jsonl(path: str | os.PathLike[str], *, include_partial: bool = True) -> list[dict[str, Any]]:
-    """Read every JSON object of a whole file, skipping corrupt lines; missing file -> ``[]``.
-
-    With ``include_partial`` (default) a last line without newline is parsed too (a finished file
-    whose writer omitted the final newline); it is skipped silently if it does not parse.
-    """
-    tail = JsonlTail(path)
-    out = tail.read_new()
-    if include_partial and tail.pending.strip():
-        obj = parse_line(tail.pending)
-        if obj is not None:
-            out.append(obj)
-    return out

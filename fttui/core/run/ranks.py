@@ -6,7 +6,8 @@ Their events carry their ``pid`` (fttui's callback writes it): the first process
 keeps that rank as its slot, every other process claiming it gets a slot of its own above every
 rank the run can have, so that its steps, samples and peaks are counted beside the first's instead
 of being dropped as duplicates. :func:`clash_text` says so in every view and the row
-(:func:`clash_mismatch`). Events without a pid (fttui's worker, the printed log) keep their rank.
+(:func:`clash_mismatch`). fttui's worker writes its training events with the same callback; events
+without a pid (the worker's own phase and error events, the printed log) keep their rank.
 
 Pure, stdlib only.
 """
