@@ -17,9 +17,10 @@ Groups: ``ref`` (rows of llama2-7b-3090.csv: LoRA fp16, gradient checkpointing, 
 attention, as tests/unit/test_estimate.py expresses them), ``modern`` (the shipped profiles'
 own defaults: SDPA, checkpointing off, bf16, full fine-tuning, lora-emb, and a batch that
 cannot fit), ```kbit`` (QLoRA and 8-bit LoRA of Llama-2-7B: the random model is built on the host, saved
-and loaded back quantised, which took more than the default 150 s per run on the GPU machine),
+and loaded back quantised; drawn on the card one module at a time since it took over 150 s on the host),
 ``kbit-small`` (the same for Qwen-1.8B), ``zero3`` (DeepSpeed ZeRO-3 CPU offload of Qwen-1.8B;
-the first run JIT-builds DeepSpeed's CPU Adam).
+the first run JIT-builds DeepSpeed's CPU Adam), ``shard`` (Llama-2-7B LoRA as the ``ref`` group's
+first row under FSDP, ZeRO-3 offload and ZeRO-3 on one card).
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
      ["method=lora-int8", "train.optimizer=adamw_torch", "batch_size=8", "max_seq_len=1024"], None),
     ("zero3", "qwen-1.8b ZeRO-3 offload b4 s512 GC", "qwen-1.8b-full",
      ["method=full-zero3-offload", "train.precision=bf16", "batch_size=4", "max_seq_len=512"], None),
+    ("shard", "llama2-7b lora fp16 b4 s512 GC eager, FSDP 1 card", "llama2-7b-lora",
+     ["sharding=fsdp", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
+    ("shard", "llama2-7b lora fp16 b4 s512 GC eager, ZeRO-3 offload 1 card", "llama2-7b-lora",
+     ["sharding=zero3-offload", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
+    ("shard", "llama2-7b lora fp16 b4 s512 GC eager, ZeRO-3 1 card", "llama2-7b-lora",
+     ["sharding=zero3", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
 ]
 
 
@@ -165,7 +172,7 @@ def md_row(m: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "kbit-small", "zero3", "all"])
+    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "kbit-small", "zero3", "shard", "all"])
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="fttui-estimate-gpu-"))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")

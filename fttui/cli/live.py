@@ -11,6 +11,7 @@ from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
 from fttui.core.run.perf import mfu_text
 from fttui.core.run.phases import mmss, phase_text
 from fttui.core.run.ranks import clash_text
+from fttui.core.run.row_figures import host_measure_text
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower
@@ -30,7 +31,7 @@ def progress_line(snap) -> str:
     if snap.eta_s is not None:
         parts.append(f"ETA {fmt.duration(snap.eta_s)}")
     if snap.host is not None:
-        parts.append(f"host RSS {fmt.mb(snap.host.tree_rss_mb)}")
+        parts.append(f"tree RSS {fmt.mb(snap.host.tree_rss_mb)}")  # the whole process tree, now
     if snap.gpu is not None and snap.gpu.available and snap.gpu.gpus:
         parts.append(gpu_part(snap.gpu))
     if snap.cards:
@@ -130,6 +131,8 @@ def summary_lines(rd: RunDir) -> list[str]:
     lines.append(
         f"  duration {fmt.duration(row.get('duration_s')) or '-'} training, {fmt.duration(row.get('wall_s')) or '-'} wall"
         f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
+        f" ({host_measure_text(raw.get('host_measure')) or 'measure unknown'};"
+        f" tree {fmt.mb(row.get('peak_tree_rss_mb'))} sampled)"
         f"  peak GPU {';'.join(f'{x:.0f}' for x in row.get('peak_gpu_mem_mb') or []) or '-'} MB")
     perf = perf_summary(row)
     if perf:
@@ -304,7 +307,7 @@ def _render(snap, f: RunFollower):
     if snap.host is not None:
         h = snap.host
         t.add_row("host", f"RAM {fmt.mb(h.ram_used_mb)} / {fmt.mb(h.ram_total_mb)}  swap {fmt.mb(h.swap_used_mb)}"
-                          f"  training RSS {fmt.mb(h.tree_rss_mb)} (peak {fmt.mb(snap.host_peak_tree_rss_mb)})")
+                          f"  tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)})")
     if snap.gpu is not None:
         if snap.gpu.available:
             from fttui.monitor import cards_run_first
@@ -332,12 +335,3 @@ def _render(snap, f: RunFollower):
 def _f(x, nd=2):
     return "-" if x is None else f"{x:.{nd}f}"
 
-
-def print_table(headers, body) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(*headers)
-    for r in body:
-        t.add_row(*r)
-    Console().print(t)

@@ -29,18 +29,14 @@ def cmd_results(args, is_tty) -> int:
     if args.format == "json":
         sys.stdout.write(tables.to_json(rows))
         return 0
-    headers, body = tables.reference_table(rows)
-    if args.format == "csv":
-        sys.stdout.write(tables.to_csv(headers, body))
-    elif args.format == "markdown":
-        sys.stdout.write(tables.to_markdown(headers, body))
-    else:
-        if is_tty():
-            from fttui.cli.live import print_table
+    if args.format in ("csv", "markdown"):
+        headers, body = tables.reference_table(rows)
+        sys.stdout.write((tables.to_csv if args.format == "csv" else tables.to_markdown)(headers, body))
+        return 0
+    from fttui.core.results.terminal import fit_table, terminal_width
 
-            print_table(headers, body)
-        else:
-            sys.stdout.write(tables.to_text(headers, body))
+    # the columns that fit the terminal (COLUMNS, else the terminal, else 100 on a pipe)
+    sys.stdout.write(tables.to_text(*fit_table(rows, terminal_width())))
     return 0
 
 

@@ -12,6 +12,7 @@ continuing from RUN's last checkpoint (:mod:`fttui.core.run.resume`); it takes n
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable
 
 from fttui.core.base.errors import FttuiError
@@ -73,6 +74,12 @@ def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
         from fttui.tui.app import run_app
 
         return run_app(launch_profile=resolved)
+    if command is None:
+        from fttui.core.models.positions import position_warning
+
+        warning = position_warning(resolved)  # said before launch, in the app too (its picker)
+        if warning:
+            print(f"fttui: warning: {warning}", file=sys.stderr, flush=True)
     rd = launch.launch(resolved, resume=resume)
     if app:  # a resumed run or a command: launched here, followed in the app
         from fttui.tui.app import run_app

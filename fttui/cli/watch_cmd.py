@@ -11,12 +11,15 @@ from fttui.core.base import fmt
 
 
 def resources_line(snap, pid: int) -> str:
-    """``pid 1234: 3 processes, host RSS 2.1 GB, CPU 180%, RAM 20.1/31.3 GB; GPU 0 run 9.6 GB dev 21.3/40.0 GB``"""
+    """``pid 1234: 3 processes, tree RSS 2.1 GB (sampled peak 2.3 GB, own peaks 2.5 GB), CPU 180%, RAM
+    20.1/31.3 GB; GPU 0 run 9.6 GB dev 21.3/40.0 GB``: the tree's RSS now and its peak over the
+    samples, and each process's own peak (VmHWM) summed, which is what a recorded row keeps."""
     h = snap.host
     parts = [f"pid {pid}:"]
     if h is not None:
         parts.append(f"{h.tree_nprocs or 0} process{'es' if (h.tree_nprocs or 0) != 1 else ''}, "
-                     f"host RSS {fmt.mb(h.tree_rss_mb)} (peak {fmt.mb(snap.host_peak_tree_rss_mb)}), "
+                     f"tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)}, "
+                     f"own peaks {fmt.mb(snap.host_tree_hwm_mb)}), "
                      f"CPU {fmt.pct(h.tree_cpu_pct)}, RAM {fmt.mb(h.ram_used_mb)}/{fmt.mb(h.ram_total_mb)}")
     cards = [g for g in ((snap.gpu.gpus if snap.gpu and snap.gpu.available else ()) or ()) if g.proc_mem_mb]
     if cards:

@@ -17,7 +17,7 @@ import psutil
 
 from fttui.monitor.snapshots import MB, HostSnapshot
 
-__all__ = ["BUILD_TOOLS", "HostSampler", "is_build_process"]
+__all__ = ["BUILD_TOOLS", "HostSampler", "is_build_process", "vm_hwm_bytes"]
 
 #: Process names of build steps: C/C++/CUDA compilers and their stages, assemblers, linkers and
 #: build drivers. A name may carry a target prefix (``x86_64-linux-gnu-g++``) or a version
@@ -65,6 +65,10 @@ class HostSampler:
         self._procs: dict[int, psutil.Process] = {}
         self._pids: list[int] | None = None
         self._last_full = -math.inf
+        # every process seen in the tree, (pid, start time) -> its own peak in bytes (VmHWM; its
+        # sampled RSS where VmHWM cannot be read), kept after it ends
+        self._hwm: dict[tuple[int, float], int] = {}
+        self._hwm_unread: set[tuple[int, float]] = set()
 
     # -- tree discovery
     def _walk_proc(self, root: int) -> list[int]:
@@ -144,10 +148,11 @@ class HostSampler:
             swap_used = sw.used / MB
         except Exception:  # as above (e.g. no swap accounting in some containers)
             pass
-        rss = nprocs = cpu = build_rss = build_n = None
+        rss = nprocs = cpu = build_rss = build_n = hwm = unread = None
         if self.root_pid is not None:
             try:
                 rss, nprocs, cpu, build_rss, build_n = self._sample_tree()
+                hwm, unread = sum(self._hwm.values()) / MB, len(self._hwm_unread)
             except Exception:  # anything the tree walk did not expect: no tree figures, no raise
                 rss = nprocs = cpu = build_rss = build_n = None
         return HostSnapshot(
@@ -160,6 +165,8 @@ class HostSampler:
             tree_cpu_pct=cpu,
             build_rss_mb=build_rss,
             build_nprocs=build_n,
+            tree_hwm_mb=hwm,
+            hwm_unread=unread,
         )
 
     def _sample_tree(self) -> tuple[float, int, float, float, int]:
@@ -179,6 +186,7 @@ class HostSampler:
                     if proc.status() == psutil.STATUS_ZOMBIE:
                         continue
                     build = is_build_process(_name(proc))
+                    key = (pid, proc.create_time())
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
             except (psutil.AccessDenied, OSError):
@@ -188,6 +196,10 @@ class HostSampler:
                 continue
             procs[pid] = proc
             alive.append(pid)
+            own = vm_hwm_bytes(pid)
+            if own is None:
+                self._hwm_unread.add(key)
+            self._hwm[key] = max(self._hwm.get(key, 0), r if own is None else max(own, r))
             rss += r
             cpu += c
             if build:
@@ -204,3 +216,17 @@ def _name(proc: psutil.Process) -> str | None:
         return proc.name()
     except (psutil.Error, OSError):
         return None
+
+
+def vm_hwm_bytes(pid: int) -> int | None:
+    """A process's own peak resident memory, its kernel's high-water mark (``VmHWM`` in
+    ``/proc/PID/status``), in bytes; ``None`` where it cannot be read (not Linux, another user's
+    process, gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

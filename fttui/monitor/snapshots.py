@@ -162,6 +162,10 @@ class HostSnapshot:
     tree_cpu_pct: float | None = None
     build_rss_mb: float | None = None  # the tree's build tools (compilers, linkers, ninja), by name
     build_nprocs: int | None = None
+    # each process ever seen in the tree, its own peak (VmHWM; its sampled RSS where that cannot be
+    # read), summed: a spike between two samples is in it; hwm_unread: processes without VmHWM
+    tree_hwm_mb: float | None = None
+    hwm_unread: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,4 +184,6 @@ class HostSnapshot:
             tree_cpu_pct=num(d.get("tree_cpu_pct")),
             build_rss_mb=num(d.get("build_rss_mb")),
             build_nprocs=opt_int(d.get("build_nprocs")),
+            tree_hwm_mb=num(d.get("tree_hwm_mb")),
+            hwm_unread=opt_int(d.get("hwm_unread")),
         )

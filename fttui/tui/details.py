@@ -78,6 +78,11 @@ def profile_details(r: dict, overrides: dict[str, str]):
     t.add_row("sharding", sharding_label(r))
     t.add_row("data", f"{s['dataset']}  max_seq_len {data.get('max_seq_len')}"
                       + (f"  {data.get('num_samples')} samples" if data.get("num_samples") else ""))
+    from fttui.core.models.positions import position_warning
+
+    past = position_warning(r)  # max_seq_len past the model's positions: said before launch
+    if past:
+        t.add_row("", Text(f"warning: {past}", style="bold yellow"))
     where = f"{dev.get('gpus')} GPU" + ("s" if dev.get("gpus") != 1 else "") if dev.get("gpus") else "CPU"
     t.add_row("batch", f"{micro} x accum {accum} x {procs} proc{'s' if procs != 1 else ''} = {eff} effective")
     t.add_row("devices", f"{where}, {dev.get('nodes')} node{'s' if dev.get('nodes') != 1 else ''}, "

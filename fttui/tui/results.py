@@ -29,23 +29,29 @@ from fttui.core.results.views import distinct, filter_rows, sort_rows
 REL = "rel"
 BASE_MARK = "*"  # after the baseline's rel cell, and in the info line
 
-# (reference-table header, label shown): the columns people compare runs by. Exports keep
-# every reference column.
+# (reference-table header, label shown): the columns people compare runs by, the most compared
+# first (the table scrolls sideways for the rest). Exports keep every reference column.
 SHOWN = [
+    ("name", "name"),  # the profile or command name
     ("model", "model"),
-    ("dataset", "dataset"),
-    ("gpu", "GPU"),
-    ("num_gpus", "GPUs"),
     ("method", "method"),
+    ("world_size", "world"),  # a 2-rank row told from the others
     ("batch_size", "batch"),
     ("samples_per_s", "samples/s"),
     (REL, "rel"),  # only while a baseline is marked
-    ("tokens_per_s", "tokens/s"),
-    ("duration", "time"),
     ("gpu_mem_mb", "GPU MB"),
     ("host_rss_mb", "host MB"),
-    ("status", "status"),
+    ("status", "status"),  # before the less compared columns: seen without scrolling at 100 columns
+    ("tokens_per_s", "tokens/s"),
+    ("duration", "time"),
+    ("gpu", "GPU"),
+    ("num_gpus", "GPUs"),
+    ("dataset", "dataset"),
+    ("run", "run"),  # the id attach, --resume and --baseline take
 ]
+# Shown columns that are not reference-table columns: header -> cell of a row.
+_OWN = {"name": lambda r: str(r.get("profile") or ""), "world_size": tables.setting_cell("world_size"),
+        "run": lambda r: str(r.get("run_id") or "")}
 
 
 def _mem(row: dict, cell: str) -> str:
@@ -84,7 +90,7 @@ def display_cells(rows: list[dict], rel: dict[str, str] | None = None,
                         c = f"{c} {BASE_MARK}".strip()
                     line.append(c)
                 continue
-            c = cells[idx[h]]
+            c = _OWN[h](row) if h in _OWN else cells[idx[h]]
             if h == "model":
                 c = c.rsplit("/", 1)[-1] or c  # the hub organisation is in the filter and exports
             elif h == "gpu":

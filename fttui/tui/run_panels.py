@@ -33,6 +33,7 @@ from fttui.core.base import fmt
 from fttui.core.base.constants import FINAL_STATUSES
 from fttui.core.base.fmt import fraction
 from fttui.core.run.perf import mfu_text
+from fttui.core.run.row_figures import host_measure_text
 from fttui.core.run.snapshot import CardPerf, RunSnapshot
 from fttui.core.run.status import RUNNING, status_line
 from fttui.monitor import GpuInfo, cards_run_first
@@ -165,7 +166,8 @@ class LossPanel(Vertical):
 
 
 class HostPanel(Panel):
-    """Host RAM, swap and the training processes' RSS."""
+    """Host RAM, swap and the process tree's RSS, now and its peak over the samples (named "tree":
+    the row's host figure is another, the ranks' own peaks, labelled in the summary)."""
 
     snapshot: var[RunSnapshot | None] = var(None)
 
@@ -178,12 +180,12 @@ class HostPanel(Panel):
             return
         rf = fraction(h.ram_used_mb, h.ram_total_mb)
         swap = f"swap {gb_pair(h.swap_used_mb, h.swap_total_mb)}" if h.swap_total_mb else "swap none"
-        rss = f"train RSS {fmt.mb(h.tree_rss_mb)}" if h.tree_nprocs != 0 else "train RSS - (ended)"
+        rss = f"tree RSS {fmt.mb(h.tree_rss_mb)}" if h.tree_nprocs != 0 else "tree RSS - (ended)"
         self.show(Group(
             Bar(rf, gb_pair(h.ram_used_mb, h.ram_total_mb), prefix="RAM ", style=bar_style(rf)),
             Text(swap, no_wrap=True, overflow="ellipsis"),
             Text(rss, no_wrap=True, overflow="ellipsis"),
-            Text(f"peak RSS {fmt.mb(s.host_peak_tree_rss_mb)}", no_wrap=True, overflow="ellipsis"),
+            Text(f"tree peak {fmt.mb(s.host_peak_tree_rss_mb)}", no_wrap=True, overflow="ellipsis"),
         ), key=(h, s.host_peak_tree_rss_mb))
 
 
@@ -369,6 +371,9 @@ class RunSummary(Panel):
             cells = [Text.assemble((f"{h} ", "bold"), v or "-") for h, v in zip(headers, body[0])
                      if h not in skip]
             self.border_title = summary_title(row)
+            # what the host figure is (the host panel's "tree peak" is another one)
+            what = host_measure_text(row.get("host_measure"))
+            self.border_subtitle = f"host_rss_mb: {what}" if what and row.get("peak_host_rss_mb") is not None else ""
             # the error is in the status line already
             self.show(Columns(cells, padding=(0, 2)))
         self.display = True

@@ -18,6 +18,7 @@ import time
 
 from fttui.core.base.errors import DataError
 from fttui.core.data.records import iter_records
+from fttui.core.profiles.stored import as_profile
 
 UNTRUNCATED = 1 << 31
 
@@ -27,11 +28,12 @@ def measure(profile: dict, progress=None) -> dict:
     from .data import IGNORE, tokenize_record
     from .tokenizer import load_tokenizer
 
-    data = profile["data"]
-    tok = load_tokenizer(profile["model"])
+    prof = as_profile(profile)
+    data = prof.data
+    tok = load_tokenizer(prof.model)
     out: list[list[int]] = []
     last = 0.0
-    for i, (rec, done, total) in enumerate(iter_records(data["source"], data.get("format") or "auto")):
+    for i, (rec, done, total) in enumerate(iter_records(data.source, data.format)):
         item = tokenize_record(rec, tok, UNTRUNCATED)
         first = next((j for j, lab in enumerate(item["labels"]) if lab != IGNORE), -1)
         out.append([i, len(item["input_ids"]), first])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fttui.core.profiles.stored import as_profile
+
 from .errors import ConfigError
 
 __all__ = ["lora_config"]
@@ -19,21 +21,21 @@ def _module_name(model, target) -> str | None:
     return None
 
 
-def lora_config(resolved: dict[str, Any], model):
+def lora_config(resolved: Any, model):
     from peft import LoraConfig
 
-    lo = resolved.get("lora") or {}
-    targets = lo.get("target_modules", ["q_proj", "v_proj"])
-    if isinstance(targets, str) and targets != "all-linear":
-        targets = [targets]
+    prof = as_profile(resolved)
+    lo = prof.lora
+    targets = lo.target_modules
+    targets = list(targets) if not isinstance(targets, str) else targets if targets == "all-linear" else [targets]
     kwargs: dict[str, Any] = {
-        "r": int(lo.get("r", 8)),
-        "lora_alpha": int(lo.get("alpha", 16)),
-        "lora_dropout": float(lo.get("dropout", 0.05)),
+        "r": lo.r,
+        "lora_alpha": lo.alpha,
+        "lora_dropout": float(lo.dropout),
         "target_modules": targets,
         "task_type": "CAUSAL_LM",
     }
-    if resolved.get("method") == "lora-emb":
+    if prof.method == "lora-emb":
         # peft-standard way to train whole modules next to the adapters: modules_to_save
         # (a trainable copy of the input embeddings and of the LM head).
         names = []

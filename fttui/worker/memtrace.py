@@ -26,6 +26,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from fttui.core.profiles.stored import as_profile
+
 
 class LiveTensors(TorchDispatchMode):
     def __init__(self, external: set[int] | None = None) -> None:
@@ -81,12 +83,12 @@ def measure_step(resolved: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     torch.manual_seed(seed)
     model, _info = build_model(resolved)
     model.train()
-    t = resolved["train"]
-    b, s = int(t["batch_size"]), int(resolved["data"]["max_seq_len"])
+    prof = as_profile(resolved)
+    b, s = prof.train.batch_size, prof.data.max_seq_len
     ids = torch.randint(0, model.config.vocab_size, (b, s))
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=1e-4)
-    amp = t.get("precision", "fp32") == "bf16"  # the Trainer's bf16=True: CPU autocast
+    amp = prof.train.precision == "bf16"  # the Trainer's bf16=True: CPU autocast
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
@@ -163,7 +165,7 @@ def check_slope(profile: str, overrides: list[str], lengths: tuple[int, int] = (
         m = measure_step(resolved)
         dyn.append(m["dynamic_peak"])
         act.append(estimate(resolved).host_breakdown["activations"])
-        tokens.append(int(resolved["train"]["batch_size"]) * n)
+        tokens.append(as_profile(resolved).train.batch_size * n)
         peaks.append(m["top"])
     d = tokens[1] - tokens[0]
     measured, predicted = (dyn[1] - dyn[0]) / d, (act[1] - act[0]) / d

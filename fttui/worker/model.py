@@ -12,63 +12,92 @@ import contextlib
 import tempfile
 from typing import Any
 
-from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, METHODS
+from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
 from .lora import lora_config
 from .model_config import device_map, load_config, quant_config, torch_dtype
-from .sharding import deepspeed_config, kind_of
+from .sharding import deepspeed_config
 from .structure import count_params, model_structure
 
 # deepspeed_config is re-exported: callers import it from here without loading torch.
-__all__ = ["load_base_model", "enable_checkpointing", "build_model", "deepspeed_config"]
+__all__ = ["load_base_model", "random_on_host", "enable_checkpointing", "build_model", "deepspeed_config"]
 
 
-def load_base_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
+def load_base_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
     """The base causal-LM (quantised for qlora / lora-int8), before PEFT wrapping."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    m = resolved["model"]
-    method = resolved.get("method", "lora")
-    if method not in METHODS:
-        raise ConfigError(f"method: unknown value {method!r} (use one of {', '.join(METHODS)})")
-    precision = resolved["train"].get("precision", "fp32")
-    dtype = torch_dtype(precision, method)
-    attn = m.get("attn_implementation") or "sdpa"
-    trust = bool(m.get("trust_remote_code"))
-    qconf = quant_config(method, resolved)
-    seed = int(resolved["train"].get("seed", 42))
-    torch.manual_seed(seed)
-    init = m.get("init", "pretrained")
+    prof = as_profile(resolved)
+    m, method = prof.model, prof.method
+    dtype = torch_dtype(prof.train.precision, method)
+    attn, trust = m.attn_implementation, m.trust_remote_code
+    qconf = quant_config(method, prof)
+    torch.manual_seed(prof.train.seed)
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": trust}
     if qconf is not None:
         kwargs["quantization_config"] = qconf
         kwargs["device_map"] = device_map(use_cuda, local_rank)
-    if init == "pretrained":
-        path = m.get("name_or_path")
-        if not path:
+    if m.init == "pretrained":
+        if not m.name_or_path:
             raise ConfigError("model.name_or_path: required")
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    if init != "random":
-        raise ConfigError(f"model.init: unknown value {init!r} (use pretrained or random)")
+        return AutoModelForCausalLM.from_pretrained(m.name_or_path, **kwargs)
     config = load_config(m)
+    card = torch.device("cuda", local_rank) if use_cuda else None
     if qconf is None:
         # on a GPU the random weights are drawn where they will train: a 7B model initialises
         # in seconds there instead of minutes on the host, and the host never holds a copy.
-        # DeepSpeed keeps the host build (it moves or partitions the host copy itself).
-        where = (torch.device("cuda", local_rank) if use_cuda and not kind_of(resolved).deepspeed
-                 else contextlib.nullcontext())
-        with where:
+        # DeepSpeed and FSDP keep a host build (they move or partition the host copy themselves;
+        # FSDP wrapping a model already on the card held it twice there): drawn on the card one
+        # module at a time.
+        if card is not None and prof.sharding_kind().sharded:
+            return random_on_host(config, dtype=dtype, attn=attn, trust=trust, draw_on=card)
+        with card or contextlib.nullcontext():
             return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
                                                     trust_remote_code=trust)
     # bitsandbytes quantises while loading weights: materialise the random model once in a
     # temporary folder and load it back quantised (the fp weights are freed before loading).
-    fp = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust)
+    fp = random_on_host(config, dtype=dtype, attn=attn, trust=trust, draw_on=card)
     with tempfile.TemporaryDirectory(prefix="fttui-randinit-") as tmp:
         fp.save_pretrained(tmp)
         del fp
         return AutoModelForCausalLM.from_pretrained(tmp, **kwargs)
+
+
+def random_on_host(config, *, dtype, attn: str, trust: bool, draw_on=None):
+    """A random-init model whose weights live on the host. With ``draw_on`` (a CUDA device) the
+    parameters are built on the meta device and each module's own tensors are drawn there by the model's
+    own ``_init_weights`` and copied to the host one module at a time: a 7B model in seconds
+    instead of minutes of host init, and the card never holds more than one module (its memory
+    peak stays the training's). Without it, the plain host build."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedModel
+
+    if draw_on is None:
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
+                                                trust_remote_code=trust)
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):  # parameters on the meta device, buffers real
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
+                                                 trust_remote_code=trust)
+
+    def draw(module, owner) -> None:
+        for child in module.children():  # a sub-model initialises its own modules (as transformers does)
+            draw(child, child if isinstance(child, PreTrainedModel) else owner)
+        if not any(t is not None for t in (*module._parameters.values(), *module._buffers.values())):
+            return
+        module._apply(lambda t: torch.empty_like(t, device=draw_on), recurse=False)
+        owner._init_weights(module)
+        module._apply(lambda t: t.to("cpu"), recurse=False)
+
+    with torch.no_grad():
+        draw(model, model)
+    model.tie_weights()  # the modules' tensors were replaced one by one: tie the shared ones again
+    return model
 
 
 def enable_checkpointing(model) -> None:
@@ -79,13 +108,13 @@ def enable_checkpointing(model) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
 
 
-def build_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
+def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
     """Model ready for the Trainer (PEFT-wrapped for the LoRA family). Returns ``(model, info)``
     with ``info = {"params_total", "params_trainable", "dtype", "method", "structure"}``
     (``structure``: :func:`model_structure`)."""
-    method = resolved.get("method", "lora")
-    gc = bool(resolved["train"].get("gradient_checkpointing", False))
-    model = load_base_model(resolved, use_cuda=use_cuda, local_rank=local_rank)
+    prof = as_profile(resolved)
+    method, gc = prof.method, prof.train.gradient_checkpointing
+    model = load_base_model(prof, use_cuda=use_cuda, local_rank=local_rank)
     model.config.use_cache = False
     if method in FULL_METHODS:
         for p in model.parameters():
@@ -95,12 +124,12 @@ def build_model(resolved: dict[str, Any], *, use_cuda: bool = False, local_rank:
     else:
         from peft import get_peft_model, prepare_model_for_kbit_training
 
-        if method in KBIT_METHODS and (resolved.get("quant") or {}).get("prepare", "peft") == "peft":
+        if method in KBIT_METHODS and prof.quant.prepare == "peft":
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
         if gc:
             enable_checkpointing(model)
             model.enable_input_require_grads()
-        model = get_peft_model(model, lora_config(resolved, model))
+        model = get_peft_model(model, lora_config(prof, model))
     total, trainable = count_params(model)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     return model, {"params_total": total, "params_trainable": trainable, "dtype": dtype, "method": method,

@@ -20,6 +20,7 @@ from typing import Any
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
 from fttui.core.base.errors import EstimateError
 from fttui.core.models.numbers import config_numbers
+from fttui.core.profiles.stored import as_profile
 
 from .errors import ConfigError
 
@@ -85,7 +86,7 @@ def load_config(m: dict[str, Any]):
         raise ConfigError(f"model.arch: {e}".splitlines()[0]) from None
 
 
-def quant_config(method: str, resolved: dict[str, Any]):
+def quant_config(method: str, resolved: Any):
     """The ``BitsAndBytesConfig`` of qlora (4-bit, ``quant`` section) and lora-int8; else None."""
     if method not in KBIT_METHODS:
         return None
@@ -93,15 +94,12 @@ def quant_config(method: str, resolved: dict[str, Any]):
 
     if method == "lora-int8":
         return BitsAndBytesConfig(load_in_8bit=True)
-    q = resolved.get("quant") or {}
-    qtype = q.get("type", "nf4")
-    if qtype not in ("nf4", "fp4"):
-        raise ConfigError(f"quant.type: unknown value {qtype!r} (use nf4 or fp4)")
+    prof = as_profile(resolved)
     return BitsAndBytesConfig(
         load_in_4bit=True,
-        bnb_4bit_quant_type=qtype,
-        bnb_4bit_use_double_quant=bool(q.get("double_quant", True)),
-        bnb_4bit_compute_dtype=compute_dtype(resolved["train"].get("precision", "fp32")),
+        bnb_4bit_quant_type=prof.quant.type,
+        bnb_4bit_use_double_quant=prof.quant.double_quant,
+        bnb_4bit_compute_dtype=compute_dtype(prof.train.precision),
     )
 
 

@@ -28,6 +28,8 @@ import traceback
 from typing import Any
 
 from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.profiles.schema import SYNTHETIC
+from fttui.core.profiles.typed import Profile
 
 from .errors import WorkerInputError, classify, one_line
 from .startup import Emitter, env_int as _env_int, setup
@@ -53,19 +55,11 @@ def _reset_hwm() -> None:
         pass
 
 
-def trial_profile(profile: dict[str, Any], param: str, value: int, steps: int) -> dict[str, Any]:
-    import copy
-
-    p = copy.deepcopy(profile)
-    t, d = p["train"], p["data"]
-    if param == "batch_size":
-        t["batch_size"] = int(value)
-    else:
-        d["max_seq_len"] = int(value)
-    t["max_steps"] = int(steps)
-    d["source"] = "synthetic"
-    d["num_samples"] = int(t["batch_size"]) * int(t.get("grad_accum", 1)) * int(steps)
-    return p
+def trial_profile(profile: Profile, param: str, value: int, steps: int) -> Profile:
+    """The profile of one trial: ``param`` at ``value``, ``steps`` steps of synthetic samples."""
+    p = profile.with_settings({PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps)})
+    return p.with_settings({"data.source": SYNTHETIC,
+                            "data.num_samples": p.train.batch_size * p.train.grad_accum * int(steps)})
 
 
 class _StepTimes:
@@ -90,9 +84,9 @@ def run_trial(su, param: str, value: int, steps: int) -> dict[str, Any]:
     from .data import SyntheticDataset
 
     prof = trial_profile(su.profile, param, value, steps)
-    seq = int(prof["data"]["max_seq_len"])
+    seq = prof.data.max_seq_len
     vocab = su.model.get_input_embeddings().num_embeddings
-    dataset = SyntheticDataset(int(prof["data"]["num_samples"]), seq, vocab, int(prof["train"].get("seed", 42)))
+    dataset = SyntheticDataset(prof.data.num_samples, seq, vocab, prof.train.seed)
     times = _StepTimes()
     out: dict[str, Any] = {"value": int(value), "steps": 0}
     gc.collect()
@@ -130,7 +124,7 @@ def run_trial(su, param: str, value: int, steps: int) -> dict[str, Any]:
         else:
             step_time = None
         out["step_time"] = step_time
-        per_step = int(prof["train"]["batch_size"]) * int(prof["train"].get("grad_accum", 1))
+        per_step = prof.train.batch_size * prof.train.grad_accum
         if step_time and out.get("status") == "fit":
             out["samples_per_s"] = per_step / step_time
             out["tokens_per_s"] = per_step * seq / step_time

@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from fttui.core.base import shardings
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
 
@@ -28,13 +30,13 @@ __all__ = ["sharding_of", "kind_of", "deepspeed_settings", "deepspeed_config", "
            "sharding_info", "check_sharding", "held_tensors"]
 
 
-def sharding_of(profile: dict[str, Any]) -> str:
-    """The sharding a resolved profile asks for (a ``profile.json`` of an older run has no
-    ``sharding`` key: its ``full-zero3-offload`` method is ZeRO-3 offload, anything else none)."""
-    return str(shardings.of(profile.get("method"), profile.get("sharding"))[1])
+def sharding_of(profile: Profile | dict[str, Any]) -> str:
+    """The sharding a profile asks for (a ``profile.json`` of an older run has no ``sharding``
+    key: its ``full-zero3-offload`` method is ZeRO-3 offload, anything else none)."""
+    return as_profile(profile).sharding
 
 
-def kind_of(profile: dict[str, Any]) -> shardings.Sharding:
+def kind_of(profile: Profile | dict[str, Any]) -> shardings.Sharding:
     """The registry's entry of :func:`sharding_of` (ConfigError for a name it does not know)."""
     kind = shardings.find(sharding_of(profile))
     if kind is None:
@@ -42,26 +44,24 @@ def kind_of(profile: dict[str, Any]) -> shardings.Sharding:
     return kind
 
 
-def deepspeed_settings(profile: dict[str, Any]) -> dict[str, Any]:
+def deepspeed_settings(profile: Profile | dict[str, Any]) -> dict[str, Any]:
     """The ``[deepspeed]`` settings (``[zero3]`` in a ``profile.json`` written before sharding)."""
-    return dict(profile.get("deepspeed") or profile.get(shardings.LEGACY_SECTION) or {})
+    return as_profile(profile).deepspeed.to_dict()
 
 
-def deepspeed_config(profile: dict[str, Any], world_size: int) -> dict[str, Any]:
+def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict[str, Any]:
     """The DeepSpeed config of a ``zero*`` sharding: stage 2 or 3; ``-offload`` puts the optimizer
     states (``offload_optimizer``) and, for stage 3, the parameters (``offload_params``) on the
     host, page-locked when ``pin_memory``. No ``optimizer`` section: the Trainer's optimizer is
     used (DeepSpeed swaps in its CPU Adam when the optimizer states are offloaded)."""
-    kind = kind_of(profile)
+    prof = as_profile(profile)
+    kind = kind_of(prof)
     if not kind.deepspeed:
         raise ConfigError(f"sharding: {kind.name!r} is not a DeepSpeed sharding "
                           f"({', '.join(shardings.names(shardings.DEEPSPEED))})")
-    t = profile["train"]
-    z = deepspeed_settings(profile)
+    t, z = prof.train, prof.deepspeed
     stage, offload = kind.stage, kind.offload
-    micro = int(t.get("batch_size", 1))
-    accum = int(t.get("grad_accum", 1))
-    pin = bool(z.get("pin_memory", True))
+    micro, accum, pin = t.batch_size, t.grad_accum, z.pin_memory
     zero: dict[str, Any] = {
         "stage": stage,
         "overlap_comm": True,
@@ -76,11 +76,11 @@ def deepspeed_config(profile: dict[str, Any], world_size: int) -> dict[str, Any]
         })
     else:
         zero.update({"allgather_partitions": True, "allgather_bucket_size": 2e8, "reduce_scatter": True})
-    if offload and z.get("offload_optimizer", True):
+    if offload and z.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
-    if offload and stage == 3 and z.get("offload_params", True):
+    if offload and stage == 3 and z.offload_params:
         zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
-    precision = t.get("precision", "fp32")
+    precision = t.precision
     return {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,
@@ -94,7 +94,7 @@ def deepspeed_config(profile: dict[str, Any], world_size: int) -> dict[str, Any]
     }
 
 
-def fsdp_arguments(profile: dict[str, Any]) -> dict[str, Any]:
+def fsdp_arguments(profile: Profile | dict[str, Any]) -> dict[str, Any]:
     """``TrainingArguments`` keys of an ``fsdp*`` sharding: FSDP2, every decoder layer its own
     unit (the model's ``_no_split_modules``), parameters resharded after the forward (full
     sharding of parameters, gradients and optimizer states); ``fsdp-offload`` adds the CPU

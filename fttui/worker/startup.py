@@ -12,17 +12,19 @@ import os
 import time
 from typing import Any
 
-from fttui.core.base import shardings
-from fttui.core.base.constants import KBIT_METHODS, METHODS, SHARDINGS
+from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.data.records import load_records
+from fttui.core.profiles.schema import SYNTHETIC
+from fttui.core.profiles.stored import check_profile as check_stored
+from fttui.core.profiles.stored import stored_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.run.events import parse_event, write_event
 from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
 from .limits import apply_gpu_limit, apply_host_limit, parse_size, preload_before_limit
-from .sharding import kind_of
 
-__all__ = ["Emitter", "env_int", "read_profile", "Setup", "setup"]
+__all__ = ["Emitter", "check_profile", "env_int", "read_profile", "Setup", "setup"]
 
 
 class Emitter:
@@ -51,22 +53,23 @@ def env_int(*names: str, default: int) -> int:
     return default
 
 
-def _check_profile(p: dict[str, Any]) -> None:
-    for sec in ("model", "data", "train", "lora", "quant", "devices", "limits"):
-        if not isinstance(p.get(sec), dict):
+#: the tables a profile.json must hold (a missing key takes its default; a missing table is no profile)
+_SECTIONS = ("model", "data", "train", "lora", "quant", "devices", "limits")
+
+
+def check_profile(obj: Any) -> Profile:
+    """A parsed ``profile.json`` as the run's Profile: its older shapes normalised
+    (:func:`~fttui.core.profiles.stored.stored_profile`) and every value through the schema's own
+    check (:func:`~fttui.core.profiles.stored.check_profile`), so the worker refuses exactly what a
+    profile file may not hold and runs whatever it may. FttuiError (one line, exit 2) otherwise."""
+    if not isinstance(obj, dict):
+        raise ConfigError("profile.json: expected a JSON object")
+    for sec in _SECTIONS:
+        if not isinstance(obj.get(sec), dict):
             raise ConfigError(f"profile.json: missing section {sec!r}")
-    if p.get("method") not in METHODS:
-        raise ConfigError(f"method: unknown value {p.get('method')!r} (use one of {', '.join(METHODS)})")
-    if shardings.find(p.get("sharding")) is None:
-        raise ConfigError(f"sharding: unknown value {p.get('sharding')!r} (use one of {', '.join(SHARDINGS)})")
-    t = p["train"]
-    if t.get("precision", "fp32") not in ("fp32", "fp16", "bf16"):
-        raise ConfigError(f"train.precision: unknown value {t.get('precision')!r} (use fp32, fp16 or bf16)")
-    for key in ("batch_size", "grad_accum"):
-        if int(t.get(key, 1)) < 1:
-            raise ConfigError(f"train.{key}: must be >= 1")
-    if int(p["data"].get("max_seq_len", 512)) < 2:
-        raise ConfigError("data.max_seq_len: must be >= 2")
+    prof = stored_profile(obj)
+    check_stored(prof, "profile.json")
+    return prof
 
 
 def _threads(local_world: int) -> int:
@@ -83,7 +86,7 @@ def _threads(local_world: int) -> int:
 class Setup:
     """What a worker process builds once: profile, torch state, limits, model and tokenizer."""
 
-    profile: dict[str, Any]
+    profile: Profile
     run_dir: str
     rank: int
     world: int
@@ -98,7 +101,8 @@ class Setup:
     log: Any
 
 
-def read_profile(run_dir: str) -> dict[str, Any]:
+def read_profile(run_dir: str) -> Profile:
+    """The run's ``profile.json``, checked (:func:`check_profile`)."""
     try:
         with open(os.path.join(run_dir, "profile.json"), encoding="utf-8") as f:
             profile = json.load(f)
@@ -106,13 +110,10 @@ def read_profile(run_dir: str) -> dict[str, Any]:
         raise ConfigError(f"{os.path.join(run_dir, 'profile.json')}: not found") from None
     except ValueError as e:
         raise ConfigError(f"{os.path.join(run_dir, 'profile.json')}: malformed JSON ({e})") from None
-    if not isinstance(profile, dict):
-        raise ConfigError("profile.json: expected a JSON object")
-    _check_profile(profile)
-    return profile
+    return check_profile(profile)
 
 
-def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = None) -> Setup:
+def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -> Setup:
     """Import the stack, apply the memory limits, build the model and the tokenizer."""
     su = Setup()
     su.t_boot = time.perf_counter()
@@ -128,17 +129,16 @@ def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = 
 
     su.log = log
     su.profile = profile = profile if profile is not None else read_profile(run_dir)
-    method = profile["method"]
-    m, d, t, lim = profile["model"], profile["data"], profile["train"], profile["limits"]
-    host_limit = parse_size(lim.get("host_memory"))
-    gpu_limit = parse_size(lim.get("gpu_memory"))
-    precision = t.get("precision", "fp32")
+    method = profile.method
+    m, d, lim = profile.model, profile.data, profile.limits
+    host_limit = parse_size(lim.host_memory)
+    gpu_limit = parse_size(lim.gpu_memory)
+    precision = profile.train.precision
 
     # Fast fail on bad data, before the training stack is imported.
     su.records = None
-    source = d.get("source") or "synthetic"
-    if source != "synthetic":
-        su.records = load_records(source, d.get("format") or "auto")
+    if d.source != SYNTHETIC:
+        su.records = load_records(d.source, d.format)
 
     emit = state.get("emit")
     if emit is not None:  # the startup phase (fttui.core.run.phases): imports, tokenizer, model
@@ -146,10 +146,10 @@ def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = 
     import torch
 
     torch.set_num_threads(_threads(local_world))
-    su.use_cuda = use_cuda = torch.cuda.is_available() and int(profile["devices"].get("gpus", 1)) > 0
+    su.use_cuda = use_cuda = torch.cuda.is_available() and profile.devices.gpus > 0
     if precision == "fp16" and not use_cuda:
         raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
-    kind = kind_of(profile)
+    kind = profile.sharding_kind()
     sharding = kind.name
     if kind.sharded and "LOCAL_RANK" not in os.environ:
         first, *rest = kind.launchers
@@ -180,13 +180,13 @@ def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = 
     su.tok = load_tokenizer(m)
     # Start the CPU thread pool before the address-space limit (thread stacks count against it).
     (torch.ones(64, 64) @ torch.ones(64, 64)).sum().item()
-    limits = {"host_memory": lim.get("host_memory") or "", "gpu_memory": lim.get("gpu_memory") or ""}
+    limits = {"host_memory": lim.host_memory, "gpu_memory": lim.gpu_memory}
     if host_limit:
         preload_before_limit(sharding, use_cuda, log)
     host_applied = apply_host_limit(host_limit)
     if host_applied:
         limits.update(host_applied)
-        log(f"host memory limit: {lim.get('host_memory')} on top of {host_applied['vm_base_bytes'] >> 20} MiB "
+        log(f"host memory limit: {lim.host_memory} on top of {host_applied['vm_base_bytes'] >> 20} MiB "
             "virtual size after imports (RLIMIT_AS)")
     gpu_applied = apply_gpu_limit(gpu_limit, log)
     if gpu_applied:
@@ -196,7 +196,7 @@ def setup(run_dir: str, state: dict[str, Any], profile: dict[str, Any] | None = 
     t_model = time.perf_counter()
     su.model, su.info = build_model(profile, use_cuda=use_cuda, local_rank=local_rank)
     info = su.info
-    log(f"model built: {m.get('name_or_path')} ({m.get('init')}), method {method}, dtype {info['dtype']}, "
+    log(f"model built: {m.name_or_path} ({m.init}), method {method}, dtype {info['dtype']}, "
         f"params total {info['params_total']:,}, trainable {info['params_trainable']:,} "
         f"({time.perf_counter() - t_model:.2f}s)")
     return su

@@ -29,7 +29,6 @@ from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_co
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.summary import row_so_far
 
-from .sharding import kind_of
 from .startup import Emitter, env_int, read_profile, setup
 from .trainer import make_trainer, plan
 
@@ -43,7 +42,7 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
         check_checkpoint(resume_from)
     su = setup(run_dir, state)
     profile, log = su.profile, su.log
-    d, t = profile["data"], profile["train"]
+    d, t = profile.data, profile.train
     from fttui.integrations.hf import FttuiCallback
 
     from .data import build_dataset, split_eval
@@ -52,23 +51,22 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     emit = state["emit"]
     emit("phase", phase=PREPARING_DATA)
     vocab = su.model.get_input_embeddings().num_embeddings
-    dataset, dinfo = build_dataset(d, su.tok, vocab, int(t.get("seed", 42)), records=su.records)
-    dataset, eval_dataset = split_eval(dataset, float(d.get("eval_ratio") or 0.0) if keep.eval else 0.0,
-                                       int(t.get("seed", 42)))
+    dataset, dinfo = build_dataset(d, su.tok, vocab, t.seed, records=su.records)
+    dataset, eval_dataset = split_eval(dataset, d.eval_ratio if keep.eval else 0.0, t.seed)
     n_eval = len(eval_dataset) if eval_dataset is not None else 0
     log(f"dataset: {dinfo['name']}, {len(dataset)} samples"
         + (f" (+{n_eval} held out for evaluation)" if n_eval else "")
         + (f" ({dinfo['dropped']} dropped: no response token within max_seq_len)" if dinfo["dropped"] else "")
-        + f", max_seq_len {d.get('max_seq_len')}, tokenizer {getattr(su.tok, 'name', '?')}")
+        + f", max_seq_len {d.max_seq_len}, tokenizer {getattr(su.tok, 'name', '?')}")
 
     start_fields = {
-        "config": profile,
+        "config": profile.to_dict(),
         "params_total": su.info["params_total"],
         "params_trainable": su.info["params_trainable"],
         "world_size": su.world,
-        "micro_batch": int(t.get("batch_size", 1)),
-        "grad_accum": int(t.get("grad_accum", 1)),
-        "max_seq_len": int(d.get("max_seq_len", 512)),
+        "micro_batch": t.batch_size,
+        "grad_accum": t.grad_accum,
+        "max_seq_len": d.max_seq_len,
         "num_samples": len(dataset),
         "eval_samples": n_eval,
         "keep": {"save": keep.save, "save_steps": keep.save_steps, "output_dir": keep.output_dir,
@@ -76,13 +74,13 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
                  "resume_from": resume_from},
         "env": environment(),
         "limits": su.limits,
-        "method": profile["method"],
+        "method": profile.method,
         "dtype": su.info["dtype"],
         "structure": su.info.get("structure"),
         "device": "cuda" if su.use_cuda else "cpu",
         "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }
-    deepspeed = kind_of(profile).deepspeed
+    deepspeed = profile.sharding_kind().deepspeed
     # The run's events: fttui's Trainer callback, as for a script, with what the worker knows
     # (start_fields, the trainer's runtime evidence). DeepSpeed builds its engine (and JIT-builds
     # its ops on a first run) inside train(), before the callbacks' on_train_begin: there the

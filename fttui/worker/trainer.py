@@ -13,8 +13,11 @@ import os
 from typing import Any, NamedTuple
 
 
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
+
 from .errors import ConfigError, one_line
-from .sharding import check_sharding, deepspeed_config, fsdp_arguments, kind_of, sharding_info, sharding_of, trainer_class
+from .sharding import check_sharding, deepspeed_config, fsdp_arguments, sharding_info, trainer_class
 from .startup import Setup
 
 __all__ = ["Plan", "plan", "training_args", "make_trainer", "sharding_check_callback"]
@@ -44,47 +47,45 @@ def run_kind(run_dir: str) -> str:
     return kind if isinstance(kind, str) and kind else "run"
 
 
-def plan(profile: dict[str, Any], run_dir: str) -> Plan:
+def plan(profile: Profile | dict[str, Any], run_dir: str) -> Plan:
     """The :class:`Plan` of this run. A ``profile.json`` without ``train.save`` (written before
-    the key existed, or by hand) saves nothing, as runs did then; the other keys take their
-    defaults."""
-    t, d = profile["train"], profile["data"]
+    the key existed, or by hand) saves nothing, as runs did then
+    (:data:`~fttui.core.profiles.stored.OLD_DEFAULTS`); the other keys take their defaults."""
+    prof = as_profile(profile)
+    t = prof.train
     kind = run_kind(run_dir)
     measuring = kind in ("probe", "sweep")
-    save = "none" if measuring else str(t.get("save", "none"))
-    if save not in ("end", "steps", "none"):
-        raise ConfigError(f"train.save: unknown value {save!r} (use end, steps or none)")
-    report_to = [] if kind == "probe" else [str(x) for x in t.get("report_to") or []]
-    return Plan(kind, save, max(1, int(t.get("save_steps") or 100)),
-                str(t.get("output_dir") or os.path.join(run_dir, "output")),
-                not measuring and float(d.get("eval_ratio") or 0.0) > 0, max(0, int(t.get("eval_steps") or 0)),
-                report_to)
+    save = "none" if measuring else t.save
+    report_to = [] if kind == "probe" else list(t.report_to)
+    return Plan(kind, save, t.save_steps, str(t.output_dir or os.path.join(run_dir, "output")),
+                not measuring and prof.data.eval_ratio > 0, t.eval_steps, report_to)
 
 
-def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: bool):
+def training_args(profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool):
     """TrainingArguments from the resolved profile."""
     from transformers import TrainingArguments
 
-    t = profile["train"]
-    precision = t.get("precision", "fp32")
-    optim = t.get("optimizer") or "adamw_torch"
-    warmup = float(t.get("warmup_ratio") or 0.0)
-    max_steps = int(t.get("max_steps", -1) or -1)
+    profile = as_profile(profile)
+    t = profile.train
+    precision = t.precision
+    optim = t.optimizer or "adamw_torch"  # resolution fills it; a hand-written profile.json may not
+    warmup = float(t.warmup_ratio)
+    max_steps = t.max_steps
     keep = plan(profile, run_dir)
     ta_kwargs: dict[str, Any] = dict(
         output_dir=keep.output_dir,
         run_name=os.path.basename(os.path.normpath(run_dir)),  # the trackers' run name: the fttui run id
-        per_device_train_batch_size=int(t.get("batch_size", 1)),
-        gradient_accumulation_steps=int(t.get("grad_accum", 1)),
-        num_train_epochs=float(t.get("epochs", 1.0)),
+        per_device_train_batch_size=t.batch_size,
+        gradient_accumulation_steps=t.grad_accum,
+        num_train_epochs=float(t.epochs),
         max_steps=max_steps if max_steps > 0 else -1,
-        learning_rate=float(t.get("lr", 2e-4)),
-        lr_scheduler_type=t.get("lr_scheduler") or "linear",
+        learning_rate=float(t.lr),
+        lr_scheduler_type=t.lr_scheduler,
         # transformers 5 has no warmup_ratio: a float in [0, 1) for warmup_steps is a ratio.
         warmup_steps=min(max(warmup, 0.0), 0.999) if warmup > 0 else 0,
-        weight_decay=float(t.get("weight_decay", 0.0)),
+        weight_decay=float(t.weight_decay),
         optim=optim,
-        seed=int(t.get("seed", 42)),
+        seed=t.seed,
         # No Trainer logging: the step events carry the loss (hf_info.Counters) and the learning rate;
         # logging every step cost a dict, the callbacks' on_log and, on a GPU, two syncs per step.
         # With trackers the Trainer logs every step for them (loss, learning rate, grad norm).
@@ -97,7 +98,7 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
         # the end evaluation: FttuiCallback.eval_at_end (fttui.integrations.hf)
         eval_strategy="steps" if keep.eval and keep.eval_steps > 0 else "no",
         eval_steps=keep.eval_steps if keep.eval and keep.eval_steps > 0 else None,
-        per_device_eval_batch_size=int(t.get("batch_size", 1)),
+        per_device_eval_batch_size=t.batch_size,
         prediction_loss_only=True,  # the loss only: no logits gathered over the split
         report_to=keep.report_to,
         disable_tqdm=True,
@@ -110,7 +111,7 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
     )
     if world > 1 and not use_cuda:
         ta_kwargs["ddp_backend"] = "gloo"
-    kind = kind_of(profile)
+    kind = profile.sharding_kind()
     if kind.deepspeed:
         ta_kwargs["deepspeed"] = deepspeed_config(profile, world)
     elif kind.fsdp:
@@ -121,7 +122,7 @@ def training_args(profile: dict[str, Any], run_dir: str, world: int, use_cuda: b
         raise ConfigError(f"training arguments: {one_line(e)}") from e
 
 
-def make_trainer(su: Setup, profile: dict[str, Any], dataset, callbacks, eval_dataset=None):
+def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callbacks, eval_dataset=None):
     """The Trainer for ``dataset`` (no printer: the worker prints; fttui's event callback counts
     its micro-batches once bound to it, :meth:`fttui.integrations.hf.FttuiCallback.bind`).
     The trackers' callbacks (``train.report_to``) come after fttui's, so that at the end of
@@ -131,15 +132,16 @@ def make_trainer(su: Setup, profile: dict[str, Any], dataset, callbacks, eval_da
 
     from .data import Collator
 
-    d = profile["data"]
-    sharding = sharding_of(profile)
+    profile = as_profile(profile)
+    d = profile.data
+    sharding = profile.sharding
     check = sharding_check_callback(sharding)
     trainer = trainer_class(Trainer, sharding)(
         model=su.model,
         args=training_args(profile, su.run_dir, su.world, su.use_cuda),
         train_dataset=dataset,
         eval_dataset=eval_dataset,
-        data_collator=Collator(su.tok.pad_token_id, int(d.get("max_seq_len", 512)), bool(d.get("pad_to_max"))),
+        data_collator=Collator(su.tok.pad_token_id, d.max_seq_len, d.pad_to_max),
         callbacks=[*callbacks, check],
     )
     check.trainer = trainer

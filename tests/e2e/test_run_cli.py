@@ -140,3 +140,19 @@ def test_ctrl_c_cancels_the_run(fttui_home):
     assert cli.returncode == 4, out + err
     assert json.loads((run_dir / "status.json").read_text())["status"] == "cancelled"
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
+
+
+def test_max_seq_len_past_the_model_positions_is_said_before_launch(fttui_home):
+    """Issue 27.7: a rotary model past its max_position_embeddings is launched with a warning on
+    stderr first; a learned position table is refused in one line, exit 2, nothing written."""
+    long = run_fttui("run", "--profile", "tiny-lora", "--headless", "--set", "data.max_seq_len=1024",
+                     "--set", "max_steps=1", "--set", "data.num_samples=16", "--set", "batch_size=2")
+    assert long.returncode == 0, long.stdout + long.stderr
+    first = long.stderr.strip().splitlines()[0]
+    assert first.startswith("fttui: warning: data.max_seq_len 1024 is above the model's max_position_embeddings 512")
+    assert _results(fttui_home)[0]["max_seq_len"] == 1024
+    gpt2 = run_fttui("run", "--profile", "tiny-lora", "--headless", "--set", "model.arch=gpt2",
+                     "--set", "model.arch_config.n_positions=64", "--set", "data.max_seq_len=128")
+    assert gpt2.returncode == 2 and len(gpt2.stderr.strip().splitlines()) == 1, gpt2.stderr
+    assert "learns a table of absolute positions" in gpt2.stderr and "at most 64" in gpt2.stderr
+    assert len(list((fttui_home / "runs").iterdir())) == 1  # only the first run's

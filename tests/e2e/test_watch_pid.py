@@ -53,7 +53,7 @@ def test_recorded_watch_peak_is_the_process_own(tmp_path, fttui_home):
     finally:
         proc.wait(timeout=30)
     assert watch.returncode == 0, stdout + stderr
-    assert f"pid {proc.pid}: 1 process, host RSS" in stdout and "WATCHED: process" in stdout
+    assert f"pid {proc.pid}: 1 process, tree RSS" in stdout and "own peaks" in stdout and "WATCHED: process" in stdout
     rows = json.loads(run_fttui("results", "--json", env=env, check=True).stdout)
     assert len(rows) == 1
     row = rows[0]
@@ -102,3 +102,39 @@ def test_another_users_process_is_refused(monkeypatch):
     monkeypatch.setattr(pidwatch.os, "getuid", lambda: other)
     with pytest.raises(FttuiError, match="not your process"):
         pidwatch.check_pid(os.getppid())
+
+
+# A short spike between two samples: 400 MiB held for 0.1 s, then freed; the process lives on.
+SPIKE = """
+import sys, time
+time.sleep(1.0)
+block = bytearray(400 * 1024 * 1024)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+time.sleep(0.1)
+del block
+time.sleep(float(sys.argv[2]))
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+open(sys.argv[1], "w").write(str(int(hwm.split()[1]) / 1024))  # MiB
+"""
+
+
+def test_watch_peak_is_the_process_high_water_mark_not_a_sample(tmp_path, fttui_home):
+    """The recorded peak is each process's own VmHWM, read while it lives (issue 27.3): a spike
+    shorter than the sampling interval is in it; the sampled tree's peak is its own column."""
+    out = tmp_path / "hwm.txt"
+    proc = subprocess.Popen([sys.executable, "-c", SPIKE, str(out), "2.5"], start_new_session=True)
+    env = fttui_env(FTTUI_HOME=str(fttui_home))
+    try:
+        watch = _watch("--pid", str(proc.pid), "--headless", "--record", env=env)
+        stdout, stderr = watch.communicate(timeout=60)
+    finally:
+        proc.wait(timeout=30)
+    assert watch.returncode == 0, stdout + stderr
+    row = json.loads(run_fttui("results", "--json", env=env, check=True).stdout)[0]
+    own = float(out.read_text())
+    assert own > 400
+    assert row["peak_host_rss_mb"] == pytest.approx(own, abs=1.0), row
+    assert row["host_measure"] == "processes"
+    assert row["peak_tree_rss_mb"] <= row["peak_host_rss_mb"] + 0.1
+

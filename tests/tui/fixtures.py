@@ -125,7 +125,7 @@ def make_row(run_id: str, *, status: str = "completed", gpus: int = 1, oom: bool
         "tokens_padded_per_s": None if oom else samples_per_s * 512,
         "duration_s": 10.4, "wall_s": 16.9,
         "peak_gpu_mem_mb": [16958.8, 16566.5][:gpus], "peak_torch_reserved_mb": [10240.0, 10368.0][:gpus],
-        "peak_host_rss_mb": 4200.0, "host_ram_total_mb": 64216.0, "host_ram_peak_used_mb": 10000.0,
+        "peak_host_rss_mb": 4200.0, "host_measure": "ranks", "host_ram_total_mb": 64216.0, "host_ram_peak_used_mb": 10000.0,
         "status": status, "oom_kind": "cpu" if oom else None,
         "error": "DefaultCPUAllocator: can't allocate memory" if oom else None,
         "run_dir": f"runs/{run_id}",

@@ -333,17 +333,20 @@ def test_max_batch_under_sharding_is_exact(sharding):
     assert peak(best) <= card < peak(best + 1)
 
 
-def test_fsdp_random_init_leaves_the_whole_model_cached_on_the_card():
-    """The worker draws a random-init model on the card before accelerate shards it: the card
-    keeps that copy reserved, as under ZeRO-3; a pretrained model is sharded from the host."""
+def test_fsdp_random_init_is_sharded_from_the_host_as_a_pretrained_model():
+    """The worker keeps a random-init model for FSDP on the host (drawn on the card one module
+    at a time), as from_pretrained does: accelerate shards it from there. Wrapping a model built
+    on the card held it twice there (a Llama-2-7B LoRA on one H100: torch allocated 26.0 GB
+    against 13.5 GB of weights), so the card figures and the host load equal the pretrained
+    model's."""
     sets = ["method=full", "gpus=8", "devices.nodes=2", "sharding=fsdp"]
     rnd = estimate(load_profile("qwen-7b-lora", [*sets, "model.init=random"]))
     pre = estimate(load_profile("qwen-7b-lora", sets))
     P = rnd.inputs["params"]
     ctx_comm = rnd.breakdown["cuda_context"] + rnd.breakdown["communication"]
-    assert rnd.gpu_peak_bytes[0] - ctx_comm >= 2 * P  # the bf16 model, whole
-    assert pre.gpu_peak_bytes[0] - ctx_comm < 2 * P  # a sixteenth of it, + what is gathered
-    assert rnd.host_breakdown["model_load"] == 0 and pre.host_breakdown["model_load"] == 2 * P * 8
+    assert rnd.gpu_peak_bytes == pre.gpu_peak_bytes
+    assert rnd.gpu_peak_bytes[0] - ctx_comm < 2 * P  # a sixteenth of it, + what is gathered
+    assert rnd.host_breakdown["model_load"] == pre.host_breakdown["model_load"] == 2 * P * 8
 
 
 def test_zero3_card_smaller_than_the_whole_model_does_not_fit():

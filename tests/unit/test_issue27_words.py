@@ -44,3 +44,63 @@ def test_an_axolotl_setting_and_the_path_given(tmp_path, monkeypatch):
     assert why.startswith("an axolotl setting"), why
     first = profile_toml(m).splitlines()[0]
     assert "fttui run --from examples/llama-3/lora.yml)" in first, first
+
+
+def test_host_figures_are_named_where_shown(tmp_path):
+    """The live host figure is the tree's, the summary's the ranks' own peaks: each says which
+    (issue 27.4)."""
+    import json
+
+    from fttui.cli.live import progress_line, summary_lines
+    from fttui.core.run.rundir import RunDir
+    from fttui.monitor import HostSnapshot
+
+    st = RunState()
+    st.apply({"event": "step", "t": 2.0, "rank": 0, "step": 1, "samples": 4, "train_time": 1.0})
+    st.apply_sample({"t": 2.0, "host": HostSnapshot(tree_rss_mb=542.0, tree_nprocs=2).to_dict()})
+    assert "tree RSS 542 MB" in progress_line(st.snapshot()) and "host RSS" not in progress_line(st.snapshot())
+    run = tmp_path / "20260101-000000-x-0000"
+    run.mkdir()
+    row = {"run_id": run.name, "status": "completed", "peak_host_rss_mb": 520.0, "host_measure": "ranks",
+           "peak_tree_rss_mb": 631.0, "steps": 1}
+    (run / "row.json").write_text(json.dumps(row))
+    text = "\n".join(summary_lines(RunDir(run)))
+    assert "peak host RSS 520 MB (the ranks' own peaks, summed; tree 631 MB sampled)" in text
+    (run / "row.json").write_text(json.dumps(row | {"host_measure": "processes (1 without a readable VmHWM: "
+                                                                    "their sampled RSS)"}))
+    text = "\n".join(summary_lines(RunDir(run)))
+    assert "(each process's own peak, summed (1 without a readable VmHWM: their sampled RSS);" in text
+
+
+def test_max_seq_len_past_the_model_positions(tmp_path):
+    """Above max_position_embeddings: a warning before launch for a rotary model, a refusal
+    for a learned position table (issue 27.7)."""
+    import pytest
+
+    from fttui.core.base.errors import ProfileError
+    from fttui.core.models.positions import check_positions, position_warning
+    from fttui.core.profiles import load_profile
+    from fttui.core.run.preflight import preflight
+
+    ok = load_profile("tiny-lora", ["data.max_seq_len=512"])
+    assert position_warning(ok) is None
+    long = load_profile("tiny-lora", ["data.max_seq_len=2048"])
+    words = position_warning(long)
+    assert words.startswith("data.max_seq_len 2048 is above the model's max_position_embeddings 512 (llama)")
+    check_positions(long, "x")  # rotary: runs, so no refusal
+    # a model folder whose config.json says 256 (the YAML case: cutoff_len 2048 on a small model)
+    folder = tmp_path / "small"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", "vocab_size": 512, "hidden_size": 64, '
+                                        '"intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, '
+                                        '"num_key_value_heads": 4, "max_position_embeddings": 256}')
+    local = load_profile("tiny-lora", ["model.init=pretrained", f"model.name_or_path={folder}",
+                                       "model.arch=llama", "data.max_seq_len=2048"])
+    assert "max_position_embeddings 256" in position_warning(local)
+    gpt2 = load_profile("tiny-lora", ["model.arch=gpt2", "model.arch_config.n_positions=64",
+                                      "model.arch_config.n_embd=64", "model.arch_config.n_layer=2",
+                                      "model.arch_config.n_head=4", "model.arch_config.vocab_size=512",
+                                      "data.max_seq_len=128"])
+    with pytest.raises(ProfileError, match="n_positions 64: gpt2 learns a table of absolute positions"):
+        preflight(gpt2, gpu_count=(0, "no GPU"))
+    assert position_warning(gpt2) is None

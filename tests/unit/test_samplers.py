@@ -386,3 +386,28 @@ def test_fake_processes_format_is_backwards_compatible():
     assert g1.proc_mem_mb == 400.0  # pid 77 and the run's process, not pid 78
     assert g1.mem_used_mb == 900.0
     assert "processes" not in g1.to_dict()
+
+
+def test_sampler_reads_each_process_high_water_mark(tmp_path):
+    """HostSampler keeps each process's VmHWM after it ends; an unreadable one is counted."""
+    from fttui.monitor import HostSampler
+    from fttui.monitor import host as host_mod
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        sampler = HostSampler(os.getpid())
+        first = sampler.sample()
+        own = host_mod.vm_hwm_bytes(os.getpid()) / 2**20
+        assert first.tree_hwm_mb >= own and first.hwm_unread == 0
+    finally:
+        child.kill()
+        child.wait()
+    after = sampler.sample()
+    assert after.tree_hwm_mb >= first.tree_hwm_mb  # the ended child's peak is kept
+    real = host_mod.vm_hwm_bytes
+    try:
+        host_mod.vm_hwm_bytes = lambda pid: None  # /proc/PID/status unreadable (another user's process)
+        blind = HostSampler(os.getpid()).sample()
+    finally:
+        host_mod.vm_hwm_bytes = real
+    assert blind.hwm_unread >= 1 and blind.tree_hwm_mb > 0

@@ -26,7 +26,9 @@ import time
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
 from fttui.core.experiments.trials import Trial
-from fttui.core.profiles import Profile, apply_overrides
+from fttui.core.profiles import apply_overrides
+from fttui.core.profiles.schema import SYNTHETIC
+from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch
 from fttui.core.run.events import JsonlTail, read_jsonl
 from fttui.core.run.row_figures import host_figures, sharding_read_back
@@ -41,13 +43,13 @@ STOP_WAIT_S = 30.0
 
 def needs_launch(resolved: dict) -> bool:
     """Whether the probe must launch each trial: several processes, or a sharding."""
-    prof = Profile.from_partial(resolved)
+    prof = as_profile(resolved)
     return prof.world_size() > 1 or prof.sharding_kind().sharded
 
 
 def check_probe(resolved: dict) -> None:
     """One line when a launched probe cannot run this profile."""
-    nodes = int(resolved["devices"].get("nodes", 1) or 1)
+    nodes = as_profile(resolved).devices.nodes
     if nodes > 1:
         raise FttuiError(f"the probe runs on one machine, the profile has devices.nodes = {nodes}: every node "
                          "would have to launch each trial together; probe one node's setup (nodes = 1)")
@@ -61,7 +63,7 @@ def max_launches(lo: int, hi: int) -> int:
 def positions(resolved: dict) -> int | None:
     """The model's ``max_position_embeddings`` when the profile states it (the longest
     ``max_seq_len`` a trial can ask for)."""
-    cfg = resolved["model"].get("arch_config") or {}
+    cfg = as_profile(resolved).model.arch_config
     try:
         n = int(cfg.get("max_position_embeddings") or 0)
     except (TypeError, ValueError):
@@ -73,10 +75,10 @@ def trial_overrides(resolved: dict, param: str, value: int, steps: int) -> dict:
     """The settings of one trial on top of the profile: the probed value, ``steps`` optimizer
     steps, synthetic samples (each ``max_seq_len`` tokens), exactly enough of them for the steps
     on every rank."""
-    prof = Profile.from_partial(resolved)
-    micro = int(value) if param == "batch_size" else int(prof.train.batch_size or 1)
-    accum = int(prof.train.grad_accum or 1)
-    return {PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps), "data.source": "synthetic",
+    prof = as_profile(resolved)
+    micro = int(value) if param == "batch_size" else prof.train.batch_size
+    accum = prof.train.grad_accum
+    return {PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps), "data.source": SYNTHETIC,
             "data.num_samples": micro * accum * prof.world_size() * int(steps)}
 
 
@@ -93,6 +95,7 @@ class LaunchedTrial:
                  load: int):
         self.param, self.value, self.load = param, int(value), load
         self.resolved = apply_overrides(resolved, trial_overrides(resolved, param, value, steps))
+        self.prof = as_profile(self.resolved)
         self.rd = launch.prepare(self.resolved, run_id=run_id, kind="probe", group=group)
         self.guard: subprocess.Popen | None = None
         self.leader: int | None = None  # the log writer: leader of the training's process group
@@ -166,12 +169,11 @@ class LaunchedTrial:
         from fttui.monitor import HostSampler, make_gpu_sampler
 
         rd = self.rd
-        prof = self.resolved
+        prof = self.prof
         state = RunState(warmup_exclude_steps=1)
         host = HostSampler(self.leader or self.guard.pid)
         gpu = make_gpu_sampler()
-        gpus = int(prof["devices"].get("gpus", 1) or 0)
-        n_cards = Profile.from_partial(prof).devices.processes_per_node() if gpus > 0 else 0
+        n_cards = prof.devices.processes_per_node() if prof.devices.gpus > 0 else 0
         tail = JsonlTail(rd.events_path)
         peak: dict[int, float] = {}
         try:
@@ -200,8 +202,8 @@ class LaunchedTrial:
 
     def _trial(self, fs, snap, peak: dict[int, float]) -> Trial:
         fit = fs.status == "completed"
-        batch = Profile.from_partial(self.resolved).effective_batch().effective
-        seq = int(self.resolved["data"]["max_seq_len"])
+        batch = self.prof.effective_batch().effective
+        seq = self.prof.data.max_seq_len
         sps = (snap.samples_per_s or snap.samples_per_s_avg) if fit else None
         tps = (snap.tokens_per_s or snap.tokens_per_s_avg) if fit else None
         step_time = snap.seconds_per_step or (batch / sps if sps else None)

@@ -43,11 +43,10 @@ from fttui.core.base.errors import EstimateError, FttuiError
 from fttui.core.base.units import parse_size
 from fttui.core.experiments import launched
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
-from fttui.core.profiles import Profile
+from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch, rundir
 from fttui.core.run.events import JsonlTail
 from fttui.core.run.sampling import fold_card_peaks, take_sample
-from fttui.core.run.topology import world_size
 
 MAX_LOADS = 12
 
@@ -253,9 +252,9 @@ class Prober:
         self.trial = trial
         if self.stopped:
             trial.stop()
-        self.on_log(f"trial {k}: {self.param}={value}, a fresh launch of {world_size(self.resolved)} "
-                    f"process{'es' if world_size(self.resolved) != 1 else ''} "
-                    f"({Profile.from_dict(trial.resolved).launcher()})")
+        procs = as_profile(self.resolved).world_size()
+        self.on_log(f"trial {k}: {self.param}={value}, a fresh launch of {procs} "
+                    f"process{'es' if procs != 1 else ''} ({as_profile(trial.resolved).launcher()})")
         try:
             t, model_oom = trial.run(self.on_log)
         finally:

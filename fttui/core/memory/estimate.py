@@ -87,26 +87,23 @@ def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
     the NormHead copy join the activations in the working set, which the allocator fraction
     applies to. Under
     ZeRO-3 on a GPU every card first held the whole half-precision model (DeepSpeed moves the
-    module to the card before partitioning it; fttui builds the model without zero.Init), and
-    under FSDP a random-init model; the caching allocator keeps those blocks, and everything the
-    card allocates afterwards reuses them: the card's reserved memory is at least that copy (the
-    unused rest counted under allocator overhead). Returns the bytes of that whole copy (0 when
-    the card never holds it)."""
+    module to the card before partitioning it; fttui builds the model without zero.Init); the
+    caching allocator keeps those blocks, and everything the card allocates afterwards reuses
+    them: the card's reserved memory is at least that copy (the unused rest counted under
+    allocator overhead). FSDP shards from the host, a random-init model too (fttui.worker.model).
+    Returns the bytes of that whole copy (0 when the card never holds it)."""
     # the phase activation_peak chose: a decoder layer's backward or the loss's
     gathered = w.gathered + (w.layer if w.layer and phase_extra == w.layer else w.loss)
     bd["weights"] += gathered
     bd["activations"] += extra_head
     working = bd["activations"] + gathered
     bd["allocator"] = alloc_on_act * working
-    # FSDP: a random-init model is drawn on the card (fttui.worker.model) before accelerate
-    # shards it, which leaves the same cached copy; a pretrained one is sharded from the host
-    whole_on_card = c.zero3 or (c.s["init"] == "random" and c.method not in KBIT_METHODS)
-    if c.on_gpu and whole_on_card:
+    if c.on_gpu and c.zero3:
         floor = c.a.params * c.wb
         inside = sum(bd[k] for k in ("weights", "gradients", "optimizer_states", "lora",
                                      "activations", "quantisation", "communication"))
         bd["allocator"] += max(0.0, floor - inside)
-        notes.append(f"{'ZeRO-3' if c.zero3 else 'FSDP'}: {min(inside, floor) / GIB:.1f} GiB of the "
+        notes.append(f"ZeRO-3: {min(inside, floor) / GIB:.1f} GiB of the "
                      "card's allocations reuse the cached copy of the whole model")
         return floor
     return 0.0
@@ -116,7 +113,7 @@ def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) 
     """The caching allocator frees its cached blocks and retries before it reports OOM (PyTorch
     CUDA caching allocator), so the reserved-but-unused part shrinks to the room left on the
     card: NVML "used" stays below the card while allocated memory fits. ``whole``: a copy of the
-    whole model the card must hold at once first (ZeRO-3, FSDP random init); no retry frees
+    whole model the card must hold at once first (ZeRO-3); no retry frees
     that, so a card smaller than it does not fit."""
     allocated = sum(v for k, v in bd.items() if k != "allocator")
     bd["allocator"] = max(0.0, min(bd["allocator"], max(device_bytes, whole) - allocated))
@@ -125,6 +122,11 @@ def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) 
 def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an estimate was made for, as :meth:`Estimate.to_dict` reports them."""
     inputs = {k: v for k, v in c.s.items()}
+    if c.method not in KBIT_METHODS:
+        inputs["quant"] = None  # the profile's [quant] defaults quantise nothing in this run
+    elif c.method == "lora-int8":
+        # bitsandbytes LLM.int8(); [quant]'s 4-bit keys do not apply
+        inputs["quant"] = {"type": "int8", **{k: v for k, v in c.s["quant"].items() if k == "prepare"}}
     inputs.update({"model": (resolved.get("model") or {}).get("name_or_path"),
                    "arch": c.a.arch_name or c.a.model_type, "params": c.a.params,
                    "lora_params": c.lora_params, "tokens_per_step": c.tokens,

@@ -28,14 +28,17 @@ def host_terms(c: Setup, bd: dict[str, float], host_bd: dict[str, float]) -> Non
         offloaded = sum(v for k, v in host_bd.items() if k.startswith("offload_"))
         if method in KBIT_METHODS and s["init"] == "pretrained":
             host_bd["model_load"] = min(P * 2, C["host_load_shard_bytes"]) * procs
-        elif s["init"] == "random" and not c.deepspeed and method not in KBIT_METHODS:
-            # random weights are drawn on the card (fttui.worker.model), FSDP's too
+        elif s["init"] == "random" and not c.kind.sharded and method not in KBIT_METHODS:
+            # random weights are drawn on the card (fttui.worker.model)
             host_bd["model_load"] = 0
         else:
-            # from_pretrained (and the quantised random init, and DeepSpeed's, which moves or
-            # partitions the host copy itself) build the whole model on the host; under
-            # DeepSpeed in the dtype the worker loads (fp32 for fp16 full training), cast later
+            # from_pretrained (and the random init of k-bit methods, DeepSpeed and FSDP, drawn on
+            # the card and kept on the host, which the library moves, partitions or quantises)
+            # build the whole model on the host; under DeepSpeed in the dtype the worker loads
+            # (fp32 for fp16 full training), cast later; a k-bit random init in the compute dtype
             load_b = c.wb
+            if method in KBIT_METHODS and s["init"] == "random":
+                load_b = {"bf16": 2, "fp16": 2}.get(c.precision, 4)
             if c.deepspeed:
                 load_b = {"bf16": 2, "fp16": 4 if method == "full" else 2}.get(c.precision, 4)
             # offloaded states are built after the copy is gone: the host holds the larger

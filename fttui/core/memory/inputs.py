@@ -17,6 +17,7 @@ from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, LORA_METHODS, 
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
+from fttui.core.models.prequant import refusal
 
 __all__ = ["DTYPE_BYTES", "PARAMS", "Setup", "settings", "setup", "sharding_of"]
 
@@ -178,6 +179,9 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
                             f"{', '.join(shardings.runs_with(method))})")
     if precision not in DTYPE_BYTES:
         raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
+    stored = refusal(method, resolved.get("model") or {})  # a checkpoint stored quantised: never as bf16
+    if stored is not None:
+        raise EstimateError(f"{stored[0]} ({stored[1]})")
     a = arch_numbers(resolved)
     gpus = s["gpus"]
     on_gpu = gpus > 0

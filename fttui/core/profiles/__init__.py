@@ -8,6 +8,7 @@ Pure stdlib. The public API is here; the modules split it by concern:
 - ``files``: reading a file and its ``extends`` chain; ``overrides``: ``--set``
 - ``resolve``: the resolved dict (:func:`load_profile`, :func:`apply_overrides`)
 - ``typed``: the resolved dict as frozen dataclasses (:class:`Profile`) and its derived figures
+- ``stored``: a ``profile.json`` read back as a Profile (older shapes normalised), checked
 - ``summary``: :func:`profile_summary`; ``fields``: the picker's override fields
 - ``foreign``: LLaMA-Factory and axolotl configs (``--from``)
 
@@ -33,6 +34,7 @@ _WHERE = {
     "LimitSettings": ".typed", "LoraSettings": ".typed", "ModelSettings": ".typed", "MonitorSettings": ".typed",
     "Profile": ".typed", "QuantSettings": ".typed", "TrainSettings": ".typed", "Zero3Settings": ".typed",
     "SUPPORTED_METHODS": ".values",
+    "as_profile": ".stored", "check_profile": ".stored", "stored_profile": ".stored",
 }
 
 __all__ = sorted(_WHERE)

@@ -63,7 +63,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "source": Field("str", SYNTHETIC),
         "name": Field("str", None),
         "format": Field("str", "auto", ("auto", "instruction", "chat")),
-        "max_seq_len": Field("int", 512, lo=1, hint="tokens per sample; use 1 or more"),
+        # at least 2: a causal LM learns each token from the ones before it (one token has no label)
+        "max_seq_len": Field("int", 512, lo=2, hint="tokens per sample; use 2 or more"),
         "num_samples": Field("int", 0, lo=0, hint="0 means all samples of the file"),
         "pad_to_max": Field("bool", False),
         # a fraction of the samples held out for evaluation (0 = none): evaluated at the end and

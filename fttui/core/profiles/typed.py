@@ -12,8 +12,11 @@ tuples and tables as read-only mappings, and come back as lists and dicts. The d
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, fields
 from types import MappingProxyType
+from collections.abc import Iterator, Mapping as MappingABC
 from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Self
 
 from fttui.core.base import shardings
@@ -40,7 +43,12 @@ def _thaw(value: Any) -> Any:
 
 
 def _names(cls: Any) -> list[str]:
-    return [f.name for f in fields(cls)]
+    return list(_field_names(cls if isinstance(cls, type) else type(cls)))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _check_keys(cls: Any, values: Mapping[str, Any], where: str) -> None:
@@ -53,7 +61,39 @@ def _check_keys(cls: Any, values: Mapping[str, Any], where: str) -> None:
         raise ValueError(f"not a resolved profile: {where}: " + "; ".join(parts))
 
 
-class _Section:
+class _Readable:
+    """Read access by key, as the resolved dict gives it (``prof["train"]["batch_size"]``,
+    ``.get``, ``in``, ``{**prof}``), so that code still written against the dict reads the
+    typed object too; the values are the frozen ones (tuples, read-only mappings)."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _names(self):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in _names(self) else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in _names(self)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_names(self))
+
+    def __len__(self) -> int:
+        return len(_names(self))
+
+    def keys(self) -> list[str]:
+        return _names(self)
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(n, getattr(self, n)) for n in _names(self)]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, n) for n in _names(self)]
+
+
+class _Section(_Readable):
     """What the section dataclasses share: conversion from and to their part of the dict."""
 
     SECTION: ClassVar[str]
@@ -221,7 +261,7 @@ class BatchFigures(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Profile:
+class Profile(_Readable):
     """A resolved profile; the fields are in the resolved dict's key order."""
 
     name: str
@@ -286,6 +326,17 @@ class Profile:
             out[n] = value.to_dict() if isinstance(value, _Section) else _thaw(value)
         return out
 
+    def with_settings(self, changes: Mapping[str, Any]) -> Profile:
+        """A copy with some settings changed, by dotted key (``{"train.batch_size": 4}``);
+        nothing is checked again (a probe trial's, a memory estimate's variations)."""
+        parts: dict[str, dict[str, Any]] = {}
+        for dk, value in changes.items():
+            section, _, key = dk.rpartition(".")
+            parts.setdefault(section, {})[key] = _freeze(value)
+        top = parts.pop(TOP, {})
+        return dataclasses.replace(self, **top, **{s: dataclasses.replace(getattr(self, s), **v)
+                                                   for s, v in parts.items()})
+
     def world_size(self) -> int:
         """Processes on all nodes."""
         return self.devices.world_size()
@@ -318,6 +369,9 @@ class Profile:
         if self.devices.processes_per_node() > 1 or int(self.devices.nodes or 1) > 1:
             return "torchrun"
         return "python"
+
+
+MappingABC.register(_Readable)  # isinstance(prof, Mapping): it reads as the resolved dict does
 
 
 __all__ = [

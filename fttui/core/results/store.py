@@ -58,7 +58,7 @@ COLUMNS: dict[str, str] = {
     "peak_gpu_proc_mb": "TEXT",  # JSON list, this run's processes, one per card
     "peak_torch_reserved_mb": "TEXT",  # JSON list, one per rank
     "peak_torch_alloc_mb": "TEXT",  # JSON list, one per rank
-    "peak_host_rss_mb": "REAL",  # training process tree
+    "peak_host_rss_mb": "REAL",  # host peak, MB: what it sums is host_measure
     "host_ram_total_mb": "REAL",
     "host_ram_peak_used_mb": "REAL",
     "params_total": "INTEGER",
@@ -87,7 +87,7 @@ COLUMNS: dict[str, str] = {
     "mismatch": "TEXT",  # JSON {setting: {"stated", "observed"}}: what the run did differs; {} when all agree
     "peak_tree_rss_mb": "REAL",  # the whole supervised process tree (launchers, build steps included)
     "peak_build_rss_mb": "REAL",  # the tree's build steps (compilers, linkers, ninja)
-    "host_measure": "TEXT",  # what peak_host_rss_mb sums: "ranks" | "tree" | "tree (before schema 4)"
+    "host_measure": "TEXT",  # what peak_host_rss_mb sums: "ranks" | "processes[ (N without a readable VmHWM...)]" | "tree" | "tree (before schema 4)"
     "gpu_mem_total_mb": "TEXT",  # JSON list, each card's total memory
     "gpu_mem_source": "TEXT",  # peak_gpu_proc_mb from "nvml-process" | "torch-reserved+context"; null on CPU
     "alloc_retries": "TEXT",  # JSON list per card: the CUDA caching allocator's retries of its ranks; null on CPU

@@ -9,20 +9,19 @@ from collections.abc import Sequence
 
 from fttui.core.base import fmt
 
-# (header, function of a row -> cell text). Same columns as the reference tables, plus the
-# figures they lacked (tokens padded, host RAM, status).
-def _mem_cell(row: dict) -> str:
+def mem_cell(row: dict, nd: int = 1) -> str:
+    """``OOM``, or each card's peak device memory (MB), ``;``-separated."""
     if row.get("status") == "oom":
         return "OOM"
     peaks = row.get("peak_gpu_mem_mb") or []
-    return ";".join(f"{p:.1f}" for p in peaks)
+    return ";".join(f"{p:.{nd}f}" for p in peaks if isinstance(p, (int, float)))
 
 
-def _opt(v, nd=3):
+def opt_cell(v, nd=3):
     return "" if v is None or v == "" else fmt.num(v, nd)
 
 
-def _setting(key: str):
+def setting_cell(key: str):
     """The stated setting; where the run did otherwise (the row's ``mismatch``), ``"16 (ran 8)"``."""
     def cell(row: dict) -> str:
         text = str(row.get(key) or "")
@@ -33,21 +32,27 @@ def _setting(key: str):
     return cell
 
 
+def status_cell(row: dict) -> str:
+    return (row.get("status") or "") + (f" ({row['oom_kind']})" if row.get("oom_kind") else "")
+
+
+# (header, function of a row -> cell text). Same columns as the reference tables, plus the
+# figures they lacked (tokens padded, host RAM, status).
 REFERENCE_COLUMNS: list[tuple[str, object]] = [
     ("model", lambda r: r.get("model") or ""),
     ("dataset", lambda r: r.get("dataset") or ""),
     ("gpu", lambda r: r.get("gpu") or ""),
     ("num_gpus", lambda r: str(r.get("num_gpus") or 0)),
     ("method", lambda r: fmt.method_label(r.get("method"), r.get("sharding"))),
-    ("batch_size", _setting("batch_size")),
-    ("grad_accum", _setting("grad_accum")),
-    ("max_seq_len", _setting("max_seq_len")),
-    ("samples_per_s", lambda r: "" if r.get("status") == "oom" else _opt(r.get("samples_per_s"))),
-    ("tokens_per_s", lambda r: "" if r.get("status") == "oom" else _opt(r.get("tokens_per_s"), 2)),
+    ("batch_size", setting_cell("batch_size")),
+    ("grad_accum", setting_cell("grad_accum")),
+    ("max_seq_len", setting_cell("max_seq_len")),
+    ("samples_per_s", lambda r: "" if r.get("status") == "oom" else opt_cell(r.get("samples_per_s"))),
+    ("tokens_per_s", lambda r: "" if r.get("status") == "oom" else opt_cell(r.get("tokens_per_s"), 2)),
     ("duration", lambda r: "" if r.get("status") == "oom" else fmt.duration(r.get("duration_s"))),
-    ("gpu_mem_mb", _mem_cell),
-    ("host_rss_mb", lambda r: _opt(r.get("peak_host_rss_mb"), 1)),
-    ("status", lambda r: (r.get("status") or "") + (f" ({r['oom_kind']})" if r.get("oom_kind") else "")),
+    ("gpu_mem_mb", mem_cell),
+    ("host_rss_mb", lambda r: opt_cell(r.get("peak_host_rss_mb"), 1)),
+    ("status", status_cell),
 ]
 
 

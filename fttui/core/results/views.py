@@ -7,6 +7,9 @@ from typing import Any
 
 # Reference-table header -> the stored column it sorts by (numbers sort as numbers).
 SORT_KEYS: dict[str, str] = {
+    "run": "run_id",
+    "name": "profile",
+    "world_size": "world_size",
     "model": "model",
     "dataset": "dataset",
     "gpu": "gpu",

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from fttui.core.base import shardings
-from fttui.core.profiles import Profile
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.trackers import missing_tracker
 from fttui.core.run import rundir
 from fttui.core.run.resume import Resume
@@ -50,11 +51,11 @@ def free_port(preferred: int | None = None) -> int:
         return int(s.getsockname()[1])
 
 
-def build_command(resolved: dict, run_dir: Path, python: str | None = None,
+def build_command(profile: Profile | dict, run_dir: Path, python: str | None = None,
                   resume_from: str | None = None) -> list[str]:
     """The argv of the training command for this (resolved) profile; ``resume_from``: the
     checkpoint folder the worker continues from (``fttui run --resume``)."""
-    prof = Profile.from_dict(resolved)
+    prof = as_profile(profile)
     py = python or sys.executable
     dev = prof.devices
     nproc = dev.processes_per_node()
@@ -133,14 +134,14 @@ def check_launcher(prof: Profile, launcher: str) -> None:
                        "set devices.launcher = " + " or ".join(f'\"{a}\"' for a in ["auto", *ok]))
 
 
-def child_env(resolved: dict) -> dict[str, str]:
+def child_env(profile: Profile | dict) -> dict[str, str]:
     """Environment variables added to the training processes (recorded in command.json)."""
     env = {
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     }
-    prof = Profile.from_dict(resolved)
+    prof = as_profile(profile)
     on_cpu = prof.devices.gpus == 0
     if prof.limits.host_memory:
         # Fewer malloc arenas make a host-memory boundary steadier between processes.
@@ -167,12 +168,12 @@ def child_env(resolved: dict) -> dict[str, str]:
     return env
 
 
-def check_rendezvous(resolved: dict) -> None:
+def check_rendezvous(profile: Profile | dict) -> None:
     """Several machines: node 0 hosts the rendezvous store on ``main_port`` (all interfaces), so
     the port must be free there; a clash would otherwise surface as a DistNetworkError
     (EADDRINUSE) after the training stack has loaded. Other nodes connect and wait for node 0
     (up to torchrun's rendezvous timeout, 10 minutes)."""
-    prof = Profile.from_dict(resolved)
+    prof = as_profile(profile)
     dev = prof.devices
     nodes = dev.nodes
     if nodes <= 1 or prof.launcher() == "python" or dev.node_rank != 0:
@@ -187,19 +188,20 @@ def check_rendezvous(resolved: dict) -> None:
         )
 
 
-def validate_before_launch(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -> None:
+def validate_before_launch(profile: Profile | dict, gpu_count: tuple[int, str | None] | None = None) -> None:
     """Checks that need no torch and must fail before anything is written."""
     from fttui.core.run.preflight import preflight
 
-    preflight(resolved, gpu_count)
-    check_trackers(resolved)
-    check_rendezvous(resolved)
+    prof = as_profile(profile)
+    preflight(prof, gpu_count)
+    check_trackers(prof)
+    check_rendezvous(prof)
 
 
-def check_trackers(resolved: dict) -> None:
+def check_trackers(profile: Profile | dict) -> None:
     """Every tracker of ``train.report_to`` can run here (its package is installed), else one
     line naming the pip package; nothing is imported."""
-    prof = Profile.from_dict(resolved)
+    prof = as_profile(profile)
     missing = missing_tracker(prof.train.report_to)
     if missing is not None:
         name, what = missing
@@ -227,12 +229,13 @@ def prepare(resolved: dict, run_id: str | None = None,
 
     if command_of(resolved) is not None:  # fttui run -- CMD, or a profile's [command]
         return prepare_command(resolved, run_id, group=group)
-    validate_before_launch(resolved, gpu_count)
+    prof = as_profile(resolved)  # the run's typed profile, from here on
+    validate_before_launch(prof, gpu_count)
     resolved = with_output_dir(resolved)
     rid = run_id or rundir.new_run_id(resolved.get("name", "run"))
     run_path = rundir.paths.runs_dir() / rid
-    argv = build_command(resolved, run_path, resume_from=resume.checkpoint if resume else None)
-    rd = rundir.create(resolved, argv, child_env(resolved), run_id=rid, kind=kind, group=group)
+    argv = build_command(prof, run_path, resume_from=resume.checkpoint if resume else None)
+    rd = rundir.create(resolved, argv, child_env(prof), run_id=rid, kind=kind, group=group)
     if resume is not None:
         command = rd.command() or {}
         command["resume"] = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}

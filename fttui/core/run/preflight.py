@@ -10,7 +10,11 @@ from fttui.core.base import shardings
 from fttui.core.base.constants import METHODS
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
 from fttui.core.models.hfconfig import cached_snapshot, download_command, hub_cache_dir, is_hub_id
-from fttui.core.profiles.schema import OVERRIDE
+from fttui.core.models.positions import check_positions
+from fttui.core.models.prequant import refusal
+from fttui.core.profiles.schema import OVERRIDE, SYNTHETIC
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.run.extras import missing_extra
 
 # Methods this build runs end to end. The others are named in profiles but refused before launch.
@@ -35,17 +39,21 @@ def visible_gpu_count() -> tuple[int, str | None]:
     return n, None
 
 
-def preflight(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -> None:
-    src = resolved.get("source") or resolved.get("name") or "profile"
-    method = resolved["method"]
-    if method not in RUNNABLE_METHODS:
-        raise ProfileError(src, "method", f"method {method!r} is not supported yet",
+def preflight(profile: Profile | dict, gpu_count: tuple[int, str | None] | None = None) -> None:
+    prof = as_profile(profile)
+    src = prof.source or prof.name or "profile"
+    if prof.method not in RUNNABLE_METHODS:
+        raise ProfileError(src, "method", f"method {prof.method!r} is not supported yet",
                            f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
-    _check_model(resolved, src)
-    _check_batch(resolved, src, _check_data(resolved))
-    gpus = int(resolved["devices"].get("gpus", 1))
+    _check_model(prof, src)
+    check_positions(prof, src)  # a learned position table cannot run past its length
+    stored = refusal(prof.method, prof.model)  # a checkpoint stored quantised (AWQ, GPTQ, ...)
+    if stored is not None:
+        raise ProfileError(src, "model.name_or_path", *stored)
+    _check_batch(prof, src, _check_data(prof))
+    gpus = prof.devices.gpus
     n, reason = gpu_count if gpu_count is not None else visible_gpu_count()
-    precision = resolved["train"].get("precision", "fp32")
+    precision = prof.train.precision
     if n == 0:
         if gpus >= 1:
             raise ProfileError(src, "devices.gpus", f"{gpus} GPU(s) asked for but none is visible ({reason})",
@@ -58,15 +66,15 @@ def preflight(resolved: dict, gpu_count: tuple[int, str | None] | None = None) -
                            f"set devices.gpus to at most {n} (or check CUDA_VISIBLE_DEVICES)")
     elif gpus > 0 and not os.environ.get("FTTUI_FAKE_GPUS"):
         _check_bf16(src, precision)
-    _check_stack(resolved, src, gpus, n)
+    _check_stack(prof, src, gpus, n)
 
 
-def _check_stack(resolved: dict, src: str, gpus: int, n_visible: int) -> None:
+def _check_stack(prof: Profile, src: str, gpus: int, n_visible: int) -> None:
     """Parts of the training stack a setting needs, checked before anything loads."""
     import importlib.util
 
-    method = resolved["method"]
-    attn = resolved["model"].get("attn_implementation", "sdpa")
+    method, sharding = prof.method, prof.sharding_asked()
+    attn = prof.model.attn_implementation
     if attn == "flash_attention_2":
         if gpus == 0 or n_visible == 0:
             raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs a CUDA GPU",
@@ -74,7 +82,6 @@ def _check_stack(resolved: dict, src: str, gpus: int, n_visible: int) -> None:
         if importlib.util.find_spec("flash_attn") is None:
             raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs the flash-attn package",
                                "pip install flash-attn, or use attn_implementation = \"sdpa\"")
-    method, sharding = shardings.of(method, resolved.get("sharding"))  # a profile.json written before sharding
     found = missing_extra(method, sharding)  # the optional parts of fttui (pyproject extras) it needs
     kind = shardings.find(sharding)
     if found:
@@ -118,28 +125,25 @@ def _check_bf16(src: str, precision: str) -> None:
             pass
 
 
-def _check_data(resolved: dict) -> int | None:
+def _check_data(prof: Profile) -> int | None:
     """Read the data file (a synthetic source has none); its number of records."""
-    data = resolved["data"]
-    if data.get("source", "synthetic") == "synthetic":
+    data = prof.data
+    if data.source == SYNTHETIC:
         return None
     from fttui.core.data.records import load_records
 
     try:
-        return len(load_records(data["source"], data.get("format", "auto")))
+        return len(load_records(data.source, data.format))
     except DataError as e:
         raise DataError(None, str(e), "fix the data file or point data.source at another one") from None
 
 
-def _check_batch(resolved: dict, src: str, records: int | None) -> None:
+def _check_batch(prof: Profile, src: str, records: int | None) -> None:
     """One step of every process must fit in the data: micro batch x world size <= samples.
     A larger batch would run one short step and record a batch it never ran."""
-    from fttui.core.run.topology import world_size
-
-    data, micro = resolved["data"], int(resolved["train"].get("batch_size", 1))
-    asked = int(data.get("num_samples") or 0)
+    micro, asked = prof.train.batch_size, prof.data.num_samples
     samples = asked if records is None else (min(asked, records) if asked > 0 else records)
-    ws = world_size(resolved)
+    ws = prof.world_size()
     if samples <= 0 or micro * ws <= samples:
         return
     if records is None:
@@ -152,19 +156,19 @@ def _check_batch(resolved: dict, src: str, records: int | None) -> None:
     hint = (f"use batch_size at most {fit}, or {more}" if fit >= 1
             else f"use at most {samples} processes, or {more}")
     per_step = f"{micro} x {ws} processes = {micro * ws}" if ws > 1 else str(micro)
-    file = OVERRIDE if any(str(o).startswith("train.batch_size=") for o in resolved.get("overrides", ())) else src
+    file = OVERRIDE if any(str(o).startswith("train.batch_size=") for o in prof.overrides) else src
     raise ProfileError(file, "train.batch_size",
                        f"{per_step} samples per step but the data has {samples} samples", hint)
 
 
-def _check_model(resolved: dict, src: str) -> None:
+def _check_model(prof: Profile, src: str) -> None:
     """A pretrained model must be on this machine before launch: a local folder with its
     config.json, or a hub id in the local Hugging Face cache (the worker runs with
     HF_HUB_OFFLINE=1 and never downloads); remote code needs model.trust_remote_code."""
-    model = resolved["model"]
-    if model.get("init", "pretrained") != "pretrained":
+    model = prof.model
+    if model.init != "pretrained":
         return
-    name = str(model.get("name_or_path", ""))
+    name = str(model.name_or_path or "")
     path = Path(name)
     if path.is_dir():
         cfg = path / "config.json"
@@ -179,7 +183,7 @@ def _check_model(resolved: dict, src: str) -> None:
                                f"{name} is not in the local Hugging Face cache ({hub_cache_dir()}) and runs "
                                "never download", f"download it first: {download_command(name)}")
         cfg, where = snap / "config.json", name
-    tok = model.get("tokenizer")
+    tok = model.tokenizer
     if tok and tok not in ("byte", name) and not Path(str(tok)).exists() and cached_snapshot(str(tok)) is None:
         raise ProfileError(src, "model.tokenizer", f"{tok} is not in the local Hugging Face cache ({hub_cache_dir()})",
                            f"download it first: {download_command(str(tok))}")
@@ -187,7 +191,7 @@ def _check_model(resolved: dict, src: str) -> None:
         conf = json.loads(cfg.read_text())
     except ValueError as e:
         raise ProfileError(src, "model.name_or_path", f"{cfg} is not valid JSON ({e})", None) from None
-    if conf.get("auto_map") and not model.get("trust_remote_code"):
+    if conf.get("auto_map") and not model.trust_remote_code:
         raise ProfileError(src, "model.trust_remote_code",
                            f"{where} needs remote code (its config has auto_map)",
                            "set model.trust_remote_code = true if you trust that code")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles import Profile
+from fttui.core.profiles.stored import as_profile
 from fttui.core.run import rundir
 from fttui.core.run.events import read_jsonl
 
@@ -81,7 +81,7 @@ def plan_resume(ref: str) -> Resume:
                          f"\"{save}\"; a run saves them with train.save = \"steps\")")
     # A profile.json written before a key existed gets the key's default (a run that saved a
     # checkpoint was written with every key this version reads).
-    resolved = Profile.from_partial(prof).to_dict()
+    resolved = as_profile(prof).to_dict()
     return Resume(rd.run_id, resolved, found[0], found[1])
 
 

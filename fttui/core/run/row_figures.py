@@ -10,8 +10,8 @@ memory, and what it did where that differs from what its profile said.
   that card's rank's peak reserved memory plus the CUDA context constant, and
   ``gpu_mem_source`` says so; a card with neither figure is ``None``, never a silent 0.
 * Host memory (:func:`host_figures`): the sum of the training ranks' own peaks (VmHWM, the step
-  events' ``peak_rss_mb``); before the first step, the process tree's peak (``host_measure``
-  ``"tree"``). The tree and its build steps get their own figures.
+  events' ``peak_rss_mb``); without them, each process of the tree's own peak (VmHWM read by the
+  sampler, ``host_measure`` ``"processes"``), else the sampled tree's peak (``"tree"``). The tree and its build steps get their own figures.
 * Stated vs observed (:func:`mismatch`): micro batch and accumulation (from the samples one rank
   took per optimizer step), sequence length and world size (the worker's start event).
 
@@ -30,7 +30,8 @@ from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.monitor import GpuInfo, num, visible_indices
 
 __all__ = ["CUDA_CONTEXT_MB", "SOURCE_NVML", "SOURCE_TORCH", "MEASURE_RANKS", "MEASURE_TREE",
-           "row_cards", "gpu_figures", "host_figures", "samples_per_step", "mismatch", "sharding_read_back",
+           "MEASURE_PROCESSES",
+           "row_cards", "gpu_figures", "host_figures", "host_measure_text", "samples_per_step", "mismatch", "sharding_read_back",
            "stated_sharding"]
 
 CUDA_CONTEXT_MB = CUDA_CONTEXT_BYTES / MIB
@@ -38,6 +39,7 @@ SOURCE_NVML = "nvml-process"
 SOURCE_TORCH = "torch-reserved+context"
 MEASURE_RANKS = "ranks"
 MEASURE_TREE = "tree"
+MEASURE_PROCESSES = "processes"
 
 
 def _r1(x: float | None) -> float | None:
@@ -85,16 +87,37 @@ def gpu_figures(snap: RunSnapshot, cards: Sequence[GpuInfo]) -> dict[str, Any]:
 
 
 def host_figures(snap: RunSnapshot) -> dict[str, Any]:
-    """``peak_host_rss_mb`` (the ranks' own peaks summed; the tree's before any step reported
-    one), ``host_measure``, ``peak_tree_rss_mb`` and ``peak_build_rss_mb``."""
+    """``peak_host_rss_mb`` and what it sums (``host_measure``): the ranks' own peaks (VmHWM, their
+    step events: ``ranks``); before any step reported one, or for a process that reports none (a
+    command without fttui's callback, a watched process), each process of the tree's own peak
+    (VmHWM read by the sampler, kept after the process ends: ``processes``, with how many had no
+    readable VmHWM and count their sampled RSS); else the sampled tree's peak (``tree``). Also
+    ``peak_tree_rss_mb`` (the whole tree's RSS, sampled) and ``peak_build_rss_mb``."""
     ranks = [v for v in (snap.rank_peak_rss_mb or {}).values() if v is not None]
     tree = _r1(snap.host_peak_tree_rss_mb)
     if ranks:
         host, measure = _r1(sum(ranks)), MEASURE_RANKS
+    elif snap.host_tree_hwm_mb is not None:
+        host, measure = _r1(snap.host_tree_hwm_mb), MEASURE_PROCESSES
+        if snap.host_hwm_unread:
+            measure += f" ({snap.host_hwm_unread} without a readable VmHWM: their sampled RSS)"
     else:
         host, measure = tree, MEASURE_TREE
     return {"peak_host_rss_mb": host, "host_measure": measure, "peak_tree_rss_mb": tree,
             "peak_build_rss_mb": _r1(snap.host_peak_build_rss_mb)}
+
+
+def host_measure_text(measure: str | None) -> str:
+    """What a row's ``peak_host_rss_mb`` is, in words, from its ``host_measure``: shown beside the
+    figure wherever it is printed, so it is never taken for the sampled tree's peak. Empty for a
+    row that does not say."""
+    m = str(measure or "")
+    for name, text in ((MEASURE_RANKS, "the ranks' own peaks, summed"),
+                       (MEASURE_PROCESSES, "each process's own peak, summed"),
+                       (MEASURE_TREE, "the process tree, sampled")):
+        if m.startswith(name):
+            return text + m[len(name):]
+    return ""
 
 
 def samples_per_step(events: Iterable[dict[str, Any]]) -> float | None:

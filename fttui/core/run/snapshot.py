@@ -122,6 +122,8 @@ class RunSnapshot:
     host_peak_tree_rss_mb: float | None = None
     host_peak_ram_used_mb: float | None = None
     host_peak_build_rss_mb: float | None = None  # the tree's build tools (compilers, linkers), summed per sample
+    host_tree_hwm_mb: float | None = None  # each process of the tree's own peak (VmHWM), summed
+    host_hwm_unread: int | None = None  # processes of the tree whose VmHWM could not be read
     # latest resources
     gpu: GpuSnapshot | None = None
     host: HostSnapshot | None = None

@@ -61,9 +61,7 @@ class RunState:
         self._phases = PhaseFold()
         self._gpu_peak_used: dict[int, float] = {}
         self._gpu_peak_proc: dict[int, float] = {}
-        self._host_peak_rss: float | None = None
-        self._host_peak_build: float | None = None
-        self._host_peak_ram: float | None = None
+        self._host_peaks: dict[str, float] = {}  # host sample key -> its largest value
         self._gpu_raw: dict[str, Any] | None = None
         self._host_raw: dict[str, Any] | None = None
         self._gpu_obj: GpuSnapshot | None = None
@@ -267,11 +265,10 @@ class RunState:
         if isinstance(host, dict):
             self._host_raw, self._host_obj = host, None
             self._phases.on_sample(host, num(sample.get("t")))
-            for key, attr in (("tree_rss_mb", "_host_peak_rss"), ("ram_used_mb", "_host_peak_ram"),
-                              ("build_rss_mb", "_host_peak_build")):
-                v, peak = num(host.get(key)), getattr(self, attr)
-                if v is not None and (peak is None or v > peak):
-                    setattr(self, attr, v)
+            for key in ("tree_rss_mb", "ram_used_mb", "build_rss_mb", "tree_hwm_mb", "hwm_unread"):
+                v = num(host.get(key))
+                if v is not None and v > self._host_peaks.get(key, -math.inf):
+                    self._host_peaks[key] = v
 
     # ------------------------------------------------------------------ snapshot
     def _step(self) -> int | None:
@@ -372,9 +369,11 @@ class RunState:
             phase_since=phase_since,
             startup_ended_t=self._phases.ended_t,
             phase_history=tuple(self._phases.history),
-            host_peak_tree_rss_mb=self._host_peak_rss,
-            host_peak_ram_used_mb=self._host_peak_ram,
-            host_peak_build_rss_mb=self._host_peak_build,
+            host_peak_tree_rss_mb=self._host_peaks.get("tree_rss_mb"),
+            host_peak_ram_used_mb=self._host_peaks.get("ram_used_mb"),
+            host_peak_build_rss_mb=self._host_peaks.get("build_rss_mb"),
+            host_tree_hwm_mb=self._host_peaks.get("tree_hwm_mb"),
+            host_hwm_unread=to_int(self._host_peaks.get("hwm_unread")),
             gpu=self._gpu_obj,
             host=self._host_obj,
             world_size=world,

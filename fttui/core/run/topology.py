@@ -1,24 +1,27 @@
 """How many processes a resolved profile starts, on how many machines, through which launcher.
 
-The figures are defined once, on :class:`fttui.core.profiles.Profile`; these take the resolved
-dict (or a run folder's ``profile.json``, which may lack newer keys: they take their defaults).
+The figures are defined once, on :class:`fttui.core.profiles.Profile`; these take a Profile or
+a dict (a run folder's ``profile.json``, which may lack newer keys: they take their defaults),
+read by :func:`fttui.core.profiles.stored.as_profile`.
 """
 
 from __future__ import annotations
 
-from fttui.core.profiles import Profile
+from typing import Any
+
+from fttui.core.profiles.stored import as_profile
 
 
-def processes_per_node(resolved: dict) -> int:
-    return Profile.from_partial(resolved).devices.processes_per_node()
+def processes_per_node(resolved: Any) -> int:
+    return as_profile(resolved).devices.processes_per_node()
 
 
-def world_size(resolved: dict) -> int:
-    return Profile.from_partial(resolved).world_size()
+def world_size(resolved: Any) -> int:
+    return as_profile(resolved).world_size()
 
 
-def choose_launcher(resolved: dict) -> str:
-    return Profile.from_partial(resolved).launcher()
+def choose_launcher(resolved: Any) -> str:
+    return as_profile(resolved).launcher()
 
 
 __all__ = ["processes_per_node", "world_size", "choose_launcher"]

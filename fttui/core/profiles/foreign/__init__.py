@@ -74,7 +74,22 @@ def read_config(path: str | os.PathLike[str]) -> Mapped:
     except (TypeError, ValueError) as e:  # a value of the wrong type (int("abc"), ...)
         raise ProfileError(where, None, f"a value of the wrong type: {e}") from None
     mapped.data.setdefault("description", f"from the {tool} config {p.name}")
+    _stored_quantisation(mapped)
     return mapped
+
+
+def _stored_quantisation(mapped: Mapped) -> None:
+    """A note when the model's checkpoint (found on this machine) stores its weights quantised in
+    a way the mapped method does not train (LLaMA-Factory's ``*_awq.yaml`` names an AWQ model and
+    no quantisation key): the estimate and the run refuse it in one line, the mapping says so."""
+    from fttui.core.models.prequant import refusal
+
+    name = str((mapped.data.get("model") or {}).get("name_or_path") or "")
+    beside = mapped.path.parent / name
+    model = {"init": "pretrained", "name_or_path": str(beside) if name and beside.is_dir() else name}
+    stored = refusal(str(mapped.data.get("method")), model)
+    if stored is not None:
+        mapped.notes.append(f"{stored[0]}: `fttui estimate` and `fttui run` refuse it ({stored[1]})")
 
 
 def load_config_profile(path: str | os.PathLike[str],

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The GPU paths verified for real, on a machine with an NVIDIA card (not run by CI):
+#
+#   bash bench/gpu_verify.sh OUT_DIR [STEP...]        (default steps: env visible kbit shard app)
+#
+# Every step runs under its own time limit and the whole under DEADLINE seconds (default 560):
+# a step that would start with less than its limit left is skipped, so one hang costs one step.
+#   env      the card, driver and versions (nvidia-smi, torch, bitsandbytes import time, tmux);
+#   visible  another process holds 10 GiB of the card while tiny-lora runs on it with
+#            CUDA_VISIBLE_DEVICES=0 and =GPU-<uuid>: the row's own-process memory (NVML
+#            per-process) must leave the other process out, the device figure keeps it; an empty
+#            CUDA_VISIBLE_DEVICES is refused before launch in one line (exit 2);
+#   kbit     Llama-2-7B QLoRA and 8-bit LoRA, b4 x 512 (reference rows 7.63 / 11.1 GB), random
+#            init drawn on the card (bench/estimate_gpu.py: estimate vs the fresh run);
+#   shard    Llama-2-7B LoRA under FSDP, ZeRO-3 offload and ZeRO-3 on one card (DeepSpeed's CPU
+#            Adam is JIT-built in the background from the start);
+#   app      the app over the real NVML (bench/gpu_app_check.py: Pilot screens, tmux when there).
+# Throughout: nvidia-smi's memory/clock/power/clock-event-reason figures and its per-process
+# memory every 0.5 s, and the same read raw from NVML (bench/gpu_side.py sample); at the end,
+# OUT_DIR/summary.md puts each run's row (NVML device used, own processes, torch reserved and
+# allocated) beside them (bench/gpu_side.py report), and OUT_DIR/work.tgz keeps the logs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?OUT_DIR}; shift
+STEPS=${*:-env visible kbit shard app}
+DEADLINE=${DEADLINE:-560}
+W=${WORK:-$OUT/work}
+mkdir -p "$OUT" "$W"
+PY=${PYTHON:-python3}
+export FTTUI_HOME=$W/home PYTHONUNBUFFERED=1 W PY
+T0=$(date +%s)
+LOG=$OUT/log.txt
+left() { echo $((DEADLINE - ($(date +%s) - T0))); }
+say() { echo "$*" | tee -a "$LOG"; }
+# step NAME LIMIT CMD...: runs CMD under LIMIT seconds if that much is left, notes its window
+step() {
+  local name=$1 limit=$2; shift 2
+  if [ "$(left)" -lt "$limit" ]; then say "== $name: skipped ($(left) s left, needs $limit)"; return; fi
+  say "== $name (limit ${limit} s, at $(( $(date +%s) - T0 )) s)"
+  local a=$(date +%s.%N)
+  timeout -k 15 "$limit" bash -c '"$@"' _ "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "$name $a $(date +%s.%N) $rc" >> "$W/steps.txt"
+  say "-- $name: rc $rc, $(( $(date +%s) - T0 )) s"
+}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+GPU_OK=0; command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && GPU_OK=1
+
+side=()
+if [ $GPU_OK = 1 ]; then
+  reasons=clocks_event_reasons.active  # older drivers: clocks_throttle_reasons.active
+  nvidia-smi --query-gpu=$reasons --format=csv >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+  nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,$reasons \
+    --format=csv,noheader,nounits -lms 500 > "$W/smi_gpu.csv" 2>"$W/smi_gpu.err" & side+=($!)
+  ( while :; do d=$(date +%s.%N); nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
+      | sed "s/^/$d,/"; sleep 0.5; done ) > "$W/smi_apps.csv" 2>/dev/null & side+=($!)
+  "$PY" bench/gpu_side.py sample "$W/nvml_side.csv" 2>"$W/nvml_side.err" & side+=($!)
+fi
+if has shard && "$PY" -c "import deepspeed" 2>/dev/null; then  # the CPU Adam op, once, beside the other steps
+  ( t=$(date +%s); "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
+      > "$W/cpu_adam_build.log" 2>&1; echo "cpu_adam build rc $? in $(( $(date +%s) - t )) s" >> "$W/cpu_adam_build.log" ) &
+fi
+
+env_step() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm --format=csv
+  "$PY" - <<'EOF'
+import importlib, time
+for name in ("torch", "transformers", "peft", "accelerate", "textual", "deepspeed", "pynvml"):
+    try:
+        m = importlib.import_module(name)
+        print(name, getattr(m, "__version__", "?"))
+    except Exception as e:
+        print(name, "missing:", e)
+t = time.time()
+try:
+    import bitsandbytes
+    print("bitsandbytes", bitsandbytes.__version__, f"import {time.time() - t:.1f} s")
+except Exception as e:
+    print("bitsandbytes missing:", e)
+import torch
+print("cuda", torch.cuda.is_available(), torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+from fttui.monitor import make_gpu_sampler
+s = make_gpu_sampler().sample()
+print("fttui sampler:", s.available, s.reason or "", "driver", s.driver, "cuda", s.cuda, "api", s.used_api)
+for g in s.gpus:
+    print(" ", g)
+EOF
+  echo "tmux: $(command -v tmux || echo none)"
+}
+
+visible_step() {
+  "$PY" -c "
+import os, time, torch
+x = torch.empty(10 * 2**30, dtype=torch.uint8, device='cuda'); x.fill_(1); torch.cuda.synchronize()
+open('$W/hog.pid', 'w').write(str(os.getpid())); time.sleep(600)" & local hog=$!
+  for _ in $(seq 60); do [ -s "$W/hog.pid" ] && break; sleep 1; done
+  local uuid; uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+  local run=("$PY" -m fttui run --profile tiny-lora --set devices.gpus=1 --set max_steps=40 --headless)
+  echo "-- another process ($(cat "$W/hog.pid")) holds 10 GiB; CUDA_VISIBLE_DEVICES=0"
+  CUDA_VISIBLE_DEVICES=0 "${run[@]}" 2>&1 | tail -3
+  echo "-- CUDA_VISIBLE_DEVICES=$uuid"
+  CUDA_VISIBLE_DEVICES=$uuid "${run[@]}" 2>&1 | tail -3
+  echo "-- CUDA_VISIBLE_DEVICES= (empty): expected one line, exit 2"
+  CUDA_VISIBLE_DEVICES= "${run[@]}"; echo "exit $?"
+  kill "$hog"; wait "$hog" 2>/dev/null
+  "$PY" -m fttui results --format json --limit 2 | "$PY" -c "
+import json, sys
+for r in json.load(sys.stdin):
+    print(r['run_id'], r['status'], 'device used', r['peak_gpu_mem_mb'], 'own', r['peak_gpu_proc_mb'],
+          'torch reserved', r['peak_torch_reserved_mb'], 'allocated', r['peak_torch_alloc_mb'], 'gpu', r['gpu_names'])"
+}
+
+export -f env_step visible_step
+has env && step env 60 env_step
+if [ $GPU_OK = 1 ]; then
+  has visible && step visible 120 visible_step
+  has kbit && step kbit-qlora 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "llama2-7b qlora b4 s512"
+  has kbit && step kbit-int8 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "llama2-7b lora int8 b4 s512"
+  has shard && step shard-fsdp 150 "$PY" bench/estimate_gpu.py --out "$W" --timeout 110 --only "FSDP 1 card"
+  has shard && step shard-zero3-offload 220 "$PY" bench/estimate_gpu.py --out "$W" --timeout 180 --only "ZeRO-3 offload 1 card"
+  has shard3 && step shard-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "ZeRO-3 1 card"
+fi
+has app && step app 120 "$PY" bench/gpu_app_check.py "$W/app" --gpus $GPU_OK --seconds 10
+
+for p in "${side[@]}"; do kill "$p" 2>/dev/null; done
+"$PY" -m fttui results --format json > "$W/rows.json" 2>/dev/null
+cp "$W/rows.json" "$OUT/rows.json"
+{ echo "# GPU verification ($(date -u +%FT%TZ))"; echo
+  [ -f "$W/estimate_gpu.md" ] && { cat "$W/estimate_gpu.md"; echo; }
+  "$PY" bench/gpu_side.py report "$W"; echo
+  cat "$W/cpu_adam_build.log" 2>/dev/null | tail -2; } > "$OUT/summary.md"
+for f in run_screen.svg picker.svg; do [ -f "$W/app/$f" ] && cp "$W/app/$f" "$OUT/"; done
+rm -f "$W/app/tmux.sock"
+tar czf "$OUT/work.tgz" -C "$W" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
+cat "$OUT/summary.md"
