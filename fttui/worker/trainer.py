@@ -17,6 +17,7 @@ from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError, one_line
+from .model import reentrant_checkpointing
 from .sharding import check_sharding, deepspeed_config, fsdp_arguments, sharding_info, trainer_class
 from .startup import Setup
 
@@ -111,6 +112,10 @@ def training_args(profile: Profile | dict[str, Any], run_dir: str, world: int, u
     )
     if world > 1 and not use_cuda:
         ta_kwargs["ddp_backend"] = "gloo"
+    if reentrant_checkpointing(profile, use_cuda):
+        # DDP's search for unused parameters marks a checkpointed layer's twice (every LoRA
+        # parameter is used: none to find)
+        ta_kwargs["ddp_find_unused_parameters"] = False
     kind = profile.sharding_kind()
     if kind.deepspeed:
         ta_kwargs["deepspeed"] = deepspeed_config(profile, world)

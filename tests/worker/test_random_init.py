@@ -39,3 +39,21 @@ def test_random_on_host_matches_the_plain_build(arch, extra):
     assert tied == (ref.lm_head.weight is ref.model.embed_tokens.weight) == bool(extra)
     x = torch.randint(0, 512, (2, 16))
     assert torch.isfinite(got.float()(input_ids=x, labels=x).loss)
+
+
+def test_8bit_lora_checkpoints_reentrant_on_cuda_only():
+    """bitsandbytes' 8-bit matmul on CUDA keeps its input outside what non-reentrant
+    checkpointing frees, so 8-bit LoRA with checkpointing on a GPU checkpoints reentrant (and DDP
+    does not search for unused parameters); every other case stays non-reentrant."""
+    from fttui.worker.model import reentrant_checkpointing
+    from fttui.worker.trainer import training_args
+
+    from .conftest import make_profile
+
+    gc = {"train.gradient_checkpointing": True}
+    assert reentrant_checkpointing(make_profile(method="lora-int8", **gc), use_cuda=True)
+    assert not reentrant_checkpointing(make_profile(method="lora-int8", **gc), use_cuda=False)
+    assert not reentrant_checkpointing(make_profile(method="lora-int8"), use_cuda=True)
+    assert not reentrant_checkpointing(make_profile(method="qlora", **gc), use_cuda=True)
+    args = training_args(make_profile(method="lora-int8", **gc), "/nonexistent-run-dir", world=1, use_cuda=False)
+    assert args.ddp_find_unused_parameters is None
