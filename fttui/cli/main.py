@@ -12,7 +12,7 @@ import sys
 
 from fttui import __version__
 from fttui.core.base.constants import EXIT_INTERRUPTED, EXIT_OK, PROBE_PARAMS
-from fttui.core.base.errors import FttuiError
+from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.base.fmt import rel_path
 
 
@@ -67,6 +67,8 @@ def build_parser():
     p.add_argument("--from", dest="from_config", metavar="FILE.yaml",
                    help="print the profile (TOML) a LLaMA-Factory or axolotl config maps to, "
                         "with the keys that do not map")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --from: override a key of the mapped profile (e.g. devices.gpus=8); repeatable")
 
     p = sub.add_parser("results", help="the stored summary rows; export them, import other machines' rows",
                        description="Show the stored summary rows (default), `export` them as JSON lines "
@@ -179,6 +181,10 @@ def _resolve(args) -> dict:
         resolved, mapped = load_config_profile(from_config, overrides)
         if mapped.unmapped:
             print(unmapped_line(mapped), file=sys.stderr)
+        if mapped.deepspeed_file is not None:
+            print(f"{mapped.where}: DeepSpeed config {rel_path(mapped.deepspeed_file.resolve())}", file=sys.stderr)
+        if mapped.gpu_note and not gpus_given(overrides):
+            print(f"{mapped.where}: {mapped.gpu_note}", file=sys.stderr)
         return resolved
     if not args.profile:
         raise FttuiError("give a profile: --profile NAME (`fttui profiles` lists them) or --from FILE.yaml")
@@ -188,6 +194,11 @@ def _resolve(args) -> dict:
     logging.getLogger("fttui.cli").debug("profile %s from %s (%s)%s", resolved.get("name"), resolved.get("source"),
                                          resolved.get("origin"), f", overrides {overrides}" if overrides else "")
     return resolved
+
+
+def gpus_given(overrides) -> bool:
+    """An override sets the GPU count (``gpus=N`` or ``devices.gpus=N``)."""
+    return any(str(o).split("=", 1)[0].strip() in ("gpus", "devices.gpus") for o in overrides or ())
 
 
 def cmd_run(args) -> int:
@@ -200,9 +211,18 @@ def cmd_profiles(args) -> int:
     from fttui.core.profiles import discover, load_profile, profile_summary
 
     if args.from_config:
-        from fttui.core.profiles.foreign import load_config_profile, profile_toml
+        from fttui.core.profiles.foreign import load_config_profile, profile_toml, with_overrides
 
-        _, mapped = load_config_profile(args.from_config)  # checked as the run would check it
+        overrides = list(getattr(args, "overrides", []) or [])
+        try:
+            _, mapped = load_config_profile(args.from_config, overrides)  # checked as the run would check it
+            mapped = with_overrides(mapped, overrides)
+        except ProfileError as e:  # the mapping stands, the profile is refused: show both
+            from fttui.core.profiles.foreign import read_config
+
+            mapped = read_config(args.from_config)  # a config that does not even map: its one line
+            mapped.notes.insert(0, f"REFUSED: fttui run / estimate / probe / sweep --from refuse this profile: "
+                                   f"{e.key + ': ' if e.key else ''}{e.message}" + (f" ({e.hint})" if e.hint else ""))
         if args.format == "json":
             print(json.dumps({"tool": mapped.tool, "profile": mapped.data, "notes": mapped.notes,
                               "unmapped": [{"key": k, "value": v, "why": why} for k, v, why in mapped.unmapped]},

@@ -152,6 +152,9 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     """Predict peak GPU memory per card and the host peak of a resolved profile."""
     notes: list[str] = []
     c = setup(resolved, notes)
+    if c.kind.sharded and c.world == 1:
+        notes.append(f"sharding {c.sharding} over 1 process shards nothing: every state stays whole on it "
+                     "(devices.gpus = N, or devices.cpu_processes = N on CPU, for N ranks)")
     bd = dict.fromkeys(COMPONENTS, 0.0)
     host_bd = dict.fromkeys(HOST_COMPONENTS, 0.0)
     w = Working()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from fttui.core.profiles.resolve import _finalize
 from fttui.core.profiles.schema import SCHEMA, TOP, dotted
 from fttui.core.profiles.values import toml_literal
 
-__all__ = ["Mapped", "ORIGIN", "load_config_profile", "profile_toml", "read_config", "unmapped_line"]
+__all__ = ["Mapped", "ORIGIN", "load_config_profile", "profile_toml", "read_config", "unmapped_line", "with_overrides"]
 
 #: the ``origin`` of a profile read from another tool's config
 ORIGIN = "yaml"
@@ -104,6 +105,23 @@ def load_config_profile(path: str | os.PathLike[str],
     resolved = _finalize(raw, origins, name=mapped.path.stem, source=str(mapped.path), origin=ORIGIN,
                          leaf=mapped.path, log=log)
     return resolved, mapped
+
+
+def with_overrides(mapped: Mapped, overrides: Iterable[str] | Mapping[str, Any]) -> Mapped:
+    """``mapped`` with ``--set`` overrides applied to its profile data (checked as a profile's),
+    what ``fttui profiles --from F --set devices.gpus=8`` prints; the overrides are listed in
+    the notes, and the GPU-count note goes once the count is given."""
+    items = list(overrides.items()) if isinstance(overrides, Mapping) else list(overrides)
+    if not items:
+        return mapped
+    raw = normalize(mapped.data, mapped.where)
+    log: list[str] = []
+    apply_overrides_to(raw, {}, overrides, log)
+    data = {k: v for section, values in raw.items() for k, v in (values.items() if section == TOP else [(section, values)])}
+    notes = [n for n in mapped.notes if not (n == mapped.gpu_note and any(x.startswith(("devices.gpus=",))
+                                                                             for x in log))]
+    out = replace(mapped, data=data, notes=notes + [f"--set {x}" for x in log])
+    return out
 
 
 def unmapped_line(mapped: Mapped) -> str:

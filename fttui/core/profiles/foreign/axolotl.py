@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fttui.core.profiles.foreign.common import Mapped, deepspeed_sharding, is_true, known_keys, tool_default
+from fttui.core.profiles.foreign.common import (Mapped, deepspeed_sharding, gpu_count_note, is_true, known_keys,
+                                                tool_default)
 
 __all__ = ["read_axolotl"]
 
@@ -96,11 +97,10 @@ def _sharding(m: Mapped) -> None:
         deepspeed_sharding(m, str(m.get("deepspeed")))
         return
     if not fsdp and not version:
-        m.notes.append("number of GPUs: axolotl takes it from the launch (accelerate / torchrun); "
-                       "set it with --set gpus=N")
         return
     opts = [str(x) for x in fsdp] if isinstance(fsdp, list) else str(fsdp or "").split()
     conf = fsdp_config if isinstance(fsdp_config, dict) else {}
+    _fsdp_unmapped(m, opts, conf)
     strategy = str(conf.get("reshard_after_forward", conf.get("fsdp_sharding_strategy", "FULL_SHARD")))
     if "shard_grad_op" in opts or strategy.upper() in ("SHARD_GRAD_OP", "FALSE"):
         raise m.error("fsdp", "FSDP SHARD_GRAD_OP (gradients and optimizer states only)",
@@ -108,8 +108,40 @@ def _sharding(m: Mapped) -> None:
     offload = is_true(conf.get("offload_params", conf.get("fsdp_offload_params", False))) or "offload" in opts
     m.put("sharding", "fsdp-offload" if offload else "fsdp")
     m.put("devices.launcher", "torchrun")
+    if m.data.get("method") == "qlora":
+        m.notes.append("QLoRA under FSDP (4-bit weights stored in bf16 so that FSDP can shard them, axolotl's "
+                       "qlora-fsdp setups) is not supported by fttui yet: the profile is refused until it is")
     m.notes.append("FSDP: fttui wraps every decoder layer (FSDP2 through accelerate)"
                    + (f"; fsdp_version {version}" if version else ""))
+
+
+# fsdp_config keys fttui reads (offload, sharding strategy); every other one is listed with why
+_FSDP_READ = {"offload_params", "fsdp_offload_params", "reshard_after_forward", "fsdp_sharding_strategy"}
+_FSDP_WHY = {
+    "state_dict_type": "fttui's FSDP checkpoints are FULL_STATE_DICT, gathered (docs/architecture.md)",
+    "cpu_ram_efficient_loading": "each rank loads the model itself (fttui has no RAM-efficient loading yet)",
+    "sync_module_states": "each rank loads the model itself (fttui has no RAM-efficient loading yet)",
+    "auto_wrap_policy": "fttui wraps every decoder layer",
+    "transformer_layer_cls_to_wrap": "fttui wraps every decoder layer",
+    "use_orig_params": "accelerate's own setting for fttui's FSDP2 wrapping",
+    "limit_all_gathers": "accelerate's own setting for fttui's FSDP2 wrapping",
+    "activation_checkpointing": "fttui's gradient checkpointing is train.gradient_checkpointing",
+}
+_FSDP_OPTIONS = {"full_shard", "auto_wrap", "offload"}
+
+
+def _fsdp_unmapped(m: Mapped, opts: list[str], conf: dict[str, Any]) -> None:
+    """The FSDP settings fttui does not take over, each listed as ``fsdp_config.KEY`` with why
+    (never silently dropped): everything but offload and the (full) sharding strategy."""
+    for key, value in conf.items():
+        if key in _FSDP_READ or value is None or value == "":
+            continue
+        why = _FSDP_WHY.get(str(key).removeprefix("fsdp_"), "an FSDP setting fttui leaves at accelerate's default")
+        m.unmapped.append((f"fsdp_config.{key}", value, why))
+    other = [o for o in opts if o not in _FSDP_OPTIONS and o != "shard_grad_op"]
+    if other:
+        m.unmapped.append(("fsdp", other, "FSDP options fttui does not take: it runs full_shard with every "
+                                          "decoder layer wrapped (offload from fsdp_config or the offload option)"))
 
 
 def _precision(m: Mapped) -> str:
@@ -155,6 +187,7 @@ def read_axolotl(m: Mapped) -> None:
     if method != "full":
         _lora(m)
     _sharding(m)
+    gpu_count_note(m, "the launch (accelerate / torchrun)")
 
     m.put("data.max_seq_len", int(tool_default(m, "sequence_len", 2048)))
     if m.has("pad_to_sequence_len"):
@@ -169,13 +202,15 @@ def read_axolotl(m: Mapped) -> None:
     if m.has("learning_rate"):
         m.put("train.lr", float(m.get("learning_rate")))
     for src, dst, conv in (("lr_scheduler", "train.lr_scheduler", str), ("warmup_ratio", "train.warmup_ratio", float),
-                           ("weight_decay", "train.weight_decay", float), ("seed", "train.seed", int),
-                           ("optimizer", "train.optimizer", str)):
+                           ("weight_decay", "train.weight_decay", float), ("seed", "train.seed", int)):
         if m.has(src):
             m.put(dst, conv(m.get(src)))
+    m.put("train.optimizer", str(tool_default(m, "optimizer", "adamw_torch_fused")))  # axolotl's schema default
     m.put("train.precision", _precision(m))
     m.put("train.gradient_checkpointing", is_true(m.get("gradient_checkpointing", False)))
-    m.get("gradient_checkpointing_kwargs")
+    kwargs = m.get("gradient_checkpointing_kwargs")
+    if isinstance(kwargs, dict) and kwargs and kwargs != {"use_reentrant": False}:
+        m.skip("gradient_checkpointing_kwargs", "fttui checkpoints with use_reentrant=False, its own setting")
     _attention(m)
     _outputs(m)
     for key, why in _NOT_TRAINING.items():

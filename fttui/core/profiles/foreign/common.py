@@ -39,6 +39,8 @@ class Mapped:
     data: dict[str, Any] = field(default_factory=dict)
     unmapped: list[tuple[str, Any, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    gpu_note: str | None = None  # the YAML does not say how many GPUs: the tool takes it from the launch
+    deepspeed_file: Path | None = None  # the DeepSpeed JSON the config names, as found
     _used: set[str] = field(default_factory=set)
 
     @property
@@ -123,25 +125,46 @@ def tool_default(m: Mapped, key: str, value: Any) -> Any:
     return value
 
 
+#: the start of the note on the GPU count (``--from`` prints it on stderr unless --set gives one)
+GPU_NOTE = "number of GPUs:"
+
+
+def gpu_count_note(m: Mapped, where: str) -> None:
+    """The note that the YAML does not say how many GPUs it runs on: the tool takes the count from
+    the launch, so the profile has one GPU (a ZeRO or FSDP setup then shards over one card) until
+    ``--set devices.gpus=N``."""
+    m.gpu_note = (f"{GPU_NOTE} {m.tool} takes it from {where}, not from this file; the profile runs and "
+                  "estimates on 1 GPU" + (" (a sharding over one card shards nothing)" if m.data.get("sharding")
+                                           not in (None, "none") else "")
+                  + " until --set devices.gpus=N (profiles --from takes --set too)")
+    m.notes.append(m.gpu_note)
+
+
 def _deepspeed_file(m: Mapped, ref: str) -> Path:
     """The DeepSpeed JSON a config names: the tools run from their working folder, so a relative
-    path is tried there first, then beside the YAML."""
+    path is tried there first, then beside the YAML, then from each folder above the YAML's
+    (LLaMA-Factory's examples name ``examples/deepspeed/ds_z3_config.json`` from its root, two
+    folders above the YAML). The mapping's notes say which file was used."""
     given = Path(ref).expanduser()
-    tried = [given] if given.is_absolute() else [Path.cwd() / given, m.path.parent / given]
+    if given.is_absolute():
+        tried = [given]
+    else:
+        yaml_dir = m.path.parent.resolve()
+        tried = [Path.cwd() / given, *(folder / given for folder in (yaml_dir, *yaml_dir.parents))]
     for cand in tried:
         if cand.is_file():
             return cand
     folders = list(dict.fromkeys(display(c.parent.resolve()) for c in tried))
     raise m.error("deepspeed", f"DeepSpeed config not found: {ref}",
-                  f"looked in {folders[0]} (the working folder and the YAML's)" if len(folders) == 1
-                  else f"looked in {folders[0]} (the working folder) and {folders[1]} (the YAML's)")
+                  f"looked in {folders[0]}" if len(folders) == 1 else
+                  f"looked from the working folder ({folders[0]}), the YAML's folder and each folder above it")
 
 
 def deepspeed_sharding(m: Mapped, ref: str) -> None:
     """``sharding`` and ``[deepspeed]`` from the DeepSpeed JSON ``ref`` names (ZeRO stage, what is
     offloaded to the host). Stage 0 is plain data parallel; stage 1 and NVMe offload are not
     among fttui's shardings (one line, naming the ones that are)."""
-    path = _deepspeed_file(m, ref)
+    path = m.deepspeed_file = _deepspeed_file(m, ref)
     try:
         conf = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -159,7 +182,7 @@ def deepspeed_sharding(m: Mapped, ref: str) -> None:
                           "fttui offloads to the host (device \"cpu\") only")
     if stage == 0:
         m.put("sharding", "none")
-        m.notes.append(f"DeepSpeed config {path.name}: ZeRO stage 0 is plain data parallel (sharding none)")
+        m.notes.append(f"DeepSpeed config {display(path.resolve())}: ZeRO stage 0 is plain data parallel (sharding none)")
         return
     if stage not in (2, 3):
         raise m.error("deepspeed", f"{display(path)}: ZeRO stage {stage} is not a sharding fttui runs",
@@ -178,7 +201,7 @@ def deepspeed_sharding(m: Mapped, ref: str) -> None:
         pins = [bool((zero.get(p) or {}).get("pin_memory", False)) for p in ("offload_optimizer", "offload_param")
                 if devices[p] == "cpu"]
         m.put("deepspeed.pin_memory", all(pins))
-    m.notes.append(f"DeepSpeed config {path.name}: ZeRO stage {stage}"
+    m.notes.append(f"DeepSpeed config {display(path.resolve())}: ZeRO stage {stage}"
                    + (" with " + " and ".join(n for n, on in (("optimizer", opt_host), ("parameters", param_host)) if on)
                       + " on the host" if offload else "")
                    + "; fttui writes its own DeepSpeed config with these settings")

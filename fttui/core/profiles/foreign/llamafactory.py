@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fttui.core.profiles.foreign.common import Mapped, deepspeed_sharding, is_true, known_keys, tool_default
+from fttui.core.profiles.foreign.common import (Mapped, deepspeed_sharding, gpu_count_note, is_true, known_keys,
+                                                tool_default)
 
 __all__ = ["read_llamafactory"]
 
@@ -109,9 +110,7 @@ def read_llamafactory(m: Mapped) -> None:
         _lora(m)
     if m.has("deepspeed"):
         deepspeed_sharding(m, str(m.get("deepspeed")))
-    else:
-        m.notes.append("number of GPUs: LLaMA-Factory takes it from the launch (FORCE_TORCHRUN, "
-                       "CUDA_VISIBLE_DEVICES); set it with --set gpus=N")
+    gpu_count_note(m, "the launch (FORCE_TORCHRUN, CUDA_VISIBLE_DEVICES)")
 
     m.put("data.max_seq_len", int(tool_default(m, "cutoff_len", 2048)))
     if m.has("max_samples"):
@@ -127,10 +126,12 @@ def read_llamafactory(m: Mapped) -> None:
         m.put("train.max_steps", int(m.get("max_steps")))
     m.put("train.lr", float(tool_default(m, "learning_rate", 5e-5)))
     for src, dst, conv in (("lr_scheduler_type", "train.lr_scheduler", str), ("warmup_ratio", "train.warmup_ratio", float),
-                           ("weight_decay", "train.weight_decay", float), ("seed", "train.seed", int),
-                           ("optim", "train.optimizer", str)):
+                           ("weight_decay", "train.weight_decay", float), ("seed", "train.seed", int)):
         if m.has(src):
             m.put(dst, conv(m.get(src)))
+    # the Trainer's own default, which LLaMA-Factory keeps (not fttui's paged optimizer for qlora);
+    # transformers on torch >= 2.8 picks adamw_torch_fused, which keeps the same states
+    m.put("train.optimizer", str(tool_default(m, "optim", "adamw_torch")))
     m.put("train.precision", _precision(m))
     m.put("train.gradient_checkpointing", not is_true(m.get("disable_gradient_checkpointing", False)))
     attn = str(m.get("flash_attn", "auto")).lower()
