@@ -133,7 +133,7 @@ def summary_lines(rd: RunDir) -> list[str]:
         f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
         f" ({host_measure_text(raw.get('host_measure')) or 'measure unknown'};"
         f" tree {fmt.mb(row.get('peak_tree_rss_mb'))} sampled)"
-        f"  peak GPU {';'.join(f'{x:.0f}' for x in row.get('peak_gpu_mem_mb') or []) or '-'} MB")
+        f"  peak GPU {_gpu_peaks(row)}")
     perf = perf_summary(row)
     if perf:
         lines.append(perf)
@@ -141,6 +141,18 @@ def summary_lines(rd: RunDir) -> list[str]:
         lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
     lines.append(f"  run dir {rd.path}")
     return lines
+
+
+def _gpu_peaks(row: dict) -> str:
+    """``12189 MB`` per card (the device's used memory), with the run's own processes' when NVML
+    listed them: on a card another process shares, the device figure includes that process
+    (``11702 MB device, 838 MB this run``)."""
+    used = [x for x in row.get("peak_gpu_mem_mb") or [] if x is not None]
+    own = [x for x in row.get("peak_gpu_proc_mb") or [] if x is not None]
+    if not used:
+        return "- MB"
+    text = f"{';'.join(f'{x:.0f}' for x in used)} MB"
+    return f"{text} device, {';'.join(f'{x:.0f}' for x in own)} MB this run" if own else text
 
 
 def perf_summary(row: dict) -> str | None:
