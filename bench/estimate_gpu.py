@@ -57,6 +57,8 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
     ("kbit", "llama2-7b qlora b4 s512", "llama2-7b-qlora", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 7.63 * GB),
     ("kbit", "llama2-7b qlora b32 s512", "llama2-7b-qlora", ["batch_size=32", "max_seq_len=512", *LLAMA_REF], 19.47 * GB),
     ("kbit", "llama2-7b lora int8 b4 s512", "llama2-7b-lora-int8", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 11.1 * GB),
+    ("kbit", "llama2-7b qlora b4 s512, quant.prepare=none", "llama2-7b-qlora",
+     ["batch_size=4", "max_seq_len=512", *LLAMA_REF, "quant.prepare=none"], 7.63 * GB),
     ("kbit-small", "qwen-1.8b qlora (profile: b1 x 256, GC)", "qwen-1.8b-qlora", [], None),
     ("kbit-small", "qwen-1.8b qlora b8 s1024 GC", "qwen-1.8b-qlora", ["batch_size=8", "max_seq_len=1024"], None),
     ("kbit-small", "qwen-1.8b lora-int8 b8 s1024 GC", "qwen-1.8b-qlora",
@@ -69,6 +71,8 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
      ["sharding=zero3-offload", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
     ("shard", "llama2-7b lora fp16 b4 s512 GC eager, ZeRO-3 1 card", "llama2-7b-lora",
      ["sharding=zero3", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
+    ("shard", "llama2-7b lora fp16 b4 s512 GC eager, ZeRO-3 1 card, DeepSpeed's optimizer", "llama2-7b-lora",
+     ["sharding=zero3", "deepspeed.optimizer=deepspeed", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
 ]
 
 
@@ -177,6 +181,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
     ap.add_argument("--only", help="run only the settings whose label contains this text")
+    ap.add_argument("--exact", action="store_true", help="with --only: the labels that end with it")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     env = dict(os.environ, FTTUI_HOME=os.path.join(args.out, "home"), PYTHONUNBUFFERED="1")
@@ -186,7 +191,8 @@ def main() -> int:
     with open(os.path.join(args.out, "estimate_gpu.md"), "a") as md:
         md.write(HEADER + "\n")
     for group, label, profile, sets, ref in SETTINGS:
-        if (args.group not in ("all", group) and not args.only) or (args.only and args.only not in label):
+        picked = args.only and (label.endswith(args.only) if args.exact else args.only in label)
+        if (args.group not in ("all", group) and not args.only) or (args.only and not picked):
             continue
         m = measure(label, profile, sets, ref, args.steps, card, env, args.timeout)
         line = md_row(m)

@@ -3,8 +3,9 @@
 #
 #   bash bench/gpu_verify.sh OUT_DIR [STEP...]        (default steps: env visible kbit shard app)
 #
-# (also: qlora / int8 for one of kbit's two runs, kbit32 for QLoRA at batch 32, fsdp /
-# zero3-offload for one of shard's, shard3 for ZeRO-3 without offload)
+# (also: qlora / int8 for one of kbit's two runs, kbit32 for QLoRA at batch 32, prepare-none for
+# QLoRA with quant.prepare = "none", fsdp / zero3-offload for one of shard's, shard3 for ZeRO-3
+# without offload, ds-optim for ZeRO-3 with DeepSpeed's own optimizer)
 #
 # Every step runs under its own time limit and the whole under DEADLINE seconds (default 560):
 # a step that would start with less than its limit left is skipped, so one hang costs one step.
@@ -59,9 +60,12 @@ if [ $GPU_OK = 1 ]; then
       | sed "s/^/$d,/"; sleep 0.5; done ) > "$W/smi_apps.csv" 2>/dev/null & side+=($!)
   "$PY" bench/gpu_side.py sample "$W/nvml_side.csv" 2>"$W/nvml_side.err" & side+=($!)
 fi
-if { has shard || has shard3 || has zero3-offload; } && "$PY" -c "import deepspeed" 2>/dev/null; then  # the CPU Adam op, once, beside the other steps
+if { has shard || has shard3 || has zero3-offload || has ds-optim; } && "$PY" -c "import deepspeed" 2>/dev/null; then
+  # DeepSpeed's ops, JIT-built once beside the other steps: CPU Adam (offload), fused Adam (its own optimizer)
   ( t=$(date +%s); "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" \
-      > "$W/cpu_adam_build.log" 2>&1; echo "cpu_adam build rc $? in $(( $(date +%s) - t )) s" >> "$W/cpu_adam_build.log" ) &
+      > "$W/cpu_adam_build.log" 2>&1; echo "cpu_adam build rc $? in $(( $(date +%s) - t )) s" >> "$W/cpu_adam_build.log"
+    if has ds-optim; then t=$(date +%s); "$PY" -c "from deepspeed.ops.op_builder import FusedAdamBuilder; FusedAdamBuilder().load()" \
+      >> "$W/cpu_adam_build.log" 2>&1; echo "fused_adam build rc $? in $(( $(date +%s) - t )) s" >> "$W/cpu_adam_build.log"; fi ) &
 fi
 
 env_step() {
@@ -118,12 +122,14 @@ export -f env_step visible_step
 has env && step env 60 env_step
 if [ $GPU_OK = 1 ]; then
   has visible && step visible 120 visible_step
-  { has kbit || has qlora; } && step kbit-qlora 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "llama2-7b qlora b4 s512"
+  { has kbit || has qlora; } && step kbit-qlora 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "llama2-7b qlora b4 s512" --exact
   { has kbit || has int8; } && step kbit-int8 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "llama2-7b lora int8 b4 s512"
   has kbit32 && step kbit-qlora-b32 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "llama2-7b qlora b32 s512"
   { has shard || has fsdp; } && step shard-fsdp 150 "$PY" bench/estimate_gpu.py --out "$W" --timeout 110 --only "FSDP 1 card"
   { has shard || has zero3-offload; } && step shard-zero3-offload 220 "$PY" bench/estimate_gpu.py --out "$W" --timeout 180 --only "ZeRO-3 offload 1 card"
-  has shard3 && step shard-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "ZeRO-3 1 card"
+  has shard3 && step shard-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "ZeRO-3 1 card" --exact
+  has ds-optim && step shard-zero3-ds-optim 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "DeepSpeed's optimizer"
+  has prepare-none && step kbit-qlora-prepare-none 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "quant.prepare=none"
 fi
 has app && step app 120 "$PY" bench/gpu_app_check.py "$W/app" --gpus $GPU_OK --seconds 10
 
