@@ -182,7 +182,7 @@ class Prober:
 
         host = HostSampler(self.proc.pid)
         gpu = make_gpu_sampler()
-        n_cards = int(prof["devices"].get("gpus", 1))  # the probe's process uses the first visible card(s)
+        n_cards = as_profile(prof).devices.gpus  # the probe's process uses the first visible card(s)
         tail = JsonlTail(rd.events_path)
         out: dict = {"trials": [], "guess": None, "model_oom": False}
         window_start: float | None = None
@@ -305,11 +305,12 @@ def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int |
     """Where the probe starts: the estimator's largest fitting value on the GPU budget
     (``limits.gpu_memory`` or the first visible card), calibrated from the store when it can be;
     None on a CPU profile (a host budget is address space, which the estimator does not model)."""
-    if int(resolved["devices"].get("gpus", 1)) == 0:
+    prof = as_profile(resolved)
+    if prof.devices.gpus == 0:
         return None, "CPU profile: starting at the low end of the range"
     from fttui.core.memory import calibration_from_store, solve_max
 
-    budget = resolved.get("limits", {}).get("gpu_memory")
+    budget = prof.limits.gpu_memory
     device = parse_size(budget) if budget else None
     if device is None:
         from fttui.monitor import make_gpu_sampler, run_cards

@@ -19,6 +19,7 @@ from fttui.core.base.units import MIB
 from fttui.core.memory.breakdown import Calibration, Estimate
 from fttui.core.memory.estimate import estimate
 from fttui.core.memory.inputs import _with, settings, sharding_of
+from fttui.core.profiles.stored import as_profile
 
 __all__ = ["calibrate", "calibration_from_store"]
 
@@ -70,7 +71,7 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
     of the model (weights, states, context, ...) and the attention-matrix term are subtracted;
     the rest is fitted as ``k x tokens`` by least squares through the origin
     (``k = sum(x y) / sum(x^2)``). The allocator overhead on activations is part of ``k``."""
-    metric = "gpu" if int((resolved.get("devices") or {}).get("gpus", 1)) > 0 else "host"
+    metric = "gpu" if as_profile(resolved).devices.gpus > 0 else "host"
     rows = list(rows)
     context = _context(rows) if metric == "gpu" else None
     xs: list[float] = []
@@ -107,7 +108,7 @@ def calibration_from_store(resolved: Mapping[str, Any],
     s = settings(resolved)
     method, sharding = sharding_of(resolved)
     want = {
-        "model": (resolved.get("model") or {}).get("name_or_path"),
+        "model": as_profile(resolved).model.name_or_path,
         "method": method,
         "precision": s["precision"],
         "gradient_checkpointing": int(s["gradient_checkpointing"]),

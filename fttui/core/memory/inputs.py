@@ -16,6 +16,8 @@ from fttui.core.base import shardings
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, LORA_METHODS, METHODS, PROBE_PARAMS, SHARDINGS
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
+from fttui.core.profiles.schema import QLORA_DEFAULT_OPTIMIZER
+from fttui.core.profiles.stored import as_profile
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
 from fttui.core.models.prequant import refusal
 
@@ -42,32 +44,29 @@ def sharding_of(resolved: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile keys the memory model reads, defaults filled in."""
-    t = resolved.get("train") or {}
-    d = resolved.get("data") or {}
-    dev = resolved.get("devices") or {}
-    m = resolved.get("model") or {}
-    lo = resolved.get("lora") or {}
+    """The profile keys the memory model reads, defaults filled in (the schema's: a partial dict,
+    an older ``profile.json``, is read by :func:`~fttui.core.profiles.stored.as_profile`)."""
+    p = as_profile(resolved)
+    t, dev, lo = p.train, p.devices, p.lora
     return {
-        "method": resolved.get("method", "lora"),
-        "precision": t.get("precision", "fp32"),
-        "batch_size": int(t.get("batch_size", 1)),
-        "max_seq_len": int(d.get("max_seq_len", 512)),
-        "gradient_checkpointing": bool(t.get("gradient_checkpointing", False)),
-        "optimizer": t.get("optimizer") or ("paged_adamw_32bit" if resolved.get("method") == "qlora"
-                                            else "adamw_torch"),
-        "gpus": int(dev.get("gpus", 1)),
-        "cpu_processes": int(dev.get("cpu_processes", 1) or 1),
-        "nodes": int(dev.get("nodes", 1) or 1),
-        "attn_implementation": m.get("attn_implementation") or "sdpa",
-        "init": m.get("init", "pretrained"),
-        "lora_r": int(lo.get("r", 8)),
-        "lora_dropout": float(lo.get("dropout", 0.05)),
-        "lora_target_modules": lo.get("target_modules", ["q_proj", "v_proj"]),
-        "quant": dict(resolved.get("quant") or {}),
-        # the DeepSpeed settings: [deepspeed] ([zero3] in profiles written before sharding)
-        "deepspeed": dict(resolved.get("deepspeed") or resolved.get(shardings.LEGACY_SECTION) or {}),
-        "sharding": shardings.of(resolved.get("method"), resolved.get("sharding"))[1],
+        "method": p.method,
+        "precision": t.precision,
+        "batch_size": t.batch_size,
+        "max_seq_len": p.data.max_seq_len,
+        "gradient_checkpointing": t.gradient_checkpointing,
+        # resolution fills the optimizer; a partial dict may not
+        "optimizer": t.optimizer or (QLORA_DEFAULT_OPTIMIZER if p.method == "qlora" else "adamw_torch"),
+        "gpus": dev.gpus,
+        "cpu_processes": dev.cpu_processes,
+        "nodes": dev.nodes,
+        "attn_implementation": p.model.attn_implementation,
+        "init": p.model.init,
+        "lora_r": lo.r,
+        "lora_dropout": float(lo.dropout),
+        "lora_target_modules": lo.target_modules if isinstance(lo.target_modules, str) else list(lo.target_modules),
+        "quant": p.quant.to_dict(),
+        "deepspeed": p.deepspeed.to_dict(),  # [deepspeed] ([zero3] in profiles written before sharding)
+        "sharding": p.sharding,
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
+from fttui.core.profiles.stored import as_profile
 
 __all__ = ["lora_modules"]
 
@@ -58,10 +59,11 @@ def lora_modules(resolved: Mapping[str, Any], a: ArchNumbers | None = None,
     a = a or arch_numbers(resolved)
     native = _native_linears(a)
     real = _real_linears(a)
-    pretrained = (resolved.get("model") or {}).get("init", "pretrained") == "pretrained"
+    prof = as_profile(resolved)
+    pretrained = prof.model.init == "pretrained"
     layers = real if (real is not None and pretrained) else native
     other = native if layers is not native else (real or [])
-    targets = (resolved.get("lora") or {}).get("target_modules", ["q_proj", "v_proj"])
+    targets = prof.lora.target_modules
     if targets == "all-linear":
         return list(layers)
     if isinstance(targets, str):
