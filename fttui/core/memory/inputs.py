@@ -16,7 +16,7 @@ from fttui.core.base import shardings
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, LORA_METHODS, METHODS, PROBE_PARAMS, SHARDINGS
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
-from fttui.core.profiles.schema import QLORA_DEFAULT_OPTIMIZER
+from fttui.core.profiles.schema import QLORA_DEFAULT_OPTIMIZER, SCHEMA, TOP
 from fttui.core.profiles.stored import as_profile
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
 from fttui.core.models.prequant import refusal
@@ -32,7 +32,7 @@ PARAMS = PROBE_PARAMS
 def sharding_of(resolved: Mapping[str, Any]) -> tuple[str, str]:
     """(method, sharding) as the estimator models them: the profile's ``sharding`` (default
     ``none``); ``method = "full-zero3-offload"`` reads as ``full`` with ``zero3-offload``."""
-    method = resolved.get("method", "lora")
+    method = resolved.get("method", SCHEMA[TOP]["method"].default)  # the raw name: a legacy one is checked
     sharding = resolved.get("sharding") or shardings.NONE.name
     legacy = shardings.LEGACY_METHODS.get(method)
     if legacy is not None:
@@ -137,7 +137,7 @@ def _weight_bytes(method: str, precision: str, s: Mapping[str, Any]) -> int:
         return 2 if precision == "bf16" else 4  # fp16 AMP keeps fp32 weights (fttui.worker.model)
     if method in KBIT_METHODS:
         # prepare_model_for_kbit_training casts every non-quantised tensor to fp32
-        return 4 if s["quant"].get("prepare", "peft") == "peft" else DTYPE_BYTES[precision]
+        return 4 if s["quant"]["prepare"] == "peft" else DTYPE_BYTES[precision]
     return DTYPE_BYTES[precision]
 
 

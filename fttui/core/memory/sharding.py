@@ -99,7 +99,7 @@ def _offloads(c: Setup) -> tuple[bool, bool]:
     if not kind.offload:
         return False, False
     if kind.deepspeed:
-        return bool(z.get("offload_optimizer", True)), kind.zero3 and bool(z.get("offload_params", True))
+        return bool(z["offload_optimizer"]), kind.zero3 and bool(z["offload_params"])
     return True, True
 
 

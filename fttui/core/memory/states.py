@@ -39,7 +39,7 @@ def _quant_bytes(n: int, method: str, quant: Mapping[str, Any]) -> tuple[float, 
         return float(n), 0.0  # row scales are added per output row by the caller
     # 4-bit: two values per byte; one fp32 absmax per block of 64; double quantisation stores
     # the absmax as 8-bit with one fp32 scale per 256 blocks (QLoRA paper: 0.127 bit/param).
-    if quant.get("double_quant", True):
+    if quant["double_quant"]:
         consts = n / 64 * 1 + n / (64 * 256) * 4
     else:
         consts = n / 64 * 4
