@@ -138,9 +138,10 @@ def _check_data(prof: Profile) -> int | None:
         raise DataError(None, str(e), "fix the data file or point data.source at another one") from None
 
 
-def _check_batch(prof: Profile, src: str, records: int | None) -> None:
+def _check_batch(prof: Profile | dict, src: str, records: int | None) -> None:
     """One step of every process must fit in the data: micro batch x world size <= samples.
     A larger batch would run one short step and record a batch it never ran."""
+    prof = as_profile(prof)
     micro, asked = prof.train.batch_size, prof.data.num_samples
     samples = asked if records is None else (min(asked, records) if asked > 0 else records)
     ws = prof.world_size()
