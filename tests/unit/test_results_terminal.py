@@ -51,3 +51,11 @@ def test_fit_cuts_long_names_not_the_status():
     assert headers == ["run", "name", "status"] and body[0][-1] == "completed"
     assert body[0][1] == "a-very-long…"  # cut just enough: 30 + 2 + 12 + 2 + 9 = 55
     assert fit_table(rows, 40, three)[0] == ["run", "status"]  # below its shortest cut it goes
+
+
+def test_world_cell_of_a_rank_clash_says_what_was_claimed_and_what_ran():
+    """A row whose two processes each claimed rank 0 of world 1 (issue 27.2) reads "1 (ran 2)"."""
+    row = make_row("20231114-221320-demo-lora-0001") | {
+        "world_size": 2, "mismatch": {"world_size": {"stated": 1, "observed": 2, "note": "RANK CLASH: ..."}}}
+    headers, body = fit_table([row], 1000)
+    assert body[0][headers.index("world")] == "1 (ran 2)"

@@ -27,7 +27,8 @@ def setting_cell(key: str):
         text = str(row.get(key) or "")
         seen = (row.get("mismatch") or {}).get(key) if isinstance(row.get("mismatch"), dict) else None
         if isinstance(seen, dict) and seen.get("observed") is not None:
-            text += f" (ran {seen['observed']})"
+            stated = seen.get("stated")
+            text = f"{text if stated is None else stated} (ran {seen['observed']})"
         return text
     return cell
 
