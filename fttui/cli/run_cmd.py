@@ -54,9 +54,50 @@ def command_of(args) -> list[str] | None:
     return check_command(cmd, os.getcwd())
 
 
+def run_node(args, resolve: Callable) -> int | None:
+    """Inside a Slurm job step (``srun``, one task per node): prepare this node's run from the
+    allocation (:mod:`fttui.core.run.slurmnode`) and become its supervisor, the task Slurm
+    signals and waits for. ``None`` outside any job step."""
+    import sys
+
+    from fttui.core.run.allocation import read_allocation
+
+    alloc = read_allocation(os.environ)
+    job = getattr(args, "job", None)
+    if alloc is None:
+        if job:
+            raise FttuiError("--job runs one node's part of a Slurm job: it is started by the job's script "
+                             "(srun ... fttui run --job RUN), inside the job step")
+        return None
+    if command_of(args) is not None or getattr(args, "resume", None):
+        raise FttuiError("inside a Slurm job step fttui runs a profile (--profile, or --job from fttui submit); "
+                         "a command or --resume is run outside Slurm")
+    from fttui.core.run import rundir
+    from fttui.core.run.slurmnode import start_node
+
+    if job:
+        job_rd = rundir.RunDir(rundir.paths.runs_dir() / job)
+        resolved = job_rd.profile()
+        if not isinstance(resolved, dict):
+            raise FttuiError(f"--job {job}: no job directory with a profile.json under {job_rd.path.parent} "
+                             "(is FTTUI_HOME the same shared folder on every node?)")
+    else:
+        resolved = resolve(args)
+    rd = start_node(resolved, alloc, job)
+    dev = (rd.profile() or {}).get("devices", {})
+    print(f"fttui: Slurm job {alloc.job_id} node {alloc.node_rank} of {alloc.nodes} ({alloc.node_name}): run "
+          f"{rd.run_id}, rendezvous {dev.get('main_addr')}:{dev.get('main_port')}", flush=True)
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "fttui.core.run.supervisor", str(rd.path)])
+    return 1  # not reached
+
+
 def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
     from fttui.core.run import launch
 
+    node = run_node(args, resolve)
+    if node is not None:
+        return node
     command = command_of(args)
     resume = resume_of(args)
     if command is not None:

@@ -26,7 +26,7 @@ from fttui.core.run.state import RunState
 HEAD_BYTES = 64 * 1024
 TAIL_BYTES = 64 * 1024
 
-__all__ = ["RunBrief", "run_brief", "live_briefs", "head_tail_events", "HEAD_BYTES", "TAIL_BYTES"]
+__all__ = ["RunBrief", "run_brief", "live_briefs", "is_live_label", "head_tail_events", "HEAD_BYTES", "TAIL_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class RunBrief:
 
     @property
     def live(self) -> bool:
-        return self.state.startswith("running")
+        return is_live_label(self.state)
 
     def step_text(self) -> str:
         """``12/20``, ``12`` (total unknown) or ``-`` (no step yet)."""
@@ -63,6 +63,15 @@ class RunBrief:
         if self.started is None:
             return "-"
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
+
+
+#: the first word of a live run's state: its own (``running``, ``running (unsupervised)``) or a
+#: Slurm job's (``PENDING (Resources), start ...``, ``RUNNING on n[1-2]``, ``COMPLETING``, ...)
+_LIVE_WORDS = ("running", "pending", "configuring", "completing", "suspended", "requeued", "resizing")
+
+
+def is_live_label(state: str) -> bool:
+    return state.split(" ", 1)[0].lower() in _LIVE_WORDS
 
 
 def head_tail_events(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES,
@@ -100,13 +109,18 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     already (it costs a process check for a run without ``status.json``)."""
     prof = rd.profile() or {}
     cmd = rd.command() or {}
+    events_of = rd
+    if rd.is_slurm_job():  # a Slurm job's steps and ETA are its node 0's (the lowest rank's)
+        from fttui.core.run.slurmjob import node0
+
+        events_of = node0(rd) or rd
     train = prof.get("train") if isinstance(prof.get("train"), dict) else {}
     try:
         warmup = int(train.get("warmup_exclude_steps", 1))
     except (TypeError, ValueError):
         warmup = 1
     fold = RunState(warmup_exclude_steps=warmup, history=2)
-    fold.apply_all(head_tail_events(rd.events_path, HEAD_BYTES, TAIL_BYTES))
+    fold.apply_all(head_tail_events(events_of.events_path, HEAD_BYTES, TAIL_BYTES))
     final = rd.final_status()
     if final is not None:
         fold.set_final(final)
@@ -130,7 +144,7 @@ def live_briefs(runs: list[RunDir] | None = None) -> list[RunBrief]:
             if rd.status_path.exists():
                 continue
             label = rd.state_label()
-            if label.startswith("running"):
+            if is_live_label(label):
                 out.append(run_brief(rd, label))
         except OSError:
             continue

@@ -36,9 +36,13 @@ log = logging.getLogger(__name__)
 STALE_LOCK_S = 120.0
 
 
-def save_row(row: dict, rd: rundir.RunDir) -> bool:
-    """Write the summary row; keep a copy in the run dir whatever happens to the store."""
+def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
+    """Write the summary row; keep a copy in the run dir whatever happens to the store.
+    ``store=False``: ``row.json`` only (a Slurm node's supervisor: the store may be on a shared
+    filesystem where SQLite's locks do not hold; :func:`settle_slurm` stores it later)."""
     rundir.write_json_atomic(rd.path / "row.json", row)
+    if not store:
+        return False
     from fttui.core.results.store import Store
 
     for attempt in range(5):
@@ -54,16 +58,23 @@ def save_row(row: dict, rd: rundir.RunDir) -> bool:
 
 
 def finish(rd: rundir.RunDir, state: RunState, status: FinalStatus, *, t_launch: float | None,
-           t_end: float, stalled: bool, recorded_by: str, source: str) -> FinalStatus:
+           t_end: float, stalled: bool, recorded_by: str, source: str, slurm_job=None) -> FinalStatus:
     """Append the exit event, save the summary row, then write ``status.json`` (last: its
-    presence means the run is finished)."""
+    presence means the run is finished). A Slurm node's row goes to ``row.json`` only, until
+    the job is over (``slurm_job``, its final state: then to the store too, see :func:`settle_slurm`)."""
     ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "returncode": status.returncode,
           "signal": status.signal, "status": status.status}
     append_jsonl(rd.events_path, ev)
     state.apply(ev)
     row = build_row(rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled,
                     recorded_by=recorded_by)
-    status = replace(status, row_saved=save_row(row, rd), ended=time.time())
+    slurm = rd.slurm()
+    if slurm is not None:
+        from fttui.core.run.slurmend import amend_row
+
+        row = amend_row(row, status, slurm_job, slurm)
+    status = replace(status, row_saved=save_row(row, rd, store=slurm is None or slurm_job is not None),
+                     ended=time.time())
     rundir.write_json_atomic(rd.status_path, status.to_dict())
     log.debug("run %s finished by the %s: %s, row %s", rd.run_id, recorded_by, status.status,
               "saved" if status.row_saved else "NOT saved (row.json kept)")
@@ -120,44 +131,119 @@ def needs_recovery(rd: rundir.RunDir) -> bool:
 def recover(rd: rundir.RunDir) -> FinalStatus | None:
     """Finish a run whose supervisor died, once its training has ended; ``None`` when there is
     nothing to do (finished already, still live, or another command is finishing it now)."""
+    if rd.slurm() is not None:
+        return settle_slurm(rd)
     if not needs_recovery(rd) or not _lock(rd):
         return None
     try:
         if rd.status_path.exists():  # finished while we waited for the lock
             return None
-        prof = rd.profile() or {}
-        state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
-        events = read_jsonl(rd.events_path)
-        for ev in events:
-            state.apply(ev)
-        for s in read_jsonl(rd.samples_path):
-            state.apply_sample(s)
-        snap = state.snapshot()
-        times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
-        launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
-        sup = rd.supervisor() or {}
-        t_launch = launches[0] if launches else sup.get("started")
-        if rd.kind_and_group()[0] == "watch":  # its watcher died: no row unless one was asked for
-            return end_watch(rd, state, "the watcher ended without a status", t_launch, "recovered")
-        ex = rd.exit_info()
-        cancel = "cancel requested" if rd.cancel_path.exists() else None
-        if ex is not None and isinstance(ex.get("returncode"), int):
-            status = final_status(rd, snap, ex["returncode"], cancel)
-            t_end = float(ex.get("t") or (times[-1] if times else time.time()))
-        else:
-            t_end = times[-1] if times else time.time()
-            if snap.status == "completed":
-                status = FinalStatus("completed")
-            elif cancel:
-                status = FinalStatus("cancelled", error=cancel, error_step=snap.step)
-            else:
-                status = FinalStatus("lost", error=f"supervisor and training ended without recording the exit; "
-                                                   f"figures up to step {snap.step or 0}", error_step=snap.step)
-        stalled = any(e.get("event") == "stalled" for e in events)
-        return finish(rd, state, status, t_launch=t_launch, t_end=t_end, stalled=stalled,
-                      recorded_by="recovered", source="recovery")
+        return _finish_recovered(rd)
     finally:
         _unlock(rd)
+
+
+def _finish_recovered(rd: rundir.RunDir, slurm_job=None) -> FinalStatus:
+    """Write the row and status of a run nothing finished, from what it left on disk;
+    ``slurm_job``: the Slurm job's final state, whose cause is the verdict's."""
+    prof = rd.profile() or {}
+    state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
+    events = read_jsonl(rd.events_path)
+    for ev in events:
+        state.apply(ev)
+    for s in read_jsonl(rd.samples_path):
+        state.apply_sample(s)
+    snap = state.snapshot()
+    times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
+    launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
+    sup = rd.supervisor() or {}
+    t_launch = launches[0] if launches else sup.get("started")
+    if rd.kind_and_group()[0] == "watch":  # its watcher died: no row unless one was asked for
+        return end_watch(rd, state, "the watcher ended without a status", t_launch, "recovered")
+    ex = rd.exit_info()
+    cancel = "cancel requested" if rd.cancel_path.exists() else None
+    if ex is not None and isinstance(ex.get("returncode"), int):
+        status = final_status(rd, snap, ex["returncode"], cancel)
+        t_end = float(ex.get("t") or (times[-1] if times else time.time()))
+    else:
+        t_end = times[-1] if times else time.time()
+        if snap.status == "completed":
+            status = FinalStatus("completed")
+        elif cancel:
+            status = FinalStatus("cancelled", error=cancel, error_step=snap.step)
+        else:
+            status = FinalStatus("lost", error=f"supervisor and training ended without recording the exit; "
+                                               f"figures up to step {snap.step or 0}", error_step=snap.step)
+    if slurm_job is not None:
+        from fttui.core.run.slurmend import node_verdict
+
+        status = node_verdict(status if status.status in ("completed", "failed", "oom") else None,
+                              slurm_job, snap.step)
+    stalled = any(e.get("event") == "stalled" for e in events)
+    return finish(rd, state, status, t_launch=t_launch, t_end=t_end, stalled=stalled,
+                  recorded_by="recovered", source="recovery", slurm_job=slurm_job)
+
+
+def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
+    """A Slurm node's run (or a submitted job's directory) once Slurm says the job is over: a
+    node that finished gets Slurm's cause in its status and row, and the row goes to the store
+    (its supervisor left it in ``row.json`` only); a node that never finished (its machine failed,
+    it was killed first) is finished here from its files; a job directory gets the job's status
+    (:func:`fttui.core.run.slurmend.job_verdict`). ``None`` while the job runs or waits, and
+    when Slurm cannot be asked here (then a finished node's row is stored as it is)."""
+    from fttui.monitor.slurm import have_slurm
+
+    own = rd.final_status()
+    if own is not None and (own.row_saved or rd.is_slurm_job()):
+        return None
+    job = rd.slurm_state()
+    if job is None:  # no Slurm client here (a finished node's row is stored as it is), or Slurm forgot the job
+        if own is not None and not have_slurm() and not rd.is_slurm_job():
+            return _store_settled(rd, own, None)
+        return None
+    if job.live or not _lock(rd):
+        return None
+    try:
+        own = rd.final_status()
+        if rd.is_slurm_job():
+            return None if own is not None else _settle_job(rd, job)
+        if own is None:
+            return _finish_recovered(rd, job)
+        if own.row_saved:
+            return None
+        return _store_settled(rd, own, job)
+    finally:
+        _unlock(rd)
+
+
+def _store_settled(rd: rundir.RunDir, own: FinalStatus, job) -> FinalStatus:
+    from fttui.core.run.slurmend import amend_row, node_verdict
+
+    status = own if job is None else node_verdict(own, job)
+    row = rundir.read_json(rd.path / "row.json")
+    saved = False
+    if isinstance(row, dict):
+        if job is not None:
+            row = amend_row(row, status, job, rd.slurm() or {})
+        saved = save_row(row, rd)
+    status = replace(status, row_saved=saved, ended=own.ended or time.time())
+    rundir.write_json_atomic(rd.status_path, status.to_dict())
+    return status
+
+
+def _settle_job(rd: rundir.RunDir, job) -> FinalStatus | None:
+    """The job directory's status, once every node's run of it has one."""
+    from fttui.core.run.slurmend import job_verdict
+
+    from fttui.core.run.slurmjob import job_nodes
+
+    nodes = job_nodes(rd)
+    if any(r.status() is None for r in nodes):
+        return None
+    status = replace(job_verdict(job, [str((r.status() or {}).get("status")) for r in nodes]), ended=time.time())
+    rundir.write_json_atomic(rd.status_path, {**status.to_dict(), "slurm_state": job.state,
+                                              "nodes": [r.run_id for r in nodes]})
+    return status
 
 
 def recover_all(runs: list[rundir.RunDir] | None = None) -> list[tuple[rundir.RunDir, FinalStatus]]:
@@ -165,7 +251,8 @@ def recover_all(runs: list[rundir.RunDir] | None = None) -> list[tuple[rundir.Ru
     done = []
     runs = rundir.list_runs() if runs is None else runs
     log.debug("checking %d run director%s for runs to finish", len(runs), "y" if len(runs) == 1 else "ies")
-    for rd in runs:
+    # a Slurm job's directory after its nodes' runs (its status is theirs, with Slurm's cause)
+    for rd in sorted(runs, key=lambda r: r.is_slurm_job()):
         try:
             st = recover(rd)
         except OSError as e:  # an unreadable run directory must not stop the others

@@ -173,6 +173,50 @@ class RunDir:
     def supervisor(self) -> dict | None:
         return read_json(self.supervisor_path)
 
+    def slurm(self) -> dict | None:
+        """The Slurm job this directory belongs to: a node's run (``command.json``'s ``slurm``,
+        :mod:`fttui.core.run.slurmnode`) or a submitted job (``slurm.json``,
+        :mod:`fttui.core.run.slurmjob`); ``None`` for a run of this machine alone."""
+        found = (self.command() or {}).get("slurm")
+        if not isinstance(found, dict):
+            found = read_json(self.path / "slurm.json")
+        return found if isinstance(found, dict) else None
+
+    def is_slurm_job(self) -> bool:
+        """A job directory of ``fttui submit`` (its nodes' runs are directories of their own)."""
+        return self.kind_and_group()[0] == "slurm"
+
+    def slurm_state(self):
+        """Slurm's :class:`~fttui.monitor.slurm.JobState` of the job this directory belongs to;
+        ``None`` when it is no Slurm job's, not submitted yet, unknown to Slurm, or there is no
+        Slurm client here."""
+        job = (self.slurm() or {}).get("job_id")
+        if not job:
+            return None
+        from fttui.monitor.slurm import SlurmUnavailable, job_state
+
+        try:
+            return job_state(job)
+        except SlurmUnavailable:
+            return None
+
+    def _slurm_live(self) -> bool | None:
+        """Whether the job still runs or waits, as Slurm says (a node's processes may be on
+        another machine: their pids mean nothing here); ``None`` when this is no Slurm job's or
+        there is no Slurm client to ask."""
+        sl = self.slurm()
+        if sl is None:
+            return None
+        if not sl.get("job_id"):  # fttui submit has not had sbatch's answer yet
+            return None
+        from fttui.monitor.slurm import SlurmUnavailable, job_state
+
+        try:
+            st = job_state(sl["job_id"])
+        except SlurmUnavailable:
+            return None
+        return bool(st is not None and st.live)
+
     def status(self) -> dict | None:
         """``status.json`` as written (``None`` while the run is live)."""
         return read_json(self.status_path)
@@ -209,6 +253,9 @@ class RunDir:
         training it started."""
         if self.status_path.exists():
             return False
+        slurm_live = self._slurm_live()
+        if slurm_live is not None:
+            return slurm_live
         sup = self.supervisor()
         if sup is None:
             # Created but the supervisor has not written its pid yet: live for a short while.
@@ -222,8 +269,14 @@ class RunDir:
         st = self.status()
         if st:
             return st.get("status", "unknown")
+        if self.is_slurm_job():
+            job = self.slurm_state()
+            if job is not None:
+                return job.label() if job.live else f"ended ({job.state})"
         if not self.is_live():
             return "lost"
+        if self.slurm() is not None:  # a Slurm node's supervisor may be on another machine: Slurm said it runs
+            return "running"
         return "running" if self.supervisor() is None or self.supervisor_alive() else "running (unsupervised)"
 
     def request_cancel(self) -> None:

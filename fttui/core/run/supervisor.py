@@ -53,6 +53,7 @@ class Supervisor:
         )
         self.stalled = False
         self.ever_stalled = False
+        self.final = None
         self.state = RunState(
             warmup_exclude_steps=int(self.profile.get("train", {}).get("warmup_exclude_steps", 1))
         )
@@ -225,6 +226,12 @@ class Supervisor:
         else:
             self._finish(rc, t_launch)
         gpu.close()  # never raises: NVML's errors are swallowed by the sampler
+        if self.command.get("slurm") and self.final is not None:
+            # a Slurm node's supervisor is the job step's task: its exit code is the run's, so a
+            # node that failed ends the step (srun --kill-on-bad-exit) and the job says FAILED
+            from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR
+
+            return EXIT_CODES.get(self.final.status, EXIT_ERROR)
         return 0
 
     def _sample(self, host, gpu) -> None:
@@ -243,7 +250,7 @@ class Supervisor:
 
     def _finish(self, rc: int | None, t_launch: float | None, error: str | None = None) -> None:
         status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error)
-        finish(self.rd, self.state, status, t_launch=t_launch, t_end=time.time(), stalled=self.ever_stalled,
+        self.final = finish(self.rd, self.state, status, t_launch=t_launch, t_end=time.time(), stalled=self.ever_stalled,
                recorded_by="supervisor", source="supervisor")
 
 
