@@ -54,6 +54,10 @@ def cmd_cancel(args) -> int:
     from fttui.core.run.recover import recover
 
     rd = _find_run(args.run, live_only=True)
+    if rd.slurm() is not None:  # a Slurm job, or a node's run of one: scancel, then Slurm's end
+        from fttui.cli.job_cmd import cancel_job
+
+        return cancel_job(rd, bool(getattr(args, "json", False)))
     rd.request_cancel()
     print(f"cancelling {rd.run_id} ...", file=sys.stderr)
     start = time.monotonic()
@@ -78,6 +82,17 @@ def cmd_cancel(args) -> int:
 def cmd_attach(args, is_tty) -> int:
     rd = _find_run(args.run)
     as_json = bool(getattr(args, "json", False))
+    if rd.is_slurm_job():
+        from fttui.core.run.slurmjob import node0
+
+        zero = node0(rd)
+        if zero is not None and not as_json and not args.headless and is_tty() \
+                and os.environ.get("FTTUI_NO_APP") != "1":
+            rd = zero  # the app's run screen: node 0's panels
+        else:
+            from fttui.cli.job_cmd import attach_job
+
+            return attach_job(rd, as_json)
     if not args.headless and not as_json and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
         from fttui.tui.app import run_app
 

@@ -237,7 +237,19 @@ class PickerScreen(Screen):
             return
         from fttui.core.run.rundir import RunDir
 
-        self.app.show_run(RunDir(b.path))
+        rd = RunDir(b.path)
+        if b.kind == "slurm":  # a Slurm job: node 0's run screen once it runs, Slurm's state before
+            from fttui.core.run.slurmjob import node0
+
+            zero = node0(rd)
+            if zero is None:
+                self.notify(f"{b.run_id}: {b.state}", title="Slurm job")
+                return
+            rd = zero
+        self.show_run_dir(rd)
+
+    def show_run_dir(self, rd) -> None:
+        self.app.show_run(rd)
 
     # ------------------------------------------------------------------ memory estimate
     def _update_estimate(self) -> None:

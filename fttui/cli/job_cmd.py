@@ -1,0 +1,140 @@
+"""`fttui attach` and `fttui cancel` of a Slurm job (`fttui submit`, or a node's run of one).
+
+attach: Slurm's state while the job waits (``PENDING (Resources), start ...``), then one line per
+node as the job runs (its step, throughput, host memory and cards, read from that node's run
+directory on the shared filesystem), then each node's row and the job's verdict once Slurm says
+the job is over. cancel: ``scancel``, then the same end.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
+from fttui.core.run.rundir import RunDir, read_json
+
+#: how long after Slurm ended the job its nodes' statuses may take to appear (a supervisor's grace)
+SETTLE_S = 120.0
+
+
+def job_dir_of(rd: RunDir) -> RunDir:
+    """The job directory of a node's run (``fttui submit``'s), else the run itself."""
+    job_run = (rd.slurm() or {}).get("job_run")
+    if rd.is_slurm_job() or not job_run:
+        return rd
+    job = RunDir(rd.path.parent / job_run)
+    return job if job.exists() else rd
+
+
+def _members(job: RunDir) -> list[RunDir]:
+    from fttui.core.run.slurmjob import job_nodes
+
+    if job.is_slurm_job():
+        return job_nodes(job)
+    return [job]
+
+
+def settle(job: RunDir, timeout: float = SETTLE_S) -> bool:
+    """Wait until Slurm says the job is over and every node's run (and the job directory) has
+    its status with Slurm's cause; ``True`` when it did within ``timeout``."""
+    from fttui.core.run.recover import recover_all
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        recover_all([*_members(job), job] if job.is_slurm_job() else [job])
+        # a job directory gets its status once every node's has one (their rows stored first)
+        if job.status() is not None and (job.is_slurm_job() or (job.status() or {}).get("row_saved")):
+            return True
+        time.sleep(1.0)
+    return False
+
+
+def summary(job: RunDir) -> list[str]:
+    """The job's verdict and one line per node's row."""
+    st = job.status() or {}
+    lines = [f"job {job.run_id}: {st.get('status', 'not finished')}"
+             + (f" ({st['error']})" if st.get("error") else "")]
+    total = 0
+    for r in _members(job):
+        row = read_json(r.path / "row.json") or {}
+        sl = (row.get("env") or {}).get("slurm") or {}
+        total += int(row.get("samples") or 0)
+        lines.append(f"  node {sl.get('node_rank', '?')} ({sl.get('node', '?')}): {r.run_id}  {row.get('status', '-')}"
+                     f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
+                     f"  samples/s {row.get('samples_per_s')}  peak host RSS {row.get('peak_host_rss_mb')} MB"
+                     + (f"  error: {row['error']}" if row.get("error") else ""))
+    if job.is_slurm_job():
+        lines.append(f"  samples of the job (the nodes' sum): {total}")
+    return lines
+
+
+def job_json(job: RunDir) -> str:
+    return json.dumps({"run_id": job.run_id, "run_dir": str(job.path), "slurm": job.slurm(), "status": job.status(),
+                       "nodes": [{"run_id": r.run_id, "status": r.status(), "row": read_json(r.path / "row.json")}
+                                 for r in _members(job) if r is not job]}, indent=1, default=str)
+
+
+def cancel_job(rd: RunDir, as_json: bool) -> int:
+    from fttui.core.run import slurmjob
+
+    job = job_dir_of(rd)
+    slurmjob.cancel(job)
+    print(f"cancelling Slurm job {(job.slurm() or {}).get('job_id')} ({job.run_id}): scancel ...", file=sys.stderr)
+    done = settle(job)
+    if as_json:
+        print(job_json(job))
+    else:
+        for line in summary(job):
+            print(line)
+    return 0 if done else 1
+
+
+def _out(line: str, as_json: bool) -> None:
+    print(line, file=sys.stderr if as_json else sys.stdout, flush=True)
+
+
+def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
+    """Follow a Slurm job in plain lines until it is over (Ctrl-C detaches; the job goes on)."""
+    from fttui.cli.live import progress_line
+    from fttui.core.run.watch import RunFollower
+
+    job = job_dir_of(rd)
+    jid = (job.slurm() or {}).get("job_id")
+    _out(f"fttui: Slurm job {jid}, run {job.run_id} ({job.path})", as_json)
+    said, followers, printed = None, {}, {}
+    try:
+        while job.status() is None:
+            label = job.state_label()
+            if label != said:
+                said = label
+                _out(f"slurm job {jid}: {label}", as_json)
+            for r in _members(job):
+                if r is job:
+                    continue
+                f = followers.setdefault(r.run_id, RunFollower(r))
+                snap = f.poll()
+                node = ((r.command() or {}).get("slurm") or {})
+                text = progress_line(snap) if snap.step else snap.status
+                if printed.get(r.run_id) != text:
+                    printed[r.run_id] = text
+                    _out(f"node {node.get('node_rank')} ({node.get('node')}): {text}", as_json)
+            from fttui.core.run.brief import is_live_label
+
+            if not is_live_label(label):
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        print(f"\nfttui: detached; the job goes on: fttui attach {job.run_id}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    settle(job)
+    if as_json:
+        print(job_json(job))
+    else:
+        for line in summary(job):
+            print(line, flush=True)
+    return EXIT_CODES.get(str((job.status() or {}).get("status")), EXIT_ERROR)
+
+
+__all__ = ["attach_job", "cancel_job", "settle", "summary", "job_dir_of", "job_json"]

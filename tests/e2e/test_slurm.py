@@ -1,0 +1,181 @@
+"""fttui on a real Slurm: a one-host cluster of two nodes (tests/slurm_cluster.py), started once
+for the session (its own xdist group), skipped loudly where Slurm and munge are not installed.
+
+One job script of `fttui submit` per case, the tiny LoRA profile on one CPU rank per node:
+
+- a 2-node job completes as one job of world size 2, each node's run and row its own, the
+  rendezvous found from Slurm (node 0's NodeAddr, the job's port), against the same profile
+  started by hand as two nodes on 127.0.0.1;
+- a job that cannot start (the cluster is full) is PENDING with Slurm's reason in `fttui ls`
+  and in the app's live runs;
+- `fttui cancel` of a running job goes through scancel: no process is left on either node and
+  both rows say cancelled, with Slurm's CANCELLED;
+- a job killed by its time limit gets rows saying TIMEOUT (from squeue / sacct -c).
+
+The cases share the cluster's time: the time-limited job, the cancelled one and the hand-started
+run go on at once while the completing job waits for the whole cluster (it asks --exclusive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from fttui.core.run.allocation import job_port
+from fttui.core.run.events import read_jsonl
+from fttui.core.run.launch import free_port
+from tests import slurm_cluster
+from tests.conftest import fttui_env, run_fttui
+from tests.helpers import processes_mentioning, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    why = slurm_cluster.why_not()
+    if why is not None:
+        pytest.skip(f"NO SLURM TEST CLUSTER: {why}")
+    cluster = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        slurm_cluster.stop(cluster)
+
+
+def _fttui(cluster, *args, **kw):
+    return run_fttui(*args, env=fttui_env(SLURM_CONF=str(cluster.conf)), **kw)
+
+
+def _submit(cluster, *args) -> dict:
+    proc = _fttui(cluster, "submit", "--profile", "tiny-lora", "--nodes", "2", "--json", *args, check=True)
+    return json.loads(proc.stdout)
+
+
+def _ls(cluster) -> dict[str, dict]:
+    return {b["run_id"]: b for b in json.loads(_fttui(cluster, "ls", "--json", check=True).stdout)}
+
+
+def _rows(cluster) -> dict[str, dict]:
+    rows = json.loads(_fttui(cluster, "results", "--format", "json", check=True).stdout)
+    return {r["run_id"]: r for r in rows}
+
+
+def _settled(cluster, run_id: str, timeout: float, what: str) -> dict:
+    """Wait (through `fttui ls`, which finishes ended jobs) until the job's directory has its status."""
+    def done():
+        b = _ls(cluster).get(run_id)
+        return b if b is not None and not b["live"] and (Path(b["run_dir"]) / "status.json").exists() else None
+
+    try:
+        return wait_for(done, timeout=timeout, interval=2, what=what)
+    except AssertionError:
+        raise AssertionError(f"{what}: squeue {cluster.squeue()!r}\n{cluster.logs()}") from None
+
+
+def _stepping(run_dir: Path) -> bool:
+    return any(e.get("event") == "step" for e in read_jsonl(run_dir / "events.jsonl"))
+
+
+async def _app_live_cells() -> list[list[str]]:
+    from textual.widgets import DataTable
+
+    from fttui.monitor import FakeGpuSampler
+    from fttui.tui.app import FttuiApp
+    from fttui.tui.picker import PickerScreen
+    from tests.tui.conftest import until
+    from tests.tui.fixtures import FAKE_GPUS
+
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+    async with app.run_test(size=(140, 30)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker", timeout=60)
+        picker = app.screen
+        await until(pilot, lambda: picker.live is not None and picker.live.briefs, what="live runs", timeout=60)
+        table = picker.query_one("#live-table", DataTable)
+        return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_jobs_complete_pend_cancel_and_time_out(slurm, fttui_home, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    steps = 2
+    # the time-limited job and the one to cancel share the cluster (a CPU of each node each)
+    limited = _submit(slurm, "--time", "1", "--set", "max_steps=100000")
+    doomed = _submit(slurm, "--set", "max_steps=100000")
+    # the job that completes needs whole nodes: it waits until both are gone
+    job = _submit(slurm, "--set", f"max_steps={steps}", "--sbatch-arg=--exclusive")
+    for sub in (limited, doomed, job):
+        assert (Path(sub["run_dir"]) / "job.sbatch").read_text().startswith("#!/bin/bash")
+
+    # PENDING with Slurm's reason, in `fttui ls` and in the app
+    wait_for(lambda: _ls(slurm)[job["run_id"]]["status"].startswith("PENDING ("), timeout=60, interval=1,
+             what="the exclusive job to pend")
+    brief = _ls(slurm)[job["run_id"]]
+    assert brief["live"] and brief["kind"] == "slurm"
+    reason = brief["status"].split("(", 1)[1].split(")", 1)[0]
+    assert reason in ("Resources", "Priority"), brief
+    cells = asyncio.run(_app_live_cells())
+    mine = [c for c in cells if c[0] == job["run_id"]]
+    assert mine and mine[0][2].startswith(f"PENDING ({reason})"), cells
+
+    # meanwhile: the same profile by hand, two nodes meeting on 127.0.0.1 (no Slurm)
+    port = free_port()
+    hand = {}
+    for node in (0, 1):
+        proc = run_fttui("run", "--profile", "tiny-lora", "--detach", "--set", "devices.nodes=2",
+                         "--set", f"devices.node_rank={node}", "--set", "devices.main_addr=127.0.0.1",
+                         "--set", f"devices.main_port={port}", "--set", f"max_steps={steps}", check=True)
+        hand[node] = fttui_home / "runs" / proc.stdout.strip().splitlines()[-1]
+
+    # cancel a running job: scancel, no process left on either node, both rows cancelled
+    doomed_nodes = [Path(doomed["run_dir"] + f"-n{i}") for i in (0, 1)]
+    wait_for(lambda: all(d.exists() and _stepping(d) for d in doomed_nodes), timeout=240,
+             what="both nodes of the job to cancel stepping")
+    out = _fttui(slurm, "cancel", doomed["run_id"], timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"job {doomed['run_id']}: cancelled" in out.stdout
+    for d in doomed_nodes:
+        wait_for(lambda d=d: not processes_mentioning(str(d)), timeout=30, what=f"no process of {d.name}")
+    rows = _rows(slurm)
+    for d in doomed_nodes:
+        row = rows[d.name]
+        assert row["status"] == "cancelled" and row["error"].startswith("Slurm: CANCELLED"), row
+        assert row["env"]["slurm"]["state"] == "CANCELLED" and row["env"]["slurm"]["job_id"] == doomed["job_id"]
+
+    # the time limit: both nodes' rows say TIMEOUT
+    _settled(slurm, limited["run_id"], 240, "the time-limited job to end")
+    rows = _rows(slurm)
+    for i in (0, 1):
+        row = rows[f"{limited['run_id']}-n{i}"]
+        assert row["status"] == "cancelled", row
+        assert row["error"].startswith("Slurm: TIMEOUT: the job reached its time limit"), row
+    assert json.loads((Path(limited["run_dir"]) / "status.json").read_text())["slurm_state"] == "TIMEOUT"
+
+    # the job that waited runs and completes as one job of world size 2
+    _settled(slurm, job["run_id"], 300, "the 2-node job to complete")
+    for node, d in hand.items():
+        wait_for(lambda d=d: (d / "status.json").exists(), timeout=120, what=f"hand-started node {node}")
+    rows = _rows(slurm)
+    status = json.loads((Path(job["run_dir"]) / "status.json").read_text())
+    assert status["status"] == "completed" and status["slurm_state"] == "COMPLETED", status
+    node_rows = [rows[f"{job['run_id']}-n{i}"] for i in (0, 1)]
+    hand_rows = [rows[hand[i].name] for i in (0, 1)]
+    job_samples = steps * node_rows[0]["batch_size"] * node_rows[0]["grad_accum"] * 2
+    assert sum(r["samples"] for r in node_rows) == job_samples
+    for i, (row, ref) in enumerate(zip(node_rows, hand_rows)):
+        assert row["status"] == ref["status"] == "completed", (row, ref)
+        assert row["env"]["slurm"]["node_rank"] == i and row["env"]["slurm"]["node"] == f"n{i + 1}"
+        for key in ("world_size", "nodes", "effective_batch", "batch_size", "grad_accum", "steps", "total_steps",
+                    "samples", "max_seq_len", "params_total", "params_trainable"):
+            assert row[key] == ref[key], (key, row[key], ref[key])
+        assert row["world_size"] == 2 and row["nodes"] == 2
+        argv = json.loads((Path(row["run_dir"]) / "command.json").read_text())["argv"]
+        # the rendezvous Slurm gave: node n1's NodeAddr and the job's own port, nothing typed
+        assert {"--nnodes=2", f"--node-rank={i}", "--master-addr=127.0.0.1",
+                f"--master-port={job_port(job['job_id'])}"} <= set(argv), argv
+        workers = {e["rank"] for e in read_jsonl(Path(row["run_dir"]) / "events.jsonl")
+                   if e.get("source") == "worker"}
+        assert workers == {i}  # each node's run holds its own rank
+    wait_for(slurm.idle, timeout=60, interval=1, what="no job left in the queue")
