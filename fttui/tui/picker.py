@@ -241,14 +241,9 @@ class PickerScreen(Screen):
         if b.kind == "slurm":  # a Slurm job: node 0's run screen once it runs, Slurm's state before
             from fttui.core.run.slurmjob import node0
 
-            zero = node0(rd)
-            if zero is None:
-                self.notify(f"{b.run_id}: {b.state}", title="Slurm job")
-                return
-            rd = zero
-        self.show_run_dir(rd)
-
-    def show_run_dir(self, rd) -> None:
+            rd = node0(rd)
+            if rd is None:
+                return self.notify(f"{b.run_id}: {b.state}", title="Slurm job")
         self.app.show_run(rd)
 
     # ------------------------------------------------------------------ memory estimate
