@@ -55,16 +55,13 @@ def build_parser():
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
     p.add_argument("--name", help="with a command: the run's name (default: the script's name)")
-    p.add_argument("--job", metavar="RUN",
-                   help="inside a Slurm job step (srun, one task per node): this node's part of the job RUN "
-                        "that `fttui submit` prepared, with the profile as submitted")
+    p.add_argument("--job", metavar="RUN", help="inside srun: this node's part of the Slurm job RUN (fttui submit)")
     p.add_argument("--json", action="store_true",
                    help="no app; progress on stderr, then the run (status and summary row) as JSON on stdout")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to run and supervise instead of a profile")
 
-    from fttui.cli import submit_cmd
-
+    from fttui.cli import submit_cmd  # fttui submit owns its arguments and its handler
     submit_cmd.register(sub, _add_profile_args)
 
     p = sub.add_parser("profiles", help="list the profiles, or show the profile a YAML config becomes")
