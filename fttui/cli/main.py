@@ -14,6 +14,7 @@ from fttui import __version__
 from fttui.core.base.constants import EXIT_INTERRUPTED, EXIT_OK, PROBE_PARAMS
 from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.base.fmt import rel_path
+from fttui.core.results.columns import GROUP_BY
 
 
 def _add_profile_args(p) -> None:
@@ -122,7 +123,7 @@ def build_parser():
     p = sub.add_parser("report", help="Markdown tables, CSVs and PNG charts of the stored rows")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="keep rows whose column KEY equals VALUE; repeatable (same key twice: either)")
-    p.add_argument("--group-by", choices=["model", "method", "sharding", "gpu", "batch_size", "max_seq_len"],
+    p.add_argument("--group-by", choices=list(GROUP_BY),
                    help="colour and order the charts' bars by this setting")
     p.add_argument("--baseline", metavar="RUN_ID", help="relative throughput against this run (id or prefix)")
     p.add_argument("--prices", metavar="FILE", help="TOML or CSV: GPU name -> price per card")

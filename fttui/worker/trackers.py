@@ -26,10 +26,10 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-#: row columns logged as MLflow params (labels; the numbers go as metrics)
-PARAM_COLUMNS = ("run_id", "kind", "profile", "model", "dataset", "method", "sharding", "precision", "gpu",
-                 "num_gpus", "nodes", "batch_size", "grad_accum", "world_size", "effective_batch", "max_seq_len",
-                 "gradient_checkpointing", "interconnect", "resumed_from", "output_dir")
+from fttui.core.results.columns import SETTINGS
+
+#: row columns logged as MLflow params (the row's settings; the numbers go as metrics)
+PARAM_COLUMNS = SETTINGS
 
 
 def numbers(row: dict[str, Any]) -> dict[str, float]:

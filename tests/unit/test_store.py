@@ -116,3 +116,28 @@ def test_matrices_and_bar_labels_keep_shardings_apart():
         assert all(c.startswith(want) for line in t.cells for c in line[1:])
     labels = bar_labels([rows[0], rows[4]])
     assert labels == ["ZeRO-2", "ZeRO-3"]
+
+
+def test_a_figure_declared_after_schema_7_gets_its_column_when_the_store_opens(tmp_path, monkeypatch):
+    """A figure added to the row (fttui.core.results.columns) needs no migration: the store adds
+    the column it lacks when it opens; the rows stored before keep it null and lose nothing."""
+    from fttui.core.results import store as store_mod
+
+    path = tmp_path / "r.sqlite"
+    with Store(path) as s:
+        s.put({"run_id": "old", "kind": "run", "samples_per_s": 1.5, "gpu_names": ["A"]})
+    monkeypatch.setitem(store_mod.COLUMNS, "fake_figure", "REAL")
+    with Store(path) as s:
+        version = s.conn.execute("PRAGMA user_version").fetchone()[0]
+        s.put({"run_id": "new", "kind": "run", "fake_figure": 2.5})
+        old, new = s.get("old"), s.get("new")
+    assert version == store_mod.SCHEMA_VERSION
+    assert old["fake_figure"] is None and old["samples_per_s"] == 1.5 and old["gpu_names"] == ["A"]
+    assert new["fake_figure"] == 2.5
+
+
+def test_the_store_columns_are_the_declared_row():
+    from fttui.core.results import columns, store as store_mod
+
+    assert list(store_mod.COLUMNS) == [f.name for f in columns.FIGURES]
+    assert store_mod.JSON_COLUMNS == {f.name for f in columns.FIGURES if f.json}

@@ -8,11 +8,15 @@ one per trial, :func:`trial_row`).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import asdict, dataclass, field
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.results.columns import RowInputs, fold_row
 from fttui.core.run.row_figures import stated_sharding
+from fttui.core.run.snapshot import RunSnapshot
+from fttui.core.run.status import FinalStatus
 from fttui.core.run.topology import world_size
 
 
@@ -95,34 +99,27 @@ def parse_range(text: str) -> tuple[int, int]:
 
 
 def trial_row(t: Trial, resolved: dict, probe_id: str, param: str, index: int) -> dict:
-    """The store row of one trial (``kind = "probe"``, ``recorded_by = "probe"``); ``index``
-    counts the probe's trials from 1."""
-    p = resolved
-    train, data = p["train"], p["data"]
-    batch = t.value if param == "batch_size" else train.get("batch_size")
-    method, sharding = stated_sharding(p)
+    """The store row of one trial (``kind = "probe"``, ``recorded_by = "probe"``; the one row
+    builder, :func:`fttui.core.results.columns.fold_row`); ``index`` counts the probe's trials from
+    1. Its stated settings are the profile's with the trial's value and the worst-case synthetic
+    data; its measured figures are the trial's."""
+    p = copy.deepcopy(resolved)
+    section = p["train"] if param == "batch_size" else p["data"]
+    section["batch_size" if param == "batch_size" else "max_seq_len"] = t.value
+    p["data"]["name"] = "synthetic (worst case)"
+    method, sharding = stated_sharding(resolved)
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
-    return {
-        "run_id": f"{probe_id}-{index:02d}",
-        "recorded_by": "probe",
-        "kind": "probe", "group_id": probe_id, "param": param, "clean": t.clean, "fresh": t.fresh,
-        "started_at": now, "ended_at": now,
-        "profile": p.get("name"), "model": p["model"].get("name_or_path") or p["model"].get("arch"),
-        "dataset": "synthetic (worst case)", "method": method, "sharding": t.sharding or sharding,
-        "precision": train.get("precision"),
-        "batch_size": batch,
-        "grad_accum": train.get("grad_accum"), "world_size": world_size(p),
-        "nodes": int(p["devices"].get("nodes", 1)),
-        "max_seq_len": t.value if param == "max_seq_len" else data.get("max_seq_len"),
-        "gradient_checkpointing": bool(train.get("gradient_checkpointing")),
-        "steps": t.steps, "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
-        "tokens_padded_per_s": t.tokens_per_s, "step_time_s": t.step_time_s,
-        "peak_gpu_mem_mb": t.peak_gpu_mem_mb, "peak_torch_reserved_mb": t.peak_torch_reserved_mb,
-        "peak_host_rss_mb": t.peak_host_rss_mb, "host_measure": t.host_measure, "status": t.status,
-        "oom_kind": t.oom_kind, "error": t.message, "limits": p.get("limits") or {},
-        "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
-        "effective_batch": batch * int(train.get("grad_accum", 1)) * world_size(p),
-    }
+    snap = RunSnapshot(step=t.steps, samples_per_s=t.samples_per_s, tokens_per_s=t.tokens_per_s,
+                       tokens_padded_per_s=t.tokens_per_s,
+                       torch_peak_reserved_mb=dict(enumerate(t.peak_torch_reserved_mb)))
+    parts = {"param": param, "method": method, "sharding": t.sharding or sharding,
+             "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
+             "stated_world_size": world_size(resolved), "peak_gpu_mem_mb": t.peak_gpu_mem_mb,
+             "peak_host_rss_mb": t.peak_host_rss_mb, "host_measure": t.host_measure}
+    return fold_row(RowInputs(run_id=f"{probe_id}-{index:02d}", kind="probe", group_id=probe_id, started_at=now,
+                              ended_at=now, profile=p, snap=snap, status=FinalStatus(t.status, oom_kind=t.oom_kind,
+                                                                                     error=t.message),
+                              parts=parts, recorded_by="probe", trial=t))
 
 
 __all__ = ["Trial", "ProbeResult", "trial_cells", "parse_range", "trial_row"]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fttui.core.base import fmt, shardings
+from fttui.core.results.columns import LABEL_KEYS
 from fttui.core.results.document import cell_text
 from fttui.core.results.rows import gpu_name, num, short_gpu
 
@@ -19,7 +20,7 @@ __all__ = ["METHOD_ORDER", "bar_labels", "chart_key", "dim_text", "full_label", 
 
 METHOD_ORDER = list(fmt.METHOD_LABELS)
 SHARDING_ORDER = list(fmt.SHARDING_LABELS)
-_LABEL_KEYS = ("method", "sharding", "precision", "batch_size", "grad_accum", "max_seq_len", "gpu", "num_gpus", "kind")
+_LABEL_KEYS = LABEL_KEYS  # declared with the row (fttui.core.results.columns)
 
 
 def chart_key(r: Mapping) -> tuple:

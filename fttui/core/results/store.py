@@ -17,122 +17,22 @@ from typing import Any
 
 from fttui.core.base import paths, shardings
 from fttui.core.base.errors import StoreError
+from fttui.core.results.columns import COLUMNS as _COLUMNS
+from fttui.core.results.columns import FIGURES
+from fttui.core.results.columns import JSON_COLUMNS as _JSON_COLUMNS
 from fttui.core.base.redact import mask
 
-# Column name -> SQL type. Order is the order of `fttui results` columns in JSON and CSV.
-COLUMNS: dict[str, str] = {
-    "run_id": "TEXT PRIMARY KEY",
-    "kind": "TEXT",  # run | probe | sweep | command (`fttui run -- CMD`) | watch (`fttui watch --pid`)
-    "group_id": "TEXT",  # the probe or sweep a trial belongs to
-    "started_at": "TEXT",
-    "ended_at": "TEXT",
-    "profile": "TEXT",
-    "model": "TEXT",
-    "dataset": "TEXT",
-    "method": "TEXT",  # full | lora | lora-emb | qlora | lora-int8
-    "sharding": "TEXT",  # schema 5: what sharded the run, read back from the engine or wrapper (constants.SHARDINGS)
-    "precision": "TEXT",
-    "gpu": "TEXT",  # first card's name, or "cpu"
-    "gpu_names": "TEXT",  # JSON list
-    "num_gpus": "INTEGER",
-    "nodes": "INTEGER",
-    "batch_size": "INTEGER",  # micro batch per device
-    "grad_accum": "INTEGER",
-    "world_size": "INTEGER",
-    "effective_batch": "INTEGER",
-    "max_seq_len": "INTEGER",
-    "gradient_checkpointing": "INTEGER",
-    "steps": "INTEGER",
-    "total_steps": "INTEGER",
-    "samples": "INTEGER",
-    "tokens": "INTEGER",
-    "tokens_padded": "INTEGER",
-    "samples_per_s": "REAL",  # steady state (warm-up excluded)
-    "tokens_per_s": "REAL",  # steady state, non-padding tokens
-    "tokens_padded_per_s": "REAL",
-    "samples_per_s_avg": "REAL",  # whole run
-    "tokens_per_s_avg": "REAL",
-    "duration_s": "REAL",  # time inside the training loop (the reference tables' duration)
-    "wall_s": "REAL",  # launch to end, model loading included
-    "peak_gpu_mem_mb": "TEXT",  # JSON list, NVML used, one per card
-    "peak_gpu_proc_mb": "TEXT",  # JSON list, this run's processes, one per card
-    "peak_torch_reserved_mb": "TEXT",  # JSON list, one per rank
-    "peak_torch_alloc_mb": "TEXT",  # JSON list, one per rank
-    "peak_host_rss_mb": "REAL",  # host peak, MB: what it sums is host_measure
-    "host_ram_total_mb": "REAL",
-    "host_ram_peak_used_mb": "REAL",
-    "params_total": "INTEGER",
-    "params_trainable": "INTEGER",
-    "status": "TEXT",  # completed | failed | oom | cancelled
-    "oom_kind": "TEXT",
-    "error": "TEXT",
-    "error_step": "INTEGER",
-    "error_rank": "INTEGER",
-    "exit_code": "INTEGER",
-    "signal": "TEXT",
-    "stalled": "INTEGER",
-    "limits": "TEXT",  # JSON
-    "versions": "TEXT",  # JSON
-    "env": "TEXT",  # JSON
-    "run_dir": "TEXT",
-    # schema 2: probe trials
-    "param": "TEXT",  # the probed setting (batch_size or max_seq_len)
-    "clean": "INTEGER",  # the trial ran in a process that had not run out of memory before
-    "step_time_s": "REAL",
-    "peak_rank_rss_mb": "TEXT",  # JSON list: each training process's own peak RSS, by rank
-    # schema 3
-    "interconnect": "TEXT",  # NVLink | PCIe | QPI/UPI between the run's cards; "" for one card
-    "fresh": "INTEGER",  # probe trial: the first trial of its process (what a fresh run sees)
-    # schema 4: figures that are the run's own (issue 14)
-    "mismatch": "TEXT",  # JSON {setting: {"stated", "observed"}}: what the run did differs; {} when all agree
-    "peak_tree_rss_mb": "REAL",  # the whole supervised process tree (launchers, build steps included)
-    "peak_build_rss_mb": "REAL",  # the tree's build steps (compilers, linkers, ninja)
-    "host_measure": "TEXT",  # what peak_host_rss_mb sums: "ranks" | "processes[ (N without a readable VmHWM...)]" | "tree" | "tree (before schema 4)"
-    "gpu_mem_total_mb": "TEXT",  # JSON list, each card's total memory
-    "gpu_mem_source": "TEXT",  # peak_gpu_proc_mb from "nvml-process" | "torch-reserved+context"; null on CPU
-    "alloc_retries": "TEXT",  # JSON list per card: the CUDA caching allocator's retries of its ranks; null on CPU
-    "min_headroom_mb": "TEXT",  # JSON list per card: total minus the peak of device used
-    "mfu": "TEXT",  # JSON list per card: model FLOPs utilisation (0..1) over the training time; null entries unknown
-    "flops_per_token": "REAL",  # model FLOPs per trained token (docs/performance.md)
-    "near_oom": "INTEGER",  # a card's allocator retried or its headroom fell under the threshold; null on CPU
-    "recorded_by": "TEXT",  # who wrote the row: "supervisor" | "recovered" (a later command: the supervisor died) | "probe"
-    # schema 6: results kept (issue 16)
-    "resumed_from": "TEXT",  # the run id whose last checkpoint this run continued from
-    "resumed_step": "INTEGER",  # the optimizer step of that checkpoint (steps counts on from it)
-    "eval_loss": "REAL",  # the latest evaluation loss on the held-out split (data.eval_ratio)
-    "eval_step": "INTEGER",  # the optimizer step that evaluation ran after
-    "output_dir": "TEXT",  # the folder the run saved its adapter / model or checkpoints in; null when nothing was saved
-    "checkpoint": "TEXT",  # the last resumable checkpoint it saved (a folder), else null
-    # schema 7: commands (issue 17)
-    "loss": "REAL",  # the training loss of the last step (the lowest rank's); null when nothing reported one
-}
-_ADDED = {2: ("param", "clean", "step_time_s", "peak_rank_rss_mb"), 3: ("interconnect", "fresh"),
-          4: ("mismatch", "peak_tree_rss_mb", "peak_build_rss_mb", "host_measure", "gpu_mem_total_mb",
-              "gpu_mem_source", "alloc_retries", "min_headroom_mb", "mfu", "flops_per_token", "near_oom",
-              "recorded_by"),
-          5: ("sharding",),
-          6: ("resumed_from", "resumed_step", "eval_loss", "eval_step", "output_dir", "checkpoint"),
-          7: ("loss",)}
+# Column name -> SQL type, JSON columns: declared once with the row (fttui.core.results.columns).
+# Order is the order of `fttui results` columns in JSON and CSV.
+COLUMNS: dict[str, str] = dict(_COLUMNS)
+#: the columns each schema version added (the versioned migrations below); a column declared with
+#: a later ``since`` is added by :meth:`Store._add_declared` when the store opens
+_ADDED = {v: tuple(f.name for f in FIGURES if f.since == v) for v in range(2, 8)}
 #: host_measure of the rows recorded before schema 4: their peak_host_rss_mb was the process tree's
 #: (probe trials: the trial process's own peak, the ranks' measure).
 HOST_MEASURE_BEFORE_4 = "tree (before schema 4)"
-_LATER = {c for cols in _ADDED.values() for c in cols}
-JSON_COLUMNS = {
-    "alloc_retries",
-    "min_headroom_mb",
-    "mfu",
-    "mismatch",
-    "gpu_mem_total_mb",
-    "peak_rank_rss_mb",
-    "gpu_names",
-    "peak_gpu_mem_mb",
-    "peak_gpu_proc_mb",
-    "peak_torch_reserved_mb",
-    "peak_torch_alloc_mb",
-    "limits",
-    "versions",
-    "env",
-}
+_LATER = {f.name for f in FIGURES if f.since > 1}
+JSON_COLUMNS = set(_JSON_COLUMNS)
 
 # Migrations, in order; migration i brings the schema from version i to i + 1.
 MIGRATIONS: list[str] = [
@@ -205,6 +105,16 @@ class Store:
                         self.conn.execute(stmt)
             if version != SCHEMA_VERSION:
                 self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._add_declared()
+
+    def _add_declared(self) -> None:
+        """Add every declared column the table lacks (a figure added to the row after schema 7):
+        its older rows keep it null, which is true of them. No version to bump, so two figures
+        added at once never collide."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        for name, sql in COLUMNS.items():
+            if name not in have:
+                self.conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {sql}")
 
     def close(self) -> None:
         self.conn.close()

@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from fttui.core.run import rundir
-from fttui.core.run.events import read_jsonl
+from fttui.core.results.columns import RowInputs, fold_row, rounded
+from fttui.core.run.events import parse_event, read_jsonl
 from fttui.core.run.perf import row_perf
 from fttui.core.run.row_figures import (gpu_figures, host_figures, mismatch, row_cards, sharding_read_back,
                                         stated_sharding)
@@ -101,20 +102,6 @@ def _host_memory_pressure(rd: rundir.RunDir, snap: RunSnapshot) -> bool:
     return bool(total and peak and peak >= HOST_OOM_FRACTION * total)
 
 
-def _per_index(d: dict | None) -> list[float]:
-    if not d:
-        return []
-    return [round(float(d[k]), 1) for k in sorted(d, key=lambda x: int(x))]
-
-
-def _int(x: float | None) -> int | None:
-    return None if x is None else int(round(x))
-
-
-def _round(x: float | None, nd: int = 3) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
 def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_launch: float | None, t_end: float,
               stalled: bool = False, cuda_visible: str | None = None, recorded_by: str = "supervisor") -> dict[str, Any]:
     """The run's summary row (the store's columns). Its cards are the run's
@@ -132,13 +119,11 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         used = [c for c in (snap.gpu.gpus if snap.gpu is not None and snap.gpu.available else [])
                 if (snap.gpu_peak_proc_mb.get(c.index) or 0) > 0]
         prof = row_profile(prof, snap.config, len(used))
-    train, data, dev, model = (prof.get(k, {}) for k in ("train", "data", "devices", "model"))
+    train, data, dev = (prof.get(k, {}) for k in ("train", "data", "devices"))
     env = dict(snap.env or {})
     nproc = processes_per_node(prof) if prof else 1
     # a command states no world size: the Trainer's (its start event), else unknown
-    ws = snap.world_size or (None if kind == "command" else world_size(prof) if prof else 1)
-    micro = snap.micro_batch or train.get("batch_size")
-    accum = snap.grad_accum or train.get("grad_accum")
+    ws_stated = None if kind == "command" else world_size(prof) if prof else 1
     versions = {k: env.get(k) for k in ("python", "torch", "transformers", "peft", "accelerate",
                                         "bitsandbytes", "deepspeed", "cuda", "driver") if k in env}
     gpus_asked = int(dev.get("gpus", 1))
@@ -172,70 +157,20 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     read_back = sharding_read_back(events)
     if read_back:
         env["sharding"] = read_back
-    kept = kept_figures(rd, events)
-    return {
-        "run_id": rd.run_id,
-        "kind": kind,
-        "group_id": group,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_launch or t_end)),
-        "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_end)),
-        "profile": prof.get("name"),
-        "model": model.get("name_or_path") or model.get("arch"),
-        "dataset": data.get("name"),
-        "method": method,
-        "sharding": (read_back or {}).get("ran") or sharding_asked,
-        "precision": train.get("precision"),
-        "gpu": gpu_names[0] if gpu_names else "cpu",
-        "gpu_names": gpu_names,
-        "num_gpus": num_gpus,
-        "nodes": int(dev.get("nodes", 1)),
-        "batch_size": micro,
-        "grad_accum": accum,
-        "world_size": ws,
-        "effective_batch": (micro or 0) * (accum or 0) * (ws or 1) or None,
-        "max_seq_len": snap.max_seq_len or data.get("max_seq_len"),
-        "gradient_checkpointing": (None if kind == "command" and train.get("gradient_checkpointing") is None
-                                   else bool(train.get("gradient_checkpointing"))),
-        "steps": snap.step,
-        "total_steps": snap.total_steps,
-        "loss": _round(snap.loss, 6),
-        "samples": _int(snap.samples),
-        "tokens": _int(snap.tokens),
-        "tokens_padded": _int(snap.tokens_padded),
-        "samples_per_s": _round(snap.samples_per_s),
-        "tokens_per_s": _round(snap.tokens_per_s, 1),
-        "tokens_padded_per_s": _round(snap.tokens_padded_per_s, 1),
-        "samples_per_s_avg": _round(snap.samples_per_s_avg),
-        "tokens_per_s_avg": _round(snap.tokens_per_s_avg, 1),
-        "duration_s": _round(snap.train_time, 2),
-        "wall_s": _round(t_end - t_launch, 2) if t_launch else None,
-        **gpu_figures(snap, cards),
-        "peak_torch_reserved_mb": _per_index(snap.torch_peak_reserved_mb),
-        "peak_torch_alloc_mb": _per_index(snap.torch_peak_alloc_mb),
-        **host_figures(snap),
-        "peak_rank_rss_mb": _per_index(snap.rank_peak_rss_mb),
-        "host_ram_total_mb": _round(getattr(snap.host, "ram_total_mb", None), 1) if snap.host else None,
-        "host_ram_peak_used_mb": _round(snap.host_peak_ram_used_mb, 1),
-        "params_total": snap.params_total,
-        "params_trainable": snap.params_trainable,
-        "status": status.status,
-        "oom_kind": status.oom_kind,
-        "error": status.error,
-        "error_step": status.error_step,
-        "error_rank": status.error_rank,
-        "exit_code": status.returncode,
-        "signal": status.signal,
-        "stalled": bool(stalled),
-        "limits": prof.get("limits") or {},
-        "versions": versions,
-        "env": {k: v for k, v in env.items() if k not in versions},
-        "run_dir": str(rd.path),
-        "interconnect": interconnect,
-        "mismatch": differs,
-        **row_perf(snap, cards, gpus_asked > 0),
-        "recorded_by": recorded_by,
-        **kept,
+    parts = {
+        "method": method, "sharding": (read_back or {}).get("ran") or sharding_asked,
+        "gpu": gpu_names[0] if gpu_names else "cpu", "gpu_names": gpu_names, "num_gpus": num_gpus,
+        "stated_world_size": ws_stated, "wall_s": rounded(t_end - t_launch, 2) if t_launch else None,
+        **gpu_figures(snap, cards), **host_figures(snap), "stalled": bool(stalled), "versions": versions,
+        "env": {k: v for k, v in env.items() if k not in versions}, "run_dir": str(rd.path),
+        "interconnect": interconnect, "mismatch": differs, **row_perf(snap, cards, gpus_asked > 0),
+        **kept_figures(rd, events),
     }
+    return fold_row(RowInputs(
+        run_id=rd.run_id, kind=kind, group_id=group, profile=prof, snap=snap, status=status,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_launch or t_end)),
+        ended_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_end)),
+        events=tuple(filter(None, map(parse_event, events))), parts=parts, recorded_by=recorded_by))
 
 
 def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,266 @@
+"""The summary row, declared once: every figure (column) of a run's, a probe trial's or a sweep
+cell's row with its name, SQL type, unit, label and how it is folded from what the run left.
+
+:func:`fold_row` is the one row builder: :func:`fttui.core.run.summary.build_row` (a run, any
+kind) and :func:`fttui.core.experiments.trials.trial_row` (a probe trial) both hand it a
+:class:`RowInputs`. Everything else that names row columns derives from :data:`FIGURES`: the
+store's columns and JSON columns (:mod:`fttui.core.results.store`), the trackers' parameters
+(:data:`SETTINGS`, fttui.worker.trackers), the report's bar labels (:data:`LABEL_KEYS`) and the
+CLI's ``--group-by`` choices (:data:`GROUP_BY`). Effective batch has one definition here
+(:func:`effective_batch`).
+
+Adding a figure measured by the training (docs/architecture.md, "Adding a row figure"): a field of
+its event record (fttui/core/run/events.py), the Trainer callback that measures it
+(fttui/integrations/hf.py) and one :class:`Figure` here whose fold reads the typed events
+(``c.events``); the store adds the column when it opens (no migration to write). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Figure", "RowInputs", "FIGURES", "BY_NAME", "COLUMNS", "JSON_COLUMNS", "SETTINGS", "LABEL_KEYS",
+           "GROUP_BY", "fold_row", "effective_batch", "per_index", "rounded", "as_int"]
+
+
+@dataclass(frozen=True)
+class RowInputs:
+    """What a row is folded from. ``profile``: the resolved profile as a dict (the stated
+    settings; a probe trial's with its value); ``snap``: the run's snapshot (a trial's figures as
+    one); ``status``: its :class:`~fttui.core.run.status.FinalStatus`; ``events``: its typed event
+    records (:func:`fttui.core.run.events.parse_event`); ``parts``: the figures the run layer
+    computes together with the run's cards (GPU and host memory, per-card performance, what the
+    run kept, the sharding that ran, ...), by column name; ``trial``: set for a probe trial."""
+
+    run_id: str
+    kind: str | None
+    group_id: str | None
+    started_at: str
+    ended_at: str
+    profile: Mapping[str, Any]
+    snap: Any
+    status: Any
+    events: tuple = ()
+    parts: Mapping[str, Any] = field(default_factory=dict)
+    recorded_by: str = "supervisor"
+    trial: Any = None
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        value = self.profile.get(name) if self.profile else None
+        return value if isinstance(value, Mapping) else {}
+
+
+#: where a figure appears: every row, runs only (not probe trials), probe trials only
+BOTH, RUN, TRIAL = "both", "run", "trial"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One column of the row. ``sql``: its SQLite type; ``json``: stored as JSON text (lists,
+    objects); ``since``: the store schema that added it (documentation: a column the store lacks
+    is added when it opens); ``setting``: a label of the run (the trackers' parameters) rather
+    than a measured number; ``bar``: its place in a report's bar label (None: not a label
+    setting); ``group_by``: a ``--group-by`` choice; ``scope``: BOTH, RUN or TRIAL; ``fold``: its
+    value from a :class:`RowInputs`."""
+
+    name: str
+    sql: str
+    fold: Callable[[RowInputs], Any]
+    unit: str = ""
+    label: str = ""
+    since: int = 1
+    json: bool = False
+    setting: bool = False
+    bar: int | None = None
+    group_by: bool = False
+    scope: str = BOTH
+
+
+# ---------------------------------------------------------------------------- fold helpers
+def rounded(x: Any, nd: int = 3) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def as_int(x: Any) -> int | None:
+    return None if x is None else int(round(x))
+
+
+def per_index(d: Mapping | None) -> list[float]:
+    """A per-rank or per-card mapping as a list in index order, each value to 0.1."""
+    if not d:
+        return []
+    return [round(float(d[k]), 1) for k in sorted(d, key=lambda x: int(x))]
+
+
+def effective_batch(micro: int | None, accum: int | None, processes: int | None) -> int | None:
+    """Samples per optimizer step: micro batch x accumulation x processes (the one definition;
+    ``None`` when the micro batch or the accumulation is unknown)."""
+    return (micro or 0) * (accum or 0) * (processes or 1) or None
+
+
+def _part(name: str) -> Callable[[RowInputs], Any]:
+    return lambda c: c.parts.get(name)
+
+
+def _snap(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
+    return lambda c: conv(getattr(c.snap, attr, None)) if c.snap is not None else None
+
+
+def _status(attr: str) -> Callable[[RowInputs], Any]:
+    return lambda c: getattr(c.status, attr, None)
+
+
+def _trial(attr: str) -> Callable[[RowInputs], Any]:
+    return lambda c: getattr(c.trial, attr, None)
+
+
+def _micro(c: RowInputs) -> Any:
+    return getattr(c.snap, "micro_batch", None) or c.section("train").get("batch_size")
+
+
+def _accum(c: RowInputs) -> Any:
+    return getattr(c.snap, "grad_accum", None) or c.section("train").get("grad_accum")
+
+
+def _world(c: RowInputs) -> Any:
+    """The processes seen (the start event's world size), else the profile's (``parts``)."""
+    return getattr(c.snap, "world_size", None) or c.parts.get("stated_world_size")
+
+
+def _gradient_checkpointing(c: RowInputs) -> bool | None:
+    value = c.section("train").get("gradient_checkpointing")
+    return None if c.kind == "command" and value is None else bool(value)
+
+
+def _model(c: RowInputs) -> Any:
+    m = c.section("model")
+    return m.get("name_or_path") or m.get("arch")
+
+
+def _host_total(c: RowInputs) -> float | None:
+    host = getattr(c.snap, "host", None)
+    return rounded(getattr(host, "ram_total_mb", None), 1) if host else None
+
+
+# ---------------------------------------------------------------------------- the row
+T, I, R = "TEXT", "INTEGER", "REAL"
+FIGURES: tuple[Figure, ...] = (
+    Figure("run_id", "TEXT PRIMARY KEY", lambda c: c.run_id, setting=True),
+    Figure("kind", T, lambda c: c.kind, setting=True, bar=8,
+           label="run | probe | sweep | command (fttui run -- CMD) | watch (fttui watch --pid)"),
+    Figure("group_id", T, lambda c: c.group_id, label="the probe or sweep a trial belongs to"),
+    Figure("started_at", T, lambda c: c.started_at),
+    Figure("ended_at", T, lambda c: c.ended_at),
+    Figure("profile", T, lambda c: c.profile.get("name") if c.profile else None, setting=True),
+    Figure("model", T, _model, setting=True, group_by=True),
+    Figure("dataset", T, lambda c: c.section("data").get("name"), setting=True),
+    Figure("method", T, _part("method"), setting=True, bar=0, group_by=True),
+    Figure("sharding", T, _part("sharding"), since=5, setting=True, bar=1, group_by=True,
+           label="what sharded the run, read back from the engine or wrapper"),
+    Figure("precision", T, lambda c: c.section("train").get("precision"), setting=True, bar=2),
+    Figure("gpu", T, _part("gpu"), setting=True, bar=6, group_by=True, label="first card's name, or cpu"),
+    Figure("gpu_names", T, _part("gpu_names"), json=True, scope=RUN),
+    Figure("num_gpus", I, _part("num_gpus"), setting=True, bar=7),
+    Figure("nodes", I, lambda c: int(c.section("devices").get("nodes", 1)), setting=True),
+    Figure("batch_size", I, _micro, setting=True, bar=3, group_by=True, label="micro batch per device"),
+    Figure("grad_accum", I, _accum, setting=True, bar=4),
+    Figure("world_size", I, _world, setting=True),
+    Figure("effective_batch", I, lambda c: effective_batch(_micro(c), _accum(c), _world(c)), setting=True,
+           label="samples per optimizer step"),
+    Figure("max_seq_len", I, lambda c: getattr(c.snap, "max_seq_len", None) or c.section("data").get("max_seq_len"),
+           setting=True, bar=5, group_by=True),
+    Figure("gradient_checkpointing", I, _gradient_checkpointing, setting=True),
+    Figure("steps", I, _snap("step")),
+    Figure("total_steps", I, _snap("total_steps"), scope=RUN),
+    Figure("samples", I, _snap("samples", as_int), scope=RUN),
+    Figure("tokens", I, _snap("tokens", as_int), scope=RUN, label="non-padding tokens"),
+    Figure("tokens_padded", I, _snap("tokens_padded", as_int), scope=RUN),
+    Figure("samples_per_s", R, _snap("samples_per_s", rounded), unit="1/s", label="steady state (warm-up excluded)"),
+    Figure("tokens_per_s", R, _snap("tokens_per_s", lambda x: rounded(x, 1)), unit="1/s",
+           label="steady state, non-padding tokens"),
+    Figure("tokens_padded_per_s", R, _snap("tokens_padded_per_s", lambda x: rounded(x, 1)), unit="1/s"),
+    Figure("samples_per_s_avg", R, _snap("samples_per_s_avg", rounded), unit="1/s", label="whole run", scope=RUN),
+    Figure("tokens_per_s_avg", R, _snap("tokens_per_s_avg", lambda x: rounded(x, 1)), unit="1/s", scope=RUN),
+    Figure("duration_s", R, _snap("train_time", lambda x: rounded(x, 2)), unit="s", scope=RUN,
+           label="time inside the training loop"),
+    Figure("wall_s", R, _part("wall_s"), unit="s", scope=RUN, label="launch to end, model loading included"),
+    Figure("peak_gpu_mem_mb", T, _part("peak_gpu_mem_mb"), unit="MB", json=True, label="device used, per card"),
+    Figure("peak_gpu_proc_mb", T, _part("peak_gpu_proc_mb"), unit="MB", json=True, scope=RUN,
+           label="this run's processes, per card"),
+    Figure("peak_torch_reserved_mb", T, _snap("torch_peak_reserved_mb", per_index), unit="MB", json=True,
+           label="per rank"),
+    Figure("peak_torch_alloc_mb", T, _snap("torch_peak_alloc_mb", per_index), unit="MB", json=True, scope=RUN),
+    Figure("peak_host_rss_mb", R, _part("peak_host_rss_mb"), unit="MB", label="what host_measure says"),
+    Figure("host_ram_total_mb", R, _host_total, unit="MB", scope=RUN),
+    Figure("host_ram_peak_used_mb", R, _snap("host_peak_ram_used_mb", lambda x: rounded(x, 1)), unit="MB", scope=RUN),
+    Figure("params_total", I, _snap("params_total"), scope=RUN),
+    Figure("params_trainable", I, _snap("params_trainable"), scope=RUN),
+    Figure("status", T, _status("status"), label="completed | failed | oom | cancelled | lost | watched"),
+    Figure("oom_kind", T, _status("oom_kind")),
+    Figure("error", T, _status("error")),
+    Figure("error_step", I, _status("error_step"), scope=RUN),
+    Figure("error_rank", I, _status("error_rank"), scope=RUN),
+    Figure("exit_code", I, _status("returncode"), scope=RUN),
+    Figure("signal", T, _status("signal"), scope=RUN),
+    Figure("stalled", I, _part("stalled"), scope=RUN),
+    Figure("limits", T, lambda c: (c.profile.get("limits") if c.profile else None) or {}, json=True),
+    Figure("versions", T, _part("versions"), json=True, scope=RUN),
+    Figure("env", T, _part("env"), json=True, scope=RUN),
+    Figure("run_dir", T, _part("run_dir"), scope=RUN),
+    # schema 2: probe trials
+    Figure("param", T, _part("param"), since=2, scope=TRIAL, label="the probed setting"),
+    Figure("clean", I, _trial("clean"), since=2, scope=TRIAL,
+           label="the trial ran in a process that had not run out of memory before"),
+    Figure("step_time_s", R, _trial("step_time_s"), since=2, unit="s", scope=TRIAL),
+    Figure("peak_rank_rss_mb", T, _snap("rank_peak_rss_mb", per_index), since=2, unit="MB", json=True, scope=RUN,
+           label="each training process's own peak RSS, by rank"),
+    # schema 3
+    Figure("interconnect", T, _part("interconnect"), since=3, setting=True, scope=RUN,
+           label="NVLink | PCIe | QPI/UPI between the run's cards"),
+    Figure("fresh", I, _trial("fresh"), since=3, scope=TRIAL, label="the first trial of its process"),
+    # schema 4: figures that are the run's own (issue 14)
+    Figure("mismatch", T, _part("mismatch"), since=4, json=True, scope=RUN,
+           label="{setting: {stated, observed}} where what the run did differs"),
+    Figure("peak_tree_rss_mb", R, _part("peak_tree_rss_mb"), since=4, unit="MB", scope=RUN),
+    Figure("peak_build_rss_mb", R, _part("peak_build_rss_mb"), since=4, unit="MB", scope=RUN),
+    Figure("host_measure", T, _part("host_measure"), since=4, label="ranks | tree | tree (before schema 4)"),
+    Figure("gpu_mem_total_mb", T, _part("gpu_mem_total_mb"), since=4, unit="MB", json=True, scope=RUN),
+    Figure("gpu_mem_source", T, _part("gpu_mem_source"), since=4, scope=RUN),
+    Figure("alloc_retries", T, _part("alloc_retries"), since=4, json=True, scope=RUN),
+    Figure("min_headroom_mb", T, _part("min_headroom_mb"), since=4, unit="MB", json=True, scope=RUN),
+    Figure("mfu", T, _part("mfu"), since=4, json=True, scope=RUN, label="model FLOPs utilisation per card"),
+    Figure("flops_per_token", R, _part("flops_per_token"), since=4, scope=RUN),
+    Figure("near_oom", I, _part("near_oom"), since=4, scope=RUN),
+    Figure("recorded_by", T, lambda c: c.recorded_by, since=4,
+           label="supervisor | recovered | probe | worker | watch"),
+    # schema 6: results kept (issue 16)
+    Figure("resumed_from", T, _part("resumed_from"), since=6, setting=True, scope=RUN),
+    Figure("resumed_step", I, _part("resumed_step"), since=6, scope=RUN),
+    Figure("eval_loss", R, _part("eval_loss"), since=6, scope=RUN),
+    Figure("eval_step", I, _part("eval_step"), since=6, scope=RUN),
+    Figure("output_dir", T, _part("output_dir"), since=6, setting=True, scope=RUN),
+    Figure("checkpoint", T, _part("checkpoint"), since=6, scope=RUN),
+    # schema 7: commands (issue 17)
+    Figure("loss", R, _snap("loss", lambda x: rounded(x, 6)), since=7, scope=RUN,
+           label="the training loss of the last step (the lowest rank's)"),
+)
+
+BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
+#: column -> SQL type, in the store's order
+COLUMNS: dict[str, str] = {f.name: f.sql for f in FIGURES}
+JSON_COLUMNS: frozenset[str] = frozenset(f.name for f in FIGURES if f.json)
+#: the row's settings: what the trackers log as parameters (the numbers go as metrics)
+SETTINGS: tuple[str, ...] = tuple(f.name for f in FIGURES if f.setting)
+#: the settings a report's bar label may name, in the label's order
+LABEL_KEYS: tuple[str, ...] = tuple(f.name for f in sorted((f for f in FIGURES if f.bar is not None),
+                                                           key=lambda f: f.bar))
+#: the columns ``fttui report --group-by`` offers
+GROUP_BY: tuple[str, ...] = tuple(f.name for f in FIGURES if f.group_by)
+
+
+def fold_row(c: RowInputs) -> dict[str, Any]:
+    """The row: every figure in scope (a run's, or a probe trial's when ``c.trial`` is set)."""
+    skip = RUN if c.trial is not None else TRIAL
+    return {f.name: f.fold(c) for f in FIGURES if f.scope != skip}
