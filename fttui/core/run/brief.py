@@ -114,12 +114,7 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
         from fttui.core.run.slurmjob import node0
 
         events_of = node0(rd) or rd
-    train = prof.get("train") if isinstance(prof.get("train"), dict) else {}
-    try:
-        warmup = int(train.get("warmup_exclude_steps", 1))
-    except (TypeError, ValueError):
-        warmup = 1
-    fold = RunState(warmup_exclude_steps=warmup, history=2)
+    fold = RunState.for_profile(prof, history=2)
     fold.apply_all(head_tail_events(events_of.events_path, HEAD_BYTES, TAIL_BYTES))
     final = rd.final_status()
     if final is not None:

@@ -146,13 +146,8 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
 def _finish_recovered(rd: rundir.RunDir, slurm_job=None) -> FinalStatus:
     """Write the row and status of a run nothing finished, from what it left on disk;
     ``slurm_job``: the Slurm job's final state, whose cause is the verdict's."""
-    prof = rd.profile() or {}
-    state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
     events = read_jsonl(rd.events_path)
-    for ev in events:
-        state.apply(ev)
-    for s in read_jsonl(rd.samples_path):
-        state.apply_sample(s)
+    state = RunState.for_profile(rd.profile()).replay(events, read_jsonl(rd.samples_path))
     snap = state.snapshot()
     times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
     launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]

@@ -208,12 +208,8 @@ def row_so_far(rd: rundir.RunDir, *, recorded_by: str = "worker") -> dict[str, A
     from fttui.core.run.state import RunState
 
     prof = rd.profile() or {}
-    state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
     events = read_jsonl(rd.events_path)
-    state.apply_all(events)
-    for sample in read_jsonl(rd.samples_path):
-        state.apply_sample(sample)
-    snap = state.snapshot()
+    snap = RunState.for_profile(prof).replay(events, read_jsonl(rd.samples_path)).snapshot()
     launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
     return build_row(rd, snap, FinalStatus(snap.status), t_launch=launches[0] if launches else None,
                      t_end=time.time(), recorded_by=recorded_by)

@@ -54,9 +54,7 @@ class Supervisor:
         self.stalled = False
         self.ever_stalled = False
         self.final = None
-        self.state = RunState(
-            warmup_exclude_steps=int(self.profile.get("train", {}).get("warmup_exclude_steps", 1))
-        )
+        self.state = RunState.for_profile(self.profile)
 
     # signals --------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:

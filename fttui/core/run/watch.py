@@ -16,8 +16,7 @@ class RunFollower:
 
     def __init__(self, rd: RunDir):
         self.rd = rd
-        prof = rd.profile() or {}
-        self.state = RunState(warmup_exclude_steps=int(prof.get("train", {}).get("warmup_exclude_steps", 1)))
+        self.state = RunState.for_profile(rd.profile())
         self.events = JsonlTail(rd.events_path)
         self.samples = JsonlTail(rd.samples_path)
         self.final: FinalStatus | None = None  # status.json, once the supervisor wrote it

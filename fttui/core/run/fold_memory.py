@@ -1,0 +1,76 @@
+"""The memory part of :class:`fttui.core.run.state.RunState`: each rank's peaks from its step
+events (the caching allocator's reserved and allocated memory, its retries and OOMs, the
+process's peak RSS), each card's peaks from the GPU samples (device used, the run's own), the
+host's peaks from the host samples, and the latest GPU and host samples. Pure."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fttui.core.run.snapshot import to_int
+from fttui.monitor import GpuSnapshot, HostSnapshot, num
+
+__all__ = ["MemoryFold"]
+
+#: step event key -> the snapshot field of its per-rank peaks
+_RANK_PEAKS = {"torch_peak_reserved_mb": "torch_peak_reserved_mb", "torch_peak_alloc_mb": "torch_peak_alloc_mb",
+               "peak_rss_mb": "rank_peak_rss_mb", "torch_alloc_retries": "rank_alloc_retries",
+               "torch_ooms": "rank_ooms"}
+#: host sample key -> the snapshot field of its peak
+_HOST_PEAKS = {"tree_rss_mb": "host_peak_tree_rss_mb", "ram_used_mb": "host_peak_ram_used_mb",
+               "build_rss_mb": "host_peak_build_rss_mb", "tree_hwm_mb": "host_tree_hwm_mb",
+               "hwm_unread": "host_hwm_unread"}
+
+
+class MemoryFold:
+    def __init__(self) -> None:
+        self.rank_peaks: dict[str, dict[int, float]] = {k: {} for k in _RANK_PEAKS}
+        self.gpu_peak_used: dict[int, float] = {}
+        self.gpu_peak_proc: dict[int, float] = {}
+        self.host_peaks: dict[str, float] = {}  # host sample key -> its largest value
+        self._gpu_raw: dict[str, Any] | None = None
+        self._host_raw: dict[str, Any] | None = None
+        self._gpu_obj: GpuSnapshot | None = None
+        self._host_obj: HostSnapshot | None = None
+
+    def on_step(self, ev: dict[str, Any], rank: int) -> None:
+        for key, peaks in self.rank_peaks.items():
+            v = num(ev.get(key))
+            if v is not None and v > peaks.get(rank, -math.inf):
+                peaks[rank] = v
+
+    def on_sample(self, sample: dict[str, Any]) -> None:
+        gpu = sample.get("gpu")
+        if isinstance(gpu, dict):
+            self._gpu_raw, self._gpu_obj = gpu, None
+            gpus = gpu.get("gpus")
+            if isinstance(gpus, list):
+                for i, g in enumerate(gpus):
+                    if not isinstance(g, dict):
+                        continue
+                    idx = to_int(g.get("index"))
+                    idx = i if idx is None else idx
+                    for key, peaks in (("mem_used_mb", self.gpu_peak_used), ("proc_mem_mb", self.gpu_peak_proc)):
+                        v = num(g.get(key))
+                        if v is not None and v > peaks.get(idx, -math.inf):
+                            peaks[idx] = v
+        host = sample.get("host")
+        if isinstance(host, dict):
+            self._host_raw, self._host_obj = host, None
+            for key in _HOST_PEAKS:
+                v = num(host.get(key))
+                if v is not None and v > self.host_peaks.get(key, -math.inf):
+                    self.host_peaks[key] = v
+
+    def fields(self) -> dict[str, Any]:
+        if self._gpu_obj is None and self._gpu_raw is not None:
+            self._gpu_obj = GpuSnapshot.from_dict(self._gpu_raw)
+        if self._host_obj is None and self._host_raw is not None:
+            self._host_obj = HostSnapshot.from_dict(self._host_raw)
+        out: dict[str, Any] = {field: dict(self.rank_peaks[key]) for key, field in _RANK_PEAKS.items()}
+        out.update({field: self.host_peaks.get(key) for key, field in _HOST_PEAKS.items()})
+        out["host_hwm_unread"] = to_int(out["host_hwm_unread"])
+        out.update(gpu_peak_used_mb=dict(self.gpu_peak_used), gpu_peak_proc_mb=dict(self.gpu_peak_proc),
+                   gpu=self._gpu_obj, host=self._host_obj)
+        return out
