@@ -23,12 +23,45 @@ from .sharding import deepspeed_config
 from .structure import count_params, model_structure
 
 # deepspeed_config is re-exported: callers import it from here without loading torch.
-__all__ = ["load_base_model", "random_on_host", "reentrant_checkpointing", "enable_checkpointing", "build_model",
-           "deepspeed_config"]
+__all__ = ["ZERO_INIT", "META", "WHOLE", "load_base_model", "random_on_host", "reentrant_checkpointing",
+           "enable_checkpointing", "build_model", "deepspeed_config"]
+
+#: how a rank builds its model (:mod:`.partition` decides): inside DeepSpeed's zero.Init, on the
+#: meta device (an FSDP rank that receives its shards), or whole
+ZERO_INIT, META, WHOLE = "zero.Init", "meta", "whole"
 
 
-def load_base_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
-    """The base causal-LM (quantised for qlora / lora-int8), before PEFT wrapping."""
+def _meta_model(prof: Profile, dtype, attn: str, trust: bool):
+    """The model without weights: what an FSDP rank other than the lowest builds; accelerate
+    fills its shards from rank 0's weights. Built on the meta device (buffers real), then each
+    parameter gets uninitialised host storage that nothing writes (pages the kernel never maps:
+    no resident memory). Not left on meta: accelerate re-points the optimizer from the old
+    parameters to the sharded ones by storage address, and meta parameters all share address 0
+    (rank 1's optimizer then stepped one parameter many times)."""
+    import torch
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    m = prof.model
+    config = load_config(m) if m.init == "random" else AutoConfig.from_pretrained(m.name_or_path,
+                                                                                  trust_remote_code=trust)
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn, trust_remote_code=trust)
+    made: dict[int, Any] = {}  # tied parameters stay one parameter
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None and p.is_meta:
+                if id(p) not in made:
+                    made[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="cpu"), requires_grad=p.requires_grad)
+                module._parameters[name] = made[id(p)]
+    return model
+
+
+def load_base_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0,
+                    build: str = WHOLE):
+    """The base causal-LM (quantised for qlora / lora-int8), before PEFT wrapping. ``build``:
+    :data:`META` builds it without weights; under :data:`ZERO_INIT` transformers partitions it
+    while building it (random weights drawn module by module where DeepSpeed puts them)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -39,6 +72,8 @@ def load_base_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = Fals
     qconf = quant_config(method, prof)
     torch.manual_seed(prof.train.seed)
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": trust}
+    if build == META:
+        return _meta_model(prof, dtype, attn, trust)
     if qconf is not None:
         kwargs["quantization_config"] = qconf
         kwargs["device_map"] = device_map(use_cuda, local_rank)
@@ -54,6 +89,9 @@ def load_base_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = Fals
         # DeepSpeed and FSDP keep a host build (they move or partition the host copy themselves;
         # FSDP wrapping a model already on the card held it twice there): drawn on the card one
         # module at a time.
+        if build == ZERO_INIT:
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
+                                                    trust_remote_code=trust)
         if card is not None and prof.sharding_kind().sharded:
             return random_on_host(config, dtype=dtype, attn=attn, trust=trust, draw_on=card)
         with card or contextlib.nullcontext():
@@ -116,13 +154,14 @@ def enable_checkpointing(model, *, reentrant: bool = False) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
 
 
-def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0):
+def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0,
+                build: str = WHOLE):
     """Model ready for the Trainer (PEFT-wrapped for the LoRA family). Returns ``(model, info)``
-    with ``info = {"params_total", "params_trainable", "dtype", "method", "structure"}``
-    (``structure``: :func:`model_structure`)."""
+    with ``info = {"params_total", "params_trainable", "dtype", "method", "structure", "build"}``
+    (``structure``: :func:`model_structure`; ``build``: how this rank built it)."""
     prof = as_profile(resolved)
     method, gc = prof.method, prof.train.gradient_checkpointing
-    model = load_base_model(prof, use_cuda=use_cuda, local_rank=local_rank)
+    model = load_base_model(prof, use_cuda=use_cuda, local_rank=local_rank, build=build)
     model.config.use_cache = False
     if method in FULL_METHODS:
         for p in model.parameters():
@@ -146,4 +185,4 @@ def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, l
     total, trainable = count_params(model)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     return model, {"params_total": total, "params_trainable": trainable, "dtype": dtype, "method": method,
-                   "structure": model_structure(model)}
+                   "structure": model_structure(model), "build": build}

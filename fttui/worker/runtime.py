@@ -101,6 +101,14 @@ def runtime_info(trainer) -> dict[str, Any]:
     out["wrapper"] = _qualname(wrapped) if wrapped is not None else None
     optim = getattr(trainer.args, "optim", None)
     out["optimizer"] = optimizer_info(getattr(trainer, "optimizer", None), getattr(optim, "value", optim))
+    from .sharding import optimizer_owner, sharding_info
+
+    if out["optimizer"] is not None:
+        # who built it: the Trainer (its ``optim``) or DeepSpeed (the config's optimizer section)
+        out["optimizer"]["owner"] = (optimizer_owner(trainer) if getattr(trainer, "is_deepspeed_enabled", False)
+                                     else "trainer")
+        if out["optimizer"]["owner"] == "deepspeed":
+            out["optimizer"]["name"] = "deepspeed"
     try:
         import torch.distributed as dist
 
@@ -117,7 +125,6 @@ def runtime_info(trainer) -> dict[str, Any]:
         engine = getattr(trainer, "deepspeed", None) or wrapped
         out["deepspeed"] = deepspeed_info(engine)
     out["precision"] = training_precision(trainer.args, engine)
-    from .sharding import sharding_info
 
     try:
         out["sharding"] = sharding_info(trainer, getattr(trainer, "fttui_sharding", None))

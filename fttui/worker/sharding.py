@@ -21,13 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from fttui.core.base import shardings
+from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
 
-__all__ = ["sharding_of", "kind_of", "deepspeed_settings", "deepspeed_config", "fsdp_arguments", "trainer_class",
-           "sharding_info", "check_sharding", "held_tensors"]
+__all__ = ["sharding_of", "kind_of", "deepspeed_settings", "deepspeed_config", "deepspeed_optimizer",
+           "fsdp_arguments", "trainer_class", "sharding_info", "check_sharding", "held_tensors", "optimizer_owner"]
 
 
 def sharding_of(profile: Profile | dict[str, Any]) -> str:
@@ -52,8 +53,9 @@ def deepspeed_settings(profile: Profile | dict[str, Any]) -> dict[str, Any]:
 def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict[str, Any]:
     """The DeepSpeed config of a ``zero*`` sharding: stage 2 or 3; ``-offload`` puts the optimizer
     states (``offload_optimizer``) and, for stage 3, the parameters (``offload_params``) on the
-    host, page-locked when ``pin_memory``. No ``optimizer`` section: the Trainer's optimizer is
-    used (DeepSpeed swaps in its CPU Adam when the optimizer states are offloaded)."""
+    host, page-locked when ``pin_memory``. ``[deepspeed] optimizer``: ``trainer`` (no
+    ``optimizer`` section: the Trainer's optimizer is used, DeepSpeed swaps in its CPU Adam when
+    the optimizer states are offloaded) or ``deepspeed`` (:func:`deepspeed_optimizer`)."""
     prof = as_profile(profile)
     kind = kind_of(prof)
     if not kind.deepspeed:
@@ -81,7 +83,7 @@ def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict
     if offload and stage == 3 and z.offload_params:
         zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
     precision = t.precision
-    return {
+    out: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,
         "train_batch_size": micro * accum * max(1, int(world_size)),
@@ -92,13 +94,27 @@ def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict
         "steps_per_print": 1_000_000_000,
         "wall_clock_breakdown": False,
     }
+    if z.optimizer == "deepspeed":
+        out["optimizer"] = deepspeed_optimizer()
+    return out
+
+
+def deepspeed_optimizer() -> dict[str, Any]:
+    """The ``optimizer`` section of a run whose optimizer DeepSpeed owns (``[deepspeed] optimizer =
+    "deepspeed"``): DeepSpeed's AdamW with the Trainer's values (``auto``: learning rate, betas,
+    eps, weight decay), as Qwen's and LLaMA-Factory's DeepSpeed JSONs write it. DeepSpeed builds
+    its fused Adam on a GPU (stepping the fp32 partition in place, no per-parameter temporaries)
+    and its CPU Adam when the optimizer states are on the host."""
+    return {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
 
 
 def fsdp_arguments(profile: Profile | dict[str, Any]) -> dict[str, Any]:
     """``TrainingArguments`` keys of an ``fsdp*`` sharding: FSDP2, every decoder layer its own
     unit (the model's ``_no_split_modules``), parameters resharded after the forward (full
     sharding of parameters, gradients and optimizer states); ``fsdp-offload`` adds the CPU
-    offload policy."""
+    offload policy. ``cpu_ram_efficient_loading``: the lowest rank alone holds the weights
+    before sharding, the others build on the meta device (:mod:`.partition`) and receive their
+    shards from it (not for the quantised methods: accelerate broadcasts no 4-bit parameters)."""
     kind = kind_of(profile)
     if not kind.fsdp:
         raise ConfigError(f"sharding: {kind.name!r} is not an FSDP sharding ({', '.join(shardings.names(shardings.FSDP))})")
@@ -108,6 +124,7 @@ def fsdp_arguments(profile: Profile | dict[str, Any]) -> dict[str, Any]:
         "reshard_after_forward": True,
         "cpu_offload": kind.offload,
         "state_dict_type": "FULL_STATE_DICT",
+        "cpu_ram_efficient_loading": as_profile(profile).method not in KBIT_METHODS,
     }}
 
 
@@ -186,6 +203,23 @@ def _fsdp_offload(modules) -> bool | None:
     return seen
 
 
+def optimizer_owner(trainer) -> str:
+    """``deepspeed`` when the DeepSpeed config the engine runs with has an ``optimizer`` section
+    (DeepSpeed builds the optimizer), else ``trainer``."""
+    conf = getattr(getattr(getattr(trainer, "args", None), "hf_deepspeed_config", None), "config", None)
+    return "deepspeed" if isinstance(conf, dict) and conf.get("optimizer") else "trainer"
+
+
+def _innermost(opt) -> str | None:
+    """The class name of the optimizer that steps, below accelerate's and DeepSpeed's wrappers."""
+    for _ in range(6):
+        inner = getattr(opt, "optimizer", None)
+        if inner is None or inner is opt:
+            break
+        opt = inner
+    return type(opt).__name__ if opt is not None else None
+
+
 def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
     """What shards the run, read back from the objects that train: ``ran`` (a ``sharding``
     value), ``distributed_type`` (accelerate's), and per kind the engine's ZeRO stage and
@@ -208,7 +242,8 @@ def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
         offload = any(d in ("cpu", "nvme") for d in devices)
         ran = shardings.from_engine(shardings.DEEPSPEED, stage, offload)
         info.update(kind="deepspeed", zero_stage=stage, offload_optimizer=devices[0], offload_param=devices[1],
-                    ran=ran.name if ran is not None else f"zero{stage}")
+                    ran=ran.name if ran is not None else f"zero{stage}",
+                    optimizer_owner=optimizer_owner(trainer), optimizer=_innermost(getattr(trainer, "optimizer", None)))
         model = getattr(engine, "module", model)
     else:
         fsdp = _fsdp_modules(model) if model is not None else []

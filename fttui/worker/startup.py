@@ -169,6 +169,7 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
 
     from . import environment as _environment  # noqa: F401
     from .model import build_model
+    from .partition import build_context
     from .tokenizer import load_tokenizer
 
     if method != "full":
@@ -194,9 +195,10 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     su.limits = limits
 
     t_model = time.perf_counter()
-    su.model, su.info = build_model(profile, use_cuda=use_cuda, local_rank=local_rank)
+    with build_context(profile, run_dir, world, use_cuda, su.rank) as build:
+        su.model, su.info = build_model(profile, use_cuda=use_cuda, local_rank=local_rank, build=build)
     info = su.info
-    log(f"model built: {m.name_or_path} ({m.init}), method {method}, dtype {info['dtype']}, "
+    log(f"model built ({build}): {m.name_or_path} ({m.init}), method {method}, dtype {info['dtype']}, "
         f"params total {info['params_total']:,}, trainable {info['params_trainable']:,} "
         f"({time.perf_counter() - t_model:.2f}s)")
     return su

@@ -77,6 +77,7 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
         "method": profile.method,
         "dtype": su.info["dtype"],
         "structure": su.info.get("structure"),
+        "build": su.info.get("build"),  # how this rank built its model (fttui.worker.partition)
         "device": "cuda" if su.use_cuda else "cpu",
         "setup_time": round(time.perf_counter() - su.t_boot, 3),
     }

@@ -287,16 +287,26 @@ def test_model_states_against_deepspeeds_estimator(gpus, nodes):
     # (DeepSpeed's grad_partitions_flat_buffer) next to its fp32 copy: 20
     assert abs(states - (gpu - largest + 2 * P / N)) <= N
 
-    e = est("zero3-offload")
-    cpu, _gpu, _l = z3(P, largest_layer_params(c), gpus, nodes, cpu_offload=True, cpu_offload_params=True,
-                       zero_init=False, additional_buffer_factor=1)
-    hb = e.host_breakdown
-    states = sum(v for k, v in hb.items() if k.startswith("offload_") and k != "offload_pinned_buffers")
-    assert abs(states - 18 * P / nodes) <= 4  # fp32 master, Adam m and v, fp32 grads, fp16 params
-    # per node: the init copies (4 bytes x ranks of the node) or the states, the larger, as
-    # DeepSpeed's max(4 x gpus per node, 18 / nodes); fttui adds its pinned staging buffers
-    pinned = hb["offload_pinned_buffers"]
-    assert abs(states + pinned + hb["model_load"] - max(cpu, states + pinned)) <= 4
+    for zero_init in (True, False):
+        r = load_profile("qwen-7b-lora", ["method=full", "train.precision=fp16", f"gpus={gpus}",
+                                          f"devices.nodes={nodes}", "sharding=zero3-offload",
+                                          f"deepspeed.zero3_init={str(zero_init).lower()}"])
+        e = estimate(r)
+        cpu, _gpu, _l = z3(P, largest_layer_params(c), gpus, nodes, cpu_offload=True, cpu_offload_params=True,
+                           zero_init=zero_init, additional_buffer_factor=1)
+        hb = e.host_breakdown
+        states = sum(v for k, v in hb.items() if k.startswith("offload_") and k != "offload_pinned_buffers")
+        assert abs(states - 18 * P / nodes) <= 4  # fp32 master, Adam m and v, fp32 grads, fp16 params
+        pinned = hb["offload_pinned_buffers"]
+        if zero_init:
+            # zero.Init: no init copy per rank; the host holds the states (DeepSpeed: 18 / nodes),
+            # rank 0's checkpoint read (4 B per parameter under fp16) stays below them
+            assert hb["model_load"] == 0 and abs(states - cpu) <= 4
+            assert e.host_load_peak_bytes < e.host_train_peak_bytes == e.host_peak_bytes
+        else:
+            # per node: the init copies (4 bytes x ranks of the node) or the states, the larger, as
+            # DeepSpeed's max(4 x gpus per node, 18 / nodes); fttui adds its pinned staging buffers
+            assert abs(states + pinned + hb["model_load"] - max(cpu, states + pinned)) <= 4
 
 
 def test_calibration_uses_rows_of_the_same_sharding():
@@ -338,7 +348,8 @@ def test_fsdp_random_init_is_sharded_from_the_host_as_a_pretrained_model():
     at a time), as from_pretrained does: accelerate shards it from there. Wrapping a model built
     on the card held it twice there (a Llama-2-7B LoRA on one H100: torch allocated 26.0 GB
     against 13.5 GB of weights), so the card figures and the host load equal the pretrained
-    model's."""
+    model's. RAM-efficient loading: the lowest rank alone holds that host copy (the others build
+    on the meta device), once per node, not per rank."""
     sets = ["method=full", "gpus=8", "devices.nodes=2", "sharding=fsdp"]
     rnd = estimate(load_profile("qwen-7b-lora", [*sets, "model.init=random"]))
     pre = estimate(load_profile("qwen-7b-lora", sets))
@@ -346,14 +357,18 @@ def test_fsdp_random_init_is_sharded_from_the_host_as_a_pretrained_model():
     ctx_comm = rnd.breakdown["cuda_context"] + rnd.breakdown["communication"]
     assert rnd.gpu_peak_bytes == pre.gpu_peak_bytes
     assert rnd.gpu_peak_bytes[0] - ctx_comm < 2 * P  # a sixteenth of it, + what is gathered
-    assert rnd.host_breakdown["model_load"] == pre.host_breakdown["model_load"] == 2 * P * 8
+    assert rnd.gpu_load_peak_bytes == pre.gpu_load_peak_bytes == 0
+    for e in (rnd, pre):
+        assert e.host_load_peak_bytes - e.host_breakdown["process"] - e.host_breakdown["cuda_runtime"] == 2 * P
 
 
 def test_zero3_card_smaller_than_the_whole_model_does_not_fit():
-    """ZeRO-3 without zero.Init: each card first holds the whole half-precision model, so a card
-    smaller than it does not fit however small the partitioned states are (qwen-72b-lora: 134.6
-    GiB of bf16 weights on 80 GiB cards); a card that holds it fits."""
-    r = load_profile("qwen-72b-lora")
+    """ZeRO-3 without zero.Init (``[deepspeed] zero3_init = false``): each card first holds the
+    whole half-precision model, so a card smaller than it does not fit however small the
+    partitioned states are (qwen-72b-lora: 134.6 GiB of bf16 weights on 80 GiB cards); a card
+    that holds it fits. With zero.Init (the default) the 80 GiB card fits."""
+    assert estimate(load_profile("qwen-72b-lora"), device_bytes=80 * (1 << 30)).fits is True
+    r = load_profile("qwen-72b-lora", ["deepspeed.zero3_init=false"])
     GiB = 1 << 30
     whole = estimate(r).inputs["params"] * 2
     small = estimate(r, device_bytes=80 * GiB)

@@ -17,7 +17,7 @@ def _table_keys() -> set[str]:
     table = table[: table.index("\n\n")]
     keys: set[str] = set()
     for line in table.splitlines()[2:]:
-        names = re.findall(r"`([a-z_.]+)`", line.split("|")[1])
+        names = re.findall(r"`([a-z0-9_.]+)`", line.split("|")[1])
         section = names[0].rpartition(".")[0]
         keys.add(names[0])
         keys.update(f"{section}.{n}" for n in names[1:])  # `lora.r` / `alpha` / `dropout`

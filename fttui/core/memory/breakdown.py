@@ -58,7 +58,7 @@ COMPONENTS: dict[str, str] = {
 HOST_COMPONENTS: dict[str, str] = {
     "process": "process baseline",
     "cuda_runtime": "CUDA runtime (host side)",
-    "model_load": "model load (host copy)",
+    "model_load": "model load (host copy, above the training peak)",
     "weights": "weights (CPU training)",
     "gradients": "gradients (CPU training)",
     "optimizer_states": "optimizer states (CPU training)",
@@ -103,6 +103,13 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     calibration: Calibration | None = None
     device_bytes: int | None = None
+    # the two phases of the host peak (host_peak_bytes is the larger): while the model is built
+    # or loaded, and while it trains
+    host_load_peak_bytes: int = 0
+    host_train_peak_bytes: int = 0
+    # per card while the model is built: the whole model a card holds before the engine shards
+    # it (the lowest rank's card when only it builds), with the CUDA context; 0 when none does
+    gpu_load_peak_bytes: int = 0
 
     @property
     def fits(self) -> bool | None:
@@ -114,6 +121,9 @@ class Estimate:
         return {
             "gpu_peak_bytes": list(self.gpu_peak_bytes),
             "host_peak_bytes": self.host_peak_bytes,
+            "host_load_peak_bytes": self.host_load_peak_bytes,
+            "host_train_peak_bytes": self.host_train_peak_bytes,
+            "gpu_load_peak_bytes": self.gpu_load_peak_bytes,
             "breakdown": dict(self.breakdown),
             "host_breakdown": dict(self.host_breakdown),
             "device_bytes": self.device_bytes,

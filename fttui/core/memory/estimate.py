@@ -85,28 +85,33 @@ def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
                  extra_head: float, alloc_on_act: float, notes: list[str]) -> float:
     """ZeRO-3 and FSDP: the gathered parameters of the peak's phase (counted under weights) and
     the NormHead copy join the activations in the working set, which the allocator fraction
-    applies to. Under
-    ZeRO-3 on a GPU every card first held the whole half-precision model (DeepSpeed moves the
-    module to the card before partitioning it; fttui builds the model without zero.Init); the
-    caching allocator keeps those blocks, and everything the card allocates afterwards reuses
-    them: the card's reserved memory is at least that copy (the unused rest counted under
-    allocator overhead). FSDP shards from the host, a random-init model too (fttui.worker.model).
-    Returns the bytes of that whole copy (0 when the card never holds it)."""
+    applies to. A card that holds the whole model while it is built (``w.whole``: a quantised
+    base under ZeRO-3 or FSDP; FSDP's random init on the lowest rank's card, where it is drawn)
+    keeps those blocks in the caching allocator, and everything it allocates afterwards reuses
+    them: its reserved memory is at least that copy (the unused rest counted under allocator
+    overhead, on the cards that hold it). Returns the bytes of that copy (0 when no card
+    holds it)."""
     # the phase activation_peak chose: a decoder layer's backward or the loss's
     gathered = w.gathered + (w.layer if w.layer and phase_extra == w.layer else w.loss)
     bd["weights"] += gathered
     bd["activations"] += extra_head
     working = bd["activations"] + gathered
     bd["allocator"] = alloc_on_act * working
-    if c.on_gpu and c.zero3:
-        floor = c.a.params * c.wb
+    if c.on_gpu and w.whole:
         inside = sum(bd[k] for k in ("weights", "gradients", "optimizer_states", "lora",
                                      "activations", "quantisation", "communication"))
-        bd["allocator"] += max(0.0, floor - inside)
-        notes.append(f"ZeRO-3: {min(inside, floor) / GIB:.1f} GiB of the "
-                     "card's allocations reuse the cached copy of the whole model")
-        return floor
+        notes.append(f"{'ZeRO-3' if c.zero3 else 'FSDP'}: {min(inside, w.whole) / GIB:.1f} GiB of the "
+                     + ("lowest rank's card" if w.rank0_only else "card") + "'s allocations reuse the "
+                     "cached copy of the whole model built there")
+        return w.whole
     return 0.0
+
+
+def _load_floor(bd: dict[str, float], whole: float) -> float:
+    """The allocator bytes a card that held the whole model (``whole``) keeps above its
+    training allocations."""
+    inside = sum(v for k, v in bd.items() if k not in ("allocator", "cuda_context"))
+    return max(0.0, whole - inside)
 
 
 def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) -> None:
@@ -168,17 +173,34 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     whole = 0.0
     if c.zero3 or c.fsdp:
         whole = _working_set(c, bd, w, phase_extra, extra_head, alloc_on_act, notes)
+    # the allocations the cached copy covers are the model's and the step's, not the
+    # communication buffers added with the framework below
+    floor = _load_floor(bd, whole) if whole else 0.0
     _framework(c, bd, calibration)
+    others = None  # the cards that never hold the whole model, when only the lowest rank's does
+    if whole and w.rank0_only:
+        others = dict(bd)
+    bd["allocator"] += floor
     if device_bytes and c.on_gpu:
         _cap_allocator(bd, device_bytes, whole)
+        if others is not None:
+            _cap_allocator(others, device_bytes)
         if whole > device_bytes:
-            notes.append(f"does not fit: the card first holds the whole model ({whole / GIB:.1f} GiB) "
-                         f"before {'DeepSpeed partitions' if c.zero3 else 'FSDP shards'} it, more than "
+            where = "the lowest rank's card" if w.rank0_only else "the card"
+            notes.append(f"does not fit: {where} first holds the "
+                         f"whole model ({whole / GIB:.1f} GiB) before "
+                         f"{'DeepSpeed partitions' if c.zero3 else 'FSDP shards'} it, more than "
                          f"{device_bytes / GIB:.1f} GiB")
     card = {k: int(round(v)) for k, v in bd.items()}
-    host_terms(c, bd, host_bd)
+    host_load = host_terms(c, bd, host_bd)
+    load_card = 0
     if c.on_gpu:
         gpu_peak = [int(sum(card.values()))] * c.s["gpus"]
+        if others is not None and c.s["gpus"] > 1:
+            gpu_peak[1:] = [int(round(sum(others.values())))] * (c.s["gpus"] - 1)
+            notes.append("per-card peaks differ: only the lowest rank's card builds the whole model "
+                         "(the breakdown is that card's)")
+        load_card = int(round(whole + bd["cuda_context"])) if whole else 0
     else:
         gpu_peak = []
         card = {k: 0 for k in card}
@@ -186,6 +208,9 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
     _final_notes(c, calibration, notes)
     return Estimate(inputs=_inputs(c, resolved), breakdown=card, gpu_peak_bytes=gpu_peak,
                     host_breakdown=host, host_peak_bytes=int(sum(host.values())),
+                    host_load_peak_bytes=int(round(host_load)),
+                    host_train_peak_bytes=int(round(sum(host_bd.values()) - host_bd["model_load"])),
+                    gpu_load_peak_bytes=load_card,
                     activation_per_token_bytes=(calibration.per_token_bytes if calibration
                                                 else per_tok * (1 + alloc_on_act)),
                     activation_attention_bytes=att_bytes, notes=notes, calibration=calibration,

@@ -13,37 +13,53 @@ from __future__ import annotations
 from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.memory.breakdown import CONSTANTS
 from fttui.core.memory.inputs import Setup
+from fttui.core.memory.sharding import zero3_init
 
 __all__ = ["host_terms"]
 
 
-def host_terms(c: Setup, bd: dict[str, float], host_bd: dict[str, float]) -> None:
-    """Fill ``host_bd`` (this node) from the setup and the finished per-card breakdown ``bd``."""
+def _load_copy(c: Setup) -> float:
+    """Host bytes (this node) that exist only while the model is built or loaded: the copy the
+    load holds before the engine takes the model. ZeRO-3 inside zero.Init: rank 0 reads the
+    checkpoint, a random init is drawn module by module into the partitions; FSDP: rank 0 alone
+    reads the checkpoint or draws the random weights (on the host, on its card when it has one),
+    the other ranks build on the meta device. Else every rank builds the whole model."""
     s, method, P = c.s, c.method, c.a.params
+    kbit = method in KBIT_METHODS
+    pretrained = s["init"] == "pretrained"
+    load_b = c.wb
+    if kbit and not pretrained:
+        load_b = {"bf16": 2, "fp16": 2}.get(c.precision, 4)  # a k-bit random init in the compute dtype
+    if c.deepspeed:
+        # the dtype the worker loads in under DeepSpeed (fp32 for fp16 full training), cast later
+        load_b = {"bf16": 2, "fp16": 4 if method == "full" else 2}.get(c.precision, 4)
+    if kbit and pretrained:
+        return min(P * 2, CONSTANTS["host_load_shard_bytes"]) * c.per_node
+    if zero3_init(c):
+        return P * load_b if pretrained else 0.0  # rank 0 reads the whole checkpoint
+    if c.fsdp and not kbit:
+        return P * c.wb  # rank 0 only
+    if not c.on_gpu:
+        return 0.0  # CPU training: the loaded weights are the trained ones (counted below)
+    if s["init"] == "random" and not c.kind.sharded and not kbit:
+        return 0.0  # random weights are drawn on the card (fttui.worker.model)
+    # from_pretrained (and the random init of k-bit methods and of DeepSpeed without zero.Init,
+    # drawn on the card and kept on the host, which the library moves, partitions or quantises)
+    # build the whole model on every rank's host memory
+    return P * load_b * c.per_node
+
+
+def host_terms(c: Setup, bd: dict[str, float], host_bd: dict[str, float]) -> float:
+    """Fill ``host_bd`` (this node) from the setup and the finished per-card breakdown ``bd``;
+    returns the host's load peak. The load peak (the process, the load's copy and what exists
+    while loading: ZeRO-3's parameter partitions, CPU ranks' weights built in place) and the
+    training peak are separate: ``model_load`` is what the load peak adds above the training
+    peak, so the breakdown sums to the larger of the two."""
     C = CONSTANTS
     procs = c.per_node
     host_bd["process"] = C["host_process_bytes"] * procs
     if c.on_gpu:
         host_bd["cuda_runtime"] = C["host_cuda_bytes"] * procs
-        offloaded = sum(v for k, v in host_bd.items() if k.startswith("offload_"))
-        if method in KBIT_METHODS and s["init"] == "pretrained":
-            host_bd["model_load"] = min(P * 2, C["host_load_shard_bytes"]) * procs
-        elif s["init"] == "random" and not c.kind.sharded and method not in KBIT_METHODS:
-            # random weights are drawn on the card (fttui.worker.model)
-            host_bd["model_load"] = 0
-        else:
-            # from_pretrained (and the random init of k-bit methods, DeepSpeed and FSDP, drawn on
-            # the card and kept on the host, which the library moves, partitions or quantises)
-            # build the whole model on the host; under DeepSpeed in the dtype the worker loads
-            # (fp32 for fp16 full training), cast later; a k-bit random init in the compute dtype
-            load_b = c.wb
-            if method in KBIT_METHODS and s["init"] == "random":
-                load_b = {"bf16": 2, "fp16": 2}.get(c.precision, 4)
-            if c.deepspeed:
-                load_b = {"bf16": 2, "fp16": 4 if method == "full" else 2}.get(c.precision, 4)
-            # offloaded states are built after the copy is gone: the host holds the larger
-            # (DeepSpeed's estimators: max(4 bytes x processes, 18 bytes) per parameter)
-            host_bd["model_load"] = max(0.0, P * load_b * procs - offloaded)
     else:
         # CPU training: each rank's "card" figures live in host memory
         for k in ("weights", "gradients", "optimizer_states", "lora", "activations",
@@ -52,3 +68,14 @@ def host_terms(c: Setup, bd: dict[str, float], host_bd: dict[str, float]) -> Non
         # no caching allocator on the host: glibc returns big blocks (fttui sets the mmap
         # threshold for CPU runs, fttui.core.run.launch), so no allocator overhead is added
         host_bd["activations"] += bd["quantisation"] * procs
+    # what exists during the load too: under zero.Init the parameter partitions are built as the
+    # model is (offloaded to the host, or on CPU ranks the weights themselves)
+    during = host_bd["process"] + host_bd["cuda_runtime"]
+    if zero3_init(c):
+        during += host_bd["offload_param_partitions"]
+    if not c.on_gpu and zero3_init(c):
+        during += host_bd["weights"]
+    load_peak = during + _load_copy(c)
+    train_peak = sum(v for k, v in host_bd.items() if k != "model_load")
+    host_bd["model_load"] = max(0.0, load_peak - train_peak)
+    return load_peak

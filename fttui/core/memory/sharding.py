@@ -14,22 +14,29 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.units import GIB
 from fttui.core.memory.inputs import DTYPE_BYTES, Setup
 from fttui.core.memory.linears import _native_linears
 from fttui.core.memory.states import _adapters, _optimizer_bytes_per_param
 
-__all__ = ["DEEPSPEED_DEFAULTS", "Working", "deepspeed_reference", "ds_buckets", "largest_layer_params",
+__all__ = ["DEEPSPEED_DEFAULTS", "Working", "deepspeed_owns_optimizer", "zero3_init", "deepspeed_reference", "ds_buckets",
+           "largest_layer_params",
            "sharded_states", "step_temporaries", "trainable_params"]
 
 
 class Working(NamedTuple):
     """The parameters a rank gathers in flight, by phase of the step (bytes): ``gathered`` in
     every phase (ZeRO-3); ``loss`` while the loss runs its backward and ``layer`` while a decoder
-    layer runs its backward (FSDP)."""
+    layer runs its backward (FSDP). ``whole``: the bytes of the whole model a card holds while the
+    model is built, before the engine shards it (0 when it never does: ZeRO-3 builds inside
+    zero.Init, FSDP ranks other than the lowest build on the meta device); ``rank0_only``: only
+    the lowest rank's card holds it (FSDP's random init, drawn on that card)."""
     gathered: float = 0.0
     loss: float = 0.0
     layer: float = 0.0
+    whole: float = 0.0
+    rank0_only: bool = False
 
 
 #: DeepSpeed settings the estimate assumes. The worker's config leaves the bucket sizes to the HF
@@ -103,12 +110,25 @@ def _offloads(c: Setup) -> tuple[bool, bool]:
     return True, True
 
 
+def deepspeed_owns_optimizer(c: Setup) -> bool:
+    """``[deepspeed] optimizer = "deepspeed"`` under a ZeRO sharding: DeepSpeed's own Adam steps
+    (fused on the card, in place; its CPU Adam when the states are offloaded)."""
+    return c.deepspeed and c.s["deepspeed"]["optimizer"] == "deepspeed"
+
+
+def zero3_init(c: Setup) -> bool:
+    """ZeRO-3 builds the model inside zero.Init (``[deepspeed] zero3_init``, default true), unless
+    the base is quantised (transformers builds no quantised model there)."""
+    return c.zero3 and c.method not in KBIT_METHODS and bool(c.s["deepspeed"]["zero3_init"])
+
+
 def step_temporaries(c: Setup) -> float:
     """The optimizer step's temporaries on a rank (torch AdamW foreach: about one tensor per
     parameter it steps): the rank's partition, in fp32 under DeepSpeed (its masters), in the
-    parameter dtype under FSDP; nothing on the card when the step runs on the host."""
+    parameter dtype under FSDP; nothing on the card when the step runs on the host or when
+    DeepSpeed's fused Adam steps in place."""
     off_o, _off_p = _offloads(c)
-    if off_o:
+    if off_o or deepspeed_owns_optimizer(c):
         return 0.0
     t = trainable_params(c) / c.world
     if c.deepspeed:
@@ -170,8 +190,10 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
         hb = DTYPE_BYTES[c.precision]
         # fp32 master partition (4) + the optimizer's states on it (Adam m and v: 8)
         ob = 4 + _opt_bytes(c.s["optimizer"], 4)
-        # the gradient partition in the half dtype + its fp32 copy for the step
-        gb = hb + 4
+        # the gradient partition in the half dtype + its fp32 copy for the step (torch AdamW);
+        # DeepSpeed's own Adam: the fp32 copy is made as the half partition is freed
+        ds_opt = deepspeed_owns_optimizer(c)
+        gb = max(hb, 4) if ds_opt else hb + 4
         if c.kind.stage == 2:
             # ZeRO-2: the half-precision parameters are replicated on every rank
             bd["weights"] = frozen + other_b
@@ -202,20 +224,35 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
             # pinned staging buffers for the parameter and gradient buckets (prefetch + reduce
             # buckets, about 4 x hidden^2 elements each, fp32)
             host_bd["offload_pinned_buffers"] = 2 * 4 * a.hidden * a.hidden * 4 * per_node
+        if ds_opt:
+            notes.append("optimizer: DeepSpeed's own Adam (the DeepSpeed config's optimizer section): "
+                         + ("its CPU Adam steps on the host" if off_o else
+                            "fused, stepping the fp32 partition in place (no per-parameter temporaries)"))
         notes.append(f"DeepSpeed {c.sharding} over {N} rank(s): per trainable parameter "
                      + (f"fp32 masters + optimizer states + fp32 gradients {ob + 4:.0f} B on the host"
                         if off_o else f"fp32 masters + optimizer states {ob:.0f} B and gradients "
                         f"{gb} B on the card") + ", partitioned")
-        if c.zero3 and c.on_gpu:
-            notes.append(f"ZeRO-3 without zero.Init: every card first holds the whole model in the half "
-                         f"dtype ({a.params * c.wb / GIB:.1f} GiB) before DeepSpeed partitions it; a "
-                         "smaller card fails while the engine starts")
+        whole = 0.0
+        if c.zero3 and quant:
+            # a quantised model is loaded whole on every card (no zero.Init for it) and
+            # partitioned by the engine
+            whole = frozen + train_b + quant
+            notes.append(f"ZeRO-3 with a quantised base: every card first loads the whole quantised model "
+                         f"({whole / GIB:.1f} GiB) before DeepSpeed partitions it (no zero.Init for it)")
+        elif c.zero3 and not zero3_init(c):
+            whole = a.params * c.wb
+            notes.append(f"ZeRO-3 without zero.Init ([deepspeed] zero3_init = false): every card first holds the "
+                         f"whole model in the half dtype ({whole / GIB:.1f} GiB) before DeepSpeed partitions it; "
+                         "a smaller card fails while the engine starts")
+        elif c.zero3:
+            notes.append("ZeRO-3 builds the model inside zero.Init: each module partitioned as it is built "
+                         "(from_pretrained: rank 0 reads the checkpoint on the host); no card holds the whole model")
         if c.method == "full":
             gpu, cpu = deepspeed_reference(c)
             notes.append(f"DeepSpeed's own estimator (model states, additional_buffer_factor 1.5, "
                          f"no zero.Init): {gpu / GIB:.1f} GiB per card, {cpu / GIB:.1f} GiB host "
                          "per node")
-        return Working(gathered=_zero3_gathered(c)) if c.zero3 else Working()
+        return Working(gathered=_zero3_gathered(c), whole=whole) if c.zero3 else Working()
     # FSDP, full shard: parameters, gradients and optimizer states partitioned over the ranks
     gp = c.wb if c.method == "full" else 4
     ob = _opt_bytes(c.s["optimizer"], gp)
@@ -234,4 +271,11 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
     notes.append(f"FSDP full shard over {N} rank(s): parameters, gradients and optimizer states "
                  "partitioned" + (", on the host" if off_p else "") + "; the root unit gathered "
                  "through the step, a layer and the next (prefetched) in a layer's backward")
-    return _fsdp_working(c)
+    w = _fsdp_working(c)
+    if quant:
+        # every rank loads the quantised model (accelerate broadcasts no 4-bit parameters)
+        return w._replace(whole=frozen + train_b + quant)
+    # RAM-efficient loading: the lowest rank reads the checkpoint or draws the random weights
+    # (on the host; fttui.worker.model), the others build on the meta device and receive their
+    # shards: no card holds the whole model (the host copy: fttui.core.memory.host)
+    return w

@@ -117,6 +117,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "offload_optimizer": Field("bool", True),
         "offload_params": Field("bool", True),
         "pin_memory": Field("bool", True),
+        # who owns the optimizer: "trainer" = the Trainer's train.optimizer (DeepSpeed swaps in its
+        # CPU Adam when the states are offloaded); "deepspeed" = the config's optimizer section,
+        # DeepSpeed's own Adam (fused on a GPU, stepping in place; CPU Adam under offload)
+        "optimizer": Field("str", "trainer", ("trainer", "deepspeed")),
+        # ZeRO-3: build the model inside zero.Init (each module partitioned as it is built; a
+        # pretrained checkpoint read by rank 0 only); false = every rank builds the whole model
+        # and DeepSpeed partitions it when the engine starts (what a script that loads the model
+        # before creating its TrainingArguments runs)
+        "zero3_init": Field("bool", True),
     },
     "devices": {
         "gpus": Field("int", 1, lo=0, hint="GPUs (one process each) per node; 0 = CPU"),

@@ -189,6 +189,8 @@ class DeepSpeedSettings(_Section):
     offload_optimizer: bool
     offload_params: bool
     pin_memory: bool
+    optimizer: str
+    zero3_init: bool
 
 
 #: the old name of :class:`DeepSpeedSettings`

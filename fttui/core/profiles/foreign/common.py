@@ -194,6 +194,12 @@ def deepspeed_sharding(m: Mapped, ref: str) -> None:
                       "stage 2 cannot offload parameters; use stage 3 or drop offload_param")
     offload = opt_host or param_host
     m.put("sharding", f"zero{stage}" + ("-offload" if offload else ""))
+    if isinstance(conf.get("optimizer"), dict) and conf["optimizer"]:
+        # the JSON's optimizer section: DeepSpeed builds the optimizer, not the Trainer
+        m.put("deepspeed.optimizer", "deepspeed")
+        m.notes.append(f"DeepSpeed config {path.name}: its optimizer section ({conf['optimizer'].get('type', '?')}) "
+                       "is kept: DeepSpeed's own Adam steps (deepspeed.optimizer = \"deepspeed\"; "
+                       "fttui writes AdamW with the Trainer's values)")
     if offload:
         m.put("deepspeed.offload_optimizer", opt_host)
         if stage == 3:

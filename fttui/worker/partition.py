@@ -1,0 +1,80 @@
+"""How a sharded run builds its model, so that no rank holds more of it than the sharding needs.
+
+- ZeRO-3 (``zero3``, ``zero3-offload``): the run's ``TrainingArguments``, and with them
+  transformers' DeepSpeed config, exist while the model is built (:func:`build_context`), so
+  transformers builds it inside DeepSpeed's ``zero.Init``, as it documents for ZeRO-3: each module
+  is partitioned over the ranks as soon as it is constructed. Random init (``from_config``) draws
+  each module's weights gathered, one module at a time; ``from_pretrained`` reads the checkpoint
+  on rank 0 only (the others map it on the meta device) and fills each module's partitions from
+  it. A quantised model (QLoRA under ZeRO-3) is built whole and partitioned by the engine:
+  transformers builds no quantised model inside ``zero.Init``.
+- FSDP (``fsdp``, ``fsdp-offload``): RAM-efficient loading. The lowest rank builds or reads the
+  model; the others build it on the meta device (parameters without storage, buffers real), and
+  accelerate (``cpu_ram_efficient_loading``, set by :func:`fttui.worker.sharding.fsdp_arguments`)
+  shards the empty model and broadcasts rank 0's weights into every rank's shards. QLoRA under
+  FSDP loads on every rank (accelerate broadcasts no 4-bit parameters).
+
+PEFT adapters go on top in both cases (:func:`fttui.worker.model.build_model`). Imports nothing
+heavy at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from fttui.core.base.constants import KBIT_METHODS
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
+
+from .errors import ConfigError
+from .model import META, WHOLE, ZERO_INIT
+
+__all__ = ["build_mode", "build_context", "ram_efficient_fsdp"]
+
+
+def ram_efficient_fsdp(profile: Profile | dict[str, Any]) -> bool:
+    """FSDP whose ranks other than the lowest build on the meta device (every method but the
+    quantised ones, whose 4-bit parameters accelerate does not broadcast)."""
+    prof = as_profile(profile)
+    return prof.sharding_kind().fsdp and prof.method not in KBIT_METHODS
+
+
+def build_mode(profile: Profile | dict[str, Any], rank: int) -> str:
+    """:data:`~.model.ZERO_INIT`, :data:`~.model.META` or :data:`~.model.WHOLE` for this rank."""
+    prof = as_profile(profile)
+    if prof.sharding_kind().zero3 and prof.method not in KBIT_METHODS and prof.deepspeed.zero3_init:
+        return ZERO_INIT
+    if ram_efficient_fsdp(prof) and rank != 0:
+        return META
+    return WHOLE
+
+
+@contextlib.contextmanager
+def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool,
+                  rank: int) -> Iterator[str]:
+    """The context the model is built in; yields its :func:`build_mode`. Under ZeRO-3 the run's
+    ``TrainingArguments`` are created first and kept alive until the build is over (transformers
+    holds its DeepSpeed config by a weak reference); the Trainer later creates its own."""
+    prof = as_profile(profile)
+    mode = build_mode(prof, rank)
+    if mode != ZERO_INIT:
+        yield mode
+        return
+    import deepspeed
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from .arguments import training_args
+
+    args = training_args(prof, run_dir, world, use_cuda)
+    # the process group first, as DeepSpeed's communication layer sees it: zero.Init checks its
+    # batch sizes against the world size it reads there (1 without a group)
+    _ = args.device
+    deepspeed.init_distributed()
+    if not is_deepspeed_zero3_enabled():
+        raise ConfigError(f"sharding {prof.sharding}: transformers does not see the ZeRO-3 config before the "
+                          "model is built (no zero.Init); refusing to build the whole model on every rank")
+    try:
+        yield mode
+    finally:
+        del args
