@@ -39,6 +39,7 @@ ENDED = {
     "BOOT_FAIL": "a node failed to boot",
     "DEADLINE": "the job reached its deadline",
     "OUT_OF_MEMORY": "the job went over its memory (Slurm's OOM)",
+    "REQUEUED": "the job was requeued: this attempt ended, the next one runs in a run of its own",
 }
 _SQUEUE_FMT = "%i|%T|%r|%S|%N|%l|%M"
 _SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,NodeList,Timelimit"
@@ -60,10 +61,12 @@ class JobState:
     elapsed: str | None = None
     exit_code: str | None = None
     source: str = "squeue"
+    #: an attempt of a requeued job that is over (the job itself goes on): never live
+    attempt_over: bool = False
 
     @property
     def live(self) -> bool:
-        return self.state in LIVE_STATES
+        return self.state in LIVE_STATES and not self.attempt_over
 
     def cause(self) -> str:
         """``TIMEOUT: the job reached its time limit (1:00)``: the end in words."""

@@ -138,3 +138,10 @@ def test_slurms_cause_in_the_verdicts():
     assert row["env"]["slurm"] == {"job_id": "2", "job_run": "x", "node_rank": 1, "node": "n2", "nodes": 2,
                                    "restart": 0, "state": "TIMEOUT", "source": "sacct -c"}
     assert row["env"]["hostname"] == "h"
+
+
+def test_an_earlier_attempt_of_a_requeued_job_is_over():
+    over = JobState("9", "REQUEUED", source="scontrol", attempt_over=True)
+    assert not over.live and JobState("9", "REQUEUED").live  # the job itself waits to run again
+    v = node_verdict(FinalStatus("cancelled", error="supervisor received SIGTERM"), over)
+    assert v.status == "cancelled" and v.error.startswith("Slurm: REQUEUED: the job was requeued")

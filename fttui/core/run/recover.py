@@ -196,6 +196,10 @@ def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
         if own is not None and not have_slurm() and not rd.is_slurm_job():
             return _store_settled(rd, own, None)
         return None
+    if job.live and own is not None and not rd.is_slurm_job():
+        from fttui.core.run.slurmend import requeued  # an earlier attempt of a requeued job is over
+
+        job = requeued(str(job.job_id), int((rd.slurm() or {}).get("restart") or 0)) or job
     if job.live or not _lock(rd):
         return None
     try:

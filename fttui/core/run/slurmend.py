@@ -18,12 +18,24 @@ from typing import Any
 from fttui.core.run.status import FinalStatus
 from fttui.monitor.slurm import JobState
 
-CANCELLED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"})
+CANCELLED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "REQUEUED"})
 LOST_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 #: a node's own verdicts that stand whatever ended the job afterwards
 OWN = frozenset({"completed", "failed", "oom"})
 #: the job's status from its nodes' (COMPLETED / FAILED jobs): the first found in this order
 WORST_FIRST = ("oom", "failed", "lost", "cancelled", "completed")
+
+
+def requeued(job_id: str, restart: int) -> JobState | None:
+    """A ``REQUEUED`` state for a node's run of an attempt before the job's current one
+    (``scontrol``'s ``Restarts``), else ``None`` (this attempt is the job's, or unknown)."""
+    from fttui.monitor.slurm import SlurmUnavailable, scontrol_job
+
+    try:
+        restarts = int(scontrol_job(job_id).get("Restarts", "0"))
+    except (SlurmUnavailable, ValueError):
+        return None
+    return JobState(str(job_id), "REQUEUED", source="scontrol", attempt_over=True) if restart < restarts else None
 
 
 def slurm_error(job: JobState) -> str:
