@@ -234,12 +234,14 @@ def _settle_job(rd: rundir.RunDir, job) -> FinalStatus | None:
     """The job directory's status, once every node's run of it has one."""
     from fttui.core.run.slurmend import job_verdict
 
-    from fttui.core.run.slurmjob import job_nodes
+    from fttui.core.run.slurmjob import job_nodes, restart_of
 
     nodes = job_nodes(rd)
     if any(r.status() is None for r in nodes):
         return None
-    status = replace(job_verdict(job, [str((r.status() or {}).get("status")) for r in nodes]), ended=time.time())
+    last = max((restart_of(r) for r in nodes), default=0)  # a requeued job's verdict is its last attempt's
+    statuses = [str((r.status() or {}).get("status")) for r in nodes if restart_of(r) == last]
+    status = replace(job_verdict(job, statuses), ended=time.time())
     rundir.write_json_atomic(rd.status_path, {**status.to_dict(), "slurm_state": job.state,
                                               "nodes": [r.run_id for r in nodes]})
     return status

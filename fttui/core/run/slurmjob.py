@@ -164,10 +164,11 @@ def job_nodes(rd: rundir.RunDir) -> list[rundir.RunDir]:
     root = rd.path.parent
     out = [rundir.RunDir(p) for p in root.glob(f"{rd.run_id}-*")
            if (p / "profile.json").exists() and re.fullmatch(r"(-r\d+)?-n\d+", p.name[len(rd.run_id):])]
-    return sorted(out, key=lambda r: (_restart(r), r.run_id))
+    return sorted(out, key=lambda r: (restart_of(r), r.run_id))
 
 
-def _restart(rd: rundir.RunDir) -> int:
+def restart_of(rd: rundir.RunDir) -> int:
+    """The attempt of a requeued job a node's run belongs to (0: the first)."""
     return int(((rd.command() or {}).get("slurm") or {}).get("restart") or 0)
 
 
@@ -193,5 +194,5 @@ def cancel(rd: rundir.RunDir) -> None:
         raise FttuiError(f"scancel {job}: {err[-1] if err else f'exit {proc.returncode}'}")
 
 
-__all__ = ["SubmitOptions", "submit", "prepare_job", "script_text", "job_profile", "check_options", "job_nodes",
+__all__ = ["SubmitOptions", "submit", "restart_of", "prepare_job", "script_text", "job_profile", "check_options", "job_nodes",
            "node0", "cancel", "KIND", "SCRIPT"]
