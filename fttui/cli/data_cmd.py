@@ -10,10 +10,11 @@ import json
 import sys
 from contextlib import contextmanager
 
+from fttui.cli.common import add_profile_args, resolve
 from fttui.core.base.fmt import rel_path
 
 
-def add_parser(sub, add_profile_args) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser(
         "data", help="your data's token lengths: percentiles, truncation, padding per batch",
         description="Tokenise the profile's data set with its tokenizer and template (cached by the "
@@ -24,6 +25,7 @@ def add_parser(sub, add_profile_args) -> None:
     p.add_argument("--batch-size", type=int, default=None, metavar="N",
                    help="padding figures at this batch size (default: the profile's)")
     p.add_argument("--json", action="store_true", help="the figures as JSON")
+    p.set_defaults(handler=cmd_data)
 
 
 @contextmanager
@@ -67,7 +69,7 @@ def render(stats, profile_name: str, source: str, tokenizer: str, cached: bool |
     return "\n".join(ln for ln in lines if ln) + "\n"
 
 
-def cmd_data(args, resolve) -> int:
+def cmd_data(args, resolve=resolve) -> int:
     from fttui.core.run.datalens import data_stats, tokenizer_spec
 
     profile = resolve(args)

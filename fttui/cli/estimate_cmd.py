@@ -9,6 +9,8 @@ import sys
 
 from fttui.core.base import shardings
 from fttui.core.base.errors import FttuiError
+from fttui.cli.common import add_profile_args, resolve
+from fttui.core.base.constants import PROBE_PARAMS
 
 
 def _size(text: str, flag: str) -> int:
@@ -87,7 +89,7 @@ def render_text(e, title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def cmd_estimate(args, resolve) -> int:
+def cmd_estimate(args, resolve=resolve) -> int:
     from fttui.core.memory import EstimateError, estimate, fmt_bytes, solve_max
 
     resolved = resolve(args)
@@ -126,3 +128,16 @@ def cmd_estimate(args, resolve) -> int:
     else:
         sys.stdout.write(render_text(e, resolved.get("name", "")))
     return 0
+
+
+def add_parser(sub) -> None:
+    """The subcommand ``estimate``: its arguments and handler."""
+    p = sub.add_parser("estimate", help="predict peak GPU memory per card and host memory, before launch")
+    add_profile_args(p)
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    p.add_argument("--max", choices=list(PROBE_PARAMS),
+                   help="the largest value that fits --gpu-memory")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="card size for --max / the fit check, e.g. 24GiB")
+    p.add_argument("--calibrate", action="store_true",
+                   help="fit the activation term to this profile's measured rows in the store")
+    p.set_defaults(handler=cmd_estimate)

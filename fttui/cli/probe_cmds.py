@@ -8,6 +8,8 @@ import sys
 
 from fttui.core.base import fmt
 from fttui.core.base.constants import EXIT_CANCELLED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from fttui.cli.common import add_profile_args, resolve
+from fttui.core.base.constants import PROBE_PARAMS
 
 
 def _raise_interrupt(_s, _f):
@@ -18,7 +20,7 @@ TRIAL_HEADERS = ["value", "result", "clean", "load", "gpu_mem_mb", "torch_reserv
                  "s_per_step", "samples_per_s"]
 
 
-def cmd_probe(args, resolve) -> int:
+def cmd_probe(args, resolve=resolve) -> int:
     from fttui.core.experiments.probe import Prober, parse_range, trial_cells
     from fttui.core.results.tables import to_markdown, to_text
 
@@ -69,7 +71,7 @@ def cmd_probe(args, resolve) -> int:
     return EXIT_OK if res.exact else EXIT_ERROR  # an inexact boundary is not an answer
 
 
-def cmd_sweep(args, resolve) -> int:
+def cmd_sweep(args, resolve=resolve) -> int:
     from fttui.core.experiments.sweep import Sweeper, parse_grid, render_matrix, render_rows
 
     resolved = resolve(args)
@@ -109,3 +111,25 @@ def cmd_sweep(args, resolve) -> int:
     else:
         print(text)
     return EXIT_CANCELLED if res.interrupted else EXIT_OK
+
+
+def add_parser(sub) -> None:
+    """The subcommands ``probe``, ``sweep``: their arguments and handler."""
+    p = sub.add_parser("probe", help="find the largest batch size / sequence length that fits")
+    add_profile_args(p)
+    p.add_argument("--param", choices=list(PROBE_PARAMS), default="batch_size",
+                   help="the setting to probe (default batch_size)")
+    p.add_argument("--range", default="1..1024", metavar="LO..HI", help="the values to search (default 1..1024)")
+    p.add_argument("--steps", type=int, default=2, help="training steps per trial (default 2)")
+    p.add_argument("--start", type=int, default=None, help="first value to try (default LO)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--markdown", action="store_true", help="print the trial table as Markdown")
+    p.set_defaults(handler=cmd_probe)
+    p = sub.add_parser("sweep", help="run a grid of settings and render a reference-style table")
+    add_profile_args(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="a dimension of the grid, e.g. batch_size=1,2,4; repeatable")
+    p.add_argument("--steps", type=int, default=10, help="training steps per cell (default 10)")
+    p.add_argument("--out", help="also write the Markdown table to this file")
+    p.add_argument("--json", action="store_true", help="print the cells (settings, status, run id, row) as JSON instead")
+    p.set_defaults(handler=cmd_sweep)

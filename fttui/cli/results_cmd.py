@@ -7,9 +7,10 @@ import os
 import sys
 
 from fttui.core.base.errors import FttuiError
+from fttui.cli.common import is_tty
 
 
-def cmd_results(args, is_tty) -> int:
+def cmd_results(args, is_tty=is_tty) -> int:
     from fttui.core.results import tables
     from fttui.core.results.store import Store
     from fttui.core.run.recover import recover_all
@@ -77,3 +78,21 @@ def _results_import(args) -> int:
         print(f"conflict: {rid} is stored with other figures ({', '.join(cols[:6])}"
               f"{' ...' if len(cols) > 6 else ''}); kept the stored row", file=sys.stderr)
     return 1 if rep.conflicts else 0
+
+
+def add_parser(sub) -> None:
+    """The subcommand ``results``: its arguments and handler."""
+    p = sub.add_parser("results", help="the stored summary rows; export them, import other machines' rows",
+                       description="Show the stored summary rows (default), `export` them as JSON lines "
+                                   "(every column and the environment), or `import` such files from other "
+                                   "machines (idempotent by run id; conflicts are reported, never overwritten).")
+    p.add_argument("action", nargs="?", choices=["show", "export", "import"], default="show",
+                   help="show (default), export or import")
+    p.add_argument("files", nargs="*", metavar="FILE", help="import: export files to read")
+    p.add_argument("--out", metavar="FILE", help="export: write here instead of stdout")
+    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table",
+                   help="show: a table (default), Markdown, CSV or JSON (every column)")
+    p.add_argument("--kind", choices=["run", "probe", "sweep", "command", "watch", "all"], default="all",
+                   help="only rows of this kind: runs, probe trials, sweep cells (default all)")
+    p.add_argument("--limit", type=int, default=0, help="only the latest N rows")
+    p.set_defaults(handler=cmd_results)

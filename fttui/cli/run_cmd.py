@@ -11,10 +11,13 @@ continuing from RUN's last checkpoint (:mod:`fttui.core.run.resume`); it takes n
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Callable
 
+from fttui.cli.common import add_profile_args, is_tty
+from fttui.cli.common import resolve as resolve_profile
 from fttui.core.base.errors import FttuiError
 
 
@@ -92,7 +95,7 @@ def run_node(args, resolve: Callable) -> int | None:
     return 1  # not reached
 
 
-def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
+def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = is_tty) -> int:
     from fttui.core.run import launch
 
     node = run_node(args, resolve)
@@ -107,7 +110,7 @@ def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
         resolved = command_profile(command, name=args.name, cwd=os.getcwd(),
                                    host_memory=getattr(args, "host_memory_limit", None) or "")
     else:
-        resolved = resume.profile if resume else resolve(args)
+        resolved = resume.profile if resume else (resolve or resolve_profile)(args)
     as_json = bool(getattr(args, "json", False))
     app = (not args.headless and not args.detach and not as_json and is_tty()
            and os.environ.get("FTTUI_NO_APP") != "1")
@@ -141,3 +144,26 @@ def cmd_run(args, resolve: Callable, is_tty: Callable[[], bool]) -> int:
 
         return follow_as_json(rd, lambda: watch_run(rd, rich_live=False))
     return watch_run(rd, rich_live=False if args.headless else is_tty())
+
+
+def add_parser(sub) -> None:
+    """The subcommand ``run``: its arguments and handler."""
+    p = sub.add_parser("run", help="launch a profile, or any command (fttui run -- CMD ARGS...), and watch it",
+                       description="Launch a profile (--profile, --from) or any training command given after "
+                                   "`--` (plain python, torchrun, accelerate launch, deepspeed), supervise it "
+                                   "and record its summary row. A command runs in the current folder; a "
+                                   "Hugging Face Trainer in it reports its steps through fttui's callback "
+                                   "(docs/commands.md).")
+    add_profile_args(p)
+    p.add_argument("--resume", metavar="RUN",
+                   help="continue RUN (a run id or unique prefix) from its last checkpoint, as a new run "
+                        "with the same profile")
+    p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
+    p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
+    p.add_argument("--name", help="with a command: the run's name (default: the script's name)")
+    p.add_argument("--job", metavar="RUN", help="inside srun: this node's part of the Slurm job RUN (fttui submit)")
+    p.add_argument("--json", action="store_true",
+                   help="no app; progress on stderr, then the run (status and summary row) as JSON on stdout")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command to run and supervise instead of a profile")
+    p.set_defaults(handler=cmd_run)

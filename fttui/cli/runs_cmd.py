@@ -7,6 +7,7 @@ import os
 import sys
 
 from fttui.core.base.errors import FttuiError
+from fttui.cli.common import is_tty
 
 
 def cmd_ls(args) -> int:
@@ -79,7 +80,7 @@ def cmd_cancel(args) -> int:
     return 0 if st else 1
 
 
-def cmd_attach(args, is_tty) -> int:
+def cmd_attach(args, is_tty=is_tty) -> int:
     rd = _find_run(args.run)
     as_json = bool(getattr(args, "json", False))
     if rd.is_slurm_job():
@@ -104,3 +105,20 @@ def cmd_attach(args, is_tty) -> int:
 
         return follow_as_json(rd, lambda: watch_run(rd, rich_live=False, cancel_on_interrupt=False))
     return watch_run(rd, rich_live=False, cancel_on_interrupt=False)
+
+
+def add_parser(sub) -> None:
+    """The subcommands ``ls``, ``cancel``, ``attach``: their arguments and handler."""
+    p = sub.add_parser("ls", help="list run directories (live ones marked *) with step, ETA and start time")
+    p.add_argument("--json", action="store_true", help="the runs as JSON (step, total, ETA in s, start time)")
+    p.set_defaults(handler=cmd_ls)
+    p = sub.add_parser("cancel", help="stop a live run and everything it started")
+    p.add_argument("run", nargs="?", help="run id or prefix (default: the latest live run)")
+    p.add_argument("--json", action="store_true", help="print the stopped run (status and row) as JSON")
+    p.set_defaults(handler=cmd_cancel)
+    p = sub.add_parser("attach", help="open the run screen of a live or finished run")
+    p.add_argument("run", nargs="?", help="run id, prefix or run directory (default: latest live run)")
+    p.add_argument("--headless", action="store_true", help="plain progress lines, no app")
+    p.add_argument("--json", action="store_true",
+                   help="no app; progress on stderr, then the run (status and row) as JSON on stdout")
+    p.set_defaults(handler=cmd_attach)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from fttui.cli.common import add_profile_args, resolve
 
-def register(sub, add_profile_args: Callable) -> None:
-    """The subcommand's arguments."""
+
+def add_parser(sub) -> None:
+    """The subcommand's arguments and handler."""
     p = sub.add_parser("submit", help="run a profile as one Slurm job over several nodes (sbatch)",
                        description="Write an sbatch script that runs `fttui run` on every node of the allocation "
                                    "(srun, one task per node: each node reads its rank, the first node's address "
@@ -29,9 +31,10 @@ def register(sub, add_profile_args: Callable) -> None:
                    help="another sbatch option, one per flag (e.g. --sbatch-arg=--qos=high); repeatable")
     p.add_argument("--dry-run", action="store_true", help="print the batch script; submit and write nothing")
     p.add_argument("--json", action="store_true", help="print the job id, run id and directory as JSON")
+    p.set_defaults(handler=cmd_submit)
 
 
-def cmd_submit(args, resolve: Callable) -> int:
+def cmd_submit(args, resolve: Callable = resolve) -> int:
     from fttui.core.run import slurmjob
 
     opts = slurmjob.SubmitOptions(nodes=args.nodes, gpus_per_node=args.gpus_per_node, partition=args.partition,

@@ -8,6 +8,7 @@ import sys
 import time
 
 from fttui.core.base import fmt
+from fttui.cli.common import is_tty
 
 
 def resources_line(snap, pid: int) -> str:
@@ -64,7 +65,7 @@ def _follow(rd, pid: int, every: float = 5.0) -> int:
     return 0 if st else 1
 
 
-def cmd_watch(args, is_tty) -> int:
+def cmd_watch(args, is_tty=is_tty) -> int:
     from fttui.core.run.pidwatch import start_watch
 
     rd = start_watch(args.pid, args.name, args.record)  # FttuiError (exit 2) before anything is written
@@ -76,3 +77,18 @@ def cmd_watch(args, is_tty) -> int:
 
         return run_app(attach=str(rd.path))
     return _follow(rd, args.pid)
+
+
+def add_parser(sub) -> None:
+    """The subcommand ``watch``: its arguments and handler."""
+    p = sub.add_parser("watch", help="the resource panels of a process fttui did not start",
+                       description="Watch a running process fttui did not start (yours): its process tree's "
+                                   "host memory and CPU and the cards it uses, in the app or as plain lines, "
+                                   "until it ends or Ctrl-C (which never touches the process). A summary row "
+                                   "only with --record.")
+    p.add_argument("--pid", type=int, required=True, help="the process to watch (its children are watched too)")
+    p.add_argument("--name", help="a name for the watch (default pid-PID-PROGRAM)")
+    p.add_argument("--record", action="store_true", help="save a summary row (kind watch) when the watch ends")
+    p.add_argument("--headless", action="store_true", help="plain lines, no app")
+    p.add_argument("--detach", action="store_true", help="start the watch in the background and print its id")
+    p.set_defaults(handler=cmd_watch)

@@ -137,3 +137,21 @@ def test_run_attach_and_cancel_json(fttui_home):
     assert again["row"]["run_id"] == doc["run_id"] and again["status"]["status"] == "completed"
     cancel = run_fttui("cancel", doc["run_id"], "--json", env=env)
     assert cancel.returncode == 2 and "is not live" in cancel.stderr
+
+
+def test_each_subcommand_owns_its_arguments_and_handler():
+    """Every subcommand's parser and handler live in its own module (issue 21): main.py builds the
+    root parser and dispatches, and passes nothing back into the command modules."""
+    import argparse
+    import inspect
+
+    from fttui.cli import main as cli_main
+
+    ap = build_parser()
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        handler = p.get_default("handler")
+        assert callable(handler), name
+        assert handler.__module__ != cli_main.__name__, name
+    text = inspect.getsource(cli_main)
+    assert "_resolve" not in text and text.count("sub.add_parser") == 0
