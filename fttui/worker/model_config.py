@@ -95,11 +95,19 @@ def quant_config(method: str, resolved: Any):
     if method == "lora-int8":
         return BitsAndBytesConfig(load_in_8bit=True)
     prof = as_profile(resolved)
+    kwargs = {}
+    kind = prof.sharding_kind()
+    if kind.zero3 or kind.fsdp:
+        # QLoRA under ZeRO-3 / FSDP: the packed 4-bit weights stored in the compute dtype, so that
+        # the engine can shard them as float tensors (PEFT's and accelerate's QLoRA + FSDP /
+        # DeepSpeed guides); uint8 storage would be left whole on every rank
+        kwargs["bnb_4bit_quant_storage"] = compute_dtype(prof.train.precision)
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=prof.quant.type,
         bnb_4bit_use_double_quant=prof.quant.double_quant,
         bnb_4bit_compute_dtype=compute_dtype(prof.train.precision),
+        **kwargs,
     )
 
 

@@ -168,8 +168,8 @@ def test_unsupported_sharding_is_one_line():
         estimate(r)
     msg = str(ei.value)
     assert "\n" not in msg and "'zero4'" in msg and "zero2-offload" in msg and "fsdp" in msg
-    r["sharding"], r["method"] = "zero3", "qlora"
-    with pytest.raises(EstimateError, match="qlora cannot run with sharding zero3.*runs with none, zero2"):
+    r["sharding"], r["method"] = "zero3", "lora-int8"
+    with pytest.raises(EstimateError, match="lora-int8 cannot run with sharding zero3.*runs with none, zero2"):
         estimate(r)
     r["method"], r["sharding"] = "full-zero3-offload", "zero2"
     with pytest.raises(EstimateError, match="method full"):
@@ -376,3 +376,16 @@ def test_zero3_card_smaller_than_the_whole_model_does_not_fit():
     assert any("does not fit: the card first holds the whole model" in n for n in small.notes)
     big = estimate(r, device_bytes=192 * GiB)
     assert big.fits is True and not any("does not fit" in n for n in big.notes)
+
+
+def test_qlora_under_zero3_and_fsdp_loads_the_quantised_model_whole_on_every_card():
+    """QLoRA under ZeRO-3 / FSDP (4-bit weights stored in the compute dtype so the engine shards
+    them): every rank loads the whole quantised model on its card before the engine shards it (no
+    zero.Init and no RAM-efficient loading for 4-bit weights), then holds its share of it."""
+    for sharding in ("zero3", "fsdp"):
+        plain = estimate(load_profile("qwen-72b-qlora", ["gpus=2"]))
+        e = estimate(load_profile("qwen-72b-qlora", ["gpus=2", f"sharding={sharding}"]))
+        quant = plain.breakdown["weights"] + plain.breakdown["quantisation"]
+        assert e.gpu_load_peak_bytes >= 0.8 * quant  # the whole quantised model, loaded
+        assert e.breakdown["weights"] < plain.breakdown["weights"]  # then its half of it
+        assert any("quantised" in n for n in e.notes)

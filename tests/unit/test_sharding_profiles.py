@@ -83,10 +83,10 @@ def test_set_sharding_and_bad_values():
         load_profile("tiny-full", ["sharding=zero4"])
     assert ei.value.key == "sharding" and "zero3" in str(ei.value)
     # through the CLI: one line, exit 2
-    proc = run_fttui("run", "--profile", "tiny-qlora", "--headless", "--set", "sharding=fsdp")
+    proc = run_fttui("run", "--profile", "tiny-lora-int8", "--headless", "--set", "sharding=fsdp")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert "method qlora cannot run with sharding fsdp" in line and "none, zero2, zero2-offload" in line
+    assert "method lora-int8 cannot run with sharding fsdp" in line and "none, zero2, zero2-offload" in line
 
 
 def test_zero3_section_is_the_old_name_of_deepspeed(tmp_path):

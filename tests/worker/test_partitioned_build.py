@@ -79,3 +79,29 @@ def test_zero3_and_fsdp_build_partitioned_and_train_like_ddp(tmp_path, tiny_fold
         # ZeRO-3 steps the same torch AdamW on the same averaged gradients: equal weights
         assert torch.allclose(z3[k].float(), ddp[k].float(), atol=1e-6), k
         assert torch.allclose(fsdp[k].float(), ddp[k].float(), atol=1e-6), (k, float((fsdp[k] - ddp[k]).abs().max()))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.xdist_group("deepspeed")
+@pytest.mark.parametrize("sharding", ["fsdp", "zero3"])
+def test_qlora_is_sharded_when_its_4bit_weights_are_stored_in_the_compute_dtype(tmp_path, sharding):
+    """QLoRA under FSDP and ZeRO-3 (bnb_4bit_quant_storage = the compute dtype): two CPU ranks
+    (bitsandbytes' CPU 4-bit) each hold half of the parameters and train."""
+    prof = make_profile(**{"method": "qlora", "sharding": sharding, "train.max_steps": 2, "data.num_samples": 16,
+                           "devices.cpu_processes": 2})
+    rd = write_run_dir(tmp_path, prof, sharding)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+           "-m", "fttui.worker.train", "--run-dir", str(rd)]
+    res = subprocess.run(cmd, cwd=str(REPO), env=worker_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    events = read_events(rd)
+    starts = [e for e in events if e["event"] == "start"]
+    assert sorted(e["rank"] for e in starts) == [0, 1]
+    for e in starts:
+        s = e["sharding"]
+        assert s["ran"] == sharding and e["build"] == "whole"  # every rank loads the quantised model
+        assert s["params_local"] == pytest.approx(s["params"] / 2, rel=0.02)
+        quant = e["structure"]["quant"]
+        assert (quant["bits"], quant["storage_dtype"], quant["compute_dtype"]) == (4, "float32", "float32")
+    assert [e["event"] for e in events].count("end") == 2

@@ -23,11 +23,12 @@ DDP, DEEPSPEED, FSDP = "ddp", "deepspeed", "fsdp"
 # The methods each kind runs (docs/launchers.md, "Which method with which sharding"). ZeRO-2
 # partitions only what trains (gradients, optimizer states), so the frozen, quantised base of
 # qlora / lora-int8 is left as it is. ZeRO-3 and FSDP shard the parameters themselves: the
-# libraries do that for 4-bit weights only when they are stored in a float dtype
-# (bnb_4bit_quant_storage) and, under ZeRO-3, loaded inside zero.Init, which fttui's loader does
-# not do; 8-bit weights cannot be sharded at all.
+# libraries do that for 4-bit weights when they are stored in a float dtype
+# (bnb_4bit_quant_storage, which the worker sets to the compute dtype; fttui.worker.model_config),
+# so qlora runs there (not with ZeRO-3's parameter offload); 8-bit weights cannot be sharded.
 _EVERY_METHOD = ("full", "lora", "lora-emb", "qlora", "lora-int8")
 _UNQUANTISED = ("full", "lora", "lora-emb")
+_FOUR_BIT = (*_UNQUANTISED, "qlora")
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,14 @@ class Sharding:
 
 
 _ZERO = dict(family=DEEPSPEED, launchers=("deepspeed", "torchrun"), extra="zero3", packages=("deepspeed",))
-_FSDP = dict(family=FSDP, launchers=("torchrun", "accelerate"), methods=_UNQUANTISED)
+_FSDP = dict(family=FSDP, launchers=("torchrun", "accelerate"), methods=_FOUR_BIT)
 
 #: every kind, in the order the views list them; the first is the default (no sharding)
 KINDS: dict[str, Sharding] = {k.name: k for k in (
     Sharding("none", DDP),
     Sharding("zero2", stage=2, label="ZeRO-2", **_ZERO),
     Sharding("zero2-offload", stage=2, offload=True, label="ZeRO-2 offload", **_ZERO),
-    Sharding("zero3", stage=3, methods=_UNQUANTISED, label="ZeRO-3", **_ZERO),
+    Sharding("zero3", stage=3, methods=_FOUR_BIT, label="ZeRO-3", **_ZERO),
     Sharding("zero3-offload", stage=3, offload=True, methods=_UNQUANTISED, label="ZeRO-3 offload",
              legacy_method="full-zero3-offload", **_ZERO),
     Sharding("fsdp", label="FSDP", **_FSDP),

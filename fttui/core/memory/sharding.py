@@ -274,6 +274,8 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
     w = _fsdp_working(c)
     if quant:
         # every rank loads the quantised model (accelerate broadcasts no 4-bit parameters)
+        notes.append(f"FSDP with a quantised base (4-bit weights stored in the compute dtype): every card first "
+                     f"loads the whole quantised model ({(frozen + train_b + quant) / GIB:.1f} GiB), then keeps its shard")
         return w._replace(whole=frozen + train_b + quant)
     # RAM-efficient loading: the lowest rank reads the checkpoint or draws the random weights
     # (on the host; fttui.worker.model), the others build on the meta device and receive their

@@ -109,8 +109,9 @@ def _sharding(m: Mapped) -> None:
     m.put("sharding", "fsdp-offload" if offload else "fsdp")
     m.put("devices.launcher", "torchrun")
     if m.data.get("method") == "qlora":
-        m.notes.append("QLoRA under FSDP (4-bit weights stored in bf16 so that FSDP can shard them, axolotl's "
-                       "qlora-fsdp setups) is not supported by fttui yet: the profile is refused until it is")
+        m.notes.append("QLoRA under FSDP: fttui stores the 4-bit weights in the compute dtype "
+                       "(bnb_4bit_quant_storage) so that FSDP shards them, as axolotl's qlora-fsdp setups do; "
+                       "every rank loads the quantised model (no RAM-efficient loading of 4-bit weights)")
     m.notes.append("FSDP: fttui wraps every decoder layer (FSDP2 through accelerate)"
                    + (f"; fsdp_version {version}" if version else ""))
 
