@@ -279,7 +279,7 @@ def _follow_plain(f: RunFollower) -> None:
             print(warning, flush=True)
         if snap.stalled != stalled:
             stalled = snap.stalled
-            print("STALLED: no training step for longer than the stall timeout (the process is alive)"
+            print(f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
                   if stalled else "resumed: training steps again", flush=True)
         if f.done or f.lost():
             print(status_line(snap).text, flush=True)

@@ -66,3 +66,105 @@ def test_a_secret_at_every_place_reaches_no_file_and_no_output(tmp_path, fttui_h
             assert needle not in text, f"{needle} in the output: {text[-2000:]}"
     row = json.loads(run_fttui("results", "--json", check=True).stdout)
     assert {r["status"] for r in row} >= {"failed"}
+
+
+def _detach_command(tmp_path, home, **env) -> Path:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    proc = run_fttui("run", "--detach", "--", sys.executable, str(SCRIPT), cwd=work, env=fttui_env(**env))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return home / "runs" / proc.stdout.strip().splitlines()[-1]
+
+
+def _events(run_dir: Path, name: str) -> list[dict]:
+    from fttui.core.run.events import read_jsonl
+
+    return [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") == name]
+
+
+def test_a_hung_step_is_stalled_by_default_from_the_runs_own_step_time(tmp_path, fttui_home):
+    """No stall timeout set: a step that never returns is flagged after max(floor, 10 usual
+    steps) (the floor lowered to 2 s for the test) and said in words in the views and the row."""
+    run_dir = _detach_command(tmp_path, fttui_home, MODE="steps", FTTUI_STALL_FLOOR="2")
+    stalled = wait_for(lambda: _events(run_dir, "stalled"), timeout=120, what="the stalled event")[0]
+    assert stalled["message"].startswith("no step for ") and "(usual step 0." in stalled["message"]
+    from fttui.core.run.state import RunState
+    from fttui.core.run.status import status_line
+
+    state = RunState()
+    for e in _events(run_dir, "step") + _events(run_dir, "stalled"):
+        state.apply(e)
+    assert status_line(state.snapshot()).text.startswith("RUNNING, STALLED: no step for ")
+    run_fttui("cancel", run_dir.name, check=True)
+    row = json.loads(run_fttui("results", "--json", check=True).stdout)[0]
+    assert row["stalled"] == 1 and "stalled: no step for " in row["error"], row["error"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("how", ["ends", "cancel"])
+def test_a_setsid_daemon_dies_with_the_run(tmp_path, fttui_home, how):
+    """The script double-forks a daemon in a session of its own: it leaves the run's process
+    group, not its tree (the supervisor is the child subreaper); the run's end or a cancel ends it."""
+    pid_file = tmp_path / "daemon.pid"
+    run_dir = _detach_command(tmp_path, fttui_home, MODE="daemon", DAEMON_PID=str(pid_file),
+                              HOLD="1" if how == "cancel" else "0")
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), timeout=120, what="the daemon"))
+    try:
+        train_pgid = json.loads((run_dir / "supervisor.json").read_text())["train_pgid"]
+        assert os.getpgid(pid) != train_pgid  # out of the run's process group
+        if how == "cancel":
+            run_fttui("cancel", run_dir.name, check=True)
+        wait_for(lambda: (run_dir / "status.json").exists(), timeout=120, what="the run's end")
+        wait_for(lambda: not _alive(pid), timeout=30, what="the daemon to end with the run")
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)
+    status = json.loads((run_dir / "status.json").read_text())["status"]
+    assert status == ("cancelled" if how == "cancel" else "completed")
+
+
+@pytest.fixture
+def small_runs_disk(fttui_home):
+    """``runs/`` on a 3 MiB tmpfs (root and mount needed; else the test is skipped: the unit
+    test of the log writer's pump covers a fault-injected writer)."""
+    runs = fttui_home / "runs"
+    runs.mkdir(parents=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", str(runs)], check=True,
+                       capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"cannot mount a tmpfs here: {e}")
+    yield runs
+    subprocess.run(["umount", "-l", str(runs)], capture_output=True, timeout=30)
+
+
+def test_disk_full_ends_the_run_failed_naming_the_file(tmp_path, fttui_home, small_runs_disk):
+    """The run directory's disk fills up with the command's output: the run ends ``failed``,
+    'disk full writing train.log', within 10 s of the first failed write, its row stored; the
+    command never blocked (it wrote all its output and its marker file); no process is left."""
+    done = tmp_path / "done"
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run_fttui("run", "--headless", "--", sys.executable, str(SCRIPT), cwd=work, timeout=180,
+                     env=fttui_env(MODE="flood", FLOOD_MB="6", DONE_FILE=str(done), FTTUI_KILL_GRACE="4"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_dir = only_run_dir(fttui_home)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed" and status["error"] == "disk full writing train.log", status
+    first_failed = _events(run_dir, "fault")[0]["failed_t"]  # the log writer's first failed write
+    assert done.exists(), "the command blocked on its output"
+    rows = json.loads(run_fttui("results", "--json", check=True).stdout)
+    assert [(r["status"], r["error"]) for r in rows] == [("failed", "disk full writing train.log")]
+    assert "disk full writing train.log" in proc.stdout + proc.stderr
+    assert status["ended"] - first_failed < 10
+    from tests.helpers import processes_mentioning
+
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=30, what="no process left")

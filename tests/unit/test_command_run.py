@@ -209,3 +209,46 @@ def test_hook_failure_is_swallowed_and_logged(tmp_path):
     assert "fttui's Trainer hook failed" in proc.stderr
     assert "Traceback" in (run_dir / "integration.log").read_text()
     assert not (run_dir / "events.jsonl").exists()
+
+
+# issue 28, item 1: a full disk never blocks the training --------------------------------------
+
+class _FullDisk:
+    """A log file on a disk that fills up after ``room`` bytes."""
+
+    def __init__(self, room: int) -> None:
+        self.room, self.written = room, 0
+
+    def write(self, data: bytes) -> int:
+        import errno
+
+        if self.written + len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.written += len(data)
+        return len(data)
+
+
+def test_full_disk_log_is_reported_once_and_the_output_still_drained(tmp_path):
+    """The command writes 16 MB through its pipe; the log takes 4 KiB, then every write fails:
+    the pump reports 'disk full writing train.log' once and drains the rest, so the command
+    finishes (before the fix the pump stopped and the command blocked on its full pipe)."""
+    import subprocess
+    import threading
+
+    from fttui.core.base.redact import Redactor
+    from fttui.core.run.logtee import Reporter, _pump
+
+    r, w = os.pipe()
+    report = Reporter(w)
+    child = subprocess.Popen([sys.executable, "-c", "import os\nfor _ in range(16384): os.write(1, b'z' * 1023 + b'\\n')"],
+                             stdout=subprocess.PIPE)
+    pump = threading.Thread(target=_pump, args=(child.stdout, _FullDisk(4096), Redactor({}), None, report),
+                            daemon=True)
+    pump.start()
+    assert child.wait(timeout=120) == 0  # never blocked on its output
+    pump.join(timeout=60)
+    assert not pump.is_alive()
+    os.close(w)
+    lines = os.read(r, 65536).decode().splitlines()
+    os.close(r)
+    assert len(lines) == 1 and '"disk full writing train.log"' in lines[0], lines

@@ -117,3 +117,39 @@ def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_hom
         assert recover(rd).status == "cancelled"
     finally:
         child.kill()
+
+
+# issue 28, item 4: cancel signals only the process group fttui started -------------------------
+
+def test_cancel_never_signals_a_group_whose_leader_is_another_process(tmp_path):
+    """supervisor.json names a live process group whose leader started at another time (a reused
+    pid, or another boot): cancel leaves it alone; with the leader's own start time it is signalled."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from fttui.core.run import guard
+    from fttui.core.run.rundir import RunDir
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        rd = RunDir(tmp_path / "run")
+        rd.path.mkdir()
+        real = guard.identity(other.pid)
+        for recorded in ({**real, "start_ticks": real["start_ticks"] - 7}, {**real, "boot_id": "another-boot"}):
+            rd.supervisor_path.write_text(json.dumps({"pid": 999999999, "create_time": 1.0, "train_pgid": other.pid,
+                                                      "train_id": recorded}))
+            assert not rd.training_alive()
+            rd.request_cancel()
+            assert rd.signal_training(signal.SIGTERM) is False
+            assert other.poll() is None, "an unrelated process group was signalled"
+        rd.supervisor_path.write_text(json.dumps({"pid": 999999999, "create_time": 1.0, "train_pgid": other.pid,
+                                                  "train_id": real}))
+        assert rd.training_alive()
+        rd.request_cancel()
+        assert other.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()

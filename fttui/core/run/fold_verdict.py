@@ -26,7 +26,7 @@ class VerdictFold:
         self.returncode: int | None = None
         self.signal: int | None = None
         self.started_t: float | None = None
-        self.stalled = False
+        self.stalled = ""  # the stall's message while stalled (fttui.core.run.guard.stall_message)
         self.phases = PhaseFold()
         self.eval: tuple[int, float] | None = None  # (step, loss) of the latest evaluation
         self.checkpoint_step: int | None = None
@@ -89,7 +89,8 @@ class VerdictFold:
             message=(final.error if final else None) or err.get("message"),
             oom_kind=(final.oom_kind if final else None) or err.get("oom_kind"),
             eval_loss=self.eval[1] if self.eval else None, eval_step=self.eval[0] if self.eval else None,
-            checkpoint_step=self.checkpoint_step, started_t=self.started_t, stalled=self.stalled,
+            checkpoint_step=self.checkpoint_step, started_t=self.started_t,
+            stalled=bool(self.stalled), stall_message=self.stalled or None,
             phase=phase, phase_since=phase_since, startup_ended_t=self.phases.ended_t,
             phase_history=tuple(self.phases.history),
         )

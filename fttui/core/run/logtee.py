@@ -16,7 +16,9 @@ A command run (``fttui run -- CMD``, :mod:`fttui.core.run.command`) adds two opt
 ``--``: ``--parse`` reads the Trainer's printed progress bar and log dicts into step events
 (:mod:`fttui.core.run.logparse`) until fttui's callback announces itself in the run directory
 (``callback.json``: its events are then the run's), and ``--as-limit BYTES`` caps the address space
-(RLIMIT_AS) of the command and every process it starts. Output is read as it comes, split at
+(RLIMIT_AS) of the command and every process it starts. ``--report-fd FD`` (from the supervisor)
+is where a failed write is reported (:class:`Reporter`): a full disk stops the log, never the
+pump, so the training never blocks on its output. Output is read as it comes, split at
 newlines and carriage returns (a progress bar redraws with ``\r``), and written unchanged.
 
 ``exit.json``: ``{"returncode": int, "t": float, "pid": int}`` with ``returncode`` as
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from fttui.core.base.redact import Redactor, split_long
 from fttui.core.run.events import append_jsonl
+from fttui.core.run.guard import write_error
 from fttui.core.run.logparse import split_segments
 from fttui.core.run.rundir import RunDir, group_members, write_json_atomic
 
@@ -53,14 +56,37 @@ DRAIN_S = 3.0
 REAP_GRACE_S = 5.0
 
 
+class Reporter:
+    """Tells the supervisor, once, that a write failed (``--report-fd``: a pipe it reads): one
+    JSON line ``{"error": "disk full writing train.log", "t": ...}``. Without the supervisor (or
+    the option) it says nothing; the training goes on and its output is drained regardless."""
+
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd, self.sent = fd, False
+
+    def write_failed(self, what: str, e: BaseException) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        if self.fd is None:
+            return
+        import json
+
+        try:
+            os.write(self.fd, (json.dumps({"error": write_error(what, e), "t": time.time()}) + "\n").encode())
+        except OSError:
+            pass
+
+
 class _LogEvents:
     """The parser of a command's output and where its events go; silent once the run's callback
     writes events itself, and never fatal to the log."""
 
-    def __init__(self, rd: RunDir) -> None:
+    def __init__(self, rd: RunDir, report: Reporter | None = None) -> None:
         from fttui.core.run.logparse import TrainerLogParser
 
         self.rd, self.parser, self.off = rd, TrainerLogParser(), False
+        self.report = report or Reporter()
 
     def _write(self, events: list) -> None:
         if not events or self.off:
@@ -69,7 +95,12 @@ class _LogEvents:
             self.off = True
             return
         for ev in events:
-            append_jsonl(self.rd.events_path, ev)
+            try:
+                append_jsonl(self.rd.events_path, ev)
+            except OSError as e:
+                self.report.write_failed("events.jsonl", e)
+                self.off = True
+                return
 
     def feed(self, segment: bytes) -> None:
         if self.off:
@@ -88,29 +119,43 @@ class _LogEvents:
                 pass
 
 
-def _pump(pipe, log, redact: Redactor, events: _LogEvents | None = None) -> None:
+def _pump(pipe, log, redact: Redactor, events: _LogEvents | None = None, report: Reporter | None = None) -> None:
+    """Copy the training's output to the log until its end. A write that fails (disk full) is
+    reported once and the output is drained from then on without being written: the training
+    never blocks on a full pipe of fttui's."""
     fd = pipe.fileno()
     rest = b""
-    try:
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            segments, rest = split_segments(rest + chunk)
-            if len(rest) > LONG_LINE:  # a very long line without an end: write most of it now,
-                head, rest = split_long(rest)  # cut where no secret can be split in two
-                segments.append(head)
-            for seg in segments:
-                log.write(redact(seg))
-                if events is not None:
-                    events.feed(seg)
-    except (OSError, ValueError):
-        pass
-    if rest:
+    report = report or Reporter()
+
+    def write(data: bytes) -> None:
+        nonlocal log
+        if log is None:
+            return
         try:
-            log.write(redact(rest))
-        except (OSError, ValueError):
-            pass
+            log.write(redact(data))
+        except (OSError, ValueError) as e:
+            log = None
+            report.write_failed("train.log", e)
+
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        segments, rest = split_segments(rest + chunk)
+        if len(rest) > LONG_LINE:  # a very long line without an end: write most of it now,
+            head, rest = split_long(rest)  # cut where no secret can be split in two
+            segments.append(head)
+        for seg in segments:
+            write(seg)
+            if events is not None:
+                events.feed(seg)
+    if rest:
+        write(rest)
         if events is not None:
             events.feed(rest)
 
@@ -148,7 +193,8 @@ def _limit_as(limit: int | None):
     return apply
 
 
-def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | None = None) -> int:
+def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | None = None,
+        report_fd: int | None = None) -> int:
     parent = os.getppid()
     # Signals to the group are for the training: this process stays to drain and record. A
     # Python handler (not SIG_IGN) so that the training, after exec, gets the default action.
@@ -159,12 +205,17 @@ def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | Non
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, close_fds=True, preexec_fn=_limit_as(as_limit))
     except OSError as e:
-        log.write(f"fttui: could not start {argv[0]}: {e}\n".encode())
+        try:
+            log.write(f"fttui: could not start {argv[0]}: {e}\n".encode())
+        except OSError:
+            pass
         write_json_atomic(rd.exit_path, {"returncode": 127, "t": time.time(), "pid": None,
                                          "error": f"could not start {argv[0]}: {e}"})
         return 127
-    events = _LogEvents(rd) if parse else None
-    pump = threading.Thread(target=_pump, args=(child.stdout, log, Redactor(dict(os.environ)), events), daemon=True)
+    report = Reporter(report_fd)
+    events = _LogEvents(rd, report) if parse else None
+    pump = threading.Thread(target=_pump, args=(child.stdout, log, Redactor(dict(os.environ)), events, report),
+                            daemon=True)
     pump.start()
     while True:
         try:
@@ -175,7 +226,10 @@ def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | Non
     pump.join(timeout=DRAIN_S)
     if events is not None:
         events.finish()
-    write_json_atomic(rd.exit_path, {"returncode": rc, "t": time.time(), "pid": child.pid})
+    try:
+        write_json_atomic(rd.exit_path, {"returncode": rc, "t": time.time(), "pid": child.pid})
+    except OSError as e:
+        report.write_failed("exit.json", e)
     if os.getppid() != parent:  # the supervisor is gone: nobody else will reap the group
         _reap_group()
     return rc if rc >= 0 else 128 - rc
@@ -183,23 +237,25 @@ def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | Non
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m fttui.core.run.logtee RUN_DIR [--parse] [--as-limit BYTES] -- ARGV..."
+    usage = "usage: python -m fttui.core.run.logtee RUN_DIR [--parse] [--as-limit BYTES] [--report-fd FD] -- ARGV..."
     if "--" not in args or args.index("--") < 1 or args.index("--") == len(args) - 1:
         print(usage, file=sys.stderr)
         return 2
     sep = args.index("--")
-    opts, parse, as_limit = args[1:sep], False, None
+    opts, parse, as_limit, report_fd = args[1:sep], False, None, None
     while opts:
         opt = opts.pop(0)
         if opt == "--parse":
             parse = True
         elif opt == "--as-limit" and opts and opts[0].isdigit():
             as_limit = int(opts.pop(0))
+        elif opt == "--report-fd" and opts and opts[0].isdigit():
+            report_fd = int(opts.pop(0))
         else:
             print(usage, file=sys.stderr)
             return 2
     os.umask(0o077)
-    return run(RunDir(Path(args[0])), args[sep + 1:], parse=parse, as_limit=as_limit)
+    return run(RunDir(Path(args[0])), args[sep + 1:], parse=parse, as_limit=as_limit, report_fd=report_fd)
 
 
 if __name__ == "__main__":

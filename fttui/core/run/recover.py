@@ -37,10 +37,15 @@ STALE_LOCK_S = 120.0
 
 
 def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
-    """Write the summary row; keep a copy in the run dir whatever happens to the store.
+    """Write the summary row; keep a copy in the run dir whatever happens to the store (and the
+    store's row when the run directory cannot take the copy: a full disk).
     ``store=False``: ``row.json`` only (a Slurm node's supervisor: the store may be on a shared
     filesystem where SQLite's locks do not hold; :func:`settle_slurm` stores it later)."""
-    rundir.write_json_atomic(rd.path / "row.json", row)
+    try:
+        rundir.write_json_atomic(rd.path / "row.json", row)
+    except OSError as e:
+        print(f"fttui: row.json of {rd.run_id} not written ({e.strerror or e}); the store keeps the row",
+              file=sys.stderr, flush=True)
     if not store:
         return False
     from fttui.core.results.store import Store
@@ -64,7 +69,10 @@ def finish(rd: rundir.RunDir, state: RunState, status: FinalStatus, *, t_launch:
     the job is over (``slurm_job``, its final state: then to the store too, see :func:`settle_slurm`)."""
     ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "returncode": status.returncode,
           "signal": status.signal, "status": status.status}
-    append_jsonl(rd.events_path, ev)
+    try:
+        append_jsonl(rd.events_path, ev)
+    except OSError:  # a full disk: status.json and the row say how it ended
+        pass
     state.apply(ev)
     row = build_row(rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled,
                     recorded_by=recorded_by)

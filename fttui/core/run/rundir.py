@@ -24,12 +24,19 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     masked (:func:`fttui.core.base.redact.mask`)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(mask(obj), f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(mask(obj), f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)  # a full disk leaves no half file behind
+        except OSError:
+            pass
+        raise
 
 
 def read_json(path: Path) -> Any | None:
@@ -241,10 +248,17 @@ class RunDir:
 
     def training_alive(self) -> bool:
         """The training's process group (supervisor.json's ``train_pgid``) still has a process and
-        its log writer has not recorded an exit."""
+        its log writer has not recorded an exit. The group's leader is checked against its start
+        time and boot (``train_id``): after a reboot or a reused pid, another group is not it."""
         sup = self.supervisor() or {}
         pgid = sup.get("train_pgid")
         if not isinstance(pgid, int) or pgid <= 1 or self.exit_path.exists():
+            return False
+        from fttui.core.run.guard import same_process
+
+        # None: the leader is gone (its group's other processes keep the id: never reused while
+        # they live) or nothing was recorded (older run directories)
+        if same_process(pgid, sup.get("train_id")) is False:
             return False
         return group_alive(pgid)
 

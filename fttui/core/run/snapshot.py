@@ -113,6 +113,7 @@ class RunSnapshot:
     torch_peak_reserved_mb: dict[int, float] = field(default_factory=dict)
     rank_peak_rss_mb: dict[int, float] = field(default_factory=dict)  # each rank's own peak RSS
     stalled: bool = False  # the supervisor flagged no progress for its stall timeout
+    stall_message: str | None = None  # "no step for 10 min (usual step 2.1 s)" while stalled
     # startup (fttui.core.run.phases): the phase shown before the first step, and the t it began
     phase: str | None = None
     phase_since: float | None = None

@@ -99,7 +99,7 @@ class RunState:
 
     def _on_stalled(self, ev: dict[str, Any], t: float | None) -> None:
         # The supervisor saw no step for its stall timeout while the process lived (or it resumed).
-        self.verdict.stalled = ev.get("event") == "stalled"
+        self.verdict.stalled = str(ev.get("message") or "no step for the stall timeout") if ev.get("event") == "stalled" else ""
 
     def _on_kept(self, ev: dict[str, Any], t: float | None) -> None:
         self.verdict.on_kept(ev)

@@ -129,7 +129,7 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     elif st == "completed" and msg:  # a command that exited 0 and reported no training says so
         text = f"COMPLETED: {msg}"
     elif snap.stalled and st == "running":
-        text = "RUNNING, STALLED: no training step for longer than the stall timeout"
+        text = f"RUNNING, STALLED: {snap.stall_message or 'no step for the stall timeout'}"
     elif snap.near_oom and st == "running":  # fttui.core.run.perf: warn before the OOM
         text = f"RUNNING, NEAR OOM: {snap.near_oom_reason}"
     else:

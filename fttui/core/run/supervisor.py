@@ -19,16 +19,18 @@ when no supervisor is there).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 
-from fttui.core.run import rundir
+from fttui.core.run import guard, rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
 from fttui.core.run.recover import finish
 from fttui.core.run.sampling import take_sample
@@ -48,11 +50,17 @@ class Supervisor:
         self.cancel_reason: str | None = None
         self.child: subprocess.Popen | None = None
         self.seen: dict[int, psutil.Process] = {}
-        self.stall_after = float(
+        # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
+        self.stall_fixed = float(
             os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.get("monitor", {}).get("stall_timeout_s", 0) or 0)
         )
+        self.stall_floor = float(os.environ.get("FTTUI_STALL_FLOOR", guard.STALL_FLOOR_S))
+        self.step_times: list[tuple[int, float]] = []
         self.stalled = False
-        self.ever_stalled = False
+        self.ever_stalled: str | None = None  # the stall's message
+        self.fault: str | None = None  # a write that failed (disk full): the run ends failed with it
+        self.fault_t: float | None = None  # when that write failed
+        self.report_r: int | None = None
         self.final = None
         self.state = RunState.for_profile(self.profile)
 
@@ -68,15 +76,21 @@ class Supervisor:
 
     # process tree ---------------------------------------------------------------------------
     def _remember_tree(self) -> None:
+        """Every descendant of the supervisor is the run's: as the child subreaper it also gets
+        the processes that left the training's tree (a double-fork), and reaps them."""
         if not self.child:
             return
         try:
-            root = psutil.Process(self.child.pid)
-            procs = [root, *root.children(recursive=True)]
+            procs = psutil.Process().children(recursive=True)
         except psutil.Error:
             return
         for p in procs:
             self.seen.setdefault(p.pid, p)
+            try:
+                if p.pid != self.child.pid and p.ppid() == os.getpid() and p.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(p.pid, os.WNOHANG)  # an orphan of the run re-parented here
+            except (psutil.Error, ChildProcessError, OSError):
+                pass
 
     def _alive_tracked(self) -> list[psutil.Process]:
         alive = []
@@ -121,6 +135,7 @@ class Supervisor:
 
     def reap_leftovers(self) -> None:
         """After the main training process ended, nothing it started may stay behind."""
+        self._remember_tree()
         left = self._alive_tracked()
         if self.child:
             try:
@@ -150,7 +165,8 @@ class Supervisor:
         rd = self.rd
         me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(),
               "create_time": psutil.Process().create_time()}
-        rundir.write_json_atomic(rd.supervisor_path, me)
+        reserve = guard.Reserve(rd.path)  # room for the verdict when the disk fills up
+        self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path, me)
         argv = self.command.get("argv")
         if not argv:
             self._finish(None, None, error="command.json has no argv")
@@ -163,11 +179,15 @@ class Supervisor:
         t_launch = time.time()
         with open_private(rd.log_path):  # the log exists (0600) before anything writes to it
             pass
+        report_r, report_w = os.pipe()  # the log writer reports a failed write here
+        os.set_blocking(report_r, False)
+        self.report_r = report_r
         try:
             # The log writer leads the training's process group; output never passes through
             # this process, so the training outlives it.
             self.child = subprocess.Popen(
-                [sys.executable, "-m", "fttui.core.run.logtee", str(rd.path), *self.logtee_options(), "--", *argv],
+                [sys.executable, "-m", "fttui.core.run.logtee", str(rd.path), *self.logtee_options(),
+                 "--report-fd", str(report_w), "--", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -175,13 +195,18 @@ class Supervisor:
                 cwd=self.command.get("cwd") or None,  # a command run: the folder it was started from
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=(report_w,),
             )
         except OSError as e:
-            self._finish(None, t_launch, error=f"could not start {argv[0]}: {e}")
+            self._finish(None, t_launch, error=f"could not start {argv[0]}: {e}", reserve=reserve)
             return 1
-        rundir.write_json_atomic(rd.supervisor_path, me | {"train_pgid": self.child.pid})
-        append_jsonl(rd.events_path, {"event": "launch", "t": time.time(), "rank": -1,
-                                      "source": "supervisor", "pid": self.child.pid})
+        finally:
+            os.close(report_w)
+        # the training's group and its leader's start time: cancel signals only that process's group
+        self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path,
+                    me | {"train_pgid": self.child.pid, "train_id": guard.identity(self.child.pid)})
+        self._write("events.jsonl", append_jsonl, rd.events_path, {"event": "launch", "t": time.time(), "rank": -1,
+                                                                     "source": "supervisor", "pid": self.child.pid})
         host = HostSampler(self.child.pid)
         last_progress = time.time()
         last_step = 0
@@ -191,18 +216,29 @@ class Supervisor:
             self._sample(host, gpu)
             for ev in tail.read_new():
                 self.state.apply(ev)
+                if ev.get("event") == "step" and isinstance(ev.get("step"), int) and isinstance(ev.get("t"), (int, float)):
+                    if not self.step_times or ev["step"] > self.step_times[-1][0]:
+                        self.step_times = [*self.step_times[-60:], (ev["step"], float(ev["t"]))]
             snap_step = self.state.snapshot().step or 0
             if snap_step != last_step:
                 last_step, last_progress = snap_step, time.time()
                 if self.stalled:
                     self.stalled = False
                     self._event("resumed")
-            if (self.stall_after > 0 and not self.stalled
-                    and time.time() - last_progress > self.stall_after):
-                self.stalled = self.ever_stalled = True
-                self._event("stalled", seconds=round(time.time() - last_progress, 1))
+            idle = time.time() - last_progress
+            if (last_step > 0 and not self.stalled
+                    and idle > guard.stall_limit(self.step_times, self.stall_fixed, self.stall_floor)):
+                self.stalled = True
+                self.ever_stalled = guard.stall_message(idle, guard.usual_step_s(self.step_times))
+                self._event("stalled", seconds=round(idle, 1), message=self.ever_stalled)
+            self._read_report()
             if self.cancel_reason is None and rd.cancel_path.exists():
                 self.cancel_reason = "cancel requested"
+            if self.fault is not None:  # a full disk: the run cannot record itself any more
+                reserve.release()
+                self._event("fault", message=self.fault, failed_t=self.fault_t)
+                self.stop_tree()
+                break
             if self.cancel_reason is not None:
                 self._event("cancel", reason=self.cancel_reason)
                 self.stop_tree()
@@ -217,12 +253,13 @@ class Supervisor:
         self._sample(host, gpu)
         for ev in tail.read_new():
             self.state.apply(ev)
+        self._read_report()
         ex = rd.exit_info() or {}
         rc = ex.get("returncode") if isinstance(ex.get("returncode"), int) else self.child.returncode
-        if ex.get("error"):
-            self._finish(rc, t_launch, error=str(ex["error"]))
+        if self.fault or ex.get("error"):
+            self._finish(rc, t_launch, error=str(self.fault or ex["error"]), reserve=reserve)
         else:
-            self._finish(rc, t_launch)
+            self._finish(rc, t_launch, reserve=reserve)
         gpu.close()  # never raises: NVML's errors are swallowed by the sampler
         if self.command.get("slurm") and self.final is not None:
             # a Slurm node's supervisor is the job step's task: its exit code is the run's, so a
@@ -232,24 +269,72 @@ class Supervisor:
             return EXIT_CODES.get(self.final.status, EXIT_ERROR)
         return 0
 
+    # faults ---------------------------------------------------------------------------------
+    def _write(self, what: str, fn, *args) -> None:
+        """One of the supervisor's own writes; a failure is the run's fault (disk full), never
+        this process's death."""
+        try:
+            fn(*args)
+        except OSError as e:
+            if self.fault is None:
+                self.fault, self.fault_t = guard.write_error(what, e), time.time()
+
+    def _read_report(self) -> None:
+        """What the log writer reported (a write that failed), from its pipe."""
+        if self.report_r is None:
+            return
+        try:
+            data = os.read(self.report_r, 65536)
+        except (BlockingIOError, OSError):
+            return
+        for line in data.splitlines():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("error") and self.fault is None:
+                t = msg.get("t")
+                self.fault, self.fault_t = str(msg["error"]), float(t) if isinstance(t, (int, float)) else time.time()
+
     def _sample(self, host, gpu) -> None:
         if host is None:
             return
         try:
             sample, _ = take_sample(host, gpu, self.rd.samples_path)
             self.state.apply_sample(sample)
+        except OSError as e:
+            if self.fault is None:
+                self.fault, self.fault_t = guard.write_error("samples.jsonl", e), time.time()
         except Exception as e:  # sampling must never take a run down
             print(f"supervisor: sampling failed: {e!r}", file=sys.stderr, flush=True)
 
     def _event(self, name: str, **kw) -> None:
         ev = {"event": name, "t": time.time(), "rank": -1, "source": "supervisor", **kw}
-        append_jsonl(self.rd.events_path, ev)
+        self._write("events.jsonl", append_jsonl, self.rd.events_path, ev)
         self.state.apply(ev)
 
-    def _finish(self, rc: int | None, t_launch: float | None, error: str | None = None) -> None:
+    def _finish(self, rc: int | None, t_launch: float | None, error: str | None = None,
+                reserve: guard.Reserve | None = None) -> None:
+        """The verdict, kept in memory until it can be written: a write that fails (a full disk)
+        gives back the reserve and is tried again, every few seconds, until it is written."""
         status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error)
-        self.final = finish(self.rd, self.state, status, t_launch=t_launch, t_end=time.time(), stalled=self.ever_stalled,
-               recorded_by="supervisor", source="supervisor")
+        if self.ever_stalled:
+            status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
+        t_end, wait = time.time(), 1.0
+        while True:
+            try:
+                self.final = finish(self.rd, self.state, status, t_launch=t_launch, t_end=t_end, stalled=bool(self.ever_stalled),
+                       recorded_by="supervisor", source="supervisor")
+                break
+            except OSError as e:
+                if reserve is not None:
+                    reserve.release()
+                print(f"supervisor: {guard.write_error('the run verdict', e)}; trying again in {wait:.0f} s",
+                      file=sys.stderr, flush=True)
+                time.sleep(wait)
+                wait = min(wait * 2, 30.0)
+        if reserve is not None:
+            reserve.release()
 
 
 def open_private(path: Path):
@@ -263,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m fttui.core.run.supervisor RUN_DIR", file=sys.stderr)
         return 2
     os.umask(0o077)  # everything the run writes is readable by the user only
+    guard.become_subreaper()  # a process that leaves the run's tree (double-fork) comes back here
     sup = Supervisor(Path(args[0]))
     sup.install_signals()
     return sup.run()

@@ -45,3 +45,14 @@ if mode == "flood":
     with open(os.environ["DONE_FILE"], "w") as f:
         f.write("done")
     time.sleep(600)
+if mode == "steps":  # a few steps written as fttui's events, then a step that never returns
+    import json
+
+    path = os.path.join(os.environ["FTTUI_RUN_DIR"], "events.jsonl")
+    for step in range(1, 6):
+        time.sleep(0.1)
+        line = json.dumps({"event": "step", "t": time.time(), "rank": 0, "source": "worker", "step": step,
+                           "total_steps": 100, "samples": step, "tokens": step * 8, "train_time": step * 0.1})
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    time.sleep(600)
