@@ -30,16 +30,21 @@ def tiny_folder(tmp_path_factory) -> Path:
     return folder
 
 
+def _two_ranks(rd: Path, module: str = "fttui.worker.train") -> None:
+    """``module`` on the run folder ``rd`` over two gloo ranks (torchrun); it must succeed."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+           "-m", module, "--run-dir", str(rd)]
+    res = subprocess.run(cmd, cwd=str(REPO), env=worker_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+
+
 def _train(tmp_path: Path, folder: Path, sharding: str) -> tuple[list[dict], dict, dict]:
     prof = make_profile(**{"method": "lora", "sharding": sharding, "train.max_steps": 2, "data.num_samples": 16,
                            "devices.cpu_processes": 2, "model.init": "pretrained",
                            "model.name_or_path": str(folder), "lora.dropout": 0.0})
     prof["train"].update(save="end", output_dir=None)
     rd = write_run_dir(tmp_path, prof, sharding)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-           "-m", "fttui.worker.train", "--run-dir", str(rd)]
-    res = subprocess.run(cmd, cwd=str(REPO), env=worker_env(), capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    _two_ranks(rd)
     from safetensors.torch import load_file
 
     events = read_events(rd)
@@ -91,10 +96,7 @@ def test_qlora_is_sharded_when_its_4bit_weights_are_stored_in_the_compute_dtype(
     prof = make_profile(**{"method": "qlora", "sharding": sharding, "train.max_steps": 2, "data.num_samples": 16,
                            "devices.cpu_processes": 2})
     rd = write_run_dir(tmp_path, prof, sharding)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-           "-m", "fttui.worker.train", "--run-dir", str(rd)]
-    res = subprocess.run(cmd, cwd=str(REPO), env=worker_env(), capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    _two_ranks(rd)
     events = read_events(rd)
     starts = [e for e in events if e["event"] == "start"]
     assert sorted(e["rank"] for e in starts) == [0, 1]
@@ -105,3 +107,33 @@ def test_qlora_is_sharded_when_its_4bit_weights_are_stored_in_the_compute_dtype(
         quant = e["structure"]["quant"]
         assert (quant["bits"], quant["storage_dtype"], quant["compute_dtype"]) == (4, "float32", "float32")
     assert [e["event"] for e in events].count("end") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.xdist_group("deepspeed")
+def test_deepspeeds_optimizer_is_named_and_holds_the_estimated_states(tmp_path):
+    """``[deepspeed] optimizer = "deepspeed"``: DeepSpeed builds its own Adam (FusedAdam; on CPU
+    ranks its CPU op), the read-back names it and who built it, and each rank's optimizer states
+    (read from the tensors: Adam's two fp32 states on the rank's fp32 partition) equal the
+    estimate's optimizer states without the fp32 masters within 15%."""
+    from fttui.core.memory import estimate
+
+    prof = make_profile(**{"method": "full", "sharding": "zero3", "train.max_steps": 2, "data.num_samples": 16,
+                           "devices.cpu_processes": 2})
+    prof["zero3"]["optimizer"] = "deepspeed"
+    rd = write_run_dir(tmp_path, prof, "ds-optimizer")
+    _two_ranks(rd, "tests.worker.held_main")
+    import json
+
+    ranks = [json.loads((rd / f"held-{r}.json").read_text()) for r in (0, 1)]
+    e = estimate(prof)
+    T = e.inputs["params"]
+    # the estimate's per-rank optimizer states: fp32 masters (4 B) + Adam's m and v (8 B) per
+    # element of the rank's partition; the optimizer's own state is the m and v
+    per_rank = e.host_breakdown["optimizer_states"] / 2 - 4 * T / 2
+    for r in ranks:
+        s = r["sharding"]
+        assert (s["optimizer_owner"], s["optimizer"]) == ("deepspeed", "FusedAdam")
+        held = r["held"]["optimizer_states"]
+        assert abs(held - per_rank) / per_rank <= 0.15, (held, per_rank)
