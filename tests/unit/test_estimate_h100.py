@@ -65,6 +65,9 @@ LATER_RUNS = [
     ("llama2-7b lora fp16 b4 s512 GC eager, ZeRO-3 1 card", "llama2-7b-lora",
      ["sharding=zero3", "batch_size=4", "max_seq_len=512", *GC_EAGER, "deepspeed.zero3_init=false"],
      17525, 15822, 14886, 13953),
+    # fp16 residual stream (no peft upcast): the reference row's 7,277 MiB within 2.3%
+    ("llama2-7b qlora b4 s512 GC eager, quant.prepare=none", "llama2-7b-qlora",
+     ["batch_size=4", "max_seq_len=512", *GC_EAGER, "quant.prepare=none"], 7107, 6100, 5398, 13866),
 ]
 #: settings that ran out of CUDA memory on that card (status oom, kind cuda)
 OOM = [
