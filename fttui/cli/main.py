@@ -56,6 +56,9 @@ def cmd_app(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fttui.core.base.paths import resolve_home
+
+    resolve_home()  # a relative FTTUI_HOME, resolved once against the folder fttui started in
     if argv is None and len(sys.argv) == 1 and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
         # bare `fttui` on a terminal: the app at once (no parser to build before its first frame)
         if os.environ.get("FTTUI_LOG_LEVEL"):

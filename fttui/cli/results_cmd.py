@@ -53,14 +53,30 @@ def _results_export(args) -> int:
         if not args.out:
             n = export(store, sys.stdout)
         else:
+            import stat
+            import tempfile
+
             out = Path(args.out)
-            tmp = out.with_name(f".{out.name}.tmp")
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    n = export(store, f)
-                os.replace(tmp, out)
+            try:  # never over a device, a folder, a link or a pipe (as root, /dev/null is replaceable)
+                st = os.lstat(out)
+                if not stat.S_ISREG(st.st_mode):
+                    raise FttuiError(f"--out {args.out}: exists and is not a regular file; give a new file name")
+            except FileNotFoundError:
+                pass
             except OSError as e:
                 raise FttuiError(f"--out {args.out}: {e.strerror or e}") from None
+            tmp = None
+            try:  # a new file of our own (O_EXCL, 0600) beside the target, then renamed over it
+                fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    n = export(store, f)
+                os.replace(tmp, out)
+                tmp = None
+            except OSError as e:
+                raise FttuiError(f"--out {args.out}: {e.strerror or e}") from None
+            finally:
+                if tmp is not None:
+                    Path(tmp).unlink(missing_ok=True)
     print(f"exported {n} row(s)" + (f" to {args.out}" if args.out else ""), file=sys.stderr)
     return 0
 

@@ -19,9 +19,17 @@ def home() -> Path:
     """Root of fttui data: ``$FTTUI_HOME``, else ``$XDG_DATA_HOME/fttui``, else ``~/.local/share/fttui``."""
     explicit = _env_path("FTTUI_HOME")
     if explicit is not None:
-        return explicit
+        return explicit.absolute()  # relative: to the folder fttui started in (see resolve_home)
     data = _env_path("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return data / "fttui"
+
+
+def resolve_home() -> None:
+    """A relative ``FTTUI_HOME`` made absolute once, at start, in this process's environment, so
+    that the processes it starts (a script that changes folder, its callback) find the same one."""
+    value = os.environ.get("FTTUI_HOME", "").strip()
+    if value and not os.path.isabs(os.path.expanduser(value)):
+        os.environ["FTTUI_HOME"] = os.path.abspath(os.path.expanduser(value))
 
 
 def runs_dir() -> Path:
@@ -65,6 +73,11 @@ def bundled_profiles_dir() -> Path:
 def ensure_dir(path: str | os.PathLike[str]) -> Path:
     """Create ``path`` (and missing parents) with mode 0700; return it as a Path."""
     path = Path(path).expanduser()
+    for folder in (path, *path.parents):
+        if folder.exists() and not folder.is_dir():
+            from fttui.core.base.errors import FttuiError
+
+            raise FttuiError(f"{folder}: is a file where fttui keeps a folder; move it aside")
     missing: list[Path] = []
     probe = path
     while not probe.exists() and probe != probe.parent:

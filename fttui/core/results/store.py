@@ -60,6 +60,8 @@ MIGRATIONS: list[str] = [
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[7]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+#: How long a writer waits for another writer's transaction (readers never wait: WAL).
+BUSY_TIMEOUT_S = 30.0
 
 
 class Store:
@@ -68,15 +70,33 @@ class Store:
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = Path(path) if path else paths.store_path()
         paths.ensure_dir(self.path.parent)
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: is a folder, not a results store; move it aside (fttui then starts "
+                             "a new store)")
         fresh = not self.path.exists()
-        self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        if fresh:
-            os.chmod(self.path, 0o600)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA busy_timeout = 30000")
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = NORMAL")
-        self._migrate()
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            if fresh:
+                os.chmod(self.path, 0o600)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            if self.conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except sqlite3.Error as e:
+            raise self._error(e) from None
+
+    def _error(self, e: sqlite3.Error) -> StoreError:
+        """One line naming the store and what to do."""
+        text = str(e)
+        if "readonly" in text or "read-only" in text:
+            return StoreError(f"{self.path}: read-only ({text}); make it writable (chmod u+w) or set FTTUI_HOME "
+                              "to another folder")
+        if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or "malformed" in text:
+            return StoreError(f"{self.path}: not a readable results store ({text}: corrupt or truncated); move it "
+                              "aside (fttui then starts a new one) or restore a copy")
+        return StoreError(f"{self.path}: {text}")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -92,6 +112,13 @@ class Store:
             raise
 
     def _migrate(self) -> None:
+        """Bring the schema up to date; a store already up to date is only read (no write lock:
+        a reader never waits for a writer)."""
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+            if set(COLUMNS) <= have:
+                return
         with self.transaction():
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -139,8 +166,11 @@ class Store:
             f"INSERT OR REPLACE INTO runs ({', '.join(keys)}) "
             f"VALUES ({', '.join('?' for _ in keys)})"
         )
-        with self.transaction():
-            self.conn.execute(sql, values)
+        try:
+            with self.transaction():
+                self.conn.execute(sql, values)
+        except sqlite3.Error as e:
+            raise self._error(e) from None
 
     def get(self, run_id: str) -> dict[str, Any] | None:
         cur = self.conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
@@ -175,7 +205,10 @@ class Store:
         sql += " ORDER BY started_at, rowid"
         if limit:
             sql = f"SELECT * FROM ({sql[:-len(' ORDER BY started_at, rowid')]} ORDER BY started_at DESC, rowid DESC LIMIT {int(limit)}) ORDER BY started_at, rowid"
-        return [_decode(r) for r in self.conn.execute(sql, args)]
+        try:
+            return [_decode(r) for r in self.conn.execute(sql, args)]
+        except sqlite3.Error as e:
+            raise self._error(e) from None
 
 
 def _encode(key: str, value: Any) -> Any:

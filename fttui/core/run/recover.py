@@ -136,6 +136,23 @@ def needs_recovery(rd: rundir.RunDir) -> bool:
             and not rd.training_alive())
 
 
+def _stored_final(rd: rundir.RunDir) -> FinalStatus | None:
+    """The run's final status from its stored row, when the store has one (a finished row is never
+    overwritten from a partial run directory: status.json deleted, say)."""
+    from fttui.core.results.store import Store
+
+    try:
+        with Store() as store:
+            row = store.get(rd.run_id)
+    except Exception:  # an unreadable store: nothing to keep, recover as usual
+        return None
+    if not row or row.get("status") in (None, "", "running", "starting"):
+        return None
+    return FinalStatus(str(row["status"]), row.get("exit_code"), row.get("signal"), oom_kind=row.get("oom_kind"),
+                       error=row.get("error"), error_step=row.get("error_step"), error_rank=row.get("error_rank"),
+                       row_saved=True)
+
+
 def recover(rd: rundir.RunDir) -> FinalStatus | None:
     """Finish a run whose supervisor died, once its training has ended; ``None`` when there is
     nothing to do (finished already, still live, or another command is finishing it now)."""
@@ -145,6 +162,10 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
         return None
     try:
         if rd.status_path.exists():  # finished while we waited for the lock
+            return None
+        stored = _stored_final(rd)
+        if stored is not None:  # finished before, its status.json lost: the stored row is the record
+            rundir.write_json_atomic(rd.status_path, stored.to_dict())
             return None
         return _finish_recovered(rd)
     finally:

@@ -1,0 +1,110 @@
+"""Hostile input and broken stores (issue 28, items 5, 7, 10): one line each, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from fttui.core.base import paths
+from fttui.core.base.errors import FttuiError, StoreError
+from fttui.core.results import store as store_mod
+from fttui.core.results.store import Store
+from tests.conftest import ROOT, fttui_env, run_fttui
+
+
+def test_reads_never_wait_for_a_writer(fttui_home, monkeypatch):
+    """A writer holds the store's write lock: opening and reading it still works at once (the
+    busy timeout set to 0, so any wait for the lock would fail)."""
+    with Store() as s:
+        s.put({"run_id": "a", "status": "completed"})
+    writer = sqlite3.connect(paths.store_path(), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE runs SET error = 'x'")
+    try:
+        monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_S", 0.0)
+        with Store() as s:
+            assert [r["run_id"] for r in s.rows()] == ["a"]
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+@pytest.mark.parametrize("how, says", [
+    ("corrupt", "not a readable results store"),
+    ("truncated", "results.sqlite: "),
+    ("folder", "is a folder, not a results store"),
+])
+def test_a_broken_store_is_one_line(fttui_home, how, says):
+    path = paths.store_path()
+    if how == "folder":
+        path.mkdir(parents=True)
+    else:
+        with Store() as s:
+            s.put({"run_id": "a", "status": "completed"})
+        for extra in ("-wal", "-shm"):
+            path.with_name(path.name + extra).unlink(missing_ok=True)
+        path.write_bytes(b"this is not sqlite" * 100 if how == "corrupt" else path.read_bytes()[:1000])
+    proc = run_fttui("results", env=fttui_env())
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and says in proc.stderr, proc.stderr
+
+
+def test_runs_as_a_file_is_one_line(fttui_home):
+    fttui_home.mkdir(parents=True, exist_ok=True)
+    (fttui_home / "runs").write_text("not a folder")
+    with pytest.raises(FttuiError, match="is a file where fttui keeps a folder"):
+        paths.ensure_dir(fttui_home / "runs")
+
+
+def test_a_finished_row_is_never_overwritten_from_a_partial_run_dir(fttui_home):
+    """A finished run's status.json deleted: `fttui ls` puts it back from the stored row instead
+    of storing a new row with an unknown status."""
+    from fttui.core.run.recover import recover
+
+    run = fttui_home / "runs" / "20260101-000000-x-abcd"
+    run.mkdir(parents=True)
+    (run / "profile.json").write_text("{}")
+    (run / "supervisor.json").write_text(json.dumps({"pid": 999999999, "create_time": 1.0}))
+    with Store() as s:
+        s.put({"run_id": run.name, "status": "completed", "steps": 40, "samples_per_s": 12.5})
+    assert recover(__import__("fttui.core.run.rundir", fromlist=["RunDir"]).RunDir(run)) is None
+    with Store() as s:
+        row = s.get(run.name)
+    assert row["status"] == "completed" and row["steps"] == 40 and row["samples_per_s"] == 12.5
+    assert json.loads((run / "status.json").read_text())["status"] == "completed"
+
+
+def test_export_refuses_special_files_and_writes_0600_through_a_new_file(fttui_home, tmp_path):
+    with Store() as s:
+        s.put({"run_id": "a", "status": "completed"})
+    target = tmp_path / "rows.jsonl"
+    planted = tmp_path / "victim"
+    planted.write_text("keep me")
+    os.symlink(planted, tmp_path / ".rows.jsonl.tmp")  # the old predictable temporary name
+    run_fttui("results", "export", "--out", str(target), check=True)
+    assert planted.read_text() == "keep me"
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600 and target.read_text().count("\n") == 2
+    for bad in (tmp_path, "/dev/null"):
+        proc = run_fttui("results", "export", "--out", str(bad))
+        assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr
+    link = tmp_path / "link.jsonl"
+    os.symlink(planted, link)
+    assert run_fttui("results", "export", "--out", str(link)).returncode == 2
+    assert planted.read_text() == "keep me" and not list(tmp_path.glob(".rows.jsonl.*.tmp"))
+
+
+def test_relative_fttui_home_is_resolved_once_at_start(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FTTUI_HOME", "rel-home")
+    from fttui.core.base.paths import resolve_home
+
+    resolve_home()
+    assert os.environ["FTTUI_HOME"] == str(tmp_path / "rel-home")
+    monkeypatch.chdir(ROOT)
+    assert paths.home() == tmp_path / "rel-home"
