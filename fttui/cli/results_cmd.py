@@ -41,6 +41,19 @@ def cmd_results(args, is_tty=is_tty) -> int:
     return 0
 
 
+def _limit(text: str) -> int:
+    """``--limit N``: 0 (every row) to a billion; a larger number is one line, not a traceback."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count: {text!r}") from None
+    if not 0 <= n <= 10**9:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (0 to 1000000000)")
+    return n
+
+
 def _results_export(args) -> int:
     from pathlib import Path
 
@@ -110,5 +123,5 @@ def add_parser(sub) -> None:
                    help="show: a table (default), Markdown, CSV or JSON (every column)")
     p.add_argument("--kind", choices=["run", "probe", "sweep", "command", "watch", "all"], default="all",
                    help="only rows of this kind: runs, probe trials, sweep cells (default all)")
-    p.add_argument("--limit", type=int, default=0, help="only the latest N rows")
+    p.add_argument("--limit", type=_limit, default=0, help="only the latest N rows")
     p.set_defaults(handler=cmd_results)

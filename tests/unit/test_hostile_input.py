@@ -108,3 +108,32 @@ def test_relative_fttui_home_is_resolved_once_at_start(tmp_path, monkeypatch):
     assert os.environ["FTTUI_HOME"] == str(tmp_path / "rel-home")
     monkeypatch.chdir(ROOT)
     assert paths.home() == tmp_path / "rel-home"
+
+
+# item 9: resource bombs, refused in one line ----------------------------------------------------
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+) + "model_name_or_path: x\nstage: sft\nfinetuning_type: lora\n"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["profiles", "--from", "{bomb}"], "alias bomb"),
+    (["profiles", "--from", "{inf}"], "inf is not a finite number"),
+    (["run", "--profile", "/dev/zero", "--headless"], "not a regular file"),
+    (["results", "import", "/dev/zero"], "not a regular file"),
+    (["results", "--limit", str(10**30)], "out of range"),
+])
+def test_bombs_are_refused_in_one_line(fttui_home, tmp_path, args, says):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(BOMB)
+    inf = tmp_path / "inf.yaml"
+    inf.write_text("model_name_or_path: x\nstage: sft\nfinetuning_type: lora\nlearning_rate: .inf\n")
+    args = [a.format(bomb=bomb, inf=inf) for a in args]
+    proc = run_fttui(*args, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    if args[0] == "results" and "--limit" in args:  # argparse's own: usage, then the one error line
+        lines = [ln for ln in lines if ": error: " in ln]
+    assert len(lines) == 1, proc.stderr

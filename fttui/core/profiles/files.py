@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.discovery import (
     candidates, display, looks_like_path, safe_resolve, unknown_profile_hint)
+from fttui.core.base import bounded
 from fttui.core.profiles.schema import SCHEMA, SECTION_ALIASES, SECTIONS, TOP, dotted
 from fttui.core.profiles.values import check_value, type_word
 
@@ -25,9 +26,11 @@ from fttui.core.profiles.values import check_value, type_word
 def _read_toml(path: Path) -> dict[str, Any]:
     disp = display(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded.read_text(path, bounded.MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ProfileError(disp, None, "profile file not found") from None
+    except ValueError as exc:  # /dev/zero, a pipe, a huge file
+        raise ProfileError(disp, None, str(exc)) from None
     except IsADirectoryError:
         raise ProfileError(disp, None, "is a folder, not a profile file",
                            "give a .toml file or a profile name") from None
@@ -36,8 +39,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ProfileError(disp, None, f"cannot read the file: {exc.strerror or exc}") from None
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = tomllib.loads(text)
+        bounded.check_tree(doc)
+        return doc
+    except ValueError as exc:
+        if not isinstance(exc, tomllib.TOMLDecodeError):
+            raise ProfileError(disp, None, str(exc)) from None
         message = str(exc)
         key = None
         match = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)

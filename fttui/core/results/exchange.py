@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fttui.core.base import bounded
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.redact import mask
 from fttui.core.results import store as store_mod
@@ -71,8 +72,8 @@ def export(store: Store, out, machine: str | None = None) -> int:
 
 def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        text = bounded.read_text(path, bounded.MAX_IMPORT_BYTES)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ImportFileError(f"{path}: cannot read: {e}") from None
     lines = [(i, ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     if not lines:

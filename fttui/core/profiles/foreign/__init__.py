@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fttui.core.base import bounded
 from fttui.core.base.errors import ProfileError
 from fttui.core.profiles.discovery import display
 from fttui.core.profiles.files import normalize
@@ -56,9 +57,12 @@ def read_config(path: str | os.PathLike[str]) -> Mapped:
     except ImportError:  # pragma: no cover - PyYAML is a dependency of fttui
         raise ProfileError(where, None, "reading YAML needs PyYAML", "pip install pyyaml") from None
     try:
-        config = yaml.safe_load(p.read_text(encoding="utf-8"))
+        config = yaml.safe_load(bounded.read_text(p, bounded.MAX_CONFIG_BYTES))
+        bounded.check_tree(config)  # an alias bomb, .inf
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(where, None, f"cannot read: {e}") from None
+    except ValueError as e:
+        raise ProfileError(where, None, str(e)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}: " if mark is not None else ""
