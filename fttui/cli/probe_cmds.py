@@ -16,11 +16,18 @@ def _raise_interrupt(_s, _f):
     raise KeyboardInterrupt
 
 
+# SIGINT too, explicitly: a process started from a background job of a non-interactive shell
+# (a CI script, `cmd &`) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+# for it: Ctrl-C (or `kill -INT`) would leave the probe running.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 TRIAL_HEADERS = ["value", "result", "clean", "load", "gpu_mem_mb", "torch_reserved_mb", "host_rss_mb",
                  "s_per_step", "samples_per_s"]
 
 
 def cmd_probe(args, resolve=resolve) -> int:
+    from fttui.core.experiments.boundary import band
     from fttui.core.experiments.probe import Prober, parse_range, trial_cells
     from fttui.core.results.tables import to_markdown, to_text
 
@@ -42,11 +49,12 @@ def cmd_probe(args, resolve=resolve) -> int:
         start, why = predicted_start(resolved, args.param, lo, hi)
         print(why, file=out, flush=True)
     prober = Prober(resolved, param=args.param, lo=lo, hi=hi, steps=args.steps, start=start,
-                    on_trial=on_trial, on_log=lambda s: print(s, file=out, flush=True))
-    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+                    repeats=args.repeats, on_trial=on_trial, on_log=lambda s: print(s, file=out, flush=True))
+    old = {s: signal.signal(s, _raise_interrupt) for s in _STOP_SIGNALS}
     print(f"probe {prober.probe_id}: {args.param} in {lo}..{hi}, {args.steps} steps per trial, "
           f"worst-case length (every sample {resolved['data']['max_seq_len']} tokens)"
-          + ("; each trial a fresh launch of all ranks" if prober.launched else ""), file=out, flush=True)
+          + ("; each trial a fresh launch of all ranks" if prober.launched else "")
+          + f"; at most {prober.max_loads} {prober.unit}", file=out, flush=True)
     try:
         res = prober.run()
     except KeyboardInterrupt:
@@ -64,11 +72,13 @@ def cmd_probe(args, resolve=resolve) -> int:
         print((to_markdown if args.markdown else to_text)(TRIAL_HEADERS, body))
         print(f"largest {res.param} that fits: {res.largest_fit}   smallest that fails: {res.smallest_oom}"
               f"   ({'exact' if res.exact else 'NOT exact'}; {res.model_loads} "
-              f"{'launches' if prober.launched else 'model loads'}, {len(res.trials)} "
-              f"trials, {fmt.duration(res.wall_s)})")
+              f"{prober.unit}, {len(res.trials)} trials, {fmt.duration(res.wall_s)})")
+        for m in res.mixed:
+            print(f"went both ways: {res.param}={m['value']} fit {m['fit']}x, OOM {m['oom']}x in fresh processes")
         if res.note:
             print(f"note: {res.note}")
-    return EXIT_OK if res.exact else EXIT_ERROR  # an inexact boundary is not an answer
+    closed = band(res.trials).adjacent or res.exact
+    return EXIT_OK if closed else EXIT_ERROR  # an open boundary is not an answer
 
 
 def cmd_sweep(args, resolve=resolve) -> int:
@@ -85,7 +95,7 @@ def cmd_sweep(args, resolve=resolve) -> int:
                           file=sys.stderr, flush=True))
     n = len(sweeper.cells)
     print(f"sweep {sweeper.sweep_id}: {n} cells, {args.steps} steps each", file=sys.stderr, flush=True)
-    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, _raise_interrupt) for s in _STOP_SIGNALS}
     try:
         res = sweeper.run()
     except KeyboardInterrupt:
@@ -122,6 +132,9 @@ def add_parser(sub) -> None:
     p.add_argument("--range", default="1..1024", metavar="LO..HI", help="the values to search (default 1..1024)")
     p.add_argument("--steps", type=int, default=2, help="training steps per trial (default 2)")
     p.add_argument("--start", type=int, default=None, help="first value to try (default LO)")
+    p.add_argument("--repeats", type=int, default=0, metavar="K",
+                   help="check both values next to the boundary K more times in fresh processes; a value that "
+                        "goes both ways makes a band (default 0; at most 4 + 2K model loads)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--markdown", action="store_true", help="print the trial table as Markdown")
     p.set_defaults(handler=cmd_probe)

@@ -109,7 +109,13 @@ def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
     out.append("   smallest that fails: ", style="bold")
     out.append("-" if res.smallest_oom is None else str(res.smallest_oom), style="bold")
     out.append("\n")
-    out.append("exact" if res.exact else "NOT exact", style="bold" if res.exact else "bold underline")
+    for m in res.mixed:
+        out.append(f"went both ways: {m['value']} (fit {m['fit']}x, OOM {m['oom']}x in fresh processes)\n",
+                   style="bold")
+    out.append("exact" if res.exact else ("a band" if res.mixed else "NOT exact"),
+               style="bold" if res.exact else "bold underline")
+    if res.max_loads:
+        out.append(f"  ·  at most {res.max_loads} loads said up front")
     out.append(f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
                f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}")
     if res.note:

@@ -13,6 +13,7 @@ Sizes follow the core's one grammar (:func:`fttui.core.base.units.parse_size`).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from fttui.core.base.errors import SizeError
@@ -20,7 +21,41 @@ from fttui.core.base.units import parse_size as _parse_size
 
 from .errors import ConfigError
 
-__all__ = ["parse_size", "apply_host_limit", "apply_gpu_limit", "preload_before_limit"]
+__all__ = ["parse_size", "apply_host_limit", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
+           "vm_size"]
+
+FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launch.child_env under a host limit
+_ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def fixed_address_layout() -> bool:
+    """Re-execute this process once with address-space layout randomisation off (Linux
+    ``personality(ADDR_NO_RANDOMIZE)``, what ``setarch -R`` does) when the launcher asked for it.
+
+    Under RLIMIT_AS the verdict at a boundary value is decided by a MiB or less. With random
+    placement, the holes between mappings (and the alignment of large ones) differ from one process
+    to the next, and so does the address space mapped by the same imports: measured on tiny-lora,
+    the virtual size after imports was 834.5 or 835.5 MiB in fresh processes (2 of 6 high), which
+    moved the limit by a MiB; with a fixed layout 834.44..834.54 in 6 of 6 (docs/bench-probe.md).
+    Call before anything heavy is imported. Where the call is refused (a seccomp filter), nothing
+    changes. Returns only when no re-exec happened."""
+    if os.environ.get(FIXED_LAYOUT_ENV) != "1" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        current = libc.personality(0xFFFFFFFF)
+        if current < 0 or current & _ADDR_NO_RANDOMIZE:
+            return False
+        if libc.personality(current | _ADDR_NO_RANDOMIZE) < 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    return True  # not reached
 
 
 def parse_size(value: Any) -> int | None:
@@ -38,7 +73,8 @@ def parse_size(value: Any) -> int | None:
     return n
 
 
-def _vm_size() -> int:
+def vm_size() -> int:
+    """The process's mapped address space now (VmSize), bytes."""
     try:
         with open("/proc/self/status", encoding="utf-8") as f:
             for line in f:
@@ -53,9 +89,13 @@ def _vm_size() -> int:
 def apply_host_limit(limit: int | None) -> dict[str, Any] | None:
     if not limit:
         return None
+    import gc
     import resource
 
-    base = _vm_size()
+    # Garbage of the imports still mapped now (a Python arena, a large freed block) would move the
+    # limit by a MiB from one process to the next: collect it before the base is read.
+    gc.collect()
+    base = vm_size()
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     soft = base + limit
     if hard != resource.RLIM_INFINITY and soft > hard:

@@ -32,14 +32,15 @@ from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
 
 from .errors import WorkerInputError, classify, one_line
+from .limits import fixed_address_layout
 from .startup import Emitter, env_int as _env_int, setup
 
 
-def _vm_hwm_mb() -> float | None:
+def _vm_hwm_mb(key: str = "VmHWM:") -> float | None:
     try:
         with open("/proc/self/status", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(key):
                     return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         pass
@@ -111,6 +112,7 @@ def run_trial(su, param: str, value: int, steps: int) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         out["steps"] = len(times.ends)
         out["peak_host_rss_mb"] = _vm_hwm_mb()
+        out["peak_host_vm_mb"] = _vm_hwm_mb("VmPeak:")  # the process's peak address space (RLIMIT_AS)
         if su.use_cuda:
             out["peak_torch_reserved_mb"] = [round(torch.cuda.max_memory_reserved() / 2**20, 1)]
             out["peak_torch_alloc_mb"] = [round(torch.cuda.max_memory_allocated() / 2**20, 1)]
@@ -147,6 +149,26 @@ def run_trial(su, param: str, value: int, steps: int) -> dict[str, Any]:
     return out
 
 
+def headroom_mb(su, r: dict[str, Any], fresh: bool) -> float | None:
+    """MiB a fitting trial left unused under the budget that decides it: on a GPU the card's budget
+    (``limits.gpu_memory`` or the card) minus the trial's peak reserved; under a host limit
+    RLIMIT_AS minus the process's peak address space, only for the first trial of the process
+    (VmPeak cannot be reset; with a fixed layout it repeats between fresh processes). With the
+    growth per value of the peaks it predicts where a fresh process runs out
+    (fttui.core.experiments.boundary)."""
+    if r.get("status") != "fit":
+        return None
+    if su.use_cuda and r.get("peak_torch_reserved_mb"):
+        import torch
+
+        budget = su.limits.get("gpu_memory_bytes") if su.limits.get("applied") else None
+        budget = budget or torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        return round(budget / 2**20 - r["peak_torch_reserved_mb"][0], 2)
+    if fresh and su.limits.get("rlimit_as_bytes") and r.get("peak_host_vm_mb"):
+        return round(su.limits["rlimit_as_bytes"] / 2**20 - r["peak_host_vm_mb"], 2)
+    return None
+
+
 def plan_and_run(su, emit, ns) -> dict[str, Any]:
     hi = ns.hi
     if ns.param == "max_seq_len":
@@ -172,6 +194,7 @@ def plan_and_run(su, emit, ns) -> dict[str, Any]:
         r = run_trial(su, ns.param, value, ns.steps)
         ran[0] += 1
         r["clean"], r["fresh"] = clean, fresh
+        r["headroom_mb"] = headroom_mb(su, r, fresh)
         emit("trial", **r)
         su.log(f"trial {ns.param}={value}: {r['status']}"
                + (f" ({r.get('oom_kind')})" if r.get("oom_kind") else "")
@@ -245,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oom-bound", type=int, default=0, help="smallest value already seen to fail clean")
     ap.add_argument("--steps", type=int, default=2)
     ns = ap.parse_args(argv)
+    fixed_address_layout()  # under a host-memory limit: the same layout in every process
     _die_with_parent()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),

@@ -29,6 +29,7 @@ from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_co
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.summary import row_so_far
 
+from .limits import fixed_address_layout
 from .startup import Emitter, env_int, read_profile, setup
 from .trainer import make_trainer, plan
 
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     # The deepspeed launcher passes --local_rank (unless --no_local_rank); torchrun uses env only.
     ap.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
+    fixed_address_layout()  # under a host-memory limit: the same layout in every process
     if ns.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(ns.local_rank))
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the supervisor writes the status

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fttui.core.run.events import read_jsonl
-from fttui.core.experiments.probe import MAX_LOADS, Prober
+from fttui.core.experiments.probe import MAX_LOADS, SEQ_EXTRA_LOADS, Prober
 from fttui.core.profiles import load_profile
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
@@ -171,7 +171,7 @@ def test_probe_max_seq_len(fttui_home):
     assert res["param"] == "max_seq_len" and res["exact"] is True
     lf, so = res["largest_fit"], res["smallest_oom"]
     assert lf is not None and so == lf + 1 and 16 <= lf < 512, res
-    assert res["model_loads"] <= MAX_LOADS  # see fttui/core/experiments/probe.py
+    assert res["model_loads"] <= res["max_loads"] == MAX_LOADS + SEQ_EXTRA_LOADS  # said up front
     clean_fit = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "fit"]
     clean_oom = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "oom"]
     assert max(clean_fit) == lf < so == min(clean_oom)
@@ -195,13 +195,20 @@ def test_probe_everything_fits(fttui_home):
     _no_process_left(fttui_home)
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start_cli(argv: list[str]) -> subprocess.Popen:
+    """The CLI as a CI script's background job starts it: with SIGINT ignored (a non-interactive
+    shell does that to `cmd &`), so the probe must ask for SIGINT itself."""
+    return subprocess.Popen([sys.executable, "-m", "fttui", *argv], cwd=ROOT, env=fttui_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sigint)
+
+
 def _start_probe(*extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fttui", "probe", "--profile", "tiny-lora", "--range", "1..1024", "--steps", "1",
-         "--host-memory-limit", PROBE_LIMIT, *extra],
-        cwd=ROOT, env=fttui_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
+    return _start_cli(["probe", "--profile", "tiny-lora", "--range", "1..1024", "--steps", "1",
+                       "--host-memory-limit", PROBE_LIMIT, *extra])
 
 
 def _first_trial(home: Path) -> Path | None:
@@ -352,10 +359,7 @@ def _trial_running(home: Path) -> Path | None:
 
 @pytest.mark.parametrize("how", ["sigint", "sigkill"])
 def test_stopped_launched_probe_leaves_no_process(how, fttui_home):
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "fttui", "probe", "--profile", "tiny-lora", *CPU2, "--range", "1..1024",
-         "--steps", "1"],
-        cwd=ROOT, env=fttui_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cli = _start_cli(["probe", "--profile", "tiny-lora", *CPU2, "--range", "1..1024", "--steps", "1"])
     try:
         run_dir = wait_for(lambda: _trial_running(fttui_home), timeout=180, what="both ranks of a trial")
         if how == "sigint":

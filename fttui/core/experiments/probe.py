@@ -8,17 +8,22 @@ at worst-case length, and few models are loaded. What counts as observed:
     costs at its peak (later ones fit more easily), but under an address-space budget a trial
     also leaves mapped memory behind (later ones fail sooner: measured, tiny-lora at 48 MiB, a
     later trial ran out of memory at batch 3 where fresh processes fit 6). Later trials only
-    *guide* the next fresh process.
+    *guide*.
+  * under a host limit every worker runs with the same address-space layout
+    (fttui.worker.limits.fixed_address_layout), so a value gives the same verdict in every fresh
+    process (docs/bench-probe.md: 10 of 10).
 
   load 1   climbs x2 from the start value (1, 2, 4, ...) reusing the loaded model until its first
-           OOM, then bisects in the same process to guess the boundary;
-  load 2   a fresh process checks the lowest in-process OOM (or the guess);
-  load 3.. without a fresh OOM yet, a fresh process starts at twice the largest fresh fit; with
-           one, at the middle of the interval between the fresh ends, until they are adjacent.
-           These processes run one trial each: only load 1's later trials guide.
+           OOM, then bisects in the same process; its first trial reports its headroom;
+  load 2.. one fresh trial each, at the value predicted from the largest fresh fit's headroom and
+           the growth of the peaks per value (fttui.core.experiments.boundary), until the largest
+           fresh fit and the smallest fresh OOM are neighbours; without a prediction (no headroom
+           reported), the first load's trials guide, then doubling, then halving;
+  repeats  with ``repeats = K``, each value next to the boundary is checked K more times; a value
+           that goes both ways makes the answer a band (``mixed``).
 
-Five to nine model loads on the tiny profiles under a 48MiB budget (docs/bench-probe.md; bench/probe_vs_accelerate.py
-compares it with accelerate's find_executable_batch_size); at most MAX_LOADS.
+At most MAX_LOADS + 2K model loads (MAX_LOADS + SEQ_EXTRA_LOADS + 2K for max_seq_len), said up
+front (``max_loads``).
 
 Several processes (ranks) or a sharding: every trial is a fresh launch of all ranks with the
 command ``fttui run`` would start (fttui.core.experiments.launched), so every trial is fresh and
@@ -35,6 +40,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from fttui.core.base import paths
@@ -42,29 +48,37 @@ from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import EstimateError, FttuiError
 from fttui.core.base.units import parse_size
 from fttui.core.experiments import launched
+from fttui.core.experiments.boundary import band, predicted
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
 from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch, rundir
 from fttui.core.run.events import JsonlTail
 from fttui.core.run.sampling import fold_card_peaks, take_sample
 
-MAX_LOADS = 12
+MAX_LOADS = 4  # model loads of a one-process batch-size probe without repeats
+#: growth in sequence length is not linear (attention): its prediction may need two more checks
+SEQ_EXTRA_LOADS = 2
 
 
 class Prober:
     def __init__(self, resolved: dict, param: str = "batch_size", lo: int = 1, hi: int = 1024,
-                 steps: int = 2, start: int | None = None,
+                 steps: int = 2, start: int | None = None, repeats: int = 0,
                  on_trial: Callable[[Trial], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
         if param not in PROBE_PARAMS:
             raise FttuiError(f"--param {param!r}: use one of {', '.join(PROBE_PARAMS)}")
         if steps < 1:
             raise FttuiError("--steps must be >= 1")
+        if repeats < 0:
+            raise FttuiError("--repeats must be >= 0")
+        self.repeats = repeats
         # Several ranks or a sharding: each trial a fresh launch of the real command.
         self.launched = launched.needs_launch(resolved)
         if self.launched:
             launched.check_probe(resolved)
-        self.max_loads = launched.max_launches(lo, hi) if self.launched else MAX_LOADS
+        # Said up front: the search, then two values next to the boundary checked again.
+        search = MAX_LOADS + (SEQ_EXTRA_LOADS if param == "max_seq_len" else 0)
+        self.max_loads = (launched.max_launches(lo, hi) if self.launched else search) + 2 * repeats
         self.resolved = resolved
         self.param, self.lo, self.hi, self.steps = param, lo, hi, steps
         self.start = max(lo, min(hi, start)) if start else lo
@@ -86,71 +100,85 @@ class Prober:
             self.start = min(self.start, self.hi)
             self.on_log(f"the model has {cap} positions: the range ends there")
         t0 = time.time()
-        clean_fit: int | None = None  # largest fresh fit
-        clean_oom: int | None = None  # smallest fresh OOM
         guess: int | None = None
         note = ""
+        budget_out = False
         try:
             while self.loads < self.max_loads:
                 if self.stopped:
                     note = "stopped"
                     break
-                if clean_fit is not None and clean_oom is not None and clean_oom == clean_fit + 1:
-                    break
-                if clean_oom == self.lo or clean_fit == self.hi:
-                    break
                 if self.loads == 0:
-                    start, growth = self.start, "mul"
+                    res = self._load(self.start, "mul", None, None, hi=self.hi)
                 else:
-                    start, growth = self._next_start(clean_fit, clean_oom, guess), "add"
-                # Only the first load's later trials guide (see _next_start): later loads run the
-                # one trial that counts, their first.
-                res = self._load(start, growth, clean_fit, clean_oom, hi=self.hi if self.loads == 0 else start)
-                for t in res["trials"]:
-                    if t.fresh and t.status == "fit":
-                        clean_fit = max(clean_fit or 0, t.value)
-                    elif t.fresh and t.status == "oom":
-                        clean_oom = t.value if clean_oom is None else min(clean_oom, t.value)
+                    value = self._next_value(guess)
+                    if value is None:
+                        break
+                    # Later loads run the one trial that counts, their first (no guides after it).
+                    res = self._load(value, "add", value - 1 if value > 1 else None, None, hi=value)
                 if res.get("model_oom"):
                     note = "the model itself does not fit in the memory budget (OOM while loading it)"
                     break
                 if not res["trials"]:
                     note = "stopped" if self.stopped else "the probe process ran no trial"
                     break
-                guess = res.get("guess")
+                guess = res.get("guess") if guess is None else guess
             else:
-                note = f"stopped after {self.max_loads} model loads without closing the boundary"
+                budget_out = self._next_value(guess) is not None
         finally:
             self._kill()
-        exact = (clean_fit is not None and clean_oom is not None and clean_oom == clean_fit + 1) or \
-            (clean_oom == self.lo) or (clean_fit == self.hi)
-        if clean_fit == self.hi and clean_oom is None:
+        b = band(self.trials)
+        lf, so = b.largest_fit, b.smallest_oom
+        exact = not b.mixed and ((lf is not None and so == lf + 1) or so == self.lo or lf == self.hi)
+        if budget_out and not (exact or b.adjacent):
+            note = f"stopped after {self.max_loads} {self.unit} without closing the boundary"
+        if lf == self.hi and so is None and not b.mixed:
             note = note or f"everything up to {self.hi} fits: raise --range"
-        if clean_oom == self.lo:
+        if so == self.lo and lf is None and not b.mixed:
             note = note or f"{self.lo} already fails: nothing in the range fits"
-        return ProbeResult(self.probe_id, self.param, self.lo, self.hi, clean_fit, clean_oom, exact,
-                           self.loads, self.trials, round(time.time() - t0, 2), note)
+        if b.mixed:
+            note = note or ("values that went both ways: " + ", ".join(
+                f"{m['value']} (fit {m['fit']}, OOM {m['oom']})" for m in b.mixed) + f"; use {lf}"
+                + ("; the load budget ended the repeats" if budget_out else ""))
+        return ProbeResult(self.probe_id, self.param, self.lo, self.hi, lf, so, exact, self.loads, self.trials,
+                           round(time.time() - t0, 2), note, mixed=b.mixed, repeats=self.repeats,
+                           max_loads=self.max_loads)
 
-    def _next_start(self, clean_fit: int | None, clean_oom: int | None, guess: int | None) -> int:
-        """The value a fresh process tries first, inside the open interval between the fresh ends.
+    @property
+    def unit(self) -> str:
+        return "launches" if self.launched else "model loads"
 
-        In-process trials only point: their bias may be large (seen: OOM at 42 tokens in-process
-        where a fresh process fits 108), so they pick the first check and nothing after it. The
-        first check is the lowest in-process OOM above the floor (in-process trials that fit more
-        easily make it a ceiling at once), or the highest in-process fit when none ran out. Without a fresh OOM the fresh start then doubles; with
-        one, the interval is halved."""
-        low = (clean_fit or self.lo - 1) + 1
-        high = (clean_oom or self.hi + 1) - 1
-        if self.loads == 1:
-            inside = [t for t in self.trials if low <= t.value <= high]
-            ooms = [t.value for t in inside if t.status == "oom" and t.clean]
-            fits = [t.value for t in inside if t.status == "fit"]
-            for v in (min(ooms) if ooms else None, None if ooms else max(fits, default=None), guess):
-                if v is not None and low <= v <= high:
-                    return v
-        if clean_oom is None:
-            return min(high, max(low, 2 * (clean_fit or 0)))
-        return (low + high + 1) // 2
+    def _next_value(self, guess: int | None) -> int | None:
+        """The value the next fresh process checks; None when the band is closed and every value
+        next to it has been checked ``1 + repeats`` times.
+
+        Inside the open interval between the ends: the prediction from a fresh fit's headroom
+        (fttui.core.experiments.boundary.predicted), else the first load's in-process trials as a
+        guide (their bias may be large: seen, OOM at 42 tokens in-process where a fresh process fit
+        108), else doubling without a fresh OOM, else halving."""
+        b = band(self.trials)
+        low = self.lo - 1 if b.largest_fit is None else b.largest_fit
+        ceil = min([m["value"] for m in b.mixed if m["value"] > low]
+                   + [self.hi + 1 if b.smallest_oom is None else b.smallest_oom])
+        if ceil - low > 1 and not b.adjacent and not (low == self.hi or ceil == self.lo):
+            p = predicted(self.trials, below=ceil)
+            if p is not None:
+                return low + 1 if p <= low else min(p, ceil - 1)
+            if self.loads == 1 and not self.launched:
+                inside = [t for t in self.trials if low < t.value < ceil]
+                ooms = [t.value for t in inside if t.status == "oom" and t.clean]
+                fits = [t.value for t in inside if t.status == "fit"]
+                for v in (min(ooms) if ooms else None, None if ooms else max(fits, default=None), guess):
+                    if v is not None and low < v < ceil:
+                        return v
+            if b.smallest_oom is None and not b.mixed:
+                return min(ceil - 1, max(low + 1, 2 * max(low, 0)))
+            return (low + ceil + 1) // 2
+        seen = Counter(t.value for t in self.trials if t.fresh)
+        for v in (b.largest_fit, b.smallest_oom, *(m["value"] for m in b.mixed)):
+            if v is not None and seen[v] < 1 + self.repeats:
+                return v
+        return None
 
     # ------------------------------------------------------------------------------------------
     def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None,
@@ -232,7 +260,7 @@ class Prober:
             tokens_per_s=_r(ev.get("tokens_per_s"), 1),
             peak_gpu_mem_mb=[round(nvml_peak[i], 1) for i in sorted(nvml_peak)],
             peak_torch_reserved_mb=list(ev.get("peak_torch_reserved_mb") or []),
-            peak_host_rss_mb=_r(ev.get("peak_host_rss_mb"), 1),
+            peak_host_rss_mb=_r(ev.get("peak_host_rss_mb"), 1), headroom_mb=_r(ev.get("headroom_mb"), 2),
         )
         self._save(t)
         return t

@@ -41,6 +41,8 @@ class Trial:
     host_measure: str = "ranks"
     #: the sharding that ran, read back from the engine or wrapper (launched trials); else None
     sharding: str | None = None
+    #: MiB the budget left unused by a fitting trial (fttui.worker.probe.headroom_mb), else None
+    headroom_mb: float | None = None
 
 
 @dataclass
@@ -56,6 +58,11 @@ class ProbeResult:
     trials: list[Trial]
     wall_s: float
     note: str = ""
+    #: values that fitted in some fresh processes and ran out of memory in others (a band)
+    mixed: list[dict] = field(default_factory=list)
+    #: extra fresh checks of each value next to the boundary, and the loads that allowed
+    repeats: int = 0
+    max_loads: int = 0
 
     def to_dict(self) -> dict:
         d = asdict(self)

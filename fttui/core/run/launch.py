@@ -149,6 +149,12 @@ def child_env(profile: Profile | dict) -> dict[str, str]:
         # Big allocations always mmapped (and returned on free): a probe's trials in one process
         # stay comparable with a fresh run under the same budget.
         env["MALLOC_MMAP_THRESHOLD_"] = "131072"
+        # Python's string hashes seed dict and set layouts, so with random seeds the address
+        # space a process maps differs by a Python arena (1 MiB) from one process to the next.
+        env["PYTHONHASHSEED"] = "0"
+        # The same mappings at the same places in every process: the worker turns address-space
+        # randomisation off for itself (fttui.worker.limits.fixed_address_layout).
+        env["FTTUI_FIXED_LAYOUT"] = "1"
     elif on_cpu:
         # CPU training: activations live in host memory. Tensors of 4 MiB and more are mmapped
         # and returned on free, so the process's peak RSS follows its live tensors (glibc's

@@ -1,0 +1,91 @@
+"""Where a fresh process runs out of memory, from what a probe observed.
+
+Only first trials of fresh processes are verdicts (fttui.core.experiments.probe). Per value they
+may be repeated (``--repeats``), so the answer is a band:
+
+  * ``largest_fit``: the largest value that fitted every time it was tried, below every value
+    that ever ran out of memory (the answer to use);
+  * ``smallest_oom``: the smallest value that ran out of memory every time, above every value
+    that ever fitted;
+  * ``mixed``: the values that went both ways, with their counts.
+
+The next value to check comes from a prediction where one can be made: a fresh fit reports its
+headroom (the MiB its budget left unused, fttui.worker.probe.headroom_mb) and the trials' peaks
+grow by a measurable amount per value, so ``value + headroom / growth`` is where the budget runs
+out; a second fresh fit gives the growth exactly (the difference of the two headrooms).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple
+
+from fttui.core.experiments.trials import Trial
+
+
+class Band(NamedTuple):
+    largest_fit: int | None
+    smallest_oom: int | None
+    mixed: list[dict]  # [{"value", "fit", "oom"}], by value
+
+    @property
+    def adjacent(self) -> bool:
+        """Nothing unknown between the ends: they are neighbours, or every value between them went
+        both ways."""
+        if self.largest_fit is None or self.smallest_oom is None:
+            return False
+        between = set(range(self.largest_fit + 1, self.smallest_oom))
+        return between <= {m["value"] for m in self.mixed}
+
+
+def band(trials: list[Trial]) -> Band:
+    fit: Counter[int] = Counter(t.value for t in trials if t.fresh and t.status == "fit")
+    oom: Counter[int] = Counter(t.value for t in trials if t.fresh and t.status == "oom")
+    any_oom = min(oom, default=None)
+    any_fit = max(fit, default=None)
+    always_fit = [v for v in fit if v not in oom and (any_oom is None or v < any_oom)]
+    always_oom = [v for v in oom if v not in fit and (any_fit is None or v > any_fit)]
+    mixed = [{"value": v, "fit": fit[v], "oom": oom[v]} for v in sorted(set(fit) & set(oom))]
+    return Band(max(always_fit, default=None), min(always_oom, default=None), mixed)
+
+
+def _peak(t: Trial) -> float | None:
+    if t.peak_torch_reserved_mb:
+        return max(t.peak_torch_reserved_mb)
+    return t.peak_host_rss_mb
+
+
+def growth_per_value(trials: list[Trial]) -> float | None:
+    """MiB the peak grows per value. Two fresh fits that reported their headroom give it exactly
+    (the difference of their headrooms, the nearest two to the boundary: attention makes the
+    growth in sequence length more than linear); else a least-squares line through the fitting
+    trials' peaks (in-process trials carry an offset, not a different growth)."""
+    heads = sorted({t.value: t.headroom_mb for t in trials if t.fresh and t.status == "fit"
+                    and t.headroom_mb is not None}.items())
+    if len(heads) >= 2:
+        (v1, h1), (v2, h2) = heads[-2:]
+        if h1 > h2:
+            return (h1 - h2) / (v2 - v1)
+    pts = [(t.value, _peak(t)) for t in trials if t.status == "fit" and _peak(t) is not None]
+    if len({v for v, _ in pts}) < 2:
+        return None
+    mx = sum(v for v, _ in pts) / len(pts)
+    my = sum(p for _, p in pts) / len(pts)
+    sxx = sum((v - mx) ** 2 for v, _ in pts)
+    g = sum((v - mx) * (p - my) for v, p in pts) / sxx
+    return g if g > 0 else None
+
+
+def predicted(trials: list[Trial], below: int | None = None) -> int | None:
+    """The largest value a fresh process should fit, from the largest fresh fit that reported its
+    headroom (below ``below`` when given), or None."""
+    g = growth_per_value(trials)
+    fits = [t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
+            and (below is None or t.value < below)]
+    if g is None or not fits:
+        return None
+    best = max(fits, key=lambda t: t.value)
+    return best.value + max(0, round(best.headroom_mb / g))
+
+
+__all__ = ["Band", "band", "growth_per_value", "predicted"]

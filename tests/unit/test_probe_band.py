@@ -1,0 +1,119 @@
+"""The probe's search and band, against simulated processes (no training here; the e2e tests in
+tests/e2e/test_oom_probe.py run real ones).
+
+A simulated process has a budget and a peak that grows ``per`` MiB per value from ``base``: its
+first trial is a verdict and reports its headroom (what fttui.worker.probe.headroom_mb reports
+under a host limit); its later trials are biased (they fail ``bias`` values early, as measured
+under RLIMIT_AS). A flaky value goes both ways in turn.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from fttui.core.experiments.boundary import band, growth_per_value, predicted
+from fttui.core.experiments.probe import MAX_LOADS, Prober
+from fttui.core.experiments.trials import Trial
+from fttui.core.profiles import load_profile
+
+
+class Sim:
+    def __init__(self, boundary: int, per: float = 1.94, base: float = 480.0, bias: int = 4,
+                 flaky: int | None = None):
+        self.boundary, self.per, self.base, self.bias = boundary, per, base, bias
+        self.flaky = itertools.cycle([True, False]) if flaky else None
+        self.flaky_value = flaky
+
+    def fits(self, v: int, fresh: bool) -> bool:
+        if fresh and v == self.flaky_value:
+            return next(self.flaky)
+        return v <= (self.boundary if fresh else self.boundary - self.bias)
+
+    def trial(self, v: int, load: int, fresh: bool, clean: bool) -> Trial:
+        fit = self.fits(v, fresh)
+        head = round((self.boundary + 0.5 - v) * self.per, 2) if fit and fresh else None
+        return Trial(value=v, status="fit" if fit else "oom", load=load, clean=clean, fresh=fresh,
+                     peak_host_rss_mb=self.base + self.per * v, headroom_mb=head)
+
+
+def _sim_prober(sim: Sim, lo=1, hi=1024, repeats=0) -> Prober:
+    p = Prober(load_profile("tiny-lora", ['limits.host_memory="200MiB"']), lo=lo, hi=hi, repeats=repeats)
+    p.resolved = {**p.resolved}
+
+    def fake_load(start, growth, clean_fit, clean_oom, hi=None):  # what fttui.worker.probe does
+        p.loads += 1
+        out, v, last_fit, clean = [], start, None, True
+        while v <= (hi or p.hi):
+            t = sim.trial(v, p.loads, fresh=not out, clean=clean)
+            out.append(t)
+            if t.status == "oom":
+                clean = False
+                break
+            last_fit = v
+            v = v * 2 if growth == "mul" else v + 1
+        if growth == "mul" and out[-1].status == "oom":  # bisect after the first OOM: guides only
+            low, high = last_fit or 0, out[-1].value
+            while high - low > 1:
+                mid = (low + high) // 2
+                t = sim.trial(mid, p.loads, fresh=False, clean=False)
+                out.append(t)
+                low, high = (mid, high) if t.status == "fit" else (low, mid)
+        p.trials.extend(out)
+        return {"trials": out, "guess": None, "model_oom": False}
+
+    p._load = fake_load
+    return p
+
+
+@pytest.mark.parametrize("boundary", [1, 2, 6, 47, 95, 188, 700, 1023])
+def test_a_repeating_boundary_in_at_most_four_loads(boundary):
+    res = _sim_prober(Sim(boundary)).run()
+    assert (res.largest_fit, res.smallest_oom, res.exact, res.mixed) == (boundary, boundary + 1, True, [])
+    assert res.model_loads <= MAX_LOADS == 4 == res.max_loads
+
+
+def test_everything_fits_and_nothing_fits():
+    res = _sim_prober(Sim(5000), hi=64).run()
+    assert (res.largest_fit, res.smallest_oom, res.exact) == (64, None, True) and "fits" in res.note
+    res = _sim_prober(Sim(0), lo=3, hi=64).run()
+    assert (res.largest_fit, res.smallest_oom, res.exact) == (None, 3, True) and "fails" in res.note
+
+
+def test_repeats_check_both_neighbours_again():
+    res = _sim_prober(Sim(95), repeats=2).run()
+    assert (res.largest_fit, res.smallest_oom, res.mixed, res.exact) == (95, 96, [], True)
+    fresh = [t.value for t in res.trials if t.fresh]
+    assert fresh.count(95) == 3 and fresh.count(96) == 3
+    assert res.model_loads <= 4 + 2 * 2 == res.max_loads
+
+
+def test_a_value_that_goes_both_ways_is_a_band():
+    res = _sim_prober(Sim(95, flaky=96), repeats=2).run()
+    assert res.mixed and res.mixed[0]["value"] == 96 and res.mixed[0]["fit"] >= 1 and res.mixed[0]["oom"] >= 1
+    assert (res.largest_fit, res.smallest_oom, res.exact) == (95, 97, False)
+    assert res.model_loads <= 4 + 2 * 2
+    assert "both ways" in res.note and "use 95" in res.note
+
+
+def test_band_counts_only_fresh_verdicts():
+    t = lambda v, s, fresh=True: Trial(value=v, status=s, load=1, clean=True, fresh=fresh)  # noqa: E731
+    b = band([t(5, "fit"), t(6, "fit"), t(7, "oom"), t(7, "fit"), t(8, "oom"), t(6, "oom", fresh=False)])
+    assert (b.largest_fit, b.smallest_oom, b.mixed) == (6, 8, [{"value": 7, "fit": 1, "oom": 1}])
+    assert b.adjacent
+    assert not band([t(5, "fit"), t(9, "oom")]).adjacent
+
+
+def test_prediction_from_a_fresh_fits_headroom():
+    fresh1 = Trial(value=1, status="fit", load=1, clean=True, fresh=True, peak_host_rss_mb=484.3, headroom_mb=182.79)
+    later = [Trial(value=v, status="fit", load=1, clean=True, peak_host_rss_mb=484.3 + 1.94 * (v - 1) + 3)
+             for v in (2, 4, 8, 64)]
+    assert growth_per_value([fresh1, *later]) == pytest.approx(1.94, rel=0.02)  # the offset does not tilt it
+    assert predicted([fresh1, *later]) in (94, 95, 96)
+    assert predicted([fresh1, *later], below=1) is None
+    # two fresh fits: the difference of their headrooms is the growth (measured: 95 fits, 96 fails)
+    fresh92 = Trial(value=92, status="fit", load=2, clean=True, fresh=True, peak_host_rss_mb=661, headroom_mb=5.88)
+    g = growth_per_value([fresh1, fresh92, *later])
+    assert g == pytest.approx((182.79 - 5.88) / 91)
+    assert predicted([fresh1, fresh92, *later]) == 95
