@@ -93,7 +93,7 @@ def _probe_and_scan(fttui_home):
     """Probe 1..24, then fresh processes around its answer.
 
     A one-by-one scan of the whole range 1..24 in fresh processes would cost ~24 model loads;
-    the scan covers the values around the answer instead (largest_fit-2 .. smallest_oom+2, one
+    the scan covers the values around the answer instead (largest_fit-1 .. smallest_oom+1, one
     fresh process and one trial each), and the probe's own clean trials must be monotone.
     """
     proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "batch_size", "--range", "1..24",
@@ -134,7 +134,7 @@ def _probe_and_scan(fttui_home):
 
     # The fresh-process scan around the boundary.
     resolved = load_profile("tiny-lora", [f"limits.host_memory={json.dumps(PROBE_LIMIT)}"])
-    values = list(range(max(1, lf - 2), so + 3))
+    values = list(range(max(1, lf - 1), so + 2))  # the two ends and one step beyond each
     with ThreadPoolExecutor(max_workers=2) as ex:
         seen = dict(zip(values, ex.map(lambda v: fresh_trial(resolved, v), values)))
     _no_process_left(fttui_home)
