@@ -23,6 +23,8 @@ def cmd_results(args, is_tty=is_tty) -> int:
         return _results_export(args)
     if args.action == "import":
         return _results_import(args)
+    if args.action == "delete":
+        return _results_delete(args)
     if args.files or args.out:
         raise FttuiError("FILE and --out go with `fttui results export` / `fttui results import`")
     with Store() as store:
@@ -38,6 +40,20 @@ def cmd_results(args, is_tty=is_tty) -> int:
 
     # the columns that fit the terminal (COLUMNS, else the terminal, else 100 on a pipe)
     sys.stdout.write(tables.to_text(*fit_table(rows, terminal_width())))
+    return 0
+
+
+def _results_delete(args) -> int:
+    """``fttui results delete RUN_ID``: remove one stored row (an exact run id; the run directory
+    is left as it is)."""
+    from fttui.core.results.store import Store
+
+    if len(args.files) != 1:
+        raise FttuiError("`fttui results delete` takes one RUN_ID (the exact id `fttui results --json` shows)")
+    with Store() as store:
+        if not store.delete(args.files[0]):
+            raise FttuiError(f"no stored row has run id {args.files[0]!r}")
+    print(f"deleted the row of {args.files[0]}")
     return 0
 
 
@@ -115,9 +131,9 @@ def add_parser(sub) -> None:
                        description="Show the stored summary rows (default), `export` them as JSON lines "
                                    "(every column and the environment), or `import` such files from other "
                                    "machines (idempotent by run id; conflicts are reported, never overwritten).")
-    p.add_argument("action", nargs="?", choices=["show", "export", "import"], default="show",
-                   help="show (default), export or import")
-    p.add_argument("files", nargs="*", metavar="FILE", help="import: export files to read")
+    p.add_argument("action", nargs="?", choices=["show", "export", "import", "delete"], default="show",
+                   help="show (default), export, import, or delete RUN_ID (one stored row)")
+    p.add_argument("files", nargs="*", metavar="FILE", help="import: export files to read; delete: the run id")
     p.add_argument("--out", metavar="FILE", help="export: write here instead of stdout")
     p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table",
                    help="show: a table (default), Markdown, CSV or JSON (every column)")

@@ -137,3 +137,58 @@ def test_bombs_are_refused_in_one_line(fttui_home, tmp_path, args, says):
     if args[0] == "results" and "--limit" in args:  # argparse's own: usage, then the one error line
         lines = [ln for ln in lines if ": error: " in ln]
     assert len(lines) == 1, proc.stderr
+
+
+# item 8: imports checked against the declared figures; delete ---------------------------------
+
+def _export_file(tmp_path, rows, name="rows.jsonl"):
+    from fttui.core.results.store import SCHEMA_VERSION
+
+    path = tmp_path / name
+    head = {"fttui_export": 1, "schema": SCHEMA_VERSION, "machine": "m", "exported_at": "2026", "rows": len(rows)}
+    path.write_text("\n".join(json.dumps(x) for x in [head, *rows]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("samples_per_s", "Infinity", "not a finite number"),
+    ("samples_per_s", "NaN", "not a finite number"),
+    ("max_seq_len", '"two thousand"', "expected an integer"),
+    ("steps", str(10**30), "out of range"),
+    ("error", '{"a": 1}', "expected text"),
+])
+def test_import_refuses_a_bad_value_naming_row_and_field(fttui_home, tmp_path, field, value, says):
+    path = tmp_path / "bad.jsonl"
+    good = _export_file(tmp_path, [{"run_id": "ok", "status": "completed"}])
+    path.write_text(good.read_text() + f'{{"run_id": "bad1", "{field}": {value}}}\n')
+    proc = run_fttui("results", "import", str(path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == proc.stderr.strip().splitlines()[0]
+    assert f"row bad1: {field}: " in proc.stderr and says in proc.stderr, proc.stderr
+    with Store() as s:
+        assert s.rows() == []  # nothing imported
+    assert run_fttui("results", "--json", check=True).stdout.strip() == "[]"
+
+
+def test_same_file_twice_is_a_no_op_and_a_row_can_be_deleted(fttui_home, tmp_path):
+    path = _export_file(tmp_path, [{"run_id": "r1", "status": "completed", "gradient_checkpointing": True,
+                                    "samples_per_s": 3, "steps": 4.0}])
+    first = run_fttui("results", "import", str(path), check=True)
+    second = run_fttui("results", "import", str(path))
+    assert "imported 1 row(s)" in first.stdout
+    assert second.returncode == 0 and "imported 0 row(s); 1 already there; 0 conflict(s)" in second.stdout
+    with Store() as s:
+        row = s.get("r1")
+    assert row["gradient_checkpointing"] == 1 and row["samples_per_s"] == 3.0 and row["steps"] == 4
+    assert "deleted the row of r1" in run_fttui("results", "delete", "r1", check=True).stdout
+    proc = run_fttui("results", "delete", "r1")
+    assert proc.returncode == 2 and "no stored row has run id 'r1'" in proc.stderr
+
+
+def test_a_received_row_with_a_mistyped_value_is_stored_not_lost(fttui_home):
+    with Store() as s:
+        s.put({"run_id": "x", "status": "failed", "error": {"message": "boom"}, "samples_per_s": float("inf"),
+               "steps": "12"})
+        row = s.get("x")
+    assert row["status"] == "failed" and json.loads(row["error"]) == {"message": "boom"}
+    assert row["samples_per_s"] is None and row["steps"] is None

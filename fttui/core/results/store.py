@@ -154,7 +154,9 @@ class Store:
 
     def put(self, row: Mapping[str, Any]) -> None:
         """Insert or replace one row (keyed by run_id). Unknown keys are an error."""
-        row = mask(dict(row))  # the one secret mask, at the write
+        from fttui.core.results.validate import coerce_row
+
+        row = coerce_row(mask(dict(row)))  # the one secret mask, and every value as declared
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise StoreError(f"unknown result columns: {sorted(unknown)}")
@@ -169,6 +171,14 @@ class Store:
         try:
             with self.transaction():
                 self.conn.execute(sql, values)
+        except sqlite3.Error as e:
+            raise self._error(e) from None
+
+    def delete(self, run_id: str) -> bool:
+        """Remove one row (``fttui results delete``); ``False`` when there was none."""
+        try:
+            with self.transaction():
+                return self.conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount > 0
         except sqlite3.Error as e:
             raise self._error(e) from None
 
