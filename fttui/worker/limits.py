@@ -22,7 +22,7 @@ from fttui.core.base.units import parse_size as _parse_size
 from .errors import ConfigError
 
 __all__ = ["parse_size", "apply_host_limit", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
-           "vm_size"]
+           "vm_size", "plain_arch_list"]
 
 FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launch.child_env under a host limit
 _ADDR_NO_RANDOMIZE = 0x0040000
@@ -151,3 +151,25 @@ def preload_before_limit(sharding: str, use_cuda: bool, log) -> list[str]:
     if loaded:
         log(f"DeepSpeed ops loaded before the host memory limit: {', '.join(loaded)}")
     return loaded
+
+
+def plain_arch_list(log) -> str | None:
+    """DeepSpeed's JIT op builder (0.19) reads each ``TORCH_CUDA_ARCH_LIST`` entry as numbers:
+    an architecture-specific target that torch accepts (``9.0a``) stops its build with
+    ``invalid literal for int() with base 10: '0a'`` (seen on an H100 image, DeepSpeed's fused
+    Adam). Rewrites this process's list without the suffixes (``9.0``); returns the new list, or
+    None when nothing changed."""
+    import os
+    import re
+
+    parts = [p for p in os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";").split(";") if p]
+    fixed: list[str] = []
+    for p in parts:
+        q = re.sub(r"^(\d+\.\d+)[a-z]+", r"\1", p)
+        if q not in fixed:
+            fixed.append(q)
+    if fixed == parts:
+        return None
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(fixed)
+    log(f"TORCH_CUDA_ARCH_LIST {';'.join(parts)} -> {';'.join(fixed)} for DeepSpeed's op builds")
+    return os.environ["TORCH_CUDA_ARCH_LIST"]

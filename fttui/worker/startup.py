@@ -22,7 +22,7 @@ from fttui.core.run.events import parse_event, write_event
 from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
-from .limits import apply_gpu_limit, apply_host_limit, parse_size, preload_before_limit
+from .limits import apply_gpu_limit, apply_host_limit, parse_size, plain_arch_list, preload_before_limit
 
 __all__ = ["Emitter", "check_profile", "env_int", "read_profile", "Setup", "setup"]
 
@@ -182,6 +182,8 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     # Start the CPU thread pool before the address-space limit (thread stacks count against it).
     (torch.ones(64, 64) @ torch.ones(64, 64)).sum().item()
     limits = {"host_memory": lim.host_memory, "gpu_memory": lim.gpu_memory}
+    if use_cuda and kind.deepspeed:
+        plain_arch_list(log)
     if host_limit:
         preload_before_limit(sharding, use_cuda, log)
     host_applied = apply_host_limit(host_limit)

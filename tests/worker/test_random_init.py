@@ -57,3 +57,18 @@ def test_8bit_lora_checkpoints_reentrant_on_cuda_only():
     assert not reentrant_checkpointing(make_profile(method="qlora", **gc), use_cuda=True)
     args = training_args(make_profile(method="lora-int8", **gc), "/nonexistent-run-dir", world=1, use_cuda=False)
     assert args.ddp_find_unused_parameters is None
+
+
+def test_arch_list_without_suffixes_for_deepspeed(monkeypatch):
+    """DeepSpeed 0.19's op builder cannot read '9.0a' (a fused Adam build failed on an H100 image
+    whose TORCH_CUDA_ARCH_LIST had it): the worker rewrites the list without suffixes."""
+    import os
+
+    from fttui.worker.limits import plain_arch_list
+
+    logged = []
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0 9.0a;10.0a+PTX")
+    assert plain_arch_list(logged.append) == "9.0;10.0+PTX" == os.environ["TORCH_CUDA_ARCH_LIST"]
+    assert logged and plain_arch_list(logged.append) is None
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    assert plain_arch_list(logged.append) is None and "TORCH_CUDA_ARCH_LIST" not in os.environ
