@@ -111,6 +111,7 @@ class ResultsScreen(Screen):
         Binding("v", "export('csv')", "CSV"),
         Binding("b", "baseline", "Baseline"),
         Binding("w", "write_report", "Report"),
+        Binding("delete", "delete_row", "Delete row"),
         Binding("escape", "back", "Back"),
     ]
 
@@ -256,6 +257,33 @@ class ResultsScreen(Screen):
             return False
         self.baseline, self.rel = row, rel
         return True
+
+    def action_delete_row(self) -> None:
+        """Delete the row under the cursor from the store, after a confirm (``fttui results delete``)."""
+        from fttui.tui.dialogs import ConfirmScreen
+
+        t = self.query_one(DataTable)
+        if not self.shown_rows or not t.row_count:
+            self.notify("no row to delete", severity="warning")
+            return
+        run_id = str(self.shown_rows[min(t.cursor_coordinate.row, len(self.shown_rows) - 1)].get("run_id"))
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            from fttui.core.results.store import Store
+
+            try:
+                with Store() as store:
+                    store.delete(run_id)
+            except FttuiError as e:
+                self.notify(str(e), severity="error")
+                return
+            self.notify(f"deleted the row of {run_id}", title="results")
+            self.load()
+
+        self.app.push_screen(ConfirmScreen(f"Delete the stored row of {run_id}?",
+                                           "The run directory stays; only the row leaves the results."), answered)
 
     def action_baseline(self) -> None:
         """The row under the cursor becomes the baseline; on the baseline itself: clear it."""

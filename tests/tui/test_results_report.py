@@ -93,3 +93,30 @@ async def test_picker_remote_code_line(fttui_home, monkeypatch):
         _select(app, "tiny-lora")
         await until(pilot, lambda: "tiny-lora" in _details(app), what="tiny-lora details")
         assert "REMOTE CODE" not in screen_text(app)
+
+
+async def test_delete_a_row_after_a_confirm(fttui_home):
+    """Delete on a row asks first; No keeps it, Yes removes it from the store and the table."""
+    from fttui.core.results.store import Store
+    from fttui.tui.dialogs import ConfirmScreen
+
+    fill_store()
+    app = FttuiApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ResultsScreen), what="results")
+        scr = app.screen
+        await _to_row(pilot, scr, OOM)
+        await pilot.press("delete")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm")
+        await pilot.press("n")
+        await until(pilot, lambda: app.screen is scr, what="back on the results")
+        with Store() as s:
+            assert s.get(OOM) is not None
+        await pilot.press("delete")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm")
+        await pilot.press("y")
+        await until(pilot, lambda: OOM not in [r["run_id"] for r in scr.shown_rows], what="the row gone")
+        with Store() as s:
+            assert s.get(OOM) is None and s.get(BASE) is not None
