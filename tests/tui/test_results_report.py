@@ -31,14 +31,19 @@ async def _to_row(pilot, scr: ResultsScreen, run_id: str) -> None:
     await pilot.pause()
 
 
+async def _results(pilot, app) -> ResultsScreen:
+    """From the picker to the results screen (``r``)."""
+    await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+    await pilot.press("r")
+    await until(pilot, lambda: isinstance(app.screen, ResultsScreen), what="results")
+    return app.screen
+
+
 async def test_baseline_rel_column_and_report(fttui_home):
     fill_store()
     app = FttuiApp()
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
-        await pilot.press("r")
-        await until(pilot, lambda: isinstance(app.screen, ResultsScreen), what="results")
-        scr = app.screen
+        scr = await _results(pilot, app)
         table = scr.query_one(DataTable)
         assert "rel" not in scr.headers
         await _to_row(pilot, scr, BASE)
@@ -103,10 +108,7 @@ async def test_delete_a_row_after_a_confirm(fttui_home):
     fill_store()
     app = FttuiApp()
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
-        await pilot.press("r")
-        await until(pilot, lambda: isinstance(app.screen, ResultsScreen), what="results")
-        scr = app.screen
+        scr = await _results(pilot, app)
         await _to_row(pilot, scr, OOM)
         await pilot.press("delete")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm")
