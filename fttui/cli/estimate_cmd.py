@@ -123,11 +123,33 @@ def cmd_estimate(args, resolve=resolve) -> int:
         e = estimate(resolved, calibration, device)
     except EstimateError as err:
         raise FttuiError(str(err)) from None
+    fc = _forecast(args, resolved, e)
     if args.json:
-        print(json.dumps(e.to_dict(), indent=2))
+        print(json.dumps({**e.to_dict(), "forecast": fc.to_dict() if fc else None}, indent=2))
     else:
         sys.stdout.write(render_text(e, resolved.get("name", "")))
+        if fc is not None:
+            print(f"time: {fc.words()}")
     return 0
+
+
+def _forecast(args, resolved, e):
+    """The time and cost forecast (None for a command profile or a model without numbers)."""
+    from fttui.core.experiments.forecast import profile_forecast, run_card
+    from fttui.core.results.store import Store
+
+    prices = None
+    if getattr(args, "prices", None):
+        from fttui.core.results.prices import load_prices
+
+        prices = load_prices(args.prices)
+    with Store() as store:
+        rows = store.rows()
+    card = run_card(resolved)
+    if prices is not None and prices.price_of(card) is None:
+        raise FttuiError(f"--prices {args.prices}: no price for {card!r} "
+                         f"(it has: {', '.join(sorted(prices.table)) or 'none'})")
+    return profile_forecast(resolved, e.inputs, rows, card, prices)
 
 
 def add_parser(sub) -> None:
@@ -140,4 +162,6 @@ def add_parser(sub) -> None:
     p.add_argument("--gpu-memory", metavar="SIZE", help="card size for --max / the fit check, e.g. 24GiB")
     p.add_argument("--calibrate", action="store_true",
                    help="fit the activation term to this profile's measured rows in the store")
+    p.add_argument("--prices", metavar="FILE",
+                   help="price of one card-hour per GPU name (the report's price file): the forecast's cost")
     p.set_defaults(handler=cmd_estimate)

@@ -1,0 +1,278 @@
+"""How long a run will take, and what it costs, before it is launched (``fttui estimate``'s forecast).
+
+A step's time is the work it feeds the ranks, in model FLOPs, over the rate the ranks reach, plus a
+fixed cost per optimizer step (optimizer update, data loading, logging)::
+
+    step_seconds = micro_batch x grad_accum x fed_tokens_per_sample x flops_per_token(seq) / rate
+                   + fixed
+    run_seconds  = steps x step_seconds
+
+``fed_tokens_per_sample``: tokens the model computes on, padding included (a batch is padded to its
+longest sample: :mod:`fttui.core.data.lengths`); synthetic data feeds exactly ``max_seq_len``.
+``flops_per_token``: :mod:`fttui.core.models.flops` (the same count as the rows' MFU).
+
+``rate`` (FLOP/s per training process) is calibrated from the store: completed rows of the same
+card, then the nearest in model, method, sharding and precision, each row giving
+``tokens_padded_per_s x flops_per_token / ranks``; on a GPU it is carried as MFU (rate / the card's
+peak, :mod:`fttui.core.models.peaks`), so rows of another card of known peak still count. Two or
+more rows of one setup at different step sizes also give ``fixed`` (least squares of step time on
+FLOPs per step); otherwise ``fixed`` is 0 and the forecast says so. Without a matching row: a
+stated default MFU on a card of known peak, a stated default rate on a CPU: the words say
+"uncalibrated".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from fttui.core.models.flops import ModelShape, flops_per_token
+from fttui.core.models.peaks import peak_tflops
+
+DEFAULT_MFU = {"full": 0.35, "lora": 0.30, "lora-emb": 0.30, "qlora": 0.20, "lora-int8": 0.12}
+DEFAULT_CPU_FLOPS = 5e9  # per training process, fp32, when no CPU row calibrates
+RANKS_CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class Forecast:
+    step_seconds: float
+    run_seconds: float
+    steps: int
+    tokens: int  # real (non-padding) tokens the run trains on
+    fed_tokens_per_sample: float
+    flops_per_token: float
+    mfu: float | None
+    flop_rate: float  # FLOP/s per training process
+    fixed_seconds: float
+    mfu_source: str
+    calibrated: bool
+    rows: list[str] = field(default_factory=list)
+    cost: float | None = None
+    cost_unit: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def words(self) -> str:
+        h = self.run_seconds / 3600
+        took = f"{h:.1f} h" if h >= 1 else f"{self.run_seconds / 60:.1f} min" if self.run_seconds >= 60 \
+            else f"{self.run_seconds:.1f} s"
+        cost = f", {self.cost:,.2f} {self.cost_unit}".rstrip() if self.cost is not None else ""
+        mfu = f"MFU {self.mfu:.0%}, " if self.mfu is not None else ""
+        return (f"{self.steps} steps x {self.step_seconds:.3g} s = {took}{cost} "
+                f"({mfu}{self.mfu_source})")
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (math.inf, -math.inf):
+        return None
+    return float(v)
+
+
+def _first(v: Any) -> Any:
+    if isinstance(v, str) and v.startswith("["):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return None
+    return v[0] if isinstance(v, list) and v else v
+
+
+def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
+    """Optimizer steps the Trainer will run: ``max_steps`` when > 0, else epochs x batches."""
+    t = profile["train"]
+    max_steps = int(t.get("max_steps") or -1)
+    if max_steps > 0:
+        return max_steps
+    per_step = int(t.get("batch_size") or 1) * int(t.get("grad_accum") or 1) * max(1, world)
+    per_epoch = max(1, math.ceil(samples / per_step))
+    return max(1, math.ceil(float(t.get("epochs") or 1.0) * per_epoch))
+
+
+def _setup_key(profile: Mapping[str, Any]) -> dict[str, Any]:
+    return {"model": profile["model"].get("name_or_path"), "method": profile.get("method"),
+            "sharding": profile.get("sharding") or "none",
+            "precision": profile["train"].get("precision") or "fp32"}
+
+
+def _row_rate(row: Mapping[str, Any]) -> float | None:
+    """FLOP/s per training process of a stored row (padded tokens: what the model computed)."""
+    tps = _num(row.get("tokens_padded_per_s")) or _num(row.get("tokens_per_s"))
+    fpt = _num(row.get("flops_per_token"))
+    ranks = int(_num(row.get("world_size")) or 1)
+    if not tps or not fpt:
+        return None
+    return tps * fpt / max(1, ranks)
+
+
+def _row_step_flops(row: Mapping[str, Any]) -> float | None:
+    fpt = _num(row.get("flops_per_token"))
+    steps, tokens = _num(row.get("steps")), _num(row.get("tokens_padded")) or _num(row.get("tokens"))
+    ranks = int(_num(row.get("world_size")) or 1)
+    if not fpt or not steps or not tokens:
+        return None
+    return tokens / steps * fpt / max(1, ranks)
+
+
+def _closeness(row: Mapping[str, Any], key: Mapping[str, Any]) -> int:
+    score = 0
+    score += 8 if row.get("model") == key["model"] else 0
+    score += 4 if row.get("method") == key["method"] else 0
+    score += 2 if (row.get("sharding") or "none") == key["sharding"] else 0
+    score += 1 if row.get("precision") == key["precision"] else 0
+    return score
+
+
+def calibration_rows(profile: Mapping[str, Any], rows: Iterable[Mapping[str, Any]],
+                     card: str) -> tuple[list[Mapping[str, Any]], int]:
+    """The completed rows nearest to the profile on ``card`` (``"cpu"`` or an NVML name; rows of
+    other cards of known peak count on a GPU), with their closeness (15: same model, method,
+    sharding and precision)."""
+    key = _setup_key(profile)
+    usable = []
+    for r in rows:
+        if r.get("status") != "completed" or r.get("kind") not in ("run", "sweep", None):
+            continue
+        if _row_rate(r) is None:
+            continue
+        rgpu = str(r.get("gpu") or "")
+        if card == RANKS_CPU:
+            if rgpu != RANKS_CPU:
+                continue
+        elif rgpu == RANKS_CPU or peak_tflops(rgpu, r.get("precision")) is None:
+            continue
+        same_card = rgpu == card
+        usable.append(((1 if same_card else 0), _closeness(r, key), r))
+    if not usable:
+        return [], 0
+    best = max((c, s) for c, s, _ in usable)
+    chosen = [r for c, s, r in usable if (c, s) == best]
+    return chosen, best[1]
+
+
+def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """``(seconds per FLOP, fixed seconds)`` by least squares of step time on FLOPs per step, from
+    rows at two or more different step sizes; None when they do not spread."""
+    pts = []
+    for r in rows:
+        flops = _row_step_flops(r)
+        dur, steps = _num(r.get("duration_s")), _num(r.get("steps"))
+        if flops and dur and steps:
+            pts.append((flops, dur / steps))
+    if len({round(x, -3) for x, _ in pts}) < 2:
+        return None
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    fixed = my - slope * mx
+    if slope <= 0:
+        return None
+    return slope, max(0.0, fixed)
+
+
+def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed_tokens_per_sample: float,
+             real_tokens_per_sample: float, rows: Iterable[Mapping[str, Any]], card: str, cards: int,
+             price_per_card_hour: float | None = None,
+             price_unit: str = "") -> Forecast:
+    """The forecast of one profile on ``cards`` x ``card`` (``card == "cpu"``: CPU processes)."""
+    t = profile["train"]
+    world = max(1, cards) * max(1, int((profile.get("devices") or {}).get("nodes") or 1))
+    method = str(profile.get("method"))
+    precision = str(t.get("precision") or "fp32")
+    gc = bool(t.get("gradient_checkpointing"))
+    fpt = flops_per_token(shape, method, fed_tokens_per_sample, gc).total
+    per_step = int(t.get("batch_size") or 1) * int(t.get("grad_accum") or 1)
+    step_flops = per_step * fed_tokens_per_sample * fpt
+    steps = planned_steps(profile, samples, world)
+    chosen, score = calibration_rows(profile, rows, card)
+    peak = None if card == RANKS_CPU else peak_tflops(card, precision)
+    fixed, mfu = 0.0, None
+    if chosen:
+        fit = _fit_fixed(chosen) if score == 15 else None
+        if card == RANKS_CPU or peak is None:
+            rate = sum(_row_rate(r) for r in chosen) / len(chosen)  # type: ignore[misc]
+        else:
+            mfus = [_row_rate(r) / (peak_tflops(str(r.get("gpu")), r.get("precision")) * 1e12)  # type: ignore
+                    for r in chosen]
+            mfu = sum(mfus) / len(mfus)
+            rate = mfu * peak * 1e12
+        how = {15: "same model, method, sharding and precision", 14: "same model, method and sharding",
+               12: "same model and method"}.get(score, "nearest setup")
+        where = "this card" if str(chosen[0].get("gpu")) == card else f"{chosen[0].get('gpu')} rows scaled by peak"
+        source = f"calibrated from {len(chosen)} row{'s' if len(chosen) != 1 else ''} ({how}; {where})"
+        if fit is not None:
+            rate, fixed = 1.0 / fit[0], fit[1]
+            source += f", fixed {fixed:.3g} s/step fitted"
+        else:
+            source += ", no fixed cost per step (one step size measured)"
+        calibrated = True
+    elif peak is not None:
+        mfu = DEFAULT_MFU.get(method, 0.3)
+        rate = mfu * peak * 1e12
+        source = f"uncalibrated: default MFU {mfu:.0%} for {method} (no stored row to calibrate from)"
+        calibrated = False
+    else:
+        rate = DEFAULT_CPU_FLOPS
+        what = "CPU" if card == RANKS_CPU else f"{card} (no peak rate known)"
+        source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on {what} (no stored row)"
+        calibrated = False
+    step_s = step_flops / rate + fixed
+    run_s = steps * step_s
+    cost = None
+    if price_per_card_hour is not None:
+        cost = price_per_card_hour * max(1, cards) * max(1, world // max(1, cards)) * run_s / 3600
+    return Forecast(
+        step_seconds=round(step_s, 6), run_seconds=round(run_s, 3), steps=steps,
+        tokens=int(round(steps * per_step * world * real_tokens_per_sample)),
+        fed_tokens_per_sample=round(fed_tokens_per_sample, 2), flops_per_token=round(fpt, 1),
+        mfu=None if mfu is None else round(mfu, 4), flop_rate=round(rate, 1), fixed_seconds=round(fixed, 6),
+        mfu_source=source, calibrated=calibrated, rows=[str(r.get("run_id")) for r in chosen],
+        cost=None if cost is None else float(f"{cost:.6g}"), cost_unit=price_unit)
+
+
+def profile_shape(profile: Mapping[str, Any], inputs: Mapping[str, Any]) -> ModelShape:
+    """The model's shape before launch: the architecture's numbers and the estimate's counts."""
+    from fttui.core.models.numbers import arch_numbers
+
+    a = arch_numbers(profile)
+    params, lora = int(inputs.get("params") or a.params), int(inputs.get("lora_params") or 0)
+    full = profile.get("method") == "full"
+    return ModelShape(params_total=params + (0 if full else lora), params_trainable=params if full else lora,
+                      vocab=a.vocab, hidden=a.hidden, layers=a.layers, attn_dim=a.q_dim, tied=a.tied)
+
+
+def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows: Iterable[Mapping[str, Any]],
+                     card: str, prices=None, batch_size: int | None = None) -> Forecast:
+    """The forecast of a resolved profile: its data's real lengths (:mod:`fttui.core.run.datalens`,
+    synthetic data: ``max_seq_len``), its cards (``card``: ``"cpu"`` or the NVML name of the cards it
+    will run on), the store's ``rows``; ``prices`` (:class:`fttui.core.results.prices.Prices`)
+    prices a card-hour."""
+    from fttui.core.run.datalens import data_stats
+
+    stats, _cached = data_stats(dict(profile), batch_size)
+    fed = stats.random_order["fed_tokens"] / max(1, stats.samples)
+    real = stats.random_order["real_tokens"] / max(1, stats.samples)
+    dev = profile.get("devices") or {}
+    cards = int(dev.get("gpus") or 0) or int(dev.get("cpu_processes") or 1)
+    price = prices.price_of(card) if prices is not None else None
+    return forecast(profile, profile_shape(profile, inputs), samples=stats.samples, fed_tokens_per_sample=fed,
+                    real_tokens_per_sample=real, rows=rows, card=card, cards=cards,
+                    price_per_card_hour=price, price_unit=(prices.unit if prices is not None else ""))
+
+
+def run_card(profile: Mapping[str, Any]) -> str:
+    """The card a profile will run on: ``"cpu"`` without GPUs, else the first visible card's NVML
+    name (``"unknown GPU"`` when none is visible here)."""
+    if not int((profile.get("devices") or {}).get("gpus") or 0):
+        return RANKS_CPU
+    from fttui.monitor import make_gpu_sampler, run_cards
+
+    with make_gpu_sampler() as sampler:
+        cards = run_cards(sampler.sample())
+    return str(cards[0].name) if cards and cards[0].name else "unknown GPU"

@@ -1,0 +1,106 @@
+"""The time and cost forecast before launch (fttui.core.experiments.forecast)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fttui.core.experiments.forecast import calibration_rows, forecast, planned_steps
+from fttui.core.models.flops import ModelShape, flops_per_token
+from fttui.core.models.peaks import peak_tflops
+from tests.conftest import run_fttui
+
+SHAPE = ModelShape(params_total=1_000_000, params_trainable=10_000, vocab=1000, hidden=64, layers=2,
+                   attn_dim=64, tied=False)
+
+
+def _profile(batch=8, accum=1, seq=128, gpus=0, method="lora", steps=100):
+    return {"model": {"name_or_path": "m"}, "method": method, "sharding": "none",
+            "train": {"batch_size": batch, "grad_accum": accum, "precision": "bf16" if gpus else "fp32",
+                      "max_steps": steps, "gradient_checkpointing": False},
+            "devices": {"gpus": gpus, "nodes": 1}, "data": {"max_seq_len": seq}}
+
+
+def _row(run_id, tokens_per_s, fpt, gpu="cpu", batch=8, seq=128, steps=100, fixed=0.0, precision="fp32"):
+    tokens = batch * seq * steps
+    step_s = batch * seq * fpt / (tokens_per_s * fpt) if tokens_per_s else 0
+    return {"run_id": run_id, "kind": "run", "status": "completed", "model": "m", "method": "lora",
+            "sharding": "none", "precision": precision, "gpu": gpu, "world_size": 1,
+            "tokens_padded_per_s": tokens_per_s, "flops_per_token": fpt, "steps": steps,
+            "tokens_padded": tokens, "duration_s": steps * (step_s + fixed)}
+
+
+def test_planned_steps_from_epochs_and_max_steps():
+    p = _profile(batch=4, accum=2, steps=-1)
+    p["train"]["epochs"] = 2
+    assert planned_steps(p, samples=100, world=2) == 2 * 7  # ceil(100 / 16) = 7 per epoch
+    assert planned_steps(_profile(steps=30), samples=10**6, world=1) == 30
+
+
+def test_one_row_gives_the_rate_and_scales_with_tokens():
+    fpt = flops_per_token(SHAPE, "lora", 128).total
+    row = _row("r1", tokens_per_s=1000.0, fpt=fpt)
+    f = forecast(_profile(), SHAPE, samples=800, fed_tokens_per_sample=128, real_tokens_per_sample=128,
+                 rows=[row], card="cpu", cards=1)
+    assert f.calibrated and f.rows == ["r1"] and "1 row" in f.mfu_source
+    assert f.step_seconds == pytest.approx(8 * 128 / 1000.0, rel=1e-3)  # the row's own speed
+    assert f.run_seconds == pytest.approx(100 * f.step_seconds, rel=1e-6)
+    g = forecast(_profile(batch=16), SHAPE, samples=800, fed_tokens_per_sample=128, real_tokens_per_sample=100,
+                 rows=[row], card="cpu", cards=1)
+    assert g.step_seconds == pytest.approx(2 * f.step_seconds, rel=1e-6)
+    assert g.tokens == 100 * 16 * 100
+
+
+def test_rows_at_two_step_sizes_give_the_fixed_cost():
+    fpt = flops_per_token(SHAPE, "lora", 128).total
+    rows = [_row("a", 1000.0, fpt, batch=4, fixed=0.05), _row("b", 1000.0, fpt, batch=32, fixed=0.05)]
+    f = forecast(_profile(batch=8), SHAPE, samples=800, fed_tokens_per_sample=128, real_tokens_per_sample=128,
+                 rows=rows, card="cpu", cards=1)
+    assert f.fixed_seconds == pytest.approx(0.05, rel=1e-3)
+    assert f.step_seconds == pytest.approx(8 * 128 / 1000.0 + 0.05, rel=1e-3)
+
+
+def test_gpu_rows_of_another_card_carry_their_mfu():
+    fpt = flops_per_token(SHAPE, "lora", 128).total
+    a100 = "NVIDIA A100-SXM4-80GB"
+    tps = 0.4 * peak_tflops(a100, "bf16") * 1e12 / fpt  # a row at 40% MFU on an A100
+    row = _row("x", tps, fpt, gpu=a100, precision="bf16")
+    h100 = "NVIDIA H100 80GB HBM3"
+    f = forecast(_profile(gpus=1), SHAPE, samples=800, fed_tokens_per_sample=128, real_tokens_per_sample=128,
+                 rows=[row], card=h100, cards=1, price_per_card_hour=2.0, price_unit="USD")
+    assert f.mfu == pytest.approx(0.4, rel=1e-3) and "scaled by peak" in f.mfu_source
+    assert f.flop_rate == pytest.approx(0.4 * peak_tflops(h100, "bf16") * 1e12, rel=1e-3)
+    assert f.cost == pytest.approx(2.0 * f.run_seconds / 3600, rel=1e-3)
+
+
+def test_uncalibrated_says_so():
+    f = forecast(_profile(gpus=1), SHAPE, samples=8, fed_tokens_per_sample=128, real_tokens_per_sample=128,
+                 rows=[], card="NVIDIA H100 80GB HBM3", cards=1)
+    assert not f.calibrated and f.mfu_source.startswith("uncalibrated: default MFU")
+    f = forecast(_profile(), SHAPE, samples=8, fed_tokens_per_sample=128, real_tokens_per_sample=128,
+                 rows=[], card="cpu", cards=1)
+    assert f.mfu is None and "uncalibrated" in f.mfu_source and "CPU" in f.mfu_source
+
+
+def test_only_completed_rows_of_the_same_kind_of_card_calibrate():
+    fpt = 1e6
+    rows = [_row("gpu", 10.0, fpt, gpu="NVIDIA H100 80GB HBM3"), {**_row("oom", 10.0, fpt), "status": "oom"},
+            {**_row("other", 10.0, fpt), "model": "n"}, _row("same", 10.0, fpt)]
+    chosen, score = calibration_rows(_profile(), rows, "cpu")
+    assert [r["run_id"] for r in chosen] == ["same"] and score == 15
+
+
+def test_estimate_json_has_the_forecast_and_bad_prices_are_one_line(tmp_path):
+    out = json.loads(run_fttui("estimate", "--profile", "tiny-lora", "--json", check=True).stdout)
+    fc = out["forecast"]
+    assert set(fc) >= {"step_seconds", "run_seconds", "mfu", "mfu_source", "cost"}
+    assert fc["cost"] is None and fc["mfu_source"].startswith("uncalibrated")
+    prices = tmp_path / "p.toml"
+    prices.write_text('"RTX 4090" = 0.7\n')
+    p = run_fttui("estimate", "--profile", "tiny-lora", "--prices", str(prices))
+    assert p.returncode == 2 and "no price for 'cpu'" in p.stderr and "Traceback" not in p.stderr
+    prices.write_text('"RTX 4090" = 0.7\ncpu = 0.1\n')
+    fc = json.loads(run_fttui("estimate", "--profile", "tiny-lora", "--prices", str(prices), "--json",
+                              check=True).stdout)["forecast"]
+    assert fc["cost"] == pytest.approx(0.1 * fc["run_seconds"] / 3600, rel=1e-2)
