@@ -228,7 +228,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
     if price_per_card_hour is not None:
         cost = price_per_card_hour * max(1, cards) * max(1, world // max(1, cards)) * run_s / 3600
     return Forecast(
-        step_seconds=round(step_s, 6), run_seconds=round(run_s, 3), steps=steps,
+        step_seconds=float(f"{step_s:.6g}"), run_seconds=float(f"{run_s:.6g}"), steps=steps,
         tokens=int(round(steps * per_step * world * real_tokens_per_sample)),
         fed_tokens_per_sample=round(fed_tokens_per_sample, 2), flops_per_token=round(fpt, 1),
         mfu=None if mfu is None else round(mfu, 4), flop_rate=round(rate, 1), fixed_seconds=round(fixed, 6),
