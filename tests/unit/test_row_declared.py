@@ -95,6 +95,6 @@ def test_every_view_of_the_row_is_the_declaration():
     assert list(COLUMNS) == [f.name for f in columns.FIGURES]
     assert labels._LABEL_KEYS == columns.LABEL_KEYS
     assert set(columns.GROUP_BY) <= set(COLUMNS) and set(columns.SETTINGS) <= set(COLUMNS)
-    text = (ROOT / "fttui" / "cli" / "main.py").read_text()
+    text = (ROOT / "fttui" / "cli" / "report_cmd.py").read_text()
     assert "choices=list(GROUP_BY)" in text
     assert columns.effective_batch(4, 2, 3) == 24 and columns.effective_batch(None, 2, 3) is None
