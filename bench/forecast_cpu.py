@@ -1,0 +1,55 @@
+"""Forecast against measured training time on this machine (issue 23's bar, docs/forecast.md).
+
+One calibrating run of a tiny profile, then for each other setting: the forecast
+(`fttui estimate --json`), then the run itself, alternated, in a fresh FTTUI_HOME.
+
+    .venv/bin/python bench/forecast_cpu.py [--profile tiny-lora] [--steps 40]
+
+Prints one line per setting: forecast seconds, measured training seconds (the row's duration_s),
+their ratio. Run it on a quiet machine: load changes a CPU step's time several-fold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SETTINGS = [("train.batch_size=8", "data.max_seq_len=128"),  # the calibrating run
+            ("train.batch_size=4", "data.max_seq_len=64"),
+            ("train.batch_size=16", "data.max_seq_len=256"),
+            ("train.batch_size=32", "data.max_seq_len=128")]
+
+
+def fttui(*args: str, env: dict) -> str:
+    p = subprocess.run([sys.executable, "-m", "fttui", *args], env=env, capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, check=True)
+    return p.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", default="tiny-lora")
+    ap.add_argument("--steps", type=int, default=40)
+    args = ap.parse_args()
+    env = dict(os.environ, FTTUI_HOME=tempfile.mkdtemp(prefix="fttui-forecast-"), OMP_NUM_THREADS="1",
+               FTTUI_NO_APP="1")
+    for i, setting in enumerate(SETTINGS):
+        sets = [x for kv in (*setting, f"train.max_steps={args.steps}") for x in ("--set", kv)]
+        fc = json.loads(fttui("estimate", "--profile", args.profile, *sets, "--json", env=env))["forecast"]
+        fttui("run", "--profile", args.profile, *sets, "--headless", env=env)
+        row = json.loads(fttui("results", "--format", "json", "--limit", "1", env=env))
+        row = row[0] if isinstance(row, list) else row
+        measured = float(row["duration_s"])
+        ratio = fc["run_seconds"] / measured if measured else float("nan")
+        what = "calibrating run" if i == 0 else f"ratio {ratio:.2f}"
+        print(f"{' '.join(setting):45s} forecast {fc['run_seconds']:8.2f} s  measured {measured:8.2f} s  "
+              f"{what}  ({fc['mfu_source']})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
