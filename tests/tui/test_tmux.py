@@ -200,7 +200,9 @@ def test_tmux_live_run_listed_and_attached(fttui_home, fttui_bin, in_root):
             s = t.wait_screen("live runs (1)", timeout=20)
             line = next(ln for ln in s.splitlines() if run_dir.name in ln)
             assert "demo-lora" in line and "running" in line and "12/20" in line and "00:06" in line
-            assert "a Attach" in s  # the key, in the footer
+            # the key, in the footer: it shows once the live table has the focus, which the picker
+            # gives it just after the first frame (a loaded machine may draw the list first)
+            t.wait_screen("a Attach", timeout=20)
             t.keys("Enter")
             s = t.wait_screen("RUNNING", timeout=20)
             assert run_dir.name in s and "step 12/20" in s
