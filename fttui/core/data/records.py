@@ -124,6 +124,21 @@ def _raw_items(path: str, text: str) -> list[tuple[int, Any]]:
     return items
 
 
+def _record(obj: Any, chosen: str | None, where: str, lineno: int) -> tuple[dict[str, Any], str]:
+    """One checked record and the format (detected from the first record when ``chosen`` is None)."""
+    if chosen is None:
+        if not isinstance(obj, dict):
+            raise DataError(None, f"{where}: expected a JSON object, got {type(obj).__name__}")
+        chosen = _detect(obj)
+        if chosen is None:
+            keys = ", ".join(sorted(obj)[:6]) or "none"
+            raise DataError(None, f"{where}: cannot detect the data format (keys: {keys}); expected "
+                            "instruction/input/output or messages")
+    rec = _check(obj, chosen, where)
+    rec["line"] = lineno
+    return rec, chosen
+
+
 def load_records(path: str | os.PathLike[str], fmt: str = "auto") -> list[dict[str, Any]]:
     """Read and validate a data file; see the module docstring. Raises :class:`DataError`."""
     path = os.fspath(path)
@@ -153,17 +168,7 @@ def load_records(path: str | os.PathLike[str], fmt: str = "auto") -> list[dict[s
     out: list[dict[str, Any]] = []
     chosen = None if fmt == "auto" else fmt
     for lineno, obj in items:
-        where = f"{path}:{lineno}"
-        if chosen is None:
-            if not isinstance(obj, dict):
-                raise DataError(None, f"{where}: expected a JSON object, got {type(obj).__name__}")
-            chosen = _detect(obj)
-            if chosen is None:
-                keys = ", ".join(sorted(obj)[:6]) or "none"
-                raise DataError(None, f"{where}: cannot detect the data format (keys: {keys}); expected "
-                                "instruction/input/output or messages")
-        rec = _check(obj, chosen, where)
-        rec["line"] = lineno
+        rec, chosen = _record(obj, chosen, f"{path}:{lineno}", lineno)
         out.append(rec)
     return out
 
@@ -207,16 +212,7 @@ def iter_records(path: str | os.PathLike[str], fmt: str = "auto"):
                 obj = json.loads(line)
             except ValueError as e:
                 raise DataError(None, f"{where}: malformed JSON line ({getattr(e, 'msg', e)})") from None
-            if chosen is None:
-                if not isinstance(obj, dict):
-                    raise DataError(None, f"{where}: expected a JSON object, got {type(obj).__name__}")
-                chosen = _detect(obj)
-                if chosen is None:
-                    keys = ", ".join(sorted(obj)[:6]) or "none"
-                    raise DataError(None, f"{where}: cannot detect the data format (keys: {keys}); "
-                                    "expected instruction/input/output or messages")
-            rec = _check(obj, chosen, where)
-            rec["line"] = lineno
+            rec, chosen = _record(obj, chosen, where, lineno)
             seen += 1
             yield rec, done, total
     if not seen:
