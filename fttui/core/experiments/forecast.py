@@ -28,6 +28,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from fttui.core.base import shardings
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import peak_tflops
 
@@ -94,7 +95,7 @@ def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
 
 def _setup_key(profile: Mapping[str, Any]) -> dict[str, Any]:
     return {"model": profile["model"].get("name_or_path"), "method": profile.get("method"),
-            "sharding": profile.get("sharding") or "none",
+            "sharding": profile.get("sharding") or shardings.NONE.name,
             "precision": profile["train"].get("precision") or "fp32"}
 
 
@@ -121,7 +122,7 @@ def _closeness(row: Mapping[str, Any], key: Mapping[str, Any]) -> int:
     score = 0
     score += 8 if row.get("model") == key["model"] else 0
     score += 4 if row.get("method") == key["method"] else 0
-    score += 2 if (row.get("sharding") or "none") == key["sharding"] else 0
+    score += 2 if (row.get("sharding") or shardings.NONE.name) == key["sharding"] else 0
     score += 1 if row.get("precision") == key["precision"] else 0
     return score
 
