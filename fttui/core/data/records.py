@@ -139,6 +139,18 @@ def _record(obj: Any, chosen: str | None, where: str, lineno: int) -> tuple[dict
     return rec, chosen
 
 
+def _open(path: str):
+    """The data file opened for reading, or a one-line :class:`DataError`."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(None, f"{path}: data file not found") from None
+    except IsADirectoryError:
+        raise DataError(None, f"{path}: is a directory, expected a .json or .jsonl file") from None
+    except OSError as e:
+        raise DataError(None, f"{path}: cannot read data file ({e.strerror or e})") from None
+
+
 def load_records(path: str | os.PathLike[str], fmt: str = "auto") -> list[dict[str, Any]]:
     """Read and validate a data file; see the module docstring. Raises :class:`DataError`."""
     path = os.fspath(path)
@@ -146,15 +158,11 @@ def load_records(path: str | os.PathLike[str], fmt: str = "auto") -> list[dict[s
         raise DataError(None, f"{path}: unknown data.format {fmt!r} (use one of {', '.join(FORMATS)})")
     if not path.endswith(EXTENSIONS):
         raise DataError(None, f"{path}: unsupported data file type (use .json or .jsonl)")
-    try:
-        with open(path, "rb") as f:
+    with _open(path) as f:
+        try:
             raw = f.read()
-    except FileNotFoundError:
-        raise DataError(None, f"{path}: data file not found") from None
-    except IsADirectoryError:
-        raise DataError(None, f"{path}: is a directory, expected a .json or .jsonl file") from None
-    except OSError as e:
-        raise DataError(None, f"{path}: cannot read data file ({e.strerror or e})") from None
+        except OSError as e:
+            raise DataError(None, f"{path}: cannot read data file ({e.strerror or e})") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -186,14 +194,7 @@ def iter_records(path: str | os.PathLike[str], fmt: str = "auto"):
         return
     if fmt not in FORMATS:
         raise DataError(None, f"{path}: unknown data.format {fmt!r} (use one of {', '.join(FORMATS)})")
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise DataError(None, f"{path}: data file not found") from None
-    except IsADirectoryError:
-        raise DataError(None, f"{path}: is a directory, expected a .json or .jsonl file") from None
-    except OSError as e:
-        raise DataError(None, f"{path}: cannot read data file ({e.strerror or e})") from None
+    f = _open(path)
     chosen = None if fmt == "auto" else fmt
     seen = 0
     with f:
