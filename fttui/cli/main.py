@@ -18,7 +18,7 @@ from fttui.core.base.errors import FttuiError
 #: the subcommands' modules, in the order ``fttui --help`` lists them: each owns its arguments and
 #: its handler (``add_parser(sub)`` sets ``handler``)
 COMMAND_MODULES = ("run_cmd", "submit_cmd", "profiles_cmd", "results_cmd", "runs_cmd", "probe_cmds", "report_cmd",
-                   "data_cmd", "estimate_cmd", "watch_cmd", "completion_cmd")
+                   "data_cmd", "estimate_cmd", "plan_cmd", "watch_cmd", "completion_cmd")
 
 
 def build_parser():

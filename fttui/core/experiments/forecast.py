@@ -1,10 +1,11 @@
 """How long a run will take, and what it costs, before it is launched (``fttui estimate``'s forecast).
 
 A step's time is the work it feeds the ranks, in model FLOPs, over the rate the ranks reach, plus a
-fixed cost per optimizer step (optimizer update, data loading, logging)::
+fixed cost per forward and backward pass (per micro batch: the operators' own overhead, data
+loading; the optimizer's share spread over the passes)::
 
-    step_seconds = micro_batch x grad_accum x fed_tokens_per_sample x flops_per_token(seq) / rate
-                   + fixed
+    step_seconds = grad_accum x (micro_batch x fed_tokens_per_sample x flops_per_token(seq) / rate
+                                 + fixed)
     run_seconds  = steps x step_seconds
 
 ``fed_tokens_per_sample``: tokens the model computes on, padding included (a batch is padded to its
@@ -15,8 +16,8 @@ longest sample: :mod:`fttui.core.data.lengths`); synthetic data feeds exactly ``
 card, then the nearest in model, method, sharding and precision, each row giving
 ``tokens_padded_per_s x flops_per_token / ranks``; on a GPU it is carried as MFU (rate / the card's
 peak, :mod:`fttui.core.models.peaks`), so rows of another card of known peak still count. Two or
-more rows of one setup at different step sizes also give ``fixed`` (least squares of step time on
-FLOPs per step); otherwise ``fixed`` is 0 and the forecast says so. Without a matching row: a
+more rows of one setup at different micro-batch sizes also give ``fixed`` (least squares of the
+time per micro batch on its FLOPs); otherwise ``fixed`` is 0 and the forecast says so. Without a matching row: a
 stated default MFU on a card of known peak, a stated default rate on a CPU: the words say
 "uncalibrated".
 """
@@ -58,13 +59,18 @@ class Forecast:
         return asdict(self)
 
     def words(self) -> str:
-        h = self.run_seconds / 3600
-        took = f"{h:.1f} h" if h >= 1 else f"{self.run_seconds / 60:.1f} min" if self.run_seconds >= 60 \
-            else f"{self.run_seconds:.1f} s"
+        took = duration_words(self.run_seconds)
         cost = f", {self.cost:,.2f} {self.cost_unit}".rstrip() if self.cost is not None else ""
         mfu = f"MFU {self.mfu:.0%}, " if self.mfu is not None else ""
         return (f"{self.steps} steps x {self.step_seconds:.3g} s = {took}{cost} "
                 f"({mfu}{self.mfu_source})")
+
+
+def duration_words(seconds: float) -> str:
+    """A forecast duration in words: ``18.5 s``, ``4.2 min``, ``88.0 h``."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 def _num(v: Any) -> float | None:
@@ -109,13 +115,18 @@ def _row_rate(row: Mapping[str, Any]) -> float | None:
     return tps * fpt / max(1, ranks)
 
 
-def _row_step_flops(row: Mapping[str, Any]) -> float | None:
+def _row_accum(row: Mapping[str, Any]) -> int:
+    return max(1, int(_num(row.get("grad_accum")) or 1))
+
+
+def _row_pass_flops(row: Mapping[str, Any]) -> float | None:
+    """FLOPs of one forward and backward pass (one micro batch) on one rank of a stored row."""
     fpt = _num(row.get("flops_per_token"))
     steps, tokens = _num(row.get("steps")), _num(row.get("tokens_padded")) or _num(row.get("tokens"))
     ranks = int(_num(row.get("world_size")) or 1)
     if not fpt or not steps or not tokens:
         return None
-    return tokens / steps * fpt / max(1, ranks)
+    return tokens / steps * fpt / max(1, ranks) / _row_accum(row)
 
 
 def _closeness(row: Mapping[str, Any], key: Mapping[str, Any]) -> int:
@@ -155,14 +166,15 @@ def calibration_rows(profile: Mapping[str, Any], rows: Iterable[Mapping[str, Any
 
 
 def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
-    """``(seconds per FLOP, fixed seconds)`` by least squares of step time on FLOPs per step, from
-    rows at two or more different step sizes; None when they do not spread."""
+    """``(seconds per FLOP, fixed seconds per pass)`` by least squares of the time of one forward
+    and backward pass on its FLOPs, from rows at two or more different micro-batch sizes; None when
+    they do not spread."""
     pts = []
     for r in rows:
-        flops = _row_step_flops(r)
+        flops = _row_pass_flops(r)
         dur, steps = _num(r.get("duration_s")), _num(r.get("steps"))
         if flops and dur and steps:
-            pts.append((flops, dur / steps))
+            pts.append((flops, dur / steps / _row_accum(r)))
     if len({round(x, -3) for x, _ in pts}) < 2:
         return None
     n = len(pts)
@@ -188,8 +200,9 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
     precision = str(t.get("precision") or "fp32")
     gc = bool(t.get("gradient_checkpointing"))
     fpt = flops_per_token(shape, method, fed_tokens_per_sample, gc).total
-    per_step = int(t.get("batch_size") or 1) * int(t.get("grad_accum") or 1)
-    step_flops = per_step * fed_tokens_per_sample * fpt
+    accum = max(1, int(t.get("grad_accum") or 1))
+    per_step = int(t.get("batch_size") or 1) * accum
+    pass_flops = int(t.get("batch_size") or 1) * fed_tokens_per_sample * fpt
     steps = planned_steps(profile, samples, world)
     chosen, score = calibration_rows(profile, rows, card)
     peak = None if card == RANKS_CPU else peak_tflops(card, precision)
@@ -209,9 +222,9 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         source = f"calibrated from {len(chosen)} row{'s' if len(chosen) != 1 else ''} ({how}; {where})"
         if fit is not None:
             rate, fixed = 1.0 / fit[0], fit[1]
-            source += f", fixed {fixed:.3g} s/step fitted"
+            source += f", fixed {fixed:.3g} s per micro batch fitted"
         else:
-            source += ", no fixed cost per step (one step size measured)"
+            source += ", no fixed cost per micro batch (one size measured)"
         calibrated = True
     elif peak is not None:
         mfu = DEFAULT_MFU.get(method, 0.3)
@@ -223,7 +236,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         what = "CPU" if card == RANKS_CPU else f"{card} (no peak rate known)"
         source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on {what} (no stored row)"
         calibrated = False
-    step_s = step_flops / rate + fixed
+    step_s = accum * (pass_flops / rate + fixed)
     run_s = steps * step_s
     cost = None
     if price_per_card_hour is not None:

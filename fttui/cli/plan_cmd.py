@@ -1,0 +1,100 @@
+"""`fttui plan`: every setup of a profile on given cards, whether it fits, how long it takes and
+what it costs, fastest first (:mod:`fttui.core.experiments.plan`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from fttui.cli.common import add_profile_args, resolve
+from fttui.core.base.errors import FttuiError
+
+
+def _methods(text: str | None) -> list[str] | None:
+    from fttui.core.base.constants import METHODS
+
+    if not text:
+        return None
+    out = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in out if m not in METHODS]
+    if bad or not out:
+        raise FttuiError(f"--methods {text}: unknown method {', '.join(bad) or '(none)'} "
+                         f"(choose from {', '.join(METHODS)})")
+    return out
+
+
+def table_rows(options) -> list[list[str]]:
+    """The plan's table, as the CLI prints it and the app's plan screen shows it."""
+    from fttui.core.base.units import fmt_bytes
+    from fttui.core.experiments.forecast import duration_words
+
+    out = []
+    for i, o in enumerate(options, 1):
+        out.append([str(i), o.method, o.sharding, str(o.batch_size), str(o.grad_accum),
+                    "on" if o.gradient_checkpointing else "off",
+                    fmt_bytes(o.gpu_peak_bytes) if o.gpu_peak_bytes is not None else "-",
+                    fmt_bytes(o.host_peak_bytes), duration_words(o.run_seconds),
+                    f"{o.cost:,.2f}" if o.cost is not None else "-",
+                    "yes" if o.fits else f"no: {o.breaks}"])
+    return out
+
+
+HEADERS = ["#", "method", "sharding", "micro", "accum", "ckpt", "GPU peak/card", "host peak", "time",
+           "cost", "fits"]
+
+
+def cmd_plan(args, resolve=resolve) -> int:
+    from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
+    from fttui.core.results.tables import to_text
+
+    resolved = resolve(args)
+    if (resolved.get("command") or {}).get("argv"):
+        raise FttuiError(f"{resolved.get('name')}: a command profile runs its own script; fttui cannot plan it")
+    budget = machine_budget(resolved, gpus=args.gpus, gpu_memory=args.gpu_memory,
+                            host_memory_limit=args.host_memory_limit, card=args.card, margin=args.margin)
+    prices = None
+    if args.prices:
+        from fttui.core.results.prices import load_prices
+
+        prices = load_prices(args.prices)
+    options = run_plan(resolved, budget, effective_batch=args.effective_batch, methods=_methods(args.methods),
+                       prices=prices)
+    if args.write:
+        fitting = [o for o in options if o.fits]
+        if not fitting:
+            raise FttuiError(f"--write {args.write}: no setup fits; nothing written")
+        pick = fitting[min(max(1, args.pick), len(fitting)) - 1]
+        path = write_profile(args.write, resolved, pick, gpus=budget.gpus if budget.gpus else None)
+        print(f"wrote {path}: {pick.label()}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([o.to_dict() for o in options], indent=2))
+        return 0
+    where = (f"{budget.gpus} x {budget.card}" if budget.gpus else
+             f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})")
+    fits = sum(o.fits for o in options)
+    print(f"{resolved.get('name')}: {len(options)} setups on {where}, {fits} fit "
+          f"(margin {budget.margin:.0%}); fastest first")
+    print(to_text(HEADERS, table_rows(options)).rstrip("\n"))
+    if options:
+        print(f"time: {options[0].mfu_source}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """The subcommand ``plan``: its arguments and handler."""
+    p = sub.add_parser("plan", help="every setup that fits the cards, fastest first (time, cost, memory)")
+    add_profile_args(p)
+    p.add_argument("--gpus", type=int, metavar="N", help="cards per node to plan for (0: CPU; default: the profile's)")
+    p.add_argument("--gpu-memory", metavar="SIZE",
+                   help="one card's memory, e.g. 24GiB (default: this machine's card, else limits.gpu_memory)")
+    p.add_argument("--card", metavar="NAME", help="the cards' name, for the forecast and --prices (default: this machine's)")
+    p.add_argument("--effective-batch", type=int, metavar="N",
+                   help="samples per optimizer step to keep (default: the profile's micro x accum x ranks)")
+    p.add_argument("--methods", metavar="M1,M2", help="methods to plan (default: the profile's)")
+    p.add_argument("--margin", type=float, default=0.05, metavar="SHARE",
+                   help="share of each budget kept free (default 0.05)")
+    p.add_argument("--prices", metavar="FILE", help="price of one card-hour per GPU name (the report's price file)")
+    p.add_argument("--write", metavar="NAME", help="save the fastest setup that fits as profiles/NAME.toml")
+    p.add_argument("--pick", type=int, default=1, metavar="K", help="with --write: the K-th fitting setup (default 1)")
+    p.add_argument("--json", action="store_true", help="the setups as a JSON list, fastest first")
+    p.set_defaults(handler=cmd_plan)

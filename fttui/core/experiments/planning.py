@@ -1,0 +1,124 @@
+"""What the planner reads of this machine and the store (the CLI and the app share it): the
+cards (NVML, or the recorded ones of ``FTTUI_FAKE_GPUS``), the host's memory, the store's rows,
+the data's cached lengths and the price file; :func:`run_plan` hands them to
+:func:`fttui.core.experiments.plan.plan`. :func:`write_profile` saves a chosen setup as a profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from fttui.core.base.units import MIB, parse_size
+from fttui.core.base.errors import SizeError
+from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
+
+__all__ = ["machine_budget", "run_plan", "write_profile", "PlanError"]
+
+
+def _size(text: str, what: str) -> int:
+    try:
+        return parse_size(text)
+    except SizeError as e:
+        raise PlanError(f"{what}: {e}") from None
+
+
+def _cards() -> list[Any]:
+    from fttui.monitor import make_gpu_sampler, run_cards
+
+    with make_gpu_sampler() as sampler:
+        return list(run_cards(sampler.sample()))
+
+
+def _host_total() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - no figure: the host is not checked
+        return None
+
+
+def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_memory: str | None = None,
+                   host_memory_limit: str | None = None, card: str | None = None,
+                   margin: float = DEFAULT_MARGIN) -> Budget:
+    """The budget to plan for: ``gpus`` cards per node (default: the profile's ``devices.gpus``;
+    0 plans CPU ranks), each of ``gpu_memory`` (default: this machine's first card, else the
+    profile's ``limits.gpu_memory``), named ``card`` (default: this machine's first card); the host:
+    ``host_memory_limit`` per process above the imported stack (default: the profile's
+    ``limits.host_memory``), else the node's RAM."""
+    dev = profile.get("devices") or {}
+    limits = profile.get("limits") or {}
+    n = int(dev.get("gpus") or 0) if gpus is None else int(gpus)
+    if n < 0:
+        raise PlanError(f"--gpus {n}: give 0 (CPU) or more cards")
+    if not 0 <= margin < 1:
+        raise PlanError(f"--margin {margin}: give a share between 0 and 1, e.g. 0.05")
+    host_limit = host_memory_limit or limits.get("host_memory") or ""
+    host = _size(host_limit, "--host-memory-limit") if host_limit else _host_total()
+    if n == 0:
+        return Budget(gpus=0, card="cpu", host_bytes=host, host_per_process=bool(host_limit), margin=margin,
+                      cpu_processes=max(1, int(dev.get("cpu_processes") or 1)))
+    here = _cards()
+    size = gpu_memory or limits.get("gpu_memory") or ""
+    if size:
+        gpu_bytes = _size(size, "--gpu-memory")
+    elif here and here[0].mem_total_mb:
+        gpu_bytes = int(here[0].mem_total_mb * MIB)
+    else:
+        raise PlanError("no card visible here to read its memory: give --gpu-memory SIZE (e.g. 24GiB)")
+    name = card or (str(here[0].name) if here and here[0].name else "unknown GPU")
+    return Budget(gpus=n, card=name, gpu_bytes=gpu_bytes, host_bytes=host, host_per_process=bool(host_limit),
+                  margin=margin)
+
+
+def run_plan(profile: Mapping[str, Any], budget: Budget, *, effective_batch: int | None = None,
+             methods: Sequence[str] | None = None, prices: Any = None) -> list[Option]:
+    """The plan of ``profile`` on ``budget`` with the store's rows and the data's cached lengths;
+    ``prices`` (:class:`fttui.core.results.prices.Prices`) prices a card-hour."""
+    from fttui.core.results.store import Store
+    from fttui.core.run.datalens import data_stats
+
+    price = None
+    if prices is not None:
+        price = prices.price_of(budget.card)
+        if price is None:
+            raise PlanError(f"--prices {prices.source or ''}: no price for {budget.card!r} "
+                            f"(it has: {', '.join(sorted(prices.table)) or 'none'})")
+    with Store() as store:
+        rows = store.rows()
+    return plan(profile, budget, rows, effective_batch=effective_batch, methods=methods,
+                stats_for=lambda p, micro: data_stats(dict(p), micro)[0],
+                price_per_card_hour=price, price_unit=prices.unit if prices is not None else "")
+
+
+def _toml_value(v: Any) -> str:
+    return json.dumps(v) if not isinstance(v, bool) else ("true" if v else "false")
+
+
+def write_profile(name: str, base: Mapping[str, Any], option: Option, folder: str | os.PathLike[str] = "profiles",
+                  gpus: int | None = None) -> Path:
+    """Save ``option`` as the profile ``name`` (``folder/name.toml``, extending the planned profile);
+    an existing file is never written over."""
+    if not name or "/" in name or name.startswith(".") or name.endswith(".toml"):
+        raise PlanError(f"--write {name!r}: give a profile name (letters, digits, -), not a path")
+    path = Path(folder) / f"{name}.toml"
+    if path.exists():
+        raise PlanError(f"--write {name}: {path} exists; choose another name")
+    parent = base.get("name") or ""
+    lines = [f"# fttui run --profile {name}",
+             f"# written by fttui plan: {option.label()}",
+             f"extends = {json.dumps(str(parent))}",
+             f"method = {json.dumps(option.method)}",
+             f"sharding = {json.dumps(option.sharding)}", "", "[train]"]
+    for key, value in option.settings().items():
+        if key.startswith("train."):
+            lines.append(f"{key.split('.', 1)[1]} = {_toml_value(value)}")
+    if gpus is not None:
+        lines += ["", "[devices]", f"gpus = {int(gpus)}"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "x", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,133 @@
+"""The planner (fttui.core.experiments.plan, `fttui plan`): setups over fake cards and a handful of
+estimates; every verdict and figure checked against the estimator and the forecast called directly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fttui.core.base import shardings
+from fttui.core.base.units import GIB
+from fttui.core.experiments.forecast import forecast, profile_shape
+from fttui.core.experiments.plan import Budget, PlanError, candidates, plan, variant
+from fttui.core.experiments.planning import write_profile
+from fttui.core.memory import CONSTANTS, estimate
+from fttui.core.profiles import load_profile
+from fttui.core.run.datalens import data_stats
+from tests.conftest import run_fttui
+
+
+def _stats(p, micro):
+    return data_stats(dict(p), micro)[0]
+
+
+def _plan(profile, budget, **kw):
+    return plan(profile, budget, [], stats_for=_stats, **kw)
+
+
+def test_candidates_keep_the_effective_batch_and_the_registry_kinds():
+    got = list(candidates(["lora"], world=2, on_gpu=True, effective=8))
+    kinds = {s for _m, s, *_ in got}
+    assert kinds == set(shardings.runs_with("lora"))  # every kind that runs LoRA, offload kinds included
+    assert all(micro * accum * 2 == 8 for _m, _s, micro, accum, _gc in got)
+    assert {(micro, accum) for _m, _s, micro, accum, _gc in got} == {(1, 4), (2, 2), (4, 1)}
+    assert len(got) == len(kinds) * 3 * 2  # x checkpointing off/on
+    # one CPU process: nothing to shard or offload
+    assert {s for _m, s, *_ in candidates(["lora"], 1, False, 4)} == {shardings.NONE.name}
+    # qlora never runs under a kind that cannot shard 4-bit weights
+    assert not {s for _m, s, *_ in candidates(["qlora"], 2, True, 2)} - set(shardings.runs_with("qlora"))
+    with pytest.raises(PlanError, match="not divisible by the 2 rank"):
+        list(candidates(["lora"], 2, True, 7))
+
+
+def test_cpu_plan_against_a_host_budget():
+    prof = load_profile("tiny-lora", ["train.max_steps=20"])
+    # a budget between the smallest and the largest setup's added host memory
+    small = estimate(variant(prof, "lora", "none", 1, 8, True)).host_peak_bytes - CONSTANTS["host_process_bytes"]
+    big = estimate(variant(prof, "lora", "none", 8, 1, False)).host_peak_bytes - CONSTANTS["host_process_bytes"]
+    assert small < big
+    limit = int((small + big) / 2 / 0.95)
+    opts = _plan(prof, Budget(gpus=0, card="cpu", host_bytes=limit, host_per_process=True))
+    assert len(opts) == 4 * 2 and all(o.effective_batch == 8 for o in opts)
+    fits = [o for o in opts if o.fits]
+    assert fits and len(fits) < len(opts)
+    assert opts[:len(fits)] == fits  # the fitting ones first
+    assert [o.run_seconds for o in fits] == sorted(o.run_seconds for o in fits)
+    for o in opts:
+        e = estimate(variant(prof, o.method, o.sharding, o.batch_size, o.grad_accum, o.gradient_checkpointing))
+        assert o.host_peak_bytes == e.host_peak_bytes and o.gpu_peak_bytes is None
+        added = e.host_peak_bytes - CONSTANTS["host_process_bytes"]
+        assert o.fits == (added <= limit * 0.95)
+        if not o.fits:
+            assert o.breaks.startswith("host:") and "per process above the imported stack" in o.breaks
+    # the forecast of a setup, called directly: the same seconds
+    o = fits[0]
+    p = variant(prof, o.method, o.sharding, o.batch_size, o.grad_accum, o.gradient_checkpointing)
+    s = _stats(p, o.batch_size)
+    fc = forecast(p, profile_shape(p, estimate(p).inputs), samples=s.samples,
+                  fed_tokens_per_sample=o_fed(s), real_tokens_per_sample=o_fed(s), rows=[], card="cpu", cards=1)
+    assert o.run_seconds == fc.run_seconds and o.steps == 20
+    # checkpointing recomputes the forward: slower at the same micro batch
+    by = {(x.batch_size, x.gradient_checkpointing): x for x in opts}
+    assert by[(8, True)].run_seconds > by[(8, False)].run_seconds
+
+
+def o_fed(s):
+    return s.random_order["fed_tokens"] / s.samples
+
+
+def test_gpu_plan_on_two_fake_24gib_cards():
+    prof = load_profile("llama2-7b-lora", ["train.max_steps=10"])
+    budget = Budget(gpus=2, card="NVIDIA GeForce RTX 3090", gpu_bytes=24 * GIB, host_bytes=256 * GIB)
+    opts = _plan(prof, budget, effective_batch=8)
+    assert {o.sharding for o in opts} == set(shardings.runs_with("lora"))
+    assert all(o.batch_size * o.grad_accum * 2 == 8 for o in opts)
+    fits = [o for o in opts if o.fits]
+    assert fits and fits != opts and opts[:len(fits)] == fits
+    for o in opts[:6] + opts[-6:]:  # a handful, against the estimator on the same card size
+        e = estimate(variant(prof, o.method, o.sharding, o.batch_size, o.grad_accum, o.gradient_checkpointing, 2),
+                     None, 24 * GIB)
+        assert o.gpu_peak_bytes == max(e.gpu_peak_bytes)
+        assert o.fits == (max(e.gpu_peak_bytes) <= 24 * GIB * 0.95 and e.gpu_load_peak_bytes <= 24 * GIB)
+        if not o.fits:
+            assert o.breaks.startswith("GPU")
+    # without sharding and checkpointing, a 7B LoRA at micro batch 4 x 512 does not fit 24 GB
+    nogc = next(o for o in opts if o.sharding == "none" and o.batch_size == 4 and not o.gradient_checkpointing)
+    assert not nogc.fits and "activations" in nogc.breaks
+    # priced: cards x hours x price
+    priced = _plan(prof, budget, effective_batch=8, price_per_card_hour=0.5, price_unit="USD")
+    assert priced[0].cost == pytest.approx(0.5 * 2 * priced[0].run_seconds / 3600, rel=1e-4)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    prof = load_profile("llama2-7b-lora")
+    with pytest.raises(PlanError, match="below the model's weights"):
+        _plan(prof, Budget(gpus=1, card="x", gpu_bytes=2 * GIB))
+    for args, words in ((["--gpus", "2", "--gpu-memory", "24GiB", "--effective-batch", "7"], "not divisible"),
+                        (["--gpus", "1", "--gpu-memory", "1GiB"], "below the model's weights"),
+                        (["--gpus", "1", "--gpu-memory", "80GiB", "--card", "Imaginary Card 9000", "--prices",
+                          str(tmp_path / "p.toml")], "no price for 'Imaginary Card 9000'")):
+        (tmp_path / "p.toml").write_text('"RTX 3090" = 0.3\n')
+        r = run_fttui("plan", "--profile", "llama2-7b-lora", *args)
+        assert r.returncode == 2, r.stderr
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_cli_json_and_write(tmp_path):
+    r = run_fttui("plan", "--profile", "tiny-lora", "--host-memory-limit", "200MiB", "--json",
+                  "--write", "tiny-planned", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    opts = json.loads(r.stdout)
+    need = {"sharding", "batch_size", "grad_accum", "gradient_checkpointing", "fits", "run_seconds", "gpu_peak_gib",
+            "host_peak_gib", "breaks"}
+    assert opts and all(need <= set(o) for o in opts)
+    assert opts[0]["fits"] and opts[0]["host_peak_gib"] == pytest.approx(opts[0]["host_peak_bytes"] / GIB, abs=1e-3)
+    written = load_profile(str(tmp_path / "profiles" / "tiny-planned.toml"))
+    assert written["train"]["batch_size"] == opts[0]["batch_size"]
+    assert written["train"]["grad_accum"] == opts[0]["grad_accum"]
+    assert written["train"]["gradient_checkpointing"] == opts[0]["gradient_checkpointing"]
+    assert written["data"] == load_profile("tiny-lora")["data"]  # everything else from the planned profile
+    with pytest.raises(PlanError, match="exists"):
+        write_profile("tiny-planned", written, plan(written, Budget(gpus=0, card="cpu"), [], stats_for=_stats)[0],
+                      folder=tmp_path / "profiles")
