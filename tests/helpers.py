@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,6 +17,22 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
             if any(text in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def processes_with_env(key: str, value: str, prefix: bool = False) -> list[psutil.Process]:
+    """Live processes whose environment has ``key`` = ``value`` (``prefix``: starting with it), this
+    process left out: every process of a run (``FTTUI_RUN_DIR``), of a test (``FTTUI_HOME``)."""
+    found = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.pid == os.getpid() or p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            got = p.environ().get(key)
+            if got is not None and (got.startswith(value) if prefix else got == value):
                 found.append(p)
         except psutil.Error:
             pass

@@ -67,7 +67,10 @@ def cmd_cancel(args) -> int:
         if rd.status() is not None or not rd.is_live():
             break
         if not killed and time.monotonic() - start > 10 and not rd.supervisor_alive():
+            from fttui.core.run.cgroup import end_run
+
             killed = rd.signal_training(signal.SIGKILL)  # no supervisor to escalate: do it here
+            killed = bool(end_run(rd)) or killed  # and all of the run's cgroup, where it has one
         time.sleep(0.2)
     recover(rd)  # no-op unless the supervisor was gone: then the row is written here
     st = rd.status() or {}

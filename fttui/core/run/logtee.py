@@ -18,7 +18,9 @@ A command run (``fttui run -- CMD``, :mod:`fttui.core.run.command`) adds two opt
 (``callback.json``: its events are then the run's), and ``--as-limit BYTES`` caps the address space
 (RLIMIT_AS) of the command and every process it starts. ``--report-fd FD`` (from the supervisor)
 is where a failed write is reported (:class:`Reporter`): a full disk stops the log, never the
-pump, so the training never blocks on its output. Output is read as it comes, split at
+pump, so the training never blocks on its output. ``--cgroup PATH`` (from the supervisor, where
+the run has a cgroup: :mod:`fttui.core.run.cgroup`) is joined before the training starts; when the
+supervisor died, this process ends what is left in it once the training exited. Output is read as it comes, split at
 newlines and carriage returns (a progress bar redraws with ``\r``), and written unchanged.
 
 ``exit.json``: ``{"returncode": int, "t": float, "pid": int}`` with ``returncode`` as
@@ -193,14 +195,44 @@ def _limit_as(limit: int | None):
     return apply
 
 
+def _join_cgroup(path: Path | None, log) -> None:
+    """Into the run's cgroup before the training starts: all it starts is born there."""
+    if path is None:
+        return
+    from fttui.core.run import cgroup
+
+    try:
+        cgroup.join(path)
+    except OSError as e:
+        try:
+            log.write(f"fttui: the run's cgroup could not be joined ({e.strerror or e}); its processes are "
+                      f"tracked through the supervisor\n".encode())
+        except OSError:
+            pass
+
+
+def _end_cgroup(path: Path | None) -> None:
+    """The supervisor is gone: this process leaves the run's cgroup and ends what is left in it."""
+    if path is None:
+        return
+    from fttui.core.run import cgroup
+
+    try:
+        cgroup.leave(path)
+    except OSError:
+        return
+    cgroup.kill(path)
+
+
 def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | None = None,
-        report_fd: int | None = None) -> int:
+        report_fd: int | None = None, cgroup_path: Path | None = None) -> int:
     parent = os.getppid()
     # Signals to the group are for the training: this process stays to drain and record. A
     # Python handler (not SIG_IGN) so that the training, after exec, gets the default action.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
     log = os.fdopen(os.open(rd.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
+    _join_cgroup(cgroup_path, log)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, close_fds=True, preexec_fn=_limit_as(as_limit))
@@ -232,17 +264,19 @@ def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | Non
         report.write_failed("exit.json", e)
     if os.getppid() != parent:  # the supervisor is gone: nobody else will reap the group
         _reap_group()
+        _end_cgroup(cgroup_path)
     return rc if rc >= 0 else 128 - rc
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m fttui.core.run.logtee RUN_DIR [--parse] [--as-limit BYTES] [--report-fd FD] -- ARGV..."
+    usage = ("usage: python -m fttui.core.run.logtee RUN_DIR [--parse] [--as-limit BYTES] [--report-fd FD] "
+             "[--cgroup PATH] -- ARGV...")
     if "--" not in args or args.index("--") < 1 or args.index("--") == len(args) - 1:
         print(usage, file=sys.stderr)
         return 2
     sep = args.index("--")
-    opts, parse, as_limit, report_fd = args[1:sep], False, None, None
+    opts, parse, as_limit, report_fd, cg = args[1:sep], False, None, None, None
     while opts:
         opt = opts.pop(0)
         if opt == "--parse":
@@ -251,11 +285,14 @@ def main(argv: list[str] | None = None) -> int:
             as_limit = int(opts.pop(0))
         elif opt == "--report-fd" and opts and opts[0].isdigit():
             report_fd = int(opts.pop(0))
+        elif opt == "--cgroup" and opts:
+            cg = Path(opts.pop(0))
         else:
             print(usage, file=sys.stderr)
             return 2
     os.umask(0o077)
-    return run(RunDir(Path(args[0])), args[sep + 1:], parse=parse, as_limit=as_limit, report_fd=report_fd)
+    return run(RunDir(Path(args[0])), args[sep + 1:], parse=parse, as_limit=as_limit, report_fd=report_fd,
+               cgroup_path=cg)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ and records its exit in ``exit.json``), and the next fttui command that looks at
   when the worker's end event is there, else ``lost`` with the figures up to the last step.
 
 A lock file in the run directory and the check for ``status.json`` under it make sure two
-commands looking at once write one row. Rows written this way say ``recorded_by = "recovered"``:
+commands looking at once write one row. What the run left in its cgroup (a ``setsid`` daemon:
+:mod:`fttui.core.run.cgroup`) is ended first. Rows written this way say ``recorded_by = "recovered"``:
 their GPU samples stop where the supervisor died.
 """
 
@@ -163,6 +164,11 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
     try:
         if rd.status_path.exists():  # finished while we waited for the lock
             return None
+        from fttui.core.run.cgroup import end_run
+
+        ended = end_run(rd)  # the training ended: what is left in the run's cgroup (a daemon) ends too
+        if ended:
+            log.debug("run %s: ended %d process(es) left in its cgroup: %s", rd.run_id, len(ended), ended)
         stored = _stored_final(rd)
         if stored is not None:  # finished before, its status.json lost: the stored row is the record
             rundir.write_json_atomic(rd.status_path, stored.to_dict())

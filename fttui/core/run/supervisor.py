@@ -6,7 +6,9 @@ its own process group, under its log writer (:mod:`fttui.core.run.logtee`, which
 into ``train.log`` and records the exit in ``exit.json``), samples GPU and host memory at about
 2 Hz into ``samples.jsonl``, folds the worker's events, and when training ends in any way writes
 the summary row to the store and then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or
-SIGINT) stops the whole process tree: SIGTERM, then SIGKILL after a grace period.
+SIGINT) stops the whole process tree: SIGTERM, then SIGKILL after a grace period. Where the cgroup
+v2 hierarchy is writable the training runs in a cgroup of its own (:mod:`fttui.core.run.cgroup`),
+ended (``cgroup.kill``) and removed with the run; elsewhere the run's log says so once.
 
 The training does not depend on the supervisor: if the supervisor dies, the training runs on and
 the next fttui command that looks writes its row (:mod:`fttui.core.run.recover`).
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-from fttui.core.run import guard, rundir
+from fttui.core.run import cgroup, guard, rundir
 from fttui.core.run.events import JsonlTail, append_jsonl
 from fttui.core.run.recover import finish
 from fttui.core.run.sampling import take_sample
@@ -50,6 +52,7 @@ class Supervisor:
         self.cancel_reason: str | None = None
         self.child: subprocess.Popen | None = None
         self.seen: dict[int, psutil.Process] = {}
+        self.cgroup: Path | None = None  # the run's own cgroup, where one can be made
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
         self.stall_fixed = float(
             os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.get("monitor", {}).get("stall_timeout_s", 0) or 0)
@@ -102,7 +105,11 @@ class Supervisor:
                 pass
         return alive
 
+    def _any_alive(self) -> bool:
+        return bool(self._alive_tracked() or (self.cgroup and cgroup.members(self.cgroup)))
+
     def _signal_all(self, sig: int) -> None:
+        cgroup.signal_members(self.cgroup, sig)  # every process of the run, where it has a cgroup
         if self.child:
             try:
                 os.killpg(self.child.pid, sig)
@@ -123,10 +130,11 @@ class Supervisor:
             if self.child and self.child.poll() is None:
                 time.sleep(0.1)
                 continue
-            if not self._alive_tracked():
+            if not self._any_alive():
                 break
             time.sleep(0.1)
         self._signal_all(signal.SIGKILL)
+        self._end_cgroup()
         if self.child:
             try:
                 self.child.wait(timeout=5)
@@ -136,7 +144,7 @@ class Supervisor:
     def reap_leftovers(self) -> None:
         """After the main training process ended, nothing it started may stay behind."""
         self._remember_tree()
-        left = self._alive_tracked()
+        left = self._any_alive()
         if self.child:
             try:
                 os.killpg(self.child.pid, 0)
@@ -148,26 +156,34 @@ class Supervisor:
         if left or group_alive:
             self._signal_all(signal.SIGTERM)
             deadline = time.monotonic() + min(GRACE_S, 5)
-            while time.monotonic() < deadline and self._alive_tracked():
+            while time.monotonic() < deadline and self._any_alive():
                 time.sleep(0.1)
             self._signal_all(signal.SIGKILL)
+        self._end_cgroup()
+
+    def _end_cgroup(self) -> None:
+        """Nothing is left in the run's cgroup (cgroup.kill), and the empty cgroup is removed."""
+        if self.cgroup is not None:
+            cgroup.kill(self.cgroup)
 
     def logtee_options(self) -> list[str]:
         """A command run's log writer reads the Trainer's printed progress and caps the command's
         address space (``host_limit_bytes``); a profile run's worker does both itself."""
+        cg = ["--cgroup", str(self.cgroup)] if self.cgroup else []
         if self.command.get("kind") != "command":
-            return []
+            return cg
         limit = self.command.get("host_limit_bytes")
-        return ["--parse", *(["--as-limit", str(int(limit))] if isinstance(limit, int) and limit > 0 else [])]
+        return ["--parse", *(["--as-limit", str(int(limit))] if isinstance(limit, int) and limit > 0 else []), *cg]
 
     # main loop ------------------------------------------------------------------------------
     def run(self) -> int:
         rd = self.rd
+        argv = self.command.get("argv")
+        self.cgroup, no_cgroup = cgroup.create(rd.run_id) if argv else (None, "")
         me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(),
-              "create_time": psutil.Process().create_time()}
+              "create_time": psutil.Process().create_time(), "cgroup": str(self.cgroup) if self.cgroup else None}
         reserve = guard.Reserve(rd.path)  # room for the verdict when the disk fills up
         self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path, me)
-        argv = self.command.get("argv")
         if not argv:
             self._finish(None, None, error="command.json has no argv")
             return 1
@@ -177,8 +193,10 @@ class Supervisor:
         gpu = make_gpu_sampler()
         tail = JsonlTail(rd.events_path)
         t_launch = time.time()
-        with open_private(rd.log_path):  # the log exists (0600) before anything writes to it
-            pass
+        with open_private(rd.log_path) as log:  # the log exists (0600) before anything writes to it
+            if no_cgroup:  # said once, in the run's log: not an error
+                self._write("train.log", log.write, f"fttui: {no_cgroup}; they are tracked through the supervisor "
+                            f"(a daemon that outlives the supervisor is not ended)\n".encode())
         report_r, report_w = os.pipe()  # the log writer reports a failed write here
         os.set_blocking(report_r, False)
         self.report_r = report_r
@@ -198,6 +216,7 @@ class Supervisor:
                 pass_fds=(report_w,),
             )
         except OSError as e:
+            self._end_cgroup()
             self._finish(None, t_launch, error=f"could not start {argv[0]}: {e}", reserve=reserve)
             return 1
         finally:
