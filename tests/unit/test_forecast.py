@@ -27,8 +27,9 @@ def _row(run_id, tokens_per_s, fpt, gpu="cpu", batch=8, seq=128, steps=100, fixe
     step_s = batch * seq * fpt / (tokens_per_s * fpt) if tokens_per_s else 0
     return {"run_id": run_id, "kind": "run", "status": "completed", "model": "m", "method": "lora",
             "sharding": "none", "precision": precision, "gpu": gpu, "world_size": 1,
-            "tokens_padded_per_s": tokens_per_s, "flops_per_token": fpt, "steps": steps,
-            "tokens_padded": tokens, "duration_s": steps * (step_s + fixed)}
+            "flops_per_token": fpt, "steps": steps, "tokens_padded": tokens, "duration_s": steps * (step_s + fixed),
+            # the steady rate is measured over whole steps, the fixed cost included
+            "tokens_padded_per_s": tokens / (steps * (step_s + fixed)) if tokens_per_s else tokens_per_s}
 
 
 def test_planned_steps_from_epochs_and_max_steps():
@@ -104,3 +105,29 @@ def test_estimate_json_has_the_forecast_and_bad_prices_are_one_line(tmp_path):
     fc = json.loads(run_fttui("estimate", "--profile", "tiny-lora", "--prices", str(prices), "--json",
                               check=True).stdout)["forecast"]
     assert fc["cost"] == pytest.approx(0.1 * fc["run_seconds"] / 3600, rel=1e-2)
+
+
+def test_one_row_gives_the_warm_up_beyond_its_steady_steps():
+    """A row whose training time is longer than its steps at the steady rate (the first steps):
+    the difference is added once to every forecast calibrated from it, not per step."""
+    fpt = flops_per_token(SHAPE, "lora", 128).total
+    row = _row("w", tokens_per_s=1000.0, fpt=fpt, steps=100)
+    row["duration_s"] += 1.5  # 100 steps at the steady rate + 1.5 s of warm-up
+    f = forecast(_profile(steps=100), SHAPE, samples=800, fed_tokens_per_sample=128, real_tokens_per_sample=128,
+                 rows=[row], card="cpu", cards=1)
+    assert f.warmup_seconds == pytest.approx(1.5, rel=1e-3)
+    assert f.run_seconds == pytest.approx(row["duration_s"], rel=1e-4)  # its own setup: its own time
+    g = forecast(_profile(steps=10), SHAPE, samples=800, fed_tokens_per_sample=128, real_tokens_per_sample=128,
+                 rows=[row], card="cpu", cards=1)
+    assert g.run_seconds == pytest.approx(1.5 + 10 * f.step_seconds, rel=1e-4) and "warm-up 1.5 s" in g.mfu_source
+
+
+def test_accumulation_pays_the_fixed_cost_per_micro_batch():
+    fpt = flops_per_token(SHAPE, "lora", 128).total
+    rows = [_row("a", 1000.0, fpt, batch=4, fixed=0.05), _row("b", 1000.0, fpt, batch=32, fixed=0.05)]
+    one = forecast(_profile(batch=8, accum=1), SHAPE, samples=800, fed_tokens_per_sample=128,
+                   real_tokens_per_sample=128, rows=rows, card="cpu", cards=1)
+    four = forecast(_profile(batch=2, accum=4), SHAPE, samples=800, fed_tokens_per_sample=128,
+                    real_tokens_per_sample=128, rows=rows, card="cpu", cards=1)
+    assert one.fixed_seconds == pytest.approx(0.05, rel=1e-3)
+    assert four.step_seconds - one.step_seconds == pytest.approx(3 * 0.05, rel=1e-3)

@@ -6,7 +6,7 @@ loading; the optimizer's share spread over the passes)::
 
     step_seconds = grad_accum x (micro_batch x fed_tokens_per_sample x flops_per_token(seq) / rate
                                  + fixed)
-    run_seconds  = steps x step_seconds
+    run_seconds  = warm-up + steps x step_seconds
 
 ``fed_tokens_per_sample``: tokens the model computes on, padding included (a batch is padded to its
 longest sample: :mod:`fttui.core.data.lengths`); synthetic data feeds exactly ``max_seq_len``.
@@ -17,8 +17,9 @@ card, then the nearest in model, method, sharding and precision, each row giving
 ``tokens_padded_per_s x flops_per_token / ranks``; on a GPU it is carried as MFU (rate / the card's
 peak, :mod:`fttui.core.models.peaks`), so rows of another card of known peak still count. Two or
 more rows of one setup at different micro-batch sizes also give ``fixed`` (least squares of the
-time per micro batch on its FLOPs); otherwise ``fixed`` is 0 and the forecast says so. Without a matching row: a
-stated default MFU on a card of known peak, a stated default rate on a CPU: the words say
+time per micro batch on its FLOPs); otherwise ``fixed`` is 0 and the forecast says so. The
+rows also give the warm-up: their training time beyond steps x their steady step time (the first
+steps), added once. Without a matching row: a stated default MFU on a card of known peak, a stated default rate on a CPU: the words say
 "uncalibrated".
 """
 
@@ -49,6 +50,7 @@ class Forecast:
     mfu: float | None
     flop_rate: float  # FLOP/s per training process
     fixed_seconds: float
+    warmup_seconds: float  # once per run, beyond steps x step_seconds (the calibrating rows')
     mfu_source: str
     calibrated: bool
     rows: list[str] = field(default_factory=list)
@@ -165,16 +167,38 @@ def calibration_rows(profile: Mapping[str, Any], rows: Iterable[Mapping[str, Any
     return chosen, best[1]
 
 
+def _steady_step(row: Mapping[str, Any]) -> float | None:
+    """A stored row's optimizer step time in the steady state (its warm-up excluded): padded
+    tokens per step over the steady padded tokens/s; the whole run's average when unknown."""
+    steps = _num(row.get("steps"))
+    tokens, tps = _num(row.get("tokens_padded")), _num(row.get("tokens_padded_per_s"))
+    if steps and tokens and tps:
+        return tokens / steps / tps
+    dur = _num(row.get("duration_s"))
+    return dur / steps if dur and steps else None
+
+
+def _warmup(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Seconds a run takes beyond its steps at the steady rate (the first steps: lazy setup,
+    allocator and thread-pool warm-up), the mean over ``rows``: the training time less steps x
+    the steady step time."""
+    out = []
+    for r in rows:
+        dur, steps, steady = _num(r.get("duration_s")), _num(r.get("steps")), _steady_step(r)
+        if dur and steps and steady:
+            out.append(max(0.0, dur - steps * steady))
+    return sum(out) / len(out) if out else 0.0
+
+
 def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
     """``(seconds per FLOP, fixed seconds per pass)`` by least squares of the time of one forward
     and backward pass on its FLOPs, from rows at two or more different micro-batch sizes; None when
     they do not spread."""
     pts = []
     for r in rows:
-        flops = _row_pass_flops(r)
-        dur, steps = _num(r.get("duration_s")), _num(r.get("steps"))
-        if flops and dur and steps:
-            pts.append((flops, dur / steps / _row_accum(r)))
+        flops, steady = _row_pass_flops(r), _steady_step(r)
+        if flops and steady:
+            pts.append((flops, steady / _row_accum(r)))
     if len({round(x, -3) for x, _ in pts}) < 2:
         return None
     n = len(pts)
@@ -206,8 +230,9 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
     steps = planned_steps(profile, samples, world)
     chosen, score = calibration_rows(profile, rows, card)
     peak = None if card == RANKS_CPU else peak_tflops(card, precision)
-    fixed, mfu = 0.0, None
+    fixed, mfu, warm = 0.0, None, 0.0
     if chosen:
+        warm = _warmup(chosen)
         fit = _fit_fixed(chosen) if score == 15 else None
         if card == RANKS_CPU or peak is None:
             rate = sum(_row_rate(r) for r in chosen) / len(chosen)  # type: ignore[misc]
@@ -225,6 +250,8 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
             source += f", fixed {fixed:.3g} s per micro batch fitted"
         else:
             source += ", no fixed cost per micro batch (one size measured)"
+        if warm:
+            source += f", warm-up {warm:.3g} s"
         calibrated = True
     elif peak is not None:
         mfu = DEFAULT_MFU.get(method, 0.3)
@@ -237,7 +264,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on {what} (no stored row)"
         calibrated = False
     step_s = accum * (pass_flops / rate + fixed)
-    run_s = steps * step_s
+    run_s = warm + steps * step_s
     cost = None
     if price_per_card_hour is not None:
         cost = price_per_card_hour * max(1, cards) * max(1, world // max(1, cards)) * run_s / 3600
@@ -246,7 +273,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         tokens=int(round(steps * per_step * world * real_tokens_per_sample)),
         fed_tokens_per_sample=round(fed_tokens_per_sample, 2), flops_per_token=round(fpt, 1),
         mfu=None if mfu is None else round(mfu, 4), flop_rate=round(rate, 1), fixed_seconds=round(fixed, 6),
-        mfu_source=source, calibrated=calibrated, rows=[str(r.get("run_id")) for r in chosen],
+        warmup_seconds=round(warm, 3), mfu_source=source, calibrated=calibrated, rows=[str(r.get("run_id")) for r in chosen],
         cost=None if cost is None else float(f"{cost:.6g}"), cost_unit=price_unit)
 
 
