@@ -29,7 +29,7 @@ def progress_line(snap) -> str:
     if snap.tokens_per_s is not None:
         parts.append(f"tokens/s {snap.tokens_per_s:.0f}")
     if snap.eta_s is not None:
-        parts.append(f"ETA {fmt.duration(snap.eta_s)}")
+        parts.append(f"ETA {fmt.eta(snap.eta_s, snap.eta_source)}")
     if snap.host is not None:
         parts.append(f"tree RSS {fmt.mb(snap.host.tree_rss_mb)}")  # the whole process tree, now
     if snap.gpu is not None and snap.gpu.available and snap.gpu.gpus:
@@ -312,7 +312,7 @@ def _render(snap, f: RunFollower):
     total = snap.total_steps or 0
     t.add_row("progress", Group(ProgressBar(total=max(total, 1), completed=snap.step or 0, width=40),
                                 Text(f"step {snap.step}/{total or '?'}  elapsed {fmt.duration(snap.wall_elapsed)}"
-                                     f"  ETA {fmt.duration(snap.eta_s) or '-'}")))
+                                     f"  ETA {fmt.eta(snap.eta_s, snap.eta_source) or '-'}")))
     t.add_row("throughput", f"{_f(snap.samples_per_s)} samples/s  {_f(snap.tokens_per_s, 0)} tokens/s (steady, "
                             f"non-padding)  {_f(snap.tokens_padded_per_s, 0)} padded")
     t.add_row("loss", _f(snap.loss, 4))

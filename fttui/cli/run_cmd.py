@@ -124,7 +124,9 @@ def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = 
         warning = position_warning(resolved)  # said before launch, in the app too (its picker)
         if warning:
             print(f"fttui: warning: {warning}", file=sys.stderr, flush=True)
-    rd = launch.launch(resolved, resume=resume)
+    from fttui.core.experiments.forecast import launch_forecast
+
+    rd = launch.launch(resolved, resume=resume, forecast=launch_forecast(resolved))
     if app:  # a resumed run or a command: launched here, followed in the app
         from fttui.tui.app import run_app
 

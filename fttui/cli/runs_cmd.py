@@ -22,7 +22,8 @@ def cmd_ls(args) -> int:
     for rd in runs:
         b = run_brief(rd)  # step of total, ETA (live runs) and start time, from both ends of events.jsonl
         briefs.append({"run_id": b.run_id, "profile": b.profile, "kind": b.kind, "status": b.state, "live": b.live,
-                       "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s, "started": b.started,
+                       "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s,
+                       "eta_source": b.eta_source, "started": b.started,
                        "run_dir": str(rd.path)})
         body.append([("* " if b.live else "  ") + rd.run_id, b.state, b.step_text(), b.eta_text(),
                      b.started_text(), str(rd.path)])

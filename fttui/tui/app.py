@@ -67,9 +67,10 @@ class FttuiApp(App[int]):
 
     def launch_run(self, resolved: dict) -> RunDir:
         """Launch a resolved profile (validates first; FttuiError on bad input) and show it."""
+        from fttui.core.experiments.forecast import launch_forecast
         from fttui.core.run import launch
 
-        rd = launch.launch(resolved)
+        rd = launch.launch(resolved, forecast=launch_forecast(resolved))
         self.show_run(rd)
         return rd
 

@@ -77,7 +77,7 @@ class RunProgress(Static):
         step = s.step or 0
         frac = (step / total) if total else None
         label = f"step {step}/{total or '?'}  elapsed {fmt.duration(s.wall_elapsed) or '-'}  " \
-                f"ETA {fmt.duration(s.eta_s) or '-'}"
+                f"ETA {fmt.eta(s.eta_s, s.eta_source) or '-'}"
         if s.epoch is not None:
             label += f"  epoch {s.epoch:.2f}"
         self.update(Bar(frac, label, prefix="progress ", style="cyan"))

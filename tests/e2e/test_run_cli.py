@@ -48,6 +48,11 @@ def test_headless_run_writes_a_row(profile, fttui_home):
     assert row["peak_host_rss_mb"] > 0
     assert row["peak_gpu_mem_mb"] == []  # no GPU here
     run_dir = only_run_dir(fttui_home)
+    # the launch's forecast (issue 23), kept beside the measured time: the run's first event
+    first = json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])
+    assert first["event"] == "forecast" and first["run_seconds"] > 0
+    assert row["forecast_s"] == pytest.approx(first["run_seconds"], rel=1e-3)
+    assert row["forecast_source"].startswith("uncalibrated")  # the store was empty at launch
     # The whole-run figure is samples over training time, computed again from the events.
     sps, tps = _independent_rate(run_dir)
     assert row["samples_per_s_avg"] == pytest.approx(sps, rel=0.01)

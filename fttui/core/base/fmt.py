@@ -18,6 +18,13 @@ def duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+def eta(seconds: float | None, source: str | None = None) -> str:
+    """A run's time left: :func:`duration`, marked ``(forecast)`` while it is the launch's forecast
+    rather than the measured rate; ``""`` when unknown."""
+    text = duration(seconds)
+    return f"{text} (forecast)" if text and source == "forecast" else text
+
+
 def num(x: float | None, nd: int = 3) -> str:
     if x is None:
         return ""

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from fttui.core.base import shardings
@@ -289,14 +290,15 @@ def profile_shape(profile: Mapping[str, Any], inputs: Mapping[str, Any]) -> Mode
 
 
 def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows: Iterable[Mapping[str, Any]],
-                     card: str, prices=None, batch_size: int | None = None) -> Forecast:
+                     card: str, prices=None, batch_size: int | None = None, tokenise: bool = True) -> Forecast:
     """The forecast of a resolved profile: its data's real lengths (:mod:`fttui.core.run.datalens`,
     synthetic data: ``max_seq_len``), its cards (``card``: ``"cpu"`` or the NVML name of the cards it
     will run on), the store's ``rows``; ``prices`` (:class:`fttui.core.results.prices.Prices`)
-    prices a card-hour."""
+    prices a card-hour. ``tokenise=False``: a data file whose lengths are not cached raises
+    :class:`fttui.core.run.datalens.NotCached` instead of being tokenised."""
     from fttui.core.run.datalens import data_stats
 
-    stats, _cached = data_stats(dict(profile), batch_size)
+    stats, _cached = data_stats(dict(profile), batch_size, tokenise=tokenise)
     fed = stats.random_order["fed_tokens"] / max(1, stats.samples)
     real = stats.random_order["real_tokens"] / max(1, stats.samples)
     dev = profile.get("devices") or {}
@@ -317,3 +319,54 @@ def run_card(profile: Mapping[str, Any]) -> str:
     with make_gpu_sampler() as sampler:
         cards = run_cards(sampler.sample())
     return str(cards[0].name) if cards and cards[0].name else "unknown GPU"
+
+
+def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict[str, Any] | None:
+    """The forecast a launch records (the ``forecast`` event: the run's first ETA, the row's
+    ``forecast_s``), from the store's rows and the data's cached lengths (a data file is never
+    tokenised at launch); None for a command profile or when anything it needs is missing: a run
+    is never held back by its forecast."""
+    import logging
+
+    from fttui.core.run.datalens import NotCached
+
+    if (profile.get("command") or {}).get("argv"):
+        return None
+    try:
+        from fttui.core.memory import estimate
+        from fttui.core.results.store import Store
+
+        with Store() as store:
+            rows = store.rows()
+        inputs, card = estimate(profile).inputs, card or run_card(profile)
+        try:
+            fc = profile_forecast(profile, inputs, rows, card, tokenise=False)
+        except NotCached:
+            worst = _worst_case(profile)
+            if worst is None:
+                raise
+            fc = profile_forecast(worst, inputs, rows, card)
+            fc = replace(fc, mfu_source=fc.mfu_source + "; data lengths not measured: every sample at "
+                                                        "max_seq_len (`fttui data` measures them)")
+    except Exception as e:  # noqa: BLE001 - a forecast it cannot make is left out, never an error
+        logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)
+        return None
+    return {"run_seconds": fc.run_seconds, "step_seconds": fc.step_seconds, "warmup_seconds": fc.warmup_seconds,
+            "steps": fc.steps, "calibrated": fc.calibrated, "mfu_source": fc.mfu_source}
+
+
+def _worst_case(profile: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The profile as synthetic data of as many samples as its JSONL file has records (lines),
+    every one ``max_seq_len`` long: the forecast's worst case when the lengths are not measured;
+    None when the count is not cheap (not a JSONL file, or over 64 MiB)."""
+    data = dict(profile.get("data") or {})
+    source, n = str(data.get("source") or ""), int(data.get("num_samples") or 0)
+    if n <= 0:
+        try:
+            if not source.endswith(".jsonl") or os.path.getsize(source) > 64 * 1024 * 1024:
+                return None
+            with open(source, "rb") as f:
+                n = sum(1 for line in f if line.strip())
+        except OSError:
+            return None
+    return {**profile, "data": {**data, "source": "synthetic", "num_samples": n}}

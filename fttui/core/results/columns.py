@@ -139,6 +139,17 @@ def _model(c: RowInputs) -> Any:
     return m.get("name_or_path") or m.get("arch")
 
 
+def _forecast(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
+    """A figure of the launch's time forecast (the ``forecast`` event, fttui.core.run.events)."""
+
+    def fold(c: RowInputs) -> Any:
+        ev = next((e for e in c.events if getattr(e, "EVENT", None) == "forecast"), None)
+        value = getattr(ev, attr, None) if ev is not None else None
+        return None if value is None else conv(value)
+
+    return fold
+
+
 def _host_total(c: RowInputs) -> float | None:
     host = getattr(c.snap, "host", None)
     return rounded(getattr(host, "ram_total_mb", None), 1) if host else None
@@ -245,6 +256,12 @@ FIGURES: tuple[Figure, ...] = (
     # schema 7: commands (issue 17)
     Figure("loss", R, _snap("loss", lambda x: rounded(x, 6)), since=7, scope=RUN,
            label="the training loss of the last step (the lowest rank's)"),
+    # after schema 7 (added when the store opens): the forecast made at launch (issue 23), beside duration_s
+    Figure("forecast_s", R, _forecast("run_seconds", rounded), since=8, unit="s", scope=RUN,
+           label="training time forecast at launch (compare duration_s)"),
+    Figure("forecast_step_s", R, _forecast("step_seconds", lambda x: rounded(x, 6)), since=8, unit="s", scope=RUN),
+    Figure("forecast_source", T, _forecast("mfu_source"), since=8, scope=RUN,
+           label="what calibrated the forecast, or the default it used"),
 )
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}

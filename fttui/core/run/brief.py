@@ -43,6 +43,7 @@ class RunBrief:
     total_steps: int | None
     eta_s: float | None
     started: float | None
+    eta_source: str | None = None  # "forecast" until the measured rate is steady
 
     @property
     def live(self) -> bool:
@@ -56,7 +57,7 @@ class RunBrief:
 
     def eta_text(self) -> str:
         """The time left of a live run (``MM:SS`` or ``H:MM:SS``); ``-`` otherwise."""
-        return (fmt.duration(self.eta_s) or "-") if self.live and self.eta_s is not None else "-"
+        return (fmt.eta(self.eta_s, self.eta_source) or "-") if self.live and self.eta_s is not None else "-"
 
     def started_text(self) -> str:
         """Local start time, ``YYYY-MM-DD HH:MM``; ``-`` when unknown."""
@@ -127,7 +128,8 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     kind, _group = rd.kind_and_group()
     return RunBrief(run_id=rd.run_id, path=rd.path, profile=str(prof.get("name") or "?"), kind=kind,
                     state=state if state is not None else rd.state_label(), step=snap.step,
-                    total_steps=snap.total_steps, eta_s=snap.eta_s, started=started)
+                    total_steps=snap.total_steps, eta_s=snap.eta_s, started=started,
+                    eta_source=snap.eta_source)
 
 
 def live_briefs(runs: list[RunDir] | None = None) -> list[RunBrief]:

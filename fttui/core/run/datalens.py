@@ -31,6 +31,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 Progress = Callable[[int, int, int], None]  # (bytes done, bytes total, records)
 
 
+class NotCached(FttuiError):
+    """The data file's lengths are not in the cache (and were not to be measured now)."""
+
+
 def _cache() -> Path:
     return paths.cache_dir() / "data"
 
@@ -130,9 +134,11 @@ def _tokenise(profile: dict[str, Any], out: Path, progress: Progress | None) -> 
                          + (last_lines[-1] if last_lines else "no output"))
 
 
-def lengths(profile: dict[str, Any], progress: Progress | None = None) -> tuple[list[SampleLength], bool | None]:
+def lengths(profile: dict[str, Any], progress: Progress | None = None,
+            tokenise: bool = True) -> tuple[list[SampleLength], bool | None]:
     """Every record's length and whether it came from the cache (None: synthetic data, its own
-    ``num_samples`` samples of exactly ``max_seq_len`` tokens, nothing tokenised)."""
+    ``num_samples`` samples of exactly ``max_seq_len`` tokens, nothing tokenised). With
+    ``tokenise=False`` a file not in the cache is not tokenised: :class:`NotCached`."""
     data = profile["data"]
     source = data.get("source") or "synthetic"
     if source == "synthetic":
@@ -142,6 +148,8 @@ def lengths(profile: dict[str, Any], progress: Progress | None = None) -> tuple[
         raise FttuiError(f"data.source: {source}: data file not found")
     out = _cache() / f"{cache_key(profile)}.json"
     hit = out.is_file()
+    if not hit and not tokenise:
+        raise NotCached(f"{source}: lengths not measured yet (`fttui data` measures them)")
     if not hit:
         _tokenise(profile, out, progress)
     try:
@@ -156,9 +164,10 @@ def lengths(profile: dict[str, Any], progress: Progress | None = None) -> tuple[
 
 
 def data_stats(profile: dict[str, Any], batch_size: int | None = None,
-               progress: Progress | None = None) -> tuple[DataStats, bool | None]:
-    """``fttui data``'s figures at the profile's ``max_seq_len`` and batch size (or ``batch_size``)."""
-    samples, hit = lengths(profile, progress)
+               progress: Progress | None = None, tokenise: bool = True) -> tuple[DataStats, bool | None]:
+    """``fttui data``'s figures at the profile's ``max_seq_len`` and batch size (or ``batch_size``);
+    ``tokenise=False``: from the cache only (:class:`NotCached` when the file is not in it)."""
+    samples, hit = lengths(profile, progress, tokenise)
     bs = int(batch_size or profile["train"].get("batch_size") or 1)
     seed = int(profile["train"].get("seed", 42))
     return summarise(samples, int(profile["data"]["max_seq_len"]), bs, seed), hit

@@ -40,7 +40,7 @@ except ImportError:  # loaded by path (fttui's Trainer callback in a command's P
 
 __all__ = ["EV_START", "EV_STEP", "EV_END", "EV_ERROR", "EV_EXIT", "EVENT_NAMES", "SOURCE_WORKER",
            "SOURCE_SUPERVISOR", "Event", "OtherEvent", "PhaseEvent", "StartEvent", "StepEvent", "EndEvent",
-           "EvalEvent", "SaveEvent", "TrackerEvent", "ErrorEvent", "ExitEvent", "RECORDS", "parse_event",
+           "EvalEvent", "SaveEvent", "TrackerEvent", "ErrorEvent", "ExitEvent", "ForecastEvent", "RECORDS", "parse_event",
            "write_event", "JsonlTail", "read_jsonl", "append_jsonl", "encode_line", "parse_line"]
 
 EV_START = "start"
@@ -212,6 +212,21 @@ class TrackerEvent(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForecastEvent(Event):
+    """The time forecast made at launch (``fttui.core.experiments.forecast``), written by the
+    launching process before the supervisor starts: the ETA starts from it, the row keeps it."""
+
+    EVENT: ClassVar[str] = "forecast"
+    SPARSE: ClassVar[bool] = True
+    run_seconds: float | None = None
+    step_seconds: float | None = None
+    warmup_seconds: float | None = None
+    steps: int | None = None
+    calibrated: bool | None = None
+    mfu_source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ErrorEvent(Event):
     EVENT: ClassVar[str] = "error"
     kind: str | None = None
@@ -232,7 +247,8 @@ class ExitEvent(Event):
 
 #: event kind -> its record
 RECORDS: dict[str, type[Event]] = {c.EVENT: c for c in (PhaseEvent, StartEvent, StepEvent, EndEvent, EvalEvent,
-                                                        SaveEvent, TrackerEvent, ErrorEvent, ExitEvent)}
+                                                        SaveEvent, TrackerEvent, ErrorEvent, ExitEvent,
+                                                        ForecastEvent)}
 EVENT_NAMES = tuple(RECORDS)
 
 

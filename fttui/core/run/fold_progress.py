@@ -31,6 +31,7 @@ class ProgressFold:
         self.start: dict[str, Any] | None = None
         self.start_rank: int | None = None
         self.shape = None  # fttui.core.models.flops.ModelShape of the start event
+        self.forecast: dict[str, Any] | None = None  # the launch's time forecast (a ``forecast`` event)
 
     def slot(self, event: dict[str, Any]) -> int:
         return self.slots.slot(event)  # fttui.core.run.ranks: two processes of one rank stay two
@@ -54,6 +55,20 @@ class ProgressFold:
             self.start_rank = rank
             self.shape = model_shape(ev)
         self._total(ev)
+
+    def on_forecast(self, ev: dict[str, Any]) -> None:
+        self.forecast = ev
+
+    def _forecast_eta(self, step: int | None, total: int | None) -> float | None:
+        """The ETA from the launch's forecast, before the measured rate is steady: the forecast's
+        step time for the steps left (and its warm-up before the first step)."""
+        fc = self.forecast or {}
+        step_s, warm = num(fc.get("step_seconds")), num(fc.get("warmup_seconds")) or 0.0
+        total = total or to_int(fc.get("steps"))
+        if step_s is None or total is None:
+            return None
+        left = max(0, total - (step or 0)) * step_s
+        return left + (warm if not step else 0.0)
 
     def on_step(self, ev: dict[str, Any], rank: int, step: int, t: float | None) -> bool:
         """Fold one step line; False for a duplicate or out-of-order line (counters already past it)."""
@@ -108,10 +123,14 @@ class ProgressFold:
         start = self.start or {}
         rt = rates(ranks.values())
         total = self.total_steps
+        eta_source = None
         if status == "completed":
             eta: float | None = 0.0
+        elif status in ("starting", "running") and self.forecast is not None and not rt.steady:
+            eta = self._forecast_eta(step, total)  # the launch's forecast until the rate is steady
+            eta_source = "forecast" if eta is not None else None
         elif status in ("starting", "running") and total is not None and rt.seconds_per_step is not None:
-            eta = max(0, total - (step or 0)) * rt.seconds_per_step
+            eta, eta_source = max(0, total - (step or 0)) * rt.seconds_per_step, "measured"
         else:
             eta = None
         train_times = [r.train_time for r in ranks.values() if r.train_time is not None]
@@ -133,6 +152,7 @@ class ProgressFold:
             samples_per_s=rt.samples_per_s, tokens_per_s=rt.tokens_per_s, tokens_padded_per_s=rt.tokens_padded_per_s,
             samples_per_s_avg=rt.samples_per_s_avg, tokens_per_s_avg=rt.tokens_per_s_avg,
             tokens_padded_per_s_avg=rt.tokens_padded_per_s_avg, seconds_per_step=rt.seconds_per_step, eta_s=eta,
+            eta_source=eta_source,
             loss_history=loss_hist, samples_per_s_history=sps_hist, tokens_per_s_history=tps_hist,
             world_size=world, ranks=tuple(sorted(ranks)), rank_clash=clash,
             micro_batch=to_int(start.get("micro_batch")), grad_accum=to_int(start.get("grad_accum")),

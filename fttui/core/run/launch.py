@@ -18,12 +18,14 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.trackers import missing_tracker
 from fttui.core.run import rundir
+from fttui.core.run.events import ForecastEvent, write_event
 from fttui.core.run.resume import Resume
 from fttui.core.base.errors import FttuiError, ProfileError
 
@@ -305,11 +307,15 @@ def start_supervisor(rd: rundir.RunDir) -> int:
 
 def launch(resolved: dict, run_id: str | None = None,
            gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
-           group: str | None = None, resume: Resume | None = None) -> rundir.RunDir:
+           group: str | None = None, resume: Resume | None = None,
+           forecast: dict[str, Any] | None = None) -> rundir.RunDir:
     """Validate, create the run directory and start its supervisor. ``gpu_count`` (number
     visible, reason when none) overrides NVML's answer, for an app with an injected sampler;
-    ``resume``: see :func:`prepare`."""
+    ``resume``: see :func:`prepare`; ``forecast``: the time forecast
+    (:func:`fttui.core.experiments.forecast.launch_forecast`), recorded as the run's first event."""
     rd = prepare(resolved, run_id, gpu_count, kind=kind, group=group, resume=resume)
+    if forecast:
+        write_event(rd.events_path, ForecastEvent(source="launch", **forecast))
     start_supervisor(rd)
     return rd
 

@@ -88,6 +88,7 @@ class Rates:
     tokens_per_s_avg: float | None
     tokens_padded_per_s_avg: float | None
     seconds_per_step: float | None
+    steady: bool = False  # every rank has steps beyond its warm-up: the figures are steady ones
 
 
 def rates(ranks: Iterable[RankProgress]) -> Rates:
@@ -100,6 +101,7 @@ def rates(ranks: Iterable[RankProgress]) -> Rates:
     avg_t: list[float | None] = []
     avg_tp: list[float | None] = []
     sps: list[float] = []
+    steady = True
     for r in ranks:
         a_s = rate(r.samples, 0.0, r.train_time, 0.0)
         a_t = rate(r.tokens, 0.0, r.train_time, 0.0)
@@ -114,6 +116,7 @@ def rates(ranks: Iterable[RankProgress]) -> Rates:
             steady_tp.append(rate(cur.tokens_padded, ref.tokens_padded, cur.train_time, ref.train_time))
             sps.append((cur.train_time - ref.train_time) / (cur.step - ref.step))  # type: ignore[operator]
         else:
+            steady = False
             steady_s.append(a_s)
             steady_t.append(a_t)
             steady_tp.append(a_tp)
@@ -127,6 +130,7 @@ def rates(ranks: Iterable[RankProgress]) -> Rates:
         tokens_per_s_avg=sum_known(avg_t),
         tokens_padded_per_s_avg=sum_known(avg_tp),
         seconds_per_step=max(sps) if sps else None,
+        steady=steady and bool(sps),
     )
 
 

@@ -103,6 +103,7 @@ class RunSnapshot:
     tokens_padded_per_s_avg: float | None = None
     seconds_per_step: float | None = None
     eta_s: float | None = None
+    eta_source: str | None = None  # "measured" (the steady rate), "forecast" (the launch's, until then)
     # histories
     loss_history: tuple[float, ...] = ()
     samples_per_s_history: tuple[float, ...] = ()

@@ -84,6 +84,7 @@ class RunState:
             "phase": self._on_phase,
             "eval": self._on_kept,
             "save": self._on_kept,
+            "forecast": self._on_forecast,
         }.get(name) if isinstance(name, str) else None
         if handler is None:
             return
@@ -103,6 +104,10 @@ class RunState:
 
     def _on_kept(self, ev: dict[str, Any], t: float | None) -> None:
         self.verdict.on_kept(ev)
+
+    def _on_forecast(self, ev: dict[str, Any], t: float | None) -> None:
+        # The launch's time forecast: the ETA until the measured rate is steady.
+        self.progress.on_forecast(ev)
 
     def _on_phase(self, ev: dict[str, Any], t: float | None) -> None:
         # A startup phase began (fttui.core.run.phases); the first step ends them.
