@@ -6,6 +6,9 @@ unset NO_COLOR
 export FTTUI_TEST_RUN=1
 # The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
 .venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }
+# A DeepSpeed op build killed in an earlier run leaves a lock that would hang every DeepSpeed test.
+.venv/bin/python -c 'import os, pathlib; from fttui.core.run.oplocks import clear_stale_locks
+clear_stale_locks(pathlib.Path(os.environ.get("TORCH_EXTENSIONS_DIR") or pathlib.Path.home() / ".cache/torch_extensions"), print)'
 .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
 rc=$?
 if [ "$rc" = 5 ]; then

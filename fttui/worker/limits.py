@@ -21,7 +21,7 @@ from fttui.core.base.units import parse_size as _parse_size
 
 from .errors import ConfigError
 
-__all__ = ["parse_size", "apply_host_limit", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
+__all__ = ["extensions_root", "parse_size", "apply_host_limit", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
            "vm_size", "plain_arch_list"]
 
 FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launch.child_env under a host limit
@@ -120,6 +120,18 @@ def apply_gpu_limit(limit: int | None, log) -> dict[str, Any] | None:
         fractions.append(round(frac, 4))
     return {"gpu_memory_bytes": limit, "applied": True, "fractions": fractions}
 
+
+
+def extensions_root():
+    """The folder torch's extension builder (DeepSpeed's JIT ops) builds in:
+    ``$TORCH_EXTENSIONS_DIR``, else torch's default root (its ``<py>_<accelerator>`` folders
+    below it)."""
+    import os
+    from pathlib import Path
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
 
 
 def preload_before_limit(sharding: str, use_cuda: bool, log) -> list[str]:

@@ -19,10 +19,12 @@ from fttui.core.profiles.stored import check_profile as check_stored
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.events import parse_event, write_event
+from fttui.core.run.oplocks import clear_stale_locks
 from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
-from .limits import apply_gpu_limit, apply_host_limit, parse_size, plain_arch_list, preload_before_limit
+from .limits import (apply_gpu_limit, apply_host_limit, extensions_root, parse_size, plain_arch_list,
+                     preload_before_limit)
 
 __all__ = ["Emitter", "check_profile", "env_int", "read_profile", "Setup", "setup"]
 
@@ -184,6 +186,8 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     limits = {"host_memory": lim.host_memory, "gpu_memory": lim.gpu_memory}
     if use_cuda and kind.deepspeed:
         plain_arch_list(log)
+    if kind.deepspeed:
+        clear_stale_locks(extensions_root(), log)  # an interrupted op build would hang this run
     if host_limit:
         preload_before_limit(sharding, use_cuda, log)
     host_applied = apply_host_limit(host_limit)
