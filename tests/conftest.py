@@ -12,8 +12,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+LEFT_BEHIND = """{what} left {n} process(es) behind, killed now (every process a test starts must end with it):
+{lines}"""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_at_the_end(tmp_path_factory):
+    """At the session's end no process the suite started (``FTTUI_HOME`` under this session's
+    temporary folder: under xdist, this worker's own) may be alive: those left are killed and the
+    session fails, naming them."""
+    yield
+    from tests.helpers import end_leftovers
+
+    lines = end_leftovers(tmp_path_factory.getbasetemp(), grace=10)
+    if lines:
+        text = LEFT_BEHIND.format(what="the test session", n=len(lines), lines="\n".join(lines))
+        print("\n" + text, file=sys.stderr)
+        pytest.fail(text, pytrace=False)
+
+
 @pytest.fixture(autouse=True)
-def fttui_home(tmp_path, monkeypatch) -> Path:
+def fttui_home(tmp_path, monkeypatch):
     home = tmp_path / "fttui-home"
     monkeypatch.setenv("FTTUI_HOME", str(home))
     monkeypatch.delenv("NO_COLOR", raising=False)
@@ -22,7 +41,13 @@ def fttui_home(tmp_path, monkeypatch) -> Path:
     # One thread per training process everywhere (in-process helpers and subprocesses alike):
     # the thread count changes a process's address space, so memory boundaries depend on it.
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return home
+    yield home
+    if (home / "runs").is_dir():  # the test ran something: nothing of it may outlive the test
+        from tests.helpers import end_leftovers
+
+        lines = end_leftovers(tmp_path, grace=15)
+        if lines:
+            pytest.fail(LEFT_BEHIND.format(what="this test", n=len(lines), lines="\n".join(lines)), pytrace=False)
 
 
 def fttui_env(**extra: str) -> dict[str, str]:

@@ -23,20 +23,68 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
-def processes_with_env(key: str, value: str, prefix: bool = False) -> list[psutil.Process]:
-    """Live processes whose environment has ``key`` = ``value`` (``prefix``: starting with it), this
-    process left out: every process of a run (``FTTUI_RUN_DIR``), of a test (``FTTUI_HOME``)."""
+def processes_with_env(key: str, value: str, under: bool = False) -> list[psutil.Process]:
+    """Live processes whose environment has ``key`` = ``value`` (``under``: that folder or one
+    below it), this process left out: every process of a run (``FTTUI_RUN_DIR``), of a test or a
+    session (``FTTUI_HOME`` under its temporary folder). Reads ``/proc`` (none found without it)."""
+    want, val = f"{key}=".encode(), value.rstrip("/").encode()
     found = []
-    for p in psutil.process_iter(["status"]):
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        if pid == os.getpid():
+            continue
         try:
-            if p.pid == os.getpid() or p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            got = p.environ().get(key)
-            if got is not None and (got.startswith(value) if prefix else got == value):
-                found.append(p)
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = b"\0" + f.read()  # a zombie's is empty
+        except OSError:
+            continue
+        at = env.find(b"\0" + want)
+        if at < 0:
+            continue
+        got = env[at + 1 + len(want):].split(b"\0", 1)[0]
+        if got == val or (under and got.startswith(val + b"/")):
+            try:
+                found.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+    return found
+
+
+def end_leftovers(folder: Path, grace: float) -> list[str]:
+    """Processes started with ``FTTUI_HOME`` in ``folder`` (a test's or a session's temporary
+    folder) that are still alive after ``grace`` seconds: killed (SIGKILL), the lock of a DeepSpeed
+    op build among them removed (a killed build's lock hangs every later DeepSpeed run), the
+    cgroups of their runs ended; one line each (pid and command line), none when all ended."""
+    deadline = time.monotonic() + grace
+    left = processes_with_env("FTTUI_HOME", str(folder), under=True)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_with_env("FTTUI_HOME", str(folder), under=True)
+    lines, build_dirs, run_dirs = [], set(), set()
+    for p in left:
+        try:
+            cmd = p.cmdline()
+            if cmd and os.path.basename(cmd[0]) == "ninja":
+                build_dirs.add(p.cwd())
+            for mod in ("fttui.core.run.supervisor", "fttui.core.run.logtee"):
+                if mod in cmd and cmd.index(mod) + 1 < len(cmd):
+                    run_dirs.add(cmd[cmd.index(mod) + 1])
+            lines.append(f"pid {p.pid}: {' '.join(cmd)[:300]}")
+            p.kill()
         except psutil.Error:
             pass
-    return found
+    psutil.wait_procs(left, timeout=10)
+    for d in build_dirs:
+        Path(d, "lock").unlink(missing_ok=True)
+    from fttui.core.run.cgroup import end_run
+    from fttui.core.run.rundir import RunDir
+
+    for d in run_dirs:
+        end_run(RunDir(d))
+    return lines
 
 
 def wait_for(cond, timeout: float = 120, interval: float = 0.2, what: str = "condition"):

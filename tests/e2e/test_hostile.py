@@ -86,18 +86,39 @@ def test_a_hung_step_is_stalled_by_default_from_the_runs_own_step_time(tmp_path,
     """No stall timeout set: a step that never returns is flagged after max(floor, 10 usual
     steps) (the floor lowered to 2 s for the test) and said in words in the views and the row."""
     run_dir = _detach_command(tmp_path, fttui_home, MODE="steps", FTTUI_STALL_FLOOR="2")
-    stalled = wait_for(lambda: _events(run_dir, "stalled"), timeout=120, what="the stalled event")[0]
-    assert stalled["message"].startswith("no step for ") and "(usual step 0." in stalled["message"]
-    from fttui.core.run.state import RunState
-    from fttui.core.run.status import status_line
+    try:  # the step hangs for 10 min: a failure below must not leave the run behind
+        stalled = wait_for(lambda: _events(run_dir, "stalled"), timeout=120, what="the stalled event")[0]
+        assert stalled["message"].startswith("no step for ") and "(usual step 0." in stalled["message"]
+        from fttui.core.run.state import RunState
+        from fttui.core.run.status import status_line
 
-    state = RunState()
-    for e in _events(run_dir, "step") + _events(run_dir, "stalled"):
-        state.apply(e)
-    assert status_line(state.snapshot()).text.startswith("RUNNING, STALLED: no step for ")
-    run_fttui("cancel", run_dir.name, check=True)
+        state = RunState()
+        for e in _events(run_dir, "step") + _events(run_dir, "stalled"):
+            state.apply(e)
+        assert status_line(state.snapshot()).text.startswith("RUNNING, STALLED: no step for ")
+        run_fttui("cancel", run_dir.name, check=True)
+    finally:
+        if not (run_dir / "status.json").exists():
+            run_fttui("cancel", run_dir.name)
     row = json.loads(run_fttui("results", "--json", check=True).stdout)[0]
     assert row["stalled"] == 1 and "stalled: no step for " in row["error"], row["error"]
+
+
+def test_a_run_whose_directory_is_deleted_stops_and_leaves_nothing(tmp_path, fttui_home):
+    """The run directory deleted under a live run (pytest's clean-up of old temporary folders did
+    it to a hung test's run): the supervisor stops the run and ends, writing nothing anywhere (it
+    used to retry its verdict forever, every 30 s)."""
+    run_dir = _detach_command(tmp_path, fttui_home, MODE="steps")
+    wait_for(lambda: _events(run_dir, "step"), timeout=120, what="the first step")
+    sup = json.loads((run_dir / "supervisor.json").read_text())
+    import shutil
+
+    shutil.rmtree(fttui_home)
+    wait_for(lambda: not processes_with_env("FTTUI_RUN_DIR", str(run_dir)), timeout=60,
+             what="the run's processes to end")
+    wait_for(lambda: not _alive(sup["pid"]), timeout=60, what="the supervisor to end")
+    assert not fttui_home.exists()  # nothing recreated (the store neither)
+    assert sup["cgroup"] is None or not Path(sup["cgroup"]).exists()
 
 
 def _alive(pid: int) -> bool:

@@ -6,7 +6,8 @@ its own process group, under its log writer (:mod:`fttui.core.run.logtee`, which
 into ``train.log`` and records the exit in ``exit.json``), samples GPU and host memory at about
 2 Hz into ``samples.jsonl``, folds the worker's events, and when training ends in any way writes
 the summary row to the store and then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or
-SIGINT) stops the whole process tree: SIGTERM, then SIGKILL after a grace period. Where the cgroup
+SIGINT) stops the whole process tree: SIGTERM, then SIGKILL after a grace period; so does the
+deletion of the run directory (then nothing is recorded, and nothing waits to be). Where the cgroup
 v2 hierarchy is writable the training runs in a cgroup of its own (:mod:`fttui.core.run.cgroup`),
 ended (``cgroup.kill``) and removed with the run; elsewhere the run's log says so once.
 
@@ -253,6 +254,8 @@ class Supervisor:
             self._read_report()
             if self.cancel_reason is None and rd.cancel_path.exists():
                 self.cancel_reason = "cancel requested"
+            if self.cancel_reason is None and not rd.path.is_dir():  # nothing could record or cancel it
+                self.cancel_reason = "its run directory was deleted"
             if self.fault is not None:  # a full disk: the run cannot record itself any more
                 reserve.release()
                 self._event("fault", message=self.fault, failed_t=self.fault_t)
@@ -341,6 +344,10 @@ class Supervisor:
             status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
         t_end, wait = time.time(), 1.0
         while True:
+            if not self.rd.path.is_dir():  # deleted: the verdict has nowhere to go, never wait for it
+                print(f"supervisor: run {self.rd.run_id} ended ({status.status}) with its run directory deleted; "
+                      "nothing recorded", file=sys.stderr, flush=True)
+                break
             try:
                 self.final = finish(self.rd, self.state, status, t_launch=t_launch, t_end=t_end, stalled=bool(self.ever_stalled),
                        recorded_by="supervisor", source="supervisor")

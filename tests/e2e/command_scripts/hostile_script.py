@@ -3,7 +3,8 @@
 secrets: prints a secret in every shape fttui masks, a line over 128 KiB holding one across the
 log writer's read size, then fails with a secret in its exception message.
 daemon: double-forks a `setsid` daemon (its pid written to DAEMON_PID) and, with HOLD=1, stays.
-flood: writes FLOOD_MB of output as fast as it can, then writes DONE_FILE and waits.
+flood: writes FLOOD_MB of output as fast as it can (a SIGTERM meanwhile waits), then writes
+DONE_FILE and waits for SIGTERM.
 """
 
 import os
@@ -39,12 +40,21 @@ if mode == "daemon":
         time.sleep(1)
     sys.exit(0)
 if mode == "flood":
+    import signal
+
+    # SIGTERM (the run stopped on the full disk) waits for the output's end: a write blocked on
+    # fttui's pipe would never end (SIGKILL after the grace then, and no DONE_FILE)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     line = ("z" * 1023 + "\n").encode()
     for _ in range(int(os.environ.get("FLOOD_MB", "8")) * 1024):
         os.write(1, line)
     with open(os.environ["DONE_FILE"], "w") as f:
         f.write("done")
-    time.sleep(600)
+    deadline = time.monotonic() + 600
+    while not stop and time.monotonic() < deadline:
+        time.sleep(0.1)
+    sys.exit(0)
 if mode == "steps":  # a few steps written as fttui's events, then a step that never returns
     import json
 
