@@ -164,8 +164,9 @@ def test_probe_boundary_matches_fresh_processes(fttui_home):
 
 
 def test_probe_max_seq_len(fttui_home):
+    # up to 6 model loads of about 45 s each on a loaded 2-core machine (seen: 240 s ran out)
     proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "max_seq_len", "--range", "16..512",
-                     "--steps", "1", "--host-memory-limit", PROBE_LIMIT, "--json")
+                     "--steps", "1", "--host-memory-limit", PROBE_LIMIT, "--json", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
     assert res["param"] == "max_seq_len" and res["exact"] is True

@@ -10,11 +10,12 @@ under RLIMIT_AS). A flaky value goes both ways in turn.
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
-from fttui.core.experiments.boundary import band, growth_per_value, predicted
-from fttui.core.experiments.probe import MAX_LOADS, Prober
+from fttui.core.experiments.boundary import OVERSHOOT_MB, band, growth_per_value, next_check, predicted
+from fttui.core.experiments.probe import MAX_LOADS, SEQ_EXTRA_LOADS, Prober
 from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import load_profile
 
@@ -117,3 +118,66 @@ def test_prediction_from_a_fresh_fits_headroom():
     g = growth_per_value([fresh1, fresh92, *later])
     assert g == pytest.approx((182.79 - 5.88) / 91)
     assert predicted([fresh1, fresh92, *later]) == 95
+
+
+class Curve(Sim):
+    """A process whose peak follows ``peak(v)`` MiB under ``budget`` MiB; its later trials fail
+    early by ``bias`` of the growth since the first value (measured: about a fifth for sequence
+    length, fttui's CI: in-process boundary 215, fresh 265)."""
+
+    def __init__(self, peak, budget: float, bias: float = 0.19):
+        super().__init__(0)
+        self.peak, self.budget, self.bias_share = peak, budget, bias
+
+    def fits(self, v: int, fresh: bool) -> bool:
+        return self.peak(v) <= self.budget - (0 if fresh else self.bias_share * self.peak(v))
+
+    def trial(self, v: int, load: int, fresh: bool, clean: bool) -> Trial:
+        fit = self.fits(v, fresh)
+        return Trial(value=v, status="fit" if fit else "oom", load=load, clean=clean, fresh=fresh,
+                     peak_host_rss_mb=480 + 1.06 * self.peak(v),
+                     headroom_mb=round(self.budget - self.peak(v), 2) if fit and fresh else None)
+
+
+# Sequence-length curves of tiny-lora at 48 MiB (boundary 266..274): linear; concave (measured
+# here: 0.14 MiB per token from 16 to 254, 0.125 from 254 to 272); steeper past 250 (the CI
+# machine: the growth from 16 to 247 predicted 273, and 270..273 all ran out of memory); convex.
+SEQ_CURVES = {
+    "linear": (lambda v: 0.125 * v, 0.125 * 274.5),
+    "concave": (lambda v: 0.15 * v - 5e-5 * v * v, 0.15 * 274.5 - 5e-5 * 274.5 ** 2),
+    "steeper past 250": (lambda v: 0.14 * v + max(0, 0.05 * (v - 250)), 0.14 * 266.5 + 0.05 * 16.5),
+    "convex": (lambda v: 0.1 * v + 1e-4 * v * v, 0.1 * 266.5 + 1e-4 * 266.5 ** 2),
+    "steps of 0.65 MiB": (lambda v: 0.13 * 5 * math.ceil(v / 5), 0.13 * 270),
+    "steeper, in steps": (lambda v: 0.1 * v + max(0, 0.05 * (v - 250)) + 0.16 * math.ceil(v / 4),
+                          0.1 * 266 + 0.05 * 16 + 0.16 * 67 + 0.01),
+}
+
+
+@pytest.mark.parametrize("curve", list(SEQ_CURVES))
+def test_sequence_length_probe_closes_within_its_loads(curve):
+    peak, budget = SEQ_CURVES[curve]
+    truth = max(v for v in range(16, 513) if peak(v) <= budget)
+    p = _sim_prober(Curve(peak, budget), lo=16, hi=512)
+    p.param, p.max_loads = "max_seq_len", MAX_LOADS + SEQ_EXTRA_LOADS
+    res = p.run()
+    assert (res.largest_fit, res.smallest_oom, res.exact) == (truth, truth + 1, True), res
+    assert res.model_loads <= MAX_LOADS + SEQ_EXTRA_LOADS
+
+
+def test_an_overshoot_is_not_walked_down_one_value_per_load():
+    """The CI probe's trace: fresh fits at 16 and 247, the prediction 273 ran out of memory. The
+    next check interpolates between the fit's 3.6 MiB headroom at 247 and half a MiB beyond the
+    budget at 273: 269, not 272 (then 271, 270, ...)."""
+    fits = [Trial(value=16, status="fit", load=1, clean=True, fresh=True, headroom_mb=35.8),
+            Trial(value=247, status="fit", load=2, clean=True, fresh=True, headroom_mb=3.6)]
+    assert predicted(fits) == 273
+    oom = Trial(value=273, status="oom", load=3, clean=True, fresh=True)
+    assert next_check([*fits, oom], 247, 273) == 247 + math.floor(26 * 3.6 / (3.6 + OVERSHOOT_MB)) == 269
+    assert next_check(fits, 247, 513) == 273  # a prediction below every OOM is taken as it is
+    # batch size at 200 MiB (measured: 97 predicted, 96 and 97 fail, 95 fits)
+    head1 = [Trial(value=1, status="fit", load=1, clean=True, fresh=True, headroom_mb=182.79, peak_host_rss_mb=484.3),
+             Trial(value=8, status="fit", load=1, clean=True, peak_host_rss_mb=484.3 + 7 * 1.885)]
+    assert predicted(head1) == 98
+    oom97 = Trial(value=97, status="oom", load=2, clean=True, fresh=True)
+    assert next_check([*head1, oom97], 1, 97) == 96
+    assert next_check([*head1, oom97, Trial(value=96, status="oom", load=3, clean=True, fresh=True)], 1, 96) == 95

@@ -13,10 +13,18 @@ The next value to check comes from a prediction where one can be made: a fresh f
 headroom (the MiB its budget left unused, fttui.worker.probe.headroom_mb) and the trials' peaks
 grow by a measurable amount per value, so ``value + headroom / growth`` is where the budget runs
 out; a second fresh fit gives the growth exactly (the difference of the two headrooms).
+
+A prediction can overshoot: the peaks do not grow in equal steps (sequence length: tiny-lora at
+48 MiB, the growth from 16 to 247 tokens predicted 273 where fresh processes ran out of memory
+from 270 down). An OOM at or below the prediction says the growth near the boundary is steeper
+than the fits said; the next check then lies below the OOM by the prediction's possible miss
+(:func:`next_check`), not one value below it: stepping down one value per model load ran a CI
+probe out of loads (273, 272, 271, 270 all OOM).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import NamedTuple
 
@@ -47,6 +55,12 @@ def band(trials: list[Trial]) -> Band:
     always_oom = [v for v in oom if v not in fit and (any_fit is None or v > any_fit)]
     mixed = [{"value": v, "fit": fit[v], "oom": oom[v]} for v in sorted(set(fit) & set(oom))]
     return Band(max(always_fit, default=None), min(always_oom, default=None), mixed)
+
+
+#: What an OOM at a value is taken to have needed beyond the budget, in MiB, when a prediction
+#: overshot it (the peaks of values next to each other differ by about a MiB or less: measured
+#: under a host limit, 0.1 to 0.14 MiB per token of tiny-lora's sequence length)
+OVERSHOOT_MB = 0.5
 
 
 def _peak(t: Trial) -> float | None:
@@ -88,4 +102,26 @@ def predicted(trials: list[Trial], below: int | None = None) -> int | None:
     return best.value + max(0, round(best.headroom_mb / g))
 
 
-__all__ = ["Band", "band", "growth_per_value", "predicted"]
+def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
+    """The value the next fresh process checks strictly between ``low`` (the largest fresh fit, or
+    one below the range) and ``ceil`` (the smallest fresh OOM, or one above the range), from the
+    fits' headroom; None without a prediction.
+
+    A prediction below ``ceil`` is checked as it is. One at or above ``ceil`` overshot an observed
+    OOM: the growth from the largest fit to ``ceil`` was steeper than the fits said, and the next
+    check interpolates between them (regula falsi), the fit's headroom against ``OVERSHOOT_MB``
+    needed beyond the budget at ``ceil``: an overshoot by several values costs one or two loads,
+    not one per value."""
+    p = predicted(trials, below=ceil)
+    if p is None:
+        return None
+    if p < ceil:
+        return max(p, low + 1)
+    best = max((t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
+                and t.value < ceil), key=lambda t: t.value)
+    head = max(0.0, best.headroom_mb)
+    x = best.value + math.floor((ceil - best.value) * head / (head + OVERSHOOT_MB))
+    return min(ceil - 1, max(low + 1, x))
+
+
+__all__ = ["Band", "OVERSHOOT_MB", "band", "growth_per_value", "next_check", "predicted"]

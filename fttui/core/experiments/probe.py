@@ -14,11 +14,15 @@ at worst-case length, and few models are loaded. What counts as observed:
     process (docs/bench-probe.md: 10 of 10).
 
   load 1   climbs x2 from the start value (1, 2, 4, ...) reusing the loaded model until its first
-           OOM, then bisects in the same process; its first trial reports its headroom;
+           OOM, then bisects in the same process (a guide only: after an OOM the address space is
+           fragmented, its boundary was a fifth low for max_seq_len); its first trial reports its
+           headroom;
   load 2.. one fresh trial each, at the value predicted from the largest fresh fit's headroom and
-           the growth of the peaks per value (fttui.core.experiments.boundary), until the largest
-           fresh fit and the smallest fresh OOM are neighbours; without a prediction (no headroom
-           reported), the first load's trials guide, then doubling, then halving;
+           the growth of the peaks per value (fttui.core.experiments.boundary.next_check: a
+           prediction that overshot an OOM is followed by an interpolation between the fit and
+           that OOM, not a step of one value), until the largest fresh fit and the smallest fresh
+           OOM are neighbours; without a prediction (no headroom reported), the first load's
+           trials guide, then doubling, then halving;
   repeats  with ``repeats = K``, each value next to the boundary is checked K more times; a value
            that goes both ways makes the answer a band (``mixed``).
 
@@ -48,7 +52,7 @@ from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import EstimateError, FttuiError
 from fttui.core.base.units import parse_size
 from fttui.core.experiments import launched
-from fttui.core.experiments.boundary import band, predicted
+from fttui.core.experiments.boundary import band, next_check
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
 from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch, rundir
@@ -161,9 +165,9 @@ class Prober:
         ceil = min([m["value"] for m in b.mixed if m["value"] > low]
                    + [self.hi + 1 if b.smallest_oom is None else b.smallest_oom])
         if ceil - low > 1 and not b.adjacent and not (low == self.hi or ceil == self.lo):
-            p = predicted(self.trials, below=ceil)
+            p = next_check(self.trials, low, ceil)
             if p is not None:
-                return low + 1 if p <= low else min(p, ceil - 1)
+                return p
             if self.loads == 1 and not self.launched:
                 inside = [t for t in self.trials if low < t.value < ceil]
                 ooms = [t.value for t in inside if t.status == "oom" and t.clean]
