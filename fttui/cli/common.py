@@ -38,6 +38,8 @@ def resolve(args) -> dict:
         overrides.append(f"limits.gpu_memory={json.dumps(args.gpu_memory_limit)}")
     if getattr(args, "host_memory_limit", None):
         overrides.append(f"limits.host_memory={json.dumps(args.host_memory_limit)}")
+    if getattr(args, "on_oom", None):  # fttui run --on-oom shrink
+        overrides.append(f"train.on_oom={json.dumps(args.on_oom)}")
     from_config = getattr(args, "from_config", None)
     if from_config and args.profile:
         raise FttuiError("give --profile or --from, not both")

@@ -142,15 +142,16 @@ def completion_script(ap: argparse.ArgumentParser, shell: str, prog: str = "fttu
     return "\n".join(lines) + "\n"
 
 
-def run_json(rd) -> str:
+def run_json(rd, attempts: list[str] | None = None) -> str:
     """A run as JSON (``run --json``, ``attach --json``, ``cancel --json``): its id, directory,
-    ``status.json`` (null while live) and summary row (``row.json``; null until written)."""
+    ``status.json`` (null while live) and summary row (``row.json``; null until written);
+    ``attempts``: the run ids of a chain that recovered from out of memory, first to last."""
     import json
 
     from fttui.core.run.rundir import read_json
 
-    return json.dumps({"run_id": rd.run_id, "run_dir": str(rd.path), "status": rd.status(),
-                       "row": read_json(rd.path / "row.json")}, indent=1, default=str)
+    doc = {"run_id": rd.run_id, "run_dir": str(rd.path), "status": rd.status(), "row": read_json(rd.path / "row.json")}
+    return json.dumps(doc | ({"attempts": attempts} if attempts else {}), indent=1, default=str)
 
 
 def follow_as_json(rd, follow) -> int:
@@ -158,7 +159,10 @@ def follow_as_json(rd, follow) -> int:
     stdout: a script reads one JSON document whatever the run printed."""
     import contextlib
 
+    from fttui.core.run.watch import attempts
+
     with contextlib.redirect_stdout(sys.stderr):
         code = follow()
-    print(run_json(rd), flush=True)
+    chain = attempts(rd)  # a run continued after an out of memory: the last attempt, naming them all
+    print(run_json(chain[-1], [r.run_id for r in chain] if len(chain) > 1 else None), flush=True)
     return code

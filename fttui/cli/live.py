@@ -14,7 +14,7 @@ from fttui.core.run.ranks import clash_text
 from fttui.core.run.row_figures import host_measure_text
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
-from fttui.core.run.watch import RunFollower
+from fttui.core.run.watch import RunFollower, next_attempt
 
 # The Rich view's colour of each status kind (status_line's kind); the others are cyan.
 STATUS_STYLES = {"oom": "bold white on red", "completed": "green"}
@@ -182,13 +182,16 @@ def _row(rd: RunDir) -> dict | None:
 
 
 def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> int:
-    """Follow the run until it ends; Ctrl-C cancels it (a second Ctrl-C detaches)."""
+    """Follow the run until it ends; Ctrl-C cancels it (a second Ctrl-C detaches). A run that ran
+    out of memory and is continued by another attempt (``train.on_oom = "shrink"``): its summary,
+    then the next attempt is followed, to the end of the chain (the exit code is the last's)."""
     interrupts = {"n": 0}
+    current = [rd]
 
     def on_int(_s, _f):
         interrupts["n"] += 1
         if interrupts["n"] == 1 and cancel_on_interrupt:
-            rd.request_cancel()
+            current[0].request_cancel()
             print("\nfttui: cancelling the run (Ctrl-C again to detach and leave it running)",
                   file=sys.stderr, flush=True)
         else:
@@ -197,16 +200,22 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
     old = signal.signal(signal.SIGINT, on_int)
     print(f"fttui: run {rd.run_id} ({rd.path})", flush=True)
     try:
-        follower = RunFollower(rd)
-        if rich_live:
-            _follow_rich(follower)
-        else:
-            _follow_plain(follower)
+        while True:
+            follower = RunFollower(current[0])
+            (_follow_rich if rich_live else _follow_plain)(follower)
+            nxt = next_attempt(current[0], follower.state.snapshot().retried_as) if follower.final is not None else None
+            if nxt is None:
+                break
+            for line in summary_lines(current[0]):
+                print(line, flush=True)
+            print(f"fttui: run {nxt.run_id} ({nxt.path}) continues it", flush=True)
+            current[0] = nxt
     except KeyboardInterrupt:
-        print(f"\nfttui: detached; the run goes on: fttui attach {rd.run_id}", file=sys.stderr)
+        print(f"\nfttui: detached; the run goes on: fttui attach {current[0].run_id}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGINT, old)
+    rd = current[0]
     if follower.final is None:
         print(f"fttui: the supervisor of {rd.run_id} is gone without a status", file=sys.stderr)
         return EXIT_ERROR
@@ -245,7 +254,7 @@ class OutputTail:
 def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
-    phases_printed, warned, said_clash = 0, None, None
+    phases_printed, warned, said_clash, said_recovered = 0, None, None, False
     dev = (f.rd.profile() or {}).get("devices", {})
     output = OutputTail(f.rd.log_path) if f.rd.kind_and_group()[0] == "command" else None
     while True:
@@ -277,6 +286,9 @@ def _follow_plain(f: RunFollower) -> None:
         if warning is not None and snap.near_oom_reason != warned:
             warned = snap.near_oom_reason  # once per reason: the counters only grow
             print(warning, flush=True)
+        if snap.recovered and not said_recovered:  # an attempt that continues a run which ran out of memory
+            said_recovered = True
+            print(f"attempt {snap.attempt}: {snap.recovered}", flush=True)
         if snap.stalled != stalled:
             stalled = snap.stalled
             print(f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"

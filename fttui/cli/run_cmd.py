@@ -27,7 +27,8 @@ def resume_of(args):
         return None
     given = [flag for flag, attr in (("--profile", "profile"), ("--from", "from_config"), ("--set", "overrides"),
                                      ("--gpu-memory-limit", "gpu_memory_limit"),
-                                     ("--host-memory-limit", "host_memory_limit")) if getattr(args, attr, None)]
+                                     ("--host-memory-limit", "host_memory_limit"), ("--on-oom", "on_oom"))
+             if getattr(args, attr, None)]
     if given:
         raise FttuiError(f"--resume runs the profile the run ran with; leave out {', '.join(given)}")
     from fttui.core.run.resume import plan_resume
@@ -46,7 +47,7 @@ def command_of(args) -> list[str] | None:
     if cmd[0] == "--":
         cmd = cmd[1:]
     given = [flag for flag, attr in (("--profile", "profile"), ("--from", "from_config"), ("--set", "overrides"),
-                                     ("--resume", "resume")) if getattr(args, attr, None)]
+                                     ("--resume", "resume"), ("--on-oom", "on_oom")) if getattr(args, attr, None)]
     if given:
         raise FttuiError(f"a command run takes no {', '.join(given)}: give a profile or a command after --")
     if getattr(args, "gpu_memory_limit", None):
@@ -160,6 +161,10 @@ def add_parser(sub) -> None:
     p.add_argument("--resume", metavar="RUN",
                    help="continue RUN (a run id or unique prefix) from its last checkpoint, as a new run "
                         "with the same profile")
+    p.add_argument("--on-oom", choices=("fail", "shrink"),
+                   help="out of memory in a training step: fail (the default, train.on_oom), or shrink: continue "
+                        "from the last checkpoint with half the micro batch and twice the accumulation, as a new "
+                        "attempt, at most train.max_oom_retries times (docs/reliability.md)")
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
     p.add_argument("--name", help="with a command: the run's name (default: the script's name)")

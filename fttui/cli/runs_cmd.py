@@ -24,8 +24,8 @@ def cmd_ls(args) -> int:
         briefs.append({"run_id": b.run_id, "profile": b.profile, "kind": b.kind, "status": b.state, "live": b.live,
                        "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s,
                        "eta_source": b.eta_source, "started": b.started,
-                       "run_dir": str(rd.path)})
-        body.append([("* " if b.live else "  ") + rd.run_id, b.state, b.step_text(), b.eta_text(),
+                       "run_dir": str(rd.path), "note": b.note or None})
+        body.append([("* " if b.live else "  ") + rd.run_id, b.state_text(), b.step_text(), b.eta_text(),
                      b.started_text(), str(rd.path)])
     if getattr(args, "json", False):
         print(json.dumps(briefs, indent=1))

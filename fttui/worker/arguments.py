@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
+from fttui.core.run.oomretry import recovery_saves
 
 from .errors import ConfigError, one_line
 from .model import reentrant_checkpointing
@@ -34,6 +35,9 @@ class Plan(NamedTuple):
     eval: bool  # a held-out split is evaluated (data.eval_ratio > 0)
     eval_steps: int  # 0 = at the end only
     report_to: list[str]
+    # checkpoints every save_steps for train.on_oom = "shrink" alone (save is end or none): only
+    # the latest is kept, and removed when training completes (fttui.core.run.oomretry)
+    recovery: bool = False
 
 
 def run_kind(run_dir: str) -> str:
@@ -57,7 +61,7 @@ def plan(profile: Profile | dict[str, Any], run_dir: str) -> Plan:
     save = "none" if measuring else t.save
     report_to = [] if kind == "probe" else list(t.report_to)
     return Plan(kind, save, t.save_steps, str(t.output_dir or os.path.join(run_dir, "output")),
-                not measuring and prof.data.eval_ratio > 0, t.eval_steps, report_to)
+                not measuring and prof.data.eval_ratio > 0, t.eval_steps, report_to, recovery_saves(prof, kind))
 
 
 def training_args(profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool):
@@ -92,8 +96,9 @@ def training_args(profile: Profile | dict[str, Any], run_dir: str, world: int, u
         logging_steps=1,
         # "steps": a resumable checkpoint (model, optimizer, scheduler, RNG states) every
         # save_steps and at the last step; the final adapter / model: train.py's save_model.
-        save_strategy="steps" if keep.save == "steps" else "no",
+        save_strategy="steps" if keep.save == "steps" or keep.recovery else "no",
         save_steps=keep.save_steps,
+        save_total_limit=1 if keep.recovery else None,
         # the end evaluation: FttuiCallback.eval_at_end (fttui.integrations.hf)
         eval_strategy="steps" if keep.eval and keep.eval_steps > 0 else "no",
         eval_steps=keep.eval_steps if keep.eval and keep.eval_steps > 0 else None,

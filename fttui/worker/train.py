@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from fttui.core.run.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
@@ -102,6 +103,8 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     trainer.train(resume_from_checkpoint=resume_from)
     log(f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "
         f"in {time.perf_counter() - t_train:.2f}s")
+    if keep.recovery and trainer.is_world_process_zero():
+        _drop_recovery_checkpoints(run_dir, log)
     if keep.save != "none":
         _save_final(trainer, su.tok, keep.output_dir, emit, log)
     _close_process_group(trainer)
@@ -112,6 +115,21 @@ def check_checkpoint(path: str) -> None:
     """A checkpoint to resume from is a folder with the Trainer's ``trainer_state.json``."""
     if not os.path.isfile(os.path.join(path, "trainer_state.json")):
         raise WorkerInputError(f"--resume-from {path}: not a checkpoint (no trainer_state.json)")
+
+
+def _drop_recovery_checkpoints(run_dir: str, log) -> None:
+    """The checkpoints this run saved only to recover from an OOM (``train.on_oom = "shrink"``
+    with ``save`` ``end`` or ``none``): training completed, so they go (the row names none)."""
+    import shutil
+
+    from fttui.core.run.events import read_jsonl
+    from fttui.core.run.resume import is_checkpoint
+
+    for ev in read_jsonl(os.path.join(run_dir, "events.jsonl")):
+        path = ev.get("path") if ev.get("event") == "save" and ev.get("kind") == "checkpoint" else None
+        if isinstance(path, str) and is_checkpoint(Path(path)):
+            shutil.rmtree(path, ignore_errors=True)
+            log(f"removed {path} (kept for out-of-memory recovery only)")
 
 
 def _save_final(trainer, tok, output_dir: str, emit, log) -> None:

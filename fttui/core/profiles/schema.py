@@ -94,6 +94,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "eval_steps": Field("int", 0, lo=0, hint="optimizer steps between evaluations; 0 = at the end only"),
         # Trainer trackers (transformers' report_to names); fttui logs its row there at the end
         "report_to": Field("names", []),
+        # out of memory in a training step (docs/reliability.md, "Out of memory"): "fail" ends the
+        # run; "shrink" resumes from the last checkpoint as a new attempt with half the micro batch
+        # and twice the accumulation (the effective batch stays), at most max_oom_retries times
+        "on_oom": Field("str", "fail", ("fail", "shrink")),
+        "max_oom_retries": Field("int", 3, lo=0, hint="attempts after the first that may shrink the batch; 0 or more"),
     },
     "lora": {
         "r": Field("int", 8, lo=1, hint="LoRA rank, e.g. 8 or 16"),

@@ -162,6 +162,8 @@ class TrainSettings(_Section):
     output_dir: str | None
     eval_steps: int
     report_to: tuple[str, ...]
+    on_oom: str
+    max_oom_retries: int
 
 
 @dataclass(frozen=True)

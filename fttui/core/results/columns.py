@@ -150,6 +150,17 @@ def _forecast(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[
     return fold
 
 
+def _event(c: RowInputs, name: str) -> Any:
+    """The run's last event of kind ``name`` (a typed record), or None."""
+    return next((e for e in reversed(c.events) if e.event == name), None)
+
+
+def _attempt(attr: str, first: Any = None) -> Callable[[RowInputs], Any]:
+    """A figure of the run's ``attempt`` event (a run started to recover from an OOM,
+    fttui.core.run.oomretry); ``first`` for a run that is a first attempt."""
+    return lambda c: getattr(_event(c, "attempt"), attr, None) if _event(c, "attempt") else first
+
+
 def _host_total(c: RowInputs) -> float | None:
     host = getattr(c.snap, "host", None)
     return rounded(getattr(host, "ram_total_mb", None), 1) if host else None
@@ -262,6 +273,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure("forecast_step_s", R, _forecast("step_seconds", lambda x: rounded(x, 6)), since=8, unit="s", scope=RUN),
     Figure("forecast_source", T, _forecast("mfu_source"), since=8, scope=RUN,
            label="what calibrated the forecast, or the default it used"),
+    # out of memory, recovered (issue 25, train.on_oom = "shrink"): each attempt is a row
+    Figure("attempt", I, _attempt("attempt", 1), since=8, scope=RUN,
+           label="1, or the attempt that continued a run which ran out of memory"),
+    Figure("attempt_of", T, _attempt("first"), since=8, scope=RUN, label="the run id of the chain's first attempt"),
+    Figure("recovered", T, _attempt("message"), since=8, scope=RUN,
+           label="recovered from OOM at step N: batch 8 -> 4, accumulation 2 -> 4 (...)"),
+    Figure("retried_as", T, lambda c: getattr(_event(c, "retry"), "next_run", None), since=8, scope=RUN,
+           label="the attempt that continued this run after its out of memory"),
 )
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}

@@ -44,6 +44,13 @@ class RunBrief:
     eta_s: float | None
     started: float | None
     eta_source: str | None = None  # "forecast" until the measured rate is steady
+    # out of memory, recovered (fttui.core.run.oomretry): "attempt 2: recovered from OOM at step
+    # 7: batch 8 -> 4, ..." for an attempt that continues a run, "retried as RUN" for the run
+    note: str = ""
+
+    def state_text(self) -> str:
+        """The state with the note: ``completed (attempt 2: recovered from OOM at step 7: ...)``."""
+        return f"{self.state} ({self.note})" if self.note else self.state
 
     @property
     def live(self) -> bool:
@@ -129,7 +136,14 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     return RunBrief(run_id=rd.run_id, path=rd.path, profile=str(prof.get("name") or "?"), kind=kind,
                     state=state if state is not None else rd.state_label(), step=snap.step,
                     total_steps=snap.total_steps, eta_s=snap.eta_s, started=started,
-                    eta_source=snap.eta_source)
+                    eta_source=snap.eta_source, note=recovery_note(snap))
+
+
+def recovery_note(snap) -> str:
+    """What a list says of a run in a chain that recovered from out of memory; "" otherwise."""
+    if snap.retried_as:
+        return f"retried as {snap.retried_as}"
+    return f"attempt {snap.attempt}: {snap.recovered}" if snap.recovered else ""
 
 
 def live_briefs(runs: list[RunDir] | None = None) -> list[RunBrief]:

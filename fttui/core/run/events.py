@@ -40,7 +40,8 @@ except ImportError:  # loaded by path (fttui's Trainer callback in a command's P
 
 __all__ = ["EV_START", "EV_STEP", "EV_END", "EV_ERROR", "EV_EXIT", "EVENT_NAMES", "SOURCE_WORKER",
            "SOURCE_SUPERVISOR", "Event", "OtherEvent", "PhaseEvent", "StartEvent", "StepEvent", "EndEvent",
-           "EvalEvent", "SaveEvent", "TrackerEvent", "ErrorEvent", "ExitEvent", "ForecastEvent", "RECORDS", "parse_event",
+           "EvalEvent", "SaveEvent", "TrackerEvent", "ErrorEvent", "ExitEvent", "ForecastEvent", "AttemptEvent", "RetryEvent",
+           "RECORDS", "parse_event",
            "write_event", "JsonlTail", "read_jsonl", "append_jsonl", "encode_line", "parse_line"]
 
 EV_START = "start"
@@ -245,10 +246,42 @@ class ExitEvent(Event):
     status: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class AttemptEvent(Event):
+    """Supervisor, first line of a run started to recover from an out of memory
+    (:mod:`fttui.core.run.oomretry`): this run is attempt ``attempt`` of the chain begun by
+    ``first``, continuing ``previous``, which ran out of memory in step ``oom_step``; the micro
+    batch and accumulation went ``batch`` -> ``accum`` (``[before, after]`` each), from the
+    checkpoint of step ``from_step`` (0: from the start); ``message`` says it in words."""
+
+    EVENT: ClassVar[str] = "attempt"
+    attempt: int | None = None
+    first: str | None = None
+    previous: str | None = None
+    oom_step: int | None = None
+    oom_kind: str | None = None
+    from_step: int | None = None
+    batch: Any = None
+    accum: Any = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryEvent(Event):
+    """Supervisor, last lines of a run that ran out of memory under ``train.on_oom = "shrink"``:
+    ``next_run`` (attempt ``attempt``) continues it; ``message`` says how. Written before
+    ``status.json``, so a view that sees the end can follow the chain."""
+
+    EVENT: ClassVar[str] = "retry"
+    next_run: str | None = None
+    attempt: int | None = None
+    message: str | None = None
+
+
 #: event kind -> its record
 RECORDS: dict[str, type[Event]] = {c.EVENT: c for c in (PhaseEvent, StartEvent, StepEvent, EndEvent, EvalEvent,
                                                         SaveEvent, TrackerEvent, ErrorEvent, ExitEvent,
-                                                        ForecastEvent)}
+                                                        ForecastEvent, AttemptEvent, RetryEvent)}
 EVENT_NAMES = tuple(RECORDS)
 
 

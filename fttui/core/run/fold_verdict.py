@@ -30,6 +30,8 @@ class VerdictFold:
         self.phases = PhaseFold()
         self.eval: tuple[int, float] | None = None  # (step, loss) of the latest evaluation
         self.checkpoint_step: int | None = None
+        self.attempt: dict[str, Any] = {}  # the run's attempt event (fttui.core.run.oomretry)
+        self.retried_as: str | None = None  # the next attempt's run id (its retry event)
 
     def set_status(self, status: str) -> None:
         if STATUS_ORDER.get(status, 0) > STATUS_ORDER.get(self.status, 0):
@@ -41,6 +43,13 @@ class VerdictFold:
             self.started_t = t
 
     def on_kept(self, ev: dict[str, Any]) -> None:
+        # an attempt that recovers from an OOM, or the attempt that continued this run
+        if ev["event"] == "attempt":
+            self.attempt = ev
+            return
+        if ev["event"] == "retry":
+            self.retried_as = ev.get("next_run") if isinstance(ev.get("next_run"), str) else None
+            return
         # rank 0's evaluation on the held-out split (the latest step wins) or a saved checkpoint
         step, loss = to_int(ev.get("step")), num(ev.get("eval_loss"))
         if step is None:
@@ -93,4 +102,7 @@ class VerdictFold:
             stalled=bool(self.stalled), stall_message=self.stalled or None,
             phase=phase, phase_since=phase_since, startup_ended_t=self.phases.ended_t,
             phase_history=tuple(self.phases.history),
+            attempt=to_int(self.attempt.get("attempt")) or 1,
+            recovered=self.attempt.get("message") if isinstance(self.attempt.get("message"), str) else None,
+            retried_as=self.retried_as,
         )

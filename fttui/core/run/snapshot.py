@@ -120,6 +120,11 @@ class RunSnapshot:
     phase_since: float | None = None
     startup_ended_t: float | None = None  # t of the first step event (or the end), which ends them
     phase_history: tuple[tuple[str, float | None], ...] = ()  # each change: (phase, t it changed at)
+    # out of memory, recovered (fttui.core.run.oomretry): this run's attempt number, what it
+    # recovered from ("recovered from OOM at step 7: batch 8 -> 4, ..."), the attempt continuing it
+    attempt: int = 1
+    recovered: str | None = None
+    retried_as: str | None = None
     torch_peak_alloc_mb: dict[int, float] = field(default_factory=dict)
     host_peak_tree_rss_mb: float | None = None
     host_peak_ram_used_mb: float | None = None

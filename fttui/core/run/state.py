@@ -85,6 +85,8 @@ class RunState:
             "eval": self._on_kept,
             "save": self._on_kept,
             "forecast": self._on_forecast,
+            "attempt": self._on_kept,
+            "retry": self._on_kept,
         }.get(name) if isinstance(name, str) else None
         if handler is None:
             return

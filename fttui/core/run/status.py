@@ -105,6 +105,8 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     ``STARTING: building ops (01:12)``, the time since the phase began (``snap.phase_since``) up
     to the latest time the state has seen (``snap.last_t``). A running run close to an OOM on a
     card says so: ``RUNNING, NEAR OOM: GPU 2: 3 allocator retries`` (``snap.near_oom_reason``).
+    An attempt that recovers from an OOM says from what: ``RUNNING (attempt 2: recovered from OOM
+    at step 7: batch 8 -> 4, accumulation 2 -> 4, from the checkpoint of step 5)``.
     """
     if gone:
         return GONE
@@ -139,6 +141,8 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     clash = clash_text(snap.rank_clash)
     if clash:  # two processes claimed one rank (fttui.core.run.ranks): every view says so
         text += f", {clash}" if text == st.upper() else f"; {clash}"
+    if snap.recovered:  # an attempt that continues a run which ran out of memory (fttui.core.run.oomretry)
+        text += f" (attempt {snap.attempt}: {snap.recovered})"
     return StatusLine(text, kind)
 
 

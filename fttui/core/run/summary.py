@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from fttui.core.run import rundir
@@ -14,6 +15,7 @@ from fttui.core.run.perf import row_perf
 from fttui.core.run.row_figures import (gpu_figures, host_figures, mismatch, row_cards, sharding_read_back,
                                         stated_sharding)
 from fttui.core.run.ranks import clash_mismatch
+from fttui.core.run.resume import is_checkpoint
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.topology import processes_per_node, world_size
@@ -184,6 +186,8 @@ def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, A
     last_eval = max(evals, key=lambda e: (e["step"], -int(e.get("rank") or 0), e.get("t") or 0), default={})
     saves = [e for e in events if e.get("event") == "save" and isinstance(e.get("path"), str)]
     checkpoints = [e for e in saves if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)]
+    if _recovery_only(rd):  # kept for out-of-memory recovery only: a completed run removed them
+        checkpoints = [e for e in checkpoints if is_checkpoint(Path(e["path"]))]
     model = [e for e in saves if e.get("kind") == "model"]
     output_dir = None
     if model:
@@ -199,6 +203,15 @@ def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, A
         "output_dir": output_dir,
         "checkpoint": max(checkpoints, key=lambda e: e["step"])["path"] if checkpoints else None,
     }
+
+
+def _recovery_only(rd: rundir.RunDir) -> bool:
+    """The run saved checkpoints for ``train.on_oom = "shrink"`` alone (:mod:`fttui.core.run.oomretry`)."""
+    from fttui.core.profiles.stored import as_profile
+    from fttui.core.run.oomretry import recovery_saves
+
+    prof = rd.profile()
+    return isinstance(prof, dict) and recovery_saves(as_profile(prof), rd.kind_and_group()[0])
 
 
 def row_so_far(rd: rundir.RunDir, *, recorded_by: str = "worker") -> dict[str, Any]:

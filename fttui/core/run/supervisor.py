@@ -33,8 +33,8 @@ from pathlib import Path
 
 import psutil
 
-from fttui.core.run import cgroup, guard, rundir
-from fttui.core.run.events import JsonlTail, append_jsonl
+from fttui.core.run import cgroup, guard, oomretry, rundir
+from fttui.core.run.events import JsonlTail, append_jsonl, write_event
 from fttui.core.run.recover import finish
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
@@ -67,6 +67,7 @@ class Supervisor:
         self.report_r: int | None = None
         self.final = None
         self.state = RunState.for_profile(self.profile)
+        self.next_run: rundir.RunDir | None = None  # the attempt that continues this run (oomretry)
 
     # signals --------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -185,6 +186,9 @@ class Supervisor:
               "create_time": psutil.Process().create_time(), "cgroup": str(self.cgroup) if self.cgroup else None}
         reserve = guard.Reserve(rd.path)  # room for the verdict when the disk fills up
         self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path, me)
+        first_event = oomretry.attempt_event(rd)  # a run started to recover from an OOM says so first
+        if first_event is not None:
+            self._write("events.jsonl", write_event, rd.events_path, first_event)
         if not argv:
             self._finish(None, None, error="command.json has no argv")
             return 1
@@ -342,6 +346,8 @@ class Supervisor:
         status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error)
         if self.ever_stalled:
             status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
+        if self.cancel_reason is None and self.fault is None and error is None:
+            status = self._retry(status)
         t_end, wait = time.time(), 1.0
         while True:
             if not self.rd.path.is_dir():  # deleted: the verdict has nowhere to go, never wait for it
@@ -362,6 +368,14 @@ class Supervisor:
         if reserve is not None:
             reserve.release()
 
+    def _retry(self, status):
+        """Under ``train.on_oom = "shrink"``, an OOM in training prepares the next attempt, which
+        this process supervises next (:func:`main`); the status says where the run went, or why
+        it was not retried (:func:`fttui.core.run.oomretry.after_oom`)."""
+        status, self.next_run, event = oomretry.after_oom(self.rd, self.profile, status, self.state.snapshot())
+        if event is not None:
+            self._write("events.jsonl", write_event, self.rd.events_path, event)
+        return status
 
 def open_private(path: Path):
     """Append-only binary file readable by the user only."""
@@ -377,7 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     guard.become_subreaper()  # a process that leaves the run's tree (double-fork) comes back here
     sup = Supervisor(Path(args[0]))
     sup.install_signals()
-    return sup.run()
+    rc = sup.run()
+    while sup.next_run is not None:  # an attempt that recovers from an OOM: supervised here too
+        sup = Supervisor(sup.next_run.path)
+        sup.install_signals()
+        rc = sup.run()
+    return rc
 
 
 if __name__ == "__main__":

@@ -53,6 +53,29 @@ class RunFollower:
         return self.final is None and not self.rd.is_live()
 
 
+def next_attempt(rd: RunDir, run_id: str | None) -> RunDir | None:
+    """The run ``run_id`` that continues ``rd`` after its out of memory (the snapshot's
+    ``retried_as``, from ``rd``'s ``retry`` event, written before its ``status.json``:
+    fttui.core.run.oomretry), when its directory is there; else None."""
+    if not isinstance(run_id, str) or not run_id or "/" in run_id or run_id.startswith("."):
+        return None
+    found = RunDir(rd.path.parent / run_id)
+    return found if found.exists() else None
+
+
+def attempts(rd: RunDir) -> list[RunDir]:
+    """``rd`` and the attempts that continued it after an out of memory, in order."""
+    from fttui.core.run.events import read_jsonl
+
+    chain = [rd]
+    while True:
+        retries = [e for e in read_jsonl(chain[-1].events_path) if e.get("event") == "retry"]
+        nxt = next_attempt(chain[-1], retries[-1].get("next_run")) if retries else None
+        if nxt is None or nxt.path in {r.path for r in chain}:
+            return chain
+        chain.append(nxt)
+
+
 def follow(rd: RunDir, on_update: Callable, interval: float = 0.5,
            should_stop: Callable[[], bool] = lambda: False) -> RunFollower:
     f = RunFollower(rd)
