@@ -44,6 +44,11 @@ def _find_run(run: str | None, live_only: bool = False):
     if rd is None:
         raise FttuiError(f"no run matches {run!r}" if run else "no runs yet")
     if live_only and not rd.is_live():
+        from fttui.core.run.watch import attempts
+
+        last = attempts(rd)[-1]  # a run that ran out of memory and is continued: its live attempt
+        if last.is_live():
+            return last
         raise FttuiError(f"run {rd.run_id} is not live ({rd.state_label()})")
     return rd
 

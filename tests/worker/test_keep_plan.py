@@ -51,3 +51,27 @@ def test_split_eval_holds_out_a_seeded_fraction():
     assert len(split_eval(data[:3], 0.01, seed=1)[1]) == 1  # at least one sample
     with pytest.raises(DataError, match="leaves none to train on"):
         split_eval(data[:1], 0.5, seed=1)
+
+
+@pytest.mark.parametrize("kind,save,on_oom,recovery", [
+    ("run", "end", "shrink", True),  # checkpoints for the recovery alone
+    ("run", "none", "shrink", True),
+    ("run", "steps", "shrink", False),  # kept anyway, every save_steps
+    ("run", "end", "fail", False),
+    ("probe", "end", "shrink", False),  # a probe looks for the OOM: it never saves
+    ("sweep", "end", "shrink", False),
+])
+def test_recovery_checkpoints_under_on_oom_shrink(tmp_path, kind, save, on_oom, recovery):
+    """train.on_oom = "shrink" saves a resumable checkpoint every save_steps for the next attempt
+    (fttui.core.run.oomretry): the latest only when the run would keep none."""
+    from fttui.worker.arguments import training_args
+
+    (tmp_path / "command.json").write_text(json.dumps({"argv": [], "kind": kind}))
+    prof = _profile(save=save, on_oom=on_oom, eval_steps=0)
+    prof["data"]["eval_ratio"] = 0.0
+    keep = plan(prof, str(tmp_path))
+    assert keep.recovery is recovery
+    args = training_args(prof, str(tmp_path), 1, False)
+    saves = recovery or (save == "steps" and kind == "run")
+    assert (str(args.save_strategy.value), args.save_steps, args.save_total_limit) == \
+        ("steps" if saves else "no", 7, 1 if recovery else None)
