@@ -109,3 +109,39 @@ def test_on_oom_shrink_resumes_with_half_the_batch_to_the_weights_of_a_run_at_th
     for k in got:
         assert (got[k] == want[k]).all(), k
     assert any((got[k] != before[k]).any() for k in got), "the two long steps changed nothing"
+
+
+def test_a_host_oom_kill_is_recovered_and_cancel_of_the_first_attempt_stops_the_chain(fttui_home):
+    """SIGKILL of the worker under a host-memory budget is the kernel's OOM killer's verdict
+    (``host-kill``): the next attempt continues from the last checkpoint at half the batch;
+    ``fttui cancel FIRST`` stops the attempt that runs, and no process of either is left."""
+    proc = run_fttui("run", "--profile", "tiny-lora", "--detach", "--on-oom", "shrink", "--host-memory-limit", "4GiB",
+                     "--set", "train.max_steps=100000", "--set", "train.save_steps=1", check=True)
+    first = RunDir(fttui_home / "runs" / proc.stdout.strip().splitlines()[-1])
+    wait_for(lambda: any(e.get("event") == "save" for e in read_jsonl(first.events_path)), timeout=300,
+             interval=0.1, what="the first checkpoint")
+    workers = [p for p in processes_mentioning(str(first.path))
+               if "fttui.worker.train" in " ".join(p.cmdline()) and "fttui.core.run.logtee" not in p.cmdline()]
+    assert workers, "no training process"
+    workers[0].send_signal(9)
+    wait_for(lambda: first.status_path.exists(), timeout=120, what="the first attempt's status")
+    st = first.final_status()
+    assert (st.status, st.oom_kind, st.signal) == ("oom", "host-kill", "SIGKILL"), st
+    nxt_id = st.error.split("retried as ", 1)[1].split(" ", 1)[0]
+    second = RunDir(fttui_home / "runs" / nxt_id)
+    wait_for(lambda: any(e.get("event") == "step" for e in read_jsonl(second.events_path)), timeout=300,
+             interval=0.2, what="a step of the second attempt")
+    attempt = next(e for e in read_jsonl(second.events_path) if e.get("event") == "attempt")
+    saved = max(e["step"] for e in read_jsonl(first.events_path) if e.get("event") == "save")
+    assert (attempt["attempt"], attempt["first"], attempt["oom_kind"], attempt["batch"], attempt["accum"]) == \
+        (2, first.run_id, "host-kill", [8, 4], [1, 2])
+    assert attempt["from_step"] >= 1 and attempt["from_step"] <= saved
+    first_step = min(e["step"] for e in read_jsonl(second.events_path) if e.get("event") == "step")
+    assert first_step == attempt["from_step"] + 1  # continued from the checkpoint, not from the start
+    # the supervisor of both attempts is one process: it outlives the worker it lost
+    assert second.supervisor()["pid"] == first.supervisor()["pid"]
+    assert run_fttui("cancel", first.run_id).returncode == 0  # the first attempt names the chain
+    assert second.final_status().status == "cancelled" and not second.final_status().error.startswith("not retried")
+    # the supervisor (its command line names the first attempt's directory) is gone with the workers
+    wait_for(lambda: not processes_mentioning(str(first.path)) and not processes_mentioning(str(second.path)),
+             timeout=30, what="no process of either attempt left")
