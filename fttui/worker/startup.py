@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -41,6 +42,16 @@ class Emitter:
     def __call__(self, event: str, **fields: Any) -> dict[str, Any]:
         obj = {"event": event, "t": time.time(), "rank": self.rank, "source": "worker", **fields}
         return write_event(self.path, parse_event(obj))
+
+
+
+#: optimizer names (transformers' ``optim``) that are bitsandbytes' own
+BNB_OPTIMIZER_MARKS = ("bnb", "8bit", "paged")
+
+
+def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:
+    """A k-bit method, or one of bitsandbytes' optimizers (``paged_adamw_32bit``, ``adamw_bnb_8bit``...)."""
+    return method in KBIT_METHODS or any(m in (optimizer or "") for m in BNB_OPTIMIZER_MARKS)
 
 
 def env_int(*names: str, default: int) -> int:
@@ -164,6 +175,10 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     if use_cuda:
         torch.cuda.set_device(local_rank)
 
+    if not needs_bitsandbytes(method, profile.train.optimizer):
+        # peft and transformers import bitsandbytes whenever it is installed, and it imports
+        # torch's compiler stack: ~1.5 s of CPU at every start of a run that never uses it
+        sys.modules.setdefault("bitsandbytes", None)  # type: ignore[assignment]
     import transformers  # noqa: F401  (import everything before the host limit)
     from transformers import TrainingArguments  # noqa: F401
 
