@@ -346,8 +346,10 @@ class Supervisor:
         status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error)
         if self.ever_stalled:
             status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
-        if self.cancel_reason is None and self.fault is None and error is None:
-            status = self._retry(status)
+        if self.cancel_reason is None and self.fault is None and error is None:  # train.on_oom = "shrink":
+            status, self.next_run, retry = oomretry.after_oom(self.rd, self.profile, status, self.state.snapshot())
+            if retry is not None:  # the next attempt, supervised next by this process (main)
+                self._write("events.jsonl", write_event, self.rd.events_path, retry)
         t_end, wait = time.time(), 1.0
         while True:
             if not self.rd.path.is_dir():  # deleted: the verdict has nowhere to go, never wait for it
@@ -368,14 +370,6 @@ class Supervisor:
         if reserve is not None:
             reserve.release()
 
-    def _retry(self, status):
-        """Under ``train.on_oom = "shrink"``, an OOM in training prepares the next attempt, which
-        this process supervises next (:func:`main`); the status says where the run went, or why
-        it was not retried (:func:`fttui.core.run.oomretry.after_oom`)."""
-        status, self.next_run, event = oomretry.after_oom(self.rd, self.profile, status, self.state.snapshot())
-        if event is not None:
-            self._write("events.jsonl", write_event, self.rd.events_path, event)
-        return status
 
 def open_private(path: Path):
     """Append-only binary file readable by the user only."""
@@ -390,13 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)  # everything the run writes is readable by the user only
     guard.become_subreaper()  # a process that leaves the run's tree (double-fork) comes back here
     sup = Supervisor(Path(args[0]))
-    sup.install_signals()
-    rc = sup.run()
-    while sup.next_run is not None:  # an attempt that recovers from an OOM: supervised here too
-        sup = Supervisor(sup.next_run.path)
+    while True:
         sup.install_signals()
         rc = sup.run()
-    return rc
+        if sup.next_run is None:  # else an attempt that recovers from an OOM: supervised here too
+            return rc
+        sup = Supervisor(sup.next_run.path)
 
 
 if __name__ == "__main__":
