@@ -151,6 +151,18 @@ class RunScreen(Screen):
             # one more read of the log lines written last, then stop polling
             log.poll()
             self._stop_timers()
+            self._follow_next_attempt()
+
+    def _follow_next_attempt(self) -> None:
+        """A run that ran out of memory and is continued by another attempt (``train.on_oom =
+        "shrink"``, fttui.core.run.oomretry): this screen gives way to the next attempt's."""
+        from fttui.core.run.watch import next_attempt
+
+        nxt = next_attempt(self.rd, getattr(self.snap, "retried_as", None))
+        if nxt is None or not self.is_current:
+            return
+        self.notify(f"{self.rd.run_id} ran out of memory: attempt {nxt.run_id} continues it")
+        self.app.switch_screen(RunScreen(nxt))
 
     # ------------------------------------------------------------------ status
     def status_text(self) -> StatusLine:
