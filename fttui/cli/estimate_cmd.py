@@ -135,7 +135,7 @@ def cmd_estimate(args, resolve=resolve) -> int:
 
 def _forecast(args, resolved, e):
     """The time and cost forecast (None for a command profile or a model without numbers)."""
-    from fttui.core.experiments.forecast import profile_forecast, run_card
+    from fttui.core.experiments.forecast import offload_bytes, profile_forecast, run_card
     from fttui.core.results.store import Store
 
     prices = None
@@ -149,7 +149,7 @@ def _forecast(args, resolved, e):
     if prices is not None and prices.price_of(card) is None:
         raise FttuiError(f"--prices {args.prices}: no price for {card!r} "
                          f"(it has: {', '.join(sorted(prices.table)) or 'none'})")
-    return profile_forecast(resolved, e.inputs, rows, card, prices)
+    return profile_forecast(resolved, e.inputs, rows, card, prices, link_bytes=offload_bytes(e))
 
 
 def add_parser(sub) -> None:

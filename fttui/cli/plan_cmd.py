@@ -23,27 +23,8 @@ def _methods(text: str | None) -> list[str] | None:
     return out
 
 
-def table_rows(options) -> list[list[str]]:
-    """The plan's table, as the CLI prints it and the app's plan screen shows it."""
-    from fttui.core.base.units import fmt_bytes
-    from fttui.core.experiments.forecast import duration_words
-
-    out = []
-    for i, o in enumerate(options, 1):
-        out.append([str(i), o.method, o.sharding, str(o.batch_size), str(o.grad_accum),
-                    "on" if o.gradient_checkpointing else "off",
-                    fmt_bytes(o.gpu_peak_bytes) if o.gpu_peak_bytes is not None else "-",
-                    fmt_bytes(o.host_peak_bytes), duration_words(o.run_seconds),
-                    f"{o.cost:,.2f}" if o.cost is not None else "-",
-                    "yes" if o.fits else f"no: {o.breaks}"])
-    return out
-
-
-HEADERS = ["#", "method", "sharding", "micro", "accum", "ckpt", "GPU peak/card", "host peak", "time",
-           "cost", "fits"]
-
-
 def cmd_plan(args, resolve=resolve) -> int:
+    from fttui.core.experiments.plan import HEADERS, plan_table
     from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
     from fttui.core.results.tables import to_text
 
@@ -74,7 +55,7 @@ def cmd_plan(args, resolve=resolve) -> int:
     fits = sum(o.fits for o in options)
     print(f"{resolved.get('name')}: {len(options)} setups on {where}, {fits} fit "
           f"(margin {budget.margin:.0%}); fastest first")
-    print(to_text(HEADERS, table_rows(options)).rstrip("\n"))
+    print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
         print(f"time: {options[0].mfu_source}")
     return 0

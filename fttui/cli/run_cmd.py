@@ -125,7 +125,7 @@ def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = 
         warning = position_warning(resolved)  # said before launch, in the app too (its picker)
         if warning:
             print(f"fttui: warning: {warning}", file=sys.stderr, flush=True)
-    from fttui.core.experiments.forecast import launch_forecast
+    from fttui.core.experiments.quick_forecast import launch_forecast
 
     rd = launch.launch(resolved, resume=resume, forecast=launch_forecast(resolved))
     if app:  # a resumed run or a command: launched here, followed in the app

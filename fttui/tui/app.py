@@ -67,7 +67,7 @@ class FttuiApp(App[int]):
 
     def launch_run(self, resolved: dict) -> RunDir:
         """Launch a resolved profile (validates first; FttuiError on bad input) and show it."""
-        from fttui.core.experiments.forecast import launch_forecast
+        from fttui.core.experiments.quick_forecast import launch_forecast
         from fttui.core.run import launch
 
         rd = launch.launch(resolved, forecast=launch_forecast(resolved))

@@ -21,6 +21,8 @@ KEYS = [
         ("up / down", "choose a profile"),
         ("enter", "launch it (with the overrides)"),
         ("p", "probe it: the largest batch size / seq len that fits"),
+        ("s", "plan it: every setup on these cards (sharding, micro batch, accumulation, checkpointing), "
+              "its memory and time, fastest first"),
         ("tab", "edit the overrides: batch size, grad accum, max_seq_len, GPUs, method"),
     ]),
     ("run", [
@@ -32,6 +34,10 @@ KEYS = [
         ("enter / l", "full run at the largest value that fits"),
         ("x", "stop the probe (its process is killed)"),
         ("escape", "back to the profiles (stops a running probe)"),
+    ]),
+    ("plan", [
+        ("enter", "launch the highlighted setup (one predicted not to fit asks first)"),
+        ("escape", "back to the profiles"),
     ]),
     ("results", [
         ("s", "sort by the cursor's column (again: reverse); or click a header"),

@@ -1,5 +1,6 @@
 """Profile picker: the live runs (when there are), the profiles, one's resolved settings,
-overrides, the visible GPUs; Enter launches, `a` attaches to a live run.
+overrides, the memory estimate and time forecast, the visible GPUs; Enter launches, `p` probes,
+`s` plans, `a` attaches to a live run (the actions: fttui.tui.picker_actions).
 
 The first frame shows the profile list and the first profile's details; everything else comes
 after it: the override fields (``ready`` once they are mounted), the GPUs and the results store
@@ -21,7 +22,8 @@ from textual.widgets.option_list import Option
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, field_values, overrides_from_fields
 from fttui.tui.details import REMOTE_CODE_LINE, profile_details
-from fttui.tui.verdict import MemoryVerdict, memory_verdict, read_store_rows
+from fttui.tui.picker_actions import PickerActions
+from fttui.tui.verdict import MemoryVerdict, forecast_line, memory_verdict, read_store_rows
 
 LIVE_REFRESH_S = 5.0  # the live runs' step and ETA, while the picker is shown
 # What the first frame leaves out comes this long after it: until then the event loop idles, so
@@ -32,10 +34,11 @@ BACKGROUND_DELAY_S = 0.1
 
 
 
-class PickerScreen(Screen):
+class PickerScreen(PickerActions, Screen):
     BINDINGS = [
         Binding("enter", "launch", "Launch"),
         Binding("p", "probe", "Probe"),
+        Binding("s", "plan", "Plan"),
         Binding("a", "attach", "Attach"),
         Binding("escape", "focus_list", "Profiles", show=False),
     ]
@@ -51,6 +54,7 @@ class PickerScreen(Screen):
         self.gpu_snap = None  # the GPU snapshot taken when the picker mounted
         self.store_rows: list[dict] | None = None  # results-store rows, read after mount and on return
         self.verdict: MemoryVerdict | None = None  # the estimate of the current selection
+        self.forecast: Text | None = None  # its time forecast (fttui.tui.verdict.forecast_line)
         self._store_stale = False  # a run or probe started here may add rows to the store
         self.live = None  # the live runs pane (fttui.tui.live_runs.LiveRuns), mounted when one is found
         self._values: dict[str, str] = {}  # the override fields' values until they are mounted
@@ -73,7 +77,7 @@ class PickerScreen(Screen):
                 yield ol
             with Vertical(id="details-pane") as pane:
                 pane.border_title = "details"
-                pane.border_subtitle = "enter: launch  p: probe"
+                pane.border_subtitle = "enter: launch  p: probe  s: plan"
                 with VerticalScroll(id="details-scroll"):
                     yield Static(self._first_details(), id="details")
                 overrides = Horizontal(id="overrides")  # its fields are mounted after the first frame
@@ -253,11 +257,12 @@ class PickerScreen(Screen):
 
         w = self.query_one("#estimate", Static)
         if self.store_rows is None or self.resolved is None or command_of(self.resolved) is not None:
-            self.verdict = None
+            self.verdict = self.forecast = None
             w.display = False
             return
         self.verdict = memory_verdict(self.resolved, self.gpu_snap, self.store_rows)
-        w.update(self.verdict.text)
+        self.forecast = forecast_line(self.resolved, self.gpu_snap, self.store_rows)
+        w.update(self.verdict.text + "\n" + self.forecast if self.forecast is not None else self.verdict.text)
         w.set_class(self.verdict.fits is False, "-over")
         w.display = True
 
@@ -338,61 +343,16 @@ class PickerScreen(Screen):
         self._show_error(error)
         self._update_estimate()
 
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.action_launch()
+
     def _show_error(self, error: str | None, w: Static | None = None) -> None:
         self.error_text = error or ""
         w = w or self.query_one("#picker-error", Static)
         w.update(Text(error or "", style="bold"))
         w.set_class(bool(error), "-error")
         w.display = bool(error)
-
-    # ------------------------------------------------------------------ actions
-    def action_focus_list(self) -> None:
-        self.query_one("#profiles", OptionList).focus()
-
-    @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
-        self.action_launch()
-
-    def action_probe(self) -> None:
-        """The probe screen of the selected profile, with the current overrides."""
-        from fttui.tui.probe_screen import ProbeScreen
-
-        if self.resolved is None:
-            self.notify("fix the error in the details pane first", severity="warning")
-            return
-        self._store_stale = True
-        self.app.push_screen(ProbeScreen(self.resolved))
-
-    def action_launch(self) -> None:
-        """Launch the selection; one predicted not to fit the visible card asks first."""
-        from fttui.tui.dialogs import ConfirmScreen
-
-        if self.resolved is None:
-            self.notify("fix the error in the details pane first", severity="warning")
-            return
-        if self.gpu_snap is None:  # Enter before the first frame's follow-up ran
-            self._refresh_gpus()
-        if self.store_rows is None:
-            self.store_rows = read_store_rows()
-        self._update_estimate()
-        resolved, verdict = self.resolved, self.verdict
-        if verdict is not None and verdict.fits is False:
-            def answered(yes: bool | None) -> None:
-                if yes:
-                    self._launch(resolved)
-
-            self.app.push_screen(ConfirmScreen(verdict.question, verdict.detail), answered)
-            return
-        self._launch(resolved)
-
-    def _launch(self, resolved: dict) -> None:
-        self._store_stale = True
-        try:
-            self.app.launch_run(resolved)
-        except FttuiError as e:
-            self._show_error(str(e))
-        except OSError as e:
-            self._show_error(f"launch failed: {e}")
 
 
 # memory_verdict, MemoryVerdict, read_store_rows (fttui.tui.verdict) and REMOTE_CODE_LINE

@@ -1,5 +1,5 @@
 """The picker's memory verdict: the estimate of a resolved profile next to the visible cards (or
-``limits.gpu_memory``), and the results-store rows that calibrate it. Pure of the screen: the
+``limits.gpu_memory``), its time forecast, and the results-store rows that calibrate both. Pure of the screen: the
 picker shows what ``memory_verdict`` returns; the memory estimator is imported when first used,
 after the picker's first frame."""
 
@@ -88,6 +88,26 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     return MemoryVerdict(line1 + line2, True)
 
 
+def forecast_line(resolved: dict, gpu_snap, rows: list[dict]) -> Text | None:
+    """The time forecast of ``resolved`` beside its memory estimate (``fttui estimate``'s
+    ``time:`` line: the store's ``rows``, the data's cached lengths, the first visible card);
+    None when it cannot be made (a command profile, a model without numbers)."""
+    from fttui.core.experiments.quick_forecast import quick_forecast
+    from fttui.core.memory import estimate
+
+    try:
+        card = "cpu"
+        if int((resolved.get("devices") or {}).get("gpus") or 0):
+            from fttui.monitor import run_cards
+
+            cards = run_cards(gpu_snap)
+            card = str(cards[0].name) if cards and cards[0].name else "unknown GPU"
+        fc = quick_forecast(resolved, estimate(resolved), rows, card)
+    except (FttuiError, KeyError, TypeError, ValueError, OSError, ZeroDivisionError):
+        return None
+    return Text.assemble(("time: ", "bold"), fc.words())
+
+
 def read_store_rows() -> list[dict]:
     """The results-store rows (for calibrating the estimate); none when there is no store yet (it
     is not created here) or it cannot be read."""
@@ -106,4 +126,4 @@ def read_store_rows() -> list[dict]:
         return []
 
 
-__all__ = ["MemoryVerdict", "memory_verdict", "read_store_rows"]
+__all__ = ["MemoryVerdict", "forecast_line", "memory_verdict", "read_store_rows"]

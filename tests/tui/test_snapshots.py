@@ -54,3 +54,26 @@ def test_results_snapshot(snap_compare, size, tmp_path, monkeypatch):
     fill_store()
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
     assert snap_compare(app, terminal_size=size, press=["r"], run_before=picker_settled)
+
+
+async def plan_shown(pilot) -> None:
+    """The picker settled, then the plan screen (`s`) once its thread worker made the plan."""
+    from fttui.tui.plan_screen import PlanScreen
+
+    await picker_settled(pilot)
+    await pilot.press("s")
+    app = pilot.app
+    await until(pilot, lambda: isinstance(app.screen, PlanScreen) and app.screen.options is not None,
+                timeout=60, what="the plan")
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_plan_screen_snapshot(snap_compare, size, tmp_path, monkeypatch):
+    from fttui.core.base.units import GIB
+    from fttui.core.experiments import planning
+
+    fixture_profiles(tmp_path, monkeypatch)
+    monkeypatch.setattr(planning, "_host_total", lambda: 64 * GIB)  # this machine's RAM would show
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+    assert snap_compare(app, terminal_size=size, run_before=plan_shown)

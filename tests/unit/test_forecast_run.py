@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fttui.core.base import fmt
-from fttui.core.experiments.forecast import launch_forecast
+from fttui.core.experiments.quick_forecast import launch_forecast
 from fttui.core.profiles import load_profile
 from fttui.core.run import rundir
 from fttui.core.run.brief import run_brief

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from fttui.core.base import shardings
@@ -37,6 +36,9 @@ from fttui.core.models.peaks import peak_tflops
 
 DEFAULT_MFU = {"full": 0.35, "lora": 0.30, "lora-emb": 0.30, "qlora": 0.20, "lora-int8": 0.12}
 DEFAULT_CPU_FLOPS = 5e9  # per training process, fp32, when no CPU row calibrates
+#: host <-> card copies of an offloading sharding, bytes/s one way per card: a stated default
+#: (PCIe 4.0 x16: 32 GB/s raw, about 20 in practice), not measured on this project's machines
+HOST_LINK_BYTES_PER_S = 20e9
 RANKS_CPU = "cpu"
 
 
@@ -89,6 +91,19 @@ def _first(v: Any) -> Any:
         except ValueError:
             return None
     return v[0] if isinstance(v, list) and v else v
+
+
+def offload_bytes(e: Any) -> tuple[float, float]:
+    """(bytes per micro batch, bytes per optimizer step) one rank copies between the host and its
+    card under an offloading sharding, from an estimate's host breakdown (the node's offloaded
+    parts, shared by its ranks): offloaded parameters go up for the forward and again for the
+    backward of every micro batch; offloaded gradients go down and the updated parameters back up
+    once a step. (0, 0) without offloading."""
+    hb = getattr(e, "host_breakdown", None) or {}
+    inputs = getattr(e, "inputs", None) or {}
+    ranks = max(1, int(inputs.get("gpus") or inputs.get("cpu_processes") or 1))
+    return (2 * float(hb.get("offload_param_partitions") or 0) / ranks,
+            2 * float(hb.get("offload_gradients") or 0) / ranks)
 
 
 def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
@@ -216,9 +231,12 @@ def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
 
 def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed_tokens_per_sample: float,
              real_tokens_per_sample: float, rows: Iterable[Mapping[str, Any]], card: str, cards: int,
-             price_per_card_hour: float | None = None,
-             price_unit: str = "") -> Forecast:
-    """The forecast of one profile on ``cards`` x ``card`` (``card == "cpu"``: CPU processes)."""
+             price_per_card_hour: float | None = None, price_unit: str = "",
+             link_bytes: tuple[float, float] = (0.0, 0.0)) -> Forecast:
+    """The forecast of one profile on ``cards`` x ``card`` (``card == "cpu"``: CPU processes).
+    ``link_bytes``: :func:`offload_bytes`, the host copies of an offloading sharding, timed at
+    :data:`HOST_LINK_BYTES_PER_S` unless the calibrating rows ran the same sharding (their rate
+    has them already)."""
     t = profile["train"]
     world = max(1, cards) * max(1, int((profile.get("devices") or {}).get("nodes") or 1))
     method = str(profile.get("method"))
@@ -265,6 +283,10 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on {what} (no stored row)"
         calibrated = False
     step_s = accum * (pass_flops / rate + fixed)
+    if any(link_bytes) and card != RANKS_CPU and not (chosen and score & 2):
+        link_s = (accum * link_bytes[0] + link_bytes[1]) / HOST_LINK_BYTES_PER_S
+        step_s += link_s
+        source += f"; host copies of the offload {link_s:.3g} s/step at {HOST_LINK_BYTES_PER_S / 1e9:g} GB/s (default)"
     run_s = warm + steps * step_s
     cost = None
     if price_per_card_hour is not None:
@@ -290,7 +312,8 @@ def profile_shape(profile: Mapping[str, Any], inputs: Mapping[str, Any]) -> Mode
 
 
 def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows: Iterable[Mapping[str, Any]],
-                     card: str, prices=None, batch_size: int | None = None, tokenise: bool = True) -> Forecast:
+                     card: str, prices=None, batch_size: int | None = None, tokenise: bool = True,
+                     link_bytes: tuple[float, float] = (0.0, 0.0)) -> Forecast:
     """The forecast of a resolved profile: its data's real lengths (:mod:`fttui.core.run.datalens`,
     synthetic data: ``max_seq_len``), its cards (``card``: ``"cpu"`` or the NVML name of the cards it
     will run on), the store's ``rows``; ``prices`` (:class:`fttui.core.results.prices.Prices`)
@@ -306,7 +329,8 @@ def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows
     price = prices.price_of(card) if prices is not None else None
     return forecast(profile, profile_shape(profile, inputs), samples=stats.samples, fed_tokens_per_sample=fed,
                     real_tokens_per_sample=real, rows=rows, card=card, cards=cards,
-                    price_per_card_hour=price, price_unit=(prices.unit if prices is not None else ""))
+                    price_per_card_hour=price, price_unit=(prices.unit if prices is not None else ""),
+                    link_bytes=link_bytes)
 
 
 def run_card(profile: Mapping[str, Any]) -> str:
@@ -319,54 +343,3 @@ def run_card(profile: Mapping[str, Any]) -> str:
     with make_gpu_sampler() as sampler:
         cards = run_cards(sampler.sample())
     return str(cards[0].name) if cards and cards[0].name else "unknown GPU"
-
-
-def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict[str, Any] | None:
-    """The forecast a launch records (the ``forecast`` event: the run's first ETA, the row's
-    ``forecast_s``), from the store's rows and the data's cached lengths (a data file is never
-    tokenised at launch); None for a command profile or when anything it needs is missing: a run
-    is never held back by its forecast."""
-    import logging
-
-    from fttui.core.run.datalens import NotCached
-
-    if (profile.get("command") or {}).get("argv"):
-        return None
-    try:
-        from fttui.core.memory import estimate
-        from fttui.core.results.store import Store
-
-        with Store() as store:
-            rows = store.rows()
-        inputs, card = estimate(profile).inputs, card or run_card(profile)
-        try:
-            fc = profile_forecast(profile, inputs, rows, card, tokenise=False)
-        except NotCached:
-            worst = _worst_case(profile)
-            if worst is None:
-                raise
-            fc = profile_forecast(worst, inputs, rows, card)
-            fc = replace(fc, mfu_source=fc.mfu_source + "; data lengths not measured: every sample at "
-                                                        "max_seq_len (`fttui data` measures them)")
-    except Exception as e:  # noqa: BLE001 - a forecast it cannot make is left out, never an error
-        logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)
-        return None
-    return {"run_seconds": fc.run_seconds, "step_seconds": fc.step_seconds, "warmup_seconds": fc.warmup_seconds,
-            "steps": fc.steps, "calibrated": fc.calibrated, "mfu_source": fc.mfu_source}
-
-
-def _worst_case(profile: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The profile as synthetic data of as many samples as its JSONL file has records (lines),
-    every one ``max_seq_len`` long: the forecast's worst case when the lengths are not measured;
-    None when the count is not cheap (not a JSONL file, or over 64 MiB)."""
-    data = dict(profile.get("data") or {})
-    source, n = str(data.get("source") or ""), int(data.get("num_samples") or 0)
-    if n <= 0:
-        try:
-            if not source.endswith(".jsonl") or os.path.getsize(source) > 64 * 1024 * 1024:
-                return None
-            with open(source, "rb") as f:
-                n = sum(1 for line in f if line.strip())
-        except OSError:
-            return None
-    return {**profile, "data": {**data, "source": "synthetic", "num_samples": n}}

@@ -21,10 +21,11 @@ from fttui.core.base import shardings
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.units import GIB, fmt_bytes
 from fttui.core.data.lengths import DataStats
-from fttui.core.experiments.forecast import RANKS_CPU, forecast, profile_shape
+from fttui.core.experiments.forecast import RANKS_CPU, duration_words, forecast, offload_bytes, profile_shape
 from fttui.core.memory import COMPONENTS, HOST_COMPONENTS, CONSTANTS, Estimate, estimate
 
-__all__ = ["Budget", "Option", "DEFAULT_MARGIN", "candidates", "plan", "profile_dict", "variant"]
+__all__ = ["Budget", "Option", "DEFAULT_MARGIN", "HEADERS", "candidates", "plan", "plan_table", "profile_dict",
+           "variant"]
 
 #: the share of each budget a setup leaves free to count as fitting (fragmentation, other processes)
 DEFAULT_MARGIN = 0.05
@@ -224,7 +225,8 @@ def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str,
                       fed_tokens_per_sample=s.random_order["fed_tokens"] / max(1, s.samples),
                       real_tokens_per_sample=s.random_order["real_tokens"] / max(1, s.samples),
                       rows=rows, card=card, cards=budget.ranks_per_node,
-                      price_per_card_hour=price_per_card_hour, price_unit=price_unit)
+                      price_per_card_hour=price_per_card_hour, price_unit=price_unit,
+                      link_bytes=offload_bytes(e))
         breaks = _verdict(e, budget)
         out.append(Option(method=method, sharding=sharding, batch_size=micro, grad_accum=accum,
                           gradient_checkpointing=gc, effective_batch=micro * accum * world,
@@ -240,3 +242,20 @@ def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str,
         return (not o.fits, o.run_seconds, kind.offload, kind.sharded, o.gradient_checkpointing, o.grad_accum)
 
     return sorted(out, key=order)
+
+
+#: the plan's table: the CLI prints it, the app's plan screen shows it
+HEADERS = ("#", "method", "sharding", "micro", "accum", "ckpt", "GPU peak/card", "host peak", "time", "cost", "fits")
+
+
+def plan_table(options: Sequence[Option]) -> list[list[str]]:
+    """The rows of :data:`HEADERS`, one per setup, in the plan's order."""
+    out = []
+    for i, o in enumerate(options, 1):
+        out.append([str(i), o.method, o.sharding, str(o.batch_size), str(o.grad_accum),
+                    "on" if o.gradient_checkpointing else "off",
+                    fmt_bytes(o.gpu_peak_bytes) if o.gpu_peak_bytes is not None else "-",
+                    fmt_bytes(o.host_peak_bytes), duration_words(o.run_seconds),
+                    f"{o.cost:,.2f}" if o.cost is not None else "-",
+                    "yes" if o.fits else f"no: {o.breaks}"])
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -43,12 +44,13 @@ def _host_total() -> int | None:
 
 def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_memory: str | None = None,
                    host_memory_limit: str | None = None, card: str | None = None,
-                   margin: float = DEFAULT_MARGIN) -> Budget:
+                   margin: float = DEFAULT_MARGIN, cards: Sequence[Any] | None = None) -> Budget:
     """The budget to plan for: ``gpus`` cards per node (default: the profile's ``devices.gpus``;
     0 plans CPU ranks), each of ``gpu_memory`` (default: this machine's first card, else the
     profile's ``limits.gpu_memory``), named ``card`` (default: this machine's first card); the host:
     ``host_memory_limit`` per process above the imported stack (default: the profile's
-    ``limits.host_memory``), else the node's RAM."""
+    ``limits.host_memory``), else the node's RAM. ``cards``: the cards seen here (the app's
+    sampler's ``run_cards``), else read now."""
     dev = profile.get("devices") or {}
     limits = profile.get("limits") or {}
     n = int(dev.get("gpus") or 0) if gpus is None else int(gpus)
@@ -61,7 +63,7 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
     if n == 0:
         return Budget(gpus=0, card="cpu", host_bytes=host, host_per_process=bool(host_limit), margin=margin,
                       cpu_processes=max(1, int(dev.get("cpu_processes") or 1)))
-    here = _cards()
+    here = list(cards) if cards is not None else _cards()
     size = gpu_memory or limits.get("gpu_memory") or ""
     if size:
         gpu_bytes = _size(size, "--gpu-memory")
@@ -75,11 +77,26 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
 
 
 def run_plan(profile: Mapping[str, Any], budget: Budget, *, effective_batch: int | None = None,
-             methods: Sequence[str] | None = None, prices: Any = None) -> list[Option]:
-    """The plan of ``profile`` on ``budget`` with the store's rows and the data's cached lengths;
-    ``prices`` (:class:`fttui.core.results.prices.Prices`) prices a card-hour."""
+             methods: Sequence[str] | None = None, prices: Any = None, tokenise: bool = True) -> list[Option]:
+    """The plan of ``profile`` on ``budget`` with the store's rows and the data's lengths (measured
+    now when not cached; with ``tokenise=False`` the app's screen takes an unmeasured file at
+    ``max_seq_len`` per sample and says so); ``prices``
+    (:class:`fttui.core.results.prices.Prices`) prices a card-hour."""
+    from fttui.core.experiments.quick_forecast import NOT_MEASURED, worst_case
     from fttui.core.results.store import Store
-    from fttui.core.run.datalens import data_stats
+    from fttui.core.run.datalens import NotCached, data_stats
+
+    unmeasured: list[bool] = []
+
+    def stats_for(p: Mapping[str, Any], micro: int):
+        try:
+            return data_stats(dict(p), micro, tokenise=tokenise)[0]
+        except NotCached:
+            worst = worst_case(p)
+            if worst is None:
+                raise
+            unmeasured.append(True)
+            return data_stats(worst, micro)[0]
 
     price = None
     if prices is not None:
@@ -89,9 +106,11 @@ def run_plan(profile: Mapping[str, Any], budget: Budget, *, effective_batch: int
                             f"(it has: {', '.join(sorted(prices.table)) or 'none'})")
     with Store() as store:
         rows = store.rows()
-    return plan(profile, budget, rows, effective_batch=effective_batch, methods=methods,
-                stats_for=lambda p, micro: data_stats(dict(p), micro)[0],
-                price_per_card_hour=price, price_unit=prices.unit if prices is not None else "")
+    options = plan(profile, budget, rows, effective_batch=effective_batch, methods=methods, stats_for=stats_for,
+                   price_per_card_hour=price, price_unit=prices.unit if prices is not None else "")
+    if unmeasured:
+        options = [replace(o, mfu_source=f"{o.mfu_source}; {NOT_MEASURED}") for o in options]
+    return options
 
 
 def _toml_value(v: Any) -> str:

@@ -312,7 +312,7 @@ def launch(resolved: dict, run_id: str | None = None,
     """Validate, create the run directory and start its supervisor. ``gpu_count`` (number
     visible, reason when none) overrides NVML's answer, for an app with an injected sampler;
     ``resume``: see :func:`prepare`; ``forecast``: the time forecast
-    (:func:`fttui.core.experiments.forecast.launch_forecast`), recorded as the run's first event."""
+    (:func:`fttui.core.experiments.quick_forecast.launch_forecast`), recorded as the run's first event."""
     rd = prepare(resolved, run_id, gpu_count, kind=kind, group=group, resume=resume)
     if forecast:
         write_event(rd.events_path, ForecastEvent(source="launch", **forecast))
