@@ -30,6 +30,7 @@ class PlanScreen(Screen):
         self.options: list | None = None  # fttui.core.experiments.plan.Option, fastest first
         self.budget = None
         self.error = ""
+        self.described = None  # the setup the words below the table are about
 
     def compose(self) -> ComposeResult:
         self.sub_title = f"plan: {self.resolved.get('name') or 'profile'}"
@@ -41,9 +42,6 @@ class PlanScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        from fttui.core.experiments.plan import HEADERS
-
-        self.query_one("#plan-table", DataTable).add_columns(*HEADERS)
         self._plan()
 
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
@@ -65,7 +63,7 @@ class PlanScreen(Screen):
         self.query_one("#plan-head", Static).update(Text(f"cannot plan: {error}", style="bold"))
 
     def _show(self, budget, options: list) -> None:
-        from fttui.core.experiments.plan import plan_table
+        from fttui.core.experiments.plan import HEADERS, plan_table
 
         self.budget, self.options = budget, options
         where = (f"{budget.gpus} x {budget.card}" if budget.gpus else
@@ -75,8 +73,11 @@ class PlanScreen(Screen):
             (f"{self.resolved.get('name')}: ", "bold"),
             f"{len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first"))
         table = self.query_one("#plan-table", DataTable)
-        table.clear()
-        for o, row in zip(options, plan_table(options)):
+        table.clear(columns=True)
+        rows = plan_table(options)
+        for i, head in enumerate(HEADERS):  # widths fixed from the content: drawn once, as they end up
+            table.add_column(head, width=max([len(head), *(len(r[i]) for r in rows)]))
+        for o, row in zip(options, rows):
             style = "" if o.fits else "dim"
             table.add_row(*[Text(cell, style=style) for cell in row])
         table.focus()
@@ -89,6 +90,7 @@ class PlanScreen(Screen):
             return
         why = f"does not fit: {o.breaks}" if not o.fits else f"time: {o.mfu_source}"
         self.query_one("#plan-foot", Static).update(Text.assemble((o.label(), "bold"), "\n", why))
+        self.described = o
 
     def selected(self):
         """The setup under the cursor (None before the plan is made)."""

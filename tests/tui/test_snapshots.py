@@ -63,8 +63,9 @@ async def plan_shown(pilot) -> None:
     await picker_settled(pilot)
     await pilot.press("s")
     app = pilot.app
-    await until(pilot, lambda: isinstance(app.screen, PlanScreen) and app.screen.options is not None,
-                timeout=60, what="the plan")
+    await until(pilot, lambda: isinstance(app.screen, PlanScreen) and app.screen.described is not None,
+                timeout=60, what="the plan, its first setup described")
+    await app.workers.wait_for_complete()
     await pilot.pause()
 
 
