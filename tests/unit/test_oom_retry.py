@@ -211,3 +211,26 @@ def test_the_chain_in_the_fold_the_status_line_ls_and_the_rows():
     row1 = build_row(rd, first, OOM, t_launch=1.0, t_end=2.0)
     assert (row1["attempt"], row1["attempt_of"], row1["retried_as"], row1["effective_batch"]) == \
         (1, None, nxt.run_id, 16)
+
+
+def test_the_kernels_oom_kill_count_makes_a_sigkill_a_host_oom_kill(tmp_path):
+    """A SIGKILL is the OOM killer's when the run's cgroup counted one (``memory.events``), even
+    without a host budget and with no sample near the host's total: it is then retried."""
+    from fttui.core.run import cgroup
+    from fttui.core.run.snapshot import RunSnapshot
+    from fttui.core.run.summary import final_status
+
+    cg = tmp_path / "fttui-run"
+    cg.mkdir()
+    assert cgroup.oom_kills(cg) is None and cgroup.oom_kills(None) is None  # no memory.events: no evidence
+    (cg / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")
+    assert cgroup.oom_kills(cg) == 1
+    resolved = load_profile("tiny-lora", ["train.on_oom=shrink"])
+    rd = rundir.create(resolved, ["python"], {}, kind="run")
+    snap = RunSnapshot(step=3)
+    assert final_status(rd, snap, -9, None).status == "failed"  # a SIGKILL, no evidence: not an OOM
+    st = final_status(rd, snap, -9, None, oom_killed=True)
+    assert (st.status, st.oom_kind, st.error_step) == ("oom", "host-kill", 3)
+    assert st.error == "killed by SIGKILL: the kernel's OOM killer ended a process of the run (its cgroup's memory.events)"
+    d = decide(as_profile(resolved), st, kind="run", attempt=1, phase=None)
+    assert d.retry and d.reason == "batch 8 -> 4, accumulation 1 -> 2"

@@ -164,6 +164,19 @@ def kill(path: Path, timeout: float = 10.0) -> list[int]:
     return held
 
 
+def oom_kills(path: Path | None) -> int | None:
+    """The cgroup's processes that an OOM killer ended, the kernel's own count (``memory.events``'
+    ``oom_kill``: the cgroup's limit or the whole machine's memory); None without the file. Read
+    before :func:`kill` removes the cgroup: the evidence a SIGKILL was the OOM killer's."""
+    if path is None:
+        return None
+    for line in _read(str(Path(path) / "memory.events")).splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def recorded(sup: dict | None, run_id: str) -> Path | None:
     """The run's cgroup as ``supervisor.json`` records it, when it is this run's (named after it,
     on a cgroup v2 mount): a path written there by anything else is never used."""
@@ -183,4 +196,4 @@ def end_run(rd) -> list[int]:
 
 
 __all__ = ["PREFIX", "mount_points", "own_path", "base", "create", "join", "leave", "members", "signal_members",
-           "remove", "kill", "recorded", "end_run"]
+           "remove", "kill", "oom_kills", "recorded", "end_run"]

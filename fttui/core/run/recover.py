@@ -164,8 +164,9 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
     try:
         if rd.status_path.exists():  # finished while we waited for the lock
             return None
-        from fttui.core.run.cgroup import end_run
+        from fttui.core.run.cgroup import end_run, oom_kills, recorded
 
+        killed = bool(oom_kills(recorded(rd.supervisor(), rd.run_id)))  # the kernel's OOM kills, before it goes
         ended = end_run(rd)  # the training ended: what is left in the run's cgroup (a daemon) ends too
         if ended:
             log.debug("run %s: ended %d process(es) left in its cgroup: %s", rd.run_id, len(ended), ended)
@@ -173,12 +174,12 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
         if stored is not None:  # finished before, its status.json lost: the stored row is the record
             rundir.write_json_atomic(rd.status_path, stored.to_dict())
             return None
-        return _finish_recovered(rd)
+        return _finish_recovered(rd, oom_killed=killed)
     finally:
         _unlock(rd)
 
 
-def _finish_recovered(rd: rundir.RunDir, slurm_job=None) -> FinalStatus:
+def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = False) -> FinalStatus:
     """Write the row and status of a run nothing finished, from what it left on disk;
     ``slurm_job``: the Slurm job's final state, whose cause is the verdict's."""
     events = read_jsonl(rd.events_path)
@@ -193,7 +194,7 @@ def _finish_recovered(rd: rundir.RunDir, slurm_job=None) -> FinalStatus:
     ex = rd.exit_info()
     cancel = "cancel requested" if rd.cancel_path.exists() else None
     if ex is not None and isinstance(ex.get("returncode"), int):
-        status = final_status(rd, snap, ex["returncode"], cancel)
+        status = final_status(rd, snap, ex["returncode"], cancel, oom_killed=oom_killed)
         t_end = float(ex.get("t") or (times[-1] if times else time.time()))
     else:
         t_end = times[-1] if times else time.time()

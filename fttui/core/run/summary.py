@@ -47,8 +47,10 @@ def _last_log_line(rd: rundir.RunDir) -> str:
 
 
 def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_reason: str | None,
-                 error: str | None = None) -> FinalStatus:
-    """Classify how the run ended: completed, failed, oom or cancelled."""
+                 error: str | None = None, *, oom_killed: bool = False) -> FinalStatus:
+    """Classify how the run ended: completed, failed, oom or cancelled. ``oom_killed``: the
+    kernel counted an OOM kill in the run's cgroup (:func:`fttui.core.run.cgroup.oom_kills`), so a
+    SIGKILL is the OOM killer's whatever the host's memory looked like in the samples."""
     sig = _signal_name(rc)
     err = snap.error or {}
     if error:
@@ -67,10 +69,10 @@ def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_re
         found = oom_in_log(rd.log_path)
         if found is not None:
             return FinalStatus("oom", rc, sig, oom_kind=found[0], error=found[1], error_step=snap.step)
-    if rc == -signal.SIGKILL and _host_memory_pressure(rd, snap):
-        return FinalStatus("oom", rc, sig, oom_kind="host-kill",
-                           error="killed by SIGKILL while host memory was at its limit (kernel OOM killer)",
-                           error_step=snap.step)
+    if rc == -signal.SIGKILL and (oom_killed or _host_memory_pressure(rd, snap)):
+        return FinalStatus("oom", rc, sig, oom_kind="host-kill", error_step=snap.step, error=(
+            "killed by SIGKILL: the kernel's OOM killer ended a process of the run (its cgroup's memory.events)"
+            if oom_killed else "killed by SIGKILL while host memory was at its limit (kernel OOM killer)"))
     if err:
         return FinalStatus("failed", rc, sig, error=err.get("message"), error_step=err.get("step"),
                            error_rank=err.get("rank"))

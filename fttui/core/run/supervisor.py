@@ -54,6 +54,7 @@ class Supervisor:
         self.child: subprocess.Popen | None = None
         self.seen: dict[int, psutil.Process] = {}
         self.cgroup: Path | None = None  # the run's own cgroup, where one can be made
+        self.oom_kills = 0  # its processes the kernel's OOM killer ended (memory.events)
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
         self.stall_fixed = float(
             os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.get("monitor", {}).get("stall_timeout_s", 0) or 0)
@@ -166,6 +167,7 @@ class Supervisor:
     def _end_cgroup(self) -> None:
         """Nothing is left in the run's cgroup (cgroup.kill), and the empty cgroup is removed."""
         if self.cgroup is not None:
+            self.oom_kills = max(self.oom_kills, cgroup.oom_kills(self.cgroup) or 0)  # read before it goes
             cgroup.kill(self.cgroup)
 
     def logtee_options(self) -> list[str]:
@@ -343,7 +345,7 @@ class Supervisor:
                 reserve: guard.Reserve | None = None) -> None:
         """The verdict, kept in memory until it can be written: a write that fails (a full disk)
         gives back the reserve and is tried again, every few seconds, until it is written."""
-        status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error)
+        status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error, oom_killed=self.oom_kills > 0)
         if self.ever_stalled:
             status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
         if self.cancel_reason is None and self.fault is None and error is None:  # train.on_oom = "shrink":
