@@ -158,7 +158,10 @@ def test_the_next_attempt_continues_from_the_last_checkpoint_shrunk():
     d3 = decide(as_profile(nxt.profile()), OOM, kind="run", attempt=2, phase=None)
     third = prepare_next(nxt, OOM, d3)
     assert third.command()["attempt"]["first"] == rd.run_id and third.command()["attempt"]["previous"] == nxt.run_id
-    assert third.command()["resume"] == {"run_id": nxt.run_id, "checkpoint": None, "step": 0}  # nxt saved none
+    # nxt ran out of memory before a checkpoint of its own: the third continues from the one nxt was given
+    assert third.command()["resume"] == {"run_id": nxt.run_id, "checkpoint": ck, "step": 4}
+    assert third.command()["argv"][-2:] == ["--resume-from", ck]
+    assert third.command()["attempt"]["message"].endswith("batch 4 -> 2, accumulation 4 -> 8, from the checkpoint of step 4")
     assert (third.profile()["train"]["batch_size"], third.profile()["train"]["grad_accum"]) == (2, 8)
 
 

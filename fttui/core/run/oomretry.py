@@ -137,9 +137,22 @@ def recovery_saves(profile: Any, kind: str) -> bool:
     return kind == "run" and profile.train.on_oom == "shrink" and profile.train.save != "steps"
 
 
+def _started_from(rd: rundir.RunDir) -> tuple[str, int] | None:
+    """The checkpoint ``rd`` itself continued from, when it is still there: an attempt that ran
+    out of memory before saving one of its own hands on the one it was given."""
+    from pathlib import Path
+
+    from fttui.core.run.resume import is_checkpoint
+
+    given = (rd.command() or {}).get("resume")
+    ck, step = (given.get("checkpoint"), given.get("step")) if isinstance(given, dict) else (None, None)
+    return (ck, step) if isinstance(ck, str) and isinstance(step, int) and is_checkpoint(Path(ck)) else None
+
+
 def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> rundir.RunDir:
     """The run directory of the next attempt (its supervisor is the caller): the profile ``rd``
-    ran with, shrunk, continuing from ``rd``'s last checkpoint (from the start without one).
+    ran with, shrunk, continuing from ``rd``'s last checkpoint, else from the one ``rd`` itself
+    continued from (from the start without either).
     FttuiError (one line) when it cannot be prepared (the profile no longer validates)."""
     from fttui.core.run import launch
     from fttui.core.run.resume import Resume, last_checkpoint
@@ -150,7 +163,7 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
         raise FttuiError(f"{rd.run_id}: nothing to continue (no profile.json or no shrink)")
     resolved = copy.deepcopy(prof)
     resolved["train"] = {**resolved.get("train", {}), "batch_size": s.new_micro, "grad_accum": s.new_accum}
-    found = last_checkpoint(rd)
+    found = last_checkpoint(rd) or _started_from(rd)
     resume = Resume(rd.run_id, resolved, found[0], found[1]) if found else None
     kind, group = rd.kind_and_group()
     done = final.error_step
