@@ -75,3 +75,59 @@ def test_launch_forecast_words_and_the_brief(fttui_home):
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in _events(0)))
     b = run_brief(rundir.RunDir(path), state="running")
     assert b.eta_source == "forecast" and b.eta_text() == "00:11 (forecast)"
+
+
+def _varied_steps(n: int = 20, fixed: float = 0.05, per_token: float = 1e-4) -> list[dict]:
+    """Step events whose batches differ in padded length (real data): step time = fixed + tokens x per_token."""
+    out, tokens, tt = [], 0, 0.0
+    for s in range(1, n + 1):
+        size = 256 + 64 * (s * 7 % 5)  # 256 .. 512 padded tokens
+        tokens += size
+        st = fixed + size * per_token + (0.3 if s == 1 else 0.0)  # the first step's warm-up is left out
+        tt += st
+        out.append({"event": "step", "t": 2.0 + tt, "rank": 0, "step": s, "total_steps": n, "samples": 4 * s,
+                    "tokens": tokens, "tokens_padded": tokens, "train_time": tt, "step_time": st})
+    return out
+
+
+def test_one_run_of_varied_batches_fits_its_fixed_cost(tmp_path):
+    """One run on real data (batches padded to their own longest sample) separates the fixed cost
+    per step from the per-token time; the forecast of one such row uses both."""
+    from fttui.core.experiments.forecast import forecast
+    from fttui.core.models.flops import ModelShape
+
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / "profile.json").write_text(json.dumps(load_profile("tiny-lora")))
+    (path / "command.json").write_text(json.dumps({"argv": ["x"], "env": {}, "kind": "run", "group": None}))
+    events = [{"event": "start", "t": 2.0, "rank": 0, "total_steps": 20, "world_size": 1}] + _varied_steps()
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    snap = RunState(warmup_exclude_steps=1).replay(events).snapshot()
+    row = build_row(rundir.RunDir(path), snap, FinalStatus(status="completed", returncode=0), t_launch=1.0, t_end=9.0)
+    fit = row["step_fit"]
+    assert fit["s_per_token"] == pytest.approx(1e-4, rel=1e-3) and fit["fixed_s"] == pytest.approx(0.05, abs=1e-5)
+    assert fit["points"] == 18  # steps 3..20
+    # synthetic data: every batch alike, nothing to fit
+    same = [dict(e, tokens_padded=256 * e["step"], step_time=0.1) for e in _varied_steps()]
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in same))
+    row2 = build_row(rundir.RunDir(path), RunState().replay(same).snapshot(), FinalStatus(status="completed"),
+                     t_launch=1.0, t_end=9.0)
+    assert row2["step_fit"] is None
+    # the forecast from that one row: its fixed cost per micro batch and its per-token time
+    shape = ModelShape(params_total=10**6, params_trainable=10**4, vocab=1000, hidden=64, layers=2, attn_dim=64,
+                       tied=False)
+    fpt = 1e6
+    stored = {"run_id": "r", "kind": "run", "status": "completed", "model": "m", "method": "lora", "sharding": "none",
+              "precision": "fp32", "gpu": "cpu", "world_size": 1, "grad_accum": 1, "steps": 20,
+              "tokens_padded": 7680, "tokens_padded_per_s": 7680 / 2.0, "duration_s": 2.0, "flops_per_token": fpt,
+              "step_fit": json.dumps(fit)}
+    prof = {"model": {"name_or_path": "m"}, "method": "lora", "sharding": "none",
+            "train": {"batch_size": 2, "grad_accum": 2, "precision": "fp32", "max_steps": 10,
+                      "gradient_checkpointing": False}, "devices": {"gpus": 0, "nodes": 1}, "data": {"max_seq_len": 64}}
+    f = forecast(prof, shape, samples=100, fed_tokens_per_sample=64, real_tokens_per_sample=64, rows=[stored],
+                 card="cpu", cards=1)
+    assert f.fixed_seconds == pytest.approx(0.05, rel=1e-3) and "over the steps of the row" in f.mfu_source
+    from fttui.core.models.flops import flops_per_token
+
+    per_token_s = 1e-4 / fpt * flops_per_token(shape, "lora", 64).total  # the row's s/FLOP at this model's count
+    assert f.step_seconds == pytest.approx(2 * (0.05 + 2 * 64 * per_token_s), rel=1e-3)

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from fttui.core.base import shardings
+from fttui.core.base.linefit import line_fit
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import peak_tflops
 
@@ -206,27 +207,34 @@ def _warmup(rows: Sequence[Mapping[str, Any]]) -> float:
     return sum(out) / len(out) if out else 0.0
 
 
-def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
-    """``(seconds per FLOP, fixed seconds per pass)`` by least squares of the time of one forward
-    and backward pass on its FLOPs, from rows at two or more different micro-batch sizes; None when
-    they do not spread."""
+def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | None:
+    """``(seconds per FLOP, fixed seconds per pass, from what)``: by least squares of the time of
+    one forward and backward pass on its FLOPs, from rows at two or more different micro-batch
+    sizes; else from the rows' own steps (``step_fit``: a run whose batches differ in length, real
+    data, fits its step time on its padded tokens); None when neither spreads."""
     pts = []
     for r in rows:
         flops, steady = _row_pass_flops(r), _steady_step(r)
         if flops and steady:
             pts.append((flops, steady / _row_accum(r)))
-    if len({round(x, -3) for x, _ in pts}) < 2:
+    if len({round(x, -3) for x, _ in pts}) >= 2:
+        fit = line_fit(pts)
+        if fit is not None and fit[0] > 0:
+            return fit[0], max(0.0, fit[1]), "fitted over the rows' sizes"
+    within = []
+    for r in rows:
+        sf, fpt = r.get("step_fit"), _num(r.get("flops_per_token"))
+        if isinstance(sf, str):
+            try:
+                sf = json.loads(sf)
+            except ValueError:
+                sf = None
+        if isinstance(sf, Mapping) and fpt and _num(sf.get("s_per_token")) and _num(sf.get("fixed_s")) is not None:
+            within.append((float(sf["s_per_token"]) / fpt, float(sf["fixed_s"]) / _row_accum(r)))
+    if not within:
         return None
-    n = len(pts)
-    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    if sxx <= 0:
-        return None
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    fixed = my - slope * mx
-    if slope <= 0:
-        return None
-    return slope, max(0.0, fixed)
+    return (sum(a for a, _ in within) / len(within), sum(b for _, b in within) / len(within),
+            "fitted over the steps of the row" + ("s" if len(within) > 1 else ""))
 
 
 def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed_tokens_per_sample: float,
@@ -266,7 +274,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         source = f"calibrated from {len(chosen)} row{'s' if len(chosen) != 1 else ''} ({how}; {where})"
         if fit is not None:
             rate, fixed = 1.0 / fit[0], fit[1]
-            source += f", fixed {fixed:.3g} s per micro batch fitted"
+            source += f", fixed {fixed:.3g} s per micro batch {fit[2]}"
         else:
             source += ", no fixed cost per micro batch (one size measured)"
         if warm:
