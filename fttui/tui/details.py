@@ -42,6 +42,28 @@ class LabelGrid:
                 yield Text.assemble(((label if i == 0 else "").ljust(lw + 1), "bold"), line)
 
 
+def data_lengths(r: dict) -> Text | None:
+    """The data's token lengths after the template and truncation, from ``fttui data``'s cache
+    (never tokenised here): percentiles, the truncated share and the histogram's sparkline; a
+    file not measured yet says how to measure it; None for synthetic data (every sample
+    ``max_seq_len``)."""
+    from fttui.core.base.errors import FttuiError
+    from fttui.core.data.lengths import sparkline
+    from fttui.core.run.datalens import NotCached, data_stats
+
+    if ((r.get("data") or {}).get("source") or "synthetic") == "synthetic":
+        return None
+    try:
+        s, _cached = data_stats(r, tokenise=False)
+    except NotCached:
+        return Text(f"not measured yet: fttui data --profile {r.get('name')}", style="dim")
+    except (FttuiError, OSError, KeyError, TypeError, ValueError):
+        return None
+    tk = s.tokens
+    return Text.assemble(f"{s.samples} samples, p50 {tk['p50']}  p90 {tk['p90']}  max {tk['max']}, "
+                         f"{s.truncated_share:.0%} truncated  ", (sparkline(s.histogram), "cyan"))
+
+
 def profile_details(r: dict, overrides: dict[str, str]):
     """The details pane of a resolved profile: a label / value grid (the remote-code warning
     first, in words, when the profile runs code it did not ship)."""
@@ -78,6 +100,9 @@ def profile_details(r: dict, overrides: dict[str, str]):
     t.add_row("sharding", sharding_label(r))
     t.add_row("data", f"{s['dataset']}  max_seq_len {data.get('max_seq_len')}"
                       + (f"  {data.get('num_samples')} samples" if data.get("num_samples") else ""))
+    lengths = data_lengths(r)
+    if lengths is not None:
+        t.add_row("lengths", lengths)
     from fttui.core.models.positions import position_warning
 
     past = position_warning(r)  # max_seq_len past the model's positions: said before launch

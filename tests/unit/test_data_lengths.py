@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from fttui.core.data.lengths import SampleLength, grouped_order, histogram, percentile, summarise
+from fttui.core.data.lengths import SampleLength, grouped_order, histogram, percentile, sparkline, summarise
 from tests.conftest import run_fttui
 
 
@@ -70,6 +70,11 @@ def test_fttui_data_json_equals_an_independent_count(tmp_path):
     recs = [json.loads(line) for line in data.read_text().splitlines()]
     raw = sorted(_byte_len(r) for r in recs)
     args = ["data", "--profile", "tiny-lora", "--set", f"data.source={data}", "--set", "data.max_seq_len=256", "--json"]
+    from fttui.core.profiles import load_profile
+    from fttui.tui.details import data_lengths
+
+    prof = load_profile("tiny-lora", [f"data.source={data}", "data.max_seq_len=256"])
+    assert "not measured yet" in str(data_lengths(prof))  # the app's details pane never tokenises
     p = run_fttui(*args, check=True)
     out = json.loads(p.stdout)
     kept = sorted(min(n, 256) for n in raw)
@@ -82,6 +87,10 @@ def test_fttui_data_json_equals_an_independent_count(tmp_path):
     assert again["cached"] is True and again["tokens"] == out["tokens"]
     text = run_fttui(*args[:-1], check=True).stdout
     assert "truncated at 256: 6 samples (10.0%)" in text
+    # the app's details pane, from the cache: the same figures and the histogram's sparkline
+    pane = str(data_lengths(prof))
+    assert pane.startswith(f"{len(recs)} samples, p50 {kept[29]}  p90 {kept[53]}  max {kept[-1]}, 10% truncated")
+    assert pane.rstrip().endswith(sparkline(out["histogram"]).rstrip())
 
 
 def test_fttui_data_bad_file_is_one_line(tmp_path):
