@@ -69,26 +69,3 @@ def run_fttui(*args: str, timeout: float = 240, env: dict | None = None, cwd: Pa
         raise AssertionError(f"fttui {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
-
-def _cpu_seconds() -> float:
-    import resource
-
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """``FTTUI_TEST_CPU_LOG=FILE``: each test's CPU seconds (its process and the children it waited
-    for) and wall seconds, appended to FILE: what a test costs, whatever the machine's load
-    (docs/testing.md)."""
-    log = os.environ.get("FTTUI_TEST_CPU_LOG")
-    if not log:
-        yield
-        return
-    import time
-
-    cpu0, wall0 = _cpu_seconds(), time.monotonic()
-    yield
-    with open(log, "a") as f:
-        f.write(f"{_cpu_seconds() - cpu0:9.2f} {time.monotonic() - wall0:9.2f} {item.nodeid}\n")
