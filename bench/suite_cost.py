@@ -14,6 +14,7 @@ test is over keeps charging that test (a daemon that outlives its test shows up 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import time
 from collections import defaultdict
@@ -52,6 +53,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     started = time.time()
     had_tests = False
+    last_write = time.time()
     while not stop:
         live = False
         for proc in psutil.process_iter(["pid", "create_time", "cmdline"]):
@@ -72,15 +74,23 @@ def main() -> int:
         alive = any("pytest" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
         if (had_tests and not alive) or (not had_tests and time.time() - started > args.wait):
             break
+        if time.time() - last_write > 30:  # the figures so far, readable while the suite runs
+            _write(args.out, seen)
+            last_write = time.time()
         time.sleep(args.interval)
+    _write(args.out, seen)
+    return 0
+
+
+def _write(out: str, seen: dict[tuple[int, float], tuple[str, float]]) -> None:
     cost: dict[str, float] = defaultdict(float)
     for test, cpu in seen.values():
         cost[test] += cpu
-    with open(args.out, "w") as f:
+    with open(out + ".tmp", "w") as f:
         for test, cpu in sorted(cost.items(), key=lambda kv: -kv[1]):
             f.write(f"{cpu:9.1f} {test}\n")
         f.write(f"{sum(cost.values()):9.1f} TOTAL ({len(cost)} tests)\n")
-    return 0
+    os.replace(out + ".tmp", out)
 
 
 if __name__ == "__main__":

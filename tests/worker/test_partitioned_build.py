@@ -71,7 +71,13 @@ def test_zero3_and_fsdp_build_partitioned_and_train_like_ddp(tmp_path, tiny_fold
     fsdp_starts, fsdp_loss, fsdp = _train(tmp_path, tiny_folder, "fsdp")
     assert [e["build"] for e in fsdp_starts] == ["whole", "meta"]  # rank 1 never held the weights
     for e in fsdp_starts:
-        assert e["sharding"]["ran"] == "fsdp"
+        s = e["sharding"]
+        assert (s["ran"], s["kind"], s["distributed_type"]) == ("fsdp", "fsdp", "FSDP")
+        # each FSDP rank holds half of every parameter (the DDP ranks hold them whole)
+        assert s["params_local"] == pytest.approx(s["params"] / 2, rel=0.02)
+    for e in ddp_starts:
+        assert e["sharding"]["params_local"] == e["sharding"]["params"]
+    assert sum(e["sharding"]["params_local"] for e in fsdp_starts) == ddp_starts[0]["sharding"]["params"]
 
     # the first step's loss on each rank (its own data shard, the weights before any update):
     # every rank of the sharded runs computes with the weights rank 0 built or read
@@ -127,6 +133,16 @@ def test_deepspeeds_optimizer_is_named_and_holds_the_estimated_states(tmp_path):
     import json
 
     ranks = [json.loads((rd / f"held-{r}.json").read_text()) for r in (0, 1)]
+    # ZeRO-3 over two CPU ranks: the stage read back from the engine, the parameters partitioned
+    # (this run also stands for a plain full-model ZeRO-3 run: the worker's setup and Trainer)
+    starts = [e for e in read_events(rd) if e["event"] == "start"]
+    assert sorted(e["rank"] for e in starts) == [0, 1]
+    for e in starts:
+        assert e["wrapper"].endswith("DeepSpeedEngine") and e["deepspeed"]["zero_stage"] == 3
+        s = e["sharding"]
+        assert (s["asked"], s["ran"], s["kind"], s["zero_stage"]) == ("zero3", "zero3", "deepspeed", 3)
+        assert s["offload_optimizer"] == s["offload_param"] == "none" and s["distributed_type"] == "DEEPSPEED"
+        assert s["params_local"] == pytest.approx(s["params"] / 2, rel=0.02)
     e = estimate(prof)
     T = e.inputs["params"]
     # the estimate's per-rank optimizer states: fp32 masters (4 B) + Adam's m and v (8 B) per

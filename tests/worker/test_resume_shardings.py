@@ -43,6 +43,17 @@ def test_sharded_checkpoint_resumes_to_the_same_weights(tmp_path, sharding, npro
 
     whole = write_run_dir(tmp_path, profile(), "whole")
     _run(whole, nproc)
+    # the sharding that ran, read back from the engine (the run that goes through)
+    for e in (e for e in read_events(whole) if e["event"] == "start"):
+        ran = e["sharding"]
+        assert (ran["asked"], ran["ran"]) == (sharding, sharding)
+        if sharding.startswith("zero"):
+            stage = int(sharding[-1])
+            assert e["wrapper"].endswith("DeepSpeedEngine") and e["deepspeed"]["zero_stage"] == stage
+            assert (ran["kind"], ran["zero_stage"], ran["distributed_type"]) == ("deepspeed", stage, "DEEPSPEED")
+            assert ran["offload_optimizer"] == ran["offload_param"] == "none"
+        else:
+            assert (ran["kind"], ran["distributed_type"]) == ("fsdp", "FSDP")
     checkpoint = whole / "output" / "checkpoint-2"
     assert (checkpoint / shard_file).is_file() and (checkpoint / "trainer_state.json").is_file()
     resumed = write_run_dir(tmp_path, profile(), "resumed")
