@@ -136,21 +136,17 @@ def extensions_root():
 
 def preload_before_limit(sharding: str, use_cuda: bool, log) -> list[str]:
     """Load, before the address-space limit, what the training would otherwise load under it:
-    ``deepspeed`` whenever it is installed (accelerate's ``unwrap_model``, called in
-    ``Trainer.__init__``, imports it then), and for a DeepSpeed sharding the ops it JIT-builds
+    for a DeepSpeed sharding ``deepspeed`` itself and the ops it JIT-builds
     (CPU Adam under ``-offload``; the shared-memory collectives on CPU ranks): a compiler started
     under the limit dies with "virtual memory exhausted". Returns the ops loaded."""
     import importlib.util
 
-    if importlib.util.find_spec("deepspeed") is None:
-        return []
-    import deepspeed  # noqa: F401
-
     from fttui.core.base import shardings
 
     kind = shardings.find(sharding)
-    if kind is None or not kind.deepspeed:
-        return []
+    if kind is None or not kind.deepspeed or importlib.util.find_spec("deepspeed") is None:
+        return []  # other runs do not import deepspeed at all (startup.unused_packages)
+    import deepspeed  # noqa: F401
     from deepspeed.accelerator import get_accelerator
 
     names = (["CPUAdamBuilder"] if kind.offload else []) + ([] if use_cuda else ["ShareMemCommBuilder"])

@@ -54,6 +54,26 @@ def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:
     return method in KBIT_METHODS or any(m in (optimizer or "") for m in BNB_OPTIMIZER_MARKS)
 
 
+def unused_packages(method: str, deepspeed: bool, optimizer: str | None, report_to) -> list[str]:
+    """Installed packages the libraries import whenever they are there, that this run never uses:
+    peft and transformers import bitsandbytes (which imports torch's compiler stack); accelerate's
+    ``unwrap_model`` (in ``Trainer.__init__``) imports deepspeed, and deepspeed imports mlflow.
+    Together about 3 s of CPU at every start of a plain run (docs/performance.md)."""
+    unused = [] if needs_bitsandbytes(method, optimizer) else ["bitsandbytes"]
+    if not deepspeed:
+        unused.append("deepspeed")
+    if "mlflow" not in report_to:
+        unused.append("mlflow")
+    return unused
+
+
+def hide_unused(names: list[str]) -> None:
+    """Make ``names`` look not installed to this process (``importlib.util.find_spec`` gives None,
+    ``import`` raises ImportError), unless something imported them already."""
+    for name in names:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
 def env_int(*names: str, default: int) -> int:
     """The first of the environment variables ``names`` that holds an integer, else ``default``."""
     for n in names:
@@ -175,10 +195,7 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     if use_cuda:
         torch.cuda.set_device(local_rank)
 
-    if not needs_bitsandbytes(method, profile.train.optimizer):
-        # peft and transformers import bitsandbytes whenever it is installed, and it imports
-        # torch's compiler stack: ~1.5 s of CPU at every start of a run that never uses it
-        sys.modules.setdefault("bitsandbytes", None)  # type: ignore[assignment]
+    hide_unused(unused_packages(method, kind.deepspeed, profile.train.optimizer, profile.train.report_to))
     import transformers  # noqa: F401  (import everything before the host limit)
     from transformers import TrainingArguments  # noqa: F401
 

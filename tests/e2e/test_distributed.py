@@ -154,32 +154,27 @@ def test_two_cpu_ranks_one_row(fttui_home):
     assert not processes_mentioning(str(run_dir))
 
 
-def test_accelerate_two_cpu_ranks(fttui_home):
-    proc = run_fttui("run", "--profile", "tiny-lora", "--headless", *CPU2, "--set", "devices.launcher=accelerate",
-                     "--set", "max_steps=2")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (row,) = _rows()
-    assert _argv(Path(row["run_dir"]))[1:3] == ["-m", "accelerate.commands.launch"]
-    assert row["world_size"] == 2 and len(row["peak_rank_rss_mb"]) == 2
-    assert {e["rank"] for e in _events(Path(row["run_dir"])) if e.get("event") == "start"} == {0, 1}
-
-
-def test_cancel_two_ranks_leaves_no_process(fttui_home):
-    proc = run_fttui("run", "--profile", "tiny-lora", "--detach", *CPU2, "--set", "max_steps=100000", check=True)
+def test_cancel_two_accelerate_ranks_leaves_no_process(fttui_home):
+    """Two CPU ranks under accelerate's launcher (torchrun's is the default: the test above),
+    cancelled while both step."""
+    proc = run_fttui("run", "--profile", "tiny-lora", "--detach", *CPU2, "--set", "devices.launcher=accelerate",
+                     "--set", "max_steps=100000", check=True)
     run_dir = fttui_home / "runs" / proc.stdout.strip().splitlines()[-1]
+    assert _argv(run_dir)[1:3] == ["-m", "accelerate.commands.launch"]
 
     def both_ranks_stepping():
         return {e["rank"] for e in _events(run_dir) if e.get("event") == "step"} == {0, 1}
 
     wait_for(both_ranks_stepping, timeout=150, what="steps from both ranks")
-    # torchrun's agent and two workers
+    assert {e["rank"] for e in _events(run_dir) if e.get("event") == "start"} == {0, 1}
+    # accelerate's launcher, torchrun's agent under it and two workers
     assert len(processes_mentioning(str(run_dir))) >= 3
     out = run_fttui("cancel", run_dir.name, check=True)
     assert "cancelled" in out.stdout
     assert json.loads((run_dir / "status.json").read_text())["status"] == "cancelled"
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
     (row,) = _rows()
-    assert row["status"] == "cancelled" and row["world_size"] == 2
+    assert row["status"] == "cancelled" and row["world_size"] == 2 and len(row["peak_rank_rss_mb"]) == 2
 
 
 def test_two_nodes_on_loopback(fttui_home):
