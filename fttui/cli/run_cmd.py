@@ -127,7 +127,7 @@ def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = 
             print(f"fttui: warning: {warning}", file=sys.stderr, flush=True)
     from fttui.core.experiments.quick_forecast import launch_forecast
 
-    rd = launch.launch(resolved, resume=resume, forecast=launch_forecast(resolved))
+    rd = launch.launch(resolved, resume=resume, forecast=lambda: launch_forecast(resolved))
     if app:  # a resumed run or a command: launched here, followed in the app
         from fttui.tui.app import run_app
 

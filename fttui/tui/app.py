@@ -70,7 +70,7 @@ class FttuiApp(App[int]):
         from fttui.core.experiments.quick_forecast import launch_forecast
         from fttui.core.run import launch
 
-        rd = launch.launch(resolved, forecast=launch_forecast(resolved))
+        rd = launch.launch(resolved, forecast=lambda: launch_forecast(resolved))
         self.show_run(rd)
         return rd
 

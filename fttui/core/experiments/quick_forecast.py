@@ -44,8 +44,12 @@ def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict
         from fttui.core.memory import estimate
         from fttui.core.results.store import Store
 
-        with Store() as store:
-            rows = store.rows()
+        from fttui.core.base import paths
+
+        rows = []
+        if paths.store_path().exists():  # reading never creates the store (bad input writes nothing)
+            with Store() as store:
+                rows = store.rows()
         fc = quick_forecast(profile, estimate(profile), rows, card or run_card(profile))
     except Exception as e:  # noqa: BLE001 - a forecast it cannot make is left out, never an error
         logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)

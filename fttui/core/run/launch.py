@@ -308,12 +308,14 @@ def start_supervisor(rd: rundir.RunDir) -> int:
 def launch(resolved: dict, run_id: str | None = None,
            gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
            group: str | None = None, resume: Resume | None = None,
-           forecast: dict[str, Any] | None = None) -> rundir.RunDir:
+           forecast: Callable[[], dict[str, Any] | None] | None = None) -> rundir.RunDir:
     """Validate, create the run directory and start its supervisor. ``gpu_count`` (number
     visible, reason when none) overrides NVML's answer, for an app with an injected sampler;
-    ``resume``: see :func:`prepare`; ``forecast``: the time forecast
-    (:func:`fttui.core.experiments.quick_forecast.launch_forecast`), recorded as the run's first event."""
+    ``resume``: see :func:`prepare`; ``forecast``: makes the time forecast
+    (:func:`fttui.core.experiments.quick_forecast.launch_forecast`), once the profile is valid
+    (bad input writes nothing, not even a cache), recorded as the run's first event."""
     rd = prepare(resolved, run_id, gpu_count, kind=kind, group=group, resume=resume)
+    forecast = forecast() if forecast is not None else None
     if forecast:
         write_event(rd.events_path, ForecastEvent(source="launch", **forecast))
     start_supervisor(rd)
