@@ -13,6 +13,7 @@ rendezvous that node 0 hosts; node 0 checks before launch that the port is free 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
 import socket
 import subprocess
