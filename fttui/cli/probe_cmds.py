@@ -49,10 +49,12 @@ def cmd_probe(args, resolve=resolve) -> int:
         start, why = predicted_start(resolved, args.param, lo, hi)
         print(why, file=out, flush=True)
     prober = Prober(resolved, param=args.param, lo=lo, hi=hi, steps=args.steps, start=start,
-                    repeats=args.repeats, on_trial=on_trial, on_log=lambda s: print(s, file=out, flush=True))
+                    repeats=args.repeats, data=args.data, on_trial=on_trial,
+                    on_log=lambda s: print(s, file=out, flush=True))
     old = {s: signal.signal(s, _raise_interrupt) for s in _STOP_SIGNALS}
     print(f"probe {prober.probe_id}: {args.param} in {lo}..{hi}, {args.steps} steps per trial, "
-          f"worst-case length (every sample {resolved['data']['max_seq_len']} tokens)"
+          + ("the data's longest samples first" if args.data else
+             f"worst-case length (every sample {resolved['data']['max_seq_len']} tokens)")
           + ("; each trial a fresh launch of all ranks" if prober.launched else "")
           + f"; at most {prober.max_loads} {prober.unit}", file=out, flush=True)
     try:
@@ -73,6 +75,7 @@ def cmd_probe(args, resolve=resolve) -> int:
         print(f"largest {res.param} that fits: {res.largest_fit}   smallest that fails: {res.smallest_oom}"
               f"   ({'exact' if res.exact else 'NOT exact'}; {res.model_loads} "
               f"{prober.unit}, {len(res.trials)} trials, {fmt.duration(res.wall_s)})")
+        print(res.samples_note)
         for m in res.mixed:
             print(f"went both ways: {res.param}={m['value']} fit {m['fit']}x, OOM {m['oom']}x in fresh processes")
         if res.note:
@@ -135,6 +138,10 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=0, metavar="K",
                    help="check both values next to the boundary K more times in fresh processes; a value that "
                         "goes both ways makes a band (default 0; at most 4 + 2K model loads)")
+    p.add_argument("--data", action="store_true",
+                   help="train each trial on the longest samples of the profile's data set (tokenised and "
+                        "truncated as a run does; cached like `fttui data`), the longest in the first step, "
+                        "instead of synthetic samples of max_seq_len tokens")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--markdown", action="store_true", help="print the trial table as Markdown")
     p.set_defaults(handler=cmd_probe)

@@ -268,6 +268,7 @@ class FttuiCallback(TrainerCallback):
             step=step, total_steps=self.total_steps, epoch=float(state.epoch) if state.epoch is not None else None,
             samples=self.c.samples if counting else None, tokens=self.c.tokens if counting else None,
             tokens_padded=self.c.tokens_padded if counting else None, loss=loss, lr=self.lr,
+            longest_seq=(self.c.longest_seq or None) if counting else None,
             step_time=now - (self.step_t0 if self.step_t0 is not None else now), train_time=self._train_time(now),
             torch_peak_alloc_mb=peak_alloc, torch_peak_reserved_mb=peak_res, torch_alloc_retries=retries,
             torch_ooms=ooms, peak_rss_mb=_info.peak_rss_mb()))

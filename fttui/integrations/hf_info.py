@@ -33,6 +33,7 @@ class Counters:
     def __init__(self) -> None:
         self.samples = 0
         self.tokens_padded = 0
+        self.longest_seq = 0  # the widest micro-batch fed (tokens per sample, padding included)
         self._tokens = 0  # settled ints
         self._tokens_dev = None  # pending device tensor
         self._loss_dev = None  # sum of this step's micro-batch losses (already / grad_accum)
@@ -44,6 +45,7 @@ class Counters:
         if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
             self.samples += int(ids.shape[0])
             self.tokens_padded += int(ids.numel())
+            self.longest_seq = max(self.longest_seq, int(ids.shape[-1]))
             mask = inputs.get("attention_mask")
             if mask is not None:
                 s = mask.detach().sum()

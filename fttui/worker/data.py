@@ -9,7 +9,8 @@ from .errors import DataError
 from fttui.core.data.records import load_records
 
 __all__ = ["load_records", "DataError", "SyntheticDataset", "ListDataset", "Subset", "split_eval", "build_dataset",
-           "Collator", "tokenize_record", "PROMPT_WITH_INPUT", "PROMPT_NO_INPUT"]
+           "Collator", "tokenize_record", "PROMPT_WITH_INPUT", "PROMPT_NO_INPUT", "longest_first_order",
+           "longest_first_sampler", "sample_lengths"]
 
 PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
 PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"
@@ -146,6 +147,53 @@ def build_dataset(data: dict[str, Any], tok, vocab_size: int, seed: int, records
     if not items:
         raise DataError(None, f"{source}: no sample has a response token within max_seq_len={max_len}")
     return ListDataset(items), {"name": data.get("name") or source, "num_samples": len(items), "dropped": dropped}
+
+
+def sample_lengths(dataset) -> list[int] | None:
+    """Every sample's token count (None for synthetic data: all are ``max_seq_len`` long)."""
+    if isinstance(dataset, SyntheticDataset):
+        return None
+    return [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+
+
+def longest_first_order(lengths: list[int], first: int, seed: int, epoch: int) -> list[int]:
+    """The sample order of one epoch under ``train.longest_first``: a seeded shuffle (``seed +
+    epoch``); in the first epoch the ``first`` longest samples (longest first, ties by index)
+    lead, so that the first optimizer step carries them."""
+    import random
+
+    order = list(range(len(lengths)))
+    random.Random(seed + epoch).shuffle(order)
+    if epoch:
+        return order
+    top = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))[:max(0, first)]
+    lead = set(top)
+    return top + [i for i in order if i not in lead]
+
+
+def longest_first_sampler(lengths: list[int], first: int, seed: int):
+    """A torch Sampler over :func:`longest_first_order`, counting its epochs by its iterations
+    (deterministic: a resumed run replays the same order and the Trainer skips what was trained).
+    Every rank builds the same order; accelerate deals its batches out in turn, so the first
+    ``batch x accumulation x processes`` samples make the first optimizer step."""
+    from torch.utils.data import Sampler
+
+    class LongestFirst(Sampler):
+        def __init__(self) -> None:
+            self.epoch = 0
+
+        def __len__(self) -> int:
+            return len(lengths)
+
+        def __iter__(self):
+            order = longest_first_order(lengths, first, seed, self.epoch)
+            self.epoch += 1
+            return iter(order)
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = int(epoch)
+
+    return LongestFirst()
 
 
 class Collator:

@@ -56,11 +56,24 @@ def _reset_hwm() -> None:
         pass
 
 
-def trial_profile(profile: Profile, param: str, value: int, steps: int) -> Profile:
-    """The profile of one trial: ``param`` at ``value``, ``steps`` steps of synthetic samples."""
-    p = profile.with_settings({PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps)})
+def trial_profile(profile: Profile, param: str, value: int, steps: int, data: bool = False) -> Profile:
+    """The profile of one trial: ``param`` at ``value``, ``steps`` steps of synthetic samples (or,
+    with ``data``, of the data set's longest samples, the longest in the first step)."""
+    p = profile.with_settings({PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps),
+                               "train.longest_first": bool(data)})
     return p.with_settings({"data.source": SYNTHETIC,
                             "data.num_samples": p.train.batch_size * p.train.grad_accum * int(steps)})
+
+
+def longest_samples(su, order: list[list[int]], seq: int, k: int) -> list[dict[str, list[int]]]:
+    """The ``k`` longest samples of the profile's data at ``max_seq_len = seq`` (tokenised and
+    truncated as a run does), from ``order``: ``[index, raw tokens, first response token]`` of
+    every record, longest first (fttui.core.run.datalens, the lengths ``fttui data`` caches).
+    A sample with no response token within ``seq`` is left out, as a run drops it."""
+    from .data import tokenize_record
+
+    picked = [i for i, _raw, first in order if 0 <= first < seq][:k]
+    return [tokenize_record(su.records[i], su.tok, seq) for i in picked]
 
 
 class _StepTimes:
@@ -79,17 +92,26 @@ class _StepTimes:
         return CB()
 
 
-def run_trial(su, param: str, value: int, steps: int) -> dict[str, Any]:
+def run_trial(su, param: str, value: int, steps: int, order: list[list[int]] | None = None) -> dict[str, Any]:
     import torch
 
-    from .data import SyntheticDataset
+    from .data import ListDataset, SyntheticDataset
 
-    prof = trial_profile(su.profile, param, value, steps)
+    prof = trial_profile(su.profile, param, value, steps, data=order is not None)
     seq = prof.data.max_seq_len
-    vocab = su.model.get_input_embeddings().num_embeddings
-    dataset = SyntheticDataset(prof.data.num_samples, seq, vocab, prof.train.seed)
-    times = _StepTimes()
     out: dict[str, Any] = {"value": int(value), "steps": 0}
+    if order is None:
+        vocab = su.model.get_input_embeddings().num_embeddings
+        dataset = SyntheticDataset(prof.data.num_samples, seq, vocab, prof.train.seed)
+        out["longest_seq"] = seq
+    else:
+        items = longest_samples(su, order, seq, prof.data.num_samples)
+        if not items:
+            raise WorkerInputError(f"no sample of the data has a response token within max_seq_len={seq}")
+        dataset = ListDataset(items)
+        out["longest_seq"] = seq if prof.data.pad_to_max else max(len(x["input_ids"]) for x in items)
+        out["samples"] = len(items)
+    times = _StepTimes()
     gc.collect()
     if su.use_cuda:
         torch.cuda.empty_cache()
@@ -187,11 +209,17 @@ def plan_and_run(su, emit, ns) -> dict[str, Any]:
     climbed = 0
 
     ran = [0]
+    order = None
+    if ns.data_order:  # probe --data: the data's longest samples instead of synthetic ones
+        import json
+
+        with open(ns.data_order, encoding="utf-8") as f:
+            order = json.load(f)
 
     def trial(value: int) -> dict[str, Any]:
         fresh = ran[0] == 0
         emit("trial_start", value=value, clean=clean, fresh=fresh)
-        r = run_trial(su, ns.param, value, ns.steps)
+        r = run_trial(su, ns.param, value, ns.steps, order)
         ran[0] += 1
         r["clean"], r["fresh"] = clean, fresh
         r["headroom_mb"] = headroom_mb(su, r, fresh)
@@ -267,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lo-fit", type=int, default=0, help="largest value already seen to fit clean")
     ap.add_argument("--oom-bound", type=int, default=0, help="smallest value already seen to fail clean")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--data-order", default=None, metavar="FILE",
+                    help="JSON [[index, raw tokens, first response token], ...] of the data, longest first: "
+                         "trials train on the longest samples (probe --data)")
     ns = ap.parse_args(argv)
     fixed_address_layout()  # under a host-memory limit: the same layout in every process
     _die_with_parent()

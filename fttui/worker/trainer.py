@@ -41,6 +41,8 @@ def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callback
         callbacks=[*callbacks, check],
     )
     check.trainer = trainer
+    if profile.train.longest_first:
+        _longest_first(trainer, profile, dataset, su)
     trainer.fttui_sharding = sharding  # the start event's runtime_info reads it
     trainer.remove_callback(PrinterCallback)
     from transformers.integrations import INTEGRATION_TO_CALLBACK
@@ -49,6 +51,22 @@ def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callback
     cbs = trainer.callback_handler.callbacks
     cbs[:] = [cb for cb in cbs if not isinstance(cb, trackers)] + [cb for cb in cbs if isinstance(cb, trackers)]
     return trainer
+
+
+def _longest_first(trainer, profile: Profile, dataset, su: Setup) -> None:
+    """``train.longest_first``: the first optimizer step carries the data's longest samples (the
+    Trainer's own sampler would shuffle them anywhere into the epoch)."""
+    from .data import longest_first_sampler, sample_lengths
+
+    lengths = sample_lengths(dataset)
+    if not lengths:
+        return  # synthetic: every sample is max_seq_len long already
+    t = profile.train
+    first = t.batch_size * t.grad_accum * max(1, su.world)
+    sampler = longest_first_sampler(lengths, first, t.seed)
+    trainer._get_train_sampler = lambda *_a, **_k: sampler
+    top = sorted(lengths, reverse=True)[:first]
+    su.log(f"longest first: the first step carries the {len(top)} longest samples ({top[0]} to {top[-1]} tokens)")
 
 
 def sharding_check_callback(asked: str):

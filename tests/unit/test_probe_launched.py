@@ -159,7 +159,7 @@ class _FakeTrial:
     BOUNDARY = 13
     launched: list[int] = []
 
-    def __init__(self, resolved, param, value, steps, *, run_id, group, load):
+    def __init__(self, resolved, param, value, steps, *, run_id, group, load, data=False):
         self.resolved = launched.apply_overrides(resolved, launched.trial_overrides(resolved, param, value, steps))
         self.value, self.load = value, load
         _FakeTrial.launched.append(value)

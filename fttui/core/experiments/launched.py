@@ -4,7 +4,8 @@ A profile with several ranks (``devices.gpus`` or ``devices.cpu_processes`` > 1)
 other than ``none`` cannot be probed inside one process: each trial is a fresh launch of all
 ranks, with the command ``fttui run`` would start (:func:`fttui.core.run.launch.prepare`: the
 same checks, the same launcher, argv and environment), the probed setting set for the trial, a
-few steps of worst-case synthetic samples (every sample ``max_seq_len`` tokens). The trial is
+few steps of worst-case synthetic samples (every sample ``max_seq_len`` tokens; ``probe --data``:
+the profile's data, its longest samples in the first step). The trial is
 the run's own verdict (:func:`fttui.core.run.summary.final_status`, the classification every
 run gets): ``completed`` is a fit, ``oom`` on any rank is the trial's OOM, anything else stops
 the probe with the trial's log.
@@ -71,10 +72,13 @@ def positions(resolved: dict) -> int | None:
     return n or None
 
 
-def trial_overrides(resolved: dict, param: str, value: int, steps: int) -> dict:
+def trial_overrides(resolved: dict, param: str, value: int, steps: int, data: bool = False) -> dict:
     """The settings of one trial on top of the profile: the probed value, ``steps`` optimizer
     steps, synthetic samples (each ``max_seq_len`` tokens), exactly enough of them for the steps
-    on every rank."""
+    on every rank; with ``data``, the profile's own data with its longest samples in the first
+    step (``train.longest_first``)."""
+    if data:
+        return {PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps), "train.longest_first": True}
     prof = as_profile(resolved)
     micro = int(value) if param == "batch_size" else prof.train.batch_size
     accum = prof.train.grad_accum
@@ -92,9 +96,9 @@ class LaunchedTrial:
     called from any thread."""
 
     def __init__(self, resolved: dict, param: str, value: int, steps: int, *, run_id: str, group: str,
-                 load: int):
+                 load: int, data: bool = False):
         self.param, self.value, self.load = param, int(value), load
-        self.resolved = apply_overrides(resolved, trial_overrides(resolved, param, value, steps))
+        self.resolved = apply_overrides(resolved, trial_overrides(resolved, param, value, steps, data))
         self.prof = as_profile(self.resolved)
         self.rd = launch.prepare(self.resolved, run_id=run_id, kind="probe", group=group)
         self.guard: subprocess.Popen | None = None
@@ -208,7 +212,9 @@ class LaunchedTrial:
         tps = (snap.tokens_per_s or snap.tokens_per_s_avg) if fit else None
         step_time = snap.seconds_per_step or (batch / sps if sps else None)
         host = host_figures(snap)
-        ran = (sharding_read_back(read_jsonl(self.rd.events_path)) or {}).get("ran")
+        events = read_jsonl(self.rd.events_path)
+        ran = (sharding_read_back(events) or {}).get("ran")
+        longest = max((e.get("longest_seq") or 0 for e in events if e.get("event") == "step"), default=0)
         return Trial(
             value=self.value, status="fit" if fit else "oom", load=self.load, clean=True, fresh=True,
             oom_kind=None if fit else fs.oom_kind, message=None if fit else fs.error,
@@ -218,7 +224,7 @@ class LaunchedTrial:
             peak_torch_reserved_mb=[round(float(snap.torch_peak_reserved_mb[r]), 1)
                                     for r in sorted(snap.torch_peak_reserved_mb)],
             peak_host_rss_mb=host["peak_host_rss_mb"], host_measure=host["host_measure"],
-            sharding=ran if isinstance(ran, str) else None,
+            sharding=ran if isinstance(ran, str) else None, longest_seq=longest or None,
         )
 
 

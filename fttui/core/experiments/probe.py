@@ -38,9 +38,9 @@ adjacent. An OOM on any rank is the trial's OOM. At most ``launched.max_launches
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -49,11 +49,12 @@ from collections.abc import Callable
 
 from fttui.core.base import paths
 from fttui.core.base.constants import PROBE_PARAMS
-from fttui.core.base.errors import EstimateError, FttuiError
-from fttui.core.base.units import parse_size
+from fttui.core.base.errors import FttuiError
 from fttui.core.experiments import launched
 from fttui.core.experiments.boundary import band, next_check
+from fttui.core.experiments.probe_start import predicted_start
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
+from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch, rundir
 from fttui.core.run.events import JsonlTail
@@ -66,7 +67,7 @@ SEQ_EXTRA_LOADS = 2
 
 class Prober:
     def __init__(self, resolved: dict, param: str = "batch_size", lo: int = 1, hi: int = 1024,
-                 steps: int = 2, start: int | None = None, repeats: int = 0,
+                 steps: int = 2, start: int | None = None, repeats: int = 0, data: bool = False,
                  on_trial: Callable[[Trial], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
         if param not in PROBE_PARAMS:
@@ -76,6 +77,11 @@ class Prober:
         if repeats < 0:
             raise FttuiError("--repeats must be >= 0")
         self.repeats = repeats
+        self.data = data
+        if data and (as_profile(resolved).data.source or SYNTHETIC) == SYNTHETIC:
+            raise FttuiError("--data: the profile's data.source is synthetic; name a data file "
+                             "(data.source) or probe without --data")
+        self.order: list[list[int]] | None = None  # with data: every record's length, longest first
         # Several ranks or a sharding: each trial a fresh launch of the real command.
         self.launched = launched.needs_launch(resolved)
         if self.launched:
@@ -93,6 +99,7 @@ class Prober:
         self.loads = 0
         self.proc: subprocess.Popen | None = None
         self.trial: launched.LaunchedTrial | None = None  # the launched trial running now
+        self.samples_note = ""
         self.stopped = False
 
     # ------------------------------------------------------------------------------------------
@@ -104,6 +111,8 @@ class Prober:
             self.start = min(self.start, self.hi)
             self.on_log(f"the model has {cap} positions: the range ends there")
         t0 = time.time()
+        self.samples_note = self._samples()
+        self.on_log(self.samples_note)
         guess: int | None = None
         note = ""
         budget_out = False
@@ -146,7 +155,27 @@ class Prober:
                 + ("; the load budget ended the repeats" if budget_out else ""))
         return ProbeResult(self.probe_id, self.param, self.lo, self.hi, lf, so, exact, self.loads, self.trials,
                            round(time.time() - t0, 2), note, mixed=b.mixed, repeats=self.repeats,
-                           max_loads=self.max_loads)
+                           max_loads=self.max_loads, samples="data" if self.data else "synthetic",
+                           samples_note=self.samples_note)
+
+    def _samples(self) -> str:
+        """What the trials train on, in words; with ``data``, reads the data's lengths (tokenised
+        once and cached, as ``fttui data`` does) into ``self.order``."""
+        seq = as_profile(self.resolved).data.max_seq_len
+        if not self.data:
+            return f"samples: synthetic, every one {seq} tokens (the worst case)"
+        from fttui.core.run import datalens
+
+        samples, _hit = datalens.lengths(self.resolved)
+        ordered = sorted(samples, key=lambda s: (-s.raw, s.index))
+        self.order = [[s.index, s.raw, s.first_label] for s in ordered]
+        kept = [s for s in ordered if s.kept(seq)]
+        if not kept:
+            raise FttuiError(f"--data: no sample of {self.resolved['data']['source']} has a response token "
+                             f"within max_seq_len={seq}")
+        return (f"samples: the longest of {len(kept)} in {self.resolved['data'].get('name') or 'the data'} "
+                f"(longest {kept[0].length(seq)} tokens at max_seq_len {seq}; median "
+                f"{sorted(s.length(seq) for s in kept)[len(kept) // 2]}), the longest in the first step")
 
     @property
     def unit(self) -> str:
@@ -198,7 +227,11 @@ class Prober:
                 "--steps", str(self.steps), "--lo-fit", str(clean_fit or self.lo - 1), "--oom-bound", str(clean_oom or 0)]
         env_add = launch.child_env(prof)
         env_add["FTTUI_PARENT_PID"] = str(os.getpid())
+        if self.order is not None:
+            argv += ["--data-order", str(paths.runs_dir() / rid / "data-order.json")]
         rd = rundir.create(prof, argv, env_add, run_id=rid, kind="probe", group=self.probe_id)
+        if self.order is not None:
+            (rd.path / "data-order.json").write_text(json.dumps(self.order, separators=(",", ":")))
         self.on_log(f"load {k}: {self.param} from {start} ({'x2' if growth == 'mul' else '+1 steps'})")
         env = dict(os.environ)
         env.update(env_add)
@@ -265,6 +298,7 @@ class Prober:
             peak_gpu_mem_mb=[round(nvml_peak[i], 1) for i in sorted(nvml_peak)],
             peak_torch_reserved_mb=list(ev.get("peak_torch_reserved_mb") or []),
             peak_host_rss_mb=_r(ev.get("peak_host_rss_mb"), 1), headroom_mb=_r(ev.get("headroom_mb"), 2),
+            longest_seq=ev.get("longest_seq"),
         )
         self._save(t)
         return t
@@ -273,13 +307,13 @@ class Prober:
         from fttui.core.results.store import Store
 
         with Store() as store:
-            store.put(trial_row(t, self.resolved, self.probe_id, self.param, len(self.trials) + 1))
+            store.put(trial_row(t, self.resolved, self.probe_id, self.param, len(self.trials) + 1, data=self.data))
 
     def _launch(self, value: int) -> dict:
         """One trial as a fresh launch of all ranks (fttui.core.experiments.launched)."""
         self.loads += 1
         k = self.loads
-        trial = launched.LaunchedTrial(self.resolved, self.param, value, self.steps, load=k,
+        trial = launched.LaunchedTrial(self.resolved, self.param, value, self.steps, load=k, data=self.data,
                                        run_id=f"{self.probe_id}-load{k}", group=self.probe_id)
         self.trial = trial
         if self.stopped:
@@ -326,45 +360,6 @@ class Prober:
 
 def _r(x, nd):
     return None if x is None else round(float(x), nd)
-
-
-# What the estimator raises on a profile it cannot express: EstimateError, or an arch_config
-# whose numbers are missing (KeyError), not numbers (TypeError, ValueError) or zero.
-_NOT_ESTIMABLE = (EstimateError, KeyError, TypeError, ValueError, ZeroDivisionError)
-
-
-def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int | None, str]:
-    """Where the probe starts: the estimator's largest fitting value on the GPU budget
-    (``limits.gpu_memory`` or the first visible card), calibrated from the store when it can be;
-    None on a CPU profile (a host budget is address space, which the estimator does not model)."""
-    prof = as_profile(resolved)
-    if prof.devices.gpus == 0:
-        return None, "CPU profile: starting at the low end of the range"
-    from fttui.core.memory import calibration_from_store, solve_max
-
-    budget = prof.limits.gpu_memory
-    device = parse_size(budget) if budget else None
-    if device is None:
-        from fttui.monitor import make_gpu_sampler, run_cards
-
-        with make_gpu_sampler() as sampler:
-            cards = run_cards(sampler.sample())  # the card size: the first visible card's total
-        if not cards or not cards[0].mem_total_mb:
-            return None, "no GPU visible: starting at the low end of the range"
-        device = int(cards[0].mem_total_mb * 2**20)
-    try:
-        from fttui.core.results.store import Store
-
-        with Store() as store:
-            cal = calibration_from_store(resolved, store.rows())
-    except (FttuiError, sqlite3.Error, OSError, *_NOT_ESTIMABLE):  # no store, or rows the fit cannot use
-        cal = None
-    try:
-        guess = solve_max(resolved, param, device, calibration=cal, hi=hi)
-    except _NOT_ESTIMABLE as e:  # the estimator cannot express this profile: start low
-        return None, f"no prediction ({e})"
-    start = max(lo, min(hi, guess or lo))
-    return start, f"starting at the predicted largest fit {guess} ({'calibrated' if cal else 'formula'})"
 
 
 __all__ = ["Prober", "ProbeResult", "Trial", "MAX_LOADS", "parse_range", "predicted_start", "trial_cells"]

@@ -43,6 +43,8 @@ class Trial:
     sharding: str | None = None
     #: MiB the budget left unused by a fitting trial (fttui.worker.probe.headroom_mb), else None
     headroom_mb: float | None = None
+    #: the longest sequence (tokens per sample, padding included) the trial fed
+    longest_seq: int | None = None
 
 
 @dataclass
@@ -63,6 +65,10 @@ class ProbeResult:
     #: extra fresh checks of each value next to the boundary, and the loads that allowed
     repeats: int = 0
     max_loads: int = 0
+    #: what the trials trained on: "synthetic" (every sample max_seq_len tokens) or "data" (the
+    #: data set's longest samples, probe --data); ``samples_note`` says it in words
+    samples: str = "synthetic"
+    samples_note: str = ""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -105,15 +111,17 @@ def parse_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def trial_row(t: Trial, resolved: dict, probe_id: str, param: str, index: int) -> dict:
+def trial_row(t: Trial, resolved: dict, probe_id: str, param: str, index: int, data: bool = False) -> dict:
     """The store row of one trial (``kind = "probe"``, ``recorded_by = "probe"``; the one row
     builder, :func:`fttui.core.results.columns.fold_row`); ``index`` counts the probe's trials from
     1. Its stated settings are the profile's with the trial's value and the worst-case synthetic
-    data; its measured figures are the trial's."""
+    data (with ``data``: the data set's name, its longest samples); its measured figures are the
+    trial's."""
     p = copy.deepcopy(resolved)
     section = p["train"] if param == "batch_size" else p["data"]
     section["batch_size" if param == "batch_size" else "max_seq_len"] = t.value
-    p["data"]["name"] = "synthetic (worst case)"
+    p["data"]["name"] = (f"{p['data'].get('name') or p['data'].get('source')} (longest samples)" if data
+                         else "synthetic (worst case)")
     method, sharding = stated_sharding(resolved)
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
     snap = RunSnapshot(step=t.steps, samples_per_s=t.samples_per_s, tokens_per_s=t.tokens_per_s,

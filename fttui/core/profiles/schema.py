@@ -99,6 +99,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # and twice the accumulation (the effective batch stays), at most max_oom_retries times
         "on_oom": Field("str", "fail", ("fail", "shrink")),
         "max_oom_retries": Field("int", 3, lo=0, hint="attempts after the first that may shrink the batch; 0 or more"),
+        # the data's longest samples in the first optimizer step (then the usual shuffled order):
+        # a batch that does not fit runs out of memory in the first minute, not hours in
+        "longest_first": Field("bool", False),
     },
     "lora": {
         "r": Field("int", 8, lo=1, hint="LoRA rank, e.g. 8 or 16"),

@@ -164,6 +164,7 @@ class TrainSettings(_Section):
     report_to: tuple[str, ...]
     on_oom: str
     max_oom_retries: int
+    longest_first: bool
 
 
 @dataclass(frozen=True)

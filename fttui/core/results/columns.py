@@ -190,6 +190,13 @@ def _step_fit(c: RowInputs) -> dict[str, Any] | None:
     return {"s_per_token": float(f"{fit[0]:.6g}"), "fixed_s": round(max(0.0, fit[1]), 6), "points": len(pts)}
 
 
+def _longest_seq(c: RowInputs) -> int | None:
+    """A probe trial's own figure; a run's: the most any rank's step events reported."""
+    if c.trial is not None:
+        return getattr(c.trial, "longest_seq", None)
+    return max((e.longest_seq for e in c.events if e.event == "step" and e.longest_seq), default=None)
+
+
 def _host_total(c: RowInputs) -> float | None:
     host = getattr(c.snap, "host", None)
     return rounded(getattr(host, "ram_total_mb", None), 1) if host else None
@@ -312,6 +319,9 @@ FIGURES: tuple[Figure, ...] = (
            label="recovered from OOM at step N: batch 8 -> 4, accumulation 2 -> 4 (...)"),
     Figure("retried_as", T, lambda c: getattr(_event(c, "retry"), "next_run", None), since=8, scope=RUN,
            label="the attempt that continued this run after its out of memory"),
+    # the worst batch a run or a probe trial fed (issue 24)
+    Figure("longest_seq", I, _longest_seq, since=8, unit="tokens",
+           label="the longest sequence a step fed (tokens per sample, padding included)"),
 )
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}

@@ -161,6 +161,8 @@ class StepEvent(Event):
     samples: int | None = None
     tokens: int | None = None
     tokens_padded: int | None = None
+    #: the longest sequence (tokens per sample, padding included) a micro-batch fed so far
+    longest_seq: int | None = None
     loss: float | None = None
     lr: float | None = None
     step_time: float | None = None
