@@ -1,17 +1,21 @@
-"""The probe screen's form: which setting to probe, its range, steps per trial and memory budgets.
+"""The probe screen's form: which setting to probe, its range, steps per trial, the repeats next
+to the boundary, synthetic or the profile's own data, and memory budgets.
 
 This module owns the form's fields (:func:`compose_form`, composed into the probe screen,
 prefilled from the profile's limits or a recorded result) and what their texts mean
-(:func:`parse_form`: the probe's parameter, range and steps, and the ``limits.*`` overrides of
-the budgets that differ from the profile's own), with a one-line :class:`FttuiError` for bad
-input. The screen (fttui.tui.probe_screen) reads the fields' values and starts the probe.
+(:func:`parse_form`: the probe's parameter, range, steps and repeats, whether it trains on the
+data's longest samples, and the ``limits.*`` overrides of the budgets that differ from the
+profile's own), with a one-line :class:`FttuiError` for bad input. The screen
+(fttui.tui.probe_screen) reads the fields' values and starts the probe.
 """
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Input, Label, Select
+from typing import NamedTuple
+
+from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
@@ -19,13 +23,26 @@ from fttui.core.base.errors import FttuiError
 DEFAULT_PARAM = "batch_size"
 DEFAULT_RANGE = (1, 1024)
 DEFAULT_STEPS = 2
+DEFAULT_REPEATS = 0
 #: The budget fields: (field id, key under ``limits``).
 LIMIT_FIELDS = (("host", "host_memory"), ("gpu", "gpu_memory"))
 
 
+class ProbeForm(NamedTuple):
+    """What the form asks for."""
+
+    param: str
+    lo: int
+    hi: int
+    steps: int
+    repeats: int
+    data: bool  # the data set's longest samples instead of synthetic full-length ones
+    overrides: dict
+
+
 def compose_form(limits: dict, result=None) -> ComposeResult:
     """The form's row of fields (ids ``pr-param``, ``pr-lo``, ``pr-hi``, ``pr-steps``,
-    ``pr-host``, ``pr-gpu``) and its start button ``pr-start``."""
+    ``pr-repeats``, ``pr-data``, ``pr-host``, ``pr-gpu``) and its start button ``pr-start``."""
     res = result
     with Horizontal(id="probe-form"):
         with Vertical(classes="field field-param"):
@@ -43,6 +60,16 @@ def compose_form(limits: dict, result=None) -> ComposeResult:
         with Vertical(classes="field"):
             yield Label("steps")
             yield Input(str(DEFAULT_STEPS), id="pr-steps", type="integer", compact=True)
+        with Vertical(classes="field field-repeats"):
+            yield Label("repeats")
+            yield Input(str(res.repeats if res is not None else DEFAULT_REPEATS), id="pr-repeats",
+                        type="integer", compact=True, tooltip="check both values next to the boundary this many "
+                        "more times in fresh processes; a value that goes both ways makes a band")
+        with Vertical(classes="field field-data"):
+            yield Label("samples")
+            yield Checkbox("data", res is not None and getattr(res, "samples", "") == "data", id="pr-data",
+                           compact=True, tooltip="probe with the longest samples of the profile's data set "
+                           "instead of synthetic ones of max_seq_len tokens")
         with Vertical(classes="field field-limit"):
             yield Label("host mem")
             yield Input(limits.get("host_memory") or "", id="pr-host", placeholder="none", compact=True)
@@ -54,9 +81,9 @@ def compose_form(limits: dict, result=None) -> ComposeResult:
             yield Button("Start (s)", id="pr-start", variant="primary", compact=True)
 
 
-def parse_form(values: dict[str, str], limits: dict) -> tuple[str, int, int, int, dict]:
-    """(param, lo, hi, steps, overrides) from the fields' values (by field id without ``pr-``);
-    ``limits``: the profile's own. FttuiError on bad input."""
+def parse_form(values: dict, limits: dict) -> ProbeForm:
+    """The form from the fields' values (by field id without ``pr-``: texts, and ``data`` the
+    checkbox's bool); ``limits``: the profile's own. FttuiError on bad input."""
     param = values.get("param")
     if param not in PROBE_PARAMS:
         param = DEFAULT_PARAM
@@ -69,6 +96,9 @@ def parse_form(values: dict[str, str], limits: dict) -> tuple[str, int, int, int
             raise FttuiError(f"{what}: expected a whole number, got {text!r}") from None
 
     lo, hi, steps = num("lo", "from"), num("hi", "to"), num("steps", "steps")
+    repeats = num("repeats", "repeats") if str(values.get("repeats", "")).strip() else DEFAULT_REPEATS
+    if repeats < 0:
+        raise FttuiError("repeats: must be >= 0")
     if lo < 1 or hi < lo:
         raise FttuiError(f"range {lo}..{hi}: need 1 <= from <= to")
     if steps < 1:
@@ -78,7 +108,8 @@ def parse_form(values: dict[str, str], limits: dict) -> tuple[str, int, int, int
         text = values[fid].strip()
         if text != (limits.get(key) or ""):
             overrides[f"limits.{key}"] = text
-    return param, lo, hi, steps, overrides
+    return ProbeForm(param, lo, hi, steps, repeats, bool(values.get("data")), overrides)
 
 
-__all__ = ["DEFAULT_PARAM", "DEFAULT_RANGE", "DEFAULT_STEPS", "LIMIT_FIELDS", "compose_form", "parse_form"]
+__all__ = ["DEFAULT_PARAM", "DEFAULT_RANGE", "DEFAULT_STEPS", "DEFAULT_REPEATS", "LIMIT_FIELDS", "ProbeForm",
+           "compose_form", "parse_form"]

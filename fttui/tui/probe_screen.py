@@ -26,11 +26,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static
+from textual.widgets import Button, Checkbox, DataTable, Footer, Header, Input, Select, Static
 
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
-from fttui.tui.probe_form import LIMIT_FIELDS, compose_form, parse_form
+from fttui.tui.probe_form import LIMIT_FIELDS, ProbeForm, compose_form, parse_form
 from fttui.tui.probe_view import (BOUNDARY_KINDS, COLUMNS, ProbeState, boundary_kind, boundary_text,
                                   status_line, table_trials, trial_marker, trial_row)
 
@@ -113,11 +113,12 @@ class ProbeScreen(Screen):
         self.stop_probe(show=False)
 
     # ---------------------------------------------------------------- the form
-    def _form(self) -> tuple[str, int, int, int, dict]:
-        """(param, lo, hi, steps, overrides) from the fields; FttuiError on bad input."""
-        values = {fid: self.query_one(f"#pr-{fid}", Input).value
-                  for fid in ("lo", "hi", "steps", *(f for f, _ in LIMIT_FIELDS))}
+    def _form(self) -> ProbeForm:
+        """The form's values; FttuiError on bad input."""
+        values: dict = {fid: self.query_one(f"#pr-{fid}", Input).value
+                        for fid in ("lo", "hi", "steps", "repeats", *(f for f, _ in LIMIT_FIELDS))}
         values["param"] = self.query_one("#pr-param", Select).value
+        values["data"] = self.query_one("#pr-data", Checkbox).value
         return parse_form(values, self.resolved.get("limits") or {})
 
     @on(Input.Submitted)
@@ -144,14 +145,15 @@ class ProbeScreen(Screen):
         from fttui.core.profiles import apply_overrides
 
         try:
-            param, lo, hi, steps, overrides = self._form()
+            form = self._form()
+            param, lo, hi, steps, overrides = form.param, form.lo, form.hi, form.steps, form.overrides
             resolved = apply_overrides(self.resolved, overrides) if overrides else self.resolved
             if overrides:
                 resolved.setdefault("origin", self.resolved.get("origin"))
             self._token += 1
             token = self._token
-            prober = Prober(resolved, param=param, lo=lo, hi=hi, steps=steps,
-                            on_trial=lambda t: self._from_worker(token, self.TrialDone(token, t)),
+            prober = Prober(resolved, param=param, lo=lo, hi=hi, steps=steps, repeats=form.repeats,
+                            data=form.data, on_trial=lambda t: self._from_worker(token, self.TrialDone(token, t)),
                             on_log=lambda s: self._from_worker(token, self.Log(token, s)))
         except FttuiError as e:
             self.state, self.error = ProbeState.ERROR, str(e)
@@ -160,7 +162,10 @@ class ProbeScreen(Screen):
         self.prober, self.probe_resolved = prober, resolved
         self.result, self.trials, self.error = None, [], ""
         self.log_line = f"{param} in {lo}..{hi}, {steps} step{'s' if steps != 1 else ''} per trial, " \
-                        f"every sample {resolved['data']['max_seq_len']} tokens (worst case)"
+                        + ("the data's longest samples" if form.data else
+                           f"every sample {resolved['data']['max_seq_len']} tokens (worst case)") \
+                        + (f", {form.repeats} repeat{'s' if form.repeats != 1 else ''} next to the boundary"
+                           if form.repeats else "") + f"; at most {prober.max_loads} {prober.unit}"
         self.state, self.started = ProbeState.RUNNING, time.time()
         self._worker_done = threading.Event()
         self.query_one("#probe-boundary", Static).display = False
@@ -328,14 +333,17 @@ class ProbeScreen(Screen):
     def launch_profile(self) -> dict | None:
         """The profile a full run at the found value uses (None when there is none): the probed
         profile (the picker's overrides and the probe's memory budgets) and the value, so the run
-        answers the same question the probe did ("does it fit on a 24 GB card?")."""
+        answers the same question the probe did ("does it fit on a 24 GB card?"); after a probe
+        with the data's longest samples, ``train.longest_first`` too."""
         from fttui.core.profiles import apply_overrides
 
         res = self.result
         if self.state is not ProbeState.DONE or res is None or res.largest_fit is None:
             return None
         base = self.probe_resolved or self.resolved
-        resolved = apply_overrides(base, {PROBE_PARAMS[res.param]: res.largest_fit})
+        # probed with the data's longest samples: the run puts them first too (an OOM in its first step)
+        worst_first = {"train.longest_first": True} if getattr(res, "samples", "") == "data" else {}
+        resolved = apply_overrides(base, {PROBE_PARAMS[res.param]: res.largest_fit, **worst_first})
         resolved.setdefault("origin", self.resolved.get("origin"))
         return resolved
 

@@ -118,10 +118,13 @@ def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
         out.append(f"  ·  at most {res.max_loads} loads said up front")
     out.append(f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
                f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}")
+    if getattr(res, "samples", "synthetic") == "data" and res.samples_note:
+        out.append(f"\n{res.samples_note}")
     if res.note:
         out.append(f"\nnote: {res.note}", style="italic")
     if res.largest_fit is not None:
-        out.append(f"\nenter: full run at {p}={res.largest_fit}", style="bold")
+        out.append(f"\nenter: full run at {p}={res.largest_fit}"
+                   + (", longest samples first" if getattr(res, "samples", "") == "data" else ""), style="bold")
         lim = {k: v for k, v in (probe_only_limits or {}).items() if v}
         if lim:
             shown = ", ".join(f"{k.split('_')[0]} {v}" for k, v in sorted(lim.items()))

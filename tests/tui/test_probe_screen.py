@@ -3,6 +3,7 @@ found value one key away; leaving a running probe leaves no process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -202,6 +203,71 @@ async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch
         assert scr.prober.launched and scr.error and "\n" not in scr.error
         assert "demo-qlora" in scr.error and "Traceback" not in scr.error
     assert not (fttui_home / "runs").exists()
+
+
+async def test_probe_form_repeats_and_data(fttui_home, tmp_path, monkeypatch):
+    """The form's repeats and data fields reach the probe (no probe process here: the thread
+    worker is replaced by one that ends at once)."""
+    from textual.widgets import Checkbox
+
+    from fttui.core.profiles import load_profile
+
+    tiny_full = load_profile("tiny-full", {"limits.host_memory": "48MiB"})  # trains on a shipped file
+    tiny_lora = load_profile("tiny-lora")  # synthetic samples
+    fixture_profiles(tmp_path, monkeypatch)
+    started = []
+
+    def no_run(self, prober, token, done):
+        started.append(prober)
+        done.set()
+        self.post_message(self.Finished(token, stopped=True))
+
+    monkeypatch.setattr(ProbeScreen, "_run_probe", no_run)
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        scr = ProbeScreen(tiny_full)
+        app.push_screen(scr)
+        await until(pilot, lambda: app.screen is scr and scr.is_mounted, what="probe screen")
+        assert scr.query_one("#pr-repeats", Input).value == "0"
+        assert scr.query_one("#pr-data", Checkbox).value is False
+        await _fill(pilot, scr, lo="1", hi="64", repeats="2")
+        await pilot.press("s")
+        await until(pilot, lambda: started and scr.state == "stopped", what="the probe started")
+        prober = started[-1]
+        assert (prober.repeats, prober.data, prober.max_loads) == (2, False, 4 + 2 * 2)
+        assert "2 repeats next to the boundary; at most 8 model loads" in scr.log_line
+        # the data toggle: the data set's longest samples
+        scr.query_one("#pr-data", Checkbox).value = True
+        await _fill(pilot, scr, repeats="0")
+        await pilot.press("s")
+        await until(pilot, lambda: len(started) == 2 and scr.state == "stopped", what="the data probe started")
+        assert (started[-1].repeats, started[-1].data) == (0, True) and "the data's longest samples" in scr.log_line
+        # bad input: one line, nothing started
+        await _fill(pilot, scr, repeats="-1")
+        await pilot.press("s")
+        assert scr.state == "error" and "repeats: must be >= 0" in scr.error and len(started) == 2
+        # a recorded probe with the data: the panel says which samples, the run puts them first
+        note = "samples: the longest of 64 in tail (longest 233 tokens at max_seq_len 512; median 57)"
+        done = ProbeScreen(tiny_full, result=dataclasses.replace(probe_result(), samples="data", samples_note=note))
+        app.push_screen(done)
+        await until(pilot, lambda: app.screen is done and done.is_mounted, what="the recorded probe")
+        await until(pilot, lambda: "longest 233" in _text(app, "#probe-boundary"),
+                    what="the samples in the boundary panel")
+        assert done.query_one("#pr-data", Checkbox).value is True
+        assert done.launch_profile()["train"]["longest_first"] is True
+        assert scr.launch_profile() is None  # (no result on the first screen)
+    # a profile with synthetic data has no data to probe with: one line, nothing started
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+        scr = ProbeScreen(tiny_lora)
+        app.push_screen(scr)
+        await until(pilot, lambda: app.screen is scr and scr.is_mounted, what="probe screen")
+        scr.query_one("#pr-data", Checkbox).value = True
+        await pilot.pause()
+        await pilot.press("s")
+        assert scr.state == "error" and "data.source is synthetic" in scr.error and len(started) == 2
 
 
 async def test_recorded_result_and_launch_profile(fttui_home, tmp_path, monkeypatch):
