@@ -205,6 +205,15 @@ async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch
     assert not (fttui_home / "runs").exists()
 
 
+async def _push_probe(pilot, app, resolved: dict) -> ProbeScreen:
+    """A probe screen of ``resolved`` on top of the picker, mounted."""
+    await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
+    scr = ProbeScreen(resolved)
+    app.push_screen(scr)
+    await until(pilot, lambda: app.screen is scr and scr.is_mounted, what="probe screen")
+    return scr
+
+
 async def test_probe_form_repeats_and_data(fttui_home, tmp_path, monkeypatch):
     """The form's repeats and data fields reach the probe (no probe process here: the thread
     worker is replaced by one that ends at once)."""
@@ -225,10 +234,7 @@ async def test_probe_form_repeats_and_data(fttui_home, tmp_path, monkeypatch):
     monkeypatch.setattr(ProbeScreen, "_run_probe", no_run)
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
-        scr = ProbeScreen(tiny_full)
-        app.push_screen(scr)
-        await until(pilot, lambda: app.screen is scr and scr.is_mounted, what="probe screen")
+        scr = await _push_probe(pilot, app, tiny_full)
         assert scr.query_one("#pr-repeats", Input).value == "0"
         assert scr.query_one("#pr-data", Checkbox).value is False
         await _fill(pilot, scr, lo="1", hi="64", repeats="2")
@@ -260,10 +266,7 @@ async def test_probe_form_repeats_and_data(fttui_home, tmp_path, monkeypatch):
     # a profile with synthetic data has no data to probe with: one line, nothing started
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
-        scr = ProbeScreen(tiny_lora)
-        app.push_screen(scr)
-        await until(pilot, lambda: app.screen is scr and scr.is_mounted, what="probe screen")
+        scr = await _push_probe(pilot, app, tiny_lora)
         scr.query_one("#pr-data", Checkbox).value = True
         await pilot.pause()
         await pilot.press("s")
