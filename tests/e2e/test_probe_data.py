@@ -21,7 +21,7 @@ from fttui.core.profiles import load_profile
 from tests.conftest import run_fttui
 from tests.e2e.test_oom_probe import PROBE_LIMIT, _no_process_left, _results, fresh_trial
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 PROFILE = """description = "tiny-lora on a data set with a long tail (probe --data test)"
 extends = "tiny-lora"
@@ -56,7 +56,7 @@ def _run(work: Path, batch: int):
 def test_data_probe_beats_synthetic_and_holds_for_a_run(fttui_home, tmp_path, monkeypatch):
     work = _tail_profile(tmp_path, monkeypatch)
     proc = run_fttui("probe", "--profile", "tail-lora", "--data", "--range", "1..64", "--steps", "1",
-                     "--host-memory-limit", PROBE_LIMIT, "--json", timeout=900, cwd=work)
+                     "--host-memory-limit", PROBE_LIMIT, "--json", timeout=1500, cwd=work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
     lf, so = res["largest_fit"], res["smallest_oom"]
