@@ -53,16 +53,30 @@ def processes_with_env(key: str, value: str, under: bool = False) -> list[psutil
     return found
 
 
+def _not_ours(procs: list) -> list:
+    """Leave out the helpers of this test process itself: multiprocessing's resource tracker and
+    fork server (started by torch or a DataLoader in a test's own process) live until it exits."""
+    mine = []
+    for p in procs:
+        try:
+            if p.ppid() == os.getpid() and any("multiprocessing." in c for c in p.cmdline()):
+                continue
+        except psutil.Error:
+            continue
+        mine.append(p)
+    return mine
+
+
 def end_leftovers(folder: Path, grace: float) -> list[str]:
     """Processes started with ``FTTUI_HOME`` in ``folder`` (a test's or a session's temporary
     folder) that are still alive after ``grace`` seconds: killed (SIGKILL), the lock of a DeepSpeed
     op build among them removed (a killed build's lock hangs every later DeepSpeed run), the
     cgroups of their runs ended; one line each (pid and command line), none when all ended."""
     deadline = time.monotonic() + grace
-    left = processes_with_env("FTTUI_HOME", str(folder), under=True)
+    left = _not_ours(processes_with_env("FTTUI_HOME", str(folder), under=True))
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = processes_with_env("FTTUI_HOME", str(folder), under=True)
+        left = _not_ours(processes_with_env("FTTUI_HOME", str(folder), under=True))
     lines, build_dirs, run_dirs = [], set(), set()
     for p in left:
         try:

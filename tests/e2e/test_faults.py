@@ -189,7 +189,7 @@ def test_app_killed_or_hung_up_mid_run_the_run_goes_on(how, fttui_home):
         from fttui.core.base import paths
 
         run_dir = wait_for(lambda: next(iter(paths.runs_dir().glob("*")), None) if paths.runs_dir().exists()
-                           else None, timeout=60, what="the run dir")
+                           else None, timeout=180, what="the run dir")
         wait_for(lambda: _steps(run_dir) > 0, timeout=120, what="a step")
         apps = [p for p in psutil.process_iter(["cmdline"])
                 if p.info["cmdline"] and any(a.endswith("/fttui") for a in p.info["cmdline"][:2])

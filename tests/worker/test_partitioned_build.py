@@ -135,13 +135,11 @@ def test_deepspeeds_optimizer_is_named_and_holds_the_estimated_states(tmp_path):
     ranks = [json.loads((rd / f"held-{r}.json").read_text()) for r in (0, 1)]
     # ZeRO-3 over two CPU ranks: the stage read back from the engine, the parameters partitioned
     # (this run also stands for a plain full-model ZeRO-3 run: the worker's setup and Trainer)
-    starts = [e for e in read_events(rd) if e["event"] == "start"]
-    assert sorted(e["rank"] for e in starts) == [0, 1]
-    for e in starts:
-        assert e["wrapper"].endswith("DeepSpeedEngine") and e["deepspeed"]["zero_stage"] == 3
-        s = e["sharding"]
-        assert (s["asked"], s["ran"], s["kind"], s["zero_stage"]) == ("zero3", "zero3", "deepspeed", 3)
-        assert s["offload_optimizer"] == s["offload_param"] == "none" and s["distributed_type"] == "DEEPSPEED"
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    for r in ranks:
+        s = r["sharding"]
+        assert (s["ran"], s["kind"], s["zero_stage"], s["distributed_type"]) == ("zero3", "deepspeed", 3, "DEEPSPEED")
+        assert s["offload_optimizer"] == s["offload_param"] == "none"
         assert s["params_local"] == pytest.approx(s["params"] / 2, rel=0.02)
     e = estimate(prof)
     T = e.inputs["params"]
