@@ -47,8 +47,20 @@ def cmd_plan(args, resolve=resolve) -> int:
         pick = fitting[min(max(1, args.pick), len(fitting)) - 1]
         path = write_profile(args.write, resolved, pick, gpus=budget.gpus if budget.gpus else None)
         print(f"wrote {path}: {pick.label()}", file=sys.stderr)
+    checked: dict[int, dict] = {}
+    if args.verify:
+        from fttui.core.experiments.planning import verify
+
+        def said(res: dict) -> None:
+            print(f"verify: {res['setup']}: {res['status']} (run {res['run_id']}, max_seq_len {res['max_seq_len']})",
+                  file=sys.stderr, flush=True)
+
+        for res in verify(resolved, options, args.verify, budget, on_result=said):
+            checked[next(i for i, o in enumerate(options) if o.settings() == res["settings"])] = res
     if args.json:
-        print(json.dumps([o.to_dict() for o in options], indent=2))
+        print(json.dumps([{**o.to_dict(), **({"verified": checked[i]["held"], "verify_run": checked[i]["run_id"],
+                                               "verify_status": checked[i]["status"]} if i in checked else {})}
+                          for i, o in enumerate(options)], indent=2))
         return 0
     where = (f"{budget.gpus} x {budget.card}" if budget.gpus else
              f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})")
@@ -58,6 +70,9 @@ def cmd_plan(args, resolve=resolve) -> int:
     print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
         print(f"time: {options[0].mfu_source}")
+    for i, res in sorted(checked.items()):
+        print(f"verified #{i + 1}: {res['status']}" + (" (held)" if res["held"] else " (did not hold)"
+                                                      if res["held"] is False else "") + f", run {res['run_id']}")
     return 0
 
 
@@ -77,5 +92,8 @@ def add_parser(sub) -> None:
     p.add_argument("--prices", metavar="FILE", help="price of one card-hour per GPU name (the report's price file)")
     p.add_argument("--write", metavar="NAME", help="save the fastest setup that fits as profiles/NAME.toml")
     p.add_argument("--pick", type=int, default=1, metavar="K", help="with --write: the K-th fitting setup (default 1)")
+    p.add_argument("--verify", type=int, metavar="K",
+                   help="run the K fastest setups that fit for real (a few steps at the longest real batch) "
+                        "and say which held")
     p.add_argument("--json", action="store_true", help="the setups as a JSON list, fastest first")
     p.set_defaults(handler=cmd_plan)

@@ -15,26 +15,26 @@ class PickerActions:
     def action_focus_list(self) -> None:
         self.query_one("#profiles", OptionList).focus()
 
-    def action_probe(self) -> None:
-        """The probe screen of the selected profile, with the current overrides."""
-        from fttui.tui.probe_screen import ProbeScreen
-
+    def _open_for_selection(self, screen_type) -> None:
+        """A screen of the selected profile with the current overrides (its runs may add rows)."""
         if self.resolved is None:
             self.notify("fix the error in the details pane first", severity="warning")
             return
         self._store_stale = True
-        self.app.push_screen(ProbeScreen(self.resolved))
+        self.app.push_screen(screen_type(self.resolved))
+
+    def action_probe(self) -> None:
+        """The probe screen of the selected profile, with the current overrides."""
+        from fttui.tui.probe_screen import ProbeScreen
+
+        self._open_for_selection(ProbeScreen)
 
     def action_plan(self) -> None:
         """The plan screen of the selected profile, with the current overrides: its setups on
         this machine's cards, fastest first; Enter there launches one."""
         from fttui.tui.plan_screen import PlanScreen
 
-        if self.resolved is None:
-            self.notify("fix the error in the details pane first", severity="warning")
-            return
-        self._store_stale = True
-        self.app.push_screen(PlanScreen(self.resolved))
+        self._open_for_selection(PlanScreen)
 
     def action_launch(self) -> None:
         """Launch the selection; one predicted not to fit the visible card asks first."""

@@ -1,7 +1,8 @@
 """What the planner reads of this machine and the store (the CLI and the app share it): the
 cards (NVML, or the recorded ones of ``FTTUI_FAKE_GPUS``), the host's memory, the store's rows,
 the data's cached lengths and the price file; :func:`run_plan` hands them to
-:func:`fttui.core.experiments.plan.plan`. :func:`write_profile` saves a chosen setup as a profile.
+:func:`fttui.core.experiments.plan.plan`. :func:`write_profile` saves a chosen setup as a profile,
+:func:`verify` runs the fastest setups for real.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fttui.core.base.units import MIB, parse_size
 from fttui.core.base.errors import SizeError
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
 
-__all__ = ["machine_budget", "run_plan", "write_profile", "PlanError"]
+__all__ = ["machine_budget", "run_plan", "verify", "write_profile", "PlanError"]
 
 
 def _size(text: str, what: str) -> int:
@@ -141,3 +142,50 @@ def write_profile(name: str, base: Mapping[str, Any], option: Option, folder: st
     with open(path, "x", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return path
+
+
+#: how long ``verify`` waits for a launched run's supervisor to record itself
+START_WAIT_S = 600.0
+
+
+def verify(profile: Mapping[str, Any], options: Sequence[Option], k: int, budget: Budget, *, steps: int = 2,
+           on_result: Any = None) -> list[dict[str, Any]]:
+    """``--verify K``: launch the K fastest setups that fit, one fresh run each (``steps`` steps,
+    the group of one plan in the store, kind ``sweep``), at the plan's micro batch and the data's
+    longest sample after truncation (synthetic samples of that length: every batch is the longest
+    real batch), under the profile's memory limits; each result says whether the setup held
+    (``completed``), ran out of memory (``oom``) or failed otherwise. ``on_result`` is called with
+    each result as it comes."""
+    import time
+
+    from fttui.core.profiles import apply_overrides
+    from fttui.core.run import launch, rundir
+    from fttui.core.run.datalens import data_stats
+
+    if k < 1:
+        raise PlanError(f"--verify {k}: give the number of setups to run, 1 or more")
+    longest = int(data_stats(dict(profile), 1)[0].tokens["max"])
+    group = rundir.new_run_id(f"plan-{profile.get('name') or 'profile'}")
+    world = budget.ranks_per_node * max(1, int((profile.get("devices") or {}).get("nodes") or 1))
+    out = []
+    for o in [o for o in options if o.fits][:k]:
+        over = {**o.settings(), "train.max_steps": steps, "train.save": "none", "data.source": "synthetic",
+                "data.max_seq_len": longest, "data.num_samples": o.batch_size * o.grad_accum * world * steps}
+        over["devices.gpus" if budget.gpus else "devices.cpu_processes"] = budget.ranks_per_node
+        rd = launch.launch(apply_overrides(profile, over), kind="sweep", group=group)
+        started = time.monotonic()
+        try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
+            while rd.status() is None and (rd.is_live() if rd.supervisor() is not None
+                                           else time.monotonic() - started < START_WAIT_S):
+                time.sleep(0.3)
+        except KeyboardInterrupt:
+            rd.request_cancel()
+            raise
+        status = (rd.status() or {}).get("status", "failed")
+        res = {"setup": o.label(), "settings": o.settings(), "run_id": rd.run_id, "status": status,
+               "held": True if status == "completed" else False if status == "oom" else None,
+               "max_seq_len": longest}
+        out.append(res)
+        if on_result is not None:
+            on_result(res)
+    return out
