@@ -263,49 +263,6 @@ def _fresh_run(value: int, *extra: str) -> tuple[int, dict]:
 
 
 @pytest.mark.slow
-def test_launched_probe_matches_fresh_runs(fttui_home):
-    """A 2-rank probe: every trial a fresh torchrun launch; its boundary is what fresh `fttui run`s
-    see at the largest fit (completed) and one above (OOM), and the fit trial's host figure is the
-    fresh run's (both the ranks' own peaks, summed)."""
-    proc = run_fttui("probe", "--profile", "tiny-lora", *CPU2, "--range", "1..128", "--start", "8", "--steps", "1",
-                     "--host-memory-limit", LAUNCHED_LIMIT, "--json", timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
-    lf, so = res["largest_fit"], res["smallest_oom"]
-    assert lf is not None and so == lf + 1 and res["exact"] is True, res
-    assert "fresh launch of 2 processes (torchrun)" in proc.stderr
-    trials = res["trials"]
-    assert res["model_loads"] == len(trials)  # one launch per trial
-    assert all(t["fresh"] and t["clean"] for t in trials)
-    assert [t["load"] for t in trials] == list(range(1, len(trials) + 1))
-    assert max(t["value"] for t in trials if t["status"] == "fit") == lf
-    assert min(t["value"] for t in trials if t["status"] == "oom") == so
-    for t in trials:
-        assert t["sharding"] == "none"  # read back from the ranks' start events: DDP
-        if t["status"] == "oom":
-            assert t["oom_kind"] == "cpu"
-    # One store row of kind probe per trial, the same format as a one-process probe's.
-    rows = [r for r in _results("--kind", "probe") if r["group_id"] == res["probe_id"]]
-    assert Counter((r["batch_size"], r["status"]) for r in rows) == Counter((t["value"], t["status"]) for t in trials)
-    assert {r["world_size"] for r in rows} == {2} and {r["recorded_by"] for r in rows} == {"probe"}
-    assert _results("--kind", "run") == []  # the trials are not runs
-    _no_process_left(fttui_home)
-
-    # The same figure the other way: fresh runs at the boundary and one above.
-    rc_fit, row_fit = _fresh_run(lf)
-    rc_oom, row_oom = _fresh_run(so)
-    if (rc_fit, rc_oom) != (0, 3):
-        # a value at the margin may go either way once (docs/bench-probe.md): ask each once more
-        rc_fit, row_fit = _fresh_run(lf) if rc_fit != 0 else (rc_fit, row_fit)
-        rc_oom, row_oom = _fresh_run(so) if rc_oom != 3 else (rc_oom, row_oom)
-    assert (rc_fit, rc_oom) == (0, 3), (res, row_fit, row_oom)
-    assert row_fit["status"] == "completed" and row_oom["status"] == "oom" and row_oom["oom_kind"] == "cpu"
-    fit_trial = next(t for t in trials if t["value"] == lf and t["status"] == "fit")
-    assert row_fit["host_measure"] == "ranks" and fit_trial["host_measure"] == "ranks"
-    assert abs(fit_trial["peak_host_rss_mb"] - row_fit["peak_host_rss_mb"]) <= 0.1 * row_fit["peak_host_rss_mb"]
-
-
-@pytest.mark.slow
 def test_sharded_probe_runs_under_deepspeed(fttui_home):
     """ZeRO-2 over two CPU ranks through DeepSpeed's launcher: a short probe, each trial a fresh
     launch; the row says the sharding the engine ran. (No host budget: DeepSpeed compiles its
@@ -325,10 +282,12 @@ def test_sharded_probe_runs_under_deepspeed(fttui_home):
 
 
 @pytest.mark.slow
-def test_fsdp_probe_finds_an_oom_boundary(fttui_home):
-    """FSDP over two CPU ranks (torchrun): a probe with real OOMs under the host budget; the
-    ranks read back FSDP in every trial, and a fresh `fttui run` one above the boundary runs out
-    of memory too."""
+def test_launched_fsdp_probe_matches_fresh_runs(fttui_home):
+    """A 2-rank probe under FSDP (torchrun): every trial a fresh launch, real OOMs under the host
+    budget, FSDP read back from the ranks in every trial; its boundary is what fresh `fttui run`s
+    see at the largest fit (completed) and one above (OOM), and the fit trial's host figure is the
+    fresh run's (both the ranks' own peaks, summed). (A DDP probe launches the same way: the
+    sharding is one more setting of the trial's profile.)"""
     fsdp = ["--set", "sharding=fsdp"]
     proc = run_fttui("probe", "--profile", "tiny-lora", *CPU2, *fsdp, "--range", "1..128", "--start", "8",
                      "--steps", "1", "--host-memory-limit", LAUNCHED_LIMIT, "--json", timeout=900)
@@ -336,15 +295,36 @@ def test_fsdp_probe_finds_an_oom_boundary(fttui_home):
     res = json.loads(proc.stdout)
     lf, so = res["largest_fit"], res["smallest_oom"]
     assert lf is not None and so == lf + 1 and res["exact"] is True, res
-    assert {t["sharding"] for t in res["trials"]} == {"fsdp"}
-    assert {t["oom_kind"] for t in res["trials"] if t["status"] == "oom"} == {"cpu"}
+    assert "fresh launch of 2 processes (torchrun)" in proc.stderr
+    trials = res["trials"]
+    assert res["model_loads"] == len(trials)  # one launch per trial
+    assert all(t["fresh"] and t["clean"] for t in trials)
+    assert [t["load"] for t in trials] == list(range(1, len(trials) + 1))
+    assert max(t["value"] for t in trials if t["status"] == "fit") == lf
+    assert min(t["value"] for t in trials if t["status"] == "oom") == so
+    assert {t["sharding"] for t in trials} == {"fsdp"}  # read back from the ranks' start events
+    assert {t["oom_kind"] for t in trials if t["status"] == "oom"} == {"cpu"}
+    # One store row of kind probe per trial, the same format as a one-process probe's.
     rows = [r for r in _results("--kind", "probe") if r["group_id"] == res["probe_id"]]
-    assert len(rows) == len(res["trials"]) and {r["sharding"] for r in rows} == {"fsdp"}
+    assert Counter((r["batch_size"], r["status"]) for r in rows) == Counter((t["value"], t["status"]) for t in trials)
+    assert {r["world_size"] for r in rows} == {2} and {r["recorded_by"] for r in rows} == {"probe"}
+    assert {r["sharding"] for r in rows} == {"fsdp"}
+    assert _results("--kind", "run") == []  # the trials are not runs
     _no_process_left(fttui_home)
-    rc, row = _fresh_run(so, *fsdp)
-    if rc != 3:  # a value at the margin may go either way once (docs/bench-probe.md)
-        rc, row = _fresh_run(so, *fsdp)
-    assert rc == 3 and row["status"] == "oom" and row["sharding"] == "fsdp", row
+
+    # The same figure the other way: fresh runs at the boundary and one above.
+    rc_fit, row_fit = _fresh_run(lf, *fsdp)
+    rc_oom, row_oom = _fresh_run(so, *fsdp)
+    if (rc_fit, rc_oom) != (0, 3):
+        # a value at the margin may go either way once (docs/bench-probe.md): ask each once more
+        rc_fit, row_fit = _fresh_run(lf, *fsdp) if rc_fit != 0 else (rc_fit, row_fit)
+        rc_oom, row_oom = _fresh_run(so, *fsdp) if rc_oom != 3 else (rc_oom, row_oom)
+    assert (rc_fit, rc_oom) == (0, 3), (res, row_fit, row_oom)
+    assert row_fit["status"] == "completed" and row_oom["status"] == "oom" and row_oom["oom_kind"] == "cpu"
+    assert row_fit["sharding"] == row_oom["sharding"] == "fsdp"
+    fit_trial = next(t for t in trials if t["value"] == lf and t["status"] == "fit")
+    assert row_fit["host_measure"] == "ranks" and fit_trial["host_measure"] == "ranks"
+    assert abs(fit_trial["peak_host_rss_mb"] - row_fit["peak_host_rss_mb"]) <= 0.1 * row_fit["peak_host_rss_mb"]
 
 
 def _trial_running(home: Path) -> Path | None:

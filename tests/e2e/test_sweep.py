@@ -16,11 +16,12 @@ def test_sweep_rows_matrix_and_skipped_cells(tmp_path, fttui_home):
     out = tmp_path / "sweep.md"
     # Cells run in grid order: (2,32) (2,64) (128,32) (128,64). Batch 128 runs out of memory under
     # 40MiB at either length; (128,64) dominates the OOM cell (128,32) and is skipped.
+    # --json prints the cells, --out writes the Markdown table (what stdout holds without --json)
     proc = run_fttui("sweep", "--profile", "tiny-lora", "--grid", "batch_size=2,128", "--grid", "max_seq_len=32,64",
-                     "--steps", "2", "--host-memory-limit", "40MiB", "--out", str(out))
+                     "--steps", "2", "--host-memory-limit", "40MiB", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    text = proc.stdout
-    assert out.read_text().strip() == text.strip()
+    res = json.loads(proc.stdout)
+    text = out.read_text()
     lines = text.splitlines()
     assert lines[0].startswith("## tiny-lora: sweep ")
 
@@ -63,6 +64,19 @@ def test_sweep_rows_matrix_and_skipped_cells(tmp_path, fttui_home):
     for r in stored:
         assert not processes_mentioning(r["run_id"])
 
+    # The JSON cells are the stored rows.
+    assert res["profile"] == "tiny-lora" and not res["interrupted"]
+    assert res["grid"] == {"batch_size": [2, 128], "max_seq_len": [32, 64]}
+    assert [c["settings"] for c in res["cells"]] == [{"batch_size": b, "max_seq_len": n} for b in (2, 128) for n in (32, 64)]
+    assert [c["status"] for c in res["cells"]] == ["completed", "completed", "oom", "skipped"]
+    for c in res["cells"]:
+        if c["run_id"] is None:
+            assert c["status"] == "skipped" and c["skipped_because"]
+            continue
+        row = by[(c["settings"]["batch_size"], c["settings"]["max_seq_len"])]
+        assert row["run_id"] == c["run_id"] and row["batch_size"] == c["row"]["batch_size"]
+        assert row["samples_per_s"] == c["row"]["samples_per_s"]
+
 
 @pytest.mark.slow
 def test_sweep_of_two_sharded_ranks(fttui_home):
@@ -81,16 +95,3 @@ def test_sweep_of_two_sharded_ranks(fttui_home):
         assert r["world_size"] == 2 and r["sharding"] == "fsdp"  # read back from the ranks
         assert len(r["peak_rank_rss_mb"]) == 2 or r["status"] == "oom"
         assert not processes_mentioning(r["run_id"])
-
-
-def test_sweep_json_cells_are_the_stored_rows(fttui_home):
-    proc = run_fttui("sweep", "--profile", "tiny-lora", "--grid", "batch_size=1,2", "--steps", "1", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
-    assert res["profile"] == "tiny-lora" and res["grid"] == {"batch_size": [1, 2]} and not res["interrupted"]
-    assert [c["settings"] for c in res["cells"]] == [{"batch_size": 1}, {"batch_size": 2}]
-    stored = {r["run_id"]: r for r in json.loads(run_fttui("results", "--kind", "sweep", "--json", check=True).stdout)}
-    for c in res["cells"]:
-        assert c["status"] == "completed" and c["run_id"] in stored
-        assert stored[c["run_id"]]["batch_size"] == c["settings"]["batch_size"] == c["row"]["batch_size"]
-        assert stored[c["run_id"]]["samples_per_s"] == c["row"]["samples_per_s"]
