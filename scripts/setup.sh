@@ -16,16 +16,19 @@ want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 # The Slurm end-to-end tests (tests/e2e/test_slurm.py) start a one-host cluster from Debian's
 # slurm-wlm and munge: under CI (CI set) or as root they are installed with apt-get when missing;
 # elsewhere those tests skip and say why.
-if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { [ -n "${CI:-}" ] || [ "${FTTUI_INSTALL_SLURM:-1}" = 1 ]; }; then
-    echo "setup: installing slurm-wlm and munge with apt-get (the Slurm tests' one-host cluster)"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null ||
-      echo "setup: apt-get could not install slurm-wlm and munge: the Slurm tests will skip" >&2
+install_slurm() {
+  if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { [ -n "${CI:-}" ] || [ "${FTTUI_INSTALL_SLURM:-1}" = 1 ]; }; then
+      echo "setup: installing slurm-wlm and munge with apt-get (the Slurm tests' one-host cluster)"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null ||
+        echo "setup: apt-get could not install slurm-wlm and munge: the Slurm tests will skip" >&2
+    fi
   fi
-fi
+}
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/fttui" ]; then
+  install_slurm
   exit 0
 fi
 
@@ -59,4 +62,10 @@ echo "setup: installing fttui and its dependencies into $VENV"
 "${pip[@]}" install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 "$VENV/bin/python" -c 'import fttui, torch, transformers, peft, textual' || {
   echo "setup: the environment is incomplete (see the messages above)" >&2; exit 1; }
+# DeepSpeed's CPU ops compile on first use (minutes on two cores): built now, in the background,
+# while apt installs Slurm (nothing to do with a GPU or without deepspeed; scripts/build_ops.py).
+"$VENV/bin/python" scripts/build_ops.py >/dev/null 2>&1 &
+ops=$!
+install_slurm
+wait "$ops" || true
 echo "$want" >"$stamp"
