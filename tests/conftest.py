@@ -24,7 +24,7 @@ def no_process_left_at_the_end(tmp_path_factory):
     yield
     from tests.helpers import end_leftovers
 
-    lines = end_leftovers(tmp_path_factory.getbasetemp(), grace=10)
+    lines = end_leftovers(tmp_path_factory.getbasetemp(), grace=30)
     if lines:
         text = LEFT_BEHIND.format(what="the test session", n=len(lines), lines="\n".join(lines))
         print("\n" + text, file=sys.stderr)
@@ -45,7 +45,7 @@ def fttui_home(tmp_path, monkeypatch):
     if (home / "runs").is_dir():  # the test ran something: nothing of it may outlive the test
         from tests.helpers import end_leftovers
 
-        lines = end_leftovers(tmp_path, grace=15)
+        lines = end_leftovers(tmp_path, grace=30)  # a supervisor still exiting after its status (a loaded machine)
         if lines:
             pytest.fail(LEFT_BEHIND.format(what="this test", n=len(lines), lines="\n".join(lines)), pytrace=False)
 

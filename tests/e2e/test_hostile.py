@@ -149,6 +149,8 @@ def test_a_setsid_daemon_dies_with_the_run(tmp_path, fttui_home, how):
             os.kill(pid, 9)
     status = json.loads((run_dir / "status.json").read_text())["status"]
     assert status == ("cancelled" if how == "cancel" else "completed")
+    cg = json.loads((run_dir / "supervisor.json").read_text())["cgroup"]
+    assert cg is None or not Path(cg).exists()  # the run's cgroup, where it had one, is removed
     if how == "ends":
         assert json.loads((run_dir / "supervisor.json").read_text())["cgroup"] is None
         notes = [x for x in (run_dir / "train.log").read_text().splitlines() if "no cgroup for the run" in x]
