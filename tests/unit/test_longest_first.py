@@ -55,3 +55,13 @@ def test_a_probe_trial_row_says_its_samples_and_longest_sequence():
     row = trial_row(Trial(value=6, status="oom", load=2, clean=True, fresh=True, longest_seq=128),
                     resolved, "P", "batch_size", 4)
     assert row["dataset"] == "synthetic (worst case)" and row["longest_seq"] == 128
+
+
+def test_a_launched_data_trial_keeps_the_data_and_puts_the_longest_first():
+    from fttui.core.experiments.launched import trial_overrides
+
+    resolved = load_profile("tiny-full")
+    assert trial_overrides(resolved, "batch_size", 6, 1, data=True) == {
+        "train.batch_size": 6, "train.max_steps": 1, "train.longest_first": True}
+    synthetic = trial_overrides(resolved, "batch_size", 6, 1)
+    assert synthetic["data.source"] == "synthetic" and "train.longest_first" not in synthetic

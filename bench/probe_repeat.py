@@ -1,0 +1,68 @@
+"""The same value in N fresh probe processes: does it give the same verdict every time?
+
+Each process is one model load and exactly one trial, the probe's own launch path
+(``Prober._load(value, "add", value - 1, None)``, as tests/e2e/test_oom_probe.py's fresh_trial
+does), under the profile's host-memory budget. Prints one line per process (verdict, headroom,
+peak address space and the limit) and the counts per value.
+
+    .venv/bin/python bench/probe_repeat.py --profile tiny-lora --param max_seq_len \\
+        --limit 48MiB --values 274,275 --n 10 [--parallel 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from fttui.core.base import paths
+from fttui.core.experiments.probe import Prober
+from fttui.core.profiles import load_profile
+from fttui.core.run.events import read_jsonl
+
+
+def one(resolved: dict, param: str, value: int, steps: int) -> dict:
+    p = Prober(resolved, param=param, lo=value, hi=value, steps=steps)
+    try:
+        p._load(value, "add", value - 1 if value > 1 else None, None)
+    finally:
+        p._kill()
+    events = read_jsonl(paths.runs_dir() / f"{p.probe_id}-load1" / "events.jsonl")
+    start = next(e for e in events if e.get("event") == "probe_start")
+    trial = next(e for e in events if e.get("event") == "trial")
+    return {"value": value, "status": trial["status"], "headroom_mb": trial.get("headroom_mb"),
+            "vm_peak_mb": trial.get("peak_host_vm_mb"),
+            "limit_mb": round(start["limits"]["rlimit_as_bytes"] / 2**20, 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="tiny-lora")
+    ap.add_argument("--param", default="batch_size", choices=["batch_size", "max_seq_len"])
+    ap.add_argument("--limit", default="48MiB")
+    ap.add_argument("--values", required=True, help="comma-separated values, e.g. 274,275")
+    ap.add_argument("--n", type=int, default=10, help="fresh processes per value")
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--parallel", type=int, default=2)
+    ns = ap.parse_args()
+    os.environ.setdefault("FTTUI_HOME", tempfile.mkdtemp(prefix="fttui-probe-repeat-"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    resolved = load_profile(ns.profile, [f"limits.host_memory={json.dumps(ns.limit)}"])
+    values = [int(v) for v in ns.values.split(",")]
+    jobs = [v for _ in range(ns.n) for v in values]  # interleaved: the machine's load hits both alike
+    counts: Counter = Counter()
+    with ThreadPoolExecutor(max_workers=ns.parallel) as ex:
+        for r in ex.map(lambda v: one(resolved, ns.param, v, ns.steps), jobs):
+            counts[(r["value"], r["status"])] += 1
+            print(json.dumps(r), flush=True)
+    for v in values:
+        print(f"{ns.param}={v}: fit {counts[(v, 'fit')]}, OOM {counts[(v, 'oom')]} of {ns.n} fresh processes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
