@@ -69,6 +69,7 @@ class HostSampler:
         # sampled RSS where VmHWM cannot be read), kept after it ends
         self._hwm: dict[tuple[int, float], int] = {}
         self._hwm_unread: set[tuple[int, float]] = set()
+        self._hwm_read: set[tuple[int, float]] = set()  # whose VmHWM was read once at least
 
     # -- tree discovery
     def _walk_proc(self, root: int) -> list[int]:
@@ -197,8 +198,12 @@ class HostSampler:
             procs[pid] = proc
             alive.append(pid)
             own = vm_hwm_bytes(pid)
-            if own is None:
-                self._hwm_unread.add(key)
+            if own is None:  # unreadable (another user's, or exiting now): counted unless read before
+                if key not in self._hwm_read:
+                    self._hwm_unread.add(key)
+            else:
+                self._hwm_read.add(key)
+                self._hwm_unread.discard(key)
             self._hwm[key] = max(self._hwm.get(key, 0), r if own is None else max(own, r))
             rss += r
             cpu += c

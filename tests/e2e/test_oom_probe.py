@@ -268,16 +268,17 @@ def test_sharded_probe_runs_under_deepspeed(fttui_home):
     launch; the row says the sharding the engine ran. (No host budget: DeepSpeed compiles its
     CPU communication op on the first ZeRO run of a machine, and the compiler inherits the
     budget's address-space limit.)"""
-    proc = run_fttui("probe", "--profile", "tiny-lora", *CPU2, "--set", "sharding=zero2", "--range", "1..2",
+    # one value: one launch (each trial of a launched probe is a fresh launch of both ranks)
+    proc = run_fttui("probe", "--profile", "tiny-lora", *CPU2, "--set", "sharding=zero2", "--range", "2..2",
                      "--steps", "1", "--json", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout)
     assert res["largest_fit"] == 2 and res["smallest_oom"] is None and res["exact"] is True, res
     assert "fits" in res["note"]
     assert "(deepspeed)" in proc.stderr
-    assert [(t["value"], t["status"], t["sharding"]) for t in res["trials"]] == [(1, "fit", "zero2"), (2, "fit", "zero2")]
+    assert [(t["value"], t["status"], t["sharding"]) for t in res["trials"]] == [(2, "fit", "zero2")]
     rows = [r for r in _results("--kind", "probe") if r["group_id"] == res["probe_id"]]
-    assert sorted((r["batch_size"], r["sharding"], r["steps"]) for r in rows) == [(1, "zero2", 1), (2, "zero2", 1)]
+    assert [(r["batch_size"], r["sharding"], r["steps"], r["world_size"]) for r in rows] == [(2, "zero2", 1, 2)]
     _no_process_left(fttui_home)
 
 

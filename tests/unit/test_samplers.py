@@ -411,3 +411,13 @@ def test_sampler_reads_each_process_high_water_mark(tmp_path):
     finally:
         host_mod.vm_hwm_bytes = real
     assert blind.hwm_unread >= 1 and blind.tree_hwm_mb > 0
+    # a process whose VmHWM was read once is not "unreadable" when a later read fails (it is
+    # exiting: seen under load, a watched process's last sample)
+    seen = HostSampler(os.getpid())
+    seen.sample()
+    try:
+        host_mod.vm_hwm_bytes = lambda pid: None
+        later = seen.sample()
+    finally:
+        host_mod.vm_hwm_bytes = real
+    assert later.hwm_unread == 0 and later.tree_hwm_mb > 0
