@@ -9,7 +9,9 @@ export FTTUI_TEST_RUN=1
 # A DeepSpeed op build killed in an earlier run leaves a lock that would hang every DeepSpeed test.
 .venv/bin/python -c 'import os, pathlib; from fttui.core.run.oplocks import clear_stale_locks
 clear_stale_locks(pathlib.Path(os.environ.get("TORCH_EXTENSIONS_DIR") or pathlib.Path.home() / ".cache/torch_extensions"), print)'
-.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+# Three workers on two cores: many end-to-end tests wait (for a scheduler, a timeout, a process to
+# end) and a third worker fills those waits; the DeepSpeed and Slurm tests keep their own groups.
+.venv/bin/python -m pytest -n 3 --dist loadgroup "$@"
 rc=$?
 if [ "$rc" = 5 ]; then
   echo "test.sh: no tests ran: that is a failure" >&2
