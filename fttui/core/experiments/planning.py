@@ -157,7 +157,9 @@ def verify(profile: Mapping[str, Any], options: Sequence[Option], k: int, budget
     (``completed``), ran out of memory (``oom``) or failed otherwise. ``on_result`` is called with
     each result as it comes."""
     import time
+    from functools import partial
 
+    from fttui.core.experiments.quick_forecast import launch_forecast
     from fttui.core.profiles import apply_overrides
     from fttui.core.run import launch, rundir
     from fttui.core.run.datalens import data_stats
@@ -172,7 +174,8 @@ def verify(profile: Mapping[str, Any], options: Sequence[Option], k: int, budget
         over = {**o.settings(), "train.max_steps": steps, "train.save": "none", "data.source": "synthetic",
                 "data.max_seq_len": longest, "data.num_samples": o.batch_size * o.grad_accum * world * steps}
         over["devices.gpus" if budget.gpus else "devices.cpu_processes"] = budget.ranks_per_node
-        rd = launch.launch(apply_overrides(profile, over), kind="sweep", group=group)
+        run = apply_overrides(profile, over)
+        rd = launch.launch(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
         started = time.monotonic()
         try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
             while rd.status() is None and (rd.is_live() if rd.supervisor() is not None
