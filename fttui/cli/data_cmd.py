@@ -79,13 +79,13 @@ def cmd_data(args, resolve=resolve) -> int:
         raise FttuiError("--batch-size: must be >= 1")
     with _progress_bar(sys.stderr.isatty() and not args.json) as bar:
         stats, cached = data_stats(profile, args.batch_size, bar)
-    source = profile["data"].get("source") or "synthetic"
+    source = profile.data.source or "synthetic"
     if args.json:
-        out = {"profile": profile.get("name"), "source": source,
-               "tokenizer": tokenizer_spec(profile["model"]), "cached": cached, **stats.to_dict()}
+        out = {"profile": profile.name, "source": source,
+               "tokenizer": tokenizer_spec(profile.model), "cached": cached, **stats.to_dict()}
         print(json.dumps(out, indent=2))
         return 0
     shown = source if source == "synthetic" else rel_path(source)
-    sys.stdout.write(render(stats, str(profile.get("name") or ""), shown,
-                            tokenizer_spec(profile["model"]), cached))
+    sys.stdout.write(render(stats, str(profile.name or ""), shown,
+                            tokenizer_spec(profile.model), cached))
     return 0

@@ -82,15 +82,16 @@ def run_node(args, resolve: Callable) -> int | None:
     if job:
         job_rd = rundir.RunDir(rundir.paths.runs_dir() / job)
         resolved = job_rd.profile()
-        if not isinstance(resolved, dict):
+        if resolved is None:
             raise FttuiError(f"--job {job}: no job directory with a profile.json under {job_rd.path.parent} "
                              "(is FTTUI_HOME the same shared folder on every node?)")
     else:
         resolved = resolve(args)
     rd = start_node(resolved, alloc, job)
-    dev = (rd.profile() or {}).get("devices", {})
+    prof = rd.profile()
+    where = f"{prof.devices.main_addr}:{prof.devices.main_port}" if prof is not None else "None:None"
     print(f"fttui: Slurm job {alloc.job_id} node {alloc.node_rank} of {alloc.nodes} ({alloc.node_name}): run "
-          f"{rd.run_id}, rendezvous {dev.get('main_addr')}:{dev.get('main_port')}", flush=True)
+          f"{rd.run_id}, rendezvous {where}", flush=True)
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "fttui.core.run.supervisor", str(rd.path)])
     return 1  # not reached

@@ -20,6 +20,7 @@ from typing import Any
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
 from fttui.core.base.errors import EstimateError
 from fttui.core.models.numbers import config_numbers
+from fttui.core.profiles.frozen import thaw
 from fttui.core.profiles.stored import as_profile
 
 from .errors import ConfigError
@@ -52,7 +53,7 @@ def load_config(m: dict[str, Any]):
     on top. The numbers are the ones the estimator reads (:func:`config_numbers`)."""
     from transformers import AutoConfig
 
-    arch_config = dict(m.get("arch_config") or {})
+    arch_config = thaw(dict(m.get("arch_config") or {}))  # a typed profile's tables are read-only
     cfg_path = m.get("config")
     if cfg_path:
         if os.path.isdir(cfg_path):

@@ -24,7 +24,7 @@ H = 256
 
 
 def _est(profile: str, sharding: str, *sets: str, **extra):
-    r = load_profile(profile, [*ARCH, *sets])
+    r = load_profile(profile, [*ARCH, *sets]).to_dict()
     r["sharding"] = sharding
     for k, v in extra.items():
         r[k] = v
@@ -101,7 +101,7 @@ def test_deepspeed_settings_choose_what_is_offloaded():
     assert e.host_breakdown["offload_param_partitions"] == 0
     assert e.breakdown["weights"] == round(2 * P / 2 + 2 * (P + int(0.9 * H * H)))
     # a profile.json written before sharding: the same settings under [zero3]
-    old = load_profile("tiny-full", [*ARCH, "train.precision=bf16", "devices.gpus=2"])
+    old = load_profile("tiny-full", [*ARCH, "train.precision=bf16", "devices.gpus=2"]).to_dict()
     old.pop("deepspeed", None)
     old.update(method="full-zero3-offload", zero3=keep)
     old.pop("sharding", None)
@@ -152,9 +152,9 @@ def test_lora_frozen_base_replicated_under_zero2_sharded_under_zero3_and_fsdp():
 
 
 def test_old_method_reads_as_full_with_zero3_offload():
-    old = load_profile("tiny-full", [*ARCH, "train.precision=bf16", "gpus=2"])
+    old = load_profile("tiny-full", [*ARCH, "train.precision=bf16", "gpus=2"]).to_dict()
     old["method"], old["sharding"] = "full-zero3-offload", "none"
-    new = load_profile("tiny-full", [*ARCH, "train.precision=bf16", "gpus=2"])
+    new = load_profile("tiny-full", [*ARCH, "train.precision=bf16", "gpus=2"]).to_dict()
     new["sharding"] = "zero3-offload"
     a, b = estimate(old), estimate(new)
     assert a.breakdown == b.breakdown and a.host_breakdown == b.host_breakdown
@@ -162,7 +162,7 @@ def test_old_method_reads_as_full_with_zero3_offload():
 
 
 def test_unsupported_sharding_is_one_line():
-    r = load_profile("tiny-full")
+    r = load_profile("tiny-full").to_dict()
     r["sharding"] = "zero4"
     with pytest.raises(EstimateError) as ei:
         estimate(r)
@@ -180,7 +180,7 @@ def test_cli_gives_the_estimators_line_and_exit_2():
     from fttui.cli.estimate_cmd import cmd_estimate
 
     def resolve(_a):
-        r = load_profile("tiny-full")
+        r = load_profile("tiny-full").to_dict()
         r["sharding"] = "zero4"
         return r
 
@@ -224,7 +224,7 @@ SETUPS = [(1, 1), (2, 1), (8, 1), (4, 2)]
 def test_deepspeed_reference_is_deepspeeds_estimator(gpus, nodes):
     z2, z3 = _ds()
     for sharding in ("zero2", "zero2-offload", "zero3", "zero3-offload"):
-        r = load_profile("qwen-7b-lora", ["method=full", f"gpus={gpus}", f"devices.nodes={nodes}"])
+        r = load_profile("qwen-7b-lora", ["method=full", f"gpus={gpus}", f"devices.nodes={nodes}"]).to_dict()
         r["sharding"] = sharding
         c = setup(r, [])
         P = c.a.params
@@ -249,7 +249,7 @@ def test_model_states_against_deepspeeds_estimator(gpus, nodes):
 
     def est(sharding):
         r = load_profile("qwen-7b-lora", ["method=full", "train.precision=fp16", f"gpus={gpus}",
-                                          f"devices.nodes={nodes}"])
+                                          f"devices.nodes={nodes}"]).to_dict()
         r["sharding"] = sharding
         return estimate(r)
 

@@ -40,7 +40,7 @@ def _frames(name: str) -> list[list[dict]]:
 
 
 def _profile(*over: str) -> dict:
-    return load_profile("tiny-lora", ["precision=bf16", *over])
+    return load_profile("tiny-lora", ["precision=bf16", *over]).to_dict()  # profile.json, the start event's config
 
 
 def _run_dir(tmp: Path, prof: dict, events=(), samples=()) -> rundir.RunDir:

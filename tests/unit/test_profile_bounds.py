@@ -48,7 +48,7 @@ ALSO = {("model.init", "pretrained"): {"model.name_or_path": "some-org/some-mode
 @pytest.fixture(scope="module")
 def base():
     # max_steps > 0: epochs = 0 is then a valid bound, not the cross-check "epochs or max_steps"
-    return load_profile("tiny-lora", ["train.max_steps=10", "devices.gpus=0"])
+    return load_profile("tiny-lora", ["train.max_steps=10", "devices.gpus=0"]).to_dict()  # profile.json
 
 
 def test_every_bounded_key_is_walked():

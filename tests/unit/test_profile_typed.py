@@ -87,7 +87,7 @@ def test_profile_fields_are_the_resolved_keys():
 
 @pytest.mark.parametrize("path", BUNDLED, ids=[p.stem for p in BUNDLED])
 def test_bundled_profile_round_trips(path):
-    resolved = load_profile(path.stem)
+    resolved = load_profile(path.stem).to_dict()  # profile.json's content
     profile = Profile.from_dict(resolved)
     again = profile.to_dict()
     assert again == resolved
@@ -96,14 +96,14 @@ def test_bundled_profile_round_trips(path):
     from_json = json.loads(json.dumps(resolved))  # as a run folder's profile.json reads back
     assert Profile.from_dict(from_json) == profile
     assert Profile.from_partial(resolved) == profile
-    assert Profile.load(path.stem) == profile
+    assert load_profile(path.stem) == profile
     assert isinstance(profile.devices, DeviceSettings) and profile.train.batch_size >= 1
 
 
 def test_round_trip_after_overrides():
     resolved = apply_overrides(load_profile("tiny-lora"),
                                ["lora.target_modules=q_proj,k_proj", "model.arch_config.hidden_size=128",
-                                "limits.gpu_memory=8GiB", "devices.gpus=0"])
+                                "limits.gpu_memory=8GiB", "devices.gpus=0"]).to_dict()
     profile = Profile.from_dict(resolved)
     assert profile.lora.target_modules == ("q_proj", "k_proj")
     assert profile.model.arch_config["hidden_size"] == 128
@@ -125,7 +125,7 @@ def test_frozen():
 
 
 def test_from_dict_takes_exactly_the_resolved_keys():
-    resolved = load_profile("tiny-lora")
+    resolved = load_profile("tiny-lora").to_dict()
     with pytest.raises(ValueError, match="unknown _kind"):
         Profile.from_dict(resolved | {"_kind": "probe"})
     with pytest.raises(ValueError, match="missing derived"):

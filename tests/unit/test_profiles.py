@@ -80,7 +80,7 @@ def test_bundled_profile_loads(path):
     for section, fields in SCHEMA.items():
         target = resolved if section == "" else resolved[section]
         assert set(fields) <= set(target), section
-    json.dumps(resolved)  # written as profile.json
+    json.dumps(resolved.to_dict())  # written as profile.json
     if resolved["data"]["source"] != "synthetic":
         assert Path(resolved["data"]["source"]).is_file()
     assert resolved["model"]["name_or_path"]

@@ -43,7 +43,7 @@ def _run_dir(tmp: Path, overrides=(), events=(), samples=()) -> rundir.RunDir:
     prof = load_profile("tiny-lora", list(overrides))
     path = tmp / "run"
     path.mkdir()
-    (path / "profile.json").write_text(json.dumps(prof))
+    (path / "profile.json").write_text(json.dumps(prof.to_dict()))
     (path / "command.json").write_text(json.dumps({"argv": ["x"], "env": {}, "kind": "run", "group": None}))
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (path / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
@@ -359,7 +359,7 @@ def test_schema_3_store_migrates_and_keeps_every_row(tmp_path):
 
 # ------------------------------------------------------------------ preflight
 def _resolved(**over) -> dict:
-    return load_profile("tiny-lora", [f"{k}={v}" for k, v in over.items()])
+    return load_profile("tiny-lora", [f"{k}={v}" for k, v in over.items()]).to_dict()
 
 
 @pytest.mark.parametrize("over,ok", [

@@ -172,4 +172,4 @@ def test_bundled_profiles_still_load_and_start_with_their_command():
         assert f.read_text().splitlines()[0] == f"# fttui run --profile {f.stem}", f.name
         r = load_profile(f.stem)
         assert r["sharding"] in SHARDINGS and r["method"] != ZERO3_OFFLOAD
-        json.dumps(r)
+        json.dumps(r.to_dict())

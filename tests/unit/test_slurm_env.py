@@ -28,9 +28,10 @@ def test_a_gpu_step_gives_rank_nodes_gpus_and_a_job_port():
                                gpus_per_node=8, restart=0)
     assert alloc.port == job_port("4242") == 20000 + 4242
     prof = with_allocation({"devices": {"gpus": 1, "nodes": 1, "node_rank": 0, "main_addr": "127.0.0.1",
-                                        "main_port": 29500, "cpu_processes": 1}}, alloc, "10.1.0.1")
+                                        "main_port": 29500, "cpu_processes": 1, "launcher": "auto"}},
+                           alloc, "10.1.0.1")
     assert prof["devices"] == {"gpus": 8, "nodes": 4, "node_rank": 1, "main_addr": "10.1.0.1",
-                               "main_port": 24242, "cpu_processes": 1}
+                               "main_port": 24242, "cpu_processes": 1, "launcher": "auto"}
 
 
 def test_two_jobs_on_one_node_get_different_ports_and_every_node_the_same():

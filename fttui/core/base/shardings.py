@@ -15,6 +15,7 @@ Python where fttui may not be installed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: families: one process per card (DDP when several), DeepSpeed ZeRO, PyTorch FSDP
@@ -135,7 +136,7 @@ def of(method: str | None, sharding: str | None) -> tuple[str | None, str]:
 def asked(profile: object) -> Sharding | None:
     """The kind a resolved profile (a mapping, or anything with ``method`` and ``sharding``
     attributes) asks for, its legacy method read as its kind; ``None`` for an unknown name."""
-    get_ = profile.get if isinstance(profile, dict) else (lambda k: getattr(profile, k, None))
+    get_ = profile.get if isinstance(profile, Mapping) else (lambda k: getattr(profile, k, None))
     return find(of(get_("method"), get_("sharding"))[1])
 
 

@@ -8,16 +8,16 @@ one per trial, :func:`trial_row`).
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import asdict, dataclass, field
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.results.columns import RowInputs, fold_row
 from fttui.core.run.row_figures import stated_sharding
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus
-from fttui.core.run.topology import world_size
 
 
 @dataclass
@@ -111,25 +111,25 @@ def parse_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def trial_row(t: Trial, resolved: dict, probe_id: str, param: str, index: int, data: bool = False) -> dict:
+def trial_row(t: Trial, resolved: Profile | dict, probe_id: str, param: str, index: int, data: bool = False) -> dict:
     """The store row of one trial (``kind = "probe"``, ``recorded_by = "probe"``; the one row
     builder, :func:`fttui.core.results.columns.fold_row`); ``index`` counts the probe's trials from
     1. Its stated settings are the profile's with the trial's value and the worst-case synthetic
     data (with ``data``: the data set's name, its longest samples); its measured figures are the
     trial's."""
-    p = copy.deepcopy(resolved)
-    section = p["train"] if param == "batch_size" else p["data"]
-    section["batch_size" if param == "batch_size" else "max_seq_len"] = t.value
-    p["data"]["name"] = (f"{p['data'].get('name') or p['data'].get('source')} (longest samples)" if data
-                         else "synthetic (worst case)")
-    method, sharding = stated_sharding(resolved)
+    prof = as_profile(resolved)
+    p = prof.with_settings({
+        "train.batch_size" if param == "batch_size" else "data.max_seq_len": t.value,
+        "data.name": (f"{prof.data.name or prof.data.source} (longest samples)" if data
+                      else "synthetic (worst case)")})
+    method, sharding = stated_sharding(p)
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
     snap = RunSnapshot(step=t.steps, samples_per_s=t.samples_per_s, tokens_per_s=t.tokens_per_s,
                        tokens_padded_per_s=t.tokens_per_s,
                        torch_peak_reserved_mb=dict(enumerate(t.peak_torch_reserved_mb)))
     parts = {"param": param, "method": method, "sharding": t.sharding or sharding,
              "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
-             "stated_world_size": world_size(resolved), "peak_gpu_mem_mb": t.peak_gpu_mem_mb,
+             "stated_world_size": p.world_size(), "peak_gpu_mem_mb": t.peak_gpu_mem_mb,
              "peak_host_rss_mb": t.peak_host_rss_mb, "host_measure": t.host_measure}
     return fold_row(RowInputs(run_id=f"{probe_id}-{index:02d}", kind="probe", group_id=probe_id, started_at=now,
                               ended_at=now, profile=p, snap=snap, status=FinalStatus(t.status, oom_kind=t.oom_kind,

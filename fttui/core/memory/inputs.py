@@ -18,6 +18,7 @@ from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
 from fttui.core.profiles.schema import QLORA_DEFAULT_OPTIMIZER, SCHEMA, TOP
 from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
 from fttui.core.models.prequant import refusal
 
@@ -70,12 +71,9 @@ def settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _with(resolved: Mapping[str, Any], param: str, value: int) -> dict[str, Any]:
-    """A shallow copy of ``resolved`` with one setting changed (no re-validation needed)."""
-    out = dict(resolved)
-    section, key = PARAMS[param].split(".")
-    out[section] = {**(resolved.get(section) or {}), key: int(value)}
-    return out
+def _with(resolved: Profile | Mapping[str, Any], param: str, value: int) -> Profile:
+    """``resolved`` with one setting changed (no re-validation needed)."""
+    return as_profile(resolved).with_settings({PARAMS[param]: int(value)})
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,17 @@ def _entry_of(m: Mapping[str, Any]) -> str | None:
     return name
 
 
+def _plain(value: Any) -> Any:
+    """A typed profile's read-only table (a nested ``rope_scaling``) as the dict a config holds."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return list(value) if isinstance(value, tuple) else value
+
+
 def model_numbers(m: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     """``(model_type, config numbers, ARCHS entry or None)`` of a resolved ``[model]`` table."""
     name = _entry_of(m)
-    arch_config = {k: v for k, v in (m.get("arch_config") or {}).items() if v is not None}
+    arch_config = {k: _plain(v) for k, v in (m.get("arch_config") or {}).items() if v is not None}
     if m.get("config"):
         try:
             raw = read_config(m["config"])

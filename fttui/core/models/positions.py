@@ -47,7 +47,7 @@ def positions(model: Mapping[str, Any]) -> Positions | None:
             continue
         if n > 0:
             scaling = cfg.get("rope_scaling")
-            factor = scaling.get("factor") if isinstance(scaling, dict) else None
+            factor = scaling.get("factor") if isinstance(scaling, Mapping) else None
             if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1:
                 n = int(n * factor)
             return Positions(n, key, model_type, model_type in LEARNED_POSITIONS)

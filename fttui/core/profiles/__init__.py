@@ -6,8 +6,8 @@ Pure stdlib. The public API is here; the modules split it by concern:
 - ``values``: checking one value (kinds, choices, ranges, sizes)
 - ``discovery``: where profiles are found (:func:`discover`, :func:`find_profile`)
 - ``files``: reading a file and its ``extends`` chain; ``overrides``: ``--set``
-- ``resolve``: the resolved dict (:func:`load_profile`, :func:`apply_overrides`)
-- ``typed``: the resolved dict as frozen dataclasses (:class:`Profile`) and its derived figures
+- ``resolve``: the resolved, typed profile (:func:`load_profile`, :func:`apply_overrides`)
+- ``typed``: the profile as frozen dataclasses (:class:`Profile`) and its derived figures; ``frozen``: their read-only values
 - ``stored``: a ``profile.json`` read back as a Profile (older shapes normalised), checked
 - ``summary``: :func:`profile_summary`; ``fields``: the picker's override fields
 - ``foreign``: LLaMA-Factory and axolotl configs (``--from``)

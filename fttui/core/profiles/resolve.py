@@ -4,9 +4,10 @@
     -> apply ``--set`` overrides -> fill defaults, resolve paths and derived values -> cross checks
 
 :func:`load_profile` does all of it for a profile name or file; :func:`apply_overrides` applies
-more overrides to an already resolved dict (derived values are derived again). The resolved
-dict holds every schema key plus the meta keys ``name``, ``source``, ``origin``, ``derived``
-and ``overrides`` (see :class:`fttui.core.profiles.typed.Profile`); every failure is a
+more overrides to an already resolved profile (derived values are derived again). Both return
+the typed, frozen :class:`~fttui.core.profiles.typed.Profile`; its dict (``to_dict()``, what
+``profile.json`` holds) has every schema key plus the meta keys ``name``, ``source``,
+``origin``, ``derived`` and ``overrides``; every failure is a
 :class:`~fttui.core.base.errors.ProfileError` naming the file and the key.
 """
 
@@ -27,6 +28,7 @@ from fttui.core.profiles.overrides import apply_overrides_to
 from fttui.core.profiles.schema import (
     META_KEYS, OVERRIDE, QLORA_DEFAULT_OPTIMIZER, SCHEMA, SECTIONS, SYNTHETIC,
     SYNTHETIC_DEFAULT_SAMPLES, TOP, dotted)
+from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.values import num
 
 
@@ -222,8 +224,10 @@ def _resolve_sharding(resolved: dict[str, Any], where: Any) -> None:
 def load_profile(
     name_or_path: str | os.PathLike[str],
     overrides: Iterable[str] | Mapping[str, Any] = (),
-) -> dict[str, Any]:
-    """Load, merge (``extends``), override and validate a profile; returns the resolved dict.
+) -> Profile:
+    """Load, merge (``extends``), override and validate a profile; returns the resolved,
+    typed, frozen :class:`~fttui.core.profiles.typed.Profile` (``.to_dict()`` is the resolved
+    dict that ``profile.json`` holds).
 
     ``name_or_path``: a profile name (see :func:`discover`) or a path to a .toml file.
     ``overrides``: ``["train.batch_size=8", "lr=1e-4"]`` (values are TOML literals, else text)
@@ -241,19 +245,22 @@ def load_profile(
     raw, origins = load_chain(path)
     log: list[str] = []
     apply_overrides_to(raw, origins, overrides, log)
-    return _finalize(raw, origins, name=path.stem, source=str(path), origin=origin, leaf=path,
-                     log=log)
+    return Profile.from_dict(_finalize(raw, origins, name=path.stem, source=str(path), origin=origin,
+                                       leaf=path, log=log))
 
 
 def apply_overrides(
-    resolved: Mapping[str, Any],
+    resolved: Profile | Mapping[str, Any],
     overrides: Iterable[str] | Mapping[str, Any],
-) -> dict[str, Any]:
-    """Apply overrides to an already resolved profile and validate again; returns a new dict.
+) -> Profile:
+    """Apply overrides to an already resolved profile (a Profile, or its dict) and validate
+    again; returns a new Profile.
 
     Values derived from other keys (listed in ``resolved["derived"]``: the tokenizer, data name,
     qlora optimizer...) are derived again unless overridden themselves.
     """
+    if isinstance(resolved, Profile):
+        resolved = resolved.to_dict()
     derived = set(resolved.get("derived", ()))
     source = str(resolved.get("source") or "")
     leaf: Any = Path(source) if source else None
@@ -270,8 +277,8 @@ def apply_overrides(
     origins = {dotted(s, k): leaf for s, keys in raw.items() for k in keys}
     log = list(resolved.get("overrides", ()))
     apply_overrides_to(raw, origins, overrides, log)
-    return _finalize(raw, origins, name=str(resolved.get("name", "")), source=source,
-                     origin=str(resolved.get("origin", "path")), leaf=leaf, log=log)
+    return Profile.from_dict(_finalize(raw, origins, name=str(resolved.get("name", "")), source=source,
+                                       origin=str(resolved.get("origin", "path")), leaf=leaf, log=log))
 
 
 

@@ -4,8 +4,8 @@
 follow :data:`~fttui.core.profiles.schema.SCHEMA` exactly (``tests/unit/test_profile_typed.py``
 keeps them in step), plus the top-level keys and the meta keys the resolver adds.
 :meth:`Profile.from_dict` and :meth:`Profile.to_dict` convert from and to the resolved dict
-(which the worker and ``profile.json`` keep reading) without changing a value: lists are held as
-tuples and tables as read-only mappings, and come back as lists and dicts. The derived figures
+(``profile.json``) without changing a value: lists are held as tuples and tables as read-only
+mappings (:mod:`fttui.core.profiles.frozen`), and come back as lists and dicts. The derived figures
 (processes per node, world size, effective batch, launcher) are defined here once;
 ``fttui.core.run.topology``, the picker's ``effective_batch`` and ``profile_summary`` call them.
 """
@@ -13,87 +13,15 @@ tuples and tables as read-only mappings, and come back as lists and dicts. The d
 from __future__ import annotations
 
 import dataclasses
-import functools
-from dataclasses import dataclass, fields
-from types import MappingProxyType
-from collections.abc import Iterator, Mapping as MappingABC
-from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Self
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, NamedTuple, Self
 
 from fttui.core.base import shardings
-from fttui.core.profiles.resolve import load_profile
+from fttui.core.profiles.frozen import Readable, check_keys, freeze, names, thaw
 from fttui.core.profiles.schema import SCHEMA, TOP
 
 
-def _freeze(value: Any) -> Any:
-    """Lists as tuples and tables as read-only mappings, all the way down."""
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, dict):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
-    return value
-
-
-def _thaw(value: Any) -> Any:
-    """The inverse of :func:`_freeze` (a resolved dict holds lists, never tuples)."""
-    if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
-    if isinstance(value, MappingProxyType):
-        return {k: _thaw(v) for k, v in value.items()}
-    return value
-
-
-def _names(cls: Any) -> list[str]:
-    return list(_field_names(cls if isinstance(cls, type) else type(cls)))
-
-
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
-
-
-def _check_keys(cls: Any, values: Mapping[str, Any], where: str) -> None:
-    names = _names(cls)
-    missing = [n for n in names if n not in values]
-    unknown = [k for k in values if k not in names]
-    if missing or unknown:
-        parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
-            [f"unknown {', '.join(map(str, unknown))}"] if unknown else [])
-        raise ValueError(f"not a resolved profile: {where}: " + "; ".join(parts))
-
-
-class _Readable:
-    """Read access by key, as the resolved dict gives it (``prof["train"]["batch_size"]``,
-    ``.get``, ``in``, ``{**prof}``), so that code still written against the dict reads the
-    typed object too; the values are the frozen ones (tuples, read-only mappings)."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in _names(self):
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key) if key in _names(self) else default
-
-    def __contains__(self, key: object) -> bool:
-        return key in _names(self)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_names(self))
-
-    def __len__(self) -> int:
-        return len(_names(self))
-
-    def keys(self) -> list[str]:
-        return _names(self)
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(n, getattr(self, n)) for n in _names(self)]
-
-    def values(self) -> list[Any]:
-        return [getattr(self, n) for n in _names(self)]
-
-
-class _Section(_Readable):
+class _Section(Readable):
     """What the section dataclasses share: conversion from and to their part of the dict."""
 
     SECTION: ClassVar[str]
@@ -101,21 +29,21 @@ class _Section(_Readable):
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Self:
         """Exactly the section's keys (ValueError otherwise)."""
-        _check_keys(cls, values, f"[{cls.SECTION}]")
-        return cls(**{n: _freeze(values[n]) for n in _names(cls)})
+        check_keys(cls, values, f"[{cls.SECTION}]")
+        return cls(**{n: freeze(values[n]) for n in names(cls)})
 
     @classmethod
     def from_partial(cls, values: Any) -> Self:
         """Missing keys take the schema's default; unknown keys are left out."""
         given = values if isinstance(values, Mapping) else {}
         schema = SCHEMA[cls.SECTION]
-        return cls(**{n: _freeze(given[n] if n in given else schema[n].default) for n in _names(cls)})
+        return cls(**{n: freeze(given[n] if n in given else schema[n].default) for n in names(cls)})
 
     def to_dict(self) -> dict[str, Any]:
-        return {n: _thaw(getattr(self, n)) for n in _names(self)}
+        return {n: thaw(getattr(self, n)) for n in names(self)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelSettings(_Section):
     SECTION: ClassVar[str] = "model"
     name_or_path: str | None
@@ -129,7 +57,7 @@ class ModelSettings(_Section):
     attn_implementation: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DataSettings(_Section):
     SECTION: ClassVar[str] = "data"
     source: str
@@ -141,7 +69,7 @@ class DataSettings(_Section):
     eval_ratio: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TrainSettings(_Section):
     SECTION: ClassVar[str] = "train"
     batch_size: int
@@ -167,7 +95,7 @@ class TrainSettings(_Section):
     longest_first: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LoraSettings(_Section):
     SECTION: ClassVar[str] = "lora"
     r: int
@@ -176,7 +104,7 @@ class LoraSettings(_Section):
     target_modules: tuple[str, ...] | str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class QuantSettings(_Section):
     SECTION: ClassVar[str] = "quant"
     type: str
@@ -184,7 +112,7 @@ class QuantSettings(_Section):
     prepare: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DeepSpeedSettings(_Section):
     """``[deepspeed]`` (old name ``[zero3]``): what a ``*-offload`` ZeRO sharding puts on the host."""
 
@@ -200,7 +128,7 @@ class DeepSpeedSettings(_Section):
 Zero3Settings = DeepSpeedSettings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DeviceSettings(_Section):
     SECTION: ClassVar[str] = "devices"
     gpus: int
@@ -223,20 +151,20 @@ class DeviceSettings(_Section):
         return self.processes_per_node() * int(self.nodes or 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LimitSettings(_Section):
     SECTION: ClassVar[str] = "limits"
     gpu_memory: str
     host_memory: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MonitorSettings(_Section):
     SECTION: ClassVar[str] = "monitor"
     stall_timeout_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CommandSettings(_Section):
     """``[command]``: a command the profile runs instead of fttui's worker (docs/commands.md)."""
 
@@ -265,8 +193,8 @@ class BatchFigures(NamedTuple):
     effective: int
 
 
-@dataclass(frozen=True)
-class Profile(_Readable):
+@dataclass(frozen=True, eq=False)
+class Profile(Readable):
     """A resolved profile; the fields are in the resolved dict's key order."""
 
     name: str
@@ -296,10 +224,10 @@ class Profile(_Readable):
         before profiles could hold a ``[command]`` (a run resumed from then) has none."""
         if "command" not in resolved:
             resolved = {**resolved, "command": CommandSettings.from_partial({}).to_dict()}
-        _check_keys(cls, resolved, "top level")
+        check_keys(cls, resolved, "top level")
         return cls(**{
-            n: SECTION_TYPES[n].from_dict(v) if n in SECTION_TYPES else _freeze(v)
-            for n, v in ((n, resolved[n]) for n in _names(cls))
+            n: SECTION_TYPES[n].from_dict(v) if n in SECTION_TYPES else freeze(v)
+            for n, v in ((n, resolved[n]) for n in names(cls))
         })  # fmt: skip
 
     @classmethod
@@ -308,27 +236,22 @@ class Profile(_Readable):
         profile): missing keys take the schema defaults, other keys are left out. For derived
         figures only; it checks nothing."""
         values: dict[str, Any] = {}
-        for n in _names(cls):
+        for n in names(cls):
             if n == "deepspeed" and n not in resolved:  # a profile.json written before sharding
                 values[n] = DeepSpeedSettings.from_partial(resolved.get(shardings.LEGACY_SECTION))
             elif n in SECTION_TYPES:
                 values[n] = SECTION_TYPES[n].from_partial(resolved.get(n))
             else:
                 default = _META_DEFAULTS[n] if n in _META_DEFAULTS else SCHEMA[TOP][n].default
-                values[n] = _freeze(resolved[n] if n in resolved else default)
+                values[n] = freeze(resolved[n] if n in resolved else default)
         return cls(**values)
-
-    @classmethod
-    def load(cls, name_or_path: Any, overrides: Iterable[str] | Mapping[str, Any] = ()) -> Profile:
-        """:func:`~fttui.core.profiles.resolve.load_profile`, typed."""
-        return cls.from_dict(load_profile(name_or_path, overrides))
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved dict again: equal to the one :meth:`from_dict` read, in the same order."""
         out: dict[str, Any] = {}
-        for n in _names(self):
+        for n in names(self):
             value = getattr(self, n)
-            out[n] = value.to_dict() if isinstance(value, _Section) else _thaw(value)
+            out[n] = value.to_dict() if isinstance(value, _Section) else thaw(value)
         return out
 
     def with_settings(self, changes: Mapping[str, Any]) -> Profile:
@@ -337,7 +260,7 @@ class Profile(_Readable):
         parts: dict[str, dict[str, Any]] = {}
         for dk, value in changes.items():
             section, _, key = dk.rpartition(".")
-            parts.setdefault(section, {})[key] = _freeze(value)
+            parts.setdefault(section, {})[key] = freeze(value)
         top = parts.pop(TOP, {})
         return dataclasses.replace(self, **top, **{s: dataclasses.replace(getattr(self, s), **v)
                                                    for s, v in parts.items()})
@@ -374,9 +297,6 @@ class Profile(_Readable):
         if self.devices.processes_per_node() > 1 or int(self.devices.nodes or 1) > 1:
             return "torchrun"
         return "python"
-
-
-MappingABC.register(_Readable)  # isinstance(prof, Mapping): it reads as the resolved dict does
 
 
 __all__ = [

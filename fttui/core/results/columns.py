@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fttui.core.base.linefit import line_fit
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["Figure", "RowInputs", "FIGURES", "BY_NAME", "COLUMNS", "JSON_COLUMNS", "SETTINGS", "LABEL_KEYS",
            "GROUP_BY", "fold_row", "effective_batch", "per_index", "rounded", "as_int"]
@@ -29,8 +30,9 @@ __all__ = ["Figure", "RowInputs", "FIGURES", "BY_NAME", "COLUMNS", "JSON_COLUMNS
 
 @dataclass(frozen=True)
 class RowInputs:
-    """What a row is folded from. ``profile``: the resolved profile as a dict (the stated
-    settings; a probe trial's with its value); ``snap``: the run's snapshot (a trial's figures as
+    """What a row is folded from. ``profile``: the run's typed profile (the stated settings; a
+    probe trial's with its value; a command run's holds only what its Trainer told, ``None``
+    elsewhere: :func:`fttui.core.run.command.row_profile`); ``snap``: the run's snapshot (a trial's figures as
     one); ``status``: its :class:`~fttui.core.run.status.FinalStatus`; ``events``: its typed event
     records (:func:`fttui.core.run.events.parse_event`); ``parts``: the figures the run layer
     computes together with the run's cards (GPU and host memory, per-card performance, what the
@@ -41,17 +43,13 @@ class RowInputs:
     group_id: str | None
     started_at: str
     ended_at: str
-    profile: Mapping[str, Any]
+    profile: Profile
     snap: Any
     status: Any
     events: tuple = ()
     parts: Mapping[str, Any] = field(default_factory=dict)
     recorded_by: str = "supervisor"
     trial: Any = None
-
-    def section(self, name: str) -> Mapping[str, Any]:
-        value = self.profile.get(name) if self.profile else None
-        return value if isinstance(value, Mapping) else {}
 
 
 #: where a figure appears: every row, runs only (not probe trials), probe trials only
@@ -119,11 +117,11 @@ def _trial(attr: str) -> Callable[[RowInputs], Any]:
 
 
 def _micro(c: RowInputs) -> Any:
-    return getattr(c.snap, "micro_batch", None) or c.section("train").get("batch_size")
+    return getattr(c.snap, "micro_batch", None) or c.profile.train.batch_size
 
 
 def _accum(c: RowInputs) -> Any:
-    return getattr(c.snap, "grad_accum", None) or c.section("train").get("grad_accum")
+    return getattr(c.snap, "grad_accum", None) or c.profile.train.grad_accum
 
 
 def _world(c: RowInputs) -> Any:
@@ -132,13 +130,12 @@ def _world(c: RowInputs) -> Any:
 
 
 def _gradient_checkpointing(c: RowInputs) -> bool | None:
-    value = c.section("train").get("gradient_checkpointing")
+    value = c.profile.train.gradient_checkpointing
     return None if c.kind == "command" and value is None else bool(value)
 
 
 def _model(c: RowInputs) -> Any:
-    m = c.section("model")
-    return m.get("name_or_path") or m.get("arch")
+    return c.profile.model.name_or_path or c.profile.model.arch
 
 
 def _forecast(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
@@ -211,23 +208,23 @@ FIGURES: tuple[Figure, ...] = (
     Figure("group_id", T, lambda c: c.group_id, label="the probe or sweep a trial belongs to"),
     Figure("started_at", T, lambda c: c.started_at),
     Figure("ended_at", T, lambda c: c.ended_at),
-    Figure("profile", T, lambda c: c.profile.get("name") if c.profile else None, setting=True),
+    Figure("profile", T, lambda c: c.profile.name, setting=True),
     Figure("model", T, _model, setting=True, group_by=True),
-    Figure("dataset", T, lambda c: c.section("data").get("name"), setting=True),
+    Figure("dataset", T, lambda c: c.profile.data.name, setting=True),
     Figure("method", T, _part("method"), setting=True, bar=0, group_by=True),
     Figure("sharding", T, _part("sharding"), since=5, setting=True, bar=1, group_by=True,
            label="what sharded the run, read back from the engine or wrapper"),
-    Figure("precision", T, lambda c: c.section("train").get("precision"), setting=True, bar=2),
+    Figure("precision", T, lambda c: c.profile.train.precision, setting=True, bar=2),
     Figure("gpu", T, _part("gpu"), setting=True, bar=6, group_by=True, label="first card's name, or cpu"),
     Figure("gpu_names", T, _part("gpu_names"), json=True, scope=RUN),
     Figure("num_gpus", I, _part("num_gpus"), setting=True, bar=7),
-    Figure("nodes", I, lambda c: int(c.section("devices").get("nodes", 1)), setting=True),
+    Figure("nodes", I, lambda c: int(c.profile.devices.nodes or 1), setting=True),
     Figure("batch_size", I, _micro, setting=True, bar=3, group_by=True, label="micro batch per device"),
     Figure("grad_accum", I, _accum, setting=True, bar=4),
     Figure("world_size", I, _world, setting=True),
     Figure("effective_batch", I, lambda c: effective_batch(_micro(c), _accum(c), _world(c)), setting=True,
            label="samples per optimizer step"),
-    Figure("max_seq_len", I, lambda c: getattr(c.snap, "max_seq_len", None) or c.section("data").get("max_seq_len"),
+    Figure("max_seq_len", I, lambda c: getattr(c.snap, "max_seq_len", None) or c.profile.data.max_seq_len,
            setting=True, bar=5, group_by=True),
     Figure("gradient_checkpointing", I, _gradient_checkpointing, setting=True),
     Figure("steps", I, _snap("step")),
@@ -263,7 +260,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("exit_code", I, _status("returncode"), scope=RUN),
     Figure("signal", T, _status("signal"), scope=RUN),
     Figure("stalled", I, _part("stalled"), scope=RUN),
-    Figure("limits", T, lambda c: (c.profile.get("limits") if c.profile else None) or {}, json=True),
+    Figure("limits", T, lambda c: c.profile.limits.to_dict(), json=True),
     Figure("versions", T, _part("versions"), json=True, scope=RUN),
     Figure("env", T, _part("env"), json=True, scope=RUN),
     Figure("run_dir", T, _part("run_dir"), scope=RUN),

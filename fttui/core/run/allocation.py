@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 #: the rendezvous port of job J is PORT_BASE + J % PORT_SPAN: below Linux's ephemeral ports
 #: (32768 and up), so no client connection of the node holds it by chance
@@ -135,15 +137,15 @@ def rendezvous_addr(alloc: Allocation) -> str:
     return node_addr(names[0]) or names[0]
 
 
-def with_allocation(resolved: dict, alloc: Allocation, main_addr: str) -> dict:
+def with_allocation(resolved: Profile | Mapping[str, Any], alloc: Allocation, main_addr: str) -> Profile:
     """The resolved profile with the allocation's ``devices`` settings: nodes, this node's rank,
     the rendezvous address and port and, when Slurm gave GPUs, the GPUs per node (the profile's
     own ``devices.gpus`` otherwise)."""
-    dev = dict(resolved.get("devices") or {})
-    dev.update(nodes=alloc.nodes, node_rank=alloc.node_rank, main_addr=main_addr, main_port=alloc.port)
+    changes: dict[str, Any] = {"devices.nodes": alloc.nodes, "devices.node_rank": alloc.node_rank,
+                               "devices.main_addr": main_addr, "devices.main_port": alloc.port}
     if alloc.gpus_per_node:
-        dev["gpus"] = alloc.gpus_per_node
-    return {**resolved, "devices": dev}
+        changes["devices.gpus"] = alloc.gpus_per_node
+    return as_profile(resolved).with_settings(changes)
 
 
 __all__ = ["Allocation", "read_allocation", "gpus_on_node", "job_port", "rendezvous_addr", "with_allocation",

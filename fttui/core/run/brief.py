@@ -115,7 +115,7 @@ def head_tail_events(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES,
 def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     """The brief of one run directory. ``state``: its ``state_label()`` when the caller has it
     already (it costs a process check for a run without ``status.json``)."""
-    prof = rd.profile() or {}
+    prof = rd.profile()
     cmd = rd.command() or {}
     events_of = rd
     if rd.is_slurm_job():  # a Slurm job's steps and ETA are its node 0's (the lowest rank's)
@@ -133,7 +133,7 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
         created = cmd.get("created")
         started = float(created) if isinstance(created, (int, float)) else None
     kind, _group = rd.kind_and_group()
-    return RunBrief(run_id=rd.run_id, path=rd.path, profile=str(prof.get("name") or "?"), kind=kind,
+    return RunBrief(run_id=rd.run_id, path=rd.path, profile=str((prof.name if prof is not None else None) or "?"), kind=kind,
                     state=state if state is not None else rd.state_label(), step=snap.step,
                     total_steps=snap.total_steps, eta_s=snap.eta_s, started=started,
                     eta_source=snap.eta_source, note=recovery_note(snap))

@@ -19,9 +19,11 @@ import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["RUN_DIR_ENV", "INJECT_ENV", "KIND", "autoload_dir", "check_command", "command_name",
            "command_profile", "command_env", "command_text", "command_of", "row_profile"]
@@ -70,11 +72,12 @@ def command_name(argv: list[str]) -> str:
 
 
 def command_profile(argv: list[str], *, name: str | None = None, cwd: str | None = None,
-                    host_memory: str = "", stall_timeout_s: float = 0.0, description: str = "") -> dict[str, Any]:
-    """The ``profile.json`` of ``fttui run -- CMD``: the name, the command, the limits and the
-    stall timeout (a command states no model, data or batch: the row takes those from the
-    Trainer's events, or leaves them unknown)."""
-    return {
+                    host_memory: str = "", stall_timeout_s: float = 0.0, description: str = "") -> Profile:
+    """The profile of ``fttui run -- CMD``: the name, the command, the limits and the stall
+    timeout; the rest is the schema's defaults, which nothing reads (a command states no model,
+    data or batch: the row takes those from the Trainer's events, or leaves them unknown,
+    :func:`row_profile`)."""
+    return as_profile({
         "name": name or command_name(argv),
         "source": "",
         "origin": "command",
@@ -82,18 +85,18 @@ def command_profile(argv: list[str], *, name: str | None = None, cwd: str | None
         "command": {"argv": list(argv), "cwd": str(cwd or os.getcwd())},
         "limits": {"gpu_memory": "", "host_memory": host_memory or ""},
         "monitor": {"stall_timeout_s": float(stall_timeout_s or 0.0)},
-    }
+    })
 
 
-def command_of(resolved: dict[str, Any] | None) -> dict[str, Any] | None:
+def command_of(resolved: Profile | Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The profile's ``[command]`` (``argv``, ``cwd``) when it holds a command, else ``None``."""
-    cmd = (resolved or {}).get("command")
-    if isinstance(cmd, dict) and cmd.get("argv"):
-        return cmd
-    return None
+    if resolved is None:
+        return None
+    cmd = as_profile(resolved).command
+    return {"argv": list(cmd.argv), "cwd": cmd.cwd} if cmd.argv else None
 
 
-def command_text(resolved: dict[str, Any]) -> str | None:
+def command_text(resolved: Profile | Mapping[str, Any]) -> str | None:
     """What a profile's command runs, as a shell would show it, with its folder: the line the
     picker shows before launching it; ``None`` for a profile without a command."""
     cmd = command_of(resolved)
@@ -118,25 +121,26 @@ def command_env(run_dir: Path, *, inject: bool = True, host_limit: bool = False,
     return env
 
 
-def row_profile(prof: dict[str, Any], start_config: dict[str, Any] | None, cards_used: int) -> dict[str, Any]:
+def row_profile(prof: Profile | Mapping[str, Any], start_config: dict[str, Any] | None, cards_used: int) -> Profile:
     """The profile a command run's row is built from: the run's name and limits, and what the
-    Trainer told (its start event's ``config``: model, method, sharding, precision, GPUs per
-    node); nothing from the schema's defaults, which a command never stated. ``cards_used``: the
-    cards the command's processes had memory on (the GPUs when the Trainer did not say)."""
-    cfg = start_config if isinstance(start_config, dict) else {}
-    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
-    train = cfg.get("train") if isinstance(cfg.get("train"), dict) else {}
-    dev = cfg.get("devices") if isinstance(cfg.get("devices"), dict) else {}
-    own_model = ((prof.get("model") or {}).get("name_or_path")) if isinstance(prof.get("model"), dict) else None
+    Trainer told (its start event's ``config``, the JSON the integration sent: model, method,
+    sharding, precision, GPUs per node); ``None`` for what nobody stated (a command never states
+    the schema's defaults). ``cards_used``: the cards the command's processes had memory on (the
+    GPUs when the Trainer did not say)."""
+    prof = as_profile(prof)
+
+    def told(section: str) -> Mapping[str, Any]:
+        value = cfg.get(section)
+        return value if isinstance(value, Mapping) else {}
+
+    cfg = start_config if isinstance(start_config, Mapping) else {}
+    model, train, dev = told("model"), told("train"), told("devices")
     gpus = dev.get("gpus") if isinstance(dev.get("gpus"), int) else cards_used
-    return {
-        "name": prof.get("name"),
-        "method": cfg.get("method"),
-        "sharding": cfg.get("sharding"),
-        "model": {"name_or_path": model.get("name_or_path") or own_model},
-        "data": {"name": None, "max_seq_len": None},
-        "train": {"precision": train.get("precision"), "gradient_checkpointing": train.get("gradient_checkpointing"),
-                  "batch_size": None, "grad_accum": None},
-        "devices": {"gpus": gpus, "cpu_processes": 1, "nodes": int(dev.get("nodes") or 1)},
-        "limits": prof.get("limits") or {},
-    }
+    return prof.with_settings({
+        "method": cfg.get("method"), "sharding": cfg.get("sharding"),
+        "model.name_or_path": model.get("name_or_path") or prof.model.name_or_path, "model.arch": None,
+        "data.name": None, "data.max_seq_len": None,
+        "train.precision": train.get("precision"), "train.gradient_checkpointing": train.get("gradient_checkpointing"),
+        "train.batch_size": None, "train.grad_accum": None,
+        "devices.gpus": gpus, "devices.cpu_processes": 1, "devices.nodes": int(dev.get("nodes") or 1),
+    })

@@ -19,11 +19,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from fttui.core.base import paths
 from fttui.core.base.errors import FttuiError
 from fttui.core.data.lengths import DataStats, SampleLength, summarise
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import ModelSettings, Profile
 
 TEMPLATE_VERSION = 1  # bump when fttui.worker.data.tokenize_record changes what it emits
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
@@ -57,15 +59,15 @@ def file_hash(path: str) -> str:
     return digest
 
 
-def tokenizer_spec(model: dict[str, Any]) -> str:
+def tokenizer_spec(model: ModelSettings) -> str:
     """What the worker's ``load_tokenizer`` loads: ``byte`` or a path / hub id."""
-    spec = model.get("tokenizer")
+    spec = model.tokenizer
     if spec in (None, ""):
-        spec = "byte" if model.get("init") == "random" else model.get("name_or_path")
+        spec = "byte" if model.init == "random" else model.name_or_path
     return str(spec)
 
 
-def _tokenizer_ident(model: dict[str, Any]) -> str:
+def _tokenizer_ident(model: ModelSettings) -> str:
     spec = tokenizer_spec(model)
     h = hashlib.sha256(spec.encode())
     folder = Path(spec).expanduser()
@@ -78,10 +80,10 @@ def _tokenizer_ident(model: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def cache_key(profile: dict[str, Any]) -> str:
-    data = profile["data"]
-    parts = [file_hash(data["source"]), _tokenizer_ident(profile["model"]),
-             str(data.get("format") or "auto"), str(TEMPLATE_VERSION)]
+def cache_key(profile: Profile) -> str:
+    data = profile.data
+    parts = [file_hash(data.source), _tokenizer_ident(profile.model), str(data.format or "auto"),
+             str(TEMPLATE_VERSION)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
 
 
@@ -100,11 +102,11 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _tokenise(profile: dict[str, Any], out: Path, progress: Progress | None) -> None:
+def _tokenise(profile: Profile, out: Path, progress: Progress | None) -> None:
     paths.ensure_dir(out.parent)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         prof = Path(tmp) / "profile.json"
-        prof.write_text(json.dumps({"model": profile["model"], "data": profile["data"]}))
+        prof.write_text(json.dumps({"model": profile.model.to_dict(), "data": profile.data.to_dict()}))
         argv = [sys.executable, "-m", "fttui.worker.datastats", "--profile", str(prof), "--out", str(out)]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
@@ -130,20 +132,21 @@ def _tokenise(profile: dict[str, Any], out: Path, progress: Progress | None) -> 
         said = next((ln for ln in reversed(last_lines) if ln.startswith("fttui:")), None)
         if said:
             raise FttuiError(said.removeprefix("fttui:").strip())
-        raise FttuiError(f"tokenising {profile['data']['source']} failed (exit {rc}): "
+        raise FttuiError(f"tokenising {profile.data.source} failed (exit {rc}): "
                          + (last_lines[-1] if last_lines else "no output"))
 
 
-def lengths(profile: dict[str, Any], progress: Progress | None = None,
+def lengths(profile: Profile | Mapping[str, Any], progress: Progress | None = None,
             tokenise: bool = True) -> tuple[list[SampleLength], bool | None]:
     """Every record's length and whether it came from the cache (None: synthetic data, its own
     ``num_samples`` samples of exactly ``max_seq_len`` tokens, nothing tokenised). With
     ``tokenise=False`` a file not in the cache is not tokenised: :class:`NotCached`."""
-    data = profile["data"]
-    source = data.get("source") or "synthetic"
+    profile = as_profile(profile)
+    data = profile.data
+    source = data.source or "synthetic"
     if source == "synthetic":
-        n = int(data.get("num_samples") or 0) or 256
-        return [SampleLength(i, int(data["max_seq_len"]), 0) for i in range(n)], None
+        n = int(data.num_samples or 0) or 256
+        return [SampleLength(i, int(data.max_seq_len), 0) for i in range(n)], None
     if not os.path.isfile(source):
         raise FttuiError(f"data.source: {source}: data file not found")
     out = _cache() / f"{cache_key(profile)}.json"
@@ -159,15 +162,15 @@ def lengths(profile: dict[str, Any], progress: Progress | None = None,
         out.unlink(missing_ok=True)
         return lengths(profile, progress)
     samples = [SampleLength(int(i), int(raw), int(first)) for i, raw, first in triples]
-    n = int(data.get("num_samples") or 0)
+    n = int(data.num_samples or 0)
     return (samples[:n] if n > 0 else samples), hit
 
 
-def data_stats(profile: dict[str, Any], batch_size: int | None = None,
+def data_stats(profile: Profile | Mapping[str, Any], batch_size: int | None = None,
                progress: Progress | None = None, tokenise: bool = True) -> tuple[DataStats, bool | None]:
     """``fttui data``'s figures at the profile's ``max_seq_len`` and batch size (or ``batch_size``);
     ``tokenise=False``: from the cache only (:class:`NotCached` when the file is not in it)."""
+    profile = as_profile(profile)
     samples, hit = lengths(profile, progress, tokenise)
-    bs = int(batch_size or profile["train"].get("batch_size") or 1)
-    seed = int(profile["train"].get("seed", 42))
-    return summarise(samples, int(profile["data"]["max_seq_len"]), bs, seed), hit
+    bs = int(batch_size or profile.train.batch_size or 1)
+    return summarise(samples, int(profile.data.max_seq_len), bs, int(profile.train.seed)), hit

@@ -218,16 +218,16 @@ def check_trackers(profile: Profile | dict) -> None:
                            "or leave it out of train.report_to")
 
 
-def with_output_dir(resolved: dict) -> dict:
+def with_output_dir(profile: Profile) -> Profile:
     """The profile with a relative ``train.output_dir`` made absolute from the current folder
     (the worker runs elsewhere, and a resumed run must find the same folder)."""
-    out = (resolved.get("train") or {}).get("output_dir")
+    out = profile.train.output_dir
     if not out or os.path.isabs(os.path.expanduser(out)):
-        return resolved
-    return {**resolved, "train": {**resolved["train"], "output_dir": os.path.abspath(os.path.expanduser(out))}}
+        return profile
+    return profile.with_settings({"train.output_dir": os.path.abspath(os.path.expanduser(out))})
 
 
-def prepare(resolved: dict, run_id: str | None = None,
+def prepare(resolved: Profile | dict, run_id: str | None = None,
             gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
             group: str | None = None, resume: Resume | None = None) -> rundir.RunDir:
     """Validate, then create the run directory with the profile and the command (``kind`` and
@@ -240,11 +240,11 @@ def prepare(resolved: dict, run_id: str | None = None,
         return prepare_command(resolved, run_id, group=group)
     prof = as_profile(resolved)  # the run's typed profile, from here on
     validate_before_launch(prof, gpu_count)
-    resolved = with_output_dir(resolved)
-    rid = run_id or rundir.new_run_id(resolved.get("name", "run"))
+    prof = with_output_dir(prof)
+    rid = run_id or rundir.new_run_id(prof.name or "run")
     run_path = rundir.paths.runs_dir() / rid
     argv = build_command(prof, run_path, resume_from=resume.checkpoint if resume else None)
-    rd = rundir.create(resolved, argv, child_env(prof), run_id=rid, kind=kind, group=group)
+    rd = rundir.create(prof, argv, child_env(prof), run_id=rid, kind=kind, group=group)
     if resume is not None:
         command = rd.command() or {}
         command["resume"] = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}
@@ -252,7 +252,7 @@ def prepare(resolved: dict, run_id: str | None = None,
     return rd
 
 
-def prepare_command(resolved: dict, run_id: str | None = None, *, group: str | None = None) -> rundir.RunDir:
+def prepare_command(resolved: Profile | dict, run_id: str | None = None, *, group: str | None = None) -> rundir.RunDir:
     """The run directory of a command run (:mod:`fttui.core.run.command`): the command checked
     (not empty, its program found) and its folder fixed (the profile's ``command.cwd``, else the
     current folder) before anything is written; ``command.json`` gets ``kind = "command"``,
@@ -262,25 +262,24 @@ def prepare_command(resolved: dict, run_id: str | None = None, *, group: str | N
     from fttui.core.base.units import parse_size
     from fttui.core.run import command as cmdrun
 
-    cmd = dict(cmdrun.command_of(resolved) or {})
-    cwd = os.path.abspath(os.path.expanduser(str(cmd.get("cwd") or os.getcwd())))
+    prof = as_profile(resolved)
+    cwd = os.path.abspath(os.path.expanduser(str(prof.command.cwd or os.getcwd())))
     if not os.path.isdir(cwd):
         raise FttuiError(f"command folder not found: {cwd}")
-    argv = cmdrun.check_command(cmd.get("argv"), cwd)
-    limits = resolved.get("limits") or {}
-    if limits.get("gpu_memory"):
+    argv = cmdrun.check_command(prof.command.argv, cwd)
+    if prof.limits.gpu_memory:
         raise FttuiError("a command's GPU memory cannot be capped from outside it; leave out the GPU memory "
                          "limit (torch.cuda.set_per_process_memory_fraction in the script does it)")
     host_limit = None
-    if limits.get("host_memory"):
+    if prof.limits.host_memory:
         try:
-            host_limit = parse_size(limits["host_memory"])
+            host_limit = parse_size(prof.limits.host_memory)
         except SizeError as e:
             raise FttuiError(f"host memory limit: {e}") from None
-    resolved = {**resolved, "command": {**cmd, "argv": argv, "cwd": cwd}}
-    rid = run_id or rundir.new_run_id(resolved.get("name") or cmdrun.KIND)
+    prof = prof.with_settings({"command.argv": argv, "command.cwd": cwd})
+    rid = run_id or rundir.new_run_id(prof.name or cmdrun.KIND)
     env = cmdrun.command_env(rundir.paths.runs_dir() / rid, host_limit=host_limit is not None)
-    rd = rundir.create(resolved, argv, env, run_id=rid, kind=cmdrun.KIND, group=group)
+    rd = rundir.create(prof, argv, env, run_id=rid, kind=cmdrun.KIND, group=group)
     command = rd.command() or {}
     command["cwd"] = cwd
     if host_limit is not None:
@@ -306,7 +305,7 @@ def start_supervisor(rd: rundir.RunDir) -> int:
     return proc.pid
 
 
-def launch(resolved: dict, run_id: str | None = None,
+def launch(resolved: Profile | dict, run_id: str | None = None,
            gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
            group: str | None = None, resume: Resume | None = None,
            forecast: Callable[[], dict[str, Any] | None] | None = None) -> rundir.RunDir:

@@ -21,7 +21,7 @@ Pure: reads the snapshot only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,7 +51,7 @@ def model_shape(start: dict[str, Any]) -> ModelShape | None:
     counts either way; ``None`` when neither is there."""
     total, trainable = start.get("params_total"), start.get("params_trainable")
     shape = shape_from(total, trainable, start.get("model_shape"))
-    if shape is None and isinstance(start.get("config"), dict):
+    if shape is None and isinstance(start.get("config"), Mapping):
         from fttui.core.models.numbers import arch_numbers
 
         try:

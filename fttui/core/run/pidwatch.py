@@ -99,7 +99,7 @@ def _alive(proc: psutil.Process) -> bool:
 def watch(rd: rundir.RunDir) -> int:
     """The watcher's loop (in its own process): sample until the process ends or the watch is
     stopped, then write the status (and the row when asked)."""
-    spec = (rd.profile() or {}).get("watch") or {}
+    spec = rd.watch_spec()
     pid = int(spec.get("pid") or 0)
     me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(),
           "create_time": psutil.Process().create_time(), "watched_pid": pid}

@@ -119,7 +119,7 @@ def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | No
     """Finish a watch (``fttui watch --pid``): status ``watched`` and, only when ``--record`` asked
     for it, the summary row (kind ``watch``)."""
     status = FinalStatus(WATCHED, error=why)
-    if ((rd.profile() or {}).get("watch") or {}).get("record"):
+    if rd.watch_spec().get("record"):
         return finish(rd, state, status, t_launch=t_launch, t_end=time.time(), stalled=False,
                       recorded_by=source, source=source)
     ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "status": WATCHED}

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 from fttui.core.run.events import read_jsonl
 
@@ -25,7 +25,7 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 class Resume(NamedTuple):
     run_id: str  # the run resumed
-    profile: dict[str, Any]  # its resolved profile, as it ran
+    profile: Profile  # its resolved profile, as it ran
     checkpoint: str  # the checkpoint folder to continue from
     step: int  # the optimizer step of that checkpoint
 
@@ -70,19 +70,18 @@ def plan_resume(ref: str) -> Resume:
     unknown, still running, or left no checkpoint."""
     rd = find_run(ref)
     prof = rd.profile()
-    if not isinstance(prof, dict):
+    if prof is None:
         raise FttuiError(f"--resume {rd.run_id}: its profile.json is missing or unreadable")
     if rd.is_live():
         raise FttuiError(f"--resume {rd.run_id}: the run is still running; `fttui cancel {rd.run_id}` first")
     found = last_checkpoint(rd)
     if found is None:
-        save = (prof.get("train") or {}).get("save", "end")
+        save = prof.train.save
         raise FttuiError(f"--resume {rd.run_id}: the run saved no checkpoint to continue from (train.save = "
                          f"\"{save}\"; a run saves them with train.save = \"steps\")")
     # A profile.json written before a key existed gets the key's default (a run that saved a
-    # checkpoint was written with every key this version reads).
-    resolved = as_profile(prof).to_dict()
-    return Resume(rd.run_id, resolved, found[0], found[1])
+    # checkpoint was written with every key this version reads): RunDir.profile normalises it.
+    return Resume(rd.run_id, prof, found[0], found[1])
 
 
 __all__ = ["Resume", "plan_resume", "last_checkpoint", "find_run", "is_checkpoint"]

@@ -26,6 +26,7 @@ from typing import Any
 from fttui.core.base import shardings
 from fttui.core.base.constants import CUDA_CONTEXT_BYTES
 from fttui.core.base.units import MIB
+from fttui.core.profiles.typed import Profile
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.monitor import GpuInfo, num, visible_indices
 
@@ -190,10 +191,11 @@ def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[st
     return out
 
 
-def stated_sharding(prof: dict[str, Any]) -> tuple[str | None, str]:
-    """``(method, sharding)`` a resolved profile asks for. A profile.json written before the
-    sharding axis names ``full-zero3-offload`` as its method: that is full under ZeRO-3 offload."""
-    return shardings.of(prof.get("method"), prof.get("sharding"))
+def stated_sharding(prof: Profile) -> tuple[str | None, str]:
+    """``(method, sharding)`` a run's profile asks for (a command run's: what its Trainer told,
+    or ``None``); a profile.json written before the sharding axis (``full-zero3-offload`` as
+    the method) reads back as full under ZeRO-3 offload already (``RunDir.profile``)."""
+    return shardings.of(prof.method, prof.sharding)
 
 
 def sharding_read_back(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

@@ -14,6 +14,9 @@ from typing import Any
 from fttui.core.base import paths
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.redact import mask
+from fttui.core.profiles.frozen import thaw
+from fttui.core.profiles.stored import stored_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.run.status import FinalStatus
 
 log = logging.getLogger(__name__)
@@ -161,8 +164,23 @@ class RunDir:
         return self.path / "exit.json"
 
     # contents
-    def profile(self) -> dict | None:
-        return read_json(self.profile_path)
+    def profile(self) -> Profile | None:
+        """The run's resolved profile, typed (``profile.json`` read back by
+        :func:`~fttui.core.profiles.stored.stored_profile`, the one place where the shapes older
+        runs wrote are normalised); ``None`` when the file is missing or no JSON object."""
+        raw = self.profile_json()
+        return stored_profile(raw) if raw is not None else None
+
+    def profile_json(self) -> dict | None:
+        """``profile.json`` as written, for what it holds besides the profile: a watch run's
+        ``watch`` (pid, record), an old directory's ``_kind`` / ``_group``."""
+        raw = read_json(self.profile_path)
+        return raw if isinstance(raw, dict) else None
+
+    def watch_spec(self) -> dict:
+        """A watch run's (``fttui watch --pid``) process and options; ``{}`` for other runs."""
+        spec = (self.profile_json() or {}).get("watch")
+        return spec if isinstance(spec, dict) else {}
 
     def command(self) -> dict | None:
         return read_json(self.command_path)
@@ -174,7 +192,7 @@ class RunDir:
         cmd = self.command() or {}
         if "kind" in cmd:
             return str(cmd["kind"] or "run"), cmd.get("group")
-        prof = self.profile() or {}
+        prof = self.profile_json() or {}
         return str(prof.get("_kind") or "run"), prof.get("_group")
 
     def supervisor(self) -> dict | None:
@@ -314,11 +332,13 @@ class RunDir:
             return False
 
 
-def create(resolved: dict, argv: list[str], env: dict[str, str], run_id: str | None = None, *,
+def create(resolved: Profile | dict, argv: list[str], env: dict[str, str], run_id: str | None = None, *,
            kind: str = "run", group: str | None = None) -> RunDir:
-    """Create the run directory with the resolved profile and the command. ``kind`` (``run``,
+    """Create the run directory with the resolved profile (``profile.json`` is
+    :meth:`Profile.to_dict`; a watch run's is a plain dict) and the command. ``kind`` (``run``,
     ``probe``, ``sweep``) and ``group`` (the probe or sweep id) are launch arguments, not profile
     settings: they are kept in command.json."""
+    resolved = thaw(resolved)  # a Profile's to_dict(); read-only tables in a plain dict as dicts
     root = paths.ensure_dir(paths.runs_dir())
     rid = run_id or new_run_id(resolved.get("name", "run"))
     path = root / rid

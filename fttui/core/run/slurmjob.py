@@ -24,8 +24,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 
 KIND = "slurm"
@@ -60,22 +63,22 @@ def check_options(opts: SubmitOptions) -> None:
                              "(one task per node; --nodes for the count)")
 
 
-def job_profile(resolved: dict, opts: SubmitOptions, run_path: Path) -> dict:
+def job_profile(resolved: Profile | Mapping[str, Any], opts: SubmitOptions, run_path: Path) -> Profile:
     """The profile each node runs: ``devices.nodes``, the GPUs per node asked for, and the
     job's output folder (every node's, on the shared filesystem) unless the profile names one."""
-    dev = {**resolved.get("devices", {}), "nodes": opts.nodes, "node_rank": 0}
+    prof = as_profile(resolved)
+    changes: dict[str, Any] = {"devices.nodes": opts.nodes, "devices.node_rank": 0}
     if opts.gpus_per_node is not None:
-        dev["gpus"] = opts.gpus_per_node
-    train = dict(resolved.get("train") or {})
-    if not train.get("output_dir"):
-        train["output_dir"] = str(run_path / "output")
-    return {**resolved, "devices": dev, "train": train}
+        changes["devices.gpus"] = opts.gpus_per_node
+    if not prof.train.output_dir:
+        changes["train.output_dir"] = str(run_path / "output")
+    return prof.with_settings(changes)
 
 
-def script_text(resolved: dict, opts: SubmitOptions, run_path: Path, python: str | None = None) -> str:
+def script_text(resolved: Profile, opts: SubmitOptions, run_path: Path, python: str | None = None) -> str:
     """The batch script (``job.sbatch``): Slurm's options, then one ``fttui run --job`` per node."""
     q = shlex.quote
-    name = str(resolved.get("name") or "run")
+    name = str(resolved.name or "run")
     lines = [
         "#!/bin/bash",
         f"# fttui submit --profile {name} --nodes {opts.nodes}: job run {run_path.name}",
@@ -104,24 +107,24 @@ def script_text(resolved: dict, opts: SubmitOptions, run_path: Path, python: str
     return "\n".join(lines)
 
 
-def prepare_job(resolved: dict, opts: SubmitOptions, run_id: str | None = None) -> tuple[dict, Path, str]:
+def prepare_job(resolved: Profile, opts: SubmitOptions, run_id: str | None = None) -> tuple[Profile, Path, str]:
     """Check everything before anything is written: the options, and the profile as every node
     will run it (the launcher and its settings; the GPUs are the allocation's, not this machine's)."""
     from fttui.core.run.launch import build_command, check_trackers
     from fttui.core.run.preflight import preflight
 
     check_options(opts)
-    rid = run_id or rundir.new_run_id(str(resolved.get("name") or "run"))
+    rid = run_id or rundir.new_run_id(str(resolved.name or "run"))
     run_path = rundir.paths.runs_dir() / rid
     prof = job_profile(resolved, opts, run_path)
-    gpus = int(prof["devices"].get("gpus", 0) or 0)
+    gpus = int(prof.devices.gpus or 0)
     preflight(prof, (gpus, None if gpus else "the job asks for no GPU"))
     check_trackers(prof)
     build_command(prof, run_path)  # the launcher can run it (one line otherwise)
     return prof, run_path, script_text(prof, opts, run_path)
 
 
-def submit(resolved: dict, opts: SubmitOptions) -> rundir.RunDir:
+def submit(resolved: Profile, opts: SubmitOptions) -> rundir.RunDir:
     """Write the job's directory and script, then ``sbatch --parsable`` it; the job id goes to
     ``slurm.json``. sbatch's refusal is one line (exit 2) and leaves nothing behind."""
     import shutil

@@ -14,9 +14,10 @@ or the run failed. A run's fold is made by one constructor, :meth:`RunState.for_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
+from fttui.core.profiles.typed import Profile
 from fttui.core.run.fold_memory import MemoryFold
 from fttui.core.run.fold_progress import ProgressFold
 from fttui.core.run.fold_verdict import STATUS_ORDER, VerdictFold
@@ -45,15 +46,11 @@ class RunState:
         self._samples_seen = 0
 
     @classmethod
-    def for_profile(cls, profile: Any, history: int = 240) -> RunState:
-        """The fold of a run of ``profile`` (its resolved dict, a typed profile, or ``None``): its
-        ``train.warmup_exclude_steps`` steps are left out of the steady rates (1 when the profile
-        does not say or says something that is no integer)."""
-        train = getattr(profile, "train", None)
-        if train is None and isinstance(profile, Mapping):
-            train = profile.get("train")
-        value = train.get("warmup_exclude_steps", 1) if isinstance(train, Mapping) else \
-            getattr(train, "warmup_exclude_steps", 1)
+    def for_profile(cls, profile: Profile | None, history: int = 240) -> RunState:
+        """The fold of a run of ``profile`` (``RunDir.profile()``: typed, or ``None`` when the run
+        has none): its ``train.warmup_exclude_steps`` steps are left out of the steady rates (1
+        without a profile, or when it says something that is no integer)."""
+        value = profile.train.warmup_exclude_steps if profile is not None else 1
         try:
             warmup = int(value)
         except (TypeError, ValueError):

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fttui.core.profiles.stored import stored_profile
 from fttui.core.run import rundir
 from fttui.core.results.columns import RowInputs, fold_row, rounded
 from fttui.core.run.events import parse_event, read_jsonl
@@ -18,7 +19,6 @@ from fttui.core.run.ranks import clash_mismatch
 from fttui.core.run.resume import is_checkpoint
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
-from fttui.core.run.topology import processes_per_node, world_size
 
 # Host memory this full (fraction of total) when the process was SIGKILLed: the kernel's OOM
 # killer is the likely cause.
@@ -98,8 +98,8 @@ def _training_seen(snap: RunSnapshot) -> bool:
 
 
 def _host_memory_pressure(rd: rundir.RunDir, snap: RunSnapshot) -> bool:
-    prof = rd.profile() or {}
-    if prof.get("limits", {}).get("host_memory"):
+    prof = rd.profile()
+    if prof is not None and prof.limits.host_memory:
         return True
     total = getattr(snap.host, "ram_total_mb", None) if snap.host else None
     peak = snap.host_peak_ram_used_mb
@@ -114,7 +114,8 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     environment the training inherits. Per card also allocator retries, lowest headroom and MFU
     (:mod:`fttui.core.run.perf`). ``recorded_by``: who wrote the row (``"supervisor"``, or
     ``"recovered"`` when a later command wrote it for a supervisor that died)."""
-    prof = rd.profile() or {}
+    stored = rd.profile()
+    prof = stored if stored is not None else stored_profile({})  # a directory without its profile.json
     kind, group = rd.kind_and_group()
     used = []  # a command's cards: those its processes had memory on
     if kind == "command":
@@ -123,14 +124,13 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         used = [c for c in (snap.gpu.gpus if snap.gpu is not None and snap.gpu.available else [])
                 if (snap.gpu_peak_proc_mb.get(c.index) or 0) > 0]
         prof = row_profile(prof, snap.config, len(used))
-    train, data, dev = (prof.get(k, {}) for k in ("train", "data", "devices"))
     env = dict(snap.env or {})
-    nproc = processes_per_node(prof) if prof else 1
+    nproc = prof.devices.processes_per_node() if stored is not None else 1
     # a command states no world size: the Trainer's (its start event), else unknown
-    ws_stated = None if kind == "command" else world_size(prof) if prof else 1
+    ws_stated = None if kind == "command" else prof.world_size() if stored is not None else 1
     versions = {k: env.get(k) for k in ("python", "torch", "transformers", "peft", "accelerate",
                                         "bitsandbytes", "deepspeed", "cuda", "driver") if k in env}
-    gpus_asked = int(dev.get("gpus", 1))
+    gpus_asked = int(prof.devices.gpus if prof.devices.gpus is not None else 1)
     cards = used if used and cuda_visible is None else row_cards(snap, gpus_asked, nproc, cuda_visible)
     gpu_names = [c.name or "" for c in cards]
     if not cards and gpus_asked > 0:  # no GPU sample: the worker's own list (CUDA order)
@@ -145,13 +145,13 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
         env["topology"] = topo
         interconnect = interconnect_label(num_gpus, (topo or {}).get("nvlink_links"),
                                           (topo or {}).get("common_ancestor"))
-    stated = {"batch_size": train.get("batch_size"), "grad_accum": train.get("grad_accum"),
-              "max_seq_len": data.get("max_seq_len"), "world_size": world_size(prof) if prof else None,
-              "precision": train.get("precision")}
+    stated = {"batch_size": prof.train.batch_size, "grad_accum": prof.train.grad_accum,
+              "max_seq_len": prof.data.max_seq_len, "world_size": prof.world_size() if stored is not None else None,
+              "precision": prof.train.precision}
     events = read_jsonl(rd.events_path)
     method, sharding_asked = stated_sharding(prof)
     stated["sharding"] = sharding_asked
-    differs = mismatch(stated, snap, events) if prof and kind != "command" else {}  # a command states nothing
+    differs = mismatch(stated, snap, events) if stored is not None and kind != "command" else {}  # a command states nothing
     # processes that claimed one rank (fttui.core.run.ranks): the world they stated, the processes seen
     starts = [e for e in events if e.get("event") == "start"]
     claimed = to_int(min(starts, key=lambda e: to_int(e.get("rank")) or 0).get("world_size")) if starts else None
@@ -222,9 +222,8 @@ def row_so_far(rd: rundir.RunDir, *, recorded_by: str = "worker") -> dict[str, A
     (which adds the exit and the last samples)."""
     from fttui.core.run.state import RunState
 
-    prof = rd.profile() or {}
     events = read_jsonl(rd.events_path)
-    snap = RunState.for_profile(prof).replay(events, read_jsonl(rd.samples_path)).snapshot()
+    snap = RunState.for_profile(rd.profile()).replay(events, read_jsonl(rd.samples_path)).snapshot()
     launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
     return build_row(rd, snap, FinalStatus(snap.status), t_launch=launches[0] if launches else None,
                      t_end=time.time(), recorded_by=recorded_by)

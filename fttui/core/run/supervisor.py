@@ -33,6 +33,7 @@ from pathlib import Path
 
 import psutil
 
+from fttui.core.profiles.stored import stored_profile
 from fttui.core.run import cgroup, guard, oomretry, rundir
 from fttui.core.run.events import JsonlTail, append_jsonl, write_event
 from fttui.core.run.recover import finish
@@ -48,7 +49,7 @@ GRACE_S = float(os.environ.get("FTTUI_KILL_GRACE", "10"))
 class Supervisor:
     def __init__(self, run_dir: Path):
         self.rd = rundir.RunDir(run_dir)
-        self.profile = self.rd.profile() or {}
+        self.profile = self.rd.profile() or stored_profile({})
         self.command = self.rd.command() or {}
         self.cancel_reason: str | None = None
         self.child: subprocess.Popen | None = None
@@ -57,7 +58,7 @@ class Supervisor:
         self.oom_kills = 0  # its processes the kernel's OOM killer ended (memory.events)
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
         self.stall_fixed = float(
-            os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.get("monitor", {}).get("stall_timeout_s", 0) or 0)
+            os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.monitor.stall_timeout_s or 0)
         )
         self.stall_floor = float(os.environ.get("FTTUI_STALL_FLOOR", guard.STALL_FLOOR_S))
         self.step_times: list[tuple[int, float]] = []

@@ -27,6 +27,7 @@ from fttui.core.profiles.foreign.common import Mapped
 from fttui.core.profiles.foreign.llamafactory import read_llamafactory
 from fttui.core.profiles.overrides import apply_overrides_to
 from fttui.core.profiles.resolve import _finalize
+from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.schema import SCHEMA, TOP, dotted
 from fttui.core.profiles.values import toml_literal
 
@@ -98,7 +99,7 @@ def _stored_quantisation(mapped: Mapped) -> None:
 
 
 def load_config_profile(path: str | os.PathLike[str],
-                        overrides: Iterable[str] | Mapping[str, Any] = ()) -> tuple[dict[str, Any], Mapped]:
+                        overrides: Iterable[str] | Mapping[str, Any] = ()) -> tuple[Profile, Mapped]:
     """The resolved profile of a LLaMA-Factory or axolotl config (checked like a profile file;
     relative paths are taken from the YAML's folder), and the mapping (for its unmapped keys)."""
     mapped = read_config(path)
@@ -108,7 +109,7 @@ def load_config_profile(path: str | os.PathLike[str],
     apply_overrides_to(raw, origins, overrides, log)
     resolved = _finalize(raw, origins, name=mapped.path.stem, source=str(mapped.path), origin=ORIGIN,
                          leaf=mapped.path, log=log)
-    return resolved, mapped
+    return Profile.from_dict(resolved), mapped
 
 
 def with_overrides(mapped: Mapped, overrides: Iterable[str] | Mapping[str, Any]) -> Mapped:
