@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Mapping
+
 from rich.measure import Measurement
 from rich.text import Text
 
-from fttui.core.profiles.fields import effective_batch
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import Profile
 
 REMOTE_CODE_LINE = "REMOTE CODE: on (runs code from the model's hub repo)"
 COMMAND_LINE = "COMMAND: launching runs this command, not fttui's worker"
@@ -42,21 +45,23 @@ class LabelGrid:
                 yield Text.assemble(((label if i == 0 else "").ljust(lw + 1), "bold"), line)
 
 
-def data_lengths(r: dict) -> Text | None:
+def data_lengths(r: Profile | Mapping[str, Any]) -> Text | None:
     """The data's token lengths after the template and truncation, from ``fttui data``'s cache
     (never tokenised here): percentiles, the truncated share and the histogram's sparkline; a
     file not measured yet says how to measure it; None for synthetic data (every sample
     ``max_seq_len``)."""
     from fttui.core.base.errors import FttuiError
     from fttui.core.data.lengths import sparkline
+    from fttui.core.profiles.stored import as_profile
     from fttui.core.run.datalens import NotCached, data_stats
 
-    if ((r.get("data") or {}).get("source") or "synthetic") == "synthetic":
+    p = as_profile(r)
+    if (p.data.source or "synthetic") == "synthetic":
         return None
     try:
-        s, _cached = data_stats(r, tokenise=False)
+        s, _cached = data_stats(p, tokenise=False)
     except NotCached:
-        return Text(f"not measured yet: fttui data --profile {r.get('name')}", style="dim")
+        return Text(f"not measured yet: fttui data --profile {p.name}", style="dim")
     except (FttuiError, OSError, KeyError, TypeError, ValueError):
         return None
     tk = s.tokens
@@ -64,7 +69,7 @@ def data_lengths(r: dict) -> Text | None:
                          f"{s.truncated_share:.0%} truncated  ", (sparkline(s.histogram), "cyan"))
 
 
-def profile_details(r: dict, overrides: dict[str, str]):
+def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
     """The details pane of a resolved profile: a label / value grid (the remote-code warning
     first, in words, when the profile runs code it did not ship)."""
     from rich.console import Group
@@ -72,58 +77,55 @@ def profile_details(r: dict, overrides: dict[str, str]):
     from fttui.core.base import fmt
     from fttui.core.base.constants import FULL_METHODS
     from fttui.core.profiles import profile_summary
+    from fttui.core.profiles.stored import as_profile
     from fttui.core.profiles.summary import sharding_label
 
     from fttui.core.run.command import command_text
 
-    cmd = command_text(r)
+    p = as_profile(r)
+    cmd = command_text(p)
     if cmd is not None:  # shown, in words, before it is launched: like remote code
         t = LabelGrid()
-        t.add_row("profile", f"{r.get('name')} ({r.get('origin') or ''})")
-        if r.get("description"):
-            t.add_row("", Text(str(r["description"]), style="italic"))
+        t.add_row("profile", f"{p.name} ({p.origin or ''})")
+        if p.description:
+            t.add_row("", Text(str(p.description), style="italic"))
         t.add_row("command", cmd)
-        limits = r.get("limits", {}) or {}
-        if limits.get("host_memory"):
-            t.add_row("limits", f"host {limits['host_memory']} per process")
+        if p.limits.host_memory:
+            t.add_row("limits", f"host {p.limits.host_memory} per process")
         return Group(Text(COMMAND_LINE, style="bold reverse"), t)
-    s = profile_summary(r)
-    micro, accum, procs, eff = effective_batch(r)
-    train, data, dev, model = r["train"], r["data"], r["devices"], r["model"]
+    s = profile_summary(p)
+    micro, accum, procs, eff = p.effective_batch()
+    train, data, dev, model = p.train, p.data, p.devices, p.model
     t = LabelGrid()
-    origin = r.get("origin") or s.get("origin") or ""
+    origin = p.origin or s.get("origin") or ""
     t.add_row("profile", f"{s['name']} ({origin})")
     if s.get("description"):
         t.add_row("", Text(s["description"], style="italic"))
-    t.add_row("model", f"{s['model']}  ({model.get('init')})")
-    t.add_row("method", fmt.method_label(r["method"], optimizer=train.get("optimizer")) + f"  {train.get('precision')}")
-    t.add_row("sharding", sharding_label(r))
-    t.add_row("data", f"{s['dataset']}  max_seq_len {data.get('max_seq_len')}"
-                      + (f"  {data.get('num_samples')} samples" if data.get("num_samples") else ""))
-    lengths = data_lengths(r)
+    t.add_row("model", f"{s['model']}  ({model.init})")
+    t.add_row("method", fmt.method_label(p.method, optimizer=train.optimizer) + f"  {train.precision}")
+    t.add_row("sharding", sharding_label(p))
+    t.add_row("data", f"{s['dataset']}  max_seq_len {data.max_seq_len}"
+                      + (f"  {data.num_samples} samples" if data.num_samples else ""))
+    lengths = data_lengths(p)
     if lengths is not None:
         t.add_row("lengths", lengths)
     from fttui.core.models.positions import position_warning
 
-    past = position_warning(r)  # max_seq_len past the model's positions: said before launch
+    past = position_warning(p)  # max_seq_len past the model's positions: said before launch
     if past:
         t.add_row("", Text(f"warning: {past}", style="bold yellow"))
-    where = f"{dev.get('gpus')} GPU" + ("s" if dev.get("gpus") != 1 else "") if dev.get("gpus") else "CPU"
+    where = f"{dev.gpus} GPU" + ("s" if dev.gpus != 1 else "") if dev.gpus else "CPU"
     t.add_row("batch", f"{micro} x accum {accum} x {procs} proc{'s' if procs != 1 else ''} = {eff} effective")
-    t.add_row("devices", f"{where}, {dev.get('nodes')} node{'s' if dev.get('nodes') != 1 else ''}, "
-                         f"launcher {dev.get('launcher')}")
-    steps = f"max_steps {train.get('max_steps')}" if (train.get("max_steps") or -1) > 0 else f"epochs {train.get('epochs')}"
-    t.add_row("train", f"{steps}  lr {train.get('lr')}  {train.get('optimizer')}"
-                       + ("  grad ckpt" if train.get("gradient_checkpointing") else ""))
-    if r["method"] not in FULL_METHODS:
-        lora = r.get("lora", {})
-        t.add_row("lora", f"r {lora.get('r')}  alpha {lora.get('alpha')}  dropout {lora.get('dropout')}")
-    limits = r.get("limits", {}) or {}
-    if limits.get("gpu_memory") or limits.get("host_memory"):
-        t.add_row("limits", f"gpu {limits.get('gpu_memory') or '-'}  host {limits.get('host_memory') or '-'}")
+    t.add_row("devices", f"{where}, {dev.nodes} node{'s' if dev.nodes != 1 else ''}, launcher {dev.launcher}")
+    steps = f"max_steps {train.max_steps}" if (train.max_steps or -1) > 0 else f"epochs {train.epochs}"
+    t.add_row("train", f"{steps}  lr {train.lr}  {train.optimizer}" + ("  grad ckpt" if train.gradient_checkpointing else ""))
+    if p.method not in FULL_METHODS:
+        t.add_row("lora", f"r {p.lora.r}  alpha {p.lora.alpha}  dropout {p.lora.dropout}")
+    if p.limits.gpu_memory or p.limits.host_memory:
+        t.add_row("limits", f"gpu {p.limits.gpu_memory or '-'}  host {p.limits.host_memory or '-'}")
     if overrides:
         t.add_row("overrides", ", ".join(f"{k}={v}" for k, v in overrides.items()))
-    if model.get("trust_remote_code"):
+    if model.trust_remote_code:
         # first and in words (not only a colour): the profile runs code it did not ship
         return Group(Text(REMOTE_CODE_LINE, style="bold reverse"), t)
     return t

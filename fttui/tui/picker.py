@@ -10,6 +10,8 @@ the app's bookkeeping of runs whose supervisor died.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,6 +26,9 @@ from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, field_values, o
 from fttui.tui.details import REMOTE_CODE_LINE, profile_details
 from fttui.tui.picker_actions import PickerActions
 from fttui.tui.verdict import MemoryVerdict, forecast_line, memory_verdict, read_store_rows
+
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import Profile
 
 LIVE_REFRESH_S = 5.0  # the live runs' step and ETA, while the picker is shown
 # What the first frame leaves out comes this long after it: until then the event loop idles, so
@@ -46,8 +51,8 @@ class PickerScreen(PickerActions, Screen):
     def __init__(self, error: str | None = None) -> None:
         super().__init__()
         self.refs = []
-        self.base: dict | None = None  # the highlighted profile, resolved, without overrides
-        self.resolved: dict | None = None  # with the overrides
+        self.base: Profile | None = None  # the highlighted profile, resolved, without overrides
+        self.resolved: Profile | None = None  # with the overrides
         self.load_error: str | None = error
         self._filling = False
         self.error_text = ""
@@ -282,11 +287,10 @@ class PickerScreen(PickerActions, Screen):
         if not (0 <= index < len(self.refs)):
             return
         ref = self.refs[index]
-        if self.base is not None and self.base.get("source") == str(ref.path):
+        if self.base is not None and self.base.source == str(ref.path):
             return
         try:
-            self.base = load_profile(str(ref.path))
-            self.base["origin"] = ref.origin
+            self.base = load_profile(str(ref.path)).with_settings({"origin": ref.origin})
         except FttuiError as e:
             self.base = self.resolved = None
             self.query_one("#details", Static).update(Text(f"{ref.name} ({ref.origin})", style="bold"))
@@ -333,8 +337,7 @@ class PickerScreen(PickerActions, Screen):
             return
         overrides = overrides_from_fields(self.base, self._field_texts())
         try:
-            self.resolved = apply_overrides(self.base, overrides) if overrides else self.base
-            self.resolved.setdefault("origin", self.base.get("origin"))
+            self.resolved = apply_overrides(self.base, overrides) if overrides else self.base  # origin kept
             error = None
         except FttuiError as e:
             self.resolved = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Mapping
 
 from rich.text import Text
 from textual import on, work
@@ -30,6 +31,8 @@ from textual.widgets import Button, Checkbox, DataTable, Footer, Header, Input, 
 
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.tui.probe_form import LIMIT_FIELDS, ProbeForm, compose_form, parse_form
 from fttui.tui.probe_view import (BOUNDARY_KINDS, COLUMNS, ProbeState, boundary_kind, boundary_text,
                                   status_line, table_trials, trial_marker, trial_row)
@@ -68,9 +71,9 @@ class ProbeScreen(Screen):
             self.token, self.result, self.error, self.stopped = token, result, error, stopped
 
     # ---------------------------------------------------------------- state
-    def __init__(self, resolved: dict, result=None) -> None:
+    def __init__(self, resolved: Profile | Mapping[str, Any], result=None) -> None:
         super().__init__()
-        self.resolved = resolved  # the picker's profile with its overrides
+        self.resolved = as_profile(resolved)  # the picker's profile with its overrides
         self.state = ProbeState.IDLE  # the one source of what the screen is doing
         self.prober = None
         self.probe_resolved: dict | None = None  # the profile the probe runs (limits applied)
@@ -86,14 +89,14 @@ class ProbeScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield from compose_form(self.resolved.get("limits") or {}, self.result)
+        yield from compose_form(self.resolved.limits, self.result)
         yield Static(id="probe-status")
         yield Static(id="probe-boundary")
         yield DataTable(id="trials", cursor_type="row", zebra_stripes=False)
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"probe: {self.resolved.get('name', '?')}"
+        self.sub_title = f"probe: {self.resolved.name or '?'}"
         table = self.query_one("#trials", DataTable)
         table.border_title = "trials"
         for c in COLUMNS:
@@ -119,7 +122,7 @@ class ProbeScreen(Screen):
                         for fid in ("lo", "hi", "steps", "repeats", *(f for f, _ in LIMIT_FIELDS))}
         values["param"] = self.query_one("#pr-param", Select).value
         values["data"] = self.query_one("#pr-data", Checkbox).value
-        return parse_form(values, self.resolved.get("limits") or {})
+        return parse_form(values, self.resolved.limits)
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -147,9 +150,7 @@ class ProbeScreen(Screen):
         try:
             form = self._form()
             param, lo, hi, steps, overrides = form.param, form.lo, form.hi, form.steps, form.overrides
-            resolved = apply_overrides(self.resolved, overrides) if overrides else self.resolved
-            if overrides:
-                resolved.setdefault("origin", self.resolved.get("origin"))
+            resolved = apply_overrides(self.resolved, overrides) if overrides else self.resolved  # origin kept
             self._token += 1
             token = self._token
             prober = Prober(resolved, param=param, lo=lo, hi=hi, steps=steps, repeats=form.repeats,
@@ -163,7 +164,7 @@ class ProbeScreen(Screen):
         self.result, self.trials, self.error = None, [], ""
         self.log_line = f"{param} in {lo}..{hi}, {steps} step{'s' if steps != 1 else ''} per trial, " \
                         + ("the data's longest samples" if form.data else
-                           f"every sample {resolved['data']['max_seq_len']} tokens (worst case)") \
+                           f"every sample {resolved.data.max_seq_len} tokens (worst case)") \
                         + (f", {form.repeats} repeat{'s' if form.repeats != 1 else ''} next to the boundary"
                            if form.repeats else "") + f"; at most {prober.max_loads} {prober.unit}"
         self.state, self.started = ProbeState.RUNNING, time.time()
@@ -310,14 +311,14 @@ class ProbeScreen(Screen):
 
     def _probe_only_limits(self) -> dict:
         """Limits set in the probe's fields that differ from the profile's own."""
-        own = self.resolved.get("limits") or {}
-        ran = (self.probe_resolved or self.resolved).get("limits") or {}
+        own = self.resolved.limits.to_dict()
+        ran = (self.probe_resolved or self.resolved).limits.to_dict()
         return {k: v for k, v in ran.items() if v != own.get(k)}
 
     def status_text(self) -> tuple[str, str]:
         """(text, kind) of the status line; the kind is the state's value."""
         pid = self.prober.probe_id if self.prober is not None else (self.result.probe_id if self.result else "")
-        text = status_line(self.state, name=self.resolved.get("name", "?"), probe_id=pid,
+        text = status_line(self.state, name=self.resolved.name or "?", probe_id=pid,
                            elapsed_s=time.time() - self.started, trials=len(self.trials),
                            log_line=self.log_line, error=self.error, result=self.result)
         return text, self.state.value
@@ -343,9 +344,7 @@ class ProbeScreen(Screen):
         base = self.probe_resolved or self.resolved
         # probed with the data's longest samples: the run puts them first too (an OOM in its first step)
         worst_first = {"train.longest_first": True} if getattr(res, "samples", "") == "data" else {}
-        resolved = apply_overrides(base, {PROBE_PARAMS[res.param]: res.largest_fit, **worst_first})
-        resolved.setdefault("origin", self.resolved.get("origin"))
-        return resolved
+        return apply_overrides(base, {PROBE_PARAMS[res.param]: res.largest_fit, **worst_first})  # origin kept
 
     def action_launch(self) -> None:
         if self.state is ProbeState.RUNNING:

@@ -48,7 +48,9 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     line1 = Text.assemble(head, f"GPU {fmt_bytes(max(peaks))} per card"
                           + (f" x{n}" if n > 1 else "") + f", host peak {host} ({source})\n")
     limit = None
-    limit_text = ((resolved.get("limits") or {}).get("gpu_memory") or "")
+    from fttui.core.profiles.stored import as_profile  # on use: the picker's first frame does without it
+
+    limit_text = as_profile(resolved).limits.gpu_memory or ""
     if limit_text:
         from fttui.core.profiles import parse_size
 

@@ -70,7 +70,7 @@ def make_profile(**overrides) -> dict:
 def write_run_dir(tmp_path: Path, profile: dict, name: str = "run") -> Path:
     d = tmp_path / name
     d.mkdir(parents=True, exist_ok=True)
-    (d / "profile.json").write_text(json.dumps(profile))
+    (d / "profile.json").write_text(json.dumps(profile.to_dict() if hasattr(profile, "to_dict") else profile))
     return d
 
 

@@ -135,7 +135,7 @@ def wrap(model, r: dict, sharding: str, world: int):
 
 
 def measure(case: dict, world: int) -> int:
-    r = load_profile(case["profile"], case["overrides"])
+    r = load_profile(case["profile"], case["overrides"]).to_dict()
     r["sharding"] = case["sharding"]
     torch.manual_seed(0)
     b, s = int(r["train"]["batch_size"]), int(r["data"]["max_seq_len"])

@@ -51,7 +51,7 @@ NOT_MODEL = ("process", "cuda_runtime", "model_load")
 
 
 def predicted_per_rank(profile: str, sharding: str, sets: list[str]) -> float:
-    r = load_profile(profile, [*sets, f"devices.cpu_processes={RANKS}"])
+    r = load_profile(profile, [*sets, f"devices.cpu_processes={RANKS}"]).to_dict()
     r["sharding"] = sharding
     host = estimate(r).host_breakdown
     return sum(v for k, v in host.items() if k not in NOT_MODEL) / RANKS
