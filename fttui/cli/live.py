@@ -255,17 +255,18 @@ def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
     phases_printed, warned, said_clash, said_recovered = 0, None, None, False
-    dev = (f.rd.profile() or {}).get("devices", {})
+    prof = f.rd.profile()
+    dev = prof.devices if prof is not None else None
     output = OutputTail(f.rd.log_path) if f.rd.kind_and_group()[0] == "command" else None
     while True:
         snap = f.poll()
         for line in output.lines(final=f.done) if output is not None else ():
             print(line, flush=True)
-        if (not started and not said_waiting and int(dev.get("node_rank", 0)) > 0
+        if (not started and not said_waiting and dev is not None and int(dev.node_rank or 0) > 0
                 and time.monotonic() - t0 > 5):
             said_waiting = True
-            print(f"waiting for node 0 at {dev.get('main_addr')}:{dev.get('main_port')} "
-                  f"(node {dev.get('node_rank')} of {dev.get('nodes')})", flush=True)
+            print(f"waiting for node 0 at {dev.main_addr}:{dev.main_port} "
+                  f"(node {dev.node_rank} of {dev.nodes})", flush=True)
         for line in phase_lines(snap, phases_printed):
             print(line, flush=True)
             phases_printed += 1

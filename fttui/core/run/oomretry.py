@@ -19,7 +19,6 @@ kept (they are for recovery), and a completed run removes it.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -159,10 +158,9 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
 
     s = decision.shrink
     prof = rd.profile()
-    if s is None or not isinstance(prof, dict):
+    if s is None or prof is None:
         raise FttuiError(f"{rd.run_id}: nothing to continue (no profile.json or no shrink)")
-    resolved = copy.deepcopy(prof)
-    resolved["train"] = {**resolved.get("train", {}), "batch_size": s.new_micro, "grad_accum": s.new_accum}
+    resolved = prof.with_settings({"train.batch_size": s.new_micro, "train.grad_accum": s.new_accum})
     found = last_checkpoint(rd) or _started_from(rd)
     resume = Resume(rd.run_id, resolved, found[0], found[1]) if found else None
     kind, group = rd.kind_and_group()
@@ -183,7 +181,7 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
     return nxt
 
 
-def after_oom(rd: rundir.RunDir, profile: dict, status: FinalStatus,
+def after_oom(rd: rundir.RunDir, profile: Any, status: FinalStatus,
               snap: Any) -> tuple[FinalStatus, rundir.RunDir | None, RetryEvent | None]:
     """The supervisor's step when its run ended with ``status`` (the run's ``profile.json`` and
     last snapshot): ``(status, next run, retry event)``. An OOM that is retried gets the next
@@ -192,7 +190,7 @@ def after_oom(rd: rundir.RunDir, profile: dict, status: FinalStatus,
     not says why (``...; not retried: ...``); any other status comes back as it is."""
     from fttui.core.profiles.stored import as_profile
 
-    if status.status != "oom" or not profile:
+    if status.status != "oom" or profile is None:
         return status, None, None
     command = rd.command() or {}
     decision = decide(as_profile(profile), status, kind=rd.kind_and_group()[0],

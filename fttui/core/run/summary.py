@@ -209,11 +209,10 @@ def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, A
 
 def _recovery_only(rd: rundir.RunDir) -> bool:
     """The run saved checkpoints for ``train.on_oom = "shrink"`` alone (:mod:`fttui.core.run.oomretry`)."""
-    from fttui.core.profiles.stored import as_profile
     from fttui.core.run.oomretry import recovery_saves
 
     prof = rd.profile()
-    return isinstance(prof, dict) and recovery_saves(as_profile(prof), rd.kind_and_group()[0])
+    return prof is not None and recovery_saves(prof, rd.kind_and_group()[0])
 
 
 def row_so_far(rd: rundir.RunDir, *, recorded_by: str = "worker") -> dict[str, Any]:
