@@ -35,7 +35,9 @@ def _calibration(args, resolved):
 def _card_size(args, resolved) -> int | None:
     if getattr(args, "gpu_memory", None):
         return _size(args.gpu_memory, "--gpu-memory")
-    limit = (resolved.get("limits") or {}).get("gpu_memory") or ""
+    from fttui.core.profiles.stored import as_profile
+
+    limit = as_profile(resolved).limits.gpu_memory or ""
     if limit:
         return _size(limit, "limits.gpu_memory")
     return None

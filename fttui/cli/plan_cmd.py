@@ -29,8 +29,8 @@ def cmd_plan(args, resolve=resolve) -> int:
     from fttui.core.results.tables import to_text
 
     resolved = resolve(args)
-    if (resolved.get("command") or {}).get("argv"):
-        raise FttuiError(f"{resolved.get('name')}: a command profile runs its own script; fttui cannot plan it")
+    if resolved.command.argv:
+        raise FttuiError(f"{resolved.name}: a command profile runs its own script; fttui cannot plan it")
     budget = machine_budget(resolved, gpus=args.gpus, gpu_memory=args.gpu_memory,
                             host_memory_limit=args.host_memory_limit, card=args.card, margin=args.margin)
     prices = None

@@ -54,7 +54,7 @@ def cmd_probe(args, resolve=resolve) -> int:
     old = {s: signal.signal(s, _raise_interrupt) for s in _STOP_SIGNALS}
     print(f"probe {prober.probe_id}: {args.param} in {lo}..{hi}, {args.steps} steps per trial, "
           + ("the data's longest samples first" if args.data else
-             f"worst-case length (every sample {resolved['data']['max_seq_len']} tokens)")
+             f"worst-case length (every sample {prober.resolved.data.max_seq_len} tokens)")
           + ("; each trial a fresh launch of all ranks" if prober.launched else "")
           + f"; at most {prober.max_loads} {prober.unit}", file=out, flush=True)
     try:

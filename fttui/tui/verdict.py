@@ -99,7 +99,9 @@ def forecast_line(resolved: dict, gpu_snap, rows: list[dict]) -> Text | None:
 
     try:
         card = "cpu"
-        if int((resolved.get("devices") or {}).get("gpus") or 0):
+        from fttui.core.profiles.stored import as_profile
+
+        if int(as_profile(resolved).devices.gpus or 0):
             from fttui.monitor import run_cards
 
             cards = run_cards(gpu_snap)

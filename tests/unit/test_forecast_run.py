@@ -47,7 +47,7 @@ def test_eta_from_the_forecast_until_the_rate_is_steady():
 def test_the_row_keeps_the_forecast_beside_the_measured_time(tmp_path):
     path = tmp_path / "run"
     path.mkdir()
-    (path / "profile.json").write_text(json.dumps(load_profile("tiny-lora")))
+    (path / "profile.json").write_text(json.dumps(load_profile("tiny-lora").to_dict()))
     (path / "command.json").write_text(json.dumps({"argv": ["x"], "env": {}, "kind": "run", "group": None}))
     events = _events(20) + [{"event": "end", "t": 9.0, "rank": 0, "step": 20, "train_time": 4.0, "samples": 160}]
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))

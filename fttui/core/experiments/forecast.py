@@ -34,6 +34,7 @@ from fttui.core.base import shardings
 from fttui.core.base.linefit import line_fit
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import peak_tflops
+from fttui.core.profiles.stored import as_profile
 
 DEFAULT_MFU = {"full": 0.35, "lora": 0.30, "lora-emb": 0.30, "qlora": 0.20, "lora-int8": 0.12}
 DEFAULT_CPU_FLOPS = 5e9  # per training process, fp32, when no CPU row calibrates
@@ -109,19 +110,19 @@ def offload_bytes(e: Any) -> tuple[float, float]:
 
 def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
     """Optimizer steps the Trainer will run: ``max_steps`` when > 0, else epochs x batches."""
-    t = profile["train"]
-    max_steps = int(t.get("max_steps") or -1)
+    t = as_profile(profile).train
+    max_steps = int(t.max_steps or -1)
     if max_steps > 0:
         return max_steps
-    per_step = int(t.get("batch_size") or 1) * int(t.get("grad_accum") or 1) * max(1, world)
+    per_step = int(t.batch_size or 1) * int(t.grad_accum or 1) * max(1, world)
     per_epoch = max(1, math.ceil(samples / per_step))
-    return max(1, math.ceil(float(t.get("epochs") or 1.0) * per_epoch))
+    return max(1, math.ceil(float(t.epochs or 1.0) * per_epoch))
 
 
 def _setup_key(profile: Mapping[str, Any]) -> dict[str, Any]:
-    return {"model": profile["model"].get("name_or_path"), "method": profile.get("method"),
-            "sharding": profile.get("sharding") or shardings.NONE.name,
-            "precision": profile["train"].get("precision") or "fp32"}
+    p = as_profile(profile)
+    return {"model": p.model.name_or_path, "method": p.method, "sharding": p.sharding or shardings.NONE.name,
+            "precision": p.train.precision or "fp32"}
 
 
 def _row_rate(row: Mapping[str, Any]) -> float | None:
@@ -245,11 +246,12 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
     ``link_bytes``: :func:`offload_bytes`, the host copies of an offloading sharding, timed at
     :data:`HOST_LINK_BYTES_PER_S` unless the calibrating rows ran the same sharding (their rate
     has them already)."""
-    t = profile["train"]
-    world = max(1, cards) * max(1, int((profile.get("devices") or {}).get("nodes") or 1))
-    method = str(profile.get("method"))
-    precision = str(t.get("precision") or "fp32")
-    gc = bool(t.get("gradient_checkpointing"))
+    p = as_profile(profile)
+    t = p.train
+    world = max(1, cards) * max(1, int(p.devices.nodes or 1))
+    method = str(p.method)
+    precision = str(t.precision or "fp32")
+    gc = bool(t.gradient_checkpointing)
     fpt = flops_per_token(shape, method, fed_tokens_per_sample, gc).total
     accum = max(1, int(t.get("grad_accum") or 1))
     per_step = int(t.get("batch_size") or 1) * accum
@@ -329,11 +331,11 @@ def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows
     :class:`fttui.core.run.datalens.NotCached` instead of being tokenised."""
     from fttui.core.run.datalens import data_stats
 
-    stats, _cached = data_stats(dict(profile), batch_size, tokenise=tokenise)
+    stats, _cached = data_stats(profile, batch_size, tokenise=tokenise)
     fed = stats.random_order["fed_tokens"] / max(1, stats.samples)
     real = stats.random_order["real_tokens"] / max(1, stats.samples)
-    dev = profile.get("devices") or {}
-    cards = int(dev.get("gpus") or 0) or int(dev.get("cpu_processes") or 1)
+    dev = as_profile(profile).devices
+    cards = int(dev.gpus or 0) or int(dev.cpu_processes or 1)
     price = prices.price_of(card) if prices is not None else None
     return forecast(profile, profile_shape(profile, inputs), samples=stats.samples, fed_tokens_per_sample=fed,
                     real_tokens_per_sample=real, rows=rows, card=card, cards=cards,
@@ -344,7 +346,7 @@ def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows
 def run_card(profile: Mapping[str, Any]) -> str:
     """The card a profile will run on: ``"cpu"`` without GPUs, else the first visible card's NVML
     name (``"unknown GPU"`` when none is visible here)."""
-    if not int((profile.get("devices") or {}).get("gpus") or 0):
+    if not int(as_profile(profile).devices.gpus or 0):
         return RANKS_CPU
     from fttui.monitor import make_gpu_sampler, run_cards
 

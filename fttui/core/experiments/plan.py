@@ -23,6 +23,8 @@ from fttui.core.base.units import GIB, fmt_bytes
 from fttui.core.data.lengths import DataStats
 from fttui.core.experiments.forecast import RANKS_CPU, duration_words, forecast, offload_bytes, profile_shape
 from fttui.core.memory import COMPONENTS, HOST_COMPONENTS, CONSTANTS, Estimate, estimate
+from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["Budget", "Option", "DEFAULT_MARGIN", "HEADERS", "candidates", "plan", "plan_table", "profile_dict",
            "variant"]
@@ -97,24 +99,19 @@ class Option:
         return d
 
 
-def profile_dict(profile: Mapping[str, Any]) -> dict[str, Any]:
+def profile_dict(profile: Profile | Mapping[str, Any]) -> dict[str, Any]:
     """The resolved profile as a plain dict of dicts (a typed ``Profile`` or a resolved dict)."""
-    to_dict = getattr(profile, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in profile.items()}
+    return as_profile(profile).to_dict()
 
 
-def variant(profile: Mapping[str, Any], method: str, sharding: str, micro: int, accum: int, gc: bool,
-            gpus: int | None = None) -> dict[str, Any]:
+def variant(profile: Profile | Mapping[str, Any], method: str, sharding: str, micro: int, accum: int, gc: bool,
+            gpus: int | None = None) -> Profile:
     """A copy of the resolved profile run as one setup (``gpus``: cards per node, None: as it says)."""
-    out = profile_dict(profile)
-    out["method"], out["sharding"] = method, sharding
-    out["train"] = {**out["train"], "batch_size": int(micro), "grad_accum": int(accum),
-                    "gradient_checkpointing": bool(gc)}
+    changes: dict[str, Any] = {"method": method, "sharding": sharding, "train.batch_size": int(micro),
+                               "train.grad_accum": int(accum), "train.gradient_checkpointing": bool(gc)}
     if gpus is not None:
-        out["devices"] = {**out["devices"], "gpus": int(gpus)}
-    return out
+        changes["devices.gpus"] = int(gpus)
+    return as_profile(profile).with_settings(changes)
 
 
 def _divisors(n: int) -> list[int]:
@@ -187,7 +184,7 @@ def _check_weights(profile: Mapping[str, Any], budget: Budget, methods: Sequence
         e = estimate(variant(profile, method, shardings.NONE.name, 1, 1, True, budget.gpus))
         w = e.breakdown.get("weights") or 0
         least = w if least is None else min(least, w)
-    world = budget.ranks_per_node * max(1, int((profile.get("devices") or {}).get("nodes") or 1))
+    world = budget.ranks_per_node * max(1, int(as_profile(profile).devices.nodes or 1))
     if least and budget.gpu_bytes * world < least:
         raise PlanError(f"--gpu-memory {fmt_bytes(budget.gpu_bytes)}: below the model's weights "
                         f"({fmt_bytes(least)}) even spread over {world} card(s)")
@@ -200,16 +197,16 @@ def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str,
     """Every setup of ``profile`` on ``budget``'s cards, fitting ones first by predicted time.
     ``stats_for(profile, micro_batch)``: the data's lengths at a micro batch
     (:func:`fttui.core.run.datalens.data_stats`)."""
-    base = profile_dict(profile)
-    nodes = max(1, int((base.get("devices") or {}).get("nodes") or 1))
+    base = as_profile(profile)
+    nodes = max(1, int(base.devices.nodes or 1))
     on_gpu = budget.gpus > 0
     if not on_gpu:
-        base["devices"] = {**base["devices"], "gpus": 0, "cpu_processes": budget.ranks_per_node}
+        base = base.with_settings({"devices.gpus": 0, "devices.cpu_processes": budget.ranks_per_node})
     world = budget.ranks_per_node * nodes
-    t = base["train"]
+    t = base.train
     if effective_batch is None:
-        effective_batch = int(t.get("batch_size") or 1) * int(t.get("grad_accum") or 1) * world
-    methods = list(methods or [shardings.of(base.get("method"), base.get("sharding"))[0]])
+        effective_batch = int(t.batch_size or 1) * int(t.grad_accum or 1) * world
+    methods = list(methods or [shardings.of(base.method, base.sharding)[0]])
     rows = list(rows)
     _check_weights(base, budget, methods)
     card = budget.card if on_gpu else RANKS_CPU

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from fttui.core.base.units import MIB, parse_size
 from fttui.core.base.errors import SizeError
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
+from fttui.core.profiles.stored import as_profile
 
 __all__ = ["machine_budget", "run_plan", "verify", "write_profile", "PlanError"]
 
@@ -52,20 +53,20 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
     ``host_memory_limit`` per process above the imported stack (default: the profile's
     ``limits.host_memory``), else the node's RAM. ``cards``: the cards seen here (the app's
     sampler's ``run_cards``), else read now."""
-    dev = profile.get("devices") or {}
-    limits = profile.get("limits") or {}
-    n = int(dev.get("gpus") or 0) if gpus is None else int(gpus)
+    prof = as_profile(profile)
+    dev, limits = prof.devices, prof.limits
+    n = int(dev.gpus or 0) if gpus is None else int(gpus)
     if n < 0:
         raise PlanError(f"--gpus {n}: give 0 (CPU) or more cards")
     if not 0 <= margin < 1:
         raise PlanError(f"--margin {margin}: give a share between 0 and 1, e.g. 0.05")
-    host_limit = host_memory_limit or limits.get("host_memory") or ""
+    host_limit = host_memory_limit or limits.host_memory or ""
     host = _size(host_limit, "--host-memory-limit") if host_limit else _host_total()
     if n == 0:
         return Budget(gpus=0, card="cpu", host_bytes=host, host_per_process=bool(host_limit), margin=margin,
-                      cpu_processes=max(1, int(dev.get("cpu_processes") or 1)))
+                      cpu_processes=max(1, int(dev.cpu_processes or 1)))
     here = list(cards) if cards is not None else _cards()
-    size = gpu_memory or limits.get("gpu_memory") or ""
+    size = gpu_memory or limits.gpu_memory or ""
     if size:
         gpu_bytes = _size(size, "--gpu-memory")
     elif here and here[0].mem_total_mb:

@@ -89,12 +89,12 @@ class Prober:
         # Said up front: the search, then two values next to the boundary checked again.
         search = MAX_LOADS + (SEQ_EXTRA_LOADS if param == "max_seq_len" else 0)
         self.max_loads = (launched.max_launches(lo, hi) if self.launched else search) + 2 * repeats
-        self.resolved = resolved
+        self.resolved = as_profile(resolved)  # the typed profile (a test's dict read as profile.json is)
         self.param, self.lo, self.hi, self.steps = param, lo, hi, steps
         self.start = max(lo, min(hi, start)) if start else lo
         self.on_trial = on_trial or (lambda t: None)
         self.on_log = on_log or (lambda s: None)
-        self.probe_id = rundir.new_run_id(f"probe-{resolved.get('name', 'profile')}")
+        self.probe_id = rundir.new_run_id(f"probe-{self.resolved.name or 'profile'}")
         self.trials: list[Trial] = []
         self.loads = 0
         self.proc: subprocess.Popen | None = None
@@ -318,7 +318,7 @@ class Prober:
         self.trial = trial
         if self.stopped:
             trial.stop()
-        procs = as_profile(self.resolved).world_size()
+        procs = self.resolved.world_size()
         self.on_log(f"trial {k}: {self.param}={value}, a fresh launch of {procs} "
                     f"process{'es' if procs != 1 else ''} ({as_profile(trial.resolved).launcher()})")
         try:

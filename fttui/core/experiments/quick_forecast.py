@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
 from fttui.core.experiments.forecast import Forecast, offload_bytes, profile_forecast, run_card
+from fttui.core.profiles.stored import as_profile
 
 __all__ = ["quick_forecast", "launch_forecast", "worst_case", "NOT_MEASURED"]
 
@@ -38,7 +39,7 @@ def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict
     """The forecast a launch records (the ``forecast`` event: the run's first ETA, the row's
     ``forecast_s``); None for a command profile or when anything it needs is missing: a run is
     never held back by its forecast."""
-    if (profile.get("command") or {}).get("argv"):
+    if as_profile(profile).command.argv:
         return None
     try:
         from fttui.core.memory import estimate
@@ -62,8 +63,8 @@ def worst_case(profile: Mapping[str, Any]) -> dict[str, Any] | None:
     """The profile as synthetic data of as many samples as its JSONL file has records (lines),
     every one ``max_seq_len`` long: the forecast's worst case when the lengths are not measured;
     None when the count is not cheap (not a JSONL file, or over 64 MiB)."""
-    data = dict(profile.get("data") or {})
-    source, n = str(data.get("source") or ""), int(data.get("num_samples") or 0)
+    prof = as_profile(profile)
+    source, n = str(prof.data.source or ""), int(prof.data.num_samples or 0)
     if n <= 0:
         try:
             if not source.endswith(".jsonl") or os.path.getsize(source) > 64 * 1024 * 1024:
@@ -72,4 +73,4 @@ def worst_case(profile: Mapping[str, Any]) -> dict[str, Any] | None:
                 n = sum(1 for line in f if line.strip())
         except OSError:
             return None
-    return {**profile, "data": {**data, "source": "synthetic", "num_samples": n}}
+    return prof.with_settings({"data.source": "synthetic", "data.num_samples": n})

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from fttui.core.run import launch, rundir
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles import ALIASES, apply_overrides
+from fttui.core.profiles.typed import Profile
 from fttui.core.results.tables import to_markdown
 
 
@@ -60,13 +61,13 @@ def _dominates(a: dict[str, int], b: dict[str, int]) -> bool:
 
 
 class Sweeper:
-    def __init__(self, resolved: dict, grid: list[tuple[str, list[int]]], steps: int | None = 10,
+    def __init__(self, resolved: Profile, grid: list[tuple[str, list[int]]], steps: int | None = 10,
                  on_cell: Callable[[Cell], None] | None = None):
         self.resolved = resolved
         self.grid = grid
         self.steps = steps
         self.on_cell = on_cell or (lambda c: None)
-        self.sweep_id = rundir.new_run_id(f"sweep-{resolved.get('name', 'profile')}")
+        self.sweep_id = rundir.new_run_id(f"sweep-{resolved.name or 'profile'}")
         self.current: rundir.RunDir | None = None
         # validate every cell's settings before running any
         self.cells = []

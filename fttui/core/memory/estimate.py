@@ -30,6 +30,7 @@ from fttui.core.memory.host import host_terms
 from fttui.core.memory.inputs import Setup, setup
 from fttui.core.memory.sharding import Working, sharded_states, step_temporaries
 from fttui.core.memory.states import norm_head, trainable_states
+from fttui.core.profiles.stored import as_profile
 
 __all__ = ["estimate"]
 
@@ -132,7 +133,7 @@ def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     elif c.method == "lora-int8":
         # bitsandbytes LLM.int8(); [quant]'s 4-bit keys do not apply
         inputs["quant"] = {"type": "int8", **{k: v for k, v in c.s["quant"].items() if k == "prepare"}}
-    inputs.update({"model": (resolved.get("model") or {}).get("name_or_path"),
+    inputs.update({"model": as_profile(resolved).model.name_or_path,
                    "arch": c.a.arch_name or c.a.model_type, "params": c.a.params,
                    "lora_params": c.lora_params, "tokens_per_step": c.tokens,
                    "sharding": c.sharding, "ranks": c.world,

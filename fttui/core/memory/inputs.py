@@ -176,7 +176,7 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
                             f"{', '.join(shardings.runs_with(method))})")
     if precision not in DTYPE_BYTES:
         raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
-    stored = refusal(method, resolved.get("model") or {})  # a checkpoint stored quantised: never as bf16
+    stored = refusal(method, as_profile(resolved).model)  # a checkpoint stored quantised: never as bf16
     if stored is not None:
         raise EstimateError(f"{stored[0]} ({stored[1]})")
     a = arch_numbers(resolved)

@@ -133,7 +133,8 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
         created = cmd.get("created")
         started = float(created) if isinstance(created, (int, float)) else None
     kind, _group = rd.kind_and_group()
-    return RunBrief(run_id=rd.run_id, path=rd.path, profile=str((prof.name if prof is not None else None) or "?"), kind=kind,
+    name = prof.name if prof is not None else None
+    return RunBrief(run_id=rd.run_id, path=rd.path, profile=str(name or "?"), kind=kind,
                     state=state if state is not None else rd.state_label(), step=snap.step,
                     total_steps=snap.total_steps, eta_s=snap.eta_s, started=started,
                     eta_source=snap.eta_source, note=recovery_note(snap))
