@@ -47,6 +47,8 @@ NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/core/run/perf.py": (4, EVENT),
     "fttui/integrations/hf.py": (1, "the Trainer callback's keyword arguments (kw['model'])"),
     "fttui/tui/details.py": (1, "profile_summary's model column"),
+    "fttui/tui/probe_form.py": (1, "the probe form's data toggle (a field's value)"),
+    "fttui/tui/probe_screen.py": (1, "the probe form's data toggle (a field's value)"),
     "fttui/tui/run_panels.py": (1, ROW),
     "fttui/worker/arguments.py": (1, "the TrainingArguments keyword deepspeed"),
     "fttui/worker/runtime.py": (2, EVENT),
