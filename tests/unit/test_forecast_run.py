@@ -98,7 +98,7 @@ def test_one_run_of_varied_batches_fits_its_fixed_cost(tmp_path):
 
     path = tmp_path / "run"
     path.mkdir()
-    (path / "profile.json").write_text(json.dumps(load_profile("tiny-lora")))
+    (path / "profile.json").write_text(json.dumps(load_profile("tiny-lora").to_dict()))
     (path / "command.json").write_text(json.dumps({"argv": ["x"], "env": {}, "kind": "run", "group": None}))
     events = [{"event": "start", "t": 2.0, "rank": 0, "total_steps": 20, "world_size": 1}] + _varied_steps()
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
