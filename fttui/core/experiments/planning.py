@@ -167,9 +167,10 @@ def verify(profile: Mapping[str, Any], options: Sequence[Option], k: int, budget
 
     if k < 1:
         raise PlanError(f"--verify {k}: give the number of setups to run, 1 or more")
-    longest = int(data_stats(dict(profile), 1)[0].tokens["max"])
-    group = rundir.new_run_id(f"plan-{profile.get('name') or 'profile'}")
-    world = budget.ranks_per_node * max(1, int((profile.get("devices") or {}).get("nodes") or 1))
+    prof = as_profile(profile)
+    longest = int(data_stats(prof, 1)[0].tokens["max"])
+    group = rundir.new_run_id(f"plan-{prof.name or 'profile'}")
+    world = budget.ranks_per_node * max(1, int(prof.devices.nodes or 1))
     out = []
     for o in [o for o in options if o.fits][:k]:
         over = {**o.settings(), "train.max_steps": steps, "train.save": "none", "data.source": "synthetic",
