@@ -14,13 +14,15 @@ are those of a run made at that batch from the same checkpoint.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fttui.core.run.events import read_jsonl
 from fttui.core.run.rundir import RunDir
-from tests.conftest import run_fttui
+from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import processes_mentioning, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -48,31 +50,50 @@ def _steps(rd: RunDir) -> dict[int, dict]:
     return {e["step"]: e for e in read_jsonl(rd.events_path) if e.get("event") == "step"}
 
 
-def test_on_oom_shrink_resumes_with_half_the_batch_to_the_weights_of_a_run_at_that_batch(tmp_path, fttui_home):
+@pytest.mark.timeout(600)  # three model loads (the reference run beside the second attempt)
+def test_on_oom_shrink_resumes_with_half_the_batch_to_the_weights_of_a_run_at_that_batch(tmp_path, fttui_home, capsys):
     from safetensors.numpy import load_file
 
+    from fttui.cli.main import main
+    from fttui.core.results.store import Store
     from fttui.core.run import launch
     from fttui.core.run.resume import Resume
 
     data = _data(tmp_path / "long-later.jsonl")
-    proc = run_fttui("run", "--profile", "tiny-lora", "--headless", "--on-oom", "shrink", "--host-memory-limit", LIMIT,
-                     "--set", f"data.source={data}", "--set", "data.format=instruction", "--set", "data.max_seq_len=512",
-                     "--set", "train.batch_size=8", "--set", "train.grad_accum=2", "--set", "train.max_steps=4",
-                     "--set", "train.save_steps=2", "--set", "train.warmup_ratio=0", "--set", f"train.seed={SEED}",
-                     timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    runs = sorted((fttui_home / "runs").iterdir())
-    assert len(runs) == 2, runs
-    first, second = RunDir(runs[0]), RunDir(runs[1])
-    rows = {r["run_id"]: r for r in json.loads(run_fttui("results", "--format", "json", check=True).stdout)}
-    r1, r2 = rows[first.run_id], rows[second.run_id]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "fttui", "run", "--profile", "tiny-lora", "--headless", "--on-oom", "shrink",
+         "--host-memory-limit", LIMIT, "--set", f"data.source={data}", "--set", "data.format=instruction",
+         "--set", "data.max_seq_len=512", "--set", "train.batch_size=8", "--set", "train.grad_accum=2",
+         "--set", "train.max_steps=4", "--set", "train.save_steps=2", "--set", "train.warmup_ratio=0",
+         "--set", f"train.seed={SEED}"],
+        cwd=ROOT, env=fttui_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = RunDir(wait_for(lambda: next(iter(sorted((fttui_home / "runs").glob("*"))), None), timeout=120,
+                                what="the first attempt's directory"))
+        wait_for(first.status_path.exists, timeout=400, interval=0.2, what="the first attempt's end")
+        retry = [e for e in read_jsonl(first.events_path) if e.get("event") == "retry"]
+        assert retry, (first.path / "train.log").read_text()[-2000:]
+        second = RunDir(first.path.parent / retry[-1]["next_run"])
+        # the reference: a run at the smaller batch from the same checkpoint, the same data order
+        # (started beside the second attempt, whose profile it runs)
+        resolved = second.profile()
+        checkpoint = str(first.path / "output" / "checkpoint-2")
+        ref = launch.launch(resolved, resume=Resume(first.run_id, resolved, checkpoint, 2))
+        out, _ = cli.communicate(timeout=400)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, out[-3000:]
+    wait_for(ref.status_path.exists, timeout=400, interval=0.2, what="the reference run's end")
+    assert ref.final_status().status == "completed", (ref.path / "train.log").read_text()[-2000:]
+    with Store() as store:
+        r1, r2 = store.get(first.run_id), store.get(second.run_id)
 
     # the first attempt: the short steps fitted at batch 8, the first long one ran out of memory
     s1 = _steps(first)
     assert sorted(s1) == [1, 2] and s1[2]["tokens"] < 32 * 64, "the first two steps were not the short ones"
     assert (r1["status"], r1["oom_kind"], r1["error_step"], r1["attempt"]) == ("oom", "cpu", 2, 1)
-    assert r1["retried_as"] == second.run_id and r1["checkpoint"].endswith("checkpoint-2")
+    assert r1["retried_as"] == second.run_id and r1["checkpoint"] == checkpoint
     # the second continues it from that checkpoint with half the batch: it completes
     msg = "recovered from OOM at step 3: batch 8 -> 4, accumulation 2 -> 4, from the checkpoint of step 2"
     assert (r2["status"], r2["attempt"], r2["attempt_of"], r2["recovered"]) == ("completed", 2, first.run_id, msg)
@@ -88,17 +109,15 @@ def test_on_oom_shrink_resumes_with_half_the_batch_to_the_weights_of_a_run_at_th
     # every view says it: the headless lines, `fttui ls`
     assert f"retried as {second.run_id} (attempt 2: batch 8 -> 4, accumulation 2 -> 4)" in out
     assert f"attempt 2: {msg}" in out and f"COMPLETED (attempt 2: {msg})" in out
-    ls = run_fttui("ls", check=True).stdout
+    capsys.readouterr()
+    assert main(["ls"]) == 0
+    ls = capsys.readouterr().out
     assert f"completed (attempt 2: {msg})" in ls and f"oom (retried as {second.run_id})" in ls
-    # every process of both attempts ended with its run
-    wait_for(lambda: not processes_mentioning(str(first.path)) and not processes_mentioning(str(second.path)),
+    # every process of both attempts (and of the reference run) ended with its run
+    wait_for(lambda: not any(processes_mentioning(str(rd.path)) for rd in (first, second, ref)),
              timeout=30, what="no process of either attempt left")
 
-    # a run at the smaller batch from the same checkpoint, the same data order: the same weights
-    resolved = second.profile()
-    ref = launch.launch(resolved, resume=Resume(first.run_id, resolved, r1["checkpoint"], 2))
-    wait_for(lambda: ref.status_path.exists(), timeout=400, interval=0.5, what="the reference run's end")
-    assert ref.final_status().status == "completed", (ref.path / "train.log").read_text()[-2000:]
+    # the reference run's weights: the same batches, the same weights
     sref = _steps(ref)
     assert [(s, sref[s]["tokens"], sref[s]["samples"]) for s in (3, 4)] == \
         [(s, s2[s]["tokens"], s2[s]["samples"]) for s in (3, 4)]  # the same batches
@@ -111,6 +130,7 @@ def test_on_oom_shrink_resumes_with_half_the_batch_to_the_weights_of_a_run_at_th
     assert any((got[k] != before[k]).any() for k in got), "the two long steps changed nothing"
 
 
+@pytest.mark.timeout(600)  # two model loads, on a loaded machine
 def test_a_host_oom_kill_is_recovered_and_cancel_of_the_first_attempt_stops_the_chain(fttui_home):
     """SIGKILL of the worker under a host-memory budget is the kernel's OOM killer's verdict
     (``host-kill``): the next attempt continues from the last checkpoint at half the batch;

@@ -179,7 +179,7 @@ def test_without_a_checkpoint_the_next_attempt_starts_over():
 # ------------------------------------------------------------------ the chain, as every view reads it
 
 
-def test_the_chain_in_the_fold_the_status_line_ls_and_the_rows():
+def test_the_chain_in_the_fold_the_status_line_ls_and_the_rows(capsys):
     rd = _failed_run(4)
     d = decide(as_profile(rd.profile()), OOM, kind="run", attempt=1, phase=None)
     nxt = prepare_next(rd, OOM, d)
@@ -206,6 +206,12 @@ def test_the_chain_in_the_fold_the_status_line_ls_and_the_rows():
 
     # `fttui cancel FIRST` stops the attempt that continues it (just created: live for a while)
     assert _find_run(rd.run_id, live_only=True).run_id == nxt.run_id
+    # `fttui run --json` prints the last attempt, naming them all
+    from fttui.cli.conventions import follow_as_json
+
+    assert follow_as_json(rd, lambda: 0) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["run_id"], doc["attempts"]) == (nxt.run_id, [rd.run_id, nxt.run_id])
 
     row = build_row(nxt, snap, FinalStatus("completed", 0, None), t_launch=1.0, t_end=2.0)
     assert (row["attempt"], row["attempt_of"], row["recovered"], row["retried_as"]) == (2, rd.run_id, msg, None)
