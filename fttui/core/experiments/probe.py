@@ -161,7 +161,8 @@ class Prober:
     def _samples(self) -> str:
         """What the trials train on, in words; with ``data``, reads the data's lengths (tokenised
         once and cached, as ``fttui data`` does) into ``self.order``."""
-        seq = self.resolved.data.max_seq_len
+        prof = as_profile(self.resolved)  # a Profile (a test may swap in its dict)
+        seq = prof.data.max_seq_len
         if not self.data:
             return f"samples: synthetic, every one {seq} tokens (the worst case)"
         from fttui.core.run import datalens
@@ -171,9 +172,9 @@ class Prober:
         self.order = [[s.index, s.raw, s.first_label] for s in ordered]
         kept = [s for s in ordered if s.kept(seq)]
         if not kept:
-            raise FttuiError(f"--data: no sample of {self.resolved.data.source} has a response token "
+            raise FttuiError(f"--data: no sample of {prof.data.source} has a response token "
                              f"within max_seq_len={seq}")
-        return (f"samples: the longest of {len(kept)} in {self.resolved.data.name or 'the data'} "
+        return (f"samples: the longest of {len(kept)} in {prof.data.name or 'the data'} "
                 f"(longest {kept[0].length(seq)} tokens at max_seq_len {seq}; median "
                 f"{sorted(s.length(seq) for s in kept)[len(kept) // 2]}), the longest in the first step")
 
@@ -247,7 +248,7 @@ class Prober:
 
         host = HostSampler(self.proc.pid)
         gpu = make_gpu_sampler()
-        n_cards = prof.devices.gpus  # the probe's process uses the first visible card(s)
+        n_cards = as_profile(prof).devices.gpus  # the probe's process uses the first visible card(s)
         tail = JsonlTail(rd.events_path)
         out: dict = {"trials": [], "guess": None, "model_oom": False}
         window_start: float | None = None
@@ -318,7 +319,7 @@ class Prober:
         self.trial = trial
         if self.stopped:
             trial.stop()
-        procs = self.resolved.world_size()
+        procs = as_profile(self.resolved).world_size()
         self.on_log(f"trial {k}: {self.param}={value}, a fresh launch of {procs} "
                     f"process{'es' if procs != 1 else ''} ({as_profile(trial.resolved).launcher()})")
         try:
