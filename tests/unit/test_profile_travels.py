@@ -15,11 +15,9 @@ from fttui.core.run import rundir
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("FTTUI_HOME", str(tmp_path / "home"))
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
+def no_local_profiles(tmp_path, monkeypatch):
+    """Only the bundled profiles are found (FTTUI_HOME is the suite's own, tests/conftest.py)."""
+    monkeypatch.chdir(tmp_path)
 
 
 def test_load_profile_returns_the_frozen_profile():
@@ -47,7 +45,7 @@ def test_profile_json_is_its_serialisation(tmp_path):
     assert back.lora.target_modules == ("q_proj", "k_proj")
 
 
-def test_an_old_profile_json_reads_back_normalised(tmp_path):
+def test_an_old_profile_json_reads_back_normalised(fttui_home):
     """A run directory written before schema 5: the legacy method, ``[zero3]``, no sharding,
     no ``train.save``, no ``[command]``, the launch's kind kept as ``_kind``."""
     prof = load_profile("tiny-full").to_dict()
@@ -56,7 +54,7 @@ def test_an_old_profile_json_reads_back_normalised(tmp_path):
     old["zero3"] = {"offload_optimizer": True, "offload_params": False, "pin_memory": False}
     old["train"] = {k: v for k, v in prof["train"].items() if k != "save"}
     old["_kind"], old["_group"] = "probe", "p-1"
-    path = tmp_path / "home" / "runs" / "20240101-000000-old-abcd"
+    path = fttui_home / "runs" / "20240101-000000-old-abcd"
     path.mkdir(parents=True)
     (path / "profile.json").write_text(json.dumps(old))
     rd = rundir.RunDir(path)
