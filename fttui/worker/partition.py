@@ -14,8 +14,14 @@
   shards the empty model and broadcasts rank 0's weights into every rank's shards. QLoRA under
   FSDP loads on every rank (accelerate broadcasts no 4-bit parameters).
 
-PEFT adapters go on top in both cases (:func:`fttui.worker.model.build_model`). Imports nothing
-heavy at import time.
+PEFT adapters go on top in both cases (:func:`fttui.worker.model.build_model`).
+
+- DDP (``none`` over several ranks): every rank builds the whole model from the same seed or
+  file, and DDP's wrap broadcasts rank 0's parameters to the others in 250 MiB flattened buckets
+  (``_sync_module_states``): a transient copy of the whole model on every rank, frozen weights
+  included (a LoRA run's peak was its model's bytes again above the model itself).
+  :func:`skip_frozen_broadcast` leaves the frozen parameters out of that broadcast once the ranks
+  have shown they hold equal ones. Imports nothing heavy at import time.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from fttui.core.profiles.typed import Profile
 from .errors import ConfigError
 from .model import META, WHOLE, ZERO_INIT
 
-__all__ = ["build_mode", "build_context", "ram_efficient_fsdp"]
+__all__ = ["build_mode", "build_context", "ram_efficient_fsdp", "skip_frozen_broadcast"]
 
 
 def ram_efficient_fsdp(profile: Profile | dict[str, Any]) -> bool:
@@ -78,3 +84,37 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
         yield mode
     finally:
         del args
+
+
+def frozen_digest(model):
+    """One number per frozen parameter (its sum, in its own dtype: no copy of the weights), in
+    ``named_parameters`` order: equal on two ranks that hold equal frozen weights."""
+    import torch
+
+    sums = [p.detach().sum().double() for _, p in model.named_parameters() if not p.requires_grad]
+    return torch.stack(sums) if sums else torch.zeros(0, dtype=torch.float64)
+
+
+def skip_frozen_broadcast(model, log=None) -> list[str]:
+    """Before a DDP wrap: name the frozen parameters as ones DDP leaves alone
+    (``DistributedDataParallel._set_params_and_buffers_to_ignore_for_model``), so its start-up
+    broadcast copies only the trained ones. Only when every rank's frozen parameters equal rank
+    0's (a per-parameter sum gathered from every rank; the others would silently train against
+    different weights); otherwise nothing changes and DDP broadcasts them as usual. Returns the
+    names left out (none without a process group of more than one rank)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return []
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    digest = frozen_digest(model)
+    top, low = digest.clone(), digest.clone()
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    if not torch.equal(top, low):
+        if log is not None:
+            log("DDP: the ranks' frozen weights differ; rank 0's are broadcast to every rank")
+        return []
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, frozen)
+    return frozen

@@ -12,6 +12,7 @@ from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .arguments import Plan, plan, training_args
+from .partition import skip_frozen_broadcast
 from .sharding import check_sharding, sharding_info, trainer_class
 from .startup import Setup
 
@@ -41,6 +42,8 @@ def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callback
         callbacks=[*callbacks, check],
     )
     check.trainer = trainer
+    if not profile.sharding_kind().sharded:  # the process group exists now; DDP wraps in train()
+        skip_frozen_broadcast(su.model, su.log)
     if profile.train.longest_first:
         _longest_first(trainer, profile, dataset, su)
     trainer.fttui_sharding = sharding  # the start event's runtime_info reads it
