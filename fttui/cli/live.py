@@ -8,6 +8,7 @@ import time
 
 from fttui.core.base import fmt
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
+from fttui.core.run.insight import memory_picture, picture_text, speed_text
 from fttui.core.run.perf import mfu_text
 from fttui.core.run.phases import mmss, phase_text
 from fttui.core.run.ranks import clash_text
@@ -15,6 +16,8 @@ from fttui.core.run.row_figures import host_measure_text
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower, next_attempt
+from fttui.monitor import cards_run_first
+from fttui.cli.insight_lines import insight_lines
 
 # The Rich view's colour of each status kind (status_line's kind); the others are cyan.
 STATUS_STYLES = {"oom": "bold white on red", "completed": "green"}
@@ -137,6 +140,7 @@ def summary_lines(rd: RunDir) -> list[str]:
     perf = perf_summary(row)
     if perf:
         lines.append(perf)
+    lines.extend(insight_lines(raw))
     if row.get("error"):
         lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
     lines.append(f"  run dir {rd.path}")
@@ -255,6 +259,7 @@ def _follow_plain(f: RunFollower) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
     phases_printed, warned, said_clash, said_recovered = 0, None, None, False
+    said: set[str] = set()
     prof = f.rd.profile()
     dev = prof.devices if prof is not None else None
     output = OutputTail(f.rd.log_path) if f.rd.kind_and_group()[0] == "command" else None
@@ -290,6 +295,13 @@ def _follow_plain(f: RunFollower) -> None:
         if snap.recovered and not said_recovered:  # an attempt that continues a run which ran out of memory
             said_recovered = True
             print(f"attempt {snap.attempt}: {snap.recovered}", flush=True)
+        creep = snap.memory_warnings[0] if snap.memory_warnings else None  # said once per rank and limit
+        for line, key in ((f"MEMORY CREEP: {snap.memory_warning}",
+                           f"{creep.rank} {creep.where} {creep.figure}" if creep else snap.memory_warning),
+                          (f"why slow: {snap.why_slow}", " ".join((snap.why_slow or "").split()[:3]) or None)):
+            if key is not None and key not in said:  # each warning, each leading cause: said once
+                said.add(key)
+                print(line, flush=True)
         if snap.stalled != stalled:
             stalled = snap.stalled
             print(f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
@@ -335,8 +347,6 @@ def _render(snap, f: RunFollower):
                           f"  tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)})")
     if snap.gpu is not None:
         if snap.gpu.available:
-            from fttui.monitor import cards_run_first
-
             named = snap.gpu.visible is not None
             perf = {p.index: p for p in snap.cards}
             for c in cards_run_first(snap.gpu):
@@ -344,6 +354,9 @@ def _render(snap, f: RunFollower):
                 p = perf.get(g.index) if c.run else None
                 line = Text(f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
                             f"  util {fmt.pct(g.util_pct)}  {g.name}")
+                extra = [x for x in (speed_text(g), _picture(snap, g, c.run)) if x]
+                if extra:
+                    line.append("\n" + "  ".join(extra))
                 if p is not None:
                     line.append(f"\nMFU {mfu_text(p.mfu)}  headroom {fmt.mb(p.headroom_mb)}"
                                 + (f"  allocator retries {p.alloc_retries}" if p.alloc_retries is not None else "")
@@ -352,9 +365,20 @@ def _render(snap, f: RunFollower):
                 t.add_row(f"GPU {g.index}" + (" *run" if named and c.run else ""), line)
         else:
             t.add_row("GPU", snap.gpu.reason or "not available")
+    if snap.why_slow:
+        t.add_row("why slow", snap.why_slow)
     line = status_line(snap)
     t.add_row("status", Text(line.text, style=STATUS_STYLES.get(line.kind, "cyan")))
     return Panel(t, title=f"fttui  {f.rd.run_id}", border_style="blue")
+
+
+def _picture(snap, g, run: bool) -> str | None:
+    """The run card's memory picture (torch allocated / reserved / the rest of the run's NVML memory)."""
+    if not run:
+        return None
+    slot = [c.gpu.index for c in cards_run_first(snap.gpu) if c.run].index(g.index)  # its CUDA device number
+    pic = memory_picture(snap, g, slot)
+    return picture_text(pic) if pic is not None and pic.reserved is not None else None
 
 
 def _f(x, nd=2):

@@ -126,6 +126,7 @@ def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = 
         warning = position_warning(resolved)  # said before launch, in the app too (its picker)
         if warning:
             print(f"fttui: warning: {warning}", file=sys.stderr, flush=True)
+        check_host(resolved)
     from fttui.core.experiments.quick_forecast import launch_forecast
 
     rd = launch.launch(resolved, resume=resume, forecast=lambda: launch_forecast(resolved))
@@ -148,6 +149,20 @@ def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = 
 
         return follow_as_json(rd, lambda: watch_run(rd, rich_live=False))
     return watch_run(rd, rich_live=False if args.headless else is_tty())
+
+
+def check_host(resolved) -> None:
+    """Under a sharding that offloads to the host: a host peak (the model load's included) over the
+    memory available here is refused in one line, a close fit or pinned memory over the
+    locked-memory limit is warned (fttui.core.memory.hostfit); the app's picker says the same."""
+    from fttui.core.base.errors import ConfigError
+    from fttui.core.memory.hostfit import host_check
+
+    fit = host_check(resolved)
+    if fit is not None and not fit.fits:
+        raise ConfigError(f"host memory: {fit.message}")
+    if fit is not None and fit.warning:
+        print(f"fttui: warning: host memory: {fit.warning}", file=sys.stderr, flush=True)
 
 
 def add_parser(sub) -> None:

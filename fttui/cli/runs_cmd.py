@@ -23,7 +23,7 @@ def cmd_ls(args) -> int:
         b = run_brief(rd)  # step of total, ETA (live runs) and start time, from both ends of events.jsonl
         briefs.append({"run_id": b.run_id, "profile": b.profile, "kind": b.kind, "status": b.state, "live": b.live,
                        "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s,
-                       "eta_source": b.eta_source, "started": b.started,
+                       "eta_source": b.eta_source, "started": b.started, "memory_warning": b.memory_warning,
                        "run_dir": str(rd.path), "note": b.note or None})
         body.append([("* " if b.live else "  ") + rd.run_id, b.state_text(), b.step_text(), b.eta_text(),
                      b.started_text(), str(rd.path)])

@@ -159,8 +159,11 @@ class FttuiCallback(TrainerCallback):
             return loss
 
         def get_batch_samples(*args, **kwargs):
-            c.fetch_t0 = time.perf_counter()  # a step's batches are fetched before on_step_begin
-            return fetch_fn(*args, **kwargs)
+            c.fetch_t0 = t0 = time.perf_counter()  # a step's batches are fetched before on_step_begin
+            try:
+                return fetch_fn(*args, **kwargs)
+            finally:  # the input pipeline's share of the step: the time spent waiting for batches
+                c.data_wait += time.perf_counter() - t0
 
         trainer.training_step = training_step
         trainer.get_batch_samples = get_batch_samples
@@ -253,7 +256,7 @@ class FttuiCallback(TrainerCallback):
     def _step(self, state, control) -> None:
         now = time.perf_counter()
         loss = self.c.pop_loss()
-        peak_alloc = peak_res = retries = ooms = None
+        peak_alloc = peak_res = retries = ooms = alloc = res = free = None
         if self.on_cuda:
             import torch
 
@@ -261,7 +264,12 @@ class FttuiCallback(TrainerCallback):
             stats = torch.cuda.memory_stats()
             peak_alloc = round(stats.get("allocated_bytes.all.peak", 0) / 2**20, 1)
             peak_res = round(stats.get("reserved_bytes.all.peak", 0) / 2**20, 1)
+            alloc = round(stats.get("allocated_bytes.all.current", 0) / 2**20, 1)
+            res = round(stats.get("reserved_bytes.all.current", 0) / 2**20, 1)
             retries, ooms = stats.get("num_alloc_retries"), stats.get("num_ooms")
+            free = round(torch.cuda.mem_get_info()[0] / 2**20, 1)  # the card's, every process's use counted
+        mem = _info.proc_memory()
+        wait, self.c.data_wait = self.c.data_wait, 0.0
         counting = self.trainer is not None
         step = self.c.step = int(state.global_step)
         ev = self._emit(_ev.StepEvent(
@@ -271,7 +279,9 @@ class FttuiCallback(TrainerCallback):
             longest_seq=(self.c.longest_seq or None) if counting else None,
             step_time=now - (self.step_t0 if self.step_t0 is not None else now), train_time=self._train_time(now),
             torch_peak_alloc_mb=peak_alloc, torch_peak_reserved_mb=peak_res, torch_alloc_retries=retries,
-            torch_ooms=ooms, peak_rss_mb=_info.peak_rss_mb()))
+            torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"), torch_alloc_mb=alloc, torch_reserved_mb=res,
+            cuda_free_mb=free, rss_mb=mem.get("rss_mb"), vm_mb=mem.get("vm_mb"), vm_limit_mb=mem.get("vm_limit_mb"),
+            data_wait_s=round(wait, 4) if counting else None))
         if self.eval_at_end and state.global_step >= state.max_steps:
             control.should_evaluate = True
         self.mark_t = time.perf_counter()

@@ -22,7 +22,7 @@ except ImportError:  # loaded by path where fttui is not installed: the registry
     sys.modules[_spec.name] = _shardings
     _spec.loader.exec_module(_shardings)
 
-__all__ = ["Counters", "start_fields", "peak_rss_mb", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
+__all__ = ["Counters", "start_fields", "peak_rss_mb", "proc_memory", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
 
 
 class Counters:
@@ -38,6 +38,7 @@ class Counters:
         self._tokens_dev = None  # pending device tensor
         self._loss_dev = None  # sum of this step's micro-batch losses (already / grad_accum)
         self.fetch_t0: float | None = None
+        self.data_wait = 0.0  # seconds this step spent fetching its batches (get_batch_samples)
         self.step = 0
 
     def add(self, inputs, loss) -> None:
@@ -103,14 +104,34 @@ def start_fields(args, state, trainer, model, on_cuda: bool, via: str) -> dict[s
 
 
 def peak_rss_mb() -> float | None:
+    return proc_memory().get("peak_rss_mb")
+
+
+_STATUS_KEYS = {b"VmHWM:": "peak_rss_mb", b"VmRSS:": "rss_mb", b"VmSize:": "vm_mb"}
+
+
+def proc_memory() -> dict[str, float]:
+    """This process's memory now, in MiB, from one read of ``/proc/self/status``: ``rss_mb``
+    (VmRSS), ``peak_rss_mb`` (VmHWM), ``vm_mb`` (VmSize), and ``vm_limit_mb`` when an address-space
+    limit (RLIMIT_AS: ``limits.host_memory``) is set; the keys it cannot read are left out."""
+    out: dict[str, float] = {}
     try:
-        with open("/proc/self/status", encoding="utf-8") as f:
+        with open("/proc/self/status", "rb") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
+                key = _STATUS_KEYS.get(line.split(b" ", 1)[0].split(b"\t", 1)[0])
+                if key is not None:
+                    out[key] = round(int(line.split()[1]) / 1024, 1)
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            out["vm_limit_mb"] = round(soft / 2**20, 1)
+    except (ImportError, OSError, ValueError):
+        pass
+    return out
 
 
 def _version(dist: str) -> str | None:

@@ -15,9 +15,10 @@ given (the run's process tree).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterable
 
-from fttui.monitor.snapshots import MB, GpuInfo, GpuSnapshot, num, opt_str
+from fttui.monitor.snapshots import MB, GpuInfo, GpuSnapshot, num, opt_str, throttle_names
 from fttui.monitor.visible import resolve_visible, visible_indices
 
 __all__ = ["NO_DRIVER_REASON", "GpuSampler", "visible_indices"]
@@ -43,6 +44,8 @@ class GpuSampler:
         self._static: list[tuple[str | None, str | None, tuple[str, ...]]] = []  # (name, uuid, MIG uuids)
         self._mem_v2 = True  # try the v2 memory call until the binding or the driver lacks it
         self._v1_used = False  # a card of the current sample fell back to the v1 call
+        self._nvlink_prev: dict[int, tuple[float, float, float]] = {}  # index -> (t, tx KiB, rx KiB)
+        self._no_nvlink = False
 
     # -- init / close
     def _init(self) -> None:
@@ -177,7 +180,54 @@ class GpuSampler:
             temp_c=temp,
             proc_mem_mb=proc_mem,
             mig_uuids=migs,
+            **self._speed(index, handle),
         )
+
+    def _speed(self, index: int, handle: Any) -> dict[str, Any]:
+        """What slows a card: SM clock against its maximum, the enforced power limit, the clock
+        event (throttle) reasons (``nvmlDeviceGetCurrentClocksEventReasons``, the older
+        ``...ThrottleReasons`` where the binding predates it), PCIe throughput (NVML's KB/s over
+        its last 20 ms) and NVLink throughput (its cumulative KiB counters, differenced between
+        two samples). What the card or driver does not give is ``None``."""
+        nv = self._nvml
+        sm = getattr(nv, "NVML_CLOCK_SM", 1)
+        cap = num(self._call(getattr(nv, "nvmlDeviceGetEnforcedPowerLimit", None), handle))
+        reasons = self._call(getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                             or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle)
+        tx, rx = (num(self._call(getattr(nv, "nvmlDeviceGetPcieThroughput", None), handle, c)) for c in (0, 1))
+        out = {
+            "sm_clock_mhz": num(self._call(getattr(nv, "nvmlDeviceGetClockInfo", None), handle, sm)),
+            "sm_clock_max_mhz": num(self._call(getattr(nv, "nvmlDeviceGetMaxClockInfo", None), handle, sm)),
+            "power_cap_w": None if cap is None else cap / 1000.0,
+            "throttle": throttle_names(reasons),
+            "pcie_tx_mbs": None if tx is None else tx / 1024.0,  # KB/s -> MB/s (MiB, as every figure here)
+            "pcie_rx_mbs": None if rx is None else rx / 1024.0,
+        }
+        out.update(self._nvlink(index, handle))
+        return out
+
+    def _nvlink(self, index: int, handle: Any) -> dict[str, Any]:
+        nv = self._nvml
+        ids = (getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None),
+               getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None))
+        if None in ids or self._no_nvlink:
+            return {}
+        values = self._call(getattr(nv, "nvmlDeviceGetFieldValues", None), handle, list(ids))
+        kib = []
+        for v in values or ():
+            if getattr(v, "nvmlReturn", 1) != 0:
+                break
+            kib.append(num(getattr(getattr(v, "value", None), "ullVal", None)))
+        if len(kib) != 2 or None in kib or kib == [0, 0] and index not in self._nvlink_prev:
+            self._no_nvlink = self._no_nvlink or values is None  # no field values call at all: stop asking
+            return {}
+        now = time.monotonic()
+        prev = self._nvlink_prev.get(index)
+        self._nvlink_prev[index] = (now, kib[0], kib[1])
+        if prev is None or now <= prev[0] or kib[0] < prev[1] or kib[1] < prev[2]:
+            return {}
+        dt = now - prev[0]
+        return {"nvlink_tx_mbs": (kib[0] - prev[1]) * 1024 / MB / dt, "nvlink_rx_mbs": (kib[1] - prev[2]) * 1024 / MB / dt}
 
     def _memory(self, handle: Any) -> Any:
         """NVML's v2 memory info (``used`` as nvidia-smi shows it) or, where the binding has no

@@ -17,7 +17,7 @@ import psutil
 
 from fttui.monitor.snapshots import MB, HostSnapshot
 
-__all__ = ["BUILD_TOOLS", "HostSampler", "is_build_process", "vm_hwm_bytes"]
+__all__ = ["BUILD_TOOLS", "HostSampler", "host_available", "is_build_process", "memlock_limit", "vm_hwm_bytes"]
 
 #: Process names of build steps: C/C++/CUDA compilers and their stages, assemblers, linkers and
 #: build drivers. A name may carry a target prefix (``x86_64-linux-gnu-g++``) or a version
@@ -235,3 +235,47 @@ def vm_hwm_bytes(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def host_available() -> tuple[int, str] | None:
+    """The memory a new run can still take on this machine, in bytes, and what bounds it:
+    ``MemAvailable`` (psutil's ``available``), or the room left under a cgroup v2 ``memory.max``
+    of this process (its own group or an ancestor's) when that is smaller. ``None`` when neither
+    can be read. Never raises."""
+    best: tuple[int, str] | None = None
+    try:
+        best = (int(psutil.virtual_memory().available), "MemAvailable")
+    except Exception:  # psutil.Error, OSError: no figure
+        best = None
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            path = next((line.strip()[3:] for line in f if line.startswith("0::")), None)
+    except OSError:
+        path = None
+    parts = [p for p in (path or "").split("/") if p]
+    for i in range(len(parts), -1, -1):  # this group, then each ancestor
+        base = os.path.join("/sys/fs/cgroup", *parts[:i])
+        try:
+            with open(os.path.join(base, "memory.max"), encoding="utf-8") as f:
+                limit = f.read().strip()
+            with open(os.path.join(base, "memory.current"), encoding="utf-8") as f:
+                current = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit():
+            room = max(0, int(limit) - current)
+            if best is None or room < best[0]:
+                best = (room, "cgroup memory.max")
+    return best
+
+
+def memlock_limit() -> int | None:
+    """This process's locked-memory limit (soft ``RLIMIT_MEMLOCK``) in bytes; ``None`` when unlimited
+    or unknown."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else int(soft)

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["MB", "GpuInfo", "GpuSnapshot", "HostSnapshot", "num", "opt_int", "opt_str"]
+__all__ = ["MB", "GpuInfo", "GpuSnapshot", "HostSnapshot", "THROTTLE_NAMES", "num", "opt_int", "opt_str", "throttle_names"]
 
 MB = float(2**20)  # bytes per MB: the snapshots hold MB figures
 
@@ -62,6 +62,17 @@ class GpuInfo:
     temp_c: float | None = None
     proc_mem_mb: float | None = None
     mig_uuids: tuple[str, ...] = ()  # UUIDs of the card's MIG devices (MIG mode only)
+    # why a card is slow (docs/performance.md, "Why slow"): SM clock now and its maximum (MHz),
+    # the enforced power limit (W), NVML's clock event (throttle) reasons now, in words
+    # (THROTTLE_NAMES), PCIe and NVLink throughput (MB/s, both directions) where NVML gives them
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    power_cap_w: float | None = None
+    throttle: tuple[str, ...] = ()
+    pcie_tx_mbs: float | None = None
+    pcie_rx_mbs: float | None = None
+    nvlink_tx_mbs: float | None = None
+    nvlink_rx_mbs: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -69,6 +80,13 @@ class GpuInfo:
             d["mig_uuids"] = list(self.mig_uuids)
         else:
             del d["mig_uuids"]  # the common case: sample lines stay as they were
+        for key in _SPEED_KEYS:  # figures a driver may not give: left out rather than null
+            if d[key] is None:
+                del d[key]
+        if self.throttle:
+            d["throttle"] = list(self.throttle)
+        else:
+            del d["throttle"]
         return d
 
     @classmethod
@@ -87,7 +105,28 @@ class GpuInfo:
             temp_c=num(d.get("temp_c")),
             proc_mem_mb=num(d.get("proc_mem_mb")),
             mig_uuids=_str_tuple(d.get("mig_uuids")),
+            throttle=_str_tuple(d.get("throttle")),
+            **{k: num(d.get(k)) for k in _SPEED_KEYS},
         )
+
+
+_SPEED_KEYS = ("sm_clock_mhz", "sm_clock_max_mhz", "power_cap_w", "pcie_tx_mbs", "pcie_rx_mbs", "nvlink_tx_mbs",
+               "nvlink_rx_mbs")
+#: NVML's clock event (throttle) reason bits (nvmlClocksEventReason*), in words
+THROTTLE_NAMES: dict[int, str] = {
+    0x1: "idle", 0x2: "applications clocks", 0x4: "power cap", 0x8: "hardware slowdown", 0x10: "sync boost",
+    0x20: "thermal (software)", 0x40: "thermal (hardware)", 0x80: "power brake", 0x100: "display clock",
+    0x200: "board limit", 0x400: "reliability",
+}
+
+
+def throttle_names(mask: Any) -> tuple[str, ...]:
+    """The words of an NVML clock event reason bit mask (unknown bits as ``0x...``)."""
+    if not isinstance(mask, int) or isinstance(mask, bool) or mask <= 0:
+        return ()
+    out = [name for bit, name in THROTTLE_NAMES.items() if mask & bit]
+    rest = mask & ~sum(THROTTLE_NAMES)
+    return tuple(out + ([hex(rest)] if rest else []))
 
 
 def _str_tuple(value: Any) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ def started_short(b: RunBrief, now: float | None = None) -> str:
 
 def brief_cells(b: RunBrief, now: float | None = None) -> tuple[str, ...]:
     """The row of one live run, in the order of ``COLUMNS``."""
-    state = "unsupervised" if b.state == "running (unsupervised)" else b.state
+    state = "unsupervised" if b.state == "running (unsupervised)" else b.state_text()
     profile = b.profile if b.kind == "run" else f"{b.profile} ({b.kind})"
     return (b.run_id, profile, state, b.step_text(), b.eta_text(), started_short(b, now))
 

@@ -32,18 +32,19 @@ from textual.widgets import Sparkline, Static
 from fttui.core.base import fmt
 from fttui.core.base.constants import FINAL_STATUSES
 from fttui.core.base.fmt import fraction
-from fttui.core.run.perf import mfu_text
 from fttui.core.run.row_figures import host_measure_text
 from fttui.core.run.snapshot import CardPerf, RunSnapshot
 from fttui.core.run.status import RUNNING, status_line
 from fttui.monitor import GpuInfo, cards_run_first
+from fttui.tui.card_insight import estimate_peaks_mb, insight_lines, perf_line, perf_subtitle
 from fttui.tui.widgets import RUN_MARK, Bar, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
 
 SPARK_POINTS = 120  # history shown in the sparklines (RunState keeps 240)
 WIDE_W = 30  # content width from which the throughput and loss lines add their dim extras
 MAX_CARDS = 8
 CARD_W = 36  # minimum width of one GPU card
-CARD_H = 6  # 4 lines + border
+CARD_H = 6  # 4 lines + border (compact)
+CARD_H_FULL = 9  # + the memory picture, the estimate, the card's speed (fttui.tui.card_insight)
 STATUS_KINDS = (RUNNING, *FINAL_STATUSES)
 
 
@@ -124,6 +125,7 @@ class ThroughputPanel(Vertical):
             Text.assemble(("tokens/s ", "bold"), num(s.tokens_per_s, 0), (pad, "dim")))
         _spark(self.query_one("#sps-spark", Sparkline), s.samples_per_s_history)
         _spark(self.query_one("#tps-spark", Sparkline), s.tokens_per_s_history)
+        self.border_subtitle = f"slow: {s.why_slow}" if s.why_slow else "steady state"  # fttui.core.run.whyslow
 
     watch_snapshot = watch_wide = _draw
 
@@ -224,35 +226,16 @@ def _perf(s: RunSnapshot, c: Shown) -> CardPerf | None:
     return next((p for p in s.cards if p.index == c.gpu.index), None)
 
 
-def perf_line(g: GpuInfo, p: CardPerf | None) -> Text:
-    """A card's last line: ``MFU 41%  free 18.7 GB  retries 0`` on the run's cards (red when near
-    an OOM), ``free 40.0 GB`` on the others."""
-    free = None if g.mem_total_mb is None or g.mem_used_mb is None else g.mem_total_mb - g.mem_used_mb
-    if p is None:
-        return Text(f"free {fmt.mb(free)}", style="dim", no_wrap=True, overflow="ellipsis")
-    text = f"MFU {mfu_text(p.mfu)}  free {fmt.mb(free)}"
-    if p.alloc_retries is not None:
-        text += f"  retries {p.alloc_retries}"
-    return Text(text, style="bold red" if p.near_oom else "", no_wrap=True, overflow="ellipsis")
-
-
-def perf_subtitle(s: RunSnapshot) -> str:
-    """The GPU table's subtitle: the run's cards' MFU and the near-OOM warning."""
-    if not s.cards:
-        return ""
-    text = "MFU " + " ".join(mfu_text(p.mfu) for p in s.cards)
-    if s.near_oom:
-        text += f"  NEAR OOM {s.near_oom_reason}"
-    return text
-
-
-def gpu_layout(n: int, area: Size) -> tuple[str, int, int]:
-    """(mode, columns, rows) for ``n`` GPUs on a screen of ``area``: "cards" in a grid for a few
-    GPUs, "table" (one line each) when they do not fit, "none" without GPUs."""
+def gpu_layout(n: int, area: Size, full: bool = False) -> tuple[str, int, int]:
+    """(mode, columns, rows) for ``n`` GPUs on a screen of ``area``: "full" cards in a grid for a
+    few GPUs where they fit and there is more to show (``full``: a memory picture, a card's speed),
+    "cards" (compact: without those lines) where only those fit, "table" (one line each) when
+    neither does, "none" without GPUs."""
     width, height = area.width or 80, area.height or 24
     cols = max(1, min(n or 1, width // CARD_W, 4))
     rows = math.ceil(max(n, 1) / cols)
-    mode = "none" if n == 0 else ("cards" if n <= MAX_CARDS and rows * CARD_H <= max(CARD_H, height - 17) else "table")
+    mode = "none" if n == 0 else ("full" if full and n <= MAX_CARDS and rows * CARD_H_FULL <= height - 17 else
+                                  "cards" if n <= MAX_CARDS and rows * CARD_H <= max(CARD_H, height - 17) else "table")
     if n == 0:
         cols, rows = 1, 1
     return mode, cols, rows
@@ -269,6 +252,7 @@ class GpuGrid(Grid):
         super().__init__(**kwargs)
         self._count = -1
         self._mode = ""
+        self._estimate: tuple[float, ...] | None = None  # the estimate's peak per card (MB), made once
 
     async def watch_snapshot(self, s: RunSnapshot | None) -> None:
         if s is not None:
@@ -280,19 +264,21 @@ class GpuGrid(Grid):
     async def _layout(self, force: bool) -> None:
         gpus = _gpus(self.snapshot)
         n = len(gpus)
-        mode, cols, rows = gpu_layout(n, self.area)
+        more = self.snapshot is not None and (bool(self.snapshot.rank_memory) or any(
+            c.gpu.sm_clock_mhz is not None or c.gpu.throttle for c in gpus))
+        mode, cols, rows = gpu_layout(n, self.area, full=more)
         if force or n != self._count or mode != self._mode:
             changed = n != self._count or mode != self._mode
             self._count, self._mode = n, mode
             self.styles.grid_size_columns = cols
-            self.styles.height = rows * CARD_H if mode == "cards" else 3
+            self.styles.height = rows * {"cards": CARD_H, "full": CARD_H_FULL}.get(mode, 3)
             if changed:
                 await self.remove_children()
-                if mode == "cards":
+                if mode in ("cards", "full"):
                     await self.mount_all([Panel(id=f"gpu-{i}", classes="gpu-card") for i in range(n)])
                 elif mode == "none":
                     await self.mount(Panel(id="gpu-none", title="GPU", classes="gpu-card"))
-            self.display = mode in ("cards", "none")
+            self.display = mode in ("cards", "full", "none")
         if self.snapshot is not None:
             self._fill(self.snapshot, gpus)
 
@@ -306,9 +292,11 @@ class GpuGrid(Grid):
             for w in self.query("#gpu-none").results(Panel):
                 w.show(Text(f"none: {reason}", no_wrap=True, overflow="ellipsis"), key=reason)
             return
-        if self._mode != "cards":
+        if self._mode not in ("cards", "full"):
             return
         peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
+        if self._mode == "full" and self._estimate is None:
+            self._estimate = estimate_peaks_mb(s.config) or ()
         for i, c in enumerate(gpus):
             g = c.gpu
             perf = _perf(s, c)
@@ -319,9 +307,11 @@ class GpuGrid(Grid):
                 w.border_subtitle = g.name or ""
                 w.set_class(c.run, "-run")
                 w.set_class(near, "-near-oom")
+                est = self._estimate[c.slot] if c.slot is not None and c.slot < len(self._estimate or ()) else None
+                more = insight_lines(s, g, c.slot, est) if self._mode == "full" else []
                 w.show(Group(*gpu_card_lines(g, peaks.get(g.index), _rsv(s, c), run=c.run,
-                                             run_peak_mb=proc.get(g.index)), perf_line(g, perf)),
-                       key=(c, peaks.get(g.index), _rsv(s, c), proc.get(g.index), perf))
+                                             run_peak_mb=proc.get(g.index)), *more, perf_line(g, perf)),
+                       key=(c, peaks.get(g.index), _rsv(s, c), proc.get(g.index), perf, *map(str, more)))
 
 
 class GpuTable(Panel):

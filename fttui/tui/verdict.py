@@ -73,6 +73,14 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     missing = f"; {n} GPUs asked, {len(cards)} visible" if cards and n > len(cards) else ""
     if not budgets:
         return MemoryVerdict(line1 + Text("no GPU visible: no card to compare with"), None)
+    from fttui.core.memory.hostfit import host_check
+
+    host_fit = host_check(resolved)  # an offloading sharding: the host's peak against what is available
+    if host_fit is not None and not host_fit.fits:
+        return MemoryVerdict(line1 + Text.assemble(("does NOT fit the host", "bold reverse"), f" ({host_fit.message})"),
+                             False, "the host would run out of memory: launch anyway? y / n", host_fit.message)
+    if host_fit is not None and host_fit.warning:
+        line1 += Text(f"host: {host_fit.warning}\n", style="yellow")
     over = [b for b in budgets if b[0] > b[1]]
     if over:
         peak, budget, what = over[0]

@@ -20,6 +20,7 @@ from textual.widgets import Static
 
 from fttui.core.base import fmt
 from fttui.core.base.fmt import fraction
+from fttui.core.run.insight import power_text
 
 FULL, EMPTY = "█", "░"
 OTHERS = "▒"  # the part of a card's memory bar held by processes that are not the run's
@@ -125,7 +126,7 @@ def gpu_card_lines(g, peak_mb: float | None, reserved_mb: float | None, *, run: 
     if reserved_mb is not None:
         peak += f"  {'rsv' if run else 'torch rsv'} {fmt.mb(reserved_mb)}"
     extra = [f"util {fmt.pct(g.util_pct)}",
-             "-" if g.power_w is None else f"{g.power_w:.0f} W",
+             power_text(g),  # against the card's cap when NVML gives it
              "-" if g.temp_c is None else f"{g.temp_c:.0f}°C"]
     return [
         _mem_bar(g, run, prefix="mem "),

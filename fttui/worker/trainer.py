@@ -28,6 +28,7 @@ def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callback
     from transformers.trainer_callback import PrinterCallback
 
     from .data import Collator
+    from .testhooks import hook_callbacks, slow_collator
 
     profile = as_profile(profile)
     d = profile.data
@@ -38,8 +39,8 @@ def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callback
         args=training_args(profile, su.run_dir, su.world, su.use_cuda),
         train_dataset=dataset,
         eval_dataset=eval_dataset,
-        data_collator=Collator(su.tok.pad_token_id, d.max_seq_len, d.pad_to_max),
-        callbacks=[*callbacks, check],
+        data_collator=slow_collator(Collator(su.tok.pad_token_id, d.max_seq_len, d.pad_to_max)),
+        callbacks=[*callbacks, check, *hook_callbacks()],
     )
     check.trainer = trainer
     if not profile.sharding_kind().sharded:  # the process group exists now; DDP wraps in train()

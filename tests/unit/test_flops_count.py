@@ -130,8 +130,10 @@ def test_step_event_reads_the_allocator_once_per_step(monkeypatch, tmp_path):
 
     calls = []
     stats = {"allocated_bytes.all.peak": 3 * 2**30, "reserved_bytes.all.peak": 4 * 2**30,
+             "allocated_bytes.all.current": 2 * 2**30, "reserved_bytes.all.current": 3 * 2**30,
              "num_alloc_retries": 2, "num_ooms": 0}
     monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: calls.append(1) or dict(stats))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a, **k: (5 * 2**30, 80 * 2**30))  # (free, total)
     for name in ("max_memory_allocated", "max_memory_reserved"):  # not called any more
         monkeypatch.setattr(torch.cuda, name, lambda *a, **k: pytest.fail("a second allocator call"))
     emitted = lambda: read_jsonl(tmp_path / "events.jsonl")  # noqa: E731
@@ -142,6 +144,8 @@ def test_step_event_reads_the_allocator_once_per_step(monkeypatch, tmp_path):
     assert len(calls) == 1
     assert ev["torch_peak_alloc_mb"] == 3072.0 and ev["torch_peak_reserved_mb"] == 4096.0
     assert ev["torch_alloc_retries"] == 2 and ev["torch_ooms"] == 0
+    # the same call's current figures (the memory trend) and the card's free memory
+    assert (ev["torch_alloc_mb"], ev["torch_reserved_mb"], ev["cuda_free_mb"]) == (2048.0, 3072.0, 5120.0)
     cpu = FttuiCallback(str(tmp_path), via="worker", strict=True)
     cpu.active, cpu.on_cuda, cpu.t0, cpu.total_steps = True, False, 0.0, 2
     cpu.on_step_end(None, SimpleNamespace(global_step=1, epoch=0.5), None)

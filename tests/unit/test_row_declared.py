@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EDITS = {
     "fttui/core/run/events.py": ("    peak_rss_mb: float | None = None\n",
                                  "    peak_rss_mb: float | None = None\n    fake_longest: int | None = None\n"),
-    "fttui/integrations/hf.py": ("torch_ooms=ooms, peak_rss_mb=_info.peak_rss_mb()",
-                                 "torch_ooms=ooms, peak_rss_mb=_info.peak_rss_mb(), fake_longest=self.c.samples"),
+    "fttui/integrations/hf.py": ('torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"),',
+                                 'torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"), fake_longest=self.c.samples,'),
     "fttui/core/results/columns.py": (
         "    # schema 7: commands (issue 17)\n",
         '    Figure("fake_longest", "INTEGER", lambda c: max((e.fake_longest for e in c.events if e.event == "step"\n'

@@ -150,6 +150,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "monitor": {
         "stall_timeout_s": Field("float", 0.0, lo=0, hint="seconds without a step before a run is flagged stalled; 0 = automatic (max(10 min, 10 usual steps))"),
+        "oom_warn_steps": Field("int", 200, lo=1, hint="warn when a memory trend reaches its limit within this many steps (docs/reliability.md)"),
     },
     # a command the profile runs instead of fttui's worker (docs/commands.md): `fttui run -p NAME`
     # supervises it as `fttui run -- ARGV` does; the model, data and train sections then go unused

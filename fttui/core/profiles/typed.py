@@ -162,6 +162,7 @@ class LimitSettings(_Section):
 class MonitorSettings(_Section):
     SECTION: ClassVar[str] = "monitor"
     stall_timeout_s: float
+    oom_warn_steps: int
 
 
 @dataclass(frozen=True, eq=False)

@@ -108,6 +108,20 @@ def _snap(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowI
     return lambda c: conv(getattr(c.snap, attr, None)) if c.snap is not None else None
 
 
+def _speed(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
+    """A figure of the snapshot's speed (fttui.core.run.whyslow.Speed); ``None`` when unknown."""
+    def fold(c: RowInputs) -> Any:
+        value = getattr(getattr(c.snap, "speed", None), attr, None)
+        return None if value is None else conv(value)
+    return fold
+
+
+def _first_warning(c: RowInputs) -> str | None:
+    """The first ``memory_warning`` event's message (the supervisor's), else the snapshot's warning."""
+    first = next((e.message for e in c.events if e.event == "memory_warning" and getattr(e, "message", None)), None)
+    return first or getattr(c.snap, "memory_warning", None)
+
+
 def _status(attr: str) -> Callable[[RowInputs], Any]:
     return lambda c: getattr(c.status, attr, None)
 
@@ -319,6 +333,14 @@ FIGURES: tuple[Figure, ...] = (
     # the worst batch a run or a probe trial fed (issue 24)
     Figure("longest_seq", I, _longest_seq, since=8, unit="tokens",
            label="the longest sequence a step fed (tokens per sample, padding included)"),
+    # added when the store opens (issue 25): memory creep and speed (docs/reliability.md, docs/performance.md)
+    Figure("memory_warning", T, _first_warning, since=8, scope=RUN,
+           label="the first memory trend warned of: its rate and the steps left to out of memory"),
+    Figure("why_slow", T, _snap("why_slow"), since=8, scope=RUN, label="the leading cause of slowness, in words"),
+    Figure("data_wait_pct", R, _speed("data_wait_share", lambda x: rounded(100 * x, 1)), since=8, unit="%",
+           scope=RUN, label="share of the steady steps' time spent waiting for data"),
+    Figure("step_outliers", I, _speed("outliers"), since=8, scope=RUN,
+           label="steady steps over twice the median step time"),
 )
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}

@@ -48,9 +48,18 @@ class RunBrief:
     # 7: batch 8 -> 4, ..." for an attempt that continues a run, "retried as RUN" for the run
     note: str = ""
 
+    memory_warning: str | None = None  # the creep warning (fttui.core.run.memtrend), the run's first
+
     def state_text(self) -> str:
-        """The state with the note: ``completed (attempt 2: recovered from OOM at step 7: ...)``."""
-        return f"{self.state} ({self.note})" if self.note else self.state
+        """The state with the note: ``completed (attempt 2: recovered from OOM at step 7: ...)``;
+        and the memory creep warning in short while the run is live: ``running, MEMORY CREEP: rank
+        0 RSS +32 MiB/step: out of memory in ~20 steps``."""
+        from fttui.core.run.insight import warning_short
+
+        text = f"{self.state} ({self.note})" if self.note else self.state
+        if self.live and self.memory_warning:
+            text += f", MEMORY CREEP: {warning_short(self.memory_warning)}"
+        return text
 
     @property
     def live(self) -> bool:
@@ -137,7 +146,8 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     return RunBrief(run_id=rd.run_id, path=rd.path, profile=str(name or "?"), kind=kind,
                     state=state if state is not None else rd.state_label(), step=snap.step,
                     total_steps=snap.total_steps, eta_s=snap.eta_s, started=started,
-                    eta_source=snap.eta_source, note=recovery_note(snap))
+                    eta_source=snap.eta_source, note=recovery_note(snap),
+                    memory_warning=snap.memory_warning)
 
 
 def recovery_note(snap) -> str:

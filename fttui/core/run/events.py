@@ -41,6 +41,7 @@ except ImportError:  # loaded by path (fttui's Trainer callback in a command's P
 __all__ = ["EV_START", "EV_STEP", "EV_END", "EV_ERROR", "EV_EXIT", "EVENT_NAMES", "SOURCE_WORKER",
            "SOURCE_SUPERVISOR", "Event", "OtherEvent", "PhaseEvent", "StartEvent", "StepEvent", "EndEvent",
            "EvalEvent", "SaveEvent", "TrackerEvent", "ErrorEvent", "ExitEvent", "ForecastEvent", "AttemptEvent", "RetryEvent",
+           "MemoryWarningEvent",
            "RECORDS", "parse_event",
            "write_event", "JsonlTail", "read_jsonl", "append_jsonl", "encode_line", "parse_line"]
 
@@ -172,6 +173,17 @@ class StepEvent(Event):
     torch_alloc_retries: int | None = None
     torch_ooms: int | None = None
     peak_rss_mb: float | None = None
+    # now, at the step's end (the trend: fttui.core.run.memtrend): the caching allocator's
+    # allocated and reserved memory, the card's free memory (cudaMemGetInfo), the process's RSS,
+    # virtual size and address-space limit (RLIMIT_AS, limits.host_memory); the step's seconds
+    # spent fetching its batches (the input pipeline, fttui.core.run.whyslow)
+    torch_alloc_mb: float | None = None
+    torch_reserved_mb: float | None = None
+    cuda_free_mb: float | None = None
+    rss_mb: float | None = None
+    vm_mb: float | None = None
+    vm_limit_mb: float | None = None
+    data_wait_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,10 +292,29 @@ class RetryEvent(Event):
     message: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class MemoryWarningEvent(Event):
+    """The supervisor saw a rank's memory rise at a steady rate that reaches its limit within the
+    warning horizon (fttui.core.run.memtrend): ``where`` ``card`` or ``host``, ``figure``
+    (``reserved``, ``allocated``, ``rss``, ``address space``), ``slope_mb`` per step, ``steps_left``
+    to the limit, ``headroom_mb`` left, at ``step`` of rank ``of_rank``; ``message`` in words."""
+
+    EVENT: ClassVar[str] = "memory_warning"
+    where: str | None = None
+    figure: str | None = None
+    of_rank: int | None = None
+    step: int | None = None
+    slope_mb: float | None = None
+    steps_left: int | None = None
+    headroom_mb: float | None = None
+    message: str | None = None
+
+
 #: event kind -> its record
 RECORDS: dict[str, type[Event]] = {c.EVENT: c for c in (PhaseEvent, StartEvent, StepEvent, EndEvent, EvalEvent,
                                                         SaveEvent, TrackerEvent, ErrorEvent, ExitEvent,
-                                                        ForecastEvent, AttemptEvent, RetryEvent)}
+                                                        ForecastEvent, AttemptEvent, RetryEvent,
+                                                        MemoryWarningEvent)}
 EVENT_NAMES = tuple(RECORDS)
 
 

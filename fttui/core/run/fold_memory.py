@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fttui.core.run.memtrend import DEFAULT_HORIZON, MemPoint, RankSeries, WarnedOnce, warnings
 from fttui.core.run.snapshot import to_int
 from fttui.monitor import GpuSnapshot, HostSnapshot, num
 
@@ -24,7 +25,13 @@ _HOST_PEAKS = {"tree_rss_mb": "host_peak_tree_rss_mb", "ram_used_mb": "host_peak
 
 
 class MemoryFold:
-    def __init__(self) -> None:
+    """``horizon``: the steps ahead a memory trend is warned of (``monitor.oom_warn_steps``)."""
+
+    def __init__(self, horizon: int = DEFAULT_HORIZON) -> None:
+        self.horizon = horizon
+        self.series = RankSeries()  # each rank's memory now, per step (fttui.core.run.memtrend)
+        self.warned: str | None = None  # the first memory_warning event's message
+        self.announced = WarnedOnce()
         self.rank_peaks: dict[str, dict[int, float]] = {k: {} for k in _RANK_PEAKS}
         self.gpu_peak_used: dict[int, float] = {}
         self.gpu_peak_proc: dict[int, float] = {}
@@ -39,6 +46,20 @@ class MemoryFold:
             v = num(ev.get(key))
             if v is not None and v > peaks.get(rank, -math.inf):
                 peaks[rank] = v
+        step = to_int(ev.get("step"))
+        now = [num(ev.get(k)) for k in ("torch_alloc_mb", "torch_reserved_mb", "cuda_free_mb", "rss_mb", "vm_mb",
+                                        "vm_limit_mb")]
+        if step is not None and any(v is not None for v in now):
+            self.series.add(rank, MemPoint(step, *now))
+
+    def announce(self, found) -> list[dict[str, Any]]:
+        """The ``memory_warning`` event fields of the warnings in ``found`` not announced before
+        (the supervisor's: one event per rank and limit)."""
+        return self.announced.new(found)
+
+    def on_warning(self, ev: dict[str, Any]) -> None:
+        if isinstance(ev.get("message"), str) and self.warned is None:
+            self.warned = ev["message"]  # the first: the row keeps the one warned of first
 
     def on_sample(self, sample: dict[str, Any]) -> None:
         gpu = sample.get("gpu")
@@ -72,5 +93,15 @@ class MemoryFold:
         out.update({field: self.host_peaks.get(key) for key, field in _HOST_PEAKS.items()})
         out["host_hwm_unread"] = to_int(out["host_hwm_unread"])
         out.update(gpu_peak_used_mb=dict(self.gpu_peak_used), gpu_peak_proc_mb=dict(self.gpu_peak_proc),
-                   gpu=self._gpu_obj, host=self._host_obj)
+                   gpu=self._gpu_obj, host=self._host_obj, rank_memory=self.series.ranks())
         return out
+
+    def warnings(self, snap_fields: dict[str, Any], total_steps: int | None, step: int | None) -> dict[str, Any]:
+        """The snapshot's memory warnings: the trends' (soonest first), else the first event's."""
+        host = snap_fields.get("host")
+        avail = None
+        if host is not None and host.ram_total_mb is not None and host.ram_used_mb is not None:
+            avail = host.ram_total_mb - host.ram_used_mb
+        left = total_steps - step if total_steps is not None and step is not None else None
+        found = tuple(warnings(snap_fields["rank_memory"], avail, self.horizon, left))
+        return {"memory_warnings": found, "memory_warning": found[0].message if found else self.warned}

@@ -159,6 +159,16 @@ class RunSnapshot:
     flops_per_token: float | None = None
     near_oom: bool | None = None  # None: no card to judge (CPU run, no GPU sample)
     near_oom_reason: str | None = None  # "GPU 2: 3 allocator retries", the first card's
+    # memory now and its trend, per rank (fttui.core.run.memtrend): RankMemory by rank; the
+    # warnings of trends that reach a limit within the horizon, soonest first; the first's message
+    # (else the first memory_warning event's)
+    rank_memory: dict[int, Any] = field(default_factory=dict)
+    memory_warnings: tuple[Any, ...] = ()
+    memory_warning: str | None = None
+    # speed (fttui.core.run.whyslow): the steps' data wait, outliers, each card's clocks and
+    # throttle reasons over the training samples; the leading cause of slowness in words
+    speed: Any = None
+    why_slow: str | None = None
     # bookkeeping
     events: int = 0
     samples_seen: int = 0

@@ -15,12 +15,15 @@ or the run failed. A run's fold is made by one constructor, :meth:`RunState.for_
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.fold_memory import MemoryFold
 from fttui.core.run.fold_progress import ProgressFold
 from fttui.core.run.fold_verdict import STATUS_ORDER, VerdictFold
+from fttui.core.run.memtrend import DEFAULT_HORIZON
+from fttui.core.run.whyslow import SpeedFold, why_slow
 from fttui.core.run.perf import with_perf
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
@@ -35,11 +38,12 @@ class RunState:
     supervisor's ``status.json``. Tolerates unknown events, missing keys and events from several
     ranks (``rank``, default 0)."""
 
-    def __init__(self, warmup_exclude_steps: int = 1, history: int = 240) -> None:
+    def __init__(self, warmup_exclude_steps: int = 1, history: int = 240, oom_warn_steps: int = DEFAULT_HORIZON) -> None:
         self.warmup_exclude_steps = int(warmup_exclude_steps)
         self.history = max(1, int(history))
         self.progress = ProgressFold(self.warmup_exclude_steps, self.history)
-        self.memory = MemoryFold()
+        self.memory = MemoryFold(oom_warn_steps)
+        self.speed = SpeedFold(self.warmup_exclude_steps)
         self.verdict = VerdictFold()
         self._last_t: float | None = None
         self._events = 0
@@ -49,13 +53,12 @@ class RunState:
     def for_profile(cls, profile: Profile | None, history: int = 240) -> RunState:
         """The fold of a run of ``profile`` (``RunDir.profile()``: typed, or ``None`` when the run
         has none): its ``train.warmup_exclude_steps`` steps are left out of the steady rates (1
-        without a profile, or when it says something that is no integer)."""
+        without a profile, or when it says something that is no integer); its
+        ``monitor.oom_warn_steps`` is the memory creep warning's horizon."""
         value = profile.train.warmup_exclude_steps if profile is not None else 1
-        try:
-            warmup = int(value)
-        except (TypeError, ValueError):
-            warmup = 1
-        return cls(warmup_exclude_steps=warmup, history=history)
+        horizon = profile.monitor.oom_warn_steps if profile is not None else DEFAULT_HORIZON
+        return cls(warmup_exclude_steps=_int(value, 1), history=history,
+                   oom_warn_steps=_int(horizon, DEFAULT_HORIZON))
 
     def replay(self, events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> RunState:
         """Fold every event, then every sample; returns the fold."""
@@ -84,6 +87,7 @@ class RunState:
             "forecast": self._on_forecast,
             "attempt": self._on_kept,
             "retry": self._on_kept,
+            "memory_warning": self._on_memory_warning,
         }.get(name) if isinstance(name, str) else None
         if handler is None:
             return
@@ -100,6 +104,9 @@ class RunState:
     def _on_stalled(self, ev: dict[str, Any], t: float | None) -> None:
         # The supervisor saw no step for its stall timeout while the process lived (or it resumed).
         self.verdict.stalled = str(ev.get("message") or "no step for the stall timeout") if ev.get("event") == "stalled" else ""
+
+    def _on_memory_warning(self, ev: dict[str, Any], t: float | None) -> None:
+        self.memory.on_warning(ev)
 
     def _on_kept(self, ev: dict[str, Any], t: float | None) -> None:
         self.verdict.on_kept(ev)
@@ -130,6 +137,7 @@ class RunState:
         self.verdict.phases.end(t)
         if self.progress.on_step(ev, rank, step, t):
             self.memory.on_step(ev, rank)
+            self.speed.on_step(ev, step)
 
     def _on_end(self, ev: dict[str, Any], t: float | None) -> None:
         self.verdict.phases.end(t)
@@ -159,6 +167,7 @@ class RunState:
         if tf is not None and (self._last_t is None or tf > self._last_t):
             self._last_t = tf
         self.memory.on_sample(sample)
+        self.speed.on_sample(sample)
         host = sample.get("host")
         if isinstance(host, dict):
             self.verdict.phases.on_sample(host, num(sample.get("t")))
@@ -172,7 +181,18 @@ class RunState:
         verdict = self.verdict.fields()
         started = verdict["started_t"]
         wall = max(0.0, self._last_t - started) if started is not None and self._last_t is not None else None
-        return with_perf(RunSnapshot(  # per-card headroom, retries, MFU: fttui.core.run.perf
-            **verdict, **self.progress.fields(verdict["status"]), **self.memory.fields(),
+        progress, memory = self.progress.fields(verdict["status"]), self.memory.fields()
+        memory.update(self.memory.warnings(memory, progress["total_steps"], progress["step"]))
+        snap = with_perf(RunSnapshot(  # per-card headroom, retries, MFU: fttui.core.run.perf
+            **verdict, **progress, **memory, speed=self.speed.fields(),
             last_t=self._last_t, wall_elapsed=wall, events=self._events, samples_seen=self._samples_seen,
         ))
+        cards = tuple(c.index for c in snap.cards if c.index is not None)
+        return replace(snap, why_slow=why_slow(snap.speed, cards))
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

@@ -104,7 +104,9 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
     samples name a startup phase (``snap.phase``), every view shows it until the first step:
     ``STARTING: building ops (01:12)``, the time since the phase began (``snap.phase_since``) up
     to the latest time the state has seen (``snap.last_t``). A running run close to an OOM on a
-    card says so: ``RUNNING, NEAR OOM: GPU 2: 3 allocator retries`` (``snap.near_oom_reason``).
+    card says so: ``RUNNING, NEAR OOM: GPU 2: 3 allocator retries`` (``snap.near_oom_reason``),
+    and one whose memory creeps towards a limit: ``RUNNING, MEMORY CREEP: rank 0 reserved +40
+    MiB/step: out of memory in ~120 steps (...)`` (``snap.memory_warning``).
     An attempt that recovers from an OOM says from what: ``RUNNING (attempt 2: recovered from OOM
     at step 7: batch 8 -> 4, accumulation 2 -> 4, from the checkpoint of step 5)``.
     """
@@ -134,6 +136,8 @@ def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = Fa
         text = f"RUNNING, STALLED: {snap.stall_message or 'no step for the stall timeout'}"
     elif snap.near_oom and st == "running":  # fttui.core.run.perf: warn before the OOM
         text = f"RUNNING, NEAR OOM: {snap.near_oom_reason}"
+    elif snap.memory_warning and st == "running":  # fttui.core.run.memtrend: a trend that reaches a limit
+        text = f"RUNNING, MEMORY CREEP: {snap.memory_warning}"
     else:
         text = st.upper()
     if detail and st == "failed" and snap.error and snap.error.get("step") is not None:

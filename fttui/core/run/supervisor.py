@@ -1,21 +1,21 @@
 """The supervisor: owns one run from launch to summary row.
 
-Started by ``fttui run`` (or the app) in a session of its own, so it outlives the process that
-launched it, a closed terminal and a dropped SSH connection. It starts the training command in
-its own process group, under its log writer (:mod:`fttui.core.run.logtee`, which masks secrets
-into ``train.log`` and records the exit in ``exit.json``), samples GPU and host memory at about
-2 Hz into ``samples.jsonl``, folds the worker's events, and when training ends in any way writes
-the summary row to the store and then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or
-SIGINT) stops the whole process tree: SIGTERM, then SIGKILL after a grace period; so does the
-deletion of the run directory (then nothing is recorded, and nothing waits to be). Where the cgroup
-v2 hierarchy is writable the training runs in a cgroup of its own (:mod:`fttui.core.run.cgroup`),
-ended (``cgroup.kill``) and removed with the run; elsewhere the run's log says so once.
+Started by ``fttui run`` (or the app) in a session of its own, so it outlives the process that launched it, a
+closed terminal and a dropped SSH connection. It starts the training command in its own process group, under
+its log writer (:mod:`fttui.core.run.logtee`, which masks secrets into ``train.log`` and records the exit in
+``exit.json``), samples GPU and host memory at about 2 Hz into ``samples.jsonl``, folds the worker's events (a
+memory trend that reaches its limit within the horizon is a ``memory_warning`` event, once per rank and limit:
+:mod:`fttui.core.run.memtrend`), and when training ends in any way writes the summary row to the store and
+then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or SIGINT) stops the whole process tree: SIGTERM,
+then SIGKILL after a grace period; so does the deletion of the run directory (then nothing is recorded, and
+nothing waits to be). Where the cgroup v2 hierarchy is writable the training runs in a cgroup of its own
+(:mod:`fttui.core.run.cgroup`), ended (``cgroup.kill``) and removed with the run; elsewhere the run's log says
+so once.
 
-The training does not depend on the supervisor: if the supervisor dies, the training runs on and
-the next fttui command that looks writes its row (:mod:`fttui.core.run.recover`).
-``supervisor.json`` keeps what that needs: the supervisor's pid and start time (a reused pid is
-not it), and the training's process group (``train_pgid``, also what ``fttui cancel`` signals
-when no supervisor is there).
+The training does not depend on the supervisor: if the supervisor dies, the training runs on and the next
+fttui command that looks writes its row (:mod:`fttui.core.run.recover`). ``supervisor.json`` keeps what that
+needs: the supervisor's pid and start time (a reused pid is not it), and the training's process group
+(``train_pgid``, also what ``fttui cancel`` signals when no supervisor is there).
 
     python -m fttui.core.run.supervisor RUN_DIR
 """
@@ -246,9 +246,11 @@ class Supervisor:
                 if ev.get("event") == "step" and isinstance(ev.get("step"), int) and isinstance(ev.get("t"), (int, float)):
                     if not self.step_times or ev["step"] > self.step_times[-1][0]:
                         self.step_times = [*self.step_times[-60:], (ev["step"], float(ev["t"]))]
-            snap_step = self.state.snapshot().step or 0
-            if snap_step != last_step:
-                last_step, last_progress = snap_step, time.time()
+            snap = self.state.snapshot()
+            for fields in self.state.memory.announce(snap.memory_warnings):  # once per rank and limit
+                self._event("memory_warning", **fields)
+            if (snap.step or 0) != last_step:
+                last_step, last_progress = snap.step or 0, time.time()
                 if self.stalled:
                     self.stalled = False
                     self._event("resumed")
