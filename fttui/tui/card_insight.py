@@ -20,7 +20,7 @@ def estimate_peaks_mb(config: dict | None) -> tuple[float, ...] | None:
     """The estimate's peak per card (MB, the formula's: NVML's figure of the run's processes) of
     the run's resolved profile (its start event's ``config``); ``None`` when it cannot be made (a
     command run, a CPU run, a profile the estimator cannot express)."""
-    if not isinstance(config, dict) or not config.get("model"):
+    if not isinstance(config, dict):
         return None
     try:
         from fttui.core.memory import MIB, estimate

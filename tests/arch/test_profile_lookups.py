@@ -29,6 +29,7 @@ BELOW = ("fttui.core.models sits below the profile package (it cannot import Pro
          "tables of a Profile or of a start event's config")
 NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/cli/estimate_cmd.py": (1, "the estimate's inputs (Estimate.inputs['model'])"),
+    "fttui/cli/insight_lines.py": (2, ROW),
     "fttui/cli/live.py": (1, ROW),
     "fttui/cli/profiles_cmd.py": (1, "profile_summary's model column"),
     "fttui/core/experiments/forecast.py": (2, ROW + " and the setup key's"),

@@ -1,16 +1,15 @@
 """The supervisor: owns one run from launch to summary row.
 
-Started by ``fttui run`` (or the app) in a session of its own, so it outlives the process that launched it, a
-closed terminal and a dropped SSH connection. It starts the training command in its own process group, under
-its log writer (:mod:`fttui.core.run.logtee`, which masks secrets into ``train.log`` and records the exit in
-``exit.json``), samples GPU and host memory at about 2 Hz into ``samples.jsonl``, folds the worker's events (a
-memory trend that reaches its limit within the horizon is a ``memory_warning`` event, once per rank and limit:
-:mod:`fttui.core.run.memtrend`), and when training ends in any way writes the summary row to the store and
-then ``status.json``. Cancel (the ``cancel`` file, SIGTERM or SIGINT) stops the whole process tree: SIGTERM,
-then SIGKILL after a grace period; so does the deletion of the run directory (then nothing is recorded, and
-nothing waits to be). Where the cgroup v2 hierarchy is writable the training runs in a cgroup of its own
-(:mod:`fttui.core.run.cgroup`), ended (``cgroup.kill``) and removed with the run; elsewhere the run's log says
-so once.
+Started by ``fttui run`` (or the app) in a session of its own, so it outlives the process that launched it, a closed
+terminal and a dropped SSH connection. It starts the training command in its own process group, under its log writer
+(:mod:`fttui.core.run.logtee`, which masks secrets into ``train.log`` and records the exit in ``exit.json``),
+samples GPU and host memory at about 2 Hz into ``samples.jsonl``, folds the worker's events (a memory trend that
+reaches its limit within the horizon is a ``memory_warning`` event, once per rank and limit:
+:mod:`fttui.core.run.memtrend`), and when training ends in any way writes the summary row to the store and then
+``status.json``. Cancel (the ``cancel`` file, SIGTERM or SIGINT) stops the whole process tree: SIGTERM, then SIGKILL
+after a grace period; so does the deletion of the run directory (then nothing is recorded, and nothing waits to be).
+Where the cgroup v2 hierarchy is writable the training runs in a cgroup of its own (:mod:`fttui.core.run.cgroup`),
+ended (``cgroup.kill``) and removed with the run; elsewhere the run's log says so once.
 
 The training does not depend on the supervisor: if the supervisor dies, the training runs on and the next
 fttui command that looks writes its row (:mod:`fttui.core.run.recover`). ``supervisor.json`` keeps what that
