@@ -17,7 +17,7 @@ from fttui.tui.app import FttuiApp
 from fttui.tui.run_screen import RunScreen
 from tests.tui.conftest import until
 from tests.tui.fixtures import T0, write_run
-from tests.tui.textdump import screen_text
+from tests.tui.test_perf_panels import _region as _text  # a widget's lines on the screen
 
 pytestmark = pytest.mark.anyio
 
@@ -48,11 +48,6 @@ def _run(status: str | None, creep: bool = False) -> Path:
                for i in range(3)]
     (rd / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in samples))
     return rd
-
-
-def _text(app, widget) -> str:
-    r = widget.region
-    return "\n".join(line[r.x:r.right] for line in screen_text(app).splitlines()[r.y:r.bottom])
 
 
 async def test_cards_show_the_memory_picture_speed_and_why_slow(monkeypatch):
