@@ -31,7 +31,7 @@ def _live_run(retry_from: int | None) -> Path:
     for line in (rd / "events.jsonl").read_text().splitlines():
         ev = json.loads(line)
         if ev["event"] == "start":
-            ev.update(config=prof, params_total=TOTAL, params_trainable=TRAINABLE, model_shape=SHAPE)
+            ev.update(config=prof.to_dict(), params_total=TOTAL, params_trainable=TRAINABLE, model_shape=SHAPE)
         if ev["event"] == "step":
             late = retry_from is not None and ev["rank"] == 1 and ev["step"] >= retry_from
             ev.update(torch_alloc_retries=2 if late else 0, torch_ooms=0)
