@@ -41,6 +41,12 @@ def test_a_zero3_run_shows_building_ops_between_the_data_and_the_first_step(fttu
     first_step = [e["event"] for e in events].index("step")
     assert [e["phase"] for e in events[:first_step] if e["event"] == "phase"] == [
         "loading-model", "preparing-data", "building-ops", "first-step"]
+    # the headless lines: the worker's phases in order; where this checkout's DeepSpeed ops are not
+    # built yet, the shared-memory collectives compile while the model loads (zero.Init starts
+    # them), a "building ops" seen in the samples between "loading the model" and "preparing data"
     lines = [ln.split(" (")[0] for ln in proc.stdout.splitlines() if ln.startswith("phase: ")]
-    assert lines[:3] == ["phase: loading the model", "phase: preparing data", "phase: building ops"]
+    assert lines[0] == "phase: loading the model"
+    data = lines.index("phase: preparing data")
+    assert set(lines[1:data]) <= {"phase: building ops", "phase: loading the model"}
+    assert lines[data + 1] == "phase: building ops"
     assert lines[-2:] == ["phase: first step", "phase: training"]

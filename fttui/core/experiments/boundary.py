@@ -19,7 +19,11 @@ A prediction can overshoot: the peaks do not grow in equal steps (sequence lengt
 from 270 down). An OOM at or below the prediction says the growth near the boundary is steeper
 than the fits said; the next check then lies below the OOM by the prediction's possible miss
 (:func:`next_check`), not one value below it: stepping down one value per model load ran a CI
-probe out of loads (273, 272, 271, 270 all OOM).
+probe out of loads (273, 272, 271, 270 all OOM). From the third OOM above the fit on, each
+doubles the overshoot assumed (regula falsi's Illinois rule), and a prediction is the largest value whose
+peak stays within the headroom (rounded down: rounding to the nearest overshot by one value
+when the boundary fell between two values). A later CI probe (16, 245, 277 fit; 283 OOM; 280 fit;
+282 OOM; 281 unknown) needed a seventh load: a max_seq_len probe has seven.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ def predicted(trials: list[Trial], below: int | None = None) -> int | None:
     if g is None or not fits:
         return None
     best = max(fits, key=lambda t: t.value)
-    return best.value + max(0, round(best.headroom_mb / g))
+    return best.value + max(0, math.floor(best.headroom_mb / g + 1e-6))
 
 
 def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
@@ -120,7 +124,11 @@ def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
     best = max((t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
                 and t.value < ceil), key=lambda t: t.value)
     head = max(0.0, best.headroom_mb)
-    x = best.value + math.floor((ceil - best.value) * head / (head + OVERSHOOT_MB))
+    # from the third fresh OOM above that fit on, each doubles what ceil is taken to have needed
+    # (regula falsi's Illinois rule): a sharp kink is not walked down a few values per load
+    misses = sum(1 for t in trials if t.fresh and t.status == "oom" and best.value < t.value)
+    over = OVERSHOOT_MB * 2 ** max(0, misses - 2)
+    x = best.value + math.floor((ceil - best.value) * head / (head + over))
     return min(ceil - 1, max(low + 1, x))
 
 

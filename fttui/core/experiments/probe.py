@@ -62,7 +62,7 @@ from fttui.core.run.sampling import fold_card_peaks, take_sample
 
 MAX_LOADS = 4  # model loads of a one-process batch-size probe without repeats
 #: growth in sequence length is not linear (attention): its prediction may need two more checks
-SEQ_EXTRA_LOADS = 2
+SEQ_EXTRA_LOADS = 3
 
 
 class Prober:

@@ -49,8 +49,10 @@ class PhaseFold:
     """Folds ``phase`` events, host samples and the first step into ``(phase, since)``.
 
     Worker phases only move forward in :data:`PHASES` order (several ranks announce the same
-    phases; the first rank to reach one gives its start). A build seen in the samples overlays
-    the worker's phase while it lasts; when the build tools are gone, the worker's phase shows
+    phases; the first rank to reach one gives its start). A build seen in two samples in a row
+    overlays the worker's phase from the first of them while it lasts (one sample may catch a
+    check that is no build: torch runs ``ninja`` on every load of a DeepSpeed op, to find it up to
+    date, and a loaded machine's sampler catches it now and then); when the build tools are gone, the worker's phase shows
     again with its own start. A later worker phase ends the overlay too (the events and the
     samples are two files, read one after the other), and a sample older than the latest worker
     phase does not start it again."""
@@ -59,6 +61,7 @@ class PhaseFold:
         self._phase: str | None = None
         self._since: float | None = None
         self._build_since: float | None = None
+        self._build_seen: float | None = None  # t of the first sample of a build not yet confirmed
         self._event_t: float | None = None  # t of the latest worker phase that moved the phase on
         self._ended = False
         self.ended_t: float | None = None  # t of the step (or end) event that ended the startup
@@ -82,7 +85,7 @@ class PhaseFold:
         elif order is None or order > cur:
             self._phase, self._since = name, t
             if name != BUILDING_OPS:
-                self._build_since = None
+                self._build_since = self._build_seen = None
             if t is not None:
                 self._event_t = t if self._event_t is None else max(self._event_t, t)
         self._record(t)
@@ -94,10 +97,14 @@ class PhaseFold:
         if n is None or (t is not None and self._event_t is not None and t <= self._event_t):
             return
         if n > 0:
-            if self._build_since is None:
-                self._build_since = t
+            if self._build_seen is None:
+                self._build_seen = t  # one sample may have caught a check, not a build: wait for the next
+            elif self._build_since is None:
+                self._build_since = self._build_seen
+                self._record(self._build_since)
+                return
         else:
-            self._build_since = None
+            self._build_since = self._build_seen = None
         self._record(t)
 
     def end(self, t: float | None = None) -> None:
@@ -105,7 +112,7 @@ class PhaseFold:
         if t is not None and (self.ended_t is None or t < self.ended_t):
             self.ended_t = t
         self._ended = True
-        self._phase = self._since = self._build_since = None
+        self._phase = self._since = self._build_since = self._build_seen = None
 
     def current(self) -> tuple[str | None, float | None]:
         """``(phase, since)``: the phase now shown and the ``t`` it began at (``None`` when unknown)."""
