@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,11 +24,13 @@ pytestmark = pytest.mark.e2e
 # The process's own peak RSS from its kernel: VmHWM (its address space's high-water mark, new at
 # exec; ru_maxrss would carry the peak of the process it was forked from).
 HOLD = """
-import sys, time
+import os, sys, time
 block = bytearray(200 * 1024 * 1024)          # touched: resident
 for i in range(0, len(block), 4096):
     block[i] = 1
-time.sleep(float(sys.argv[2]))
+end = time.monotonic() + float(sys.argv[2])   # or earlier, once the test releases it
+while time.monotonic() < end and not os.path.exists(sys.argv[1] + ".release"):
+    time.sleep(0.1)
 hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 open(sys.argv[1], "w").write(str(int(hwm.split()[1]) / 1024))  # MiB
 """
@@ -45,13 +48,24 @@ def _watch(*args: str, env) -> subprocess.Popen:
 
 
 def test_recorded_watch_peak_is_the_process_own(tmp_path, fttui_home):
-    proc, out = _target(tmp_path, 4.0)
+    # the process holds its memory until the watch printed its line (a loaded machine starts the
+    # watcher slowly: a fixed 4 s ended the process before its first sample, seen in a busy run)
+    proc, out = _target(tmp_path, 90.0)
     env = fttui_env(FTTUI_HOME=str(fttui_home))
     t0 = time.monotonic()
+    lines: list[str] = []
     try:
         watch = _watch("--pid", str(proc.pid), "--headless", "--record", "--name", "holder", env=env)
-        stdout, stderr = watch.communicate(timeout=60)
+        reader = threading.Thread(target=lambda: lines.extend(watch.stdout), daemon=True)
+        reader.start()
+        wait_for(lambda: any(f"pid {proc.pid}: 1 process" in ln for ln in lines), timeout=60,
+                 what="the watch's line")
+        Path(str(out) + ".release").touch()
+        watch.wait(timeout=60)
+        reader.join(timeout=10)
+        stdout, stderr = "".join(lines), watch.stderr.read()
     finally:
+        Path(str(out) + ".release").touch()
         proc.wait(timeout=30)
     watched_for = time.monotonic() - t0  # the watch's wall time is inside this, whatever the load
     assert watch.returncode == 0, stdout + stderr

@@ -28,16 +28,17 @@ print(json.dumps({"heavy": heavy, "import_s": t_import}))
 
 FIRST_FRAME = r"""
 import asyncio, json, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 from fttui.tui.app import FttuiApp
 
 async def main():
     app = FttuiApp()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
-print(json.dumps({"first_frame_s": asyncio.run(main())}))
+wall, cpu = asyncio.run(main())
+print(json.dumps({"first_frame_s": wall, "first_frame_cpu_s": cpu}))
 """
 
 
@@ -54,5 +55,7 @@ def test_first_frame_is_quick():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    # well under 0.5 s on a quiet machine; the bound leaves room for a loaded CI box
-    assert res["first_frame_s"] < 2.0, res
+    # The CPU the process spent until its first frame: the work the app does, whatever else the
+    # machine runs (the wall time, well under 0.5 s on a quiet machine, was 3.3 s once in a busy
+    # suite run; it is bench/tui_first_frame.py's figure, docs/performance.md).
+    assert res["first_frame_cpu_s"] < 2.0, res
