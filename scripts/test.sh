@@ -11,7 +11,8 @@ export FTTUI_TEST_RUN=1
 clear_stale_locks(pathlib.Path(os.environ.get("TORCH_EXTENSIONS_DIR") or pathlib.Path.home() / ".cache/torch_extensions"), print)'
 # Three workers on two cores: many end-to-end tests wait (for a scheduler, a timeout, a process to
 # end) and a third worker fills those waits; the DeepSpeed and Slurm tests keep their own groups.
-.venv/bin/python -m pytest -n 3 --dist loadgroup "$@"
+# --durations: the slowest tests close the output (what CI prints of it), for the next cut
+.venv/bin/python -m pytest -n 3 --dist loadgroup --durations=30 "$@"
 rc=$?
 if [ "$rc" = 5 ]; then
   echo "test.sh: no tests ran: that is a failure" >&2

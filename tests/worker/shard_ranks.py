@@ -10,7 +10,7 @@ parameter offload to the CPU; the bucket sizes the HF Trainer fills in for its `
 optimizer the Trainer hands over, torch AdamW, or DeepSpeed's CPU Adam where the states are
 offloaded) or in FSDP2 (``fully_shard`` per decoder layer, then the root; ``fsdp-offload``: the
 CPU offload policy, which on a CPU rank moves nothing but runs the same code), runs two training
-steps, then measures a third: every CPU
+steps, then measures a third (the live storages summed after every operator of that step only): every CPU
 storage created since the model build is counted while alive (:class:`LiveStorages`, which,
 unlike :class:`fttui.worker.memtrace.LiveTensors`, follows storages FSDP resizes in place and
 the local shards of DTensors), so the peak of the third step is everything the
@@ -49,6 +49,7 @@ class LiveStorages(TorchDispatchMode):
         self.refs: dict[int, weakref.ref] = {}
         self.current = 0
         self.peak = 0
+        self.measuring = False  # sums the live storages after every operator only while measuring
 
     def total(self) -> int:
         return sum(st.nbytes() for st in (r() for r in list(self.refs.values())) if st is not None)
@@ -69,8 +70,9 @@ class LiveStorages(TorchDispatchMode):
             if key in self.refs or key in self.external:
                 continue
             self.refs[key] = weakref.ref(st, lambda _r, k=key: self.refs.pop(k, None))
-        self.current = self.total()
-        self.peak = max(self.peak, self.current)
+        if self.measuring:
+            self.current = self.total()
+            self.peak = max(self.peak, self.current)
         return out
 
 
@@ -147,7 +149,8 @@ def measure(case: dict, world: int) -> int:
         step, holder = wrap(model, r, case["sharding"], world)
         step(ids)  # optimizer states created; ZeRO-3 records its trace
         step(ids)
-        live.peak = live.current
+        live.measuring = True
+        live.peak = live.current = live.total()
         step(ids)
     peak = live.peak
     del step, holder, model, live
