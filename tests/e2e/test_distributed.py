@@ -30,7 +30,7 @@ def _rows() -> list[dict]:
 
 
 def _events(run_dir: Path) -> list[dict]:
-    """Events without the startup ``phase`` ones (tests/e2e/test_phases_run.py checks those)."""
+    """Events without the startup ``phase`` ones (tests/e2e/phase_checks.py checks those)."""
     return [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") != "phase"]
 
 

@@ -17,6 +17,7 @@ import pytest
 from fttui.core.run.events import read_jsonl
 from fttui.core.profiles import load_profile
 from tests.conftest import run_fttui
+from tests.e2e.phase_checks import zero3_phases_are_said
 from tests.helpers import processes_mentioning
 
 pytestmark = pytest.mark.e2e
@@ -62,10 +63,14 @@ def lora_params(profile: dict) -> int:
 # ------------------------------------------------------------------ running
 
 
-def run_method(profile: str, fttui_home: Path, *extra: str, timeout: float = 240) -> tuple[dict, dict, Path]:
-    """Run one profile headless through the CLI; return (row, rank-0 start event, run dir)."""
+def run_method(profile: str, fttui_home: Path, *extra: str, timeout: float = 240,
+               out: list | None = None) -> tuple[dict, dict, Path]:
+    """Run one profile headless through the CLI; return (row, rank-0 start event, run dir); the
+    finished process is appended to ``out`` when given (its headless output)."""
     proc = run_fttui("run", "--profile", profile, "--headless", "--set", f"max_steps={STEPS}", *extra,
                      timeout=timeout)
+    if out is not None:
+        out.append(proc)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(run_fttui("results", "--format", "json", check=True).stdout)
     assert len(rows) == 1, rows
@@ -202,7 +207,9 @@ def test_zero3_offload_runs_on_the_deepspeed_engine(fttui_home):
     """First use JIT-builds DeepSpeed's cpu_adam (about 90 s on 2 cores) into torch's extension
     cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions); later runs reuse it."""
     prof = load_profile("tiny-full-zero3")
-    row, start, run_dir = run_method("tiny-full-zero3", fttui_home, timeout=280)
+    procs: list = []
+    row, start, run_dir = run_method("tiny-full-zero3", fttui_home, timeout=280, out=procs)
+    zero3_phases_are_said(run_dir, procs[0].stdout)  # the same run (one ZeRO-3 run for both)
     argv = json.loads((run_dir / "command.json").read_text())["argv"]
     assert argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--num_gpus=1" in argv
     assert (row["method"], row["sharding"]) == ("full", "zero3-offload")  # read back from the engine

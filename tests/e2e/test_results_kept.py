@@ -23,6 +23,9 @@ from tests.conftest import fttui_env, run_fttui
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
+#: the tests of the one run (``kept``) share an xdist group: under xdist a module's fixture is built
+#: once per worker, and this one is a training run with two trackers
+ONE_RUN = pytest.mark.xdist_group("kept")
 
 SMALL = ["--set", "data.num_samples=40", "--set", "data.max_seq_len=32", "--set", "train.batch_size=2"]
 
@@ -57,6 +60,7 @@ def kept(tmp_path_factory):
     return {"home": home, "row": row, "rd": rd, "events": read_jsonl(rd.events_path), "mlruns": mlruns}
 
 
+@ONE_RUN
 def test_adapter_loads_back_onto_a_fresh_base(kept):
     import torch
     from peft import PeftModel
@@ -79,6 +83,7 @@ def test_adapter_loads_back_onto_a_fresh_base(kept):
     assert float(loaded[name].abs().max()) > 0
 
 
+@ONE_RUN
 def test_eval_loss_is_the_same_four_ways(kept):
     import torch
     from peft import PeftModel
@@ -117,6 +122,7 @@ def test_eval_loss_is_the_same_four_ways(kept):
     assert math.isclose(mine, row["eval_loss"], rel_tol=1e-5), (mine, row["eval_loss"])
 
 
+@ONE_RUN
 def test_tensorboard_holds_the_fttui_row(kept):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -137,6 +143,7 @@ def test_tensorboard_holds_the_fttui_row(kept):
     assert json.loads(text["fttui/env/text_summary"])["versions"]["torch"] == row["versions"]["torch"]
 
 
+@ONE_RUN
 def test_mlflow_run_holds_the_fttui_row(kept, monkeypatch):
     from mlflow.tracking import MlflowClient
 

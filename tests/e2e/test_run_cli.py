@@ -13,6 +13,8 @@ import pytest
 
 from fttui.core.run.events import read_jsonl
 from tests.conftest import ROOT, fttui_env, run_fttui
+from tests.e2e.perf_checks import cpu_perf_is_reported
+from tests.e2e.phase_checks import tiny_phases_are_said
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -63,6 +65,9 @@ def test_headless_run_writes_a_row(profile, fttui_home):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["row_saved"] is True
     assert not processes_mentioning(str(run_dir))
+    if profile == "tiny-lora":  # the startup phases and the CPU performance figures, on this run
+        tiny_phases_are_said(run_dir, proc.stdout)
+        cpu_perf_is_reported(run_dir, proc.stdout, row)
 
 
 def test_broken_profile_one_line_exit_2(tmp_path, fttui_home):

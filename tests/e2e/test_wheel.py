@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import ROOT, fttui_env
 
-pytestmark = pytest.mark.e2e
+# one wheel for both tests: under xdist a module's fixture is built once per worker
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("wheel")]
 
 
 @pytest.fixture(scope="module")

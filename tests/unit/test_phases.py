@@ -1,5 +1,5 @@
 """Startup phases: the fold (phase events and build samples -> phase, phase_since, ended by the
-first step), the status texts and the headless lines (a real run's: tests/e2e/test_phases_run.py)."""
+first step), the status texts and the headless lines (a real run's: tests/e2e/phase_checks.py)."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def run_worker(run_dir: Path, *, timeout: float = 120, torchrun_nproc: int = 0) 
 
 def read_events(run_dir: Path) -> list[dict]:
     """The worker's events, startup ``phase`` events left out (tests/unit/test_phases.py and
-    tests/e2e/test_phases_run.py check those)."""
+    tests/e2e/phase_checks.py check those)."""
     path = run_dir / "events.jsonl"
     if not path.exists():
         return []
