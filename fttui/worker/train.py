@@ -167,11 +167,17 @@ def _close_process_group(trainer) -> None:
 
     ``destroy_process_group`` only unregisters the group: the DDP wrapper's reducer keeps it alive
     until the interpreter finalises, where the same abort happens (seen under load, about one
-    run in four). So the Trainer's wrapped model and optimizer are released first."""
+    run in four). So the Trainer's wrapped model and optimizer are released first.
+
+    Without a process group (one process, no DeepSpeed) there is nothing to tear down: the four
+    full collections of a heap holding torch and transformers cost about a second of CPU at the
+    end of every such run (measured on tiny-lora: 1.9 of 18.5 s under cProfile)."""
     import gc
 
     import torch.distributed as dist
 
+    if not (dist.is_available() and dist.is_initialized()):
+        return
     trainer.accelerator.free_memory()  # drops accelerate's references to the DDP model and optimizer
     trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
     gc.collect()

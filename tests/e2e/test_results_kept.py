@@ -172,7 +172,8 @@ def test_cancelled_run_resumes_to_the_uninterrupted_run(tmp_path):
     home = tmp_path / "home"
     env = _env(home)
     # long enough that the cancel lands before the end even on a loaded machine (a step is ~20 ms)
-    steps = ["--set", "train.max_steps=240", "--set", "train.save=steps", "--set", "train.save_steps=5"]
+    # (a checkpoint every 40 steps: the first comes in about a second, six in all, not 48)
+    steps = ["--set", "train.max_steps=240", "--set", "train.save=steps", "--set", "train.save_steps=40"]
     # the uninterrupted run
     whole = run_fttui("run", "--profile", "tiny-lora", "--headless", *SMALL, *steps, env=env, timeout=300)
     assert whole.returncode == 0, whole.stdout[-2000:] + whole.stderr[-2000:]
