@@ -232,6 +232,10 @@ class FttuiCallback(TrainerCallback):
             fields = _info.start_fields(args, state, trainer, model, self.on_cuda, self.via)
         fields["total_steps"] = self.total_steps
         fields["resumed_step"] = int(state.global_step)
+        # the memory before the first batch (a launched probe bounds the batches' share with it)
+        fields["vm_mb"] = _info.proc_memory().get("vm_mb")
+        if self.on_cuda:
+            fields["torch_reserved_mb"] = round(torch.cuda.memory_reserved() / 2**20, 1)
         if model is not None and "model_shape" not in fields:
             try:
                 fields["model_shape"] = _info.model_shape(model)
@@ -328,10 +332,18 @@ class FttuiCallback(TrainerCallback):
 
     def _end(self, state) -> None:
         counting = self.trainer is not None
+        peak_res = total = None
+        if self.on_cuda:  # what a fit's headroom needs (fttui.core.experiments.headroom)
+            import torch
+
+            peak_res = round(torch.cuda.max_memory_reserved() / 2**20, 1)
+            total = round(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**20, 1)
         self._emit(_ev.EndEvent(step=int(state.global_step), train_time=self._train_time(),
                                 samples=self.c.samples if counting else None,
                                 tokens=self.c.tokens if counting else None,
-                                tokens_padded=self.c.tokens_padded if counting else None))
+                                tokens_padded=self.c.tokens_padded if counting else None,
+                                peak_host_vm_mb=_info.proc_memory().get("peak_vm_mb"),
+                                torch_peak_reserved_mb=peak_res, gpu_total_mb=total))
         self.active = False
 
 

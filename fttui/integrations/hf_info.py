@@ -107,12 +107,12 @@ def peak_rss_mb() -> float | None:
     return proc_memory().get("peak_rss_mb")
 
 
-_STATUS_KEYS = {b"VmHWM:": "peak_rss_mb", b"VmRSS:": "rss_mb", b"VmSize:": "vm_mb"}
+_STATUS_KEYS = {b"VmHWM:": "peak_rss_mb", b"VmRSS:": "rss_mb", b"VmSize:": "vm_mb", b"VmPeak:": "peak_vm_mb"}
 
 
 def proc_memory() -> dict[str, float]:
     """This process's memory now, in MiB, from one read of ``/proc/self/status``: ``rss_mb``
-    (VmRSS), ``peak_rss_mb`` (VmHWM), ``vm_mb`` (VmSize), and ``vm_limit_mb`` when an address-space
+    (VmRSS), ``peak_rss_mb`` (VmHWM), ``vm_mb`` (VmSize), ``peak_vm_mb`` (VmPeak), and ``vm_limit_mb`` when an address-space
     limit (RLIMIT_AS: ``limits.host_memory``) is set; the keys it cannot read are left out."""
     out: dict[str, float] = {}
     try:

@@ -76,14 +76,22 @@ def _peak(t: Trial) -> float | None:
 def growth_per_value(trials: list[Trial]) -> float | None:
     """MiB the peak grows per value. Two fresh fits that reported their headroom give it exactly
     (the difference of their headrooms, the nearest two to the boundary: attention makes the
-    growth in sequence length more than linear); else a least-squares line through the fitting
-    trials' peaks (in-process trials carry an offset, not a different growth)."""
+    growth in sequence length more than linear); else one launched fit's ``steps_mb`` per value
+    (an upper bound); else a least-squares line through the fitting trials' peaks (in-process
+    trials carry an offset, not a different growth)."""
     heads = sorted({t.value: t.headroom_mb for t in trials if t.fresh and t.status == "fit"
                     and t.headroom_mb is not None}.items())
     if len(heads) >= 2:
         (v1, h1), (v2, h2) = heads[-2:]
         if h1 > h2:
             return (h1 - h2) / (v2 - v1)
+    # one launched fit: what its batches added, per value, is at least the growth (fixed costs of
+    # a step count in it): a prediction from it lies at or below the boundary
+    bounds = [t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
+              and t.steps_mb and t.value > 0]
+    if bounds:
+        t = max(bounds, key=lambda t: t.value)
+        return t.steps_mb / t.value
     pts = [(t.value, _peak(t)) for t in trials if t.status == "fit" and _peak(t) is not None]
     if len({v for v, _ in pts}) < 2:
         return None
@@ -121,6 +129,8 @@ def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
         return None
     if p < ceil:
         return max(p, low + 1)
+    if not any(t.fresh and t.status == "oom" and t.value == ceil for t in trials):
+        return ceil - 1  # the range's end, no OOM seen there: check the end itself
     best = max((t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
                 and t.value < ceil), key=lambda t: t.value)
     head = max(0.0, best.headroom_mb)

@@ -10,6 +10,11 @@ the run's own verdict (:func:`fttui.core.run.summary.final_status`, the classifi
 run gets): ``completed`` is a fit, ``oom`` on any rank is the trial's OOM, anything else stops
 the probe with the trial's log.
 
+A fit's headroom is the smallest over its ranks (:func:`fttui.core.experiments.headroom.trial_headroom`
+from each rank's ``start`` and ``end`` events: the rank that runs out first decides); the probe
+predicts the boundary from it (fttui.core.experiments.boundary.next_check) instead of doubling
+and halving blindly.
+
 The command runs under :mod:`fttui.core.experiments.trial_guard` (the training's log writer,
 own process group), which stops the whole tree when the probe stops or dies. Every trial is the
 first (and only) trial of its processes: ``fresh`` and ``clean``.
@@ -26,6 +31,7 @@ import time
 
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
+from fttui.core.experiments.headroom import Headroom, trial_headroom
 from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import apply_overrides
 from fttui.core.profiles.schema import SYNTHETIC
@@ -215,6 +221,8 @@ class LaunchedTrial:
         events = read_jsonl(self.rd.events_path)
         ran = (sharding_read_back(events) or {}).get("ran")
         longest = max((e.get("longest_seq") or 0 for e in events if e.get("event") == "step"), default=0)
+        # the rank that runs out first decides; only a fit has headroom
+        head = trial_headroom(events, self.prof.world_size()) if fit else Headroom(None)
         return Trial(
             value=self.value, status="fit" if fit else "oom", load=self.load, clean=True, fresh=True,
             oom_kind=None if fit else fs.oom_kind, message=None if fit else fs.error,
@@ -225,6 +233,7 @@ class LaunchedTrial:
                                     for r in sorted(snap.torch_peak_reserved_mb)],
             peak_host_rss_mb=host["peak_host_rss_mb"], host_measure=host["host_measure"],
             sharding=ran if isinstance(ran, str) else None, longest_seq=longest or None,
+            headroom_mb=head.headroom_mb, steps_mb=head.steps_mb,
         )
 
 

@@ -30,10 +30,17 @@ At most MAX_LOADS + 2K model loads (MAX_LOADS + SEQ_EXTRA_LOADS + 2K for max_seq
 front (``max_loads``).
 
 Several processes (ranks) or a sharding: every trial is a fresh launch of all ranks with the
-command ``fttui run`` would start (fttui.core.experiments.launched), so every trial is fresh and
-the same search runs with one trial per launch: x2 from the start value until the first OOM,
-then the interval between the largest fit and the smallest OOM is halved until they are
-adjacent. An OOM on any rank is the trial's OOM. At most ``launched.max_launches(lo, hi)``.
+command ``fttui run`` would start (fttui.core.experiments.launched), so every trial is fresh, one
+trial per launch. A fit reports its headroom, the smallest over its ranks (each rank's end event:
+fttui.core.experiments.headroom), and the next value is predicted from it as above: after the
+first fit from what its batches added per value (an upper bound of the growth: the prediction
+lies at or below the boundary), after two fits from the difference of their headrooms. Without
+a prediction (no fit yet, no budget: no limit and no GPU): x2 from the start value until the
+first OOM, then the interval between the largest fit and the smallest OOM is halved until they
+are adjacent. An OOM on any rank is the trial's OOM. At most ``launched.max_launches(lo, hi)``:
+a prediction is made only while the launches left can still close the band by doubling and
+halving (docs/bench-probe.md: tiny-lora over two FSDP ranks, 4 launches where the blind search
+took 5).
 """
 
 from __future__ import annotations
@@ -195,7 +202,7 @@ class Prober:
         ceil = min([m["value"] for m in b.mixed if m["value"] > low]
                    + [self.hi + 1 if b.smallest_oom is None else b.smallest_oom])
         if ceil - low > 1 and not b.adjacent and not (low == self.hi or ceil == self.lo):
-            p = next_check(self.trials, low, ceil)
+            p = next_check(self.trials, low, ceil) if self._may_predict(b, low, ceil) else None
             if p is not None:
                 return p
             if self.loads == 1 and not self.launched:
@@ -213,6 +220,20 @@ class Prober:
             if v is not None and seen[v] < 1 + self.repeats:
                 return v
         return None
+
+    def _may_predict(self, b, low: int, ceil: int) -> bool:
+        """A launched probe predicts only while the launches left close the band by doubling and
+        halving after one more check (a prediction narrows the interval, so ``max_launches``,
+        said up front, stays true however many predictions miss)."""
+        if not self.launched:
+            return True
+        left = launched.max_launches(self.lo, self.hi) - self.loads
+        if b.smallest_oom is None:
+            climb = max(0, self.hi.bit_length() - max(low, 1).bit_length() + 1)
+            need = climb + (self.hi - max(low, 0)).bit_length()
+        else:
+            need = (ceil - low - 1).bit_length()
+        return left - 1 >= need
 
     # ------------------------------------------------------------------------------------------
     def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None,

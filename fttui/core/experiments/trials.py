@@ -43,6 +43,9 @@ class Trial:
     sharding: str | None = None
     #: MiB the budget left unused by a fitting trial (fttui.worker.probe.headroom_mb), else None
     headroom_mb: float | None = None
+    #: MiB the batches added on the rank that decides the headroom (its peak minus its memory when
+    #: training began; launched trials, fttui.core.experiments.headroom), else None
+    steps_mb: float | None = None
     #: the longest sequence (tokens per sample, padding included) the trial fed
     longest_seq: int | None = None
 

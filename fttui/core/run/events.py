@@ -149,6 +149,12 @@ class StartEvent(Event):
     resumed_step: int | None = None
     model_shape: dict[str, Any] | None = None
     env: dict[str, Any] | None = None
+    #: the rank's memory when training begins (the model built, no batch fed yet), MiB: its
+    #: virtual size (VmSize) and, on a GPU, the caching allocator's reserved memory; the step's
+    #: peak minus these bounds what the batches added (a launched probe's first prediction,
+    #: fttui.core.experiments.headroom)
+    vm_mb: float | None = None
+    torch_reserved_mb: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,12 +194,28 @@ class StepEvent(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class EndEvent(Event):
+    """Training ended on this rank (every rank writes one). With what a fit's headroom needs
+    (fttui.core.experiments.headroom): the rank's peak address space (VmPeak, MiB: under
+    ``limits.host_memory`` its RLIMIT_AS is the start event's ``limits.rlimit_as_bytes``) and, on a
+    GPU, its peak reserved memory and its card's total memory."""
+
     EVENT: ClassVar[str] = "end"
     step: int | None = None
     train_time: float | None = None
     samples: int | None = None
     tokens: int | None = None
     tokens_padded: int | None = None
+    peak_host_vm_mb: float | None = None
+    torch_peak_reserved_mb: float | None = None
+    gpu_total_mb: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        # the memory keys only where measured (lines of an older fttui, and scripts, have none)
+        out = super().fields()
+        for k in ("peak_host_vm_mb", "torch_peak_reserved_mb", "gpu_total_mb"):
+            if out.get(k) is None:
+                out.pop(k, None)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
