@@ -312,6 +312,19 @@ def test_launched_fsdp_probe_matches_fresh_runs(fttui_home):
     assert {r["sharding"] for r in rows} == {"fsdp"}
     assert _results("--kind", "run") == []  # the trials are not runs
     _no_process_left(fttui_home)
+    # Every fit reports its headroom (what the search predicts from; 4 launches here where the
+    # blind x2-and-halve search took 5, docs/bench-probe.md), the same two ways: the smallest over
+    # the ranks of the limit each rank read itself (getrlimit, in its step events) minus its VmPeak.
+    print(f"launched FSDP probe: {res['model_loads']} launches, trials {[t['value'] for t in trials]}")
+    for t in trials:
+        evs = read_jsonl(fttui_home / "runs" / f"{res['probe_id']}-load{t['load']}" / "events.jsonl")
+        if t["status"] == "oom":
+            assert t["headroom_mb"] is None
+            continue
+        peak = {e["rank"]: e["peak_host_vm_mb"] for e in evs if e["event"] == "end" and e.get("source") == "worker"}
+        limit = {e["rank"]: e["vm_limit_mb"] for e in evs if e["event"] == "step" and e.get("source") == "worker"}
+        assert sorted(peak) == sorted(limit) == [0, 1], evs
+        assert t["headroom_mb"] == pytest.approx(min(limit[r] - peak[r] for r in peak), abs=0.11), t
 
     # The same figure the other way: fresh runs at the boundary and one above.
     rc_fit, row_fit = _fresh_run(lf, *fsdp)
