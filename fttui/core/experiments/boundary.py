@@ -85,8 +85,8 @@ def growth_per_value(trials: list[Trial]) -> float | None:
         (v1, h1), (v2, h2) = heads[-2:]
         if h1 > h2:
             return (h1 - h2) / (v2 - v1)
-    # one launched fit: what its batches added, per value, is at least the growth (fixed costs of
-    # a step count in it): a prediction from it lies at or below the boundary
+    # one launched fit: what its batches added, per value, is at least the growth so far (fixed
+    # costs of a step count in it): for a linear growth a prediction from it is not above the boundary
     bounds = [t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
               and t.steps_mb and t.value > 0]
     if bounds:

@@ -13,8 +13,10 @@ its process (fttui.worker.probe.headroom_mb):
 A trial's headroom is the smallest over its ranks (the rank that runs out first decides), only
 for a fit, and only when every rank reported it. ``steps_mb`` is what the batches added on that
 rank (its peak minus its memory when training began): at least the growth of the peak per value
-times the value, so ``value + headroom / (steps_mb / value)`` never lies above the boundary (the
-first prediction of a launched probe, fttui.core.experiments.boundary).
+times the value, so for a peak that grows linearly with the value (batch size)
+``value + headroom / (steps_mb / value)`` never lies above the boundary (the first prediction of
+a launched probe, fttui.core.experiments.boundary; sequence length grows faster than linearly
+under attention: there it may overshoot, and the search steps back as after any overshoot).
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ Several processes (ranks) or a sharding: every trial is a fresh launch of all ra
 command ``fttui run`` would start (fttui.core.experiments.launched), so every trial is fresh, one
 trial per launch. A fit reports its headroom, the smallest over its ranks (each rank's end event:
 fttui.core.experiments.headroom), and the next value is predicted from it as above: after the
-first fit from what its batches added per value (an upper bound of the growth: the prediction
-lies at or below the boundary), after two fits from the difference of their headrooms. Without
+first fit from what its batches added per value (an upper bound of a linear growth: the
+prediction lies at or below a batch-size boundary), after two fits from the difference of their
+headrooms. Without
 a prediction (no fit yet, no budget: no limit and no GPU): x2 from the start value until the
 first OOM, then the interval between the largest fit and the smallest OOM is halved until they
 are adjacent. An OOM on any rank is the trial's OOM. At most ``launched.max_launches(lo, hi)``:
