@@ -102,6 +102,7 @@ def measure(size: str, shardings: list[str], port: int = 29611) -> dict:
                 b = base["steps"][r]["peak_rss_mb"] * 2**20
                 ranks[r] = {"vmhwm_mb": round(hwm / 2**20), "baseline_mb": round(b / 2**20),
                             "above_baseline_mb": round((hwm - b) / 2**20), "ratio": round((hwm - b) / model_bytes, 3),
+                            "step_time_s": big["steps"][r].get("step_time"),
                             "optimizer": (big["starts"].get(r) or {}).get("optimizer", {}).get("class")}
             out["runs"][sh] = {"ranks": ranks, "builds": big["builds"]}
     return out

@@ -7,7 +7,8 @@
   each module's weights gathered, one module at a time; ``from_pretrained`` reads the checkpoint
   on rank 0 only (the others map it on the meta device) and fills each module's partitions from
   it. A quantised model (QLoRA under ZeRO-3) is built whole and partitioned by the engine:
-  transformers builds no quantised model inside ``zero.Init``.
+  transformers builds no quantised model inside ``zero.Init``. On CPU ranks the build runs
+  under :func:`returned_free_blocks` (glibc keeps the freed whole modules otherwise).
 - FSDP (``fsdp``, ``fsdp-offload``): RAM-efficient loading. The lowest rank builds or reads the
   model; the others build it on the meta device (parameters without storage, buffers real), and
   accelerate (``cpu_ram_efficient_loading``, set by :func:`fttui.worker.sharding.fsdp_arguments`)
@@ -36,7 +37,15 @@ from fttui.core.profiles.typed import Profile
 from .errors import ConfigError
 from .model import META, WHOLE, ZERO_INIT
 
-__all__ = ["build_mode", "build_context", "ram_efficient_fsdp", "skip_frozen_broadcast"]
+__all__ = ["build_mode", "build_context", "ram_efficient_fsdp", "returned_free_blocks", "skip_frozen_broadcast"]
+
+#: glibc's ``mallopt`` parameter: blocks at least this big are mmapped (and unmapped when freed)
+M_MMAP_THRESHOLD = -3
+#: the threshold during a ZeRO-3 build on CPU ranks: glibc's own initial one (128 KiB)
+BUILD_MMAP_THRESHOLD = 128 * 1024
+#: the threshold after it: glibc's dynamic maximum on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``),
+#: where its dynamic threshold ends up once a training has freed a block that size
+AFTER_MMAP_THRESHOLD = 32 * 2**20
 
 
 def ram_efficient_fsdp(profile: Profile | dict[str, Any]) -> bool:
@@ -81,9 +90,48 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
         raise ConfigError(f"sharding {prof.sharding}: transformers does not see the ZeRO-3 config before the "
                           "model is built (no zero.Init); refusing to build the whole model on every rank")
     try:
-        yield mode
+        with returned_free_blocks(not use_cuda):
+            yield mode
     finally:
         del args
+
+
+def _glibc():
+    """The process's C library when it is glibc (it has ``gnu_get_libc_version``), else None."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018  (musl and others have no such symbol)
+        return libc if hasattr(libc, "mallopt") else None
+    except (OSError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def returned_free_blocks(applies: bool, libc: Any = None) -> Iterator[bool]:
+    """While a ZeRO-3 model is built inside ``zero.Init`` on CPU ranks, glibc returns every freed
+    block of 128 KiB or more to the system; yields whether it was set. Why: glibc's mmap threshold
+    is dynamic; once a mmapped block is freed, blocks up to its size (up to 32 MiB) come from the
+    heap from then on, and a freed heap block stays resident. ``zero.Init`` draws each module's
+    weights whole and frees them once partitioned, so without a fixed threshold the freed modules
+    stay resident as heap holes, about one model's bytes on every rank (measured:
+    docs/estimate.md, "Partitioned build on CPU ranks"). ``mallopt(M_MMAP_THRESHOLD, 128 KiB)``
+    fixes it for the build; afterwards it is set to 32 MiB, where the dynamic threshold of a
+    training process ends up anyway, so the training steps reuse freed blocks as before instead
+    of mapping and zeroing fresh pages for every tensor (glibc keeps the threshold fixed after
+    any ``mallopt`` of it). Not applied on GPU ranks (the weights are drawn on the card) nor
+    without glibc (a no-op). ``libc`` is for tests."""
+    libc = libc if libc is not None else (_glibc() if applies else None)
+    if not applies or libc is None:
+        yield False
+        return
+    applied = bool(libc.mallopt(M_MMAP_THRESHOLD, BUILD_MMAP_THRESHOLD))
+    try:
+        yield applied
+    finally:
+        if applied:
+            libc.mallopt(M_MMAP_THRESHOLD, AFTER_MMAP_THRESHOLD)
 
 
 def frozen_digest(model):

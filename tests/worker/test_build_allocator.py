@@ -1,0 +1,93 @@
+"""The glibc setting of a ZeRO-3 build on CPU ranks (fttui.worker.partition.returned_free_blocks):
+applied only where asked, undone to glibc's dynamic maximum after the build, a no-op without
+glibc, and it does return freed blocks that glibc would otherwise keep."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fttui.worker import partition
+from fttui.worker.partition import (AFTER_MMAP_THRESHOLD, BUILD_MMAP_THRESHOLD, M_MMAP_THRESHOLD,
+                                    returned_free_blocks)
+
+
+class FakeLibc:
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return 1
+
+
+def test_applied_during_the_build_and_set_to_the_dynamic_maximum_after():
+    libc = FakeLibc()
+    with returned_free_blocks(True, libc=libc) as applied:
+        assert applied is True
+        assert libc.calls == [(M_MMAP_THRESHOLD, 128 * 1024)]
+    assert libc.calls == [(-3, BUILD_MMAP_THRESHOLD), (-3, 32 * 2**20)]
+    assert AFTER_MMAP_THRESHOLD == 32 * 2**20
+
+
+def test_not_applied_where_not_asked_nor_without_glibc(monkeypatch):
+    libc = FakeLibc()
+    with returned_free_blocks(False, libc=libc) as applied:
+        assert applied is False
+    assert libc.calls == []
+    monkeypatch.setattr(partition, "_glibc", lambda: None)
+    with returned_free_blocks(True) as applied:
+        assert applied is False
+
+
+def test_a_refused_setting_is_not_undone():
+    class Refusing(FakeLibc):
+        def mallopt(self, param, value):
+            super().mallopt(param, value)
+            return 0
+
+    libc = Refusing()
+    with returned_free_blocks(True, libc=libc) as applied:
+        assert applied is False
+    assert libc.calls == [(-3, BUILD_MMAP_THRESHOLD)]
+
+
+# 64 blocks of 1 MiB written, then every other one freed (the others keep the heap from being
+# trimmed), after glibc has raised its dynamic threshold (a 4 MiB mmapped block freed first)
+_SCRIPT = r"""
+import ctypes, sys
+from fttui.worker.partition import returned_free_blocks
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+big = libc.malloc(4 << 20); libc.memset(big, 1, 4 << 20); libc.free(big)
+with returned_free_blocks(sys.argv[1] == "on") as applied:
+    blocks = [libc.malloc(1 << 20) for _ in range(64)]
+    for b in blocks:
+        libc.memset(b, 1, 1 << 20)
+    before = rss()
+    for b in blocks[::2]:
+        libc.free(b)
+    print(applied, (rss() - before + (32 << 20)) >> 20)
+"""
+
+
+@pytest.mark.skipif(partition._glibc() is None, reason="glibc only")
+def test_freed_blocks_leave_the_process_only_with_the_setting():
+    def kept(mode):
+        out = subprocess.run([sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, check=True)
+        applied, mib = out.stdout.split()
+        return applied == "True", int(mib)
+
+    applied_off, kept_off = kept("off")
+    applied_on, kept_on = kept("on")
+    assert (applied_off, applied_on) == (False, True)
+    assert kept_off >= 30  # glibc's dynamic threshold: the freed 32 MiB stay resident
+    assert kept_on <= 4  # a fixed 128 KiB threshold: they went back to the system
