@@ -53,7 +53,8 @@ def deepspeed_settings(profile: Profile | dict[str, Any]) -> dict[str, Any]:
 def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict[str, Any]:
     """The DeepSpeed config of a ``zero*`` sharding: stage 2 or 3; ``-offload`` puts the optimizer
     states (``offload_optimizer``) and, for stage 3, the parameters (``offload_params``) on the
-    host, page-locked when ``pin_memory``. ``[deepspeed] optimizer``: ``trainer`` (no
+    host, page-locked when ``pin_memory``; ``stage3_max_reuse_distance`` and
+    ``stage3_max_live_parameters`` go to stage 3 when set. ``[deepspeed] optimizer``: ``trainer`` (no
     ``optimizer`` section: the Trainer's optimizer is used, DeepSpeed swaps in its CPU Adam when
     the optimizer states are offloaded) or ``deepspeed`` (:func:`deepspeed_optimizer`)."""
     prof = as_profile(profile)
@@ -76,6 +77,9 @@ def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict
             "stage3_param_persistence_threshold": "auto",
             "stage3_gather_16bit_weights_on_model_save": True,
         })
+        # [deepspeed] stage3_max_*: passed only when set (DeepSpeed's defaults otherwise)
+        zero.update({k: getattr(z, k) for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters")
+                     if getattr(z, k) is not None})
     else:
         zero.update({"allgather_partitions": True, "allgather_bucket_size": 2e8, "reduce_scatter": True})
     if offload and z.offload_optimizer:

@@ -67,6 +67,23 @@ def test_zero3_per_rank(gpus, nodes):
     assert e.gpu_peak_bytes[0] - bd["cuda_context"] - bd["communication"] >= 2 * P - H * H * 2
 
 
+def test_zero3_gathers_no_more_than_its_reuse_distance_and_prefetches_no_more_than_its_live_limit():
+    """[deepspeed] stage3_max_reuse_distance bounds what stays gathered, stage3_max_live_parameters
+    the prefetch bucket; unset, DeepSpeed's 1e9 (a tiny model stays whole)."""
+    def weights(*sets):
+        e = _est("tiny-full", "zero3", "train.precision=bf16", "devices.gpus=2", *sets)
+        return _numbers(e)[0], e.breakdown["weights"]
+
+    P, whole = weights()
+    bucket = int(0.9 * H * H)
+    assert whole == round(2 * P / 2 + 2 * (P + bucket))
+    reuse = P // 7  # a 7B model's share under the default: 1e9 of 7e9
+    assert weights(f"deepspeed.stage3_max_reuse_distance={reuse}")[1] == round(2 * P / 2 + 2 * (reuse + bucket))
+    assert weights(f"deepspeed.stage3_max_reuse_distance={10 * P}")[1] == whole  # more than the model: all of it
+    assert weights(f"deepspeed.stage3_max_reuse_distance={reuse}", "deepspeed.stage3_max_live_parameters=100")[1] \
+        == round(2 * P / 2 + 2 * (reuse + 100))
+
+
 def test_zero3_partitions_more_with_more_ranks():
     peaks = []
     for n in (2, 4, 8):

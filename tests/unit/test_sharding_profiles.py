@@ -126,6 +126,16 @@ def test_deepspeed_config_per_sharding(sharding, stage, opt, param):
     assert ("stage3_prefetch_bucket_size" in zero) == (stage == 3)
 
 
+def test_zero3_live_and_reuse_limits_reach_deepspeed_only_when_set():
+    sets = ["deepspeed.stage3_max_reuse_distance=1000", "deepspeed.stage3_max_live_parameters=2000"]
+    zero = deepspeed_config(load_profile("tiny-full", ["sharding=zero3", *sets]), 2)["zero_optimization"]
+    assert (zero["stage3_max_reuse_distance"], zero["stage3_max_live_parameters"]) == (1000, 2000)
+    unset = deepspeed_config(load_profile("tiny-full", ["sharding=zero3"]), 2)["zero_optimization"]
+    assert not any(k.startswith("stage3_max_") for k in unset)  # DeepSpeed's defaults
+    stage2 = deepspeed_config(load_profile("tiny-full", ["sharding=zero2", *sets]), 2)["zero_optimization"]
+    assert not any(k.startswith("stage3_") for k in stage2)
+
+
 def test_fsdp_arguments():
     for sharding, offload in (("fsdp", False), ("fsdp-offload", True)):
         args = fsdp_arguments(load_profile("tiny-full", [f"sharding={sharding}"]))

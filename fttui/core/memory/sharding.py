@@ -154,12 +154,16 @@ def _unsharded(c: Setup, notes: list[str]) -> tuple[float, float, float, float]:
 
 def _zero3_gathered(c: Setup) -> float:
     """ZeRO-3 releases a module's gathered parameters only when they are not reused within
-    ``stage3_max_reuse_distance`` elements of the recorded trace (default 1e9): around the turn
-    from forward to backward everything up to 1e9 elements stays gathered; plus the prefetch
-    bucket. In the half dtype, on every phase of the step."""
-    a = c.a
-    reuse = DEEPSPEED_DEFAULTS["stage3_max_reuse_distance"]
-    return c.wb * (min(a.params, reuse) + ds_buckets(a.hidden)["stage3_prefetch_bucket_size"])
+    ``stage3_max_reuse_distance`` elements of the recorded module order (DeepSpeed's
+    ``PartitionedParameterCoordinator``; default 1e9, ``[deepspeed] stage3_max_reuse_distance``):
+    around the turn from forward to backward up to that many elements stay gathered; plus the
+    prefetch bucket, which never prefetches past ``stage3_max_live_parameters`` gathered
+    elements. In the half dtype, on every phase of the step."""
+    a, ds = c.a, c.s.get("deepspeed") or {}
+    reuse, live = (DEEPSPEED_DEFAULTS[k] if ds.get(k) is None else int(ds[k])
+                   for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters"))
+    prefetch = min(ds_buckets(a.hidden)["stage3_prefetch_bucket_size"], live)
+    return c.wb * (min(a.params, reuse) + prefetch)
 
 
 def _fsdp_working(c: Setup) -> Working:

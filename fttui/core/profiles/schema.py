@@ -134,6 +134,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # and DeepSpeed partitions it when the engine starts (what a script that loads the model
         # before creating its TrainingArguments runs)
         "zero3_init": Field("bool", True),
+        # ZeRO-3: a gathered parameter stays gathered while it is used again within this many
+        # elements of the step's module order (DeepSpeed's stage3_max_reuse_distance; unset =
+        # DeepSpeed's default, 1e9: a model of up to 1e9 parameters stays whole from the forward
+        # to the backward); and prefetching stops at this many gathered elements
+        # (stage3_max_live_parameters, same default). Lower them to keep less of a model gathered.
+        "stage3_max_reuse_distance": Field("int", None, lo=0, hint="elements; 0 or more, unset = DeepSpeed's 1e9"),
+        "stage3_max_live_parameters": Field("int", None, lo=0, hint="elements; 0 or more, unset = DeepSpeed's 1e9"),
     },
     "devices": {
         "gpus": Field("int", 1, lo=0, hint="GPUs (one process each) per node; 0 = CPU"),

@@ -122,6 +122,8 @@ class DeepSpeedSettings(_Section):
     pin_memory: bool
     optimizer: str
     zero3_init: bool
+    stage3_max_reuse_distance: int | None
+    stage3_max_live_parameters: int | None
 
 
 #: the old name of :class:`DeepSpeedSettings`
