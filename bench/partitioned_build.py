@@ -1,6 +1,7 @@
 """Host memory per rank of a sharded LoRA run on two CPU ranks: does a rank hold the whole model?
 
     .venv/bin/python bench/partitioned_build.py [--size 375m|100m|20m] [--shardings zero3,fsdp,none]
+        [--zero3-share F]
 
 For each sharding, the fttui worker trains a random Llama of ``--size`` with LoRA over two gloo
 ranks (torchrun, ``max_steps`` 2, fp32) and again a tiny Llama (the process baseline: the same
@@ -8,7 +9,9 @@ run whose model is negligible); each rank's peak resident memory (VmHWM, the ``p
 its last ``step`` event) above the baseline's is divided by the whole model's bytes. Under
 ZeRO-3 the model is built inside ``zero.Init`` (each rank holds its partition) and under FSDP
 rank 0 alone builds it, the others receive their shards (fttui.worker.partition); a rank that
-holds a whole copy shows a ratio of 1 or more. ``--json`` prints the figures as JSON. Figures
+holds a whole copy shows a ratio of 1 or more. ``--zero3-share F`` sets ZeRO-3's
+``stage3_max_reuse_distance`` and ``stage3_max_live_parameters`` to ``F`` times the model's
+parameters (``1/7``: what DeepSpeed's default of 1e9 is to a 7B model). ``--json`` prints the figures as JSON. Figures
 and the command: docs/estimate.md ("Partitioned build").
 """
 
@@ -20,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +47,7 @@ def params_of(arch: dict) -> int:
     return 2 * V * h + L * (4 * h * h + 3 * h * i + 2 * h) + h
 
 
-def profile(arch: dict, sharding: str, **train) -> dict:
+def profile(arch: dict, sharding: str, zero3_limit: int | None = None, **train) -> dict:
     """A resolved profile of a LoRA run of this random Llama over two CPU ranks."""
     return {
         "name": "partitioned-build", "source": "bench/partitioned_build.py", "description": "",
@@ -59,7 +63,8 @@ def profile(arch: dict, sharding: str, **train) -> dict:
                   "warmup_exclude_steps": 1, "save": "none", **train},
         "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
         "quant": {"type": "nf4", "double_quant": True},
-        "deepspeed": {"offload_optimizer": True, "offload_params": True, "pin_memory": False},
+        "deepspeed": {"offload_optimizer": True, "offload_params": True, "pin_memory": False,
+                      "stage3_max_reuse_distance": zero3_limit, "stage3_max_live_parameters": zero3_limit},
         "devices": {"gpus": 0, "cpu_processes": 2, "nodes": 1, "node_rank": 0, "main_addr": "127.0.0.1",
                     "main_port": 29500, "launcher": "auto"},
         "limits": {"gpu_memory": "", "host_memory": ""},
@@ -88,14 +93,17 @@ def run_ranks(run_dir: Path, prof: dict, port: int, timeout: float = 1200) -> di
     return {"steps": steps, "starts": starts, "builds": builds}
 
 
-def measure(size: str, shardings: list[str], port: int = 29611) -> dict:
+def measure(size: str, shardings: list[str], port: int = 29611, zero3_share: float | None = None) -> dict:
     arch = SIZES[size]
     model_bytes = 4 * params_of(arch)
-    out: dict = {"size": size, "params": params_of(arch), "model_bytes": model_bytes, "runs": {}}
+    # the same limit (elements) for the baseline's tiny model: a tiny model stays whole under either
+    limit = None if zero3_share is None else round(zero3_share * params_of(arch))
+    out: dict = {"size": size, "params": params_of(arch), "model_bytes": model_bytes, "zero3_limit": limit,
+                 "runs": {}}
     with tempfile.TemporaryDirectory(prefix="fttui-partitioned-") as tmp:
         for i, sh in enumerate(shardings):
-            base = run_ranks(Path(tmp) / f"{sh}-tiny", profile(SIZES["tiny"], sh), port + 2 * i)
-            big = run_ranks(Path(tmp) / f"{sh}-{size}", profile(arch, sh), port + 2 * i + 1)
+            base = run_ranks(Path(tmp) / f"{sh}-tiny", profile(SIZES["tiny"], sh, limit), port + 2 * i)
+            big = run_ranks(Path(tmp) / f"{sh}-{size}", profile(arch, sh, limit), port + 2 * i + 1)
             ranks = {}
             for r in sorted(big["steps"]):
                 hwm = big["steps"][r]["peak_rss_mb"] * 2**20
@@ -112,9 +120,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", choices=[s for s in SIZES if s != "tiny"], default="375m")
     ap.add_argument("--shardings", default="zero3,fsdp,none")
+    ap.add_argument("--zero3-share", type=lambda v: float(Fraction(v)), default=None,
+                    help="ZeRO-3 reuse distance and live limit as a share of the parameters (1/7: a 7B model's default)")
     ap.add_argument("--json", action="store_true")
     ns = ap.parse_args()
-    res = measure(ns.size, [s for s in ns.shardings.split(",") if s])
+    res = measure(ns.size, [s for s in ns.shardings.split(",") if s], zero3_share=ns.zero3_share)
     if ns.json:
         print(json.dumps(res, indent=1))
         return 0

@@ -8,7 +8,7 @@
   on rank 0 only (the others map it on the meta device) and fills each module's partitions from
   it. A quantised model (QLoRA under ZeRO-3) is built whole and partitioned by the engine:
   transformers builds no quantised model inside ``zero.Init``. On CPU ranks the build runs
-  under :func:`returned_free_blocks` (glibc keeps the freed whole modules otherwise).
+  with :func:`return_freed_blocks` (glibc keeps the freed whole modules otherwise).
 - FSDP (``fsdp``, ``fsdp-offload``): RAM-efficient loading. The lowest rank builds or reads the
   model; the others build it on the meta device (parameters without storage, buffers real), and
   accelerate (``cpu_ram_efficient_loading``, set by :func:`fttui.worker.sharding.fsdp_arguments`)
@@ -37,15 +37,12 @@ from fttui.core.profiles.typed import Profile
 from .errors import ConfigError
 from .model import META, WHOLE, ZERO_INIT
 
-__all__ = ["build_mode", "build_context", "ram_efficient_fsdp", "returned_free_blocks", "skip_frozen_broadcast"]
+__all__ = ["build_mode", "build_context", "ram_efficient_fsdp", "return_freed_blocks", "skip_frozen_broadcast"]
 
 #: glibc's ``mallopt`` parameter: blocks at least this big are mmapped (and unmapped when freed)
 M_MMAP_THRESHOLD = -3
-#: the threshold during a ZeRO-3 build on CPU ranks: glibc's own initial one (128 KiB)
-BUILD_MMAP_THRESHOLD = 128 * 1024
-#: the threshold after it: glibc's dynamic maximum on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``),
-#: where its dynamic threshold ends up once a training has freed a block that size
-AFTER_MMAP_THRESHOLD = 32 * 2**20
+#: the threshold of a ZeRO-3 rank on the host: glibc's own initial one (128 KiB)
+ZERO3_MMAP_THRESHOLD = 128 * 1024
 
 
 def ram_efficient_fsdp(profile: Profile | dict[str, Any]) -> bool:
@@ -89,9 +86,9 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
     if not is_deepspeed_zero3_enabled():
         raise ConfigError(f"sharding {prof.sharding}: transformers does not see the ZeRO-3 config before the "
                           "model is built (no zero.Init); refusing to build the whole model on every rank")
+    return_freed_blocks(not use_cuda)
     try:
-        with returned_free_blocks(not use_cuda):
-            yield mode
+        yield mode
     finally:
         del args
 
@@ -108,30 +105,22 @@ def _glibc():
         return None
 
 
-@contextlib.contextmanager
-def returned_free_blocks(applies: bool, libc: Any = None) -> Iterator[bool]:
-    """While a ZeRO-3 model is built inside ``zero.Init`` on CPU ranks, glibc returns every freed
-    block of 128 KiB or more to the system; yields whether it was set. Why: glibc's mmap threshold
-    is dynamic; once a mmapped block is freed, blocks up to its size (up to 32 MiB) come from the
-    heap from then on, and a freed heap block stays resident. ``zero.Init`` draws each module's
-    weights whole and frees them once partitioned, so without a fixed threshold the freed modules
-    stay resident as heap holes, about one model's bytes on every rank (measured:
-    docs/estimate.md, "Partitioned build on CPU ranks"). ``mallopt(M_MMAP_THRESHOLD, 128 KiB)``
-    fixes it for the build; afterwards it is set to 32 MiB, where the dynamic threshold of a
-    training process ends up anyway, so the training steps reuse freed blocks as before instead
-    of mapping and zeroing fresh pages for every tensor (glibc keeps the threshold fixed after
-    any ``mallopt`` of it). Not applied on GPU ranks (the weights are drawn on the card) nor
-    without glibc (a no-op). ``libc`` is for tests."""
+def return_freed_blocks(applies: bool, libc: Any = None) -> bool:
+    """From a ZeRO-3 rank's model build on the host to the end of its run, glibc returns every
+    freed block of 128 KiB or more to the system; True when it was set. Why: glibc's mmap
+    threshold is dynamic; once a mmapped block is freed, blocks up to its size (up to 32 MiB) come
+    from the heap from then on, and a freed heap block stays resident. ``zero.Init`` draws each
+    module's weights whole and frees them once partitioned, and each step gathers modules whole and
+    frees them, so with the dynamic threshold the freed modules stay resident as heap holes
+    (measured on 2 CPU ranks, docs/estimate.md "Partitioned build on CPU ranks": a peak of 2.5
+    models above the baseline per rank, 1.7 with this; set for the build only and put back to
+    32 MiB after it, 2.5 again). Kept for the run: the step time did not grow. Not applied on GPU
+    ranks (the weights are drawn on the card, the gathered modules live there) nor without glibc
+    (a no-op). ``libc`` is for tests."""
     libc = libc if libc is not None else (_glibc() if applies else None)
     if not applies or libc is None:
-        yield False
-        return
-    applied = bool(libc.mallopt(M_MMAP_THRESHOLD, BUILD_MMAP_THRESHOLD))
-    try:
-        yield applied
-    finally:
-        if applied:
-            libc.mallopt(M_MMAP_THRESHOLD, AFTER_MMAP_THRESHOLD)
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, ZERO3_MMAP_THRESHOLD))
 
 
 def frozen_digest(model):

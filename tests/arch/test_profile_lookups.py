@@ -36,7 +36,7 @@ NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/core/experiments/headroom.py": (1, "the limits a rank's start event says its worker applied"),
     "fttui/core/memory/estimate.py": (3, FLAT),
     "fttui/core/memory/inputs.py": (1, FLAT),
-    "fttui/core/memory/sharding.py": (4, FLAT + "; the breakdown's lora term"),
+    "fttui/core/memory/sharding.py": (5, FLAT + "; the breakdown's lora term"),
     "fttui/core/memory/states.py": (2, FLAT + "; the breakdown's lora term"),
     "fttui/core/models/numbers.py": (1, BELOW),
     "fttui/core/models/positions.py": (2, BELOW),

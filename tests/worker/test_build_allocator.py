@@ -1,6 +1,6 @@
-"""The glibc setting of a ZeRO-3 build on CPU ranks (fttui.worker.partition.returned_free_blocks):
-applied only where asked, undone to glibc's dynamic maximum after the build, a no-op without
-glibc, and it does return freed blocks that glibc would otherwise keep."""
+"""The glibc setting of a ZeRO-3 rank on the host (fttui.worker.partition.return_freed_blocks):
+applied only where asked, a no-op without glibc, and it does return freed blocks that glibc would
+otherwise keep."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import sys
 import pytest
 
 from fttui.worker import partition
-from fttui.worker.partition import (AFTER_MMAP_THRESHOLD, BUILD_MMAP_THRESHOLD, M_MMAP_THRESHOLD,
-                                    returned_free_blocks)
+from fttui.worker.partition import M_MMAP_THRESHOLD, ZERO3_MMAP_THRESHOLD, return_freed_blocks
 
 
 class FakeLibc:
@@ -23,42 +22,34 @@ class FakeLibc:
         return 1
 
 
-def test_applied_during_the_build_and_set_to_the_dynamic_maximum_after():
+def test_applied_where_asked():
     libc = FakeLibc()
-    with returned_free_blocks(True, libc=libc) as applied:
-        assert applied is True
-        assert libc.calls == [(M_MMAP_THRESHOLD, 128 * 1024)]
-    assert libc.calls == [(-3, BUILD_MMAP_THRESHOLD), (-3, 32 * 2**20)]
-    assert AFTER_MMAP_THRESHOLD == 32 * 2**20
+    assert return_freed_blocks(True, libc=libc) is True
+    assert libc.calls == [(M_MMAP_THRESHOLD, ZERO3_MMAP_THRESHOLD)] == [(-3, 128 * 1024)]
 
 
 def test_not_applied_where_not_asked_nor_without_glibc(monkeypatch):
     libc = FakeLibc()
-    with returned_free_blocks(False, libc=libc) as applied:
-        assert applied is False
+    assert return_freed_blocks(False, libc=libc) is False
     assert libc.calls == []
     monkeypatch.setattr(partition, "_glibc", lambda: None)
-    with returned_free_blocks(True) as applied:
-        assert applied is False
+    assert return_freed_blocks(True) is False
 
 
-def test_a_refused_setting_is_not_undone():
+def test_a_refused_setting_says_so():
     class Refusing(FakeLibc):
         def mallopt(self, param, value):
             super().mallopt(param, value)
             return 0
 
-    libc = Refusing()
-    with returned_free_blocks(True, libc=libc) as applied:
-        assert applied is False
-    assert libc.calls == [(-3, BUILD_MMAP_THRESHOLD)]
+    assert return_freed_blocks(True, libc=Refusing()) is False
 
 
 # 64 blocks of 1 MiB written, then every other one freed (the others keep the heap from being
 # trimmed), after glibc has raised its dynamic threshold (a 4 MiB mmapped block freed first)
 _SCRIPT = r"""
 import ctypes, sys
-from fttui.worker.partition import returned_free_blocks
+from fttui.worker.partition import return_freed_blocks
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
@@ -68,14 +59,14 @@ def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
 big = libc.malloc(4 << 20); libc.memset(big, 1, 4 << 20); libc.free(big)
-with returned_free_blocks(sys.argv[1] == "on") as applied:
-    blocks = [libc.malloc(1 << 20) for _ in range(64)]
-    for b in blocks:
-        libc.memset(b, 1, 1 << 20)
-    before = rss()
-    for b in blocks[::2]:
-        libc.free(b)
-    print(applied, (rss() - before + (32 << 20)) >> 20)
+applied = return_freed_blocks(sys.argv[1] == "on")
+blocks = [libc.malloc(1 << 20) for _ in range(64)]
+for b in blocks:
+    libc.memset(b, 1, 1 << 20)
+before = rss()
+for b in blocks[::2]:
+    libc.free(b)
+print(applied, (rss() - before + (32 << 20)) >> 20)
 """
 
 

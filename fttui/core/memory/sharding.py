@@ -159,7 +159,7 @@ def _zero3_gathered(c: Setup) -> float:
     around the turn from forward to backward up to that many elements stay gathered; plus the
     prefetch bucket, which never prefetches past ``stage3_max_live_parameters`` gathered
     elements. In the half dtype, on every phase of the step."""
-    a, ds = c.a, c.s.get("deepspeed") or {}
+    a, ds = c.a, c.s["deepspeed"]
     reuse, live = (DEEPSPEED_DEFAULTS[k] if ds.get(k) is None else int(ds[k])
                    for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters"))
     prefetch = min(ds_buckets(a.hidden)["stage3_prefetch_bucket_size"], live)
