@@ -2,8 +2,9 @@
 written in.
 
   host_memory: after the training stack is imported (and the CPU thread pool started), RLIMIT_AS
-    is set to the process's current virtual size + the limit: the limit is the address space the
-    run may add on top of the imported stack. Exceeding it surfaces as an allocation failure
+    is set to the process's current virtual size, rounded up to a multiple of 8 MiB
+    (:func:`limit_base`), + the limit: the limit is the address space the run may add on top of
+    the imported stack (and up to 8 MiB more). Exceeding it surfaces as an allocation failure
     (error event kind "oom", oom_kind "cpu", exit 3).
   gpu_memory: ``torch.cuda.set_per_process_memory_fraction(limit / total)`` on every visible
     device; a no-op (with a note) without CUDA.
@@ -21,7 +22,7 @@ from fttui.core.base.units import parse_size as _parse_size
 
 from .errors import ConfigError
 
-__all__ = ["extensions_root", "parse_size", "apply_host_limit", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
+__all__ = ["extensions_root", "parse_size", "apply_host_limit", "limit_base", "BASE_GRANULARITY", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
            "vm_size", "plain_arch_list"]
 
 FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launch.child_env under a host limit
@@ -86,7 +87,53 @@ def vm_size() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+#: The address space after the imports is rounded up to this before the limit is added.
+BASE_GRANULARITY = 8 << 20
+
+
+def limit_base(vm: int, granularity: int = BASE_GRANULARITY) -> int:
+    """The base RLIMIT_AS is set on: the address space after the imports, ``vm``, rounded up to a
+    multiple of ``granularity``.
+
+    The same imports do not map the same address space in every process, even with a fixed layout
+    (:func:`fixed_address_layout`) and after :func:`trim_heap`: measured on tiny-lora's probe
+    worker, the base was the same in every fresh process of one environment (56 of 56), but 0.09
+    MiB lower in 3 of 22 processes of one earlier run, and it moved by up to 0.19 MiB with the
+    length of an environment variable (10 lengths: 727.07..727.25 MiB; the heap's in-use part
+    differs, not its free top). The peak of a trial does not move with it, so an unrounded limit
+    decided a value one token from the boundary (0.12 MiB per token) differently from one process
+    to the next (docs/bench-probe.md). Rounded up, bases that differ by ``d`` get different limits
+    only when a multiple of the granularity falls between them: with ``d`` up to 0.19 MiB, 1 MiB
+    would split about one stack in five (and then by a whole MiB, half a batch element of
+    tiny-lora), 8 MiB about one in forty (one in ninety for the 0.09 MiB jitter within a run),
+    at a cost of up to 8 MiB more room than asked for, nothing beside budgets of GiBs and a
+    sixth of the smallest budget the tests use (48MiB)."""
+    return -(-vm // granularity) * granularity
+
+
+def trim_heap() -> bool:
+    """Give the malloc heap's free top back to the system (glibc's ``malloc_trim(0)``) before
+    the base is read: up to a trim threshold (128 KiB under the probe's malloc settings) plus
+    a top pad of free heap stays mapped after the imports, more or less by the history of the
+    last allocations. False where there is no glibc (musl, macOS): nothing changes there."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
+
+
 def apply_host_limit(limit: int | None) -> dict[str, Any] | None:
+    """Set RLIMIT_AS to :func:`limit_base` of the address space now + ``limit``. Returns what was
+    set: ``rlimit_as_bytes`` (the soft limit), ``vm_base_bytes`` (the address space measured, not
+    rounded), ``host_memory_bytes`` (the limit asked for)."""
     if not limit:
         return None
     import gc
@@ -95,9 +142,10 @@ def apply_host_limit(limit: int | None) -> dict[str, Any] | None:
     # Garbage of the imports still mapped now (a Python arena, a large freed block) would move the
     # limit by a MiB from one process to the next: collect it before the base is read.
     gc.collect()
+    trim_heap()
     base = vm_size()
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    soft = base + limit
+    soft = limit_base(base) + limit
     if hard != resource.RLIM_INFINITY and soft > hard:
         soft = hard
     resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
