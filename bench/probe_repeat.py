@@ -36,7 +36,8 @@ def one(resolved: dict, param: str, value: int, steps: int) -> dict:
     trial = next(e for e in events if e.get("event") == "trial")
     return {"value": value, "status": trial["status"], "headroom_mb": trial.get("headroom_mb"),
             "vm_peak_mb": trial.get("peak_host_vm_mb"),
-            "limit_mb": round(start["limits"]["rlimit_as_bytes"] / 2**20, 2)}
+            "limit_mb": round(start["limits"]["rlimit_as_bytes"] / 2**20, 2),
+            "vm_base_mb": round(start["limits"]["vm_base_bytes"] / 2**20, 3)}
 
 
 def main() -> int:

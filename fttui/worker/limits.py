@@ -107,7 +107,9 @@ def limit_base(vm: int, granularity: int = BASE_GRANULARITY) -> int:
     would split about one stack in five (and then by a whole MiB, half a batch element of
     tiny-lora), 8 MiB about one in forty (one in ninety for the 0.09 MiB jitter within a run),
     at a cost of up to 8 MiB more room than asked for, nothing beside budgets of GiBs and a
-    sixth of the smallest budget the tests use (48MiB)."""
+    sixth of the smallest budget the tests use (48MiB). Processes that must agree (a probe's
+    trials and the run they predict) must import the same before the limit: a base a MiB lower
+    rounds to another multiple (the probe worker imports the training worker's modules)."""
     return -(-vm // granularity) * granularity
 
 

@@ -32,6 +32,11 @@ from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
 
 from .errors import WorkerInputError, classify, one_line
+# The training worker's modules too: under a host limit RLIMIT_AS is set on the address space after
+# the imports rounded up to 8 MiB (limits.limit_base), so a probe worker has to map what a run's
+# worker maps before the limit (without them 1.1 MiB less: a different multiple of 8 MiB, and
+# trials with 7 MiB less room than the run they predict).
+from . import train as _train  # noqa: F401
 from .limits import fixed_address_layout
 from .startup import Emitter, env_int as _env_int, setup
 
