@@ -112,9 +112,10 @@ def return_freed_blocks(applies: bool, libc: Any = None) -> bool:
     from the heap from then on, and a freed heap block stays resident. ``zero.Init`` draws each
     module's weights whole and frees them once partitioned, and each step gathers modules whole and
     frees them, so with the dynamic threshold the freed modules stay resident as heap holes
-    (measured on 2 CPU ranks, docs/estimate.md "Partitioned build on CPU ranks": a peak of 2.5
-    models above the baseline per rank, 1.7 with this; set for the build only and put back to
-    32 MiB after it, 2.5 again). Kept for the run: the step time did not grow. Not applied on GPU
+    (2 CPU ranks, docs/estimate.md "Partitioned build on CPU ranks": a rank's peak above the
+    baseline was 2.2 to 2.8 models, 1.6 to 1.7 with 128 KiB for the run; 128 KiB for the build
+    only, 32 MiB after it: 2.5 again; 4 MiB for the run: 1.8 to 2.2). Kept for the run: its step
+    time did not grow beyond the load's noise. Not applied on GPU
     ranks (the weights are drawn on the card, the gathered modules live there) nor without glibc
     (a no-op). ``libc`` is for tests."""
     libc = libc if libc is not None else (_glibc() if applies else None)
