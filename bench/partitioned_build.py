@@ -1,6 +1,6 @@
 """Host memory per rank of a sharded LoRA run on two CPU ranks: does a rank hold the whole model?
 
-    .venv/bin/python bench/partitioned_build.py [--size 375m|100m|20m] [--shardings zero3,fsdp,none]
+    .venv/bin/python bench/partitioned_build.py [--size 375m|100m|120m-v4k|20m] [--shardings zero3,fsdp,none]
         [--zero3-share F]
 
 For each sharding, the fttui worker trains a random Llama of ``--size`` with LoRA over two gloo
@@ -28,7 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: random Llamas (fp32): 375m = 374M parameters, 1.50 GB; 100m = 134M, 0.54 GB; 20m = 22M, 89 MB
+#: random Llamas (fp32): 375m = 374M parameters, 1.50 GB; 100m = 134M, 0.54 GB; 20m = 22M, 89 MB;
+#: 120m-v4k = 119M, 0.48 GB, whose embedding and output layer are 2.6% of it each, as in a 7B
+#: Llama (100m's are 18% each)
 SIZES = {
     "375m": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16,
              "num_key_value_heads": 16, "vocab_size": 32000},
@@ -36,6 +38,8 @@ SIZES = {
              "num_key_value_heads": 12, "vocab_size": 32000},
     "20m": {"hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 6,
             "num_key_value_heads": 6, "vocab_size": 16000},
+    "120m-v4k": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 12,
+                 "num_key_value_heads": 12, "vocab_size": 4000},
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 4, "vocab_size": 512},
 }
