@@ -2,9 +2,9 @@
 written in.
 
   host_memory: after the training stack is imported (and the CPU thread pool started), RLIMIT_AS
-    is set to the process's current virtual size, rounded up to a multiple of 8 MiB
+    is set to the process's current virtual size, rounded up to a whole MiB
     (:func:`limit_base`), + the limit: the limit is the address space the run may add on top of
-    the imported stack (and up to 8 MiB more). Exceeding it surfaces as an allocation failure
+    the imported stack (and up to a MiB more). Exceeding it surfaces as an allocation failure
     (error event kind "oom", oom_kind "cpu", exit 3).
   gpu_memory: ``torch.cuda.set_per_process_memory_fraction(limit / total)`` on every visible
     device; a no-op (with a note) without CUDA.
@@ -88,28 +88,28 @@ def vm_size() -> int:
 
 
 #: The address space after the imports is rounded up to this before the limit is added.
-BASE_GRANULARITY = 8 << 20
+BASE_GRANULARITY = 1 << 20
 
 
 def limit_base(vm: int, granularity: int = BASE_GRANULARITY) -> int:
     """The base RLIMIT_AS is set on: the address space after the imports, ``vm``, rounded up to a
-    multiple of ``granularity``.
+    multiple of ``granularity`` (1 MiB).
 
     The same imports do not map the same address space in every process, even with a fixed layout
     (:func:`fixed_address_layout`) and after :func:`trim_heap`: measured on tiny-lora's probe
-    worker, the base was the same in every fresh process of one environment (56 of 56), but 0.09
-    MiB lower in 3 of 22 processes of one earlier run, and it moved by up to 0.19 MiB with the
-    length of an environment variable (10 lengths: 727.07..727.25 MiB; the heap's in-use part
-    differs, not its free top). The peak of a trial does not move with it, so an unrounded limit
-    decided a value one token from the boundary (0.12 MiB per token) differently from one process
-    to the next (docs/bench-probe.md). Rounded up, bases that differ by ``d`` get different limits
-    only when a multiple of the granularity falls between them: with ``d`` up to 0.19 MiB, 1 MiB
-    would split about one stack in five (and then by a whole MiB, half a batch element of
-    tiny-lora), 8 MiB about one in forty (one in ninety for the 0.09 MiB jitter within a run),
-    at a cost of up to 8 MiB more room than asked for, nothing beside budgets of GiBs and a
-    sixth of the smallest budget the tests use (48MiB). Processes that must agree (a probe's
-    trials and the run they predict) must import the same before the limit: a base a MiB lower
-    rounds to another multiple (the probe worker imports the training worker's modules)."""
+    worker, the base was the same in most fresh processes of one environment, 0.09-0.1 MiB off in
+    a few (3 of 22 in one run, 1 of 20 in another), it moved by up to 0.19 MiB with the length of
+    an environment variable, and by a whole MiB (a Python arena) with some command lines. The peak
+    of a trial does not move with it, so an unrounded limit decided a value one token from the
+    boundary (0.11 MiB per token) differently from one process to the next (docs/bench-probe.md).
+    Rounded up, bases that differ by ``d`` get different limits only when a multiple of the
+    granularity falls between them: for the small jitter (``d`` 0.1 to 0.19 MiB) one stack in
+    five to ten with 1 MiB, and then by 1 MiB, what the MiB jumps give unrounded anyway. A coarser
+    granularity splits fewer stacks but by more, and gives processes that import different
+    amounts different room: with 8 MiB a run's worker (base 728.29 MiB) got 7 MiB more room than a
+    probe's (727.2), and a MiB jump across a multiple of 8 gave one process of six 8 MiB less
+    room. 1 MiB keeps both below a MiB (half a batch element of tiny-lora); the run gets up to
+    1 MiB more room than the budget asks."""
     return -(-vm // granularity) * granularity
 
 

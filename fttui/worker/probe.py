@@ -33,9 +33,8 @@ from fttui.core.profiles.typed import Profile
 
 from .errors import WorkerInputError, classify, one_line
 # The training worker's modules too: under a host limit RLIMIT_AS is set on the address space after
-# the imports rounded up to 8 MiB (limits.limit_base), so a probe worker has to map what a run's
-# worker maps before the limit (without them 1.1 MiB less: a different multiple of 8 MiB, and
-# trials with 7 MiB less room than the run they predict).
+# the imports rounded up to a MiB (limits.limit_base), so a probe worker maps what a run's worker
+# maps before the limit (without them 1.1 MiB less: another multiple, other room than the run's).
 from . import train as _train  # noqa: F401
 from .limits import fixed_address_layout
 from .startup import Emitter, env_int as _env_int, setup
