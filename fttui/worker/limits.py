@@ -88,12 +88,13 @@ def vm_size() -> int:
 
 
 #: The address space after the imports is rounded up to this before the limit is added.
-BASE_GRANULARITY = 1 << 20
+#: a page: the address space is whole pages, so the limit is the base itself (no rounding; why: below)
+BASE_GRANULARITY = 4096
 
 
 def limit_base(vm: int, granularity: int = BASE_GRANULARITY) -> int:
     """The base RLIMIT_AS is set on: the address space after the imports, ``vm``, rounded up to a
-    multiple of ``granularity`` (1 MiB).
+    multiple of ``granularity`` (by default a page: not rounded).
 
     The same imports do not map the same address space in every process, even with a fixed layout
     (:func:`fixed_address_layout`) and after :func:`trim_heap`: measured on tiny-lora's probe
@@ -108,8 +109,16 @@ def limit_base(vm: int, granularity: int = BASE_GRANULARITY) -> int:
     granularity splits fewer stacks but by more, and gives processes that import different
     amounts different room: with 8 MiB a run's worker (base 728.29 MiB) got 7 MiB more room than a
     probe's (727.2), and a MiB jump across a multiple of 8 gave one process of six 8 MiB less
-    room. 1 MiB keeps both below a MiB (half a batch element of tiny-lora); the run gets up to
-    1 MiB more room than the budget asks."""
+    room. 1 MiB kept both below a MiB and made the probe's verdicts repeat 10 of 10 (288/289
+    tokens, 95/96 samples, docs/bench-probe.md), but it broke what the probe is for: a run at the
+    probe's answer must fit and one above it must not, and a run's worker and a probe's differ in
+    their base (another command line, other modules), so rounding gave them rooms up to a MiB
+    apart in either direction (a clean-clone CI run: runs at the largest fit of ``probe --data`` and
+    of the probe screen ran out of memory in their first step). So the default granularity is a
+    page, no rounding: each process gets exactly the budget above its own base, a probe's trial a
+    MiB less than a run (it imports the training modules after the limit), which keeps the run at
+    its answer inside the budget; the verdict at a value within about 0.1 MiB of the limit may
+    still differ between fresh processes (9 of 10 at one token from the boundary)."""
     return -(-vm // granularity) * granularity
 
 

@@ -32,10 +32,12 @@ from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
 
 from .errors import WorkerInputError, classify, one_line
-# The training worker's modules too: under a host limit RLIMIT_AS is set on the address space after
-# the imports rounded up to a MiB (limits.limit_base), so a probe worker maps what a run's worker
-# maps before the limit (without them 1.1 MiB less: another multiple, other room than the run's).
-from . import train as _train  # noqa: F401
+# Not the training worker's modules before the limit: a probe worker imports them after it (1.1 MiB
+# of its room), so its trials have 0.1 to 2.1 MiB less room than a run of the same stack (the base
+# is rounded up to a MiB, limits.limit_base). That keeps a run at the probe's answer inside the
+# budget: with the same room, the run's Trainer path needed more than the trial at the same value
+# (a clean-clone CI run: runs at the largest fit of `probe --data` and of the probe screen ran out
+# of memory in their first step).
 from .limits import fixed_address_layout
 from .startup import Emitter, env_int as _env_int, setup
 

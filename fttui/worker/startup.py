@@ -226,7 +226,8 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     if host_applied:
         limits.update(host_applied)
         log(f"host memory limit: {lim.host_memory} on top of the virtual size after imports "
-            f"({host_applied['vm_base_bytes'] / 2**20:.1f} MiB, rounded up to {BASE_GRANULARITY >> 20} MiB): "
+            f"({host_applied['vm_base_bytes'] / 2**20:.1f} MiB"
+            + (f", rounded up to {BASE_GRANULARITY / 2**20:g} MiB" if BASE_GRANULARITY >= 1 << 20 else "") + "): "
             f"RLIMIT_AS {host_applied['rlimit_as_bytes'] / 2**20:.1f} MiB")
     gpu_applied = apply_gpu_limit(gpu_limit, log)
     if gpu_applied:

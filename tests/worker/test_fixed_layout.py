@@ -51,18 +51,21 @@ def test_launcher_asks_for_it_only_under_a_host_limit():
 
 # ---------------------------------------------------------------- the base the limit is set on
 
-def test_limit_base_is_the_same_for_bases_a_jitter_apart():
+def test_limit_base_rounds_to_its_granularity_and_by_default_not_at_all():
     from fttui.worker.limits import BASE_GRANULARITY, limit_base
 
     mib = 1 << 20
-    g = BASE_GRANULARITY
+    # a page: a run's and a probe's workers get exactly the budget above their own bases (rounded
+    # to a MiB they got rooms up to a MiB apart: see limit_base)
+    assert BASE_GRANULARITY == 4096
     # the bases measured in fresh processes of tiny-lora's probe worker (docs/bench-probe.md)
     bases = [762384384, 762437632, 762503168, 762531840, 762580992]
     assert max(bases) - min(bases) < mib // 4
-    assert {limit_base(b) for b in bases} == {728 * mib}
-    for b in [1, g - 1, g, g + 1, 727 * mib + 12345]:
-        r = limit_base(b)
-        assert r % g == 0 and b <= r < b + g
+    assert [limit_base(b) for b in bases] == bases  # whole pages already
+    assert {limit_base(b, granularity=mib) for b in bases} == {728 * mib}
+    for b in [1, mib - 1, mib, mib + 1, 727 * mib + 12345]:
+        r = limit_base(b, granularity=mib)
+        assert r % mib == 0 and b <= r < b + mib
     assert limit_base(5 * mib, granularity=mib) == 5 * mib and limit_base(5 * mib + 1, granularity=mib) == 6 * mib
 
 
