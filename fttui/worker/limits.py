@@ -2,9 +2,9 @@
 written in.
 
   host_memory: after the training stack is imported (and the CPU thread pool started), RLIMIT_AS
-    is set to the process's current virtual size, rounded up to a whole MiB
-    (:func:`limit_base`), + the limit: the limit is the address space the run may add on top of
-    the imported stack (and up to a MiB more). Exceeding it surfaces as an allocation failure
+    is set to the process's current virtual size (:func:`limit_base`: not rounded) + the limit:
+    the limit is the address space the run may add on top of the imported stack. Exceeding it
+    surfaces as an allocation failure
     (error event kind "oom", oom_kind "cpu", exit 3).
   gpu_memory: ``torch.cuda.set_per_process_memory_fraction(limit / total)`` on every visible
     device; a no-op (with a note) without CUDA.
@@ -22,7 +22,7 @@ from fttui.core.base.units import parse_size as _parse_size
 
 from .errors import ConfigError
 
-__all__ = ["extensions_root", "parse_size", "apply_host_limit", "limit_base", "BASE_GRANULARITY", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
+__all__ = ["extensions_root", "parse_size", "apply_host_limit", "glibc", "limit_base", "trim_heap", "BASE_GRANULARITY", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
            "vm_size", "plain_arch_list"]
 
 FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launch.child_env under a host limit
@@ -122,19 +122,31 @@ def limit_base(vm: int, granularity: int = BASE_GRANULARITY) -> int:
     return -(-vm // granularity) * granularity
 
 
+def glibc():
+    """The process's C library when it is glibc (it has ``gnu_get_libc_version``), else None: the
+    one place the worker's allocator settings (:func:`trim_heap`,
+    :func:`fttui.worker.partition.return_freed_blocks`) find it."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018  (musl and others have no such symbol)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
 def trim_heap() -> bool:
     """Give the malloc heap's free top back to the system (glibc's ``malloc_trim(0)``) before
     the base is read: up to a trim threshold (128 KiB under the probe's malloc settings) plus
     a top pad of free heap stays mapped after the imports, more or less by the history of the
     last allocations. False where there is no glibc (musl, macOS): nothing changes there."""
-    if not sys.platform.startswith("linux"):
+    libc = glibc()
+    if libc is None:
         return False
-    try:
-        import ctypes
+    import ctypes
 
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return False
+    trim = libc.malloc_trim
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     trim(0)

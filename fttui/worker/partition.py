@@ -35,6 +35,7 @@ from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
+from .limits import glibc as _glibc  # (tests replace it here)
 from .model import META, WHOLE, ZERO_INIT
 
 __all__ = ["build_mode", "build_context", "ram_efficient_fsdp", "return_freed_blocks", "skip_frozen_broadcast"]
@@ -91,18 +92,6 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
         yield mode
     finally:
         del args
-
-
-def _glibc():
-    """The process's C library when it is glibc (it has ``gnu_get_libc_version``), else None."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018  (musl and others have no such symbol)
-        return libc if hasattr(libc, "mallopt") else None
-    except (OSError, AttributeError):
-        return None
 
 
 def return_freed_blocks(applies: bool, libc: Any = None) -> bool:

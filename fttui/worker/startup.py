@@ -24,7 +24,7 @@ from fttui.core.run.oplocks import clear_stale_locks
 from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
-from .limits import (BASE_GRANULARITY, apply_gpu_limit, apply_host_limit, extensions_root, parse_size, plain_arch_list,
+from .limits import (apply_gpu_limit, apply_host_limit, extensions_root, parse_size, plain_arch_list,
                      preload_before_limit)
 
 __all__ = ["Emitter", "check_profile", "env_int", "read_profile", "Setup", "setup"]
@@ -226,8 +226,7 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     if host_applied:
         limits.update(host_applied)
         log(f"host memory limit: {lim.host_memory} on top of the virtual size after imports "
-            f"({host_applied['vm_base_bytes'] / 2**20:.1f} MiB"
-            + (f", rounded up to {BASE_GRANULARITY / 2**20:g} MiB" if BASE_GRANULARITY >= 1 << 20 else "") + "): "
+            f"({host_applied['vm_base_bytes'] / 2**20:.1f} MiB): "
             f"RLIMIT_AS {host_applied['rlimit_as_bytes'] / 2**20:.1f} MiB")
     gpu_applied = apply_gpu_limit(gpu_limit, log)
     if gpu_applied:
