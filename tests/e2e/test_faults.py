@@ -173,8 +173,10 @@ def test_corrupt_and_truncated_events_do_not_break_the_record(fttui_home):
     assert "completed" in out.stdout
 
 
-def _tmux(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=20)
+def _tmux(socket: str, *args: str) -> subprocess.CompletedProcess:
+    # A server of the test's own (-L): two tests on the default server race when one's kill-session
+    # ends the server while the other's new-session connects to it, and the app never starts.
+    return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=20)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -184,25 +186,36 @@ def test_app_killed_or_hung_up_mid_run_the_run_goes_on(how, fttui_home):
     fttui = os.path.join(os.path.dirname(sys.executable), "fttui")
     env = " ".join(f"{k}={v}" for k, v in (("FTTUI_HOME", str(fttui_home)), ("TERM", "xterm-256color")))
     cmd = f"cd {ROOT} && env -u FTTUI_NO_APP {env} {fttui} --profile tiny-lora --set max_steps=60"
-    _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", cmd)
+    started = _tmux(session, "new-session", "-d", "-s", session, "-x", "120", "-y", "40", cmd)
+    assert started.returncode == 0, f"tmux new-session: {started.stderr.strip()}"
+    _tmux(session, "set-option", "-t", session, "remain-on-exit", "on")  # an app that dies shows why
     try:
         from fttui.core.base import paths
 
-        run_dir = wait_for(lambda: next(iter(paths.runs_dir().glob("*")), None) if paths.runs_dir().exists()
-                           else None, timeout=180, what="the run dir")
+        def run_dir_or_dead_app():
+            if paths.runs_dir().exists() and (d := next(iter(paths.runs_dir().glob("*")), None)):
+                return d
+            dead = _tmux(session, "display-message", "-p", "-t", session, "#{pane_dead}").stdout.strip()
+            assert dead != "1", "the app ended before a run started:\n" + _tmux(
+                session, "capture-pane", "-p", "-t", session).stdout
+            return None
+
+        run_dir = wait_for(run_dir_or_dead_app, timeout=180, what="the run dir")
         wait_for(lambda: _steps(run_dir) > 0, timeout=120, what="a step")
-        apps = [p for p in psutil.process_iter(["cmdline"])
-                if p.info["cmdline"] and any(a.endswith("/fttui") for a in p.info["cmdline"][:2])
-                and "--profile" in p.info["cmdline"]]
-        assert apps, "the app is not running"
         if how == "sigkill":
+            # This test's app only: the other parametrization may be starting its own app beside it.
+            apps = [p for p in psutil.process_iter(["cmdline", "environ"])
+                    if p.info["cmdline"] and any(a.endswith("/fttui") for a in p.info["cmdline"][:2])
+                    and "--profile" in p.info["cmdline"]
+                    and (p.info["environ"] or {}).get("FTTUI_HOME") == str(fttui_home)]
+            assert apps, "the app is not running"
             for p in apps:
                 p.kill()
         else:
-            _tmux("kill-session", "-t", session)  # the terminal goes away: SIGHUP, as when SSH drops
+            _tmux(session, "kill-session", "-t", session)  # the terminal goes away: SIGHUP, as when SSH drops
         st = _status(run_dir)
     finally:
-        _tmux("kill-session", "-t", session)
+        _tmux(session, "kill-server")
     assert st["status"] == "completed"
     assert _row(run_dir)["status"] == "completed"
     out = run_fttui("attach", run_dir.name, "--headless", check=True)
