@@ -95,8 +95,8 @@ def _probe_and_scan(fttui_home):
     """Probe 1..48, then fresh processes around its answer.
 
     A one-by-one scan of the whole range 1..48 in fresh processes would cost ~48 model loads;
-    the scan covers the values around the answer instead (largest_fit-1 .. smallest_oom+1, one
-    fresh process and one trial each), and the probe's own clean trials must be monotone.
+    the scan covers one value beyond each end of the answer instead (largest_fit-1 and
+    smallest_oom+1, one fresh process and one trial each), and the probe's own clean trials must be monotone.
     """
     proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "batch_size", "--range", "1..48",
                      "--steps", "1", "--host-memory-limit", PROBE_LIMIT, "--json")
@@ -136,7 +136,9 @@ def _probe_and_scan(fttui_home):
 
     # The fresh-process scan around the boundary.
     resolved = load_profile("tiny-lora", [f"limits.host_memory={json.dumps(PROBE_LIMIT)}"])
-    values = list(range(max(1, lf - 1), so + 2))  # the two ends and one step beyond each
+    # One step beyond each end (the ends themselves jitter between fresh processes, _agrees): two
+    # fresh processes, one model load each.
+    values = [v for v in (lf - 1, so + 1) if v >= 1]
     with ThreadPoolExecutor(max_workers=2) as ex:
         seen = dict(zip(values, ex.map(lambda v: fresh_trial(resolved, v), values)))
     _no_process_left(fttui_home)
