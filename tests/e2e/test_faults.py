@@ -20,7 +20,7 @@ import pytest
 from fttui.core.run.events import read_jsonl
 from fttui.core.results.store import Store
 from tests.conftest import ROOT, fttui_env, run_fttui
-from tests.helpers import processes_mentioning, wait_for
+from tests.helpers import processes_mentioning, processes_with_env, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -204,10 +204,8 @@ def test_app_killed_or_hung_up_mid_run_the_run_goes_on(how, fttui_home):
         wait_for(lambda: _steps(run_dir) > 0, timeout=120, what="a step")
         if how == "sigkill":
             # This test's app only: the other parametrization may be starting its own app beside it.
-            apps = [p for p in psutil.process_iter(["cmdline", "environ"])
-                    if p.info["cmdline"] and any(a.endswith("/fttui") for a in p.info["cmdline"][:2])
-                    and "--profile" in p.info["cmdline"]
-                    and (p.info["environ"] or {}).get("FTTUI_HOME") == str(fttui_home)]
+            apps = [p for p in processes_with_env("FTTUI_HOME", str(fttui_home))
+                    if any(a.endswith("/fttui") for a in p.cmdline()[:2]) and "--profile" in p.cmdline()]
             assert apps, "the app is not running"
             for p in apps:
                 p.kill()
