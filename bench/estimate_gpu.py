@@ -20,7 +20,8 @@ cannot fit), ```kbit`` (QLoRA and 8-bit LoRA of Llama-2-7B: the random model is 
 and loaded back quantised; drawn on the card one module at a time since it took over 150 s on the host),
 ``kbit-small`` (the same for Qwen-1.8B), ``zero3`` (DeepSpeed ZeRO-3 CPU offload of Qwen-1.8B;
 the first run JIT-builds DeepSpeed's CPU Adam), ``shard`` (Llama-2-7B LoRA as the ``ref`` group's
-first row under FSDP, ZeRO-3 offload and ZeRO-3 on one card).
+first row under FSDP, ZeRO-3 offload and ZeRO-3 on one card), ``qshard`` (the ``kbit`` group's QLoRA
+row under FSDP and ZeRO-3 on one card: 4-bit weights stored in the compute dtype).
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
      ["sharding=zero3", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
     ("shard", "llama2-7b lora fp16 b4 s512 GC eager, ZeRO-3 1 card, DeepSpeed's optimizer", "llama2-7b-lora",
      ["sharding=zero3", "deepspeed.optimizer=deepspeed", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
+    ("qshard", "llama2-7b qlora b4 s512 GC eager, QLoRA under FSDP, one card", "llama2-7b-qlora",
+     ["sharding=fsdp", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
+    ("qshard", "llama2-7b qlora b4 s512 GC eager, QLoRA under ZeRO-3, one card", "llama2-7b-qlora",
+     ["sharding=zero3", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
 ]
 
 
@@ -176,7 +181,7 @@ def md_row(m: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "kbit-small", "zero3", "shard", "all"])
+    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "kbit-small", "zero3", "shard", "qshard", "all"])
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="fttui-estimate-gpu-"))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")

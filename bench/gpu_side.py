@@ -115,6 +115,29 @@ def _first(v):
     return (v[0] if v else None) if isinstance(v, list) else v
 
 
+def fttui_reasons(d: str, row: dict) -> str:
+    """The clock-event reasons fttui's own sampler recorded for the run (its samples.jsonl, every
+    card of every sample), with how many samples carried each: to set beside the raw reader's."""
+    run_id = row.get("run_id") or row.get("id")
+    path = os.path.join(d, "home", "runs", str(run_id), "samples.jsonl")
+    if not run_id or not os.path.exists(path):
+        return "(no samples.jsonl)"
+    seen: dict[str, int] = {}
+    n = 0
+    for line in open(path, errors="replace"):
+        try:
+            s = json.loads(line)
+        except ValueError:
+            continue
+        gpus = (s.get("gpu") or {}).get("gpus") if isinstance(s, dict) else None
+        for g in gpus or ():
+            if isinstance(g, dict):
+                n += 1
+                for r in g.get("throttle") or ["none"]:
+                    seen[r] = seen.get(r, 0) + 1
+    return ", ".join(f"{k} ({v})" for k, v in sorted(seen.items())) + f" of {n}" if n else "(no card samples)"
+
+
 def report(d: str) -> str:
     rows = json.load(open(os.path.join(d, "rows.json"))) if os.path.exists(os.path.join(d, "rows.json")) else []
     smi = []  # (t, used MiB, sm, max sm, power, limit, reasons)
@@ -133,8 +156,9 @@ def report(d: str) -> str:
     side = [r for r in _read(os.path.join(d, "nvml_side.csv"))[1:] if len(r) >= 13]
     out = ["| run | profile / sharding | status | row: NVML device used | row: run's processes (NVML) "
            "| row: torch reserved | row: torch allocated | nvidia-smi memory.used max | nvidia-smi compute-apps max "
-           "| raw NVML v2 used max / v1 | reserved - allocated | device used - reserved | clock-event reasons seen |",
-           "|" + " --- |" * 13]
+           "| raw NVML v2 used max / v1 | reserved - allocated | device used - reserved | clock-event reasons seen "
+           "| fttui's samples: reasons (count) |",
+           "|" + " --- |" * 14]
     for row in rows:
         t0, t1 = _when(row.get("started_at")), _when(row.get("ended_at"))
         if t0 is None or t1 is None:
@@ -145,6 +169,7 @@ def report(d: str) -> str:
         v2 = max((float(s[2]) for s in side if inside(float(s[0])) and s[2]), default=None)
         v1 = max((float(s[3]) for s in side if inside(float(s[0])) and s[3]), default=None)
         reasons = sorted({n for s in side if inside(float(s[0])) for n in s[12].split("+") if n})
+        own = fttui_reasons(d, row)
         used, proc = _first(row.get("peak_gpu_mem_mb")), _first(row.get("peak_gpu_proc_mb"))
         res, alloc = _first(row.get("peak_torch_reserved_mb")), _first(row.get("peak_torch_alloc_mb"))
         f = lambda v: "" if v is None else f"{v:,.0f}"  # noqa: E731
@@ -152,7 +177,7 @@ def report(d: str) -> str:
         ctx = f(used - res) if used is not None and res is not None else ""
         out.append(f"| {row.get('run_id') or row.get('id')} | {row.get('profile')} / {row.get('sharding')} "
                    f"| {row.get('status')} | {f(used)} | {f(proc)} | {f(res)} | {f(alloc)} | {f(smi_max)} | {f(apps_max)} "
-                   f"| {f(v2)} / {f(v1)} | {gap} | {ctx} | {', '.join(reasons)} |")
+                   f"| {f(v2)} / {f(v1)} | {gap} | {ctx} | {', '.join(reasons)} | {own} |")
     if side:
         seen: dict[str, int] = {}
         for s in side:

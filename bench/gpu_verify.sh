@@ -5,7 +5,8 @@
 #
 # (also: qlora / int8 for one of kbit's two runs, kbit32 for QLoRA at batch 32, prepare-none for
 # QLoRA with quant.prepare = "none", fsdp / zero3-offload for one of shard's, shard3 for ZeRO-3
-# without offload, ds-optim for ZeRO-3 with DeepSpeed's own optimizer)
+# without offload, ds-optim for ZeRO-3 with DeepSpeed's own optimizer, qfsdp / qzero3 for Llama-2-7B
+# QLoRA under FSDP / ZeRO-3 on one card)
 #
 # Every step runs under its own time limit and the whole under DEADLINE seconds (default 560):
 # a step that would start with less than its limit left is skipped, so one hang costs one step.
@@ -129,6 +130,8 @@ if [ $GPU_OK = 1 ]; then
   { has shard || has zero3-offload; } && step shard-zero3-offload 220 "$PY" bench/estimate_gpu.py --out "$W" --timeout 180 --only "ZeRO-3 offload 1 card"
   has shard3 && step shard-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "ZeRO-3 1 card" --exact
   has ds-optim && step shard-zero3-ds-optim 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "DeepSpeed's optimizer"
+  has qfsdp && step qlora-fsdp 170 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "QLoRA under FSDP, one card"
+  has qzero3 && step qlora-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "QLoRA under ZeRO-3, one card"
   has prepare-none && step kbit-qlora-prepare-none 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "quant.prepare=none"
 fi
 has app && step app 120 "$PY" bench/gpu_app_check.py "$W/app" --gpus $GPU_OK --seconds 10
