@@ -75,7 +75,7 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
     ("shard", "llama2-7b lora fp16 b4 s512 GC eager, ZeRO-3 1 card, DeepSpeed's optimizer", "llama2-7b-lora",
      ["sharding=zero3", "deepspeed.optimizer=deepspeed", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
     ("qshard", "llama2-7b qlora b4 s512 GC eager, QLoRA under FSDP, one card", "llama2-7b-qlora",
-     ["sharding=fsdp", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
+     ["sharding=fsdp", "train.optimizer=adamw_torch", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
     ("qshard", "llama2-7b qlora b4 s512 GC eager, QLoRA under ZeRO-3, one card", "llama2-7b-qlora",
      ["sharding=zero3", "batch_size=4", "max_seq_len=512", *LLAMA_REF], None),
 ]

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from fttui.core.base import shardings
 from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.data.records import load_records
 from fttui.core.profiles.schema import SYNTHETIC
@@ -45,13 +46,9 @@ class Emitter:
 
 
 
-#: optimizer names (transformers' ``optim``) that are bitsandbytes' own
-BNB_OPTIMIZER_MARKS = ("bnb", "8bit", "paged")
-
-
 def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:
     """A k-bit method, or one of bitsandbytes' optimizers (``paged_adamw_32bit``, ``adamw_bnb_8bit``...)."""
-    return method in KBIT_METHODS or any(m in (optimizer or "") for m in BNB_OPTIMIZER_MARKS)
+    return method in KBIT_METHODS or shardings.bnb_optimizer(optimizer)
 
 
 def unused_packages(method: str, deepspeed: bool, optimizer: str | None, report_to) -> list[str]:

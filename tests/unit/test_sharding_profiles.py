@@ -113,6 +113,27 @@ def test_an_offload_sharding_must_offload_something():
     assert "offload_optimizer" not in zero and zero["offload_param"]["device"] == "cpu"
 
 
+def test_bitsandbytes_optimizers_are_not_run_on_fsdp_shards():
+    """FSDP2 hands the optimizer DTensor shards, which bitsandbytes' optimizers cannot step
+    (NotImplementedError at the first step on an H100, docs/benchmarks.md): QLoRA's derived
+    optimizer under FSDP is torch's AdamW, one given explicitly is refused at load naming the key
+    and the fix; ZeRO-3 (flat plain tensors) keeps the paged one."""
+    assert load_profile("tiny-qlora").train.optimizer == "paged_adamw_32bit"
+    assert load_profile("tiny-qlora", ["sharding=fsdp"]).train.optimizer == "adamw_torch"
+    assert load_profile("tiny-qlora", ["sharding=zero3"]).train.optimizer == "paged_adamw_32bit"
+    # derived again when the sharding changes afterwards
+    assert apply_overrides(load_profile("tiny-qlora"), ["sharding=fsdp"]).train.optimizer == "adamw_torch"
+    for opt in ("paged_adamw_32bit", "adamw_bnb_8bit", "paged_adamw_8bit"):
+        with pytest.raises(ProfileError) as ei:
+            load_profile("tiny-lora", ["sharding=fsdp", f"train.optimizer={opt}"])
+        assert ei.value.key == "train.optimizer" and "DTensor" in str(ei.value)
+        assert 'train.optimizer = "adamw_torch"' in str(ei.value)
+    # the shipped QLoRA profile names paged AdamW itself: under FSDP that is one clear line
+    with pytest.raises(ProfileError) as ei:
+        load_profile("llama2-7b-qlora", ["sharding=fsdp"])
+    assert "llama2-7b-qlora.toml" in str(ei.value)
+
+
 @pytest.mark.parametrize("sharding,stage,opt,param", [
     ("zero2", 2, False, False), ("zero2-offload", 2, True, False),
     ("zero3", 3, False, False), ("zero3-offload", 3, True, True)])

@@ -70,6 +70,14 @@ class Sharding:
         return self.family == FSDP
 
     @property
+    def steps_plain_tensors(self) -> bool:
+        """The optimizer steps plain tensors. FSDP2 hands it its shards as DTensors, which
+        bitsandbytes' optimizers (``paged_adamw_32bit``, ``adamw_bnb_8bit``...) cannot step: their
+        update op has no DTensor sharding rule (NotImplementedError at the first step, seen on an
+        H100 and on CPU ranks). DeepSpeed steps flat plain tensors."""
+        return self.family != FSDP
+
+    @property
     def zero3(self) -> bool:
         """DeepSpeed ZeRO stage 3 (parameters partitioned), with or without offload."""
         return self.family == DEEPSPEED and self.stage == 3
@@ -150,10 +158,19 @@ def from_engine(family: str, stage: int = 0, offload: bool = False) -> Sharding 
                 None)
 
 
+#: optimizer names (transformers' ``optim``) that are bitsandbytes' own
+BNB_OPTIMIZER_MARKS = ("bnb", "8bit", "paged")
+
+
+def bnb_optimizer(optimizer: str | None) -> bool:
+    """``optimizer`` is one of bitsandbytes' (``paged_adamw_32bit``, ``adamw_bnb_8bit``...)."""
+    return any(m in (optimizer or "") for m in BNB_OPTIMIZER_MARKS)
+
+
 def runs_with(method: str) -> tuple[str, ...]:
     """The kinds that run ``method``."""
     return tuple(k.name for k in KINDS.values() if method in k.methods)
 
 
-__all__ = ["DDP", "DEEPSPEED", "FSDP", "KINDS", "LEGACY_METHODS", "LEGACY_SECTION", "NAMES", "NONE",
-           "Sharding", "asked", "find", "from_engine", "get", "names", "of", "runs_with"]
+__all__ = ["BNB_OPTIMIZER_MARKS", "DDP", "DEEPSPEED", "FSDP", "KINDS", "LEGACY_METHODS", "LEGACY_SECTION", "NAMES", "NONE",
+           "Sharding", "asked", "bnb_optimizer", "find", "from_engine", "get", "names", "of", "runs_with"]

@@ -16,7 +16,7 @@ from fttui.core.base import shardings
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, LORA_METHODS, METHODS, PROBE_PARAMS, SHARDINGS
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
-from fttui.core.profiles.schema import QLORA_DEFAULT_OPTIMIZER, SCHEMA, TOP
+from fttui.core.profiles.schema import SCHEMA, TOP, default_optimizer
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
@@ -56,7 +56,7 @@ def settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
         "max_seq_len": p.data.max_seq_len,
         "gradient_checkpointing": t.gradient_checkpointing,
         # resolution fills the optimizer; a partial dict may not
-        "optimizer": t.optimizer or (QLORA_DEFAULT_OPTIMIZER if p.method == "qlora" else "adamw_torch"),
+        "optimizer": t.optimizer or default_optimizer(p.method, p.sharding),
         "gpus": dev.gpus,
         "cpu_processes": dev.cpu_processes,
         "nodes": dev.nodes,

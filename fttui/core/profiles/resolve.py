@@ -26,8 +26,8 @@ from fttui.core.profiles.files import load_chain, normalize
 from fttui.core.profiles.modelsrc import attach_config, check_arch
 from fttui.core.profiles.overrides import apply_overrides_to
 from fttui.core.profiles.schema import (
-    META_KEYS, OVERRIDE, QLORA_DEFAULT_OPTIMIZER, SCHEMA, SECTIONS, SYNTHETIC,
-    SYNTHETIC_DEFAULT_SAMPLES, TOP, dotted)
+    META_KEYS, OVERRIDE, SCHEMA, SECTIONS, SYNTHETIC,
+    SYNTHETIC_DEFAULT_SAMPLES, TOP, default_optimizer, dotted)
 from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.values import num
 
@@ -179,8 +179,14 @@ def _finalize(raw: dict, origins: dict, *, name: str, source: str, origin: str, 
 
     # train
     if train["optimizer"] is None:
-        train["optimizer"] = QLORA_DEFAULT_OPTIMIZER if method == "qlora" else "adamw_torch"
+        train["optimizer"] = default_optimizer(method, resolved["sharding"])
         derived.append("train.optimizer")
+    kind = shardings.get(resolved["sharding"])
+    if shardings.bnb_optimizer(train["optimizer"]) and not kind.steps_plain_tensors:
+        raise ProfileError(where("train.optimizer"), "train.optimizer",
+                           f"{train['optimizer']} is a bitsandbytes optimizer, which cannot step the sharded "
+                           f"(DTensor) parameters of sharding {kind}",
+                           f"use train.optimizer = \"adamw_torch\" (the default under {kind}), or sharding zero3")
     if train["max_steps"] <= 0 and train["epochs"] <= 0:
         raise ProfileError(where("train.epochs"), "train.epochs",
                            f"must be > 0 when max_steps is not set, got {num(train['epochs'])}",

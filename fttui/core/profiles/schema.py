@@ -201,7 +201,15 @@ def dotted(section: str, key: str) -> str:
 ALL_KEYS: tuple[str, ...] = tuple(dotted(s, k) for s, keys in SCHEMA.items() for k in keys)
 
 
+def default_optimizer(method: str | None, sharding: str | None) -> str:
+    """``train.optimizer`` when the profile leaves it out: QLoRA's paged AdamW, except where the
+    sharding's optimizer does not step plain tensors (FSDP: bitsandbytes' optimizers cannot step
+    its DTensor shards), and torch's AdamW for everything else."""
+    kind = shardings.find(shardings.of(method, sharding)[1]) or shardings.NONE
+    return QLORA_DEFAULT_OPTIMIZER if method == "qlora" and kind.steps_plain_tensors else "adamw_torch"
+
+
 __all__ = [
-    "ALIASES", "ALL_KEYS", "META_KEYS", "METHODS", "OVERRIDE", "PATH_KEYS", "QLORA_DEFAULT_OPTIMIZER",
+    "ALIASES", "ALL_KEYS", "META_KEYS", "METHODS", "OVERRIDE", "PATH_KEYS", "QLORA_DEFAULT_OPTIMIZER", "default_optimizer",
     "SCHEMA", "SECTIONS", "SECTION_ALIASES", "SYNTHETIC", "SYNTHETIC_DEFAULT_SAMPLES", "TOP", "Field", "dotted",
 ]
