@@ -88,9 +88,11 @@ def load_config(m: dict[str, Any]):
 
 
 def quant_config(method: str, resolved: Any):
-    """The ``BitsAndBytesConfig`` of qlora (4-bit, ``quant`` section) and lora-int8; else None."""
+    """The ``BitsAndBytesConfig`` of qlora (4-bit, ``quant`` section) and lora-int8; for a GPTQ /
+    AWQ checkpoint, the loading settings that override its stored ones (a kernel that trains);
+    else None."""
     if method not in KBIT_METHODS:
-        return None
+        return _prequant_config(resolved)
     from transformers import BitsAndBytesConfig
 
     if method == "lora-int8":
@@ -116,3 +118,18 @@ def device_map(use_cuda: bool, local_rank: int):
     """Where a quantised model is loaded: this rank's GPU, or the host."""
     return {"": local_rank} if use_cuda else "cpu"
 
+
+
+def _prequant_config(resolved: Any):
+    """A GPTQ / AWQ checkpoint is loaded with ``backend="auto_trainable"``: GPT-QModel picks
+    among its kernels that have a backward (on a GPU the fastest one is not always one of them);
+    the rest of its ``quantization_config`` comes from the checkpoint."""
+    from fttui.core.models.prequant import PREQUANT_METHODS, checkpoint_quant
+
+    q = checkpoint_quant(as_profile(resolved).model)
+    if q is None or q.method not in PREQUANT_METHODS:
+        return None
+    from transformers import AwqConfig, GPTQConfig
+
+    cls = GPTQConfig if q.method == "gptq" else AwqConfig
+    return cls(bits=q.bits or 4, backend="auto_trainable")

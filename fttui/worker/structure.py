@@ -22,6 +22,9 @@ def count_params(model) -> tuple[int, int]:
     """
     total = trainable = 0
     seen = set()
+    for mod in model.modules():  # GPTQ / AWQ linears: packed int buffers, not parameters (frozen)
+        if _is_packed(mod):
+            total += int(mod.in_features) * int(mod.out_features)
     for p in model.parameters():
         if id(p) in seen:
             continue
@@ -40,6 +43,35 @@ def count_params(model) -> tuple[int, int]:
         if p.requires_grad:
             trainable += n
     return total, trainable
+
+
+def _is_packed(mod) -> bool:
+    """A GPT-QModel linear (GPTQ / AWQ): its weight is the ``qweight`` buffer of packed ints."""
+    return type(mod).__module__.startswith("gptqmodel.") and hasattr(mod, "qweight") and hasattr(mod, "in_features")
+
+
+def _packed_quant(model) -> dict[str, Any] | None:
+    """The storage of a GPTQ / AWQ model's packed linears: kernel class, bits, group size, and
+    the bytes of the packed weights with their scales, zeros and group indexes (every buffer of
+    those modules) and of the other frozen tensors beside them (the adapters left out)."""
+    mods = [m for m in model.modules() if _is_packed(m)]
+    if not mods:
+        return None
+    seen: set[int] = set()
+    packed = rest = 0
+    for m in mods:
+        for b in m.buffers(recurse=False):
+            if id(b) not in seen:
+                seen.add(id(b))
+                packed += b.numel() * b.element_size()
+    for t in (*model.parameters(), *model.buffers()):
+        if id(t) not in seen and not t.requires_grad:
+            seen.add(id(t))
+            rest += t.numel() * t.element_size()
+    m = mods[0]
+    return {"bits": int(m.bits), "group_size": int(getattr(m, "group_size", -1)), "kernel": type(m).__name__,
+            "packed_linears": len(mods), "packed_bytes": int(packed), "other_bytes": int(rest),
+            "scales_dtype": _dtype_name(m.scales.dtype)}
 
 
 _LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
@@ -85,7 +117,8 @@ def model_structure(model) -> dict[str, Any]:
     ``peft.ModulesToSaveWrapper``, ``nn.Embedding``); ``linear``: base linear layers (LoRA
     adapters left out) by name pattern -> class; ``trainable``: trainable parameter count by name
     pattern; ``quant``: the bitsandbytes storage of the base weights (``bits``, ``quant_type``,
-    ``double_quant``, ``compute_dtype``, ``storage_dtype``) or None.
+    ``double_quant``, ``compute_dtype``, ``storage_dtype``), a GPTQ / AWQ checkpoint's
+    (:func:`_packed_quant`) or None.
     """
     import torch
 
@@ -96,6 +129,8 @@ def model_structure(model) -> dict[str, Any]:
         short = _short_class(mod)
         if short.startswith(("bnb.", "lora.", "peft.")) or short in ("nn.Linear", "nn.Embedding"):
             modules[short] = modules.get(short, 0) + 1
+        elif _is_packed(mod):
+            modules[type(mod).__name__] = modules.get(type(mod).__name__, 0) + 1
         if isinstance(mod, torch.nn.Linear) and not any(p in name.split(".") for p in _ADAPTER_PARTS):
             linear[_pattern(name)] = short
         if quant is None and short in ("bnb.Linear4bit", "bnb.Linear8bitLt"):
@@ -119,4 +154,4 @@ def model_structure(model) -> dict[str, Any]:
         seen.add(id(p))
         key = _pattern(name)
         trainable[key] = trainable.get(key, 0) + int(getattr(p, "ds_numel", None) or p.numel())
-    return {"modules": modules, "linear": linear, "trainable": trainable, "quant": quant}
+    return {"modules": modules, "linear": linear, "trainable": trainable, "quant": quant or _packed_quant(model)}

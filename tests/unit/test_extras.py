@@ -23,6 +23,15 @@ def test_needed_extras(method, sharding, extras):
     assert needed_extras(method, sharding) == extras
 
 
+def test_a_gptq_or_awq_checkpoint_needs_the_gptq_extra():
+    """Issue 22: GPTQ / AWQ checkpoints load through GPT-QModel (and optimum): fttui[gptq]."""
+    assert needed_extras("lora", "none", prequant="gptq") == needed_extras("lora", "none", prequant="awq") == [
+        "train", "gptq"]
+    assert needed_extras("lora", "none", prequant="bitsandbytes") == ["train"]
+    with pytest.raises(MissingExtraError, match=r"pip install 'fttui\[gptq\]'"):
+        check_extras("lora", "none", prequant="gptq", installed=_without("gptqmodel"))
+
+
 @pytest.mark.parametrize("method, sharding, missing, extra", [
     ("lora", "none", ("torch",), "train"),
     ("qlora", "none", ("bitsandbytes",), "qlora"),
@@ -37,7 +46,7 @@ def test_missing_extra_is_one_line_naming_the_extra(method, sharding, missing, e
 
 def test_everything_installed_here_passes():
     check_extras("qlora", "zero3")  # this environment is [dev] = [all]
-    assert set(EXTRAS) == {"train", "qlora", "zero3"}
+    assert set(EXTRAS) == {"train", "qlora", "zero3", "gptq"}  # gptq: not in [all] (pyproject.toml)
 
 
 def test_preflight_names_the_missing_extra_before_launch(monkeypatch, fttui_home):

@@ -1,5 +1,5 @@
 """Real tools' example configs against what fttui made of them (issue 27, items 8-13): a
-pre-quantized checkpoint is never estimated as bf16, a plain LoRA estimate shows no 4-bit
+pre-quantized checkpoint is never estimated as bf16 (GPTQ / AWQ: as stored), a plain LoRA estimate shows no 4-bit
 quantisation, the GPU count of a DeepSpeed setup, QLoRA under FSDP shown with its refusal, no key
 dropped without being listed, the tool's default optimizer written with a note, a DeepSpeed JSON
 found beside the YAML or in its parent folders."""
@@ -47,25 +47,41 @@ def _model(tmp_path, name, quant=None):
     return folder
 
 
-def test_awq_checkpoint_is_refused_not_estimated_as_bf16(tmp_path):
+def test_awq_checkpoint_is_estimated_as_stored_never_as_bf16(tmp_path, monkeypatch):
     """Item 8: the AWQ example maps to plain LoRA (its YAML has no quantisation key); the model's
-    config.json says AWQ: the mapping notes it, the estimate and the preflight refuse it."""
-    awq = _model(tmp_path, "Llama-3-8B-AWQ", {"quant_method": "awq", "bits": 4, "group_size": 128})
+    config.json says AWQ: the estimate counts its 4-bit weights (issue 22), the preflight names
+    the kernel package's extra when it is missing; a stored quantisation fttui does not read
+    (HQQ) is refused by the mapping's note, the estimate and the preflight."""
+    from fttui.core.run import extras
+
+    awq = _model(tmp_path, "Llama-3-8B-AWQ", {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                              "version": "gemm", "zero_point": True})
     cfg = tmp_path / "llama3_lora_sft_awq.yaml"
     cfg.write_text(AWQ_YAML.format(model=awq.name))
     m = read_config(cfg)
-    assert m.data["method"] == "lora"
-    assert any("pre-quantized AWQ 4-bit checkpoint" in n and "refuse" in n for n in m.notes), m.notes
+    assert m.data["method"] == "lora" and not any("refuse" in n for n in m.notes), m.notes
     resolved, _ = load_config_profile(cfg)
-    with pytest.raises(EstimateError, match="pre-quantized AWQ 4-bit checkpoint"):
-        estimate(resolved)
-    with pytest.raises(ProfileError, match="pre-quantized AWQ") as e:
-        preflight(resolved, gpu_count=(1, None))
-    assert e.value.key == "model.name_or_path" and "\n" not in str(e.value)
-    plain = _model(tmp_path, "Llama-3-8B", None)  # the same model unquantised: estimated
+    plain = _model(tmp_path, "Llama-3-8B", None)  # the same model unquantised
     ok = load_profile("tiny-lora", ["model.init=pretrained", f"model.name_or_path={plain}", "model.arch=llama",
                                     "gpus=1", "precision=bf16"])
-    assert estimate(ok).breakdown["weights"] > 14 * 2**30
+    bf16 = estimate(ok).breakdown["weights"]
+    assert bf16 > 14 * 2**30
+    stored = estimate(resolved.with_settings({"devices.gpus": 1})).breakdown["weights"]
+    assert 0.25 * bf16 < stored < 0.4 * bf16  # int4 linears, bf16 embeddings and head
+    monkeypatch.setattr(extras, "_installed", lambda name: name not in ("gptqmodel", "optimum"))
+    with pytest.raises(ProfileError, match=r"needs fttui\[gptq\]") as e:
+        preflight(resolved, gpu_count=(1, None))
+    assert e.value.key == "model.name_or_path" and "\n" not in str(e.value)
+    hqq = _model(tmp_path, "Llama-3-8B-HQQ", {"quant_method": "hqq", "nbits": 4})
+    cfg.write_text(AWQ_YAML.format(model=hqq.name))
+    m = read_config(cfg)
+    assert any("pre-quantized HQQ 4-bit checkpoint" in n and "refuse" in n for n in m.notes), m.notes
+    resolved, _ = load_config_profile(cfg)
+    with pytest.raises(EstimateError, match="pre-quantized HQQ 4-bit checkpoint"):
+        estimate(resolved)
+    with pytest.raises(ProfileError, match="pre-quantized HQQ") as e:
+        preflight(resolved, gpu_count=(1, None))
+    assert e.value.key == "model.name_or_path" and "\n" not in str(e.value)
 
 
 def test_bitsandbytes_checkpoint_goes_with_its_own_method(tmp_path):

@@ -128,7 +128,10 @@ def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) 
 def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an estimate was made for, as :meth:`Estimate.to_dict` reports them."""
     inputs = {k: v for k, v in c.s.items()}
-    if c.method not in KBIT_METHODS:
+    if c.prequant is not None:  # a GPTQ / AWQ checkpoint: its config.json's storage, not [quant]
+        q = c.prequant
+        inputs["quant"] = {"type": q.method, "bits": q.bits, "group_size": q.group_size, "format": q.fmt}
+    elif c.method not in KBIT_METHODS:
         inputs["quant"] = None  # the profile's [quant] defaults quantise nothing in this run
     elif c.method == "lora-int8":
         # bitsandbytes LLM.int8(); [quant]'s 4-bit keys do not apply

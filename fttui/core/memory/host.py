@@ -33,7 +33,9 @@ def _load_copy(c: Setup) -> float:
     if c.deepspeed:
         # the dtype the worker loads in under DeepSpeed (fp32 for fp16 full training), cast later
         load_b = {"bf16": 2, "fp16": 4 if method == "full" else 2}.get(c.precision, 4)
-    if kbit and pretrained:
+    if (kbit or c.prequant is not None) and pretrained:
+        # loaded with a device_map: one checkpoint shard at a time on the host (a GPTQ / AWQ
+        # checkpoint's shards hold less than P * 2)
         return min(P * 2, CONSTANTS["host_load_shard_bytes"]) * c.per_node
     if zero3_init(c):
         return P * load_b if pretrained else 0.0  # rank 0 reads the whole checkpoint

@@ -20,7 +20,7 @@ from fttui.core.profiles.schema import SCHEMA, TOP, default_optimizer
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
-from fttui.core.models.prequant import refusal
+from fttui.core.models.prequant import CheckpointQuant, checkpoint_quant, refusal
 
 __all__ = ["DTYPE_BYTES", "PARAMS", "Setup", "settings", "setup", "sharding_of"]
 
@@ -85,7 +85,8 @@ class Setup:
     processes over all nodes; ``head``: output-layer parameters (0 when tied to the embedding);
     ``lin_total``: parameters of the decoder layers' linear layers; ``other``: the rest;
     ``method``: the method as modelled (``full-zero3-offload`` is ``full``); ``sharding``: one of
-    :data:`~fttui.core.base.constants.SHARDINGS` (``kind``: its registry entry); ``per_node``: training processes per node."""
+    :data:`~fttui.core.base.constants.SHARDINGS` (``kind``: its registry entry); ``per_node``: training processes per node;
+    ``prequant``: how a GPTQ / AWQ checkpoint stores its weights (None: not pre-quantized)."""
 
     s: dict[str, Any]
     a: ArchNumbers
@@ -106,6 +107,7 @@ class Setup:
     sharding: str
     world: int
     per_node: int
+    prequant: CheckpointQuant | None = None
 
     @property
     def kind(self) -> shardings.Sharding:
@@ -176,7 +178,8 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
                             f"{', '.join(shardings.runs_with(method))})")
     if precision not in DTYPE_BYTES:
         raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
-    stored = refusal(method, as_profile(resolved).model)  # a checkpoint stored quantised: never as bf16
+    model = as_profile(resolved).model
+    stored = refusal(method, model, sharding)  # a checkpoint stored quantised: never as bf16
     if stored is not None:
         raise EstimateError(f"{stored[0]} ({stored[1]})")
     a = arch_numbers(resolved)
@@ -208,4 +211,5 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
         embed=embed, head=0 if a.tied else embed, lin_total=lin_total,
         other=P - lin_total,  # embeddings, output layer, norms, biases
         lora_mods=lora_mods, lora_params=lora_params,
-        sharding=s["sharding"], per_node=per_node, world=per_node * s["nodes"])
+        sharding=s["sharding"], per_node=per_node, world=per_node * s["nodes"],
+        prequant=checkpoint_quant(model))

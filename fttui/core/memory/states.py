@@ -61,12 +61,47 @@ def _full(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     notes.append(f"optimizer {opt}: {why}")
 
 
+def _prequant(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
+    """A GPTQ / AWQ checkpoint trained as stored (GPT-QModel's torch kernels): the linears'
+    packed ints with one fp16 scale and one packed zero per group of input rows per output
+    (GPTQ: an int32 group index per input row), the rest in the compute dtype, never upcast.
+    The kernel dequantises a linear's weight to the activation dtype for each matmul and
+    autograd keeps that copy for the backward: every layer's without gradient checkpointing,
+    one layer's (the one recomputed) with it; plus the int32 codes of one linear in flight."""
+    a, q, wb = c.a, c.prequant, c.wb
+    bits = q.bits or 4
+    lins = _native_linears(a)
+    if q.lm_head and c.head:
+        lins = [*lins, ("lm_head", a.hidden, a.vocab)]
+    per_layer = [(fi, fo) for _n, fi, fo in _native_linears(a)]
+    n_packed = c.lin_total + (c.head if q.lm_head else 0)
+
+    def consts(fi: int, fo: int) -> float:
+        groups = -(-fi // q.group_size) if q.group_size > 0 else 1
+        return groups * fo * (2 + bits / 8) + (fi * 4 if q.method == "gptq" else 0)
+
+    qc = a.layers * sum(consts(fi, fo) for fi, fo in per_layer)
+    if q.lm_head and c.head:
+        qc += consts(a.hidden, a.vocab)
+    bd["weights"] = n_packed * bits / 8 + qc + (c.other - (c.head if q.lm_head else 0)) * wb
+    layer_lin = sum(fi * fo for fi, fo in per_layer)
+    kept = layer_lin if c.s["gradient_checkpointing"] else c.lin_total
+    largest = max(fi * fo for _n, fi, fo in lins)
+    bd["quantisation"] = kept * wb + largest * (4 + wb)
+    notes.append(f"{q.method.upper()} {bits}-bit checkpoint (group size {q.group_size}), read from its "
+                 f"config.json: packed weights, scales and zeros under weights; the dequantised copies the "
+                 f"torch kernel keeps for the backward ({'one layer, recomputed' if c.s['gradient_checkpointing'] else 'every layer'})"
+                 " under quantisation")
+
+
 def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     """LoRA methods: frozen (possibly quantised) weights, the adapters and their states, and the
     trainable embedding copies of ``lora-emb``."""
     a, s, method, wb, ab = c.a, c.s, c.method, c.wb, c.ab
     opt = s["optimizer"]
-    if method in KBIT_METHODS:
+    if c.prequant is not None:
+        _prequant(c, bd, notes)
+    elif method in KBIT_METHODS:
         qw, qc = _quant_bytes(c.lin_total, method, s["quant"])
         if method == "lora-int8":
             qc = a.layers * sum(fo for _n, _fi, fo in _native_linears(a)) * 4  # fp32 row scales
@@ -86,9 +121,9 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
             # that gradient checkpointing keeps are fp32, twice those of an fp16 model
             notes.append("qlora: bitsandbytes 4-bit after peft's prepare_model_for_kbit_training: "
                          "embeddings, norms and output layer in fp32, so an fp32 residual stream "
-                         "(checkpoints 4 B per element); a GPTQ checkpoint (auto-gptq, as in "
-                         "Qwen's Q-LoRA rows) is not cast and keeps them in fp16: --set "
-                         "quant.prepare=none estimates that")
+                         "(checkpoints 4 B per element); a GPTQ checkpoint (as in Qwen's Q-LoRA "
+                         "rows) is not cast and keeps them in fp16: method lora on the GPTQ "
+                         "checkpoint itself estimates that")
     else:
         bd["weights"] = a.params * wb
     if method == "lora-emb":

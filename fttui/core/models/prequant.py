@@ -1,12 +1,14 @@
 """Checkpoints whose weights are stored quantised: a ``config.json`` with a
 ``quantization_config`` (AWQ, GPTQ, bitsandbytes, HQQ, ...).
 
-fttui quantises with bitsandbytes at load time (methods ``qlora``, ``lora-int8``); a checkpoint
-already quantised by another method is not something it estimates or trains yet, and counting
-its int4 weights as bf16 would be a wrong figure. :func:`refusal` says why such a model cannot be
-used with the profile's method (one line, for the estimator's and the preflight's errors and
-``profiles --from``'s notes), or ``None``: a bitsandbytes checkpoint is fine with the method
-that stores it that way (4-bit: ``qlora``; 8-bit: ``lora-int8``).
+fttui quantises with bitsandbytes at load time (methods ``qlora``, ``lora-int8``). A GPTQ or AWQ
+checkpoint is trained as it is stored with method ``lora``: transformers loads it through the
+GPT-QModel kernels (``fttui[gptq]``) and peft adds the adapters beside the frozen int weights.
+The estimator reads its storage from the config torch-free (:func:`checkpoint_quant`); any other
+stored quantisation is refused, since counting its int4 weights as bf16 would be a wrong figure.
+:func:`refusal` says why such a model cannot be used with the profile's method (one line, for
+the estimator's and the preflight's errors and ``profiles --from``'s notes), or ``None``.
+:func:`cpu_refusal` says when the checkpoint's packing has no kernel that runs on the CPU.
 """
 
 from __future__ import annotations
@@ -14,12 +16,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["CheckpointQuant", "checkpoint_quant", "refusal"]
+__all__ = ["CheckpointQuant", "PREQUANT_METHODS", "TRAINS_WITH", "checkpoint_quant", "cpu_refusal", "refusal"]
+
+#: stored quantisations fttui trains as stored (GPT-QModel's kernels, through transformers)
+PREQUANT_METHODS = ("gptq", "awq")
+#: the method that trains them (LoRA beside the frozen int weights)
+TRAINS_WITH = "lora"
+#: packings with a GPT-QModel kernel that runs on the CPU (its torch kernels): GPTQ's own
+#: formats and AWQ's GEMM layout; the others (marlin, exllama, AWQ GEMV / GEMV-fast) need CUDA
+_CPU_FORMATS = {"gptq": ("gptq", "gptq_v2"), "awq": ("gemm",)}
 
 
 class CheckpointQuant(NamedTuple):
     method: str  # quantization_config's quant_method ("awq", "gptq", "bitsandbytes", ...)
     bits: int | None
+    group_size: int = -1  # input rows sharing one scale (and zero); -1: the whole column
+    fmt: str = ""  # the packing (GPTQ checkpoint_format / AWQ version), lowercase
+    desc_act: bool = False  # GPTQ act-order: a group index per input row is stored (g_idx)
+    lm_head: bool = False  # the output layer is quantised too
 
 
 def _config(model: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -36,6 +50,10 @@ def _config(model: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def checkpoint_quant(model: Mapping[str, Any]) -> CheckpointQuant | None:
     """How a resolved ``[model]`` table's checkpoint stores its weights, when its config.json
     says they are quantised; ``None`` otherwise (random init reads no checkpoint)."""
@@ -50,12 +68,16 @@ def checkpoint_quant(model: Mapping[str, Any]) -> CheckpointQuant | None:
     if method == "bitsandbytes":
         bits = 4 if q.get("load_in_4bit") or q.get("_load_in_4bit") else 8 if (
             q.get("load_in_8bit") or q.get("_load_in_8bit")) else None
-    return CheckpointQuant(method, int(bits) if isinstance(bits, (int, float)) and not isinstance(bits, bool) else None)
+    group = _int(q.get("group_size", q.get("q_group_size")))
+    fmt = q.get("checkpoint_format") or q.get("format") or q.get("version") or (method if method == "gptq" else "")
+    return CheckpointQuant(method, _int(bits), group if group is not None else -1, str(fmt).lower(),
+                           bool(q.get("desc_act")), bool(q.get("lm_head")))
 
 
-def refusal(method: str, model: Mapping[str, Any]) -> tuple[str, str] | None:
+def refusal(method: str, model: Mapping[str, Any], sharding: str | None = None) -> tuple[str, str] | None:
     """``(why, what to do)`` when the checkpoint's stored quantisation does not go with
-    ``method``; ``None`` when it does or the checkpoint is not quantised."""
+    ``method`` (and ``sharding``, when given); ``None`` when it does or the checkpoint is not
+    quantised."""
     q = checkpoint_quant(model)
     if q is None:
         return None
@@ -67,7 +89,27 @@ def refusal(method: str, model: Mapping[str, Any]) -> tuple[str, str] | None:
             return None
         return (f"{name} stores its weights {bits}quantised by bitsandbytes (its config.json), which method "
                 f"{method} does not train", f"use method {fits}, or the model's unquantised checkpoint")
-    return (f"{name} is a pre-quantized {q.method.upper()} {bits}checkpoint (its config.json's "
-            f"quantization_config): fttui does not estimate or train such checkpoints yet, and counting "
-            "its weights as unquantised would be wrong",
-            "use the model's unquantised checkpoint; method qlora quantises it to 4 bits with bitsandbytes")
+    what = f"{name} is a pre-quantized {q.method.upper()} {bits}checkpoint (its config.json's quantization_config)"
+    if q.method not in PREQUANT_METHODS:
+        return (f"{what}: fttui does not estimate or train {q.method.upper()} checkpoints, and counting its "
+                "weights as unquantised would be wrong",
+                "use a GPTQ or AWQ checkpoint (method lora), or the unquantised one (method qlora quantises "
+                "it to 4 bits with bitsandbytes)")
+    if method != TRAINS_WITH:
+        return (f"{what}: its int weights are frozen and trained through LoRA adapters, which method {method} "
+                "does not do", f"use method {TRAINS_WITH}, or the model's unquantised checkpoint for {method}")
+    if sharding not in (None, "", "none"):
+        return (f"{what}: fttui trains it on one card per process (sharding none), not sharded by {sharding}",
+                "use sharding = \"none\"")
+    return None
+
+
+def cpu_refusal(q: CheckpointQuant) -> str | None:
+    """Why a GPTQ / AWQ checkpoint cannot train on the CPU (its packing has CUDA kernels only),
+    or ``None`` when a CPU kernel reads it. (The worker asks GPT-QModel for a trainable kernel,
+    ``backend="auto_trainable"``, whatever kernel the config names.)"""
+    if q.method not in PREQUANT_METHODS:
+        return None
+    if q.fmt and q.fmt not in _CPU_FORMATS[q.method]:
+        return f"its {q.method.upper()} packing {q.fmt!r} has CUDA kernels only"
+    return None

@@ -14,11 +14,15 @@ from collections.abc import Callable
 from fttui.core.base import shardings
 from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.errors import FttuiError
+from fttui.core.models.prequant import PREQUANT_METHODS
 
 #: extra -> the import names it provides.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("torch", "transformers", "peft", "accelerate"),
     "qlora": ("bitsandbytes",),
+    # GPTQ / AWQ checkpoints trained as stored: transformers' GPTQ loader needs optimum, both
+    # loaders GPT-QModel's kernels (and peft finds GPT-QModel only beside optimum)
+    "gptq": ("gptqmodel", "optimum"),
     **{k.extra: k.packages for k in shardings.KINDS.values() if k.extra},  # the sharding kinds' extras
 }
 
@@ -27,12 +31,15 @@ class MissingExtraError(FttuiError):
     """A run needs packages of an extra that is not installed."""
 
 
-def needed_extras(method: str, sharding: str | None = None) -> list[str]:
+def needed_extras(method: str, sharding: str | None = None, *, prequant: str | None = None) -> list[str]:
     """The extras a run of ``method`` under ``sharding`` (none when not given) needs on the
-    machine that trains."""
+    machine that trains; ``prequant``: the stored quantisation of its checkpoint (``gptq``,
+    ``awq``: :func:`fttui.core.models.prequant.checkpoint_quant`), when it has one."""
     out = ["train"]
     if method in KBIT_METHODS:
         out.append("qlora")
+    if prequant in PREQUANT_METHODS:
+        out.append("gptq")
     kind = shardings.find(shardings.of(method, sharding)[1])
     if kind is not None and kind.extra and kind.extra not in out:
         out.append(kind.extra)
@@ -46,21 +53,21 @@ def _installed(name: str) -> bool:
         return False
 
 
-def missing_extra(method: str, sharding: str | None = None, *,
+def missing_extra(method: str, sharding: str | None = None, *, prequant: str | None = None,
                   installed: Callable[[str], bool] | None = None) -> tuple[str, list[str]] | None:
     """The first extra the run needs whose packages are not all installed, with those packages."""
     installed = installed or _installed
-    for extra in needed_extras(method, sharding):
+    for extra in needed_extras(method, sharding, prequant=prequant):
         missing = [p for p in EXTRAS[extra] if not installed(p)]
         if missing:
             return extra, missing
     return None
 
 
-def check_extras(method: str, sharding: str | None = None, *,
+def check_extras(method: str, sharding: str | None = None, *, prequant: str | None = None,
                  installed: Callable[[str], bool] | None = None) -> None:
     """Raise :class:`MissingExtraError` naming the extra to install when a package is missing."""
-    found = missing_extra(method, sharding, installed=installed)
+    found = missing_extra(method, sharding, prequant=prequant, installed=installed)
     if found:
         extra, missing = found
         what = f"method {method}" + (f" with sharding {sharding}" if (shardings.find(sharding) or shardings.NONE).sharded else "")

@@ -11,7 +11,7 @@ from fttui.core.base.constants import METHODS
 from fttui.core.base.errors import DataError, FttuiError, ProfileError
 from fttui.core.models.hfconfig import cached_snapshot, download_command, hub_cache_dir, is_hub_id
 from fttui.core.models.positions import check_positions
-from fttui.core.models.prequant import refusal
+from fttui.core.models.prequant import checkpoint_quant, cpu_refusal, refusal
 from fttui.core.profiles.schema import OVERRIDE, SYNTHETIC
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
@@ -47,7 +47,7 @@ def preflight(profile: Profile | dict, gpu_count: tuple[int, str | None] | None 
                            f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
     _check_model(prof, src)
     check_positions(prof, src)  # a learned position table cannot run past its length
-    stored = refusal(prof.method, prof.model)  # a checkpoint stored quantised (AWQ, GPTQ, ...)
+    stored = refusal(prof.method, prof.model, prof.sharding_asked())  # a checkpoint stored quantised
     if stored is not None:
         raise ProfileError(src, "model.name_or_path", *stored)
     _check_batch(prof, src, _check_data(prof))
@@ -82,18 +82,26 @@ def _check_stack(prof: Profile, src: str, gpus: int, n_visible: int) -> None:
         if importlib.util.find_spec("flash_attn") is None:
             raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs the flash-attn package",
                                "pip install flash-attn, or use attn_implementation = \"sdpa\"")
-    found = missing_extra(method, sharding)  # the optional parts of fttui (pyproject extras) it needs
+    stored = checkpoint_quant(prof.model)  # GPTQ / AWQ: trained through GPT-QModel's kernels
+    # the optional parts of fttui (pyproject extras) it needs
+    found = missing_extra(method, sharding, prequant=stored.method if stored else None)
     kind = shardings.find(sharding)
     if found:
         extra, missing = found
         by_kind = kind is not None and extra == kind.extra
-        key = "sharding" if by_kind else "method"
-        what = f"sharding {sharding}" if by_kind else f"method {method}"
+        key = "sharding" if by_kind else "model.name_or_path" if extra == "gptq" else "method"
+        what = (f"sharding {sharding}" if by_kind else f"a {stored.method.upper()} checkpoint" if extra == "gptq"
+                else f"method {method}")
         raise ProfileError(src, key, f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed)",
                            f"pip install 'fttui[{extra}]'")
     if kind is not None and kind.needs_cuda and (gpus == 0 or n_visible == 0):
         raise ProfileError(src, "sharding", f"sharding {kind} needs CUDA GPUs (it offloads from the GPU to the host)",
                            f"use sharding = \"{kind.without_offload()}\" on CPU ranks")
+    on_cpu = stored is not None and (gpus == 0 or n_visible == 0)
+    why = cpu_refusal(stored) if on_cpu else None
+    if why:
+        raise ProfileError(src, "model.name_or_path", f"{prof.model.name_or_path}: {why}",
+                           "train it on a GPU (devices.gpus = 1), or use a GPTQ-format or AWQ GEMM checkpoint")
 
 
 def _check_bf16(src: str, precision: str) -> None:
