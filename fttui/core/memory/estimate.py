@@ -130,7 +130,7 @@ def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     inputs = {k: v for k, v in c.s.items()}
     if c.prequant is not None:  # a GPTQ / AWQ checkpoint: its config.json's storage, not [quant]
         q = c.prequant
-        inputs["quant"] = {"type": q.method, "bits": q.bits, "group_size": q.group_size, "format": q.fmt}
+        inputs.update(quant={"type": q.method, "bits": q.bits, "group_size": q.group_size, "format": q.fmt})
     elif c.method not in KBIT_METHODS:
         inputs["quant"] = None  # the profile's [quant] defaults quantise nothing in this run
     elif c.method == "lora-int8":

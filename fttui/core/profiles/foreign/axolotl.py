@@ -1,7 +1,7 @@
 """An axolotl training YAML (``axolotl train FILE.yml``) read into fttui's terms.
 
 Mapped: ``base_model``, ``adapter`` (+ ``load_in_4bit`` / ``load_in_8bit``,
-``lora_modules_to_save``) -> method, ``deepspeed`` / ``fsdp`` -> sharding, ``sequence_len``,
+``lora_modules_to_save``, ``gptq``) -> method, ``deepspeed`` / ``fsdp`` -> sharding, ``sequence_len``,
 ``pad_to_sequence_len``, micro batch, accumulation, epochs and steps, learning rate and schedule,
 optimizer, precision, gradient checkpointing, attention, LoRA settings, a local dataset file,
 output, saving, evaluation split and trackers. Sample packing, hub datasets and the many
@@ -47,8 +47,15 @@ def _method(m: Mapped) -> str:
     if four and eight:
         raise m.error("load_in_8bit", "load_in_4bit and load_in_8bit are both true", "keep one of them")
     if is_true(m.get("gptq", False)):
-        raise m.error("gptq", "GPTQ checkpoints: fttui quantises with bitsandbytes only",
-                      "use load_in_4bit: true with adapter: qlora")
+        # base_model is a GPTQ checkpoint, trained as stored with LoRA (issue 22; axolotl's
+        # examples/llama-2/gptq-lora.yml): fttui reads the quantisation from its config.json
+        if four or eight or adapter not in ("", "lora"):
+            raise m.error("gptq", "gptq: true trains the GPTQ checkpoint as stored, with a LoRA adapter",
+                          "set adapter: lora, load_in_4bit and load_in_8bit: false")
+        for key in ("gptq_disable_exllama", "gptq_groupsize", "gptq_model_v1"):
+            m.skip(key, "fttui reads the GPTQ settings from the checkpoint's config.json and asks "
+                        "GPT-QModel for a kernel that trains")
+        return "lora"
     if adapter not in ("", "lora", "qlora"):
         raise m.error("adapter", f"adapter {adapter}: not a method fttui runs", "use lora, qlora or no adapter (full)")
     if not adapter:
