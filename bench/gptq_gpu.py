@@ -1,0 +1,102 @@
+"""A GPTQ checkpoint trained with LoRA on a GPU, its row against the estimate (issue 22).
+
+    python3 bench/gptq_gpu.py OUT_DIR [--tiny] [--steps N]
+
+Needs fttui[gptq] importable, or its wheels in ``.whl/gptq/`` (installed with ``pip install
+--no-deps --no-index --target OUT_DIR/site``, put on PYTHONPATH for fttui's processes: the
+machine's own torch, transformers, peft stay as they are). Makes a random 1.1B Llama (TinyLlama's
+shape) as a 4-bit GPTQ checkpoint on the card (tests/worker/gptq_pack.py), then for each setting
+an estimate and a fresh ``fttui run`` of 3 steps (bench/estimate_gpu.py's ``measure``), and
+prints one Markdown row per setting (OUT_DIR/gptq_gpu.md, .jsonl) with the kernel the run's
+``start`` event recorded. ``--tiny``: the tiny Llama on the CPU (a check of the script itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+#: TinyLlama-1.1B's shape (Llama 2 architecture, grouped-query attention)
+ARCH_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
+COMMON = ["model.init=pretrained", "precision=bf16", "batch_size=4", "max_seq_len=512",
+          "lora.target_modules=[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]"]
+SETTINGS = [("gptq 1.1b lora bf16 b4 s512 GC", ["train.gradient_checkpointing=true"]),
+            ("gptq 1.1b lora bf16 b4 s512 no GC", ["train.gradient_checkpointing=false"])]
+
+
+def site_packages(out: Path) -> str | None:
+    """A folder with fttui[gptq]'s packages when they are not importable here (from .whl/gptq/)."""
+    if all(importlib.util.find_spec(p) for p in ("gptqmodel", "optimum")):
+        return None
+    wheels = sorted(glob.glob(os.path.join(ROOT, ".whl", "gptq", "*.whl")))
+    if not wheels:
+        raise SystemExit("gptqmodel / optimum not installed and no wheels in .whl/gptq/")
+    site = out / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site),
+                    *wheels], check=True)
+    sys.path.insert(0, str(site))
+    return str(site)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--steps", type=int, default=3)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    site = site_packages(out)
+    env = dict(os.environ, FTTUI_HOME=tempfile.mkdtemp(prefix="fttui-gptq-"), HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, site, os.environ.get("PYTHONPATH")) if p))
+    from estimate_gpu import HEADER, card_bytes, measure, md_row
+
+    from tests.worker.gptq_pack import save_gptq_checkpoint
+
+    folder = out / "ckpt"
+    if a.tiny:
+        from tests.worker.conftest import TINY_ARCH
+
+        save_gptq_checkpoint(folder, TINY_ARCH, group=32)
+        sets = ["gpus=0", "batch_size=2", "max_seq_len=64"]
+    else:
+        save_gptq_checkpoint(folder, ARCH_1B, group=128, device="cuda")
+        sets = ["gpus=1"]
+    card = None if a.tiny else card_bytes()
+    print(HEADER.replace("| setting |", "| setting | kernel |", 1).replace("| --- |", "| --- | --- |", 1), flush=True)
+    for label, more in SETTINGS:
+        m = measure(label, "tiny-lora", [*COMMON, f"model.name_or_path={folder}", *more, *sets], None, a.steps,
+                    card, env, timeout=300)
+        runs = sorted(Path(env["FTTUI_HOME"], "runs").glob("*"))
+        start = {}
+        if runs:
+            for line in (runs[-1] / "events.jsonl").read_text().splitlines():
+                ev = json.loads(line)
+                if ev.get("event") == "start":
+                    start = ev
+                    break
+        m["quant"] = (start.get("structure") or {}).get("quant")
+        kernel = (m["quant"] or {}).get("kernel", "")
+        row = md_row(m).replace(f"| {label} |", f"| {label} | {kernel} |", 1)
+        print(row, flush=True)
+        with open(out / "gptq_gpu.md", "a") as f:
+            f.write(row + "\n")
+        with open(out / "gptq_gpu.jsonl", "a") as f:
+            f.write(json.dumps(m) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
