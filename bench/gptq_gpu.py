@@ -2,9 +2,18 @@
 
     python3 bench/gptq_gpu.py OUT_DIR [--tiny] [--steps N]
 
-Needs fttui[gptq] importable, or its wheels in ``.whl/gptq/`` (installed with ``pip install
---no-deps --no-index --target OUT_DIR/site``, put on PYTHONPATH for fttui's processes: the
-machine's own torch, transformers, peft stay as they are). Makes a random 1.1B Llama (TinyLlama's
+Needs what bench/estimate_gpu.py needs (it reuses its ``measure``: ``python -m fttui`` runs) and
+fttui[gptq] importable, or its wheels in ``.whl/gptq/`` (installed with ``pip install --no-deps
+--no-index --target OUT_DIR/site``, put on PYTHONPATH for fttui's processes: the machine's own
+torch, transformers, peft, numpy stay as they are). For CPython 3.12 next to torch 2.11,
+transformers 5.17, peft 0.21, pyarrow, pandas, xxhash, threadpoolctl, jinja2, requests and pillow
+already installed, the wheels are: gptqmodel-7.6.0-py3-none-any (built from its sdist: PyPI has
+no wheel), optimum-2.3.0-py3-none-any, datasets-5.2.0-py3-none-any, dill-0.4.1-py3-none-any,
+multiprocess-0.70.19-py312-none-any, torchao-0.18.0-cp310-abi3-manylinux_2_24_x86_64,
+pypcre-0.6.4-cp312-cp312-linux_x86_64 (a C extension built from its sdist with CPython 3.12: no
+manylinux wheel exists), and the pure-Python ones built from sdists: defuser-0.0.28,
+device_smi-0.5.7, logbar-0.4.15, tokenicer-0.0.14 (6.5 MB in all). Installed with --no-deps:
+gptqmodel 7.6 pins numpy==2.2.6, which is not needed to run. Makes a random 1.1B Llama (TinyLlama's
 shape) as a 4-bit GPTQ checkpoint on the card (tests/worker/gptq_pack.py), then for each setting
 an estimate and a fresh ``fttui run`` of 3 steps (bench/estimate_gpu.py's ``measure``), and
 prints one Markdown row per setting (OUT_DIR/gptq_gpu.md, .jsonl) with the kernel the run's
