@@ -27,6 +27,7 @@ import pytest
 from fttui.core.run.allocation import job_port
 from fttui.core.run.events import read_jsonl
 from fttui.core.run.launch import free_port
+from fttui.worker.testhooks import SLOW_DATA_ENV
 from tests import slurm_cluster
 from tests.conftest import fttui_env, run_fttui
 from tests.helpers import processes_mentioning, wait_for
@@ -46,13 +47,19 @@ def slurm(tmp_path_factory):
         slurm_cluster.stop(cluster)
 
 
-def _fttui(cluster, *args, **kw):
-    return run_fttui(*args, env=fttui_env(SLURM_CONF=str(cluster.conf)), **kw)
+def _fttui(cluster, *args, env: dict[str, str] | None = None, **kw):
+    return run_fttui(*args, env=fttui_env(SLURM_CONF=str(cluster.conf), **(env or {})), **kw)
 
 
-def _submit(cluster, *args) -> dict:
-    proc = _fttui(cluster, "submit", "--profile", "tiny-lora", "--nodes", "2", "--json", *args, check=True)
+def _submit(cluster, *args, env: dict[str, str] | None = None) -> dict:
+    proc = _fttui(cluster, "submit", "--profile", "tiny-lora", "--nodes", "2", "--json", *args, env=env, check=True)
     return json.loads(proc.stdout)
+
+
+# The jobs that only wait to be ended (the time limit, scancel) step slowly: each batch waits in
+# the data loader (fttui/worker/testhooks.py), so their ranks sleep instead of taking the suite's
+# CPU for the minute of the time limit. sbatch exports the submitting environment to the job.
+IDLE_STEPS = {SLOW_DATA_ENV: "0.5"}
 
 
 def _ls(cluster) -> dict[str, dict]:
@@ -64,10 +71,13 @@ def _rows(cluster) -> dict[str, dict]:
     return {r["run_id"]: r for r in rows}
 
 
-def _settled(cluster, run_id: str, timeout: float, what: str) -> dict:
-    """Wait (through `fttui ls`, which finishes ended jobs) until the job's directory has its status."""
+def _settled(cluster, sub: dict, timeout: float, what: str) -> dict:
+    """Wait (through `fttui ls`, which finishes ended jobs) until the job's directory has its status.
+    While Slurm still lists the job, its cheap `squeue` is asked, not a `fttui ls` every 2 s."""
     def done():
-        b = _ls(cluster).get(run_id)
+        if str(sub["job_id"]) in {ln.split("|")[0] for ln in cluster.squeue().splitlines()}:
+            return None
+        b = _ls(cluster).get(sub["run_id"])
         return b if b is not None and not b["live"] and (Path(b["run_dir"]) / "status.json").exists() else None
 
     try:
@@ -102,8 +112,8 @@ def test_jobs_complete_pend_cancel_and_time_out(slurm, fttui_home, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     steps = 2
     # the time-limited job and the one to cancel share the cluster (a CPU of each node each)
-    limited = _submit(slurm, "--time", "1", "--set", "max_steps=100000")
-    doomed = _submit(slurm, "--set", "max_steps=100000")
+    limited = _submit(slurm, "--time", "1", "--set", "max_steps=100000", env=IDLE_STEPS)
+    doomed = _submit(slurm, "--set", "max_steps=100000", env=IDLE_STEPS)
     # the job that completes needs whole nodes: it waits until both are gone
     job = _submit(slurm, "--set", f"max_steps={steps}", "--sbatch-arg=--exclusive")
     for sub in (limited, doomed, job):
@@ -147,7 +157,7 @@ def test_jobs_complete_pend_cancel_and_time_out(slurm, fttui_home, monkeypatch):
         assert row["env"]["slurm"]["state"] == "CANCELLED" and row["env"]["slurm"]["job_id"] == doomed["job_id"]
 
     # the time limit: both nodes' rows say TIMEOUT
-    _settled(slurm, limited["run_id"], 240, "the time-limited job to end")
+    _settled(slurm, limited, 240, "the time-limited job to end")
     rows = _rows(slurm)
     for i in (0, 1):
         row = rows[f"{limited['run_id']}-n{i}"]
@@ -156,7 +166,7 @@ def test_jobs_complete_pend_cancel_and_time_out(slurm, fttui_home, monkeypatch):
     assert json.loads((Path(limited["run_dir"]) / "status.json").read_text())["slurm_state"] == "TIMEOUT"
 
     # the job that waited runs and completes as one job of world size 2
-    _settled(slurm, job["run_id"], 300, "the 2-node job to complete")
+    _settled(slurm, job, 300, "the 2-node job to complete")
     for node, d in hand.items():
         wait_for(lambda d=d: (d / "status.json").exists(), timeout=120, what=f"hand-started node {node}")
     rows = _rows(slurm)

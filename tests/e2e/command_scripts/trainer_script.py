@@ -6,6 +6,13 @@ global_step, log_history, train metrics, num_input_tokens_seen), CHILD_TOKEN (st
 child process whose command line holds it, for the cancel test).
 """
 import json, os, sys
+
+# Installed packages this script never uses (the DeepSpeed engine, bitsandbytes, an MLflow
+# tracker): transformers and accelerate import them whenever they are there, about 2.5 s of CPU
+# per process (docs/performance.md). Hidden, the script runs as on a machine without them.
+for _unused in ("bitsandbytes", "deepspeed", "mlflow"):
+    sys.modules.setdefault(_unused, None)
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
