@@ -91,25 +91,11 @@ def test_cpu_oom_run_end_to_end(fttui_home):
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=10, what="no process left after the OOM")
 
 
-def _probe_and_scan(fttui_home):
-    """Probe 1..48, then fresh processes around its answer.
-
-    A one-by-one scan of the whole range 1..48 in fresh processes would cost ~48 model loads;
-    the scan covers one value beyond each end of the answer instead (largest_fit-1 and
-    smallest_oom+1, one fresh process and one trial each), and the probe's own clean trials must be monotone.
-    """
-    proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "batch_size", "--range", "1..48",
-                     "--steps", "1", "--host-memory-limit", PROBE_LIMIT, "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
+def check_cli_result(res: dict) -> None:
+    """What `fttui probe --json` says of each trial on CPU, and that its fresh trials are monotone
+    with both ends of the boundary observed, each as the first trial of a fresh process."""
     for key in ("param", "largest_fit", "smallest_oom", "model_loads", "trials"):
         assert key in res
-    assert res["param"] == "batch_size"
-    lf, so = res["largest_fit"], res["smallest_oom"]
-    assert lf is not None and so is not None, f"the boundary should land inside 1..48: {res}"
-    assert lf + 1 == so and res["exact"] is True
-    assert 1 <= lf < so <= 48
-    assert res["model_loads"] <= MAX_LOADS  # see fttui/core/experiments/probe.py
     for t in res["trials"]:
         for key in ("value", "status", "peak_gpu_mem_mb", "peak_host_rss_mb"):
             assert key in t
@@ -118,53 +104,54 @@ def _probe_and_scan(fttui_home):
         assert t["peak_host_rss_mb"] and t["peak_host_rss_mb"] > 0
         if t["status"] == "oom":
             assert t["oom_kind"] == "cpu"
-    # Observed trials are monotone and both ends of the boundary were observed, each as the first
-    # trial of a fresh process.
     clean_fit = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "fit"]
     clean_oom = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "oom"]
-    assert max(clean_fit) == lf and min(clean_oom) == so
-    assert max(clean_fit) < min(clean_oom)
+    assert max(clean_fit) == res["largest_fit"] < res["smallest_oom"] == min(clean_oom)
 
-    # Every trial is a row of kind probe in the store.
-    rows = [r for r in _results("--kind", "probe") if r["group_id"] == res["probe_id"]]
-    assert len(rows) == len(res["trials"])
-    assert {r["kind"] for r in rows} == {"probe"}
-    assert Counter((r["batch_size"], r["status"]) for r in rows) == \
-        Counter((t["value"], t["status"]) for t in res["trials"])
-    assert _results("--kind", "run") == []
-    _no_process_left(fttui_home)
 
-    # The fresh-process scan around the boundary.
-    resolved = load_profile("tiny-lora", [f"limits.host_memory={json.dumps(PROBE_LIMIT)}"])
-    # One step beyond each end (the ends themselves jitter between fresh processes, _agrees): two
-    # fresh processes, one model load each.
+def scan(resolved, lf: int, so: int) -> dict[int, str]:
+    """Fresh processes around a probe's answer, one model load and one trial each.
+
+    A one-by-one scan of a whole range in fresh processes would cost a model load per value; the
+    scan covers one value beyond each end of the answer instead (largest_fit-1 and smallest_oom+1:
+    the ends themselves jitter between fresh processes, agrees), two processes at once."""
     values = [v for v in (lf - 1, so + 1) if v >= 1]
     with ThreadPoolExecutor(max_workers=2) as ex:
-        seen = dict(zip(values, ex.map(lambda v: fresh_trial(resolved, v), values)))
-    _no_process_left(fttui_home)
+        return dict(zip(values, ex.map(lambda v: fresh_trial(resolved, v), values)))
+
+
+def probe_and_scan(home: Path, profile: str, limit: str, rng: str, cwd: Path = ROOT) -> tuple[int, int, dict]:
+    """`fttui probe --json` of ``profile``'s batch size over ``rng`` under ``limit``, its answer
+    checked (exact, every trial a store row of kind probe), then :func:`scan` around it."""
+    proc = run_fttui("probe", "--profile", profile, "--param", "batch_size", "--range", rng,
+                     "--steps", "1", "--host-memory-limit", limit, "--json", cwd=cwd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["param"] == "batch_size"
+    lf, so = res["largest_fit"], res["smallest_oom"]
+    assert lf is not None and so == lf + 1 and res["exact"] is True, f"the boundary should land inside {rng}: {res}"
+    assert res["model_loads"] <= MAX_LOADS  # see fttui/core/experiments/probe.py
+    check_cli_result(res)
+    # Every trial is a row of kind probe in the store.
+    rows = [r for r in _results("--kind", "probe") if r["group_id"] == res["probe_id"]]
+    assert len(rows) == len(res["trials"]) and {r["kind"] for r in rows} == {"probe"}
+    assert Counter((r["batch_size"], r["status"]) for r in rows) == \
+        Counter((t["value"], t["status"]) for t in res["trials"])
+    _no_process_left(home)
+    seen = scan(load_profile(profile if cwd == ROOT else cwd / "profiles" / f"{profile}.toml",
+                             [f"limits.host_memory={json.dumps(limit)}"]), lf, so)
+    _no_process_left(home)
     return lf, so, seen
 
 
-def _agrees(lf: int, so: int, seen: dict) -> bool:
+def agrees(lf: int, so: int, seen: dict) -> bool:
     # Under an address-space budget the boundary itself jitters between fresh processes
     # (docs/bench-probe.md): one step away from it, the answer must hold.
     return all(seen[v] == "fit" for v in seen if v < lf) and all(seen[v] == "oom" for v in seen if v > so)
 
 
-def test_probe_boundary_matches_fresh_processes(fttui_home):
-    """The probe's boundary is the one fresh processes see, within the boundary's own jitter.
-
-    On a loaded machine a single process now and then lands a few MB off its usual footprint
-    (seen in CI: the probe saw batch 4 fail once where fresh processes fit up to 6); the probe
-    and the scan are therefore tried twice, and one agreement of the two is required.
-    """
-    attempts = []
-    for _ in range(2):
-        lf, so, seen = _probe_and_scan(fttui_home)
-        attempts.append((lf, so, seen))
-        if _agrees(lf, so, seen):
-            return
-    raise AssertionError(f"probe and fresh scan disagree twice: {attempts}")
+# The batch-size probe against fresh processes is tests/tui/test_probe_screen.py's: the probe the
+# screen runs live is the one the fresh-process scan checks (one probe for both, not two).
 
 
 def test_probe_max_seq_len(fttui_home):
@@ -177,11 +164,10 @@ def test_probe_max_seq_len(fttui_home):
     lf, so = res["largest_fit"], res["smallest_oom"]
     assert lf is not None and so == lf + 1 and 16 <= lf < 512, res
     assert res["model_loads"] <= res["max_loads"] == MAX_LOADS + SEQ_EXTRA_LOADS  # said up front
-    clean_fit = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "fit"]
-    clean_oom = [t["value"] for t in res["trials"] if t["fresh"] and t["status"] == "oom"]
-    assert max(clean_fit) == lf < so == min(clean_oom)
+    check_cli_result(res)
     rows = _results("--kind", "probe")
-    assert len(rows) == len(res["trials"])
+    assert len(rows) == len(res["trials"]) and {r["kind"] for r in rows} == {"probe"}
+    assert _results("--kind", "run") == []
     assert sorted(r["max_seq_len"] for r in rows) == sorted(t["value"] for t in res["trials"])
     assert {r["batch_size"] for r in rows} == {8}  # the profile's batch size stays
     _no_process_left(fttui_home)
