@@ -3,6 +3,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 unset NO_COLOR
+# Python's bytecode caches (__pycache__, gitignored) for fttui and the tests: where the shell sets
+# PYTHONDONTWRITEBYTECODE, every Python process of the suite (the CLI calls, supervisors, log
+# writers, workers) compiled fttui's sources again (0.15 CPU-s of a 0.35 s `fttui results`), and
+# each xdist worker compiled every test module again while collecting (~6 CPU-s each).
+unset PYTHONDONTWRITEBYTECODE
 export FTTUI_TEST_RUN=1
 # The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
 .venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }
