@@ -10,15 +10,26 @@ import psutil
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
-    """Live processes whose command line mentions `text` (a run directory, say)."""
+    """Live processes whose command line mentions `text` (a run directory, say): one argument
+    holds it. Reads each ``/proc/PID/cmdline`` (its arguments, NUL-separated, so a ``text``
+    without NUL matches within one argument) and asks psutil only about the processes that match:
+    a scan through ``psutil.process_iter`` costs ten times the CPU, and tests call this in their
+    wait loops, five times a second."""
+    needle = os.fsencode(text)
     found = []
-    for p in psutil.process_iter(["cmdline", "status"]):
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
         try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if any(text in part for part in (p.info["cmdline"] or [])):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle not in f.read():  # a zombie's is empty
+                    continue
+            p = psutil.Process(int(pid))
+            if p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
-        except psutil.Error:
+        except (OSError, psutil.Error):
             pass
     return found
 
