@@ -111,14 +111,27 @@ def test_a_run_whose_directory_is_deleted_stops_and_leaves_nothing(tmp_path, ftt
     run_dir = _detach_command(tmp_path, fttui_home, MODE="steps")
     wait_for(lambda: _events(run_dir, "step"), timeout=120, what="the first step")
     sup = json.loads((run_dir / "supervisor.json").read_text())
-    import shutil
-
-    shutil.rmtree(fttui_home)
+    # The run writes while the folder goes (its events, samples, log): a file made after rmtree
+    # listed its folder fails the rmdir ("Directory not empty", seen in CI), so delete again until
+    # nothing is left, as a user's `rm -rf` repeated would.
+    wait_for(lambda: _deleted(fttui_home), timeout=30, interval=0.05, what="the home folder deleted")
     wait_for(lambda: not processes_with_env("FTTUI_RUN_DIR", str(run_dir)), timeout=60,
              what="the run's processes to end")
     wait_for(lambda: not _alive(sup["pid"]), timeout=60, what="the supervisor to end")
     assert not fttui_home.exists()  # nothing recreated (the store neither)
     assert sup["cgroup"] is None or not Path(sup["cgroup"]).exists()
+
+
+def _deleted(folder: Path) -> bool:
+    import shutil
+
+    try:
+        shutil.rmtree(folder)
+    except FileNotFoundError:
+        pass
+    except OSError:  # a file written into it meanwhile
+        return False
+    return not folder.exists()
 
 
 def _alive(pid: int) -> bool:
