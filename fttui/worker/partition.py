@@ -13,7 +13,9 @@
   model; the others build it on the meta device (parameters without storage, buffers real), and
   accelerate (``cpu_ram_efficient_loading``, set by :func:`fttui.worker.sharding.fsdp_arguments`)
   shards the empty model and broadcasts rank 0's weights into every rank's shards. QLoRA under
-  FSDP loads on every rank (accelerate broadcasts no 4-bit parameters).
+  FSDP loads on every rank (accelerate broadcasts no 4-bit parameters). On CPU ranks the run
+  goes with :func:`return_freed_blocks` too (each parameter is received whole and freed once
+  sharded, each layer gathered and freed in every step).
 
 PEFT adapters go on top in both cases (:func:`fttui.worker.model.build_model`).
 
@@ -72,6 +74,9 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
     prof = as_profile(profile)
     mode = build_mode(prof, rank)
     if mode != ZERO_INIT:
+        # FSDP on the host: the same freed-block pattern as ZeRO-3 (each parameter received whole
+        # and freed once sharded; each layer gathered and freed in every step)
+        return_freed_blocks(not use_cuda and prof.sharding_kind().fsdp)
         yield mode
         return
     import deepspeed
@@ -95,8 +100,8 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
 
 
 def return_freed_blocks(applies: bool, libc: Any = None) -> bool:
-    """From a ZeRO-3 rank's model build on the host to the end of its run, glibc returns every
-    freed block of 128 KiB or more to the system; True when it was set. Why: glibc's mmap
+    """From a ZeRO-3 or FSDP rank's model build on the host to the end of its run, glibc returns
+    every freed block of 128 KiB or more to the system; True when it was set. Why: glibc's mmap
     threshold is dynamic; once a mmapped block is freed, blocks up to its size (up to 32 MiB) come
     from the heap from then on, and a freed heap block stays resident. ``zero.Init`` draws each
     module's weights whole and frees them once partitioned, and each step gathers modules whole and
