@@ -119,7 +119,6 @@ def device_map(use_cuda: bool, local_rank: int):
     return {"": local_rank} if use_cuda else "cpu"
 
 
-
 def _prequant_config(resolved: Any):
     """A GPTQ / AWQ checkpoint is loaded with ``backend="auto_trainable"``: GPT-QModel picks
     among its kernels that have a backward (on a GPU the fastest one is not always one of them);

@@ -70,23 +70,19 @@ def _prequant(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     one layer's (the one recomputed) with it; plus the int32 codes of one linear in flight."""
     a, q, wb = c.a, c.prequant, c.wb
     bits = q.bits or 4
-    lins = _native_linears(a)
-    if q.lm_head and c.head:
-        lins = [*lins, ("lm_head", a.hidden, a.vocab)]
     per_layer = [(fi, fo) for _n, fi, fo in _native_linears(a)]
-    n_packed = c.lin_total + (c.head if q.lm_head else 0)
+    head = [(a.hidden, a.vocab)] if q.lm_head and c.head else []  # a quantised output layer
+    head_params = c.head if head else 0
 
     def consts(fi: int, fo: int) -> float:
         groups = -(-fi // q.group_size) if q.group_size > 0 else 1
         return groups * fo * (2 + bits / 8) + (fi * 4 if q.method == "gptq" else 0)
 
-    qc = a.layers * sum(consts(fi, fo) for fi, fo in per_layer)
-    if q.lm_head and c.head:
-        qc += consts(a.hidden, a.vocab)
-    bd["weights"] = n_packed * bits / 8 + qc + (c.other - (c.head if q.lm_head else 0)) * wb
+    qc = a.layers * sum(consts(fi, fo) for fi, fo in per_layer) + sum(consts(fi, fo) for fi, fo in head)
+    bd["weights"] = (c.lin_total + head_params) * bits / 8 + qc + (c.other - head_params) * wb
     layer_lin = sum(fi * fo for fi, fo in per_layer)
     kept = layer_lin if c.s["gradient_checkpointing"] else c.lin_total
-    largest = max(fi * fo for _n, fi, fo in lins)
+    largest = max(fi * fo for fi, fo in (*per_layer, *head))
     bd["quantisation"] = kept * wb + largest * (4 + wb)
     notes.append(f"{q.method.upper()} {bits}-bit checkpoint (group size {q.group_size}), read from its "
                  f"config.json: packed weights, scales and zeros under weights; the dequantised copies the "

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from fttui.core.base import shardings
+
 __all__ = ["CheckpointQuant", "PREQUANT_METHODS", "TRAINS_WITH", "checkpoint_quant", "cpu_refusal", "refusal"]
 
 #: stored quantisations fttui trains as stored (GPT-QModel's kernels, through transformers)
@@ -98,7 +100,7 @@ def refusal(method: str, model: Mapping[str, Any], sharding: str | None = None) 
     if method != TRAINS_WITH:
         return (f"{what}: its int weights are frozen and trained through LoRA adapters, which method {method} "
                 "does not do", f"use method {TRAINS_WITH}, or the model's unquantised checkpoint for {method}")
-    if sharding not in (None, "", "none"):
+    if (shardings.find(sharding) or shardings.NONE).sharded:
         return (f"{what}: fttui trains it on one card per process (sharding none), not sharded by {sharding}",
                 "use sharding = \"none\"")
     return None
