@@ -190,6 +190,23 @@ def test_fsdp_offload_is_refused_on_cpu():
     preflight(load_profile("tiny-full", ["sharding=fsdp", "devices.gpus=0"]), (0, "no NVIDIA driver"))
 
 
+def test_a_refusal_names_set_when_the_key_came_from_set_and_the_file_otherwise(tmp_path):
+    """The line names where the refused value was written: ``--set`` for an override (a table's
+    entry included), the profile's file for its own value."""
+    with pytest.raises(ProfileError) as ei:
+        preflight(load_profile("tiny-full", ["sharding=fsdp-offload"]), (0, "no NVIDIA driver"))
+    assert (ei.value.file, ei.value.key) == ("--set", "sharding")
+    assert str(ei.value).startswith("--set: sharding: ")
+    toml = tmp_path / "mine.toml"
+    toml.write_text('extends = "tiny-full"\nsharding = "fsdp-offload"\n')
+    with pytest.raises(ProfileError) as ei:
+        preflight(load_profile(str(toml), ["train.batch_size=2"]), (0, "no NVIDIA driver"))
+    assert (ei.value.file, ei.value.key) == (str(toml), "sharding")
+    prof = load_profile("tiny-lora", ["lora.target_modules=all-linear", "train.seed=3"])
+    assert prof.origin_of("lora.target_modules") == prof.origin_of("train.seed") == "--set"
+    assert prof.origin_of("train.batch_size") == prof.source and prof.source.endswith("tiny-lora.toml")
+
+
 def test_sharding_label_says_what_goes_where():
     assert sharding_label(load_profile("tiny-full-zero3")) == (
         "zero3-offload (DeepSpeed ZeRO-3; optimizer states, parameters on the host)")

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Self
 
 from fttui.core.base import shardings
 from fttui.core.profiles.frozen import Readable, check_keys, freeze, names, thaw
-from fttui.core.profiles.schema import SCHEMA, TOP
+from fttui.core.profiles.schema import OVERRIDE, SCHEMA, TOP
 
 
 class _Section(Readable):
@@ -267,6 +267,13 @@ class Profile(Readable):
         top = parts.pop(TOP, {})
         return dataclasses.replace(self, **top, **{s: dataclasses.replace(getattr(self, s), **v)
                                                    for s, v in parts.items()})
+
+    def origin_of(self, key: str) -> str:
+        """Where a setting's value came from, as an error names it: ``--set`` when an override set
+        it (or one entry of its table), else the profile's file."""
+        if any(o.split("=", 1)[0] == key or o.startswith(key + ".") for o in self.overrides):
+            return OVERRIDE
+        return self.source or self.name or "profile"
 
     def world_size(self) -> int:
         """Processes on all nodes."""

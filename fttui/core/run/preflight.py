@@ -40,8 +40,19 @@ def visible_gpu_count() -> tuple[int, str | None]:
 
 
 def preflight(profile: Profile | dict, gpu_count: tuple[int, str | None] | None = None) -> None:
+    """Every check below names the profile's file; a key that ``--set`` gave is named as such."""
     prof = as_profile(profile)
     src = prof.source or prof.name or "profile"
+    try:
+        _preflight(prof, src, gpu_count)
+    except ProfileError as e:
+        origin = prof.origin_of(e.key) if e.key and e.file == src else src
+        if origin == src:
+            raise
+        raise ProfileError(origin, e.key, e.message, e.hint) from None
+
+
+def _preflight(prof: Profile, src: str, gpu_count: tuple[int, str | None] | None) -> None:
     if prof.method not in RUNNABLE_METHODS:
         raise ProfileError(src, "method", f"method {prof.method!r} is not supported yet",
                            f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
