@@ -1,4 +1,8 @@
-"""Faults users meet on long runs: each leaves a correct record and no process behind."""
+"""Faults users meet on long runs: each leaves a correct record and no process behind.
+
+Where faults do not end a run they share one (a training process costs ~8 CPU-s): the stall is
+flagged and resumed on the run that is then killed by a signal; the two runs that finish
+together are the run whose events are corrupted and the run labelled with a secret."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -20,19 +25,23 @@ import pytest
 from fttui.core.run.events import read_jsonl
 from fttui.core.results.store import Store
 from tests.conftest import ROOT, fttui_env, run_fttui
+from tests.e2e.shared_runs import home_env, shared_home
 from tests.helpers import processes_mentioning, processes_with_env, wait_for
 
 pytestmark = pytest.mark.e2e
+#: the tests of one shared fixture share an xdist group (built once, not once per worker)
+PAIR = pytest.mark.xdist_group("faults-pair")
+STALL_THEN_SIGNAL = pytest.mark.xdist_group("faults-stall-signal")
+SECRET = "hf_" + "Q" * 34
 
 
-def _detach(*sets: str, env: dict | None = None) -> "Path":
+def _detach(*sets: str, env: dict | None = None) -> Path:
     args = ["run", "--profile", "tiny-lora", "--detach"]
     for s in sets:
         args += ["--set", s]
     proc = run_fttui(*args, env=env, check=True)
-    from fttui.core.base import paths
-
-    return paths.runs_dir() / proc.stdout.strip().splitlines()[-1]
+    home = (env or os.environ)["FTTUI_HOME"]
+    return Path(home) / "runs" / proc.stdout.strip().splitlines()[-1]
 
 
 def _steps(run_dir) -> int:
@@ -52,15 +61,68 @@ def _status(run_dir) -> dict:
     return json.loads((run_dir / "status.json").read_text())
 
 
+def _store(run_dir) -> Store:
+    return Store(run_dir.parents[1] / "results.sqlite")  # the store of the run's home
+
+
 def _row(run_dir) -> dict:
-    with Store() as s:
+    with _store(run_dir) as s:
         return s.get(run_dir.name)
 
 
-def test_training_killed_by_signal_is_failed_with_the_signal(fttui_home):
-    run_dir = _detach("max_steps=100000")
-    wait_for(lambda: _steps(run_dir) > 0, what="a step")
-    _worker(run_dir).send_signal(signal.SIGTERM)
+def _has_event(run_dir, name: str) -> bool:
+    return any(e.get("event") == name for e in read_jsonl(run_dir / "events.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def stalled_then_killed(tmp_path_factory):
+    """One headless tiny-lora run (stall timeout 1.5 s): its training process paused until the run
+    is flagged stalled, resumed until it is flagged resumed, then killed with SIGTERM."""
+    with shared_home(tmp_path_factory, "faults-stall") as home:
+        env = home_env(home, FTTUI_STALL_TIMEOUT="1.5")
+        cli = subprocess.Popen([sys.executable, "-m", "fttui", "run", "--profile", "tiny-lora", "--headless",
+                                "--set", "max_steps=100000"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            runs = home / "runs"
+            run_dir = wait_for(lambda: next(iter(runs.glob("*")), None) if runs.exists() else None,
+                               what="the run dir")
+            wait_for(lambda: _steps(run_dir) > 0, what="a step")
+            w = _worker(run_dir)
+            w.suspend()  # alive, but no progress
+            wait_for(lambda: _has_event(run_dir, "stalled"), timeout=30, what="the stalled event")
+            w.resume()
+            wait_for(lambda: _has_event(run_dir, "resumed"), timeout=30, what="the resumed event")
+            w.send_signal(signal.SIGTERM)
+            out, _ = cli.communicate(timeout=120)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        yield {"run_dir": run_dir, "out": out}
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two tiny-lora runs of 40 steps detached one after the other, so that they finish together:
+    ``secret``'s model label is a token (HF_TOKEN holds it too), ``corrupt``'s events get garbage,
+    invalid UTF-8 and a partial line appended while it trains."""
+    with shared_home(tmp_path_factory, "faults-pair") as home:
+        env = home_env(home)
+        # The worker prints the model's label into the log: make it the secret.
+        secret = _detach("max_steps=40", f'model.name_or_path="{SECRET}"', env=home_env(home, HF_TOKEN=SECRET))
+        corrupt = _detach("max_steps=40", env=env)
+        wait_for(lambda: _steps(corrupt) > 0, what="a step")
+        with open(corrupt / "events.jsonl", "ab") as f:  # garbage, invalid UTF-8 and a partial line
+            f.write(b"not json\n\xff\xfe\n{\"event\": \"step\", \"step\": ")
+            f.write(b"\n")
+        for run_dir in (secret, corrupt):
+            _status(run_dir)
+        yield {"home": home, "env": env, "secret": secret, "corrupt": corrupt}
+
+
+@STALL_THEN_SIGNAL
+def test_training_killed_by_signal_is_failed_with_the_signal(stalled_then_killed):
+    run_dir = stalled_then_killed["run_dir"]  # SIGTERM to the training process after a step
     st = _status(run_dir)
     assert st["status"] == "failed" and st["signal"] == "SIGTERM", st
     row = _row(run_dir)
@@ -80,39 +142,19 @@ def test_oom_killer_under_host_limit_is_oom_host_kill(fttui_home):
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
 
 
-def test_stalled_run_is_flagged_in_events_headless_view_and_row(fttui_home):
-    env = fttui_env(FTTUI_STALL_TIMEOUT="1.5")
-    cli = subprocess.Popen([sys.executable, "-m", "fttui", "run", "--profile", "tiny-lora", "--headless",
-                            "--set", "max_steps=100000"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        from fttui.core.base import paths
-
-        run_dir = wait_for(lambda: next(iter(paths.runs_dir().glob("*"))) if paths.runs_dir().exists() else None,
-                           what="the run dir")
-        wait_for(lambda: _steps(run_dir) > 0, what="a step")
-        w = _worker(run_dir)
-        w.suspend()  # alive, but no progress
-        wait_for(lambda: any(e.get("event") == "stalled" for e in read_jsonl(run_dir / "events.jsonl")),
-                 timeout=30, what="the stalled event")
-        w.resume()
-        wait_for(lambda: any(e.get("event") == "resumed" for e in read_jsonl(run_dir / "events.jsonl")),
-                 timeout=30, what="the resumed event")
-        run_fttui("cancel", run_dir.name, env=env, check=True)
-        out, _ = cli.communicate(timeout=60)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
+@STALL_THEN_SIGNAL
+def test_stalled_run_is_flagged_in_events_headless_view_and_row(stalled_then_killed):
+    run_dir, out = stalled_then_killed["run_dir"], stalled_then_killed["out"]  # paused, then resumed
     assert "STALLED" in out and "resumed" in out, out
     assert _row(run_dir)["stalled"] == 1
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
 
 
-def test_two_runs_finishing_together_both_rows_land(fttui_home):
-    a = _detach("max_steps=5")
-    b = _detach("max_steps=5")
+@PAIR
+def test_two_runs_finishing_together_both_rows_land(two_runs):
+    a, b = two_runs["secret"], two_runs["corrupt"]
     assert _status(a)["status"] == _status(b)["status"] == "completed"
-    with Store() as s:
+    with _store(a) as s:
         assert {r["run_id"] for r in s.rows()} == {a.name, b.name}
 
 
@@ -160,16 +202,13 @@ def test_store_killed_mid_write_reopens_without_loss(tmp_path):
         assert len(s.rows()) == 2
 
 
-def test_corrupt_and_truncated_events_do_not_break_the_record(fttui_home):
-    run_dir = _detach("max_steps=40")
-    wait_for(lambda: _steps(run_dir) > 0, what="a step")
-    with open(run_dir / "events.jsonl", "ab") as f:  # garbage, invalid UTF-8 and a partial line
-        f.write(b"not json\n\xff\xfe\n{\"event\": \"step\", \"step\": ")
-        f.write(b"\n")
+@PAIR
+def test_corrupt_and_truncated_events_do_not_break_the_record(two_runs):
+    run_dir = two_runs["corrupt"]  # garbage appended to its events after its first step
     assert _status(run_dir)["status"] == "completed"
     row = _row(run_dir)
     assert row["status"] == "completed" and row["steps"] == 40 and row["samples_per_s"] > 0
-    out = run_fttui("attach", run_dir.name, "--headless", check=True)
+    out = run_fttui("attach", run_dir.name, "--headless", env=two_runs["env"], check=True)
     assert "completed" in out.stdout
 
 
@@ -221,13 +260,11 @@ def test_app_killed_or_hung_up_mid_run_the_run_goes_on(how, fttui_home):
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
 
 
-def test_secrets_never_reach_the_run_log(fttui_home):
-    secret = "hf_" + "Q" * 34
-    env = fttui_env(HF_TOKEN=secret)
-    # The worker prints the model's label into the log: make it the secret.
-    run_dir = _detach("max_steps=2", f'model.name_or_path="{secret}"', env=env)
+@PAIR
+def test_secrets_never_reach_the_run_log(two_runs):
+    run_dir = two_runs["secret"]  # its model label is the secret, HF_TOKEN in its environment
     assert _status(run_dir)["status"] == "completed"
     log = (run_dir / "train.log").read_text()
-    assert re.search(r"model built \([^)]*\): \*\*\*", log) and secret not in log
+    assert re.search(r"model built \([^)]*\): \*\*\*", log) and SECRET not in log
     command = (run_dir / "command.json").read_text()
-    assert secret not in command
+    assert SECRET not in command
