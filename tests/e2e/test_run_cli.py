@@ -15,13 +15,16 @@ from fttui.core.run.events import read_jsonl
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.e2e.perf_checks import cpu_perf_is_reported
 from tests.e2e.phase_checks import tiny_phases_are_said
+from tests.e2e.shared_runs import home_env, shared_home
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 
 pytestmark = pytest.mark.e2e
+#: the tests of the run whose command is killed share an xdist group (one run, built once)
+CLI_KILLED = pytest.mark.xdist_group("run-cli-killed")
 
 
-def _results(home) -> list[dict]:
-    out = run_fttui("results", "--format", "json", check=True)
+def _results(env: dict | None = None) -> list[dict]:
+    out = run_fttui("results", "--format", "json", env=env, check=True)
     return json.loads(out.stdout)
 
 
@@ -39,7 +42,7 @@ def test_headless_run_writes_a_row(profile, fttui_home):
     proc = run_fttui("run", "--profile", profile, "--headless")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "COMPLETED" in proc.stdout
-    rows = _results(fttui_home)
+    rows = _results()
     assert len(rows) == 1
     row = rows[0]
     assert row["status"] == "completed"
@@ -107,19 +110,37 @@ def _first_step(home):
     return None
 
 
-def test_cli_killed_row_still_written(fttui_home):
-    cli = _start_cli("run", "--profile", "tiny-lora", "--headless", "--set", "max_steps=60")
-    try:
-        run_dir = wait_for(lambda: _first_step(fttui_home), timeout=120, what="the first step")
-        cli.send_signal(signal.SIGKILL)
-        cli.wait(timeout=10)
-        wait_for(lambda: (run_dir / "status.json").exists(), timeout=180, what="status.json")
-    finally:
-        if cli.poll() is None:
-            cli.kill()
+@pytest.fixture(scope="module")
+def killed_cli_long_run(tmp_path_factory):
+    """`fttui run --headless` of tiny-lora at data.max_seq_len 1024 (past the tiny Llama's 512
+    positions; 16 samples of batch 2, 30 steps), its command SIGKILLed after the first step: the run
+    goes on to its end. Its stderr is kept in a file (what the command said before launch)."""
+    with shared_home(tmp_path_factory, "cli-killed") as home:
+        env = home_env(home)
+        err_path = home.parent / "stderr.txt"
+        with open(err_path, "w") as err:
+            cli = subprocess.Popen(
+                [sys.executable, "-m", "fttui", "run", "--profile", "tiny-lora", "--headless", "--set",
+                 "data.max_seq_len=1024", "--set", "data.num_samples=16", "--set", "batch_size=2",
+                 "--set", "max_steps=30"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            run_dir = wait_for(lambda: _first_step(home), timeout=120, what="the first step")
+            cli.send_signal(signal.SIGKILL)
+            cli.wait(timeout=10)
+            wait_for(lambda: (run_dir / "status.json").exists(), timeout=180, what="status.json")
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        yield {"home": home, "env": env, "run_dir": run_dir, "stderr": err_path.read_text()}
+
+
+@CLI_KILLED
+def test_cli_killed_row_still_written(killed_cli_long_run):
+    run_dir = killed_cli_long_run["run_dir"]  # the command SIGKILLed after the first of 30 steps
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed"
-    rows = _results(fttui_home)
+    rows = _results(killed_cli_long_run["env"])
     assert [r["run_id"] for r in rows] == [run_dir.name]
     assert not processes_mentioning(str(run_dir))
 
@@ -135,7 +156,7 @@ def test_cancel_leaves_no_process(fttui_home):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "cancelled"
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
-    rows = _results(fttui_home)
+    rows = _results()
     assert rows[0]["status"] == "cancelled"
 
 
@@ -153,17 +174,18 @@ def test_ctrl_c_cancels_the_run(fttui_home):
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
 
 
-def test_max_seq_len_past_the_model_positions_is_said_before_launch(fttui_home):
+@CLI_KILLED
+def test_max_seq_len_past_the_model_positions_is_said_before_launch(killed_cli_long_run):
     """Issue 27.7: a rotary model past its max_position_embeddings is launched with a warning on
-    stderr first; a learned position table is refused in one line, exit 2, nothing written."""
-    long = run_fttui("run", "--profile", "tiny-lora", "--headless", "--set", "data.max_seq_len=1024",
-                     "--set", "max_steps=1", "--set", "data.num_samples=16", "--set", "batch_size=2")
-    assert long.returncode == 0, long.stdout + long.stderr
-    first = long.stderr.strip().splitlines()[0]
+    stderr first; a learned position table is refused in one line, exit 2, nothing written.
+    The launched run is the one whose command is killed (it completes on its own)."""
+    env, home = killed_cli_long_run["env"], killed_cli_long_run["home"]
+    first = killed_cli_long_run["stderr"].strip().splitlines()[0]
     assert first.startswith("fttui: warning: data.max_seq_len 1024 is above the model's max_position_embeddings 512")
-    assert _results(fttui_home)[0]["max_seq_len"] == 1024
+    (row,) = _results(env)
+    assert row["max_seq_len"] == 1024 and row["status"] == "completed"
     gpt2 = run_fttui("run", "--profile", "tiny-lora", "--headless", "--set", "model.arch=gpt2",
-                     "--set", "model.arch_config.n_positions=64", "--set", "data.max_seq_len=128")
+                     "--set", "model.arch_config.n_positions=64", "--set", "data.max_seq_len=128", env=env)
     assert gpt2.returncode == 2 and len(gpt2.stderr.strip().splitlines()) == 1, gpt2.stderr
     assert "learns a table of absolute positions" in gpt2.stderr and "at most 64" in gpt2.stderr
-    assert len(list((fttui_home / "runs").iterdir())) == 1  # only the first run's
+    assert len(list((home / "runs").iterdir())) == 1  # only the launched run's
