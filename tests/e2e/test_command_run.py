@@ -3,8 +3,10 @@
 Real commands on tiny CPU models: a plain Trainer script whose Trainer gets fttui's callback
 without a line of its own (the sitecustomize hook), the same script with the one-line callback,
 its printed log only, a script that only prints Trainer-style lines, an OOM under the host memory
-limit, cancel, bad input, a profile holding the command, and two torchrun ranks. Every figure of
-the row is compared with what the script's own Trainer says (its state written to a file).
+limit, cancel (of the printing script, with a child), bad input, a profile holding the command, and
+two torchrun ranks (with the one-line callback and the injection both on: one run for the torchrun
+test and the report-once test). Every figure of the row is compared with what the script's own
+Trainer says (its state written to a file).
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ import pytest
 from fttui.core.run.events import read_jsonl
 from fttui.core.run.rundir import group_alive
 from tests.conftest import ROOT, fttui_env, run_fttui
+from tests.e2e.shared_runs import home_env, shared_home
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 
 pytestmark = pytest.mark.e2e
+#: the tests of the torchrun run share an xdist group (one run, built once)
+TORCHRUN = pytest.mark.xdist_group("command-torchrun")
 
 SCRIPTS = Path(__file__).resolve().parent / "command_scripts"
 BATCH, ACCUM = 2, 2  # trainer_script.py's per-device batch and accumulation
@@ -34,8 +39,8 @@ def _run(tmp_path, *args, env=None, timeout=240):
     return run_fttui("run", "--headless", *args, cwd=cwd, env=env or fttui_env(), timeout=timeout)
 
 
-def _row(home) -> dict:
-    rows = json.loads(run_fttui("results", "--format", "json", check=True).stdout)
+def _row(home, env: dict | None = None) -> dict:
+    rows = json.loads(run_fttui("results", "--format", "json", env=env, check=True).stdout)
     assert len(rows) == 1, rows
     return rows[0]
 
@@ -98,12 +103,6 @@ def test_one_line_callback_without_injection(tmp_path, fttui_home):
     assert "PYTHONPATH" not in json.loads((run_dir / "command.json").read_text())["env"]
 
 
-def test_callback_line_and_injection_report_once(tmp_path, fttui_home):
-    _proc, state, row, run_dir = _trainer_run(tmp_path, fttui_home, steps=5, WITH_CALLBACK="1")
-    _check_trainer_row(row, state, run_dir, "injected")
-    assert [e["step"] for e in _events(run_dir, "step")] == list(range(1, 6))
-
-
 def test_trainer_log_lines_only(tmp_path, fttui_home):
     """Injection off, no callback: the steps and losses come from the printed bar and dicts."""
     _proc, state, row, run_dir = _trainer_run(tmp_path, fttui_home, steps=9, FTTUI_INJECT="0")
@@ -160,13 +159,15 @@ def test_out_of_host_memory_is_an_oom_row(tmp_path, fttui_home, inject):
 
 
 def test_cancel_leaves_no_process(tmp_path, fttui_home):
+    """A command that prints Trainer lines and has a child process of its own, cancelled after its
+    first step: no process of it is left. (The script imports no torch: the cancel ends the
+    command's processes whatever they run, and a Trainer process costs ~8 CPU-s to start.)"""
     token = f"fttui-cancel-{secrets.token_hex(4)}"
     work = tmp_path / "work"
     work.mkdir()
-    env = fttui_env(STEPS="100000", CHILD_TOKEN=token, STATE_FILE=str(tmp_path / "state.json"),
-                    OUT_DIR=str(tmp_path / "out"))
+    env = fttui_env(STEPS="100000", CHILD_TOKEN=token, STATE_FILE=str(tmp_path / "state.json"))
     proc = subprocess.Popen([sys.executable, "-m", "fttui", "run", "--detach", "--", sys.executable,
-                             str(SCRIPTS / "trainer_script.py")], cwd=work, env=env, stdout=subprocess.PIPE,
+                             str(SCRIPTS / "log_lines_script.py")], cwd=work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -219,17 +220,25 @@ def test_profile_holding_a_command(tmp_path, fttui_home):
     assert row["batch_size"] is None and row["method"] is None  # the profile's defaults are no statement
 
 
+@pytest.fixture(scope="module")
+def torchrun_run(tmp_path_factory):
+    """trainer_script.py under torchrun, two CPU ranks, 6 steps, with its one-line callback and
+    the injection both on (each step must still be reported once)."""
+    with shared_home(tmp_path_factory, "command-torchrun") as home:
+        tmp = home.parent
+        state_file = tmp / "state.json"
+        env = home_env(home, STEPS="6", WITH_CALLBACK="1", STATE_FILE=str(state_file), OUT_DIR=str(tmp / "out"))
+        proc = _run(tmp, "--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                    str(SCRIPTS / "trainer_script.py"), env=env, timeout=400)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        yield {"state": json.loads(state_file.read_text()), "row": _row(home, env), "run_dir": only_run_dir(home)}
+
+
 @pytest.mark.slow
-def test_torchrun_two_cpu_ranks(tmp_path, fttui_home):
-    state_file = tmp_path / "state.json"
-    env = fttui_env(STEPS="6", STATE_FILE=str(state_file), OUT_DIR=str(tmp_path / "out"))
-    proc = _run(tmp_path, "--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                str(SCRIPTS / "trainer_script.py"), env=env, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    state = json.loads(state_file.read_text())
+@TORCHRUN
+def test_torchrun_two_cpu_ranks(torchrun_run):
+    state, row, run_dir = torchrun_run["state"], torchrun_run["row"], torchrun_run["run_dir"]
     assert state["world_size"] == 2
-    row = _row(fttui_home)
-    run_dir = only_run_dir(fttui_home)
     assert {e["rank"] for e in _events(run_dir, "step")} == {0, 1}
     assert row["world_size"] == 2 and row["steps"] == state["global_step"] == 6
     assert row["samples"] == state["global_step"] * BATCH * ACCUM * 2
@@ -237,6 +246,33 @@ def test_torchrun_two_cpu_ranks(tmp_path, fttui_home):
     assert row["samples"] == pytest.approx(m["train_samples_per_second"] * m["train_runtime"], rel=0.01)
     assert row["tokens"] == state["num_input_tokens_seen"]  # gathered over both ranks by the Trainer
     assert not processes_mentioning(str(run_dir))
+
+
+@pytest.mark.slow
+@TORCHRUN
+def test_callback_line_and_injection_report_once(torchrun_run):
+    """The script's own callback line and the injected callback in one Trainer (on the torchrun
+    run: each rank's): every step is reported once, by the injected one, and the figures are the
+    Trainer's, not twice them."""
+    state, row, run_dir = torchrun_run["state"], torchrun_run["row"], torchrun_run["run_dir"]
+    steps = _events(run_dir, "step")
+    assert {e.get("source") for e in steps} == {"injected"}
+    for rank in (0, 1):
+        assert [e["step"] for e in steps if e["rank"] == rank] == list(range(1, 7)), rank
+    assert (run_dir / "callback.json").exists() and not (run_dir / "integration.log").exists()
+    assert row["kind"] == "command" and row["status"] == "completed"
+    assert row["steps"] == row["total_steps"] == state["global_step"] == 6
+    assert row["samples"] == state["global_step"] * BATCH * ACCUM * 2
+    assert row["tokens"] == state["num_input_tokens_seen"]
+    # the losses: each rank's own, once a step; the Trainer logs their mean (logging_steps = 1)
+    logged = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert len(logged) == 6
+    by_step = {}
+    for e in steps:
+        by_step.setdefault(e["step"], []).append(e["loss"])
+    assert [sum(v) / len(v) for _, v in sorted(by_step.items())] == pytest.approx(logged, rel=1e-5)
+    # the row's: the last step's of the lowest rank (docs/architecture.md)
+    assert row["loss"] == pytest.approx([e for e in steps if e["rank"] == 0][-1]["loss"], rel=1e-5)
 
 
 @pytest.mark.parametrize("argv", [

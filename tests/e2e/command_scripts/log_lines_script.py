@@ -1,6 +1,7 @@
 """Prints what a Hugging Face Trainer prints (a tqdm bar on stderr, log dicts on stdout) without
 importing transformers or fttui: the run's steps and loss can only come from reading its output.
-Its figures (STEPS, the losses) are written to STATE_FILE for the test to compare."""
+Its figures (STEPS, the losses) are written to STATE_FILE for the test to compare. CHILD_TOKEN:
+start a sleeping child process whose command line holds it (the cancel test)."""
 import json
 import math
 import os
@@ -10,6 +11,10 @@ import time
 from tqdm import tqdm
 
 steps = int(os.environ.get("STEPS", "7"))
+if os.environ.get("CHILD_TOKEN"):
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(600)", os.environ["CHILD_TOKEN"]])
 bar = tqdm(total=steps, dynamic_ncols=True)
 losses = []
 t0 = time.time()

@@ -2,8 +2,7 @@
 
 Environment: STEPS (optimizer steps), WITH_CALLBACK=1 (the one-line fttui callback), BIG=1 (a
 model too big for a small host memory limit), STATE_FILE (where the Trainer's own figures go:
-global_step, log_history, train metrics, num_input_tokens_seen), CHILD_TOKEN (start a sleeping
-child process whose command line holds it, for the cancel test).
+global_step, log_history, train metrics, num_input_tokens_seen).
 """
 import json, os, sys
 
@@ -47,11 +46,6 @@ def collate(batch):
         ids[k, :m], mask[k, :m], labels[k, :m] = b["input_ids"], 1, b["labels"]
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
-
-if os.environ.get("CHILD_TOKEN"):
-    import subprocess
-
-    subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(600)", os.environ["CHILD_TOKEN"]])
 
 args = TrainingArguments(output_dir=os.environ.get("OUT_DIR", "out"), per_device_train_batch_size=2,
                          gradient_accumulation_steps=2, max_steps=STEPS, logging_steps=1, save_strategy="no",
