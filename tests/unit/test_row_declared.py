@@ -32,9 +32,12 @@ EDITS = {
 }
 
 # in the copy: the Trainer callback writes two steps, the row is folded from the run's events and
-# stored; no training run
+# stored; no training run. No Trainer either: transformers' TrainerCallback (a base class whose
+# hooks do nothing) is stood in for, which keeps the import of transformers, torch and peft (about
+# 6 CPU-s) out of this check of fttui's own files.
 PROBE = r"""
-import json, os, sys
+import json, os, sys, types
+sys.modules["transformers"] = types.SimpleNamespace(TrainerCallback=type("TrainerCallback", (), {}))
 from types import SimpleNamespace
 from fttui.core.results.store import Store
 from fttui.core.run.rundir import RunDir
