@@ -171,21 +171,24 @@ def test_cancelled_run_resumes_to_the_uninterrupted_run(tmp_path):
 
     home = tmp_path / "home"
     env = _env(home)
-    # long enough that the cancel lands before the end even on a loaded machine (a step is ~20 ms)
-    # (a checkpoint every 40 steps: the first comes in about a second, six in all, not 48)
-    steps = ["--set", "train.max_steps=240", "--set", "train.save=steps", "--set", "train.save_steps=40"]
+    # 80 steps, a checkpoint every 20 (4 saves)
+    steps = ["--set", "train.max_steps=80", "--set", "train.save=steps", "--set", "train.save_steps=20"]
     # the uninterrupted run
     whole = run_fttui("run", "--profile", "tiny-lora", "--headless", *SMALL, *steps, env=env, timeout=300)
     assert whole.returncode == 0, whole.stdout[-2000:] + whole.stderr[-2000:]
-    # the same run, cancelled (fttui cancel) once its first checkpoint is saved
-    proc = run_fttui("run", "--profile", "tiny-lora", "--detach", *SMALL, *steps, env=env, check=True)
+    # the same run, cancelled (fttui cancel) once its first checkpoint is saved; its data loader
+    # 0.2 s slower a batch (the worker's test hook; the batches and the weights are the same), so
+    # that the cancel lands long before its end on a loaded machine (60 steps after the first
+    # checkpoint: 12 s) without the run training at full CPU meanwhile
+    proc = run_fttui("run", "--profile", "tiny-lora", "--detach", *SMALL, *steps,
+                     env=_env(home, FTTUI_TEST_SLOW_DATA_S="0.2"), check=True)
     cut = RunDir(home / "runs" / proc.stdout.strip())
     wait_for(lambda: any(e.get("event") == "save" for e in read_jsonl(cut.events_path)), timeout=180,
              interval=0.05, what="the first checkpoint")
     assert run_fttui("cancel", cut.run_id, env=env).returncode == 0
     rows = _rows(home)
     assert rows[cut.run_id]["status"] == "cancelled"
-    assert rows[cut.run_id]["steps"] < 240, "the run ended before the cancel reached it"
+    assert rows[cut.run_id]["steps"] < 80, "the run ended before the cancel reached it"
     saved_step = rows[cut.run_id]["checkpoint"].rsplit("-", 1)[1]
     # resume it by a prefix of its id
     res = run_fttui("run", "--resume", cut.run_id[:-2], "--headless", env=env, timeout=300)
@@ -196,7 +199,7 @@ def test_cancelled_run_resumes_to_the_uninterrupted_run(tmp_path):
                                                  if r["run_id"] not in (cut.run_id, new_id))
     assert resumed["status"] == "completed" and resumed["resumed_from"] == cut.run_id
     assert resumed["resumed_step"] == int(saved_step)
-    assert resumed["steps"] == uninterrupted["steps"] == 240
+    assert resumed["steps"] == uninterrupted["steps"] == 80
     first = [e for e in read_jsonl(RunDir(home / "runs" / new_id).events_path) if e.get("event") == "step"][0]
     assert first["step"] == int(saved_step) + 1
     # the resumed run's weights are the uninterrupted run's (RNG and data order restored)
