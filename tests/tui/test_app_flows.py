@@ -58,10 +58,21 @@ async def test_pick_change_batch_launch_complete_and_result_row(fttui_home):
         await until(pilot, lambda: picker.resolved and picker.resolved["train"]["batch_size"] == 32,
                     what="batch override applied")
         assert "32 x accum 1" in _static_text(app, "#details")
+        # and the sequence length, two fields on (batch, accum, seq len): 32 tokens, a quicker run
+        for _ in range(4):
+            if getattr(app.focused, "id", None) == "ov-max_seq_len":
+                break
+            await pilot.press("tab")
+        assert app.focused.id == "ov-max_seq_len"
+        await pilot.press("3", "2")
+        await until(pilot, lambda: picker.resolved and picker.resolved["data"]["max_seq_len"] == 32,
+                    what="seq len override applied")
+        assert "max_seq_len 32" in _static_text(app, "#details")
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen")
         run = app.screen
-        await until(pilot, lambda: run.final is not None, timeout=60, what="run end", step=0.25)
+        # generous: a training process takes its seconds to start on a loaded machine
+        await until(pilot, lambda: run.final is not None, timeout=180, what="run end", step=0.25)
         assert _status(app) == "COMPLETED"
         assert run.query_one("#run-summary").display
         assert "batch_size 32" in _static_text(app, "#run-summary")
@@ -88,7 +99,7 @@ async def test_cancel_with_confirmation(fttui_home):
         await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen")
         run = app.screen
         rd = run.rd
-        await until(pilot, lambda: run.snap is not None and run.snap.status == "running", timeout=40,
+        await until(pilot, lambda: run.snap is not None and run.snap.status == "running", timeout=120,
                     what="training started", step=0.25)
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirmation")

@@ -134,6 +134,11 @@ def test_tmux_pick_launch_complete_quit_result(fttui_home, fttui_bin, in_root):
         time.sleep(0.3)
         t.keys("3", "2")
         t.wait_screen("32 x accum 1", timeout=10)
+        # and the sequence length, two fields on (batch -> accum -> seq len): a quicker run
+        t.keys("Tab", "Tab")
+        time.sleep(0.3)
+        t.keys("3", "2")
+        t.wait_screen("max_seq_len 32", timeout=10)
         t.keys("Enter")
         t.wait_screen("tiny-lora", timeout=20)
         t.wait_screen("COMPLETED", timeout=90)
@@ -151,7 +156,7 @@ def test_tmux_pick_launch_complete_quit_result(fttui_home, fttui_bin, in_root):
                                 check=True).stdout)
     runs = [r for r in rows if r.get("profile") == "tiny-lora" and r.get("kind", "run") == "run"]
     assert len(runs) == 1, rows
-    assert runs[0]["status"] == "completed" and runs[0]["batch_size"] == 32
+    assert runs[0]["status"] == "completed" and runs[0]["batch_size"] == 32 and runs[0]["max_seq_len"] == 32
 
 
 def test_tmux_quit_detach_then_attach(fttui_home, fttui_bin, in_root):
