@@ -36,6 +36,15 @@ def _static_text(app, selector: str) -> str:
     return "\n".join(line[r.x:r.right] for line in lines[r.y:r.bottom])
 
 
+async def _tab_to(pilot, field: str) -> None:
+    """Tab on (keyboard only) until the field ``field`` has the focus."""
+    for _ in range(6):
+        if getattr(pilot.app.focused, "id", None) == field:
+            break
+        await pilot.press("tab")
+    assert pilot.app.focused.id == field
+
+
 @pytest.mark.e2e
 async def test_pick_change_batch_launch_complete_and_result_row(fttui_home):
     app = FttuiApp()
@@ -49,21 +58,13 @@ async def test_pick_change_batch_launch_complete_and_result_row(fttui_home):
         await pilot.press("home", *["down"] * names.index("tiny-lora"))
         await until(pilot, lambda: picker.base and picker.base["name"] == "tiny-lora", what="tiny-lora details")
         # keyboard only: tab to the batch field, type over it
-        for _ in range(6):
-            if getattr(app.focused, "id", None) == "ov-batch_size":
-                break
-            await pilot.press("tab")
-        assert app.focused.id == "ov-batch_size"
+        await _tab_to(pilot, "ov-batch_size")
         await pilot.press("3", "2")
         await until(pilot, lambda: picker.resolved and picker.resolved["train"]["batch_size"] == 32,
                     what="batch override applied")
         assert "32 x accum 1" in _static_text(app, "#details")
         # and the sequence length, two fields on (batch, accum, seq len): 32 tokens, a quicker run
-        for _ in range(4):
-            if getattr(app.focused, "id", None) == "ov-max_seq_len":
-                break
-            await pilot.press("tab")
-        assert app.focused.id == "ov-max_seq_len"
+        await _tab_to(pilot, "ov-max_seq_len")
         await pilot.press("3", "2")
         await until(pilot, lambda: picker.resolved and picker.resolved["data"]["max_seq_len"] == 32,
                     what="seq len override applied")
