@@ -17,14 +17,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from fttui.core.run.events import read_jsonl
 from fttui.core.experiments.probe import MAX_LOADS, SEQ_EXTRA_LOADS, Prober
-from fttui.core.profiles import load_profile
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import only_run_dir, processes_mentioning, wait_for
 
@@ -109,49 +107,10 @@ def check_cli_result(res: dict) -> None:
     assert max(clean_fit) == res["largest_fit"] < res["smallest_oom"] == min(clean_oom)
 
 
-def scan(resolved, lf: int, so: int) -> dict[int, str]:
-    """Fresh processes around a probe's answer, one model load and one trial each.
-
-    A one-by-one scan of a whole range in fresh processes would cost a model load per value; the
-    scan covers one value beyond each end of the answer instead (largest_fit-1 and smallest_oom+1:
-    the ends themselves jitter between fresh processes, agrees), two processes at once."""
-    values = [v for v in (lf - 1, so + 1) if v >= 1]
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        return dict(zip(values, ex.map(lambda v: fresh_trial(resolved, v), values)))
-
-
-def probe_and_scan(home: Path, profile: str, limit: str, rng: str, cwd: Path = ROOT) -> tuple[int, int, dict]:
-    """`fttui probe --json` of ``profile``'s batch size over ``rng`` under ``limit``, its answer
-    checked (exact, every trial a store row of kind probe), then :func:`scan` around it."""
-    proc = run_fttui("probe", "--profile", profile, "--param", "batch_size", "--range", rng,
-                     "--steps", "1", "--host-memory-limit", limit, "--json", cwd=cwd)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
-    assert res["param"] == "batch_size"
-    lf, so = res["largest_fit"], res["smallest_oom"]
-    assert lf is not None and so == lf + 1 and res["exact"] is True, f"the boundary should land inside {rng}: {res}"
-    assert res["model_loads"] <= MAX_LOADS  # see fttui/core/experiments/probe.py
-    check_cli_result(res)
-    # Every trial is a row of kind probe in the store.
-    rows = [r for r in _results("--kind", "probe") if r["group_id"] == res["probe_id"]]
-    assert len(rows) == len(res["trials"]) and {r["kind"] for r in rows} == {"probe"}
-    assert Counter((r["batch_size"], r["status"]) for r in rows) == \
-        Counter((t["value"], t["status"]) for t in res["trials"])
-    _no_process_left(home)
-    seen = scan(load_profile(profile if cwd == ROOT else cwd / "profiles" / f"{profile}.toml",
-                             [f"limits.host_memory={json.dumps(limit)}"]), lf, so)
-    _no_process_left(home)
-    return lf, so, seen
-
-
-def agrees(lf: int, so: int, seen: dict) -> bool:
-    # Under an address-space budget the boundary itself jitters between fresh processes
-    # (docs/bench-probe.md): one step away from it, the answer must hold.
-    return all(seen[v] == "fit" for v in seen if v < lf) and all(seen[v] == "oom" for v in seen if v > so)
-
-
 # The batch-size probe against fresh processes is tests/tui/test_probe_screen.py's: the probe the
-# screen runs live is the one the fresh-process scan checks (one probe for both, not two).
+# screen runs live (with the data toggle, tests/e2e/test_probe_data.py's data set) is the one whose
+# ends fresh runs check (one probe for both, not two). A probe whose range all fits: the CLI test of
+# `probe --data` (tests/e2e/test_probe_data.py).
 
 
 def test_probe_max_seq_len(fttui_home):
@@ -170,19 +129,6 @@ def test_probe_max_seq_len(fttui_home):
     assert _results("--kind", "run") == []
     assert sorted(r["max_seq_len"] for r in rows) == sorted(t["value"] for t in res["trials"])
     assert {r["batch_size"] for r in rows} == {8}  # the profile's batch size stays
-    _no_process_left(fttui_home)
-
-
-def test_probe_everything_fits(fttui_home):
-    proc = run_fttui("probe", "--profile", "tiny-lora", "--param", "max_seq_len", "--range", "16..64",
-                     "--steps", "1", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
-    assert res["largest_fit"] == 64 and res["smallest_oom"] is None and res["exact"] is True
-    assert res["model_loads"] == 2  # the climb, then the top value checked in a fresh process
-    assert [t["value"] for t in res["trials"]] == [16, 32, 64, 64]
-    assert [t["fresh"] for t in res["trials"]] == [True, False, False, True]
-    assert "fits" in res["note"]
     _no_process_left(fttui_home)
 
 

@@ -1,6 +1,6 @@
 """The probe screen: `p` on a profile, trials live, the boundary highlighted and checked against
-fresh processes, a full run at the found value one key away; leaving a running probe leaves no
-process."""
+fresh processes, a full run at the found value one key away (with the data toggle: the probe of
+issue 24's data set with a long tail); leaving a running probe leaves no process."""
 
 from __future__ import annotations
 
@@ -9,19 +9,21 @@ import dataclasses
 import json
 import time
 from collections import Counter
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from textual.widgets import DataTable, Input, OptionList
+from textual.widgets import Button, Checkbox, DataTable, Input, OptionList
 
 from fttui.core.base import paths
 from fttui.core.experiments.probe import MAX_LOADS
+from fttui.core.profiles import load_profile
 from fttui.monitor import FakeGpuSampler
 from fttui.tui.app import FttuiApp
 from fttui.tui.picker import PickerScreen
 from fttui.tui.probe_screen import ProbeScreen
 from fttui.tui.run_screen import RunScreen
-from tests.e2e.test_oom_probe import _results, agrees, probe_and_scan, scan
+from tests.e2e.test_oom_probe import PROBE_LIMIT, _results, fresh_trial
+from tests.e2e.test_probe_data import _run, _tail_profile
 from tests.helpers import processes_mentioning, wait_for
 from tests.tui.conftest import until
 from tests.tui.fixtures import FAKE_GPUS, fixture_profiles, probe_result
@@ -29,9 +31,7 @@ from tests.tui.textdump import screen_text
 
 pytestmark = pytest.mark.anyio
 
-# A probe that closes quickly on two CPU cores: long samples (512 tokens) under a small
-# host-memory budget put the boundary at a batch of a few samples (seen: 5 fits, 6 fails, 4 model
-# loads, ~7.6 MiB of headroom per sample: one value beyond each end is far from the jitter).
+# Long samples (512 tokens) for the probes the tests below stop before they end.
 PROBE_PROFILE = """# fttui run --profile probe-lora
 description = "tiny-lora with long samples and two steps (probe screen tests)"
 extends = "tiny-lora"
@@ -43,8 +43,6 @@ num_samples = 16
 [train]
 max_steps = 2
 """
-HOST_LIMIT = "60MiB"
-
 
 def _text(app, selector: str) -> str:
     w = app.screen.query_one(selector)
@@ -80,73 +78,97 @@ async def _fill(pilot, scr: ProbeScreen, **fields: str) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path, monkeypatch):
-    _probe_profiles(tmp_path, monkeypatch)
+    """`p` on a profile, the probe with the form's data toggle: trials live, the boundary
+    highlighted and checked against fresh processes, a full run at the found value one key away.
+
+    One probe for two claims: the screen's, and issue 24's "your data, worst batch first" on a
+    data set with a long tail (tests/e2e/test_probe_data.py makes it; its CLI test checks `fttui
+    probe --data`'s output): the data's largest fit is larger than the synthetic probe's (a fresh
+    synthetic trial there runs out of memory), the run at it with the longest samples first (the
+    one key: enter) completes, and a run one above runs out of memory in its first step. Those
+    two runs are the fresh processes at both ends of the boundary (before: a synthetic probe here,
+    then a fresh process one value beyond each end and a run, beside the CLI's data probe)."""
+    work = _tail_profile(tmp_path, monkeypatch)
     app = FttuiApp()
-    async with app.run_test(size=(100, 32)) as pilot:
-        scr = await _open_probe(pilot, app, "probe-lora")
+    async with app.run_test(size=(120, 40)) as pilot:
+        scr = await _open_probe(pilot, app, "tail-lora")
         assert scr.resolved["data"]["max_seq_len"] == 512
-        assert scr.state == "idle" and "PROBE probe-lora" in _text(app, "#probe-status")
-        await _fill(pilot, scr, lo="1", hi="64", steps="1", host=HOST_LIMIT)
+        assert scr.state == "idle" and "PROBE tail-lora" in _text(app, "#probe-status")
+        scr.query_one("#pr-data", Checkbox).value = True
+        await _fill(pilot, scr, lo="1", hi="64", steps="1", host=PROBE_LIMIT)
+        scr.query_one("#pr-start", Button).focus()
         t0 = time.monotonic()
         await pilot.press("s")  # focus is on the start button: s starts
         await until(pilot, lambda: scr.state == "running", what="probe running")
         assert "RUNNING" in _text(app, "#probe-status")
+        assert scr.prober.data and not scr.prober.launched
         # trials show up while the probe runs, one row each
-        await until(pilot, lambda: scr.trials, timeout=120, what="first trial", step=0.25)
+        await until(pilot, lambda: scr.trials, timeout=300, what="first trial", step=0.25)
         table = scr.query_one("#trials", DataTable)
         if scr.state == "running":
             assert table.row_count >= 1
             assert "fit" in _text(app, "#trials") or "OOM" in _text(app, "#trials")
-        await until(pilot, lambda: scr.state != "running", timeout=240, what="probe end", step=0.25)
+        await until(pilot, lambda: scr.state != "running", timeout=900, what="probe end", step=0.25)
         elapsed = time.monotonic() - t0
         assert scr.state == "done", scr.status_text()
         res = scr.result
         assert res.exact and res.largest_fit is not None and res.smallest_oom == res.largest_fit + 1, res
+        lf = res.largest_fit
         assert table.row_count == len(res.trials)
         # the boundary is highlighted: its own panel, and a marker on the two clean rows
         boundary = await until(pilot, lambda: "largest" in _text(app, "#probe-boundary")
                                and _text(app, "#probe-boundary"), what="boundary shown")
-        assert f"largest batch_size that fits:  {res.largest_fit}" in boundary
+        assert f"largest batch_size that fits:  {lf}" in boundary
         assert f"smallest that fails: {res.smallest_oom}" in boundary
-        assert f"enter: full run at batch_size={res.largest_fit}" in boundary
-        assert f"host {HOST_LIMIT}" in boundary  # the run keeps the probe's budget, and says so
+        assert f"enter: full run at batch_size={lf}, longest samples first" in boundary
+        assert f"host {PROBE_LIMIT}" in boundary  # the run keeps the probe's budget, and says so
+        assert "longest 233 tokens" in boundary  # which samples it used
         assert scr.query_one("#probe-boundary").has_class("-exact")
         marked = [str(table.get_row_at(i)[1]) for i in range(table.row_count) if str(table.get_row_at(i)[0])]
-        assert sorted(marked) == [str(res.largest_fit), str(res.smallest_oom)]
+        assert sorted(marked) == [str(lf), str(res.smallest_oom)]
         assert "DONE" in _text(app, "#probe-status")
-        # no process left, the trials are stored: one row of kind probe each
+        # every trial fed the data's longest sample (233 tokens, not max_seq_len's 512)
+        assert res.samples == "data" and "longest 233 tokens" in res.samples_note, res.samples_note
+        assert {t.longest_seq for t in res.trials} == {233}
+        # no process left, the trials are stored: one row of kind probe each, saying the samples
         assert not processes_mentioning(res.probe_id)
         rows = [r for r in _results("--kind", "probe") if r["group_id"] == res.probe_id]
         assert Counter((r["batch_size"], r["status"]) for r in rows) == Counter((t.value, t.status) for t in res.trials)
+        assert {r["longest_seq"] for r in rows} == {233} and all(r["dataset"].endswith("(longest samples)") for r in rows)
         assert res.model_loads <= MAX_LOADS
         for t in res.trials:
             assert t.peak_gpu_mem_mb == [] and t.peak_host_rss_mb and t.peak_host_rss_mb > 0  # no GPU here
             if t.status == "oom":
                 assert t.oom_kind == "cpu"
-        # the probe's boundary is the one fresh processes see, one trial each, one value beyond each
-        # end (tests/e2e/test_oom_probe.py: scan). On a loaded machine a single process now and then
-        # lands a few MB off its usual footprint (seen in CI: a probe saw batch 4 fail once where
-        # fresh processes fit up to 6): on disagreement the same probe runs once more, from the
-        # CLI, with its scan, and one agreement of a probe and its scan is required.
-        seen = await asyncio.to_thread(scan, scr.probe_resolved, res.largest_fit, res.smallest_oom)
-        attempts = [(res.largest_fit, res.smallest_oom, seen)]
-        if not agrees(*attempts[0]):
-            attempts.append(await asyncio.to_thread(probe_and_scan, fttui_home, "probe-lora", HOST_LIMIT, "1..64",
-                                                    cwd=Path.cwd()))
-            assert agrees(*attempts[1]), f"probe and fresh scan disagree twice: {attempts}"
-        # one key: a full run of the profile at the value found
+        # fresh processes beside the run below, two at a time: the synthetic trial at lf (every
+        # sample 512 tokens: the synthetic probe's answer is smaller), a run at lf + 1 (it runs out
+        # of memory in its first step: the longest samples come first)
+        synthetic = load_profile("tail-lora", [f"limits.host_memory={json.dumps(PROBE_LIMIT)}"])
+        ex = ThreadPoolExecutor(max_workers=2)
+        synth, above = ex.submit(fresh_trial, synthetic, lf), ex.submit(_run, work, lf + 1)
+        # one key: a full run of the profile at the value found, the longest samples first
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen")
         run = app.screen
         prof = json.loads((run.rd.path / "profile.json").read_text())
-        assert prof["name"] == "probe-lora"
-        assert prof["train"]["batch_size"] == res.largest_fit
-        assert prof["limits"]["host_memory"] == HOST_LIMIT  # same budget: the answer holds for the run
-        await until(pilot, lambda: run.final is not None, timeout=180, what="run end", step=0.25)
+        assert prof["name"] == "tail-lora"
+        assert prof["train"]["batch_size"] == lf and prof["train"]["longest_first"] is True
+        assert prof["limits"]["host_memory"] == PROBE_LIMIT  # same budget: the answer holds for the run
+        await until(pilot, lambda: run.final is not None, timeout=600, what="run end", step=0.25)
         assert run.final["status"] == "completed", run.final
         await pilot.press("escape")  # back on the probe screen, the result still there
         await until(pilot, lambda: app.screen is scr, what="probe screen again")
+        synth, above = await asyncio.to_thread(synth.result), await asyncio.to_thread(above.result)
+        ex.shutdown()
+    assert synth == "oom", "the synthetic probe's largest fit should be below the data's"
+    assert above.returncode == 3, above.stdout + above.stderr
+    runs = {r["batch_size"]: r for r in _results("--kind", "run")}
+    assert runs[lf]["status"] == "completed" and runs[lf]["longest_seq"] == 233 and runs[lf]["steps"] == 2
+    assert runs[lf + 1]["status"] == "oom" and runs[lf + 1]["oom_kind"] == "cpu"
+    assert runs[lf + 1]["error_step"] == 0  # in its first step: the longest samples came first
     print(f"probe took {elapsed:.1f}s: {len(res.trials)} trials, {res.model_loads} loads")
 
 
