@@ -1,19 +1,22 @@
 """The probe screen with a profile of two CPU ranks: every trial a fresh launch of both ranks
 (fttui.core.experiments.launched), shown like any probe's trials; leaving the screen mid-trial
-leaves no rank behind."""
+leaves no rank behind (one probe shows both)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+from textual.widgets import DataTable
 
 from fttui.core.base import paths
+from fttui.core.run.events import read_jsonl
 from fttui.tui.app import FttuiApp
 from fttui.tui.picker import PickerScreen
 from tests.helpers import processes_mentioning, wait_for
 from tests.tui.conftest import until
-from tests.tui.test_probe_screen import _fill, _open_probe, _text
+from tests.tui.test_probe_screen import _fill, _open_probe
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -34,38 +37,44 @@ def _profiles(tmp_path, monkeypatch):
     monkeypatch.chdir(work)
 
 
+def _load_dirs(probe_id: str) -> list[Path]:
+    return sorted(paths.runs_dir().glob(f"{probe_id}-load*"), key=lambda d: int(d.name.rsplit("load", 1)[1]))
+
+
+def _launch_running(probe_id: str, after: int) -> Path | None:
+    """A trial launch of the probe after its load ``after`` once both ranks run: its guard, log
+    writer, torchrun and the two ranks name its run directory."""
+    dirs = _load_dirs(probe_id)[after:]
+    return dirs[-1] if dirs and len(processes_mentioning(str(dirs[-1]))) >= 5 else None
+
+
 @pytest.mark.slow
 async def test_two_rank_probe_on_the_screen(fttui_home, tmp_path, monkeypatch):
+    """A probe of two CPU ranks on the screen: each trial a fresh launch of both ranks, shown like
+    any probe's trials (a row each, while the probe runs); leaving the screen mid-trial leaves no
+    rank behind and starts no further launch. One probe for both: escape stops its second
+    launch, after the first has shown (a finished probe's boundary panel is the same for every
+    probe: tests/tui/test_probe_screen.py)."""
     _profiles(tmp_path, monkeypatch)
     app = FttuiApp()
     async with app.run_test(size=(100, 32)) as pilot:
         scr = await _open_probe(pilot, app, "probe-ddp")
-        await _fill(pilot, scr, lo="1", hi="2", steps="1", host="")
+        await _fill(pilot, scr, lo="1", hi="1024", steps="1", host="")
         await pilot.press("s")
         await until(pilot, lambda: scr.state == "running", what="probe running")
         assert scr.prober.launched
-        await until(pilot, lambda: scr.state != "running", timeout=300, what="probe end", step=0.25)
-        assert scr.state == "done", scr.status_text()
-        res = scr.result
-        assert (res.largest_fit, res.smallest_oom, res.exact) == (2, None, True)
-        assert [(t.value, t.status, t.load, t.fresh) for t in res.trials] == [(1, "fit", 1, True), (2, "fit", 2, True)]
-        boundary = _text(app, "#probe-boundary")
-        assert "largest batch_size that fits:  2" in boundary and "2 model loads, 2 trials" in boundary
-        assert not processes_mentioning(res.probe_id)
-
-
-async def test_escape_during_launched_trial_leaves_no_rank(fttui_home, tmp_path, monkeypatch):
-    _profiles(tmp_path, monkeypatch)
-    app = FttuiApp()
-    async with app.run_test(size=(80, 24)) as pilot:
-        scr = await _open_probe(pilot, app, "probe-ddp")
-        await _fill(pilot, scr, lo="1", hi="1024", steps="2", host="")
-        await pilot.press("s")
-        await until(pilot, lambda: scr.state == "running", what="probe running")
         probe_id = scr.prober.probe_id
-        load1 = str(paths.runs_dir() / f"{probe_id}-load1")
-        # the guard, the log writer, torchrun and the two ranks
-        await until(pilot, lambda: len(processes_mentioning(load1)) >= 5, timeout=60, what="both ranks", step=0.25)
+        # the first trial: a launch of both ranks, its row shown while the probe goes on
+        await until(pilot, lambda: scr.trials, timeout=300, what="the first trial", step=0.25)
+        assert [(t.value, t.status, t.load, t.fresh, t.clean) for t in scr.trials[:1]] == [(1, "fit", 1, True, True)]
+        load1 = paths.runs_dir() / f"{probe_id}-load1"
+        assert {0, 1} <= {e.get("rank") for e in read_jsonl(load1 / "events.jsonl") if e.get("event") == "phase"}
+        table = scr.query_one("#trials", DataTable)
+        row = [str(c) for c in table.get_row_at(0)]
+        assert row[1:5] == ["1", "fit", "fresh", "1"], row
+        # the next trial is a fresh launch of both ranks again: leave the screen while it runs
+        running = await until(pilot, lambda: _launch_running(probe_id, after=1), timeout=120,
+                              what="both ranks of the next launch", step=0.25)
         t0 = time.monotonic()
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="back on the picker")
@@ -74,4 +83,6 @@ async def test_escape_during_launched_trial_leaves_no_rank(fttui_home, tmp_path,
     wait_for(lambda: not processes_mentioning(probe_id), timeout=30, what="probe processes gone")
     time.sleep(1.0)  # and no further launch starts
     assert not processes_mentioning(probe_id)
-    assert sorted(p.name for p in paths.runs_dir().iterdir()) == [f"{probe_id}-load1"]
+    loads = [d.name for d in _load_dirs(probe_id)]
+    assert sorted(loads) == sorted(p.name for p in paths.runs_dir().iterdir())  # nothing else started
+    assert loads == [f"{probe_id}-load{k}" for k in range(1, len(loads) + 1)] and loads[-1] == running.name
