@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from fttui.core.profiles import load_profile  # noqa: E402
 from fttui.worker.model import build_model  # noqa: E402
+from fttui.worker.startup import stack_imported  # noqa: E402
 
 
 class LiveStorages(TorchDispatchMode):
@@ -162,6 +163,11 @@ def main() -> int:
     out, cases_path = sys.argv[1], sys.argv[2]
     with open(cases_path, encoding="utf-8") as f:
         cases = json.load(f)
+    with stack_imported():  # as the worker: full collections (one per case) skip the libraries' objects
+        import deepspeed  # noqa: F401
+        import peft  # noqa: F401
+        import transformers  # noqa: F401
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
     dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
     results: dict[str, list[int]] = {}
