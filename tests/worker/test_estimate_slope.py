@@ -5,7 +5,7 @@ bf16 autocast) is measured at two sequence lengths by fttui.worker.memtrace.chec
 the bytes per token its live tensors grow by are compared with the growth of the estimate's
 activations. Two vocabularies: the default 512 entries (a decoder layer's backward is the
 peak) and 4,096 (the loss's backward is the peak, as on a real model: checked on the peak's
-tensors; 32,000 was the same regime at eight times the CPU). Separately, the
+tensors; 32,000 was the same regime at four times the CPU). Separately, the
 checkpoints at the peak (the layer outputs, ``add``) are read from the tracker: fp32 under
 peft's prepare_model_for_kbit_training (fp32 embeddings: an fp32 residual stream), bf16
 without it, which is the part of the slope where qlora differs from lora.
