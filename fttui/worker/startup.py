@@ -138,6 +138,21 @@ def _threads(local_world: int) -> int:
     return max(1, n // max(1, local_world))
 
 
+def _refuse(profile: Profile, kind: shardings.Sharding, use_cuda: bool) -> None:
+    """What this process cannot run, each in one line: fp16 without a card, a sharding without
+    the launcher that makes its process group, an offloading sharding on CPU ranks."""
+    if profile.train.precision == "fp16" and not use_cuda:
+        raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+    if kind.sharded and "LOCAL_RANK" not in os.environ:
+        first, *rest = kind.launchers
+        raise ConfigError(f"sharding {kind}: launch the worker with the {first} launcher (devices.launcher = "
+                          f"\"{first}\")" + "".join(f" or {r}" for r in rest) + f"; {kind.family} needs a "
+                          "process group, plain python is not supported")
+    if kind.needs_cuda and not use_cuda:
+        raise ConfigError(f"sharding {kind}: needs CUDA GPUs (on CPU ranks there is no device to offload from); "
+                          f"use sharding = \"{kind.without_offload()}\"")
+
+
 class Setup:
     """What a worker process builds once: profile, torch state, limits, model and tokenizer."""
 
@@ -188,7 +203,6 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     m, d, lim = profile.model, profile.data, profile.limits
     host_limit = parse_size(lim.host_memory)
     gpu_limit = parse_size(lim.gpu_memory)
-    precision = profile.train.precision
 
     # Fast fail on bad data, before the training stack is imported.
     su.records = None
@@ -198,23 +212,16 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     emit = state.get("emit")
     if emit is not None:  # the startup phase (fttui.core.run.phases): imports, tokenizer, model
         emit("phase", phase=LOADING_MODEL)
+    kind = profile.sharding_kind()
+    sharding = kind.name
+    if profile.devices.gpus <= 0:  # no card asked for: what cannot run is refused before torch loads
+        _refuse(profile, kind, use_cuda=False)
     with stack_imported():
         import torch
 
         torch.set_num_threads(_threads(local_world))
         su.use_cuda = use_cuda = torch.cuda.is_available() and profile.devices.gpus > 0
-        if precision == "fp16" and not use_cuda:
-            raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
-        kind = profile.sharding_kind()
-        sharding = kind.name
-        if kind.sharded and "LOCAL_RANK" not in os.environ:
-            first, *rest = kind.launchers
-            raise ConfigError(f"sharding {kind}: launch the worker with the {first} launcher (devices.launcher = "
-                              f"\"{first}\")" + "".join(f" or {r}" for r in rest) + f"; {kind.family} needs a "
-                              "process group, plain python is not supported")
-        if kind.needs_cuda and not use_cuda:
-            raise ConfigError(f"sharding {kind}: needs CUDA GPUs (on CPU ranks there is no device to offload from); "
-                              f"use sharding = \"{kind.without_offload()}\"")
+        _refuse(profile, kind, use_cuda)
         if use_cuda:
             torch.cuda.set_device(local_rank)
 
