@@ -11,6 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# One thread for torch in the pytest processes too (test modules that import torch do so while
+# collecting, before any fixture runs): its second OpenMP thread only spun waiting for a core that
+# the suite's other workers keep busy. The fixture below sets the same for every subprocess.
+os.environ["OMP_NUM_THREADS"] = "1"
+
 
 LEFT_BEHIND = """{what} left {n} process(es) behind, killed now (every process a test starts must end with it):
 {lines}"""
