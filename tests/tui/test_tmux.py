@@ -129,15 +129,13 @@ def test_tmux_pick_launch_complete_quit_result(fttui_home, fttui_bin, in_root):
         t.keys("Home", *["Down"] * idx)
         t.wait_screen("tiny-lora (bundled)", timeout=10)
         t.wait_screen("seq len", timeout=10)  # the override fields, mounted after the first frame
-        # fewer, bigger steps: tab to the batch field (list -> details -> batch), type over it
-        t.keys("Tab", "Tab")
-        time.sleep(0.3)
-        t.keys("3", "2")
+        # fewer, bigger steps: tab to the batch field (list -> details -> batch), type over it; in
+        # one burst, as a fast typist over SSH sends it (the picker's Tab is a priority binding:
+        # the digits right behind it reach the field, tests/tui/test_picker_typeahead.py)
+        t.keys("Tab", "Tab", "3", "2")
         t.wait_screen("32 x accum 1", timeout=10)
         # and the sequence length, two fields on (batch -> accum -> seq len): a quicker run
-        t.keys("Tab", "Tab")
-        time.sleep(0.3)
-        t.keys("3", "2")
+        t.keys("Tab", "Tab", "3", "2")
         t.wait_screen("max_seq_len 32", timeout=10)
         t.keys("Enter")
         t.wait_screen("tiny-lora", timeout=20)
