@@ -33,6 +33,12 @@ class FttuiApp(App[int]):
         Binding("r", "results", "Results"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("p", "probe", "Probe", show=False),
+        # Priority, on every screen: the focus moves as the app reads the Tab, so keys typed right
+        # behind it (a fast typist, a paste over SSH) go to the field it reaches. Textual's own Tab
+        # is an ordinary binding: it moves the focus only after bubbling up through the screen's
+        # queue, and on a busy machine the digits went to the list and were lost.
+        Binding("tab", "focus_next", show=False, priority=True),
+        Binding("shift+tab", "focus_previous", show=False, priority=True),
     ]
 
     def __init__(self, launch_profile: dict | None = None, attach: str | None = None,

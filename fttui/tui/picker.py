@@ -46,12 +46,6 @@ class PickerScreen(PickerActions, Screen):
         Binding("s", "plan", "Plan"),
         Binding("a", "attach", "Attach"),
         Binding("escape", "focus_list", "Profiles", show=False),
-        # Priority: the focus moves as the app reads the Tab, so keys typed right behind it (a
-        # fast typist, a paste over SSH) go to the field it reaches; an ordinary binding moves it
-        # only after the Tab has bubbled up through the screen's queue, and on a busy machine the
-        # digits went to the list and were lost.
-        Binding("tab", "app.focus_next", show=False, priority=True),
-        Binding("shift+tab", "app.focus_previous", show=False, priority=True),
     ]
 
     def __init__(self, error: str | None = None) -> None:

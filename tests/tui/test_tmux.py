@@ -130,7 +130,7 @@ def test_tmux_pick_launch_complete_quit_result(fttui_home, fttui_bin, in_root):
         t.wait_screen("tiny-lora (bundled)", timeout=10)
         t.wait_screen("seq len", timeout=10)  # the override fields, mounted after the first frame
         # fewer, bigger steps: tab to the batch field (list -> details -> batch), type over it; in
-        # one burst, as a fast typist over SSH sends it (the picker's Tab is a priority binding:
+        # one burst, as a fast typist over SSH sends it (the app's Tab is a priority binding:
         # the digits right behind it reach the field, tests/tui/test_picker_typeahead.py)
         t.keys("Tab", "Tab", "3", "2")
         t.wait_screen("32 x accum 1", timeout=10)
