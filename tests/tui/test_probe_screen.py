@@ -128,7 +128,7 @@ async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path,
         assert "longest 233 tokens" in boundary  # which samples it used
         assert scr.query_one("#probe-boundary").has_class("-exact")
         marked = [str(table.get_row_at(i)[1]) for i in range(table.row_count) if str(table.get_row_at(i)[0])]
-        assert sorted(marked) == [str(lf), str(res.smallest_oom)]
+        assert sorted(marked, key=int) == [str(lf), str(res.smallest_oom)]  # 9 before 10
         assert "DONE" in _text(app, "#probe-status")
         # every trial fed the data's longest sample (233 tokens, not max_seq_len's 512)
         assert res.samples == "data" and "longest 233 tokens" in res.samples_note, res.samples_note
