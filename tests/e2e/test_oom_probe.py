@@ -189,23 +189,15 @@ CPU2 = ["--set", "devices.gpus=0", "--set", "devices.cpu_processes=2"]
 LAUNCHED_LIMIT = "64MiB"
 
 
-def _fresh_runs(values: list[int], *extra: str) -> dict[int, dict]:
-    """The probe's trial command at each of ``values`` (batch sizes), written out here (not taken
-    from the probe's code): one step on synthetic samples, as many as the largest step needs, as
-    the cells of one `fttui sweep` (each cell the supervised launch `fttui run` starts, of all
-    ranks: tests/e2e/test_sweep.py has the sweep's tables). The row of each cell that ran, by
-    batch size (a cell above one that ran out of memory is skipped, so has none)."""
-    proc = run_fttui("sweep", "--profile", "tiny-lora", *CPU2, *extra, "--host-memory-limit", LAUNCHED_LIMIT,
-                     "--grid", "batch_size=" + ",".join(map(str, values)), "--steps", "1",
-                     "--set", "data.source=synthetic", "--set", f"num_samples={max(values) * 2}", "--json", timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = json.loads(proc.stdout)
-    assert [c["settings"] for c in res["cells"]] == [{"batch_size": v} for v in values]
-    stored = {r["run_id"]: r for r in _results("--kind", "sweep") if r["group_id"] == res["sweep_id"]}
-    assert set(stored) == {c["run_id"] for c in res["cells"] if c["run_id"]}, (res, stored)
-    for r in stored.values():
-        assert not processes_mentioning(r["run_id"])
-    return {r["batch_size"]: r for r in stored.values()}
+def _fresh_run(value: int, *extra: str) -> tuple[int, dict]:
+    """`fttui run` of the probe's trial command at batch_size=value, written out here (not taken
+    from the probe's code): one step on synthetic samples, as many as the step needs."""
+    proc = run_fttui("run", "--profile", "tiny-lora", "--headless", *CPU2, *extra, "--host-memory-limit", LAUNCHED_LIMIT,
+                     "--set", f"batch_size={value}", "--set", "max_steps=1", "--set", "data.source=synthetic",
+                     "--set", f"num_samples={value * 2}", timeout=300)
+    rows = [r for r in _results("--kind", "run") if r["batch_size"] == value]
+    assert rows, proc.stdout + proc.stderr
+    return proc.returncode, max(rows, key=lambda r: r["started_at"])
 
 
 @pytest.mark.slow
@@ -231,15 +223,10 @@ def test_sharded_probe_runs_under_deepspeed(fttui_home):
 @pytest.mark.slow
 def test_launched_fsdp_probe_matches_fresh_runs(fttui_home):
     """A 2-rank probe under FSDP (torchrun): every trial a fresh launch, real OOMs under the host
-    budget, FSDP read back from the ranks in every trial; its boundary is what fresh runs see at
-    the largest fit (completed) and one above (OOM), and the fit trial's host figure is the fresh
-    run's (both the ranks' own peaks, summed). (A DDP probe launches the same way: the sharding
-    is one more setting of the trial's profile.)
-
-    The fresh runs are the two cells of one `fttui sweep` (each cell the supervised launch of all
-    ranks that `fttui run` starts), so this is also the sweep of launched ranks: two CPU ranks
-    under FSDP, one cell that fits and one that runs out of memory on a rank, each row reading
-    back its world size and sharding (it was tests/e2e/test_sweep.py's own two launches)."""
+    budget, FSDP read back from the ranks in every trial; its boundary is what fresh `fttui run`s
+    see at the largest fit (completed) and one above (OOM), and the fit trial's host figure is the
+    fresh run's (both the ranks' own peaks, summed). (A DDP probe launches the same way: the
+    sharding is one more setting of the trial's profile.)"""
     fsdp = ["--set", "sharding=fsdp"]
     proc = run_fttui("probe", "--profile", "tiny-lora", *CPU2, *fsdp, "--range", "1..128", "--start", "12",
                      "--steps", "1", "--host-memory-limit", LAUNCHED_LIMIT, "--json", timeout=900)
@@ -278,21 +265,16 @@ def test_launched_fsdp_probe_matches_fresh_runs(fttui_home):
         assert sorted(peak) == sorted(limit) == [0, 1], evs
         assert t["headroom_mb"] == pytest.approx(min(limit[r] - peak[r] for r in peak), abs=0.11), t
 
-    # The same figure the other way: fresh runs at the boundary and one above, the two cells of a
-    # sweep (a sweep of launched ranks: one cell that fits, one that runs out of memory on a rank).
-    runs = _fresh_runs([lf, so], *fsdp)
-    want = {lf: "completed", so: "oom"}
-    again = [v for v in (lf, so) if runs.get(v, {}).get("status") != want[v]]
-    if again:
+    # The same figure the other way: fresh runs at the boundary and one above.
+    rc_fit, row_fit = _fresh_run(lf, *fsdp)
+    rc_oom, row_oom = _fresh_run(so, *fsdp)
+    if (rc_fit, rc_oom) != (0, 3):
         # a value at the margin may go either way once (docs/bench-probe.md): ask each once more
-        print(f"fresh runs again: {again}")
-        runs.update(_fresh_runs(again, *fsdp))
-    row_fit, row_oom = runs[lf], runs[so]
-    assert (row_fit["status"], row_oom["status"]) == ("completed", "oom"), (res, row_fit, row_oom)
-    assert row_fit["steps"] == 1 and row_oom["oom_kind"] == "cpu"
-    for r in (row_fit, row_oom):
-        assert r["kind"] == "sweep" and r["world_size"] == 2 and r["sharding"] == "fsdp"  # read back from the ranks
-    assert len(row_fit["peak_rank_rss_mb"]) == 2
+        rc_fit, row_fit = _fresh_run(lf, *fsdp) if rc_fit != 0 else (rc_fit, row_fit)
+        rc_oom, row_oom = _fresh_run(so, *fsdp) if rc_oom != 3 else (rc_oom, row_oom)
+    assert (rc_fit, rc_oom) == (0, 3), (res, row_fit, row_oom)
+    assert row_fit["status"] == "completed" and row_oom["status"] == "oom" and row_oom["oom_kind"] == "cpu"
+    assert row_fit["sharding"] == row_oom["sharding"] == "fsdp"
     fit_trial = next(t for t in trials if t["value"] == lf and t["status"] == "fit")
     assert row_fit["host_measure"] == "ranks" and fit_trial["host_measure"] == "ranks"
     assert abs(fit_trial["peak_host_rss_mb"] - row_fit["peak_host_rss_mb"]) <= 0.1 * row_fit["peak_host_rss_mb"]

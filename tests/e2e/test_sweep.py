@@ -1,8 +1,4 @@
-"""End to end: `fttui sweep` over a 2x2 grid with a host-memory limit that stops the big cells.
-
-A sweep of launched ranks (two CPU ranks under FSDP, one cell that fits and one that runs out of
-memory on a rank) is tests/e2e/test_oom_probe.py::test_launched_fsdp_probe_matches_fresh_runs:
-its fresh runs at the probe's answer are the cells of one sweep."""
+"""End to end: `fttui sweep` over a 2x2 grid with a host-memory limit that stops the big cells."""
 
 from __future__ import annotations
 
@@ -80,3 +76,22 @@ def test_sweep_rows_matrix_and_skipped_cells(tmp_path, fttui_home):
         row = by[(c["settings"]["batch_size"], c["settings"]["max_seq_len"])]
         assert row["run_id"] == c["run_id"] and row["batch_size"] == c["row"]["batch_size"]
         assert row["samples_per_s"] == c["row"]["samples_per_s"]
+
+
+@pytest.mark.slow
+def test_sweep_of_two_sharded_ranks(fttui_home):
+    """Each cell is a supervised `fttui run` launch of all ranks: two CPU ranks under FSDP
+    (torchrun), one cell that fits and one that runs out of memory on a rank."""
+    proc = run_fttui("sweep", "--profile", "tiny-lora", "--set", "devices.gpus=0", "--set", "devices.cpu_processes=2",
+                     "--set", "sharding=fsdp", "--grid", "batch_size=1,64", "--steps", "1",
+                     "--host-memory-limit", "128MiB", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stored = json.loads(run_fttui("results", "--kind", "sweep", "--format", "json", check=True).stdout)
+    by = {r["batch_size"]: r for r in stored}
+    assert set(by) == {1, 64}
+    assert by[1]["status"] == "completed" and by[1]["steps"] == 1
+    assert by[64]["status"] == "oom" and by[64]["oom_kind"] == "cpu"
+    for r in stored:
+        assert r["world_size"] == 2 and r["sharding"] == "fsdp"  # read back from the ranks
+        assert len(r["peak_rank_rss_mb"]) == 2 or r["status"] == "oom"
+        assert not processes_mentioning(r["run_id"])
