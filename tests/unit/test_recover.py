@@ -103,6 +103,26 @@ def test_a_reused_pid_is_not_the_supervisor(fttui_home):
     assert recover(rd) is None  # live: nothing to finish
 
 
+def test_the_supervisor_is_known_by_its_start_ticks_not_a_boot_time_that_steps(fttui_home):
+    """/proc/stat's boot time is whole seconds derived anew at each read: psutil's create_time of
+    one process can step by a second between two readers. A supervisor recorded with its start
+    ticks on this boot is matched by them; one recorded before (create_time only) within 2 s."""
+    from fttui.core.run.guard import identity
+
+    rd = _run_dir(fttui_home, end=False, exit_rc=None)
+    ct, me = psutil.Process().create_time(), identity(os.getpid())
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct - 1.0})
+    assert rd.supervisor_alive() and rd.is_live()  # the step of one second: the same process
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct - 1.0, "id": me})
+    assert rd.supervisor_alive()
+    other = {**me, "start_ticks": me["start_ticks"] - 5}  # a pid reused 50 ms after
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct, "id": other})
+    assert not rd.supervisor_alive() and not rd.is_live()
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct,
+                                                  "id": {**me, "boot_id": "another boot"}})
+    assert not rd.supervisor_alive()
+
+
 def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_home):
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)

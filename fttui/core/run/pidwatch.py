@@ -24,7 +24,7 @@ import psutil
 
 from fttui.core.base.constants import WATCHED
 from fttui.core.base.errors import FttuiError
-from fttui.core.run import rundir
+from fttui.core.run import guard, rundir
 from fttui.core.run.events import append_jsonl
 from fttui.core.run.recover import end_watch
 from fttui.core.run.sampling import take_sample
@@ -102,13 +102,13 @@ def watch(rd: rundir.RunDir) -> int:
     spec = rd.watch_spec()
     pid = int(spec.get("pid") or 0)
     me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(),
-          "create_time": psutil.Process().create_time(), "watched_pid": pid}
+          "create_time": psutil.Process().create_time(), "id": guard.identity(os.getpid()), "watched_pid": pid}
     rundir.write_json_atomic(rd.supervisor_path, me)  # no train_pgid: cancel never signals it
     t0 = time.time()
     state = RunState()
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - float(spec.get("create_time") or 0)) > 1.0:
+        if abs(proc.create_time() - float(spec.get("create_time") or 0)) >= rundir.CREATE_TIME_SLACK_S:
             raise psutil.NoSuchProcess(pid)  # the pid was reused between the check and now
     except psutil.Error:
         proc = None

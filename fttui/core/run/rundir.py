@@ -71,16 +71,29 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-def process_matches(pid: int | None, create_time: float | None) -> bool:
-    """``pid`` is alive and (when ``create_time`` is given) is the process started then."""
+#: How far two readings of one process's start time (psutil's ``create_time``) may differ: it is
+#: the boot time of ``/proc/stat``, whole seconds that the kernel derives anew at each read and
+#: that step by one now and then, plus the start in clock ticks; a run's CLI once took its live
+#: supervisor for a dead one across such a step (and reported it gone without a status).
+CREATE_TIME_SLACK_S = 2.0
+
+
+def process_matches(pid: int | None, create_time: float | None, ident: dict | None = None) -> bool:
+    """``pid`` is alive and is the process started then: its start in clock ticks on this boot
+    (``ident``, :func:`fttui.core.run.guard.identity`) where recorded, else (older run
+    directories) its ``create_time`` within :data:`CREATE_TIME_SLACK_S`."""
     if not isinstance(pid, int) or not pid_alive(pid):
         return False
+    if isinstance(ident, dict) and ident.get("start_ticks") is not None:
+        from fttui.core.run.guard import same_process
+
+        return same_process(pid, ident) is not False
     if not isinstance(create_time, (int, float)):
         return True  # written before start times were kept
     import psutil
 
     try:
-        return abs(psutil.Process(pid).create_time() - create_time) < 1.0
+        return abs(psutil.Process(pid).create_time() - create_time) < CREATE_TIME_SLACK_S
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:
@@ -262,7 +275,7 @@ class RunDir:
         """The supervisor of supervisor.json is running: its pid is alive and was started when
         the supervisor was (a pid reused by another process does not count)."""
         sup = self.supervisor()
-        return bool(sup) and process_matches(sup.get("pid"), sup.get("create_time"))
+        return bool(sup) and process_matches(sup.get("pid"), sup.get("create_time"), sup.get("id"))
 
     def training_alive(self) -> bool:
         """The training's process group (supervisor.json's ``train_pgid``) still has a process and
