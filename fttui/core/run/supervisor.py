@@ -184,9 +184,8 @@ class Supervisor:
         rd = self.rd
         argv = self.command.get("argv")
         self.cgroup, no_cgroup = cgroup.create(rd.run_id) if argv else (None, "")
-        me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(),
-              "create_time": psutil.Process().create_time(), "id": guard.identity(os.getpid()),
-              "cgroup": str(self.cgroup) if self.cgroup else None}
+        me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(), "create_time": psutil.Process().create_time(),
+              "id": guard.identity(os.getpid()), "cgroup": str(self.cgroup) if self.cgroup else None}
         reserve = guard.Reserve(rd.path)  # room for the verdict when the disk fills up
         self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path, me)
         first_event = oomretry.attempt_event(rd)  # a run started to recover from an OOM says so first
