@@ -221,7 +221,8 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
 
         torch.set_num_threads(_threads(local_world))
         su.use_cuda = use_cuda = torch.cuda.is_available() and profile.devices.gpus > 0
-        _refuse(profile, kind, use_cuda)
+        if profile.devices.gpus > 0:  # a card asked for: refused once it is known whether one is there
+            _refuse(profile, kind, use_cuda)
         if use_cuda:
             torch.cuda.set_device(local_rank)
 

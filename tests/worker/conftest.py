@@ -102,21 +102,6 @@ def read_events(run_dir: Path) -> list[dict]:
     return [e for e in events if e.get("event") != "phase"]
 
 
-@pytest.fixture(scope="module")
-def one_torch_thread():
-    """torch in this (pytest) process on one thread for the module's tests, as every training
-    process of the suite (``OMP_NUM_THREADS=1`` from tests/conftest.py reaches only processes
-    started after it; torch read the thread count here when a test module imported it at
-    collection). With two threads on a shared 2-core machine, OpenMP's workers spin-waited for a
-    busy core: the tensor-tracking tests took three times the CPU."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def tiny_profile():
     return make_profile

@@ -19,7 +19,6 @@ pytest.importorskip("bitsandbytes")
 from fttui.core.profiles import load_profile  # noqa: E402
 from fttui.worker.memtrace import SMALL_ARCH, check_slope  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/worker/conftest.py
 
 GC = ["train.precision=bf16", "train.gradient_checkpointing=true"]
 ARCH = [x for x in SMALL_ARCH if not x.startswith("max_seq_len")]

@@ -14,7 +14,6 @@ pytest.importorskip("torch")
 from fttui.core.profiles import load_profile  # noqa: E402
 from fttui.worker.memtrace import SETTINGS, SMALL_ARCH, check_estimate, measure_step  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/worker/conftest.py
 
 
 @pytest.mark.parametrize("profile,sets", SETTINGS, ids=[f"{p}:{','.join(s) or 'default'}" for p, s in SETTINGS])
