@@ -4,6 +4,10 @@ One calibrating run of a tiny profile, then for each other setting: the forecast
 (`fttui estimate --json`), then the run itself, alternated, in a fresh FTTUI_HOME.
 
     .venv/bin/python bench/forecast_cpu.py [--profile tiny-lora] [--steps 40] [--grid 8x128,4x64,16x256,32x128]
+        [--set KEY=VALUE ...]
+
+``--set``: more profile overrides for every run and forecast (``devices.gpus=1`` and a model's
+numbers for the same check on a card: bench/gpu_verify.sh's ``forecast`` step).
 
 ``--grid``: batch x max_seq_len per run, the first one calibrating. On real data (tiny-full) the
 calibrating run's batches differ in padded length, so its row's ``step_fit`` separates the fixed
@@ -35,6 +39,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="tiny-lora")
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a profile override for every run (repeatable)")
     ap.add_argument("--grid", default=GRID, help="batch x max_seq_len per run, comma-separated; the first calibrates")
     args = ap.parse_args()
     settings = [(f"train.batch_size={b}", f"data.max_seq_len={s}")
@@ -43,7 +49,7 @@ def main() -> int:
                FTTUI_NO_APP="1")
     ratios = []
     for i, setting in enumerate(settings):
-        sets = [x for kv in (*setting, f"train.max_steps={args.steps}") for x in ("--set", kv)]
+        sets = [x for kv in (*args.sets, *setting, f"train.max_steps={args.steps}") for x in ("--set", kv)]
         fc = json.loads(fttui("estimate", "--profile", args.profile, *sets, "--json", env=env))["forecast"]
         fttui("run", "--profile", args.profile, *sets, "--headless", env=env)
         row = json.loads(fttui("results", "--format", "json", "--limit", "1", env=env))
