@@ -1,6 +1,6 @@
-"""A GPTQ checkpoint trained with LoRA on a GPU, its row against the estimate (issue 22).
+"""GPTQ and AWQ checkpoints trained with LoRA on a GPU, their rows against the estimate (issue 22).
 
-    python3 bench/gptq_gpu.py OUT_DIR [--tiny] [--steps N]
+    python3 bench/gptq_gpu.py OUT_DIR [--tiny] [--steps N] [--formats gptq,awq]
 
 Needs what bench/estimate_gpu.py needs (it reuses its ``measure``: ``python -m fttui`` runs) and
 fttui[gptq] importable, or its wheels in ``.whl/gptq/`` (installed with ``pip install --no-deps
@@ -14,7 +14,7 @@ pypcre-0.6.4-cp312-cp312-linux_x86_64 (a C extension built from its sdist with C
 manylinux wheel exists), and the pure-Python ones built from sdists: defuser-0.0.28,
 device_smi-0.5.7, logbar-0.4.15, tokenicer-0.0.14 (6.5 MB in all). Installed with --no-deps:
 gptqmodel 7.6 pins numpy==2.2.6, which is not needed to run. Makes a random 1.1B Llama (TinyLlama's
-shape) as a 4-bit GPTQ checkpoint on the card (tests/worker/gptq_pack.py), then for each setting
+shape) as a 4-bit GPTQ and as a 4-bit AWQ (GEMM) checkpoint on the card (tests/worker/gptq_pack.py), then for each setting
 an estimate and a fresh ``fttui run`` of 3 steps (bench/estimate_gpu.py's ``measure``), and
 prints one Markdown row per setting (OUT_DIR/gptq_gpu.md, .jsonl) with the kernel the run's
 ``start`` event recorded. ``--tiny``: the tiny Llama on the CPU (a check of the script itself).
@@ -43,8 +43,8 @@ ARCH_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 
            "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
 COMMON = ["model.init=pretrained", "precision=bf16", "batch_size=4", "max_seq_len=512",
           "lora.target_modules=[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]"]
-SETTINGS = [("gptq 1.1b lora bf16 b4 s512 GC", ["train.gradient_checkpointing=true"]),
-            ("gptq 1.1b lora bf16 b4 s512 no GC", ["train.gradient_checkpointing=false"])]
+SETTINGS = [("1.1b lora bf16 b4 s512 GC", ["train.gradient_checkpointing=true"]),
+            ("1.1b lora bf16 b4 s512 no GC", ["train.gradient_checkpointing=false"])]
 
 
 def site_packages(out: Path) -> str | None:
@@ -66,6 +66,7 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--formats", default="gptq,awq", help="comma-separated: gptq, awq")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,36 +77,38 @@ def main() -> int:
 
     from tests.worker.gptq_pack import save_gptq_checkpoint
 
-    folder = out / "ckpt"
-    if a.tiny:
-        from tests.worker.conftest import TINY_ARCH
-
-        save_gptq_checkpoint(folder, TINY_ARCH, group=32)
-        sets = ["gpus=0", "batch_size=2", "max_seq_len=64"]
-    else:
-        save_gptq_checkpoint(folder, ARCH_1B, group=128, device="cuda")
-        sets = ["gpus=1"]
     card = None if a.tiny else card_bytes()
     print(HEADER.replace("| setting |", "| setting | kernel |", 1).replace("| --- |", "| --- | --- |", 1), flush=True)
-    for label, more in SETTINGS:
-        m = measure(label, "tiny-lora", [*COMMON, f"model.name_or_path={folder}", *more, *sets], None, a.steps,
-                    card, env, timeout=300)
-        runs = sorted(Path(env["FTTUI_HOME"], "runs").glob("*"))
-        start = {}
-        if runs:
-            for line in (runs[-1] / "events.jsonl").read_text().splitlines():
-                ev = json.loads(line)
-                if ev.get("event") == "start":
-                    start = ev
-                    break
-        m["quant"] = (start.get("structure") or {}).get("quant")
-        kernel = (m["quant"] or {}).get("kernel", "")
-        row = md_row(m).replace(f"| {label} |", f"| {label} | {kernel} |", 1)
-        print(row, flush=True)
-        with open(out / "gptq_gpu.md", "a") as f:
-            f.write(row + "\n")
-        with open(out / "gptq_gpu.jsonl", "a") as f:
-            f.write(json.dumps(m) + "\n")
+    for fmt in a.formats.split(","):
+        folder = out / f"ckpt-{fmt}"
+        if a.tiny:
+            from tests.worker.conftest import TINY_ARCH
+
+            save_gptq_checkpoint(folder, TINY_ARCH, group=32, fmt=fmt)
+            sets = ["gpus=0", "batch_size=2", "max_seq_len=64"]
+        else:
+            save_gptq_checkpoint(folder, ARCH_1B, group=128, device="cuda", fmt=fmt)
+            sets = ["gpus=1"]
+        for setting, more in SETTINGS:
+            label = f"{fmt} {setting}"
+            m = measure(label, "tiny-lora", [*COMMON, f"model.name_or_path={folder}", *more, *sets], None, a.steps,
+                        card, env, timeout=300)
+            runs = sorted(Path(env["FTTUI_HOME"], "runs").glob("*"), key=lambda r: r.stat().st_mtime)
+            start = {}
+            if runs:
+                for line in (runs[-1] / "events.jsonl").read_text().splitlines():
+                    ev = json.loads(line)
+                    if ev.get("event") == "start":
+                        start = ev
+                        break
+            m["quant"] = (start.get("structure") or {}).get("quant")
+            kernel = (m["quant"] or {}).get("kernel", "")
+            row = md_row(m).replace(f"| {label} |", f"| {label} | {kernel} |", 1)
+            print(row, flush=True)
+            with open(out / "gptq_gpu.md", "a") as f:
+                f.write(row + "\n")
+            with open(out / "gptq_gpu.jsonl", "a") as f:
+                f.write(json.dumps(m) + "\n")
     return 0
 
 
