@@ -6,7 +6,10 @@
 # (also: qlora / int8 for one of kbit's two runs, kbit32 for QLoRA at batch 32, prepare-none for
 # QLoRA with quant.prepare = "none", fsdp / zero3-offload for one of shard's, shard3 for ZeRO-3
 # without offload, ds-optim for ZeRO-3 with DeepSpeed's own optimizer, qfsdp / qzero3 for Llama-2-7B
-# QLoRA under FSDP / ZeRO-3 on one card)
+# QLoRA under FSDP / ZeRO-3 on one card, awq for GPTQ's and AWQ's pre-quantized LoRA on the card
+# (bench/gptq_gpu.py: .whl/gptq/ wheels), probe for the probe's boundary on the card with fresh runs
+# either side of it, forecast for issue 23's forecast on the card, cpu375 for issue 22's host check
+# at its own size: a 375M Llama over two CPU ranks, ZeRO-3 / FSDP / DDP, beside the card's steps)
 #
 # Every step runs under its own time limit and the whole under DEADLINE seconds (default 560):
 # a step that would start with less than its limit left is skipped, so one hang costs one step.
@@ -69,6 +72,16 @@ if { has shard || has shard3 || has zero3-offload || has ds-optim; } && "$PY" -c
       >> "$W/cpu_adam_build.log" 2>&1; echo "fused_adam build rc $? in $(( $(date +%s) - t )) s" >> "$W/cpu_adam_build.log"; fi ) &
 fi
 
+if has cpu375; then
+  # issue 22's host-memory check at its own size, on the CPU while the card runs the other steps:
+  # DeepSpeed on its CPU accelerator, no card visible to these ranks
+  ( for a in "--shardings zero3,fsdp" "--shardings zero3 --zero3-share 0" "--shardings zero3 --zero3-share 1/7"; do
+      n=$(echo "$a" | tr -c 'a-z0-9' '_')
+      CUDA_VISIBLE_DEVICES= DS_ACCELERATOR=cpu OMP_NUM_THREADS=2 timeout 400 "$PY" bench/partitioned_build.py \
+        --size 375m $a > "$W/part375_$n.txt" 2>&1
+      echo "partitioned_build $a: rc $?" >> "$W/part375_$n.txt"
+    done ) & CPU375=$!
+fi
 env_step() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm --format=csv
   nvidia-smi -q -d PERFORMANCE | sed -n '/Clocks Event Reasons/,/Sparse/p' | head -16
@@ -119,7 +132,33 @@ for r in json.load(sys.stdin):
           'torch reserved', r['peak_torch_reserved_mb'], 'allocated', r['peak_torch_alloc_mb'], 'gpu', r['gpu_names'])"
 }
 
-export -f env_step visible_step
+# The probe on the card: a Llama-2-7B-shaped model cut to 4 layers (0.9B, bf16, LoRA, 512 tokens)
+# under a 12 GiB cap, each value next to the boundary checked twice more; then two fresh runs at the
+# answer and two one above it, under the same cap (do they agree with the probe?)
+# (a string, split where used: the steps run in child shells, which see exported strings, not arrays)
+export GPU_MODEL=${GPU_MODEL:-"--set model.init=random --set model.arch_config.num_hidden_layers=4 --set precision=bf16 --set devices.gpus=1"}
+export PROBE_PROFILE=${PROBE_PROFILE:-llama2-7b-lora} PROBE_CAP=${PROBE_CAP:-"--gpu-memory-limit 12GiB"}
+probe_step() {
+  "$PY" -m fttui probe --profile "$PROBE_PROFILE" $GPU_MODEL $PROBE_CAP --range 1..256 \
+    --repeats 2 --json > "$W/probe_gpu.json" || { echo "probe failed"; return 1; }
+  "$PY" - "$W/probe_gpu.json" <<'EOF2'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print({k: r.get(k) for k in ("largest_fit", "smallest_oom", "model_loads", "mixed", "exact")})
+open(sys.argv[1] + ".fit", "w").write(str(r["largest_fit"]))
+EOF2
+  local fit i=0; fit=$(cat "$W/probe_gpu.json.fit")
+  for b in "$fit" "$fit" $((fit + 1)) $((fit + 1)); do
+    i=$((i + 1))
+    "$PY" -m fttui run --profile "$PROBE_PROFILE" $GPU_MODEL --set batch_size="$b" --set max_steps=2 \
+      $PROBE_CAP --headless > "$W/probe_fresh_$i.txt" 2>&1
+    echo "fresh run $i at batch $b: exit $? $(grep -E 'COMPLETED|OOM|FAILED|peak' "$W/probe_fresh_$i.txt" | tail -2 | tr '\n' ' ')"
+  done
+}
+forecast_step() {
+  "$PY" bench/forecast_cpu.py --profile "$PROBE_PROFILE" --steps 60 --grid 8x512,4x256,16x1024 $GPU_MODEL
+}
+export -f env_step visible_step probe_step forecast_step
 has env && step env 60 env_step
 if [ $GPU_OK = 1 ]; then
   has visible && step visible 120 visible_step
@@ -133,6 +172,15 @@ if [ $GPU_OK = 1 ]; then
   has qfsdp && step qlora-fsdp 170 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "QLoRA under FSDP, one card"
   has qzero3 && step qlora-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "QLoRA under ZeRO-3, one card"
   has prepare-none && step kbit-qlora-prepare-none 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "quant.prepare=none"
+  has awq && step awq 170 "$PY" bench/gptq_gpu.py "$W/gptq" --formats awq
+  has probe && step probe 220 probe_step
+  has forecast && step forecast 160 forecast_step
+fi
+if has cpu375; then
+  say "== cpu375: waiting for the CPU ranks ($(left) s left)"
+  while kill -0 "$CPU375" 2>/dev/null && [ "$(left)" -gt 15 ]; do sleep 5; done
+  kill -0 "$CPU375" 2>/dev/null && { say "cpu375: not finished, stopped"; pkill -f partitioned_build; }
+  cat "$W"/part375_*.txt 2>/dev/null | tee -a "$LOG"
 fi
 has app && step app 120 "$PY" bench/gpu_app_check.py "$W/app" --gpus $GPU_OK --seconds 10
 
@@ -145,5 +193,5 @@ cp "$W/rows.json" "$OUT/rows.json"
   cat "$W/cpu_adam_build.log" 2>/dev/null | tail -2; } > "$OUT/summary.md"
 for f in run_screen.svg picker.svg; do [ -f "$W/app/$f" ] && cp "$W/app/$f" "$OUT/"; done
 rm -f "$W/app/tmux.sock"
-tar czf "$OUT/work.tgz" -C "$W" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
+tar czf "$OUT/work.tgz" -C "$W" --exclude=site --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' . 2>/dev/null
 cat "$OUT/summary.md"
