@@ -152,7 +152,7 @@ EOF2
     i=$((i + 1))
     "$PY" -m fttui run --profile "$PROBE_PROFILE" $GPU_MODEL --set batch_size="$b" --set max_steps=2 \
       $PROBE_CAP --headless > "$W/probe_fresh_$i.txt" 2>&1
-    echo "fresh run $i at batch $b: exit $? $(grep -E 'COMPLETED|OOM|FAILED|peak' "$W/probe_fresh_$i.txt" | tail -2 | tr '\n' ' ')"
+    echo "fresh run $i at batch $b: exit $? $(grep -E 'COMPLETED|OUT OF MEMORY|FAILED|peak' "$W/probe_fresh_$i.txt" | tail -2 | tr '\n' ' ')"
   done
 }
 forecast_step() {
