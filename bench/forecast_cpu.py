@@ -1,20 +1,22 @@
 """Forecast against measured training time on this machine (issue 23's bar, docs/forecast.md).
 
-One calibrating run of a tiny profile, then for each other setting: the forecast
-(`fttui estimate --json`), then the run itself, alternated, in a fresh FTTUI_HOME.
+One calibrating run of a tiny profile; then the forecast of every other setting from that one row
+(`fttui estimate --json`, the bar's figure); then, per setting, the forecast from the rows so far
+and the run itself, alternated. All in a fresh FTTUI_HOME, OMP_NUM_THREADS=1.
 
-    .venv/bin/python bench/forecast_cpu.py [--profile tiny-lora] [--steps 40] [--grid 8x128,4x64,16x256,32x128]
+    .venv/bin/python bench/forecast_cpu.py [--profile tiny-lora] [--steps 100] [--grid 8x128,4x64,16x256,32x128]
         [--set KEY=VALUE ...]
 
 ``--set``: more profile overrides for every run and forecast (``devices.gpus=1`` and a model's
 numbers for the same check on a card: bench/gpu_verify.sh's ``forecast`` step).
 
-``--grid``: batch x max_seq_len per run, the first one calibrating. On real data (tiny-full) the
-calibrating run's batches differ in padded length, so its row's ``step_fit`` separates the fixed
-cost per step from the per-token time; synthetic data (tiny-lora) cannot.
+``--grid``: batch x max_seq_len per run, the first one calibrating. The calibrating row's
+``step_fit`` holds its step measured by parts (the passes' time, the rest of the step, the pass
+floor timed after training): the forecast's one-run calibration.
 
-Prints one line per setting: forecast seconds, measured training seconds (the row's duration_s),
-their ratio. Run it on a quiet machine: load changes a CPU step's time several-fold.
+Prints one line per setting: the forecast from the one calibrating row, the forecast from the rows
+so far, the measured training time (the row's duration_s) and their ratios; then the worst ratio
+of the one-row forecasts. Run it on a quiet machine: load changes a CPU step's time several-fold.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def fttui(*args: str, env: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="tiny-lora")
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="a profile override for every run (repeatable)")
     ap.add_argument("--grid", default=GRID, help="batch x max_seq_len per run, comma-separated; the first calibrates")
@@ -47,23 +49,37 @@ def main() -> int:
                 for b, s in (cell.split("x") for cell in args.grid.split(","))]
     env = dict(os.environ, FTTUI_HOME=tempfile.mkdtemp(prefix="fttui-forecast-"), OMP_NUM_THREADS="1",
                FTTUI_NO_APP="1")
-    ratios = []
-    for i, setting in enumerate(settings):
-        sets = [x for kv in (*args.sets, *setting, f"train.max_steps={args.steps}") for x in ("--set", kv)]
-        fc = json.loads(fttui("estimate", "--profile", args.profile, *sets, "--json", env=env))["forecast"]
-        fttui("run", "--profile", args.profile, *sets, "--headless", env=env)
+
+    def sets(setting):
+        return [x for kv in (*args.sets, *setting, f"train.max_steps={args.steps}") for x in ("--set", kv)]
+
+    def estimate(setting):
+        return json.loads(fttui("estimate", "--profile", args.profile, *sets(setting), "--json", env=env))["forecast"]
+
+    def run(setting):
+        fttui("run", "--profile", args.profile, *sets(setting), "--headless", env=env)
         row = json.loads(fttui("results", "--format", "json", "--limit", "1", env=env))
-        row = row[0] if isinstance(row, list) else row
+        return row[0] if isinstance(row, list) else row
+
+    row = run(settings[0])
+    print(f"{' '.join(settings[0]):40s} calibrating run: {row['duration_s']:.2f} s, step parts {row['step_fit']}",
+          flush=True)
+    one_row = {i: estimate(s) for i, s in enumerate(settings) if i}
+    print(f"one-row calibration: {one_row[1]['mfu_source']}", flush=True)
+    ratios = []
+    for i, setting in enumerate(settings[1:], start=1):
+        now = estimate(setting)
+        row = run(setting)
         measured = float(row["duration_s"])
-        ratio = fc["run_seconds"] / measured if measured else float("nan")
-        what = "calibrating run" if i == 0 else f"ratio {ratio:.2f}"
-        if i:
-            ratios.append(ratio)
-        print(f"{' '.join(setting):45s} forecast {fc['run_seconds']:8.2f} s  measured {measured:8.2f} s  "
-              f"{what}  ({fc['mfu_source']})", flush=True)
+        first, later = one_row[i]["run_seconds"], now["run_seconds"]
+        ratios.append(first / measured)
+        print(f"{' '.join(setting):40s} forecast (1 row) {first:7.2f} s  (rows so far) {later:7.2f} s  "
+              f"measured {measured:7.2f} s  ratio {first / measured:.2f} / {later / measured:.2f}  "
+              f"step parts {row['step_fit']}", flush=True)
     if ratios:
         worst = max(abs(r - 1) for r in ratios)
-        print(f"worst |forecast / measured - 1| over {len(ratios)} runs: {worst:.0%}", flush=True)
+        print(f"worst |forecast from the one calibrating row / measured - 1| over {len(ratios)} runs: {worst:.0%}",
+              flush=True)
     return 0
 
 

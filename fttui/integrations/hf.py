@@ -112,15 +112,17 @@ class FttuiCallback(TrainerCallback):
     fttui's worker passes ``start`` (the fields of its ``start`` event, from the trainer),
     ``printer`` (a few progress lines), ``mark=False`` (no ``callback.json``: its log is not
     parsed), ``first_step`` (announce the ``first-step`` phase at ``on_train_begin``: after
-    DeepSpeed built its engine) and ``strict`` (a failure in here fails the run instead of being
+    DeepSpeed built its engine), ``end`` (more fields of the ``end`` event, measured once training
+    is over: the worker's pass floor) and ``strict`` (a failure in here fails the run instead of being
     logged). ``eval_at_end``: an evaluation follows the last step (unless eval_steps asked one).
     ``train_time`` leaves out evaluations and checkpoint saves (their own events time them)."""
 
     def __init__(self, run_dir: str | None = None, *, via: str = "callback",
                  start: Callable[[Any], dict[str, Any]] | None = None, printer: Callable[[str], None] | None = None,
-                 mark: bool = True, first_step: bool = True, strict: bool = False) -> None:
+                 mark: bool = True, first_step: bool = True, strict: bool = False,
+                 end: Callable[[Any], dict[str, Any]] | None = None) -> None:
         self.run_dir = run_dir or os.environ.get(RUN_DIR_ENV) or None
-        self.via, self.start, self.printer = via, start, printer
+        self.via, self.start, self.printer, self.end = via, start, printer, end
         self.mark, self.first_step, self.strict = mark, first_step, strict
         self.eval_at_end = False
         self.trainer = None
@@ -149,8 +151,10 @@ class FttuiCallback(TrainerCallback):
         step_fn, fetch_fn, c = trainer.training_step, trainer.get_batch_samples, self.c
 
         def training_step(model, inputs, *args, **kwargs):
+            begun = c.pass_begin()
             loss = step_fn(model, inputs, *args, **kwargs)
             try:
+                c.pass_end(begun)
                 c.add(inputs, loss)
             except Exception as e:
                 if self.strict:
@@ -226,6 +230,7 @@ class FttuiCallback(TrainerCallback):
         torch = sys.modules.get("torch")
         self.on_cuda = bool(torch is not None and torch.cuda.is_available()
                             and str(getattr(args, "device", "")).startswith("cuda"))
+        self.c.cuda = self.on_cuda
         if self.start is not None:
             fields = dict(self.start(trainer))
         else:
@@ -285,7 +290,9 @@ class FttuiCallback(TrainerCallback):
             torch_peak_alloc_mb=peak_alloc, torch_peak_reserved_mb=peak_res, torch_alloc_retries=retries,
             torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"), torch_alloc_mb=alloc, torch_reserved_mb=res,
             cuda_free_mb=free, rss_mb=mem.get("rss_mb"), vm_mb=mem.get("vm_mb"), vm_limit_mb=mem.get("vm_limit_mb"),
-            data_wait_s=round(wait, 4) if counting else None))
+            data_wait_s=round(wait, 4) if counting else None, passes=self.c.passes if counting else None,
+            pass_time=round(self.c.pop_pass_time(), 6) if counting else None,
+            tokens_padded_x_len=self.c.tokens_padded_x_len if counting else None))
         if self.eval_at_end and state.global_step >= state.max_steps:
             control.should_evaluate = True
         self.mark_t = time.perf_counter()
@@ -331,14 +338,15 @@ class FttuiCallback(TrainerCallback):
         self._guard("end", self._end, state)
 
     def _end(self, state) -> None:
-        counting = self.trainer is not None
+        counting, train_time = self.trainer is not None, self._train_time()
+        more = self.end(self.trainer) if self.end is not None and counting else {}
         peak_res = total = None
         if self.on_cuda:  # what a fit's headroom needs (fttui.core.experiments.headroom)
             import torch
 
             peak_res = round(torch.cuda.max_memory_reserved() / 2**20, 1)
             total = round(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**20, 1)
-        self._emit(_ev.EndEvent(step=int(state.global_step), train_time=self._train_time(),
+        self._emit(_ev.EndEvent(step=int(state.global_step), train_time=train_time, **more,
                                 samples=self.c.samples if counting else None,
                                 tokens=self.c.tokens if counting else None,
                                 tokens_padded=self.c.tokens_padded if counting else None,

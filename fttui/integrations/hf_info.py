@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 from typing import Any
 
 try:
@@ -28,11 +29,20 @@ __all__ = ["Counters", "start_fields", "peak_rss_mb", "proc_memory", "environmen
 class Counters:
     """Samples, tokens and the step's loss of one rank, counted per micro-batch in the Trainer's
     ``training_step``; the non-padding tokens and the loss stay on the device until the step ends
-    (no sync per micro-batch). ``step``: the last finished optimizer step (for error events)."""
+    (no sync per micro-batch). ``step``: the last finished optimizer step (for error events).
+    ``passes``: micro-batches (forward and backward passes) so far; ``tokens_padded_x_len``: the
+    padded tokens, each times its micro-batch's padded length (sum of batch x length squared: the
+    attention's share of the FLOPs); the step's seconds in those passes (:meth:`pass_begin`,
+    :meth:`pop_pass_time`; on a GPU timed by CUDA events, no sync per micro-batch)."""
 
     def __init__(self) -> None:
         self.samples = 0
         self.tokens_padded = 0
+        self.passes = 0
+        self.tokens_padded_x_len = 0
+        self.cuda = False  # time the passes with CUDA events (the run trains on a GPU)
+        self._pass_s = 0.0
+        self._pass_events: list = []
         self.longest_seq = 0  # the widest micro-batch fed (tokens per sample, padding included)
         self._tokens = 0  # settled ints
         self._tokens_dev = None  # pending device tensor
@@ -46,6 +56,7 @@ class Counters:
         if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
             self.samples += int(ids.shape[0])
             self.tokens_padded += int(ids.numel())
+            self.tokens_padded_x_len += int(ids.numel()) * int(ids.shape[-1])
             self.longest_seq = max(self.longest_seq, int(ids.shape[-1]))
             mask = inputs.get("attention_mask")
             if mask is not None:
@@ -58,6 +69,33 @@ class Counters:
         if loss is not None and hasattr(loss, "detach"):
             v = loss.detach().float()
             self._loss_dev = v if self._loss_dev is None else self._loss_dev + v
+
+    def pass_begin(self) -> Any:
+        """The start of a forward and backward pass: a time, or a recorded CUDA event."""
+        if self.cuda:
+            ev = sys.modules["torch"].cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def pass_end(self, begun: Any) -> None:
+        """The pass begun at ``begun`` is over: one more pass, its time added to the step's."""
+        self.passes += 1
+        if self.cuda:
+            ev = sys.modules["torch"].cuda.Event(enable_timing=True)
+            ev.record()
+            self._pass_events.append((begun, ev))
+        else:
+            self._pass_s += time.perf_counter() - begun
+
+    def pop_pass_time(self) -> float:
+        """Seconds of the passes since the last call (the step's forward and backward)."""
+        took, self._pass_s = self._pass_s, 0.0
+        events, self._pass_events = self._pass_events, []
+        for begun, ended in events:
+            ended.synchronize()
+            took += begun.elapsed_time(ended) / 1000.0
+        return took
 
     @property
     def tokens(self) -> int:

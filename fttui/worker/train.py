@@ -88,8 +88,11 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     # (start_fields, the trainer's runtime evidence). DeepSpeed builds its engine (and JIT-builds
     # its ops on a first run) inside train(), before the callbacks' on_train_begin: there the
     # first step begins (first_step).
+    from .passfloor import pass_floor
+
     callback = FttuiCallback(run_dir, via="worker", start=lambda trainer: {**start_fields, **_runtime(trainer)},
-                             printer=log, mark=False, first_step=deepspeed, strict=True)
+                             printer=log, mark=False, first_step=deepspeed, strict=True,
+                             end=lambda trainer: pass_floor(trainer, d.max_seq_len, log))
     callback.eval_at_end = n_eval > 0
     state["counters"] = counters = callback.c
     from .trackers import RowToTrackers

@@ -36,6 +36,24 @@ def _independent_rate(run_dir) -> tuple[float, float]:
     return last["samples"] / last["train_time"], last["tokens"] / last["train_time"]
 
 
+def _step_parts_match_the_events(run_dir, row) -> None:
+    """The row's ``step_fit`` (the forecast's one-run calibration) computed again from the raw event
+    lines: steps after the first (``warmup_exclude_steps`` 1), the passes' time and the floor."""
+    events = list(read_jsonl(run_dir / "events.jsonl"))
+    steps = [e for e in events if e.get("event") == "step"]
+    end = next(e for e in events if e.get("event") == "end")
+    first, last = steps[0], steps[-1]
+    n, passes = len(steps) - 1, last["passes"] - first["passes"]
+    step_s = (last["train_time"] - first["train_time"]) / n
+    pass_s = sum(e["pass_time"] for e in steps[1:]) / passes
+    fit = row["step_fit"]
+    assert fit["steps"] == n and fit["passes"] == passes / n == 1
+    assert fit["step_s"] == pytest.approx(step_s, rel=1e-3) and fit["pass_s"] == pytest.approx(pass_s, rel=1e-3)
+    assert fit["fixed_step_s"] == pytest.approx(step_s - pass_s, rel=1e-2, abs=1e-5)
+    assert fit["tokens"] == row["batch_size"] * row["max_seq_len"]  # synthetic: every sample at max_seq_len
+    assert fit["floor_s"] == end["pass_floor_s"] > 0 and fit["floor_tokens"] == end["pass_floor_tokens"] == 16
+
+
 # tiny-lora only: tiny-full's run and row are tests/e2e/test_methods.py's (one run each, not two)
 @pytest.mark.parametrize("profile", ["tiny-lora"])
 def test_headless_run_writes_a_row(profile, fttui_home):
@@ -66,6 +84,7 @@ def test_headless_run_writes_a_row(profile, fttui_home):
     # The headline (warm-up excluded) stays close to it on a short steady CPU run (loose: a
     # loaded CI machine makes the first step slow, which is exactly what the headline leaves out).
     assert row["samples_per_s"] == pytest.approx(sps, rel=0.3)
+    _step_parts_match_the_events(run_dir, row)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["row_saved"] is True
     assert not processes_mentioning(str(run_dir))

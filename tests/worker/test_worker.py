@@ -29,8 +29,9 @@ def _write_instruction(path: Path, n: int) -> Path:
     return path
 
 
-def _check_stream(events, *, batch, steps, world=1, micro=None):
-    """``batch``: samples per optimizer step on this rank; ``micro``: micro batch (default ``batch``)."""
+def _check_stream(events, *, batch, steps, world=1, micro=None, floor=True):
+    """``batch``: samples per optimizer step on this rank; ``micro``: micro batch (default ``batch``);
+    ``floor``: the run measures its pass floor (one process, no DeepSpeed: fttui.worker.passfloor)."""
     assert [e["event"] for e in events][0] == "start"
     assert events[-1]["event"] == "end"
     for e in events:
@@ -51,7 +52,19 @@ def _check_stream(events, *, batch, steps, world=1, micro=None):
         assert e["step_time"] > 0 and e["train_time"] >= prev_t
         assert e["torch_peak_alloc_mb"] is None  # CPU
         prev_t = e["train_time"]
+    # the forecast's step parts (fttui.core.results.stepparts): passes, their time and their lengths
+    per_step = batch // (micro or batch)
+    tp = xl = 0
+    for e in stepev:
+        assert e["passes"] == e["step"] * per_step and 0 < e["pass_time"] <= e["step_time"]
+        if per_step == 1:  # one micro-batch per step: its length is its padded tokens over its samples
+            assert e["tokens_padded_x_len"] - xl == (e["tokens_padded"] - tp) ** 2 // batch
+        tp, xl = e["tokens_padded"], e["tokens_padded_x_len"]
     end = events[-1]
+    if floor:
+        assert end["pass_floor_s"] > 0 and end["pass_floor_tokens"] == min(16, start["max_seq_len"])
+    else:
+        assert "pass_floor_s" not in end
     assert end["step"] == steps and end["samples"] == stepev[-1]["samples"]
     assert end["tokens"] == stepev[-1]["tokens"] and end["tokens_padded"] == stepev[-1]["tokens_padded"]
     return start, stepev
@@ -266,6 +279,7 @@ def test_lora_synthetic_run(tmp_path):
     start, steps = _check_stream(read_events(rd), batch=4, steps=4, micro=2)
     assert start["params_trainable"] == _lora_expected(TINY_ARCH, 8, ["q_proj", "v_proj", "down_proj"])
     assert all(e["tokens"] == e["tokens_padded"] == e["samples"] * 32 for e in steps)
+    assert all(e["tokens_padded_x_len"] == e["tokens_padded"] * 32 for e in steps)
     assert start["grad_accum"] == 2
     assert start["precision"] == "bf16"
 
@@ -320,5 +334,5 @@ def test_zero3_offload_under_deepspeed_launcher(tmp_path):
            "--master_port", str(29600 + os.getpid() % 1000), "--module", "fttui.worker.train", "--run-dir", str(rd)]
     res = subprocess.run(cmd, cwd=str(REPO), env=worker_env(), capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
-    start, _ = _check_stream(read_events(rd), batch=2, steps=2)
+    start, _ = _check_stream(read_events(rd), batch=2, steps=2, floor=False)
     assert start["params_total"] == start["params_trainable"] > 0  # ZeRO-3 partitions: counted via ds_numel

@@ -65,12 +65,15 @@ def histogram(values: Sequence[int], top: int, bins: int = HIST_BINS) -> list[di
 
 
 def _padding(lengths: Sequence[int], batch_size: int) -> dict[str, float | int]:
-    real = padded = 0
+    """Real and fed (padded) tokens of the batches in this order; ``fed_tokens_x_len``: the fed
+    tokens each times its batch's padded length (the attention term of the FLOPs)."""
+    real = padded = x_len = 0
     for start in range(0, len(lengths), batch_size):
         batch = lengths[start:start + batch_size]
         real += sum(batch)
         padded += max(batch) * len(batch)
-    return {"real_tokens": real, "fed_tokens": padded,
+        x_len += max(batch) ** 2 * len(batch)
+    return {"real_tokens": real, "fed_tokens": padded, "fed_tokens_x_len": x_len,
             "padding_share": round(1.0 - real / padded, 4) if padded else 0.0,
             "real_tokens_per_batch": round(real / max(1, math.ceil(len(lengths) / batch_size)), 1)}
 

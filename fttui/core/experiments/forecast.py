@@ -34,6 +34,7 @@ from fttui.core.base import shardings
 from fttui.core.base.linefit import line_fit
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import peak_tflops
+from fttui.core.experiments.stepmodel import step_model
 from fttui.core.profiles.stored import as_profile
 
 DEFAULT_MFU = {"full": 0.35, "lora": 0.30, "lora-emb": 0.30, "qlora": 0.20, "lora-int8": 0.12}
@@ -54,7 +55,8 @@ class Forecast:
     flops_per_token: float
     mfu: float | None
     flop_rate: float  # FLOP/s per training process
-    fixed_seconds: float
+    fixed_seconds: float  # per micro batch (forward and backward)
+    step_fixed_seconds: float  # per optimizer step, outside the passes (measured rows only)
     warmup_seconds: float  # once per run, beyond steps x step_seconds (the calibrating rows')
     mfu_source: str
     calibrated: bool
@@ -211,8 +213,8 @@ def _warmup(rows: Sequence[Mapping[str, Any]]) -> float:
 def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | None:
     """``(seconds per FLOP, fixed seconds per pass, from what)``: by least squares of the time of
     one forward and backward pass on its FLOPs, from rows at two or more different micro-batch
-    sizes; else from the rows' own steps (``step_fit``: a run whose batches differ in length, real
-    data, fits its step time on its padded tokens); None when neither spreads."""
+    sizes (rows whose steps were not measured by parts: :mod:`.stepmodel`); None when they do not
+    spread."""
     pts = []
     for r in rows:
         flops, steady = _row_pass_flops(r), _steady_step(r)
@@ -222,27 +224,16 @@ def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | 
         fit = line_fit(pts)
         if fit is not None and fit[0] > 0:
             return fit[0], max(0.0, fit[1]), "fitted over the rows' sizes"
-    within = []
-    for r in rows:
-        sf, fpt = r.get("step_fit"), _num(r.get("flops_per_token"))
-        if isinstance(sf, str):
-            try:
-                sf = json.loads(sf)
-            except ValueError:
-                sf = None
-        if isinstance(sf, Mapping) and fpt and _num(sf.get("s_per_token")) and _num(sf.get("fixed_s")) is not None:
-            within.append((float(sf["s_per_token"]) / fpt, float(sf["fixed_s"]) / _row_accum(r)))
-    if not within:
-        return None
-    return (sum(a for a, _ in within) / len(within), sum(b for _, b in within) / len(within),
-            "fitted over the steps of the row" + ("s" if len(within) > 1 else ""))
+    return None
 
 
 def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed_tokens_per_sample: float,
              real_tokens_per_sample: float, rows: Iterable[Mapping[str, Any]], card: str, cards: int,
              price_per_card_hour: float | None = None, price_unit: str = "",
-             link_bytes: tuple[float, float] = (0.0, 0.0)) -> Forecast:
+             link_bytes: tuple[float, float] = (0.0, 0.0), attn_len: float | None = None) -> Forecast:
     """The forecast of one profile on ``cards`` x ``card`` (``card == "cpu"``: CPU processes).
+    ``attn_len``: the fed tokens' mean padded length, each token weighted (the attention term's
+    length; ``fed_tokens_per_sample`` when not given: synthetic data feeds every sample at it).
     ``link_bytes``: :func:`offload_bytes`, the host copies of an offloading sharding, timed at
     :data:`HOST_LINK_BYTES_PER_S` unless the calibrating rows ran the same sharding (their rate
     has them already)."""
@@ -252,17 +243,19 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
     method = str(p.method)
     precision = str(t.precision or "fp32")
     gc = bool(t.gradient_checkpointing)
-    fpt = flops_per_token(shape, method, fed_tokens_per_sample, gc).total
+    fpt = flops_per_token(shape, method, attn_len or fed_tokens_per_sample, gc).total
     accum = max(1, int(t.get("grad_accum") or 1))
     per_step = int(t.get("batch_size") or 1) * accum
     pass_flops = int(t.get("batch_size") or 1) * fed_tokens_per_sample * fpt
     steps = planned_steps(profile, samples, world)
     chosen, score = calibration_rows(profile, rows, card)
     peak = None if card == RANKS_CPU else peak_tflops(card, precision)
-    fixed, mfu, warm = 0.0, None, 0.0
+    fixed, mfu, warm, model = 0.0, None, 0.0, None
     if chosen:
         warm = _warmup(chosen)
-        fit = _fit_fixed(chosen) if score == 15 else None
+        same_card = str(chosen[0].get("gpu")) == card
+        model = step_model(chosen, shape, method) if score == 15 and same_card else None
+        fit = _fit_fixed(chosen) if score == 15 and model is None else None
         if card == RANKS_CPU or peak is None:
             rate = sum(_row_rate(r) for r in chosen) / len(chosen)  # type: ignore[misc]
         else:
@@ -272,9 +265,12 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
             rate = mfu * peak * 1e12
         how = {15: "same model, method, sharding and precision", 14: "same model, method and sharding",
                12: "same model and method"}.get(score, "nearest setup")
-        where = "this card" if str(chosen[0].get("gpu")) == card else f"{chosen[0].get('gpu')} rows scaled by peak"
+        where = "this card" if same_card else f"{chosen[0].get('gpu')} rows scaled by peak"
         source = f"calibrated from {len(chosen)} row{'s' if len(chosen) != 1 else ''} ({how}; {where})"
-        if fit is not None:
+        if model is not None:
+            rate, fixed, warm = 1.0 / model.seconds_per_flop, model.fixed_pass_s, model.warmup_s
+            source += f", {model.words}"
+        elif fit is not None:
             rate, fixed = 1.0 / fit[0], fit[1]
             source += f", fixed {fixed:.3g} s per micro batch {fit[2]}"
         else:
@@ -292,7 +288,9 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         what = "CPU" if card == RANKS_CPU else f"{card} (no peak rate known)"
         source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on {what} (no stored row)"
         calibrated = False
-    step_s = accum * (pass_flops / rate + fixed)
+    step_s = accum * (pass_flops / rate + fixed) + (model.fixed_step_s if model is not None else 0.0)
+    if model is not None and mfu is not None and peak:
+        mfu = accum * pass_flops / step_s / (peak * 1e12)  # what the rows' MFU measures: whole steps
     if any(link_bytes) and card != RANKS_CPU and not (chosen and score & 2):
         link_s = (accum * link_bytes[0] + link_bytes[1]) / HOST_LINK_BYTES_PER_S
         step_s += link_s
@@ -306,6 +304,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         tokens=int(round(steps * per_step * world * real_tokens_per_sample)),
         fed_tokens_per_sample=round(fed_tokens_per_sample, 2), flops_per_token=round(fpt, 1),
         mfu=None if mfu is None else round(mfu, 4), flop_rate=round(rate, 1), fixed_seconds=round(fixed, 6),
+        step_fixed_seconds=round(model.fixed_step_s, 6) if model is not None else 0.0,
         warmup_seconds=round(warm, 3), mfu_source=source, calibrated=calibrated, rows=[str(r.get("run_id")) for r in chosen],
         cost=None if cost is None else float(f"{cost:.6g}"), cost_unit=price_unit)
 
@@ -334,13 +333,14 @@ def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows
     stats, _cached = data_stats(profile, batch_size, tokenise=tokenise)
     fed = stats.random_order["fed_tokens"] / max(1, stats.samples)
     real = stats.random_order["real_tokens"] / max(1, stats.samples)
+    attn = stats.random_order.get("fed_tokens_x_len", 0) / max(1, stats.random_order["fed_tokens"])
     dev = as_profile(profile).devices
     cards = int(dev.gpus or 0) or int(dev.cpu_processes or 1)
     price = prices.price_of(card) if prices is not None else None
     return forecast(profile, profile_shape(profile, inputs), samples=stats.samples, fed_tokens_per_sample=fed,
                     real_tokens_per_sample=real, rows=rows, card=card, cards=cards,
                     price_per_card_hour=price, price_unit=(prices.unit if prices is not None else ""),
-                    link_bytes=link_bytes)
+                    link_bytes=link_bytes, attn_len=attn or None)
 
 
 def run_card(profile: Mapping[str, Any]) -> str:

@@ -223,7 +223,8 @@ def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str,
                       real_tokens_per_sample=s.random_order["real_tokens"] / max(1, s.samples),
                       rows=rows, card=card, cards=budget.ranks_per_node,
                       price_per_card_hour=price_per_card_hour, price_unit=price_unit,
-                      link_bytes=offload_bytes(e))
+                      link_bytes=offload_bytes(e),
+                      attn_len=s.random_order.get("fed_tokens_x_len", 0) / max(1, s.random_order["fed_tokens"]) or None)
         breaks = _verdict(e, budget)
         out.append(Option(method=method, sharding=sharding, batch_size=micro, grad_accum=accum,
                           gradient_checkpointing=gc, effective_batch=micro * accum * world,

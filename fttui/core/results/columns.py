@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fttui.core.base.linefit import line_fit
 from fttui.core.profiles.typed import Profile
+from fttui.core.results.stepparts import step_parts
 
 __all__ = ["Figure", "RowInputs", "FIGURES", "BY_NAME", "COLUMNS", "JSON_COLUMNS", "SETTINGS", "LABEL_KEYS",
            "GROUP_BY", "fold_row", "effective_batch", "per_index", "rounded", "as_int"]
@@ -174,31 +174,10 @@ def _attempt(attr: str, first: Any = None) -> Callable[[RowInputs], Any]:
     return lambda c: getattr(_event(c, "attempt"), attr, None) if _event(c, "attempt") else first
 
 
-#: the least a run's step sizes must spread (max - min over the mean) for :func:`_step_fit`
-STEP_FIT_SPREAD = 0.1
-
-
 def _step_fit(c: RowInputs) -> dict[str, Any] | None:
-    """The lowest rank's step time against its padded tokens per step, by least squares over its
-    steps after the first two (warm-up): seconds per padded token and a fixed cost per optimizer
-    step, the forecast's one-run calibration. None without 8 such steps or when their sizes do not
-    spread (synthetic data: every batch alike)."""
-    steps = sorted((e for e in c.events if getattr(e, "EVENT", None) == "step"),
-                   key=lambda e: (getattr(e, "rank", 0) or 0, e.step or 0))
-    lowest = min((getattr(e, "rank", 0) or 0 for e in steps), default=0)
-    steps = [e for e in steps if (getattr(e, "rank", 0) or 0) == lowest]
-    pts = [(float(b.tokens_padded - a.tokens_padded), float(b.step_time)) for a, b in zip(steps, steps[1:])
-           if b.step and b.step > 2 and a.step == b.step - 1 and b.step_time and b.tokens_padded is not None
-           and a.tokens_padded is not None and b.tokens_padded > a.tokens_padded]
-    if len(pts) < 8:
-        return None
-    xs = [x for x, _ in pts]
-    if (max(xs) - min(xs)) / (sum(xs) / len(xs)) < STEP_FIT_SPREAD:
-        return None
-    fit = line_fit(pts)
-    if fit is None or fit[0] <= 0:
-        return None
-    return {"s_per_token": float(f"{fit[0]:.6g}"), "fixed_s": round(max(0.0, fit[1]), 6), "points": len(pts)}
+    """The step's measured parts, the forecast's one-run calibration (:mod:`.stepparts`)."""
+    k = c.profile.train.warmup_exclude_steps
+    return step_parts(c.events, 1 if k is None else int(k))
 
 
 def _longest_seq(c: RowInputs) -> int | None:
@@ -321,7 +300,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("forecast_source", T, _forecast("mfu_source"), since=8, scope=RUN,
            label="what calibrated the forecast, or the default it used"),
     Figure("step_fit", T, _step_fit, since=8, json=True, scope=RUN,
-           label="step time on padded tokens over the run's steps: s_per_token, fixed_s (the forecast's one-run fit)"),
+           label="the step's measured parts: pass_s, fixed_step_s, floor_s, ... (the forecast's one-run calibration)"),
     # out of memory, recovered (issue 25, train.on_oom = "shrink"): each attempt is a row
     Figure("attempt", I, _attempt("attempt", 1), since=8, scope=RUN,
            label="1, or the attempt that continued a run which ran out of memory"),

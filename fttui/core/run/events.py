@@ -190,6 +190,11 @@ class StepEvent(Event):
     vm_mb: float | None = None
     vm_limit_mb: float | None = None
     data_wait_s: float | None = None
+    # the forecast's step model (fttui.core.results.stepparts): micro-batches so far, the padded tokens
+    # so far each times its micro-batch's padded length, the step's seconds in forward and backward
+    passes: int | None = None
+    tokens_padded_x_len: int | None = None
+    pass_time: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,7 +202,9 @@ class EndEvent(Event):
     """Training ended on this rank (every rank writes one). With what a fit's headroom needs
     (fttui.core.experiments.headroom): the rank's peak address space (VmPeak, MiB: under
     ``limits.host_memory`` its RLIMIT_AS is the start event's ``limits.rlimit_as_bytes``) and, on a
-    GPU, its peak reserved memory and its card's total memory."""
+    GPU, its peak reserved memory and its card's total memory. The worker's pass floor (one
+    process, after the last step: :mod:`fttui.worker.passfloor`): the median seconds of a forward
+    and backward pass of one sample of ``pass_floor_tokens`` tokens, the passes' fixed cost."""
 
     EVENT: ClassVar[str] = "end"
     step: int | None = None
@@ -208,11 +215,13 @@ class EndEvent(Event):
     peak_host_vm_mb: float | None = None
     torch_peak_reserved_mb: float | None = None
     gpu_total_mb: float | None = None
+    pass_floor_s: float | None = None
+    pass_floor_tokens: int | None = None
 
     def fields(self) -> dict[str, Any]:
-        # the memory keys only where measured (lines of an older fttui, and scripts, have none)
+        # these keys only where measured (lines of an older fttui, and scripts, have none)
         out = super().fields()
-        for k in ("peak_host_vm_mb", "torch_peak_reserved_mb", "gpu_total_mb"):
+        for k in ("peak_host_vm_mb", "torch_peak_reserved_mb", "gpu_total_mb", "pass_floor_s", "pass_floor_tokens"):
             if out.get(k) is None:
                 out.pop(k, None)
         return out

@@ -1,0 +1,115 @@
+"""The step model of the forecast, calibrated from rows whose steps were measured by parts (the
+row's ``step_fit``, :mod:`fttui.core.results.stepparts`)::
+
+    step_seconds = fixed_step + grad_accum x (fixed_pass + pass_flops x seconds_per_flop)
+
+* ``fixed_step``: the step's seconds outside its forward and backward passes (the optimizer,
+  clipping, fetching the batches, logging), measured by the row;
+* a pass's time is a line in its FLOPs: ``fixed_pass`` (the operators' own cost, what a pass costs
+  with next to no work) plus its FLOPs at ``seconds_per_flop``. Its points: each row's mean pass
+  (its padded tokens per micro-batch, each at its micro-batch's padded length, so attention's
+  length-squared term is in the FLOPs) and each row's pass floor (one short sample, timed by the
+  worker after training); least squares through them. One row with its floor is two points: its
+  line. Rows without a floor at two or more sizes fit the line too; one size alone gives no fixed
+  cost per pass, and the words say so.
+
+FLOPs per token: :func:`fttui.core.models.flops.flops_per_token`, linear in the sequence length,
+so a micro-batch's FLOPs are ``tokens x fpt(0) + tokens_x_len x (fpt(1) - fpt(0))``. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from fttui.core.base.linefit import line_fit
+from fttui.core.models.flops import ModelShape, flops_per_token
+
+__all__ = ["StepModel", "row_parts", "pass_flops", "step_model"]
+
+
+@dataclass(frozen=True)
+class StepModel:
+    seconds_per_flop: float
+    fixed_pass_s: float
+    fixed_step_s: float
+    warmup_s: float
+    words: str
+
+    def step_seconds(self, flops_per_pass: float, accum: int) -> float:
+        return self.fixed_step_s + max(1, accum) * (self.fixed_pass_s + flops_per_pass * self.seconds_per_flop)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+
+
+def row_parts(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A row's measured step parts (its ``step_fit``), or None (a row of an older fttui)."""
+    sf = row.get("step_fit")
+    if isinstance(sf, str):
+        try:
+            sf = json.loads(sf)
+        except ValueError:
+            return None
+    if not isinstance(sf, Mapping) or None in (_num(sf.get(k)) for k in ("pass_s", "fixed_step_s", "tokens",
+                                                                          "tokens_x_len")):
+        return None
+    return dict(sf)
+
+
+def pass_flops(shape: ModelShape, method: str, gc: bool, tokens: float, tokens_x_len: float) -> float:
+    """FLOPs of one pass of ``tokens`` padded tokens whose lengths, weighted by their tokens, sum
+    to ``tokens_x_len`` (one sample of ``n`` tokens: ``n``, ``n * n``)."""
+    a = flops_per_token(shape, method, 0.0, gc).total
+    per_len = flops_per_token(shape, method, 1.0, gc).total - a
+    return tokens * a + tokens_x_len * per_len
+
+
+def _row_shape(shape: ModelShape, row: Mapping[str, Any]) -> ModelShape:
+    """The forecast's model shape with the row's own parameter counts (another LoRA rank, say)."""
+    total, trainable = _num(row.get("params_total")), _num(row.get("params_trainable"))
+    return replace(shape, params_total=int(total or shape.params_total),
+                   params_trainable=int(trainable or shape.params_trainable))
+
+
+def step_model(rows: Sequence[Mapping[str, Any]], shape: ModelShape, method: str) -> StepModel | None:
+    """The step model of ``rows`` (the same setup on the same card), or None when none of them
+    measured its step's parts."""
+    points: list[tuple[float, float]] = []
+    fixed: list[float] = []
+    warm: list[float] = []
+    floors = 0
+    for r in rows:
+        parts = row_parts(r)
+        if parts is None:
+            continue
+        rs, gc = _row_shape(shape, r), bool(r.get("gradient_checkpointing"))
+        flops = pass_flops(rs, method, gc, parts["tokens"], parts["tokens_x_len"])
+        if flops <= 0:
+            continue
+        points.append((flops, float(parts["pass_s"])))
+        fixed.append(float(parts["fixed_step_s"]))
+        warm.append(_num(parts.get("warmup_s")) or 0.0)
+        floor_s, floor_n = _num(parts.get("floor_s")), _num(parts.get("floor_tokens"))
+        if floor_s and floor_n:
+            points.append((pass_flops(rs, method, gc, floor_n, floor_n * floor_n), floor_s))
+            floors += 1
+    if not points:
+        return None
+    fit = line_fit(points) if len({round(x, -3) for x, _ in points}) >= 2 else None
+    n = len(fixed)
+    if fit is not None and fit[0] > 0:
+        s_per_flop, fixed_pass = fit[0], max(0.0, fit[1])
+        how = (f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (the pass floor"
+               f"{'s' if floors > 1 else ''} measured)" if floors else
+               f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (fitted over the rows' sizes)")
+    else:
+        s_per_flop = sum(t for _, t in points) / sum(f for f, _ in points)
+        fixed_pass = 0.0
+        how = "no fixed cost per micro batch (one size measured, no pass floor)"
+    fixed_step = sum(fixed) / n
+    words = f"steps measured by parts: {how}, {fixed_step * 1e3:.3g} ms per step outside the passes"
+    return StepModel(seconds_per_flop=s_per_flop, fixed_pass_s=fixed_pass, fixed_step_s=fixed_step,
+                     warmup_s=sum(warm) / n, words=words)
