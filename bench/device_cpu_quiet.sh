@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CPU measurements that need a quiet machine, run on the GPU machine's idle cores (16) while
 # its card is otherwise idle or busy with one run: issue 23's forecast check (bench/forecast_cpu.py
-# on tiny-lora and tiny-full) and its plan check (bench/plan_check.sh). Each on one thread
-# (OMP_NUM_THREADS=1, as the scripts set), the three side by side.
+# on tiny-lora and tiny-full), the pass's time against its FLOPs (bench/pass_cost_cpu.py) and its
+# plan check (bench/plan_check.sh). Each on one thread (OMP_NUM_THREADS=1), the four side by side.
 #   bash bench/device_cpu_quiet.sh OUT_DIR
 set -u
 cd "$(dirname "$0")/.."
@@ -13,10 +13,13 @@ if [ ! -x .venv/bin/python ]; then
   mkdir -p .venv/bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$PY")" > .venv/bin/python && chmod +x .venv/bin/python
 fi
 uptime > "$OUT/quiet_load.txt"
-"$PY" bench/forecast_cpu.py --profile tiny-lora --steps 40 > "$OUT/forecast_tiny_lora.txt" 2>&1 &
-"$PY" bench/forecast_cpu.py --profile tiny-full --steps 20 --grid 8x256,4x128,16x256,32x96 > "$OUT/forecast_tiny_full.txt" 2>&1 &
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+"$PY" bench/forecast_cpu.py --profile tiny-lora --steps 100 > "$OUT/forecast_tiny_lora.txt" 2>&1 &
+"$PY" bench/forecast_cpu.py --profile tiny-full --steps 100 --grid 8x256,4x128,16x256,32x96 > "$OUT/forecast_tiny_full.txt" 2>&1 &
 bash bench/plan_check.sh 40MiB > "$OUT/plan_check.txt" 2>&1 &
-( for _ in $(seq 40); do uptime; sleep 5; done ) >> "$OUT/quiet_load.txt" 2>&1 &
-wait %1 %2 %3
-kill %4 2>/dev/null
-for f in forecast_tiny_lora forecast_tiny_full plan_check; do echo "== $f"; cat "$OUT/$f.txt"; done
+( OMP_NUM_THREADS=1 "$PY" bench/pass_cost_cpu.py --profile tiny-lora --cal 8x128
+  OMP_NUM_THREADS=1 "$PY" bench/pass_cost_cpu.py --profile tiny-full --cal 8x256 ) > "$OUT/pass_cost.txt" 2>&1 &
+( for _ in $(seq 60); do uptime; sleep 5; done ) >> "$OUT/quiet_load.txt" 2>&1 &
+wait %1 %2 %3 %4
+kill %5 2>/dev/null
+for f in forecast_tiny_lora forecast_tiny_full pass_cost plan_check; do echo "== $f"; cat "$OUT/$f.txt"; done
