@@ -18,12 +18,13 @@ from fttui.core.memory.sharding import zero3_init
 __all__ = ["host_terms"]
 
 
-def _load_copy(c: Setup) -> float:
+def _load_copy(c: Setup, weights: float) -> float:
     """Host bytes (this node) that exist only while the model is built or loaded: the copy the
     load holds before the engine takes the model. ZeRO-3 inside zero.Init: rank 0 reads the
     checkpoint, a random init is drawn module by module into the partitions; FSDP: rank 0 alone
     reads the checkpoint or draws the random weights (on the host, on its card when it has one),
-    the other ranks build on the meta device. Else every rank builds the whole model."""
+    the other ranks build on the meta device. Else every rank builds the whole model.
+    ``weights``: the weights term of one card (a GPTQ / AWQ checkpoint's packed bytes as stored)."""
     s, method, P = c.s, c.method, c.a.params
     kbit = method in KBIT_METHODS
     pretrained = s["init"] == "pretrained"
@@ -33,9 +34,13 @@ def _load_copy(c: Setup) -> float:
     if c.deepspeed:
         # the dtype the worker loads in under DeepSpeed (fp32 for fp16 full training), cast later
         load_b = {"bf16": 2, "fp16": 4 if method == "full" else 2}.get(c.precision, 4)
-    if (kbit or c.prequant is not None) and pretrained:
-        # loaded with a device_map: one checkpoint shard at a time on the host (a GPTQ / AWQ
-        # checkpoint's shards hold less than P * 2)
+    if c.prequant is not None and pretrained:
+        # loaded with a device_map: one checkpoint shard at a time on the host, and a GPTQ / AWQ
+        # checkpoint stores its packed weights (on an H100: a 1.1B AWQ checkpoint of 0.73 GiB,
+        # host 1,759 MiB against 3,708 when this was P * 2, docs/estimate.md)
+        return min(weights, CONSTANTS["host_load_shard_bytes"]) * c.per_node
+    if kbit and pretrained:
+        # loaded with a device_map: one checkpoint shard at a time on the host, fp16 / bf16
         return min(P * 2, CONSTANTS["host_load_shard_bytes"]) * c.per_node
     if zero3_init(c):
         return P * load_b if pretrained else 0.0  # rank 0 reads the whole checkpoint
@@ -77,7 +82,7 @@ def host_terms(c: Setup, bd: dict[str, float], host_bd: dict[str, float]) -> flo
         during += host_bd["offload_param_partitions"]
     if not c.on_gpu and zero3_init(c):
         during += host_bd["weights"]
-    load_peak = during + _load_copy(c)
+    load_peak = during + _load_copy(c, bd["weights"])
     train_peak = sum(v for k, v in host_bd.items() if k != "model_load")
     host_bd["model_load"] = max(0.0, load_peak - train_peak)
     return load_peak
