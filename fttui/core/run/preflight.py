@@ -101,7 +101,7 @@ def _check_stack(prof: Profile, src: str, gpus: int, n_visible: int) -> None:
         extra, missing = found
         by_kind = kind is not None and extra == kind.extra
         key = "sharding" if by_kind else "model.name_or_path" if extra == "gptq" else "method"
-        what = (f"sharding {sharding}" if by_kind else f"a {stored.method.upper()} checkpoint" if extra == "gptq"
+        what = (f"sharding {sharding}" if by_kind else f"{'an' if stored.method == 'awq' else 'a'} {stored.method.upper()} checkpoint" if extra == "gptq"
                 else f"method {method}")
         raise ProfileError(src, key, f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed)",
                            f"pip install 'fttui[{extra}]'")
