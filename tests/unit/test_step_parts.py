@@ -149,3 +149,6 @@ def test_rows_without_parts_or_floor():
     m = step_model([{"step_fit": parts}], SHAPE, "lora")
     assert m.fixed_pass_s == 0 and "no fixed cost per micro batch" in m.words
     assert m.seconds_per_flop == pytest.approx(0.1 / pass_flops(SHAPE, "lora", False, 1024, 1024 * 128))
+    # a launch-bound card: the pass no slower than its floor, no slope to measure, said so
+    m = step_model([{"step_fit": {**parts, "floor_s": 0.11, "floor_tokens": 16}}], SHAPE, "lora")
+    assert m.fixed_pass_s == 0 and "no longer than its pass floor" in m.words

@@ -108,7 +108,9 @@ def step_model(rows: Sequence[Mapping[str, Any]], shape: ModelShape, method: str
     else:
         s_per_flop = sum(t for _, t in points) / sum(f for f, _ in points)
         fixed_pass = 0.0
-        how = "no fixed cost per micro batch (one size measured, no pass floor)"
+        how = ("no fixed cost per micro batch (the run's pass took no longer than its pass floor: "
+               "its time did not grow with its work)" if floors else
+               "no fixed cost per micro batch (one size measured, no pass floor)")
     fixed_step = sum(fixed) / n
     words = f"steps measured by parts: {how}, {fixed_step * 1e3:.3g} ms per step outside the passes"
     return StepModel(seconds_per_flop=s_per_flop, fixed_pass_s=fixed_pass, fixed_step_s=fixed_step,
