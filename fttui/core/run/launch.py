@@ -158,6 +158,13 @@ def child_env(profile: Profile | dict) -> dict[str, str]:
         # The same mappings at the same places in every process: the worker turns address-space
         # randomisation off for itself (fttui.worker.limits.fixed_address_layout).
         env["FTTUI_FIXED_LAYOUT"] = "1"
+        # Python's small objects from glibc's heap instead of pymalloc's 1 MiB arenas, and the
+        # heap grown by what it needs instead of 128 KiB more: with both defaults a trial's peak
+        # address space moved by whole activations (0.64 MiB at 326 tokens of tiny-lora) between
+        # fresh processes at one value, and went up and down between neighbouring values; with
+        # these it grows evenly and repeats (docs/bench-probe.md, "A boundary that repeats").
+        env["PYTHONMALLOC"] = "malloc"
+        env["MALLOC_TOP_PAD_"] = "0"
     elif on_cpu:
         # CPU training: activations live in host memory. Tensors of 4 MiB and more are mmapped
         # and returned on free, so the process's peak RSS follows its live tensors (glibc's
