@@ -117,8 +117,10 @@ def limit_base(vm: int, granularity: int = BASE_GRANULARITY) -> int:
     of the probe screen ran out of memory in their first step). So the default granularity is a
     page, no rounding: each process gets exactly the budget above its own base, a probe's trial a
     MiB less than a run (it imports the training modules after the limit), which keeps the run at
-    its answer inside the budget; the verdict at a value within about 0.1 MiB of the limit may
-    still differ between fresh processes (9 of 10 at one token from the boundary)."""
+    its answer inside the budget. The verdict at a value within about 0.1 MiB of the limit then
+    still differed between fresh processes (9 of 10 at one token from the boundary): the
+    allocator's, not the base's (pymalloc's arenas and glibc's heap top pad, which the launcher
+    now sets aside under a host limit: 10 of 10 at 0.04 MiB, docs/bench-probe.md)."""
     return -(-vm // granularity) * granularity
 
 

@@ -23,3 +23,12 @@ def test_cpu_runs_keep_the_heap_top_mapped_so_steps_do_not_fault_it_back():
     # the probe's host budget keeps its own settings, GPU runs glibc's defaults
     assert "MALLOC_TRIM_THRESHOLD_" not in child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))
     assert "MALLOC_TRIM_THRESHOLD_" not in child_env(load_profile("tiny-lora", ["gpus=1"]))
+
+
+def test_host_budget_allocates_small_objects_from_the_heap_grown_by_what_it_needs():
+    # with pymalloc's arenas and glibc's 128 KiB top pad a fresh trial's peak moved by whole
+    # activations between processes at one value (tests/e2e/test_probe_peaks.py, docs/bench-probe.md)
+    limited = child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))
+    assert limited["PYTHONMALLOC"] == "malloc" and limited["MALLOC_TOP_PAD_"] == "0"
+    for other in (child_env(load_profile("tiny-lora")), child_env(load_profile("tiny-lora", ["gpus=1"]))):
+        assert "PYTHONMALLOC" not in other and "MALLOC_TOP_PAD_" not in other
