@@ -19,8 +19,9 @@ peak, :mod:`fttui.core.models.peaks`), so rows of another card of known peak sti
 more rows of one setup at different micro-batch sizes also give ``fixed`` (least squares of the
 time per micro batch on its FLOPs); otherwise ``fixed`` is 0 and the forecast says so. The
 rows also give the warm-up: their training time beyond steps x their steady step time (the first
-steps), added once. Without a matching row: a stated default MFU on a card of known peak, a stated default rate on a CPU: the words say
-"uncalibrated".
+steps), added once. Without a matching row: a stated default MFU on a card of known peak, a stated default rate on a CPU, and
+a stated default fixed cost per pass and decoder layer (:data:`DEFAULT_PASS_S_PER_LAYER`): the words
+say "uncalibrated".
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ from fttui.core.profiles.stored import as_profile
 
 DEFAULT_MFU = {"full": 0.35, "lora": 0.30, "lora-emb": 0.30, "qlora": 0.20, "lora-int8": 0.12}
 DEFAULT_CPU_FLOPS = 5e9  # per training process, fp32, when no CPU row calibrates
+#: a forward and backward pass's own cost per decoder layer (the operators' overhead, whatever the
+#: work), when no row calibrates: the pass floors measured on tiny 2-layer Llamas (docs/forecast.md,
+#: 3.8-4.0 ms on CPU ranks of the development machine, 10.9 ms on an H100 in eager mode). Without
+#: it an uncalibrated forecast priced 4 x 8 and 1 x 32 the same, and the planner could not order them.
+DEFAULT_PASS_S_PER_LAYER = {"cpu": 1.9e-3, "gpu": 5.4e-3}
 #: host <-> card copies of an offloading sharding, bytes/s one way per card: a stated default
 #: (PCIe 4.0 x16: 32 GB/s raw, about 20 in practice), not measured on this project's machines
 HOST_LINK_BYTES_PER_S = 20e9
@@ -288,6 +294,10 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         what = "CPU" if card == RANKS_CPU else f"{card} (no peak rate known)"
         source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on {what} (no stored row)"
         calibrated = False
+    if not chosen:
+        per_layer = DEFAULT_PASS_S_PER_LAYER["cpu" if card == RANKS_CPU else "gpu"]
+        fixed = per_layer * max(1, shape.layers)
+        source += f", default {fixed * 1e3:.3g} ms per micro batch fixed ({per_layer * 1e3:g} ms per layer)"
     step_s = accum * (pass_flops / rate + fixed) + (model.fixed_step_s if model is not None else 0.0)
     if model is not None and mfu is not None and peak:
         mfu = accum * pass_flops / step_s / (peak * 1e12)  # what the rows' MFU measures: whole steps
