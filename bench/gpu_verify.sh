@@ -8,7 +8,8 @@
 # without offload, ds-optim for ZeRO-3 with DeepSpeed's own optimizer, qfsdp / qzero3 for Llama-2-7B
 # QLoRA under FSDP / ZeRO-3 on one card, awq for GPTQ's and AWQ's pre-quantized LoRA on the card
 # (bench/gptq_gpu.py: .whl/gptq/ wheels), probe for the probe's boundary on the card with fresh runs
-# either side of it, forecast for issue 23's forecast on the card, cpu375 for issue 22's host check
+# either side of it, forecast for issue 23's forecast on the card, plan for its plan check on the card
+# (bench/plan_check.sh under the probe's cap), cpu375 for issue 22's host check
 # at its own size: a 375M Llama over two CPU ranks, ZeRO-3 / FSDP / DDP, beside the card's steps)
 #
 # Every step runs under its own time limit and the whole under DEADLINE seconds (default 560):
@@ -158,7 +159,13 @@ EOF2
 forecast_step() {
   "$PY" bench/forecast_cpu.py --profile "$PROBE_PROFILE" --steps 60 --grid 8x512,4x256,16x1024 $GPU_MODEL
 }
-export -f env_step visible_step probe_step forecast_step
+# issue 23's plan check on the card: the same model under the probe's cap, effective batch 32, the
+# three fastest setups said to fit and the cheapest said not to, fresh 20-step runs (bench/plan_check.sh)
+plan_step() {
+  PY="$PY" PROFILE="$PROBE_PROFILE" SETS="$GPU_MODEL" LIMIT_FLAG=--gpu-memory-limit STEPS=20 \
+    bash bench/plan_check.sh "${PROBE_CAP##* }"
+}
+export -f env_step visible_step probe_step forecast_step plan_step
 has env && step env 60 env_step
 if [ $GPU_OK = 1 ]; then
   has visible && step visible 120 visible_step
@@ -175,6 +182,7 @@ if [ $GPU_OK = 1 ]; then
   has awq && step awq 170 "$PY" bench/gptq_gpu.py "$W/gptq" --formats awq
   has probe && step probe 220 probe_step
   has forecast && step forecast 160 forecast_step
+  has plan && step plan 200 plan_step
 fi
 if has cpu375; then
   say "== cpu375: waiting for the CPU ranks ($(left) s left)"

@@ -21,19 +21,19 @@ fit=[o for o in opts if o["fits"]]
 key="gpu_peak_bytes" if any(o.get("gpu_peak_bytes") for o in opts) else "host_peak_bytes"
 no=sorted([o for o in opts if not o["fits"]], key=lambda o:o[key])
 for tag,o in (("fastest-fit",fit[0]),("second-fit",fit[1]),("third-fit",fit[2]),("cheapest-nofit",no[0])):
-    print(tag, o["batch_size"], o["grad_accum"], str(o["gradient_checkpointing"]).lower(), o["run_seconds"], o[key])
+    print(tag, o["sharding"], o["batch_size"], o["grad_accum"], str(o["gradient_checkpointing"]).lower(), o["run_seconds"], o[key])
 PY
 cat $FTTUI_HOME/picks.txt
-while read tag b a gc fs hp; do
-  $P run $COMMON --set train.batch_size=$b --set train.grad_accum=$a --set train.gradient_checkpointing=$gc $LIMIT_FLAG $1 --headless > /dev/null 2>&1
-  echo "$tag b$b a$a gc=$gc exit=$? forecast_s=$fs"
+while read tag sh b a gc fs hp; do
+  $P run $COMMON --set sharding=$sh --set train.batch_size=$b --set train.grad_accum=$a --set train.gradient_checkpointing=$gc $LIMIT_FLAG $1 --headless > /dev/null 2>&1
+  echo "$tag $sh b$b a$a gc=$gc exit=$? forecast_s=$fs"
 done < $FTTUI_HOME/picks.txt
 $P results --format json | $PY -c "
 import json,sys
 rows=json.load(sys.stdin)
 rows.sort(key=lambda r: r['started_at'] or '')
-print('batch accum gc status oom_kind duration_s forecast_s peak_host_rss_mb peak_gpu_mem_mb')
-for r in rows: print(r['batch_size'], r['grad_accum'], r['gradient_checkpointing'], r['status'], r['oom_kind'], r['duration_s'], r['forecast_s'], r['peak_host_rss_mb'], r.get('peak_gpu_mem_mb'))
+print('sharding batch accum gc status oom_kind duration_s forecast_s peak_host_rss_mb peak_gpu_mem_mb')
+for r in rows: print(r['sharding'], r['batch_size'], r['grad_accum'], r['gradient_checkpointing'], r['status'], r['oom_kind'], r['duration_s'], r['forecast_s'], r['peak_host_rss_mb'], r.get('peak_gpu_mem_mb'))
 held = [r['status'] == 'completed' for r in rows[:3]] + [rows[3]['status'] == 'oom'] if len(rows) == 4 else []
 print('verdicts held:', sum(held), 'of', len(held))
 d = [r['duration_s'] for r in rows[:3]]

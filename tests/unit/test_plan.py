@@ -100,6 +100,34 @@ def test_gpu_plan_on_two_fake_24gib_cards():
     assert priced[0].cost == pytest.approx(0.5 * 2 * priced[0].run_seconds / 3600, rel=1e-4)
 
 
+def test_kinds_this_installation_cannot_run_are_left_out(monkeypatch):
+    """Without DeepSpeed the plan offers no ZeRO setup (``--verify`` would launch one the
+    preflight refuses) and the CLI says which kinds it left out and the extra to install."""
+    import importlib.util
+
+    from fttui.core.experiments import planning
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name.split(".")[0] == "deepspeed" else real(name, *a, **k))
+    missing = planning.uninstalled_shardings()
+    zero = {k.name for k in shardings.KINDS.values() if "deepspeed" in k.packages}
+    assert set(missing) == zero and all("pip install 'fttui[zero3]'" in v for v in missing.values())
+    prof = load_profile("llama2-7b-lora", ["train.max_steps=10"])
+    budget = Budget(gpus=2, card="NVIDIA GeForce RTX 3090", gpu_bytes=24 * GIB, host_bytes=256 * GIB)
+    opts = _plan(prof, budget, effective_batch=8, left_out=tuple(missing))
+    assert {o.sharding for o in opts} == set(shardings.runs_with("lora")) - zero
+    # the CLI, in this process: the note on stderr, one line per kind
+    from fttui.cli.main import main
+
+    out = []
+    monkeypatch.setattr("sys.stderr", type("E", (), {"write": lambda self, t: out.append(t), "flush": lambda self: None})())
+    assert main(["plan", "--profile", "llama2-7b-lora", "--gpus", "2", "--gpu-memory", "24GiB",
+                 "--card", "NVIDIA GeForce RTX 3090", "--effective-batch", "8", "--json"]) == 0
+    said = "".join(out)
+    assert all(f"left out: sharding {name} (deepspeed not installed" in said for name in zero)
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     prof = load_profile("llama2-7b-lora")
     with pytest.raises(PlanError, match="below the model's weights"):

@@ -193,10 +193,12 @@ def _check_weights(profile: Mapping[str, Any], budget: Budget, methods: Sequence
 def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str, Any]], *,
          effective_batch: int | None = None, methods: Sequence[str] | None = None,
          stats_for: Callable[[Mapping[str, Any], int], DataStats],
-         price_per_card_hour: float | None = None, price_unit: str = "") -> list[Option]:
+         price_per_card_hour: float | None = None, price_unit: str = "",
+         left_out: Sequence[str] = ()) -> list[Option]:
     """Every setup of ``profile`` on ``budget``'s cards, fitting ones first by predicted time.
     ``stats_for(profile, micro_batch)``: the data's lengths at a micro batch
-    (:func:`fttui.core.run.datalens.data_stats`)."""
+    (:func:`fttui.core.run.datalens.data_stats`). ``left_out``: sharding kinds not to plan (their
+    packages are not installed: :func:`fttui.core.experiments.planning.uninstalled_shardings`)."""
     base = as_profile(profile)
     nodes = max(1, int(base.devices.nodes or 1))
     on_gpu = budget.gpus > 0
@@ -213,6 +215,8 @@ def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str,
     stats: dict[int, DataStats] = {}
     out: list[Option] = []
     for method, sharding, micro, accum, gc in candidates(methods, world, on_gpu, effective_batch):
+        if sharding in left_out:
+            continue
         p = variant(base, method, sharding, micro, accum, gc, budget.gpus if on_gpu else None)
         e = estimate(p, None, budget.gpu_bytes if on_gpu else None)
         if micro not in stats:
