@@ -100,6 +100,29 @@ def test_gpu_plan_on_two_fake_24gib_cards():
     assert priced[0].cost == pytest.approx(0.5 * 2 * priced[0].run_seconds / 3600, rel=1e-4)
 
 
+def test_a_gpu_memory_limit_caps_the_allocator_not_the_context():
+    """Under ``limits.gpu_memory`` (the cap ``run --gpu-memory-limit`` puts on PyTorch's
+    allocator) the verdict leaves the CUDA context out; as a card size it counts it. On an H100 a
+    setup predicted at 12.0 GiB with the context completed under a 12 GiB cap."""
+    from fttui.core.experiments.planning import machine_budget
+
+    prof = load_profile("llama2-7b-lora", ["train.max_steps=10", "model.arch_config.num_hidden_layers=4",
+                                           "limits.gpu_memory=12GiB", "devices.gpus=1"])
+    capped = machine_budget(prof, cards=[])
+    assert capped.gpu_cap and capped.gpu_bytes == 12 * GIB
+    card = machine_budget(prof, gpu_memory="12GiB", cards=[])
+    assert not card.gpu_cap
+    a, b = _plan(prof, capped, effective_batch=32), _plan(prof, card, effective_batch=32)
+    assert sum(o.fits for o in a) > sum(o.fits for o in b)
+    for o in a:
+        e = estimate(variant(prof, o.method, o.sharding, o.batch_size, o.grad_accum, o.gradient_checkpointing, 1),
+                     None, 12 * GIB)
+        torch_part = max(e.gpu_peak_bytes) - e.breakdown["cuda_context"]
+        assert o.fits == (torch_part <= 12 * GIB * 0.95 and e.gpu_load_peak_bytes - e.breakdown["cuda_context"] <= 12 * GIB)
+        if not o.fits:
+            assert "in PyTorch's allocator (the cap)" in o.breaks
+
+
 def test_kinds_this_installation_cannot_run_are_left_out(monkeypatch):
     """Without DeepSpeed the plan offers no ZeRO setup (``--verify`` would launch one the
     preflight refuses) and the CLI says which kinds it left out and the extra to install."""

@@ -43,7 +43,10 @@ class Budget:
     ``card``: their NVML name (``"cpu"`` on CPU: the forecast's calibration and prices);
     ``gpu_bytes``: one card's memory; ``host_bytes``: the host budget, per process above the
     imported training stack when ``host_per_process`` (``--host-memory-limit``, what ``run``
-    enforces with RLIMIT_AS), else the node's; ``margin``: the share of each budget kept free."""
+    enforces with RLIMIT_AS), else the node's; ``margin``: the share of each budget kept free;
+    ``gpu_cap``: ``gpu_bytes`` caps PyTorch's allocator on each card (``limits.gpu_memory``, what
+    ``run --gpu-memory-limit`` enforces), so the CUDA context, outside that allocator, is not
+    counted against it."""
 
     gpus: int
     card: str
@@ -52,6 +55,7 @@ class Budget:
     host_per_process: bool = False
     margin: float = DEFAULT_MARGIN
     cpu_processes: int = 1
+    gpu_cap: bool = False
 
     @property
     def ranks_per_node(self) -> int:
@@ -152,13 +156,16 @@ def _verdict(e: Estimate, budget: Budget) -> str | None:
     keep = 1.0 - budget.margin
     if budget.gpu_bytes and e.gpu_peak_bytes:
         room = budget.gpu_bytes * keep
-        peak = max(e.gpu_peak_bytes)
-        if e.gpu_load_peak_bytes > budget.gpu_bytes:
-            return (f"GPU while loading: the whole model {fmt_bytes(e.gpu_load_peak_bytes)} on one card "
+        outside = int(e.breakdown.get("cuda_context") or 0) if budget.gpu_cap else 0
+        peak, load = max(e.gpu_peak_bytes) - outside, e.gpu_load_peak_bytes - outside
+        what = " in PyTorch's allocator (the cap)" if budget.gpu_cap else ""
+        if load > budget.gpu_bytes:
+            return (f"GPU while loading: the whole model {fmt_bytes(load)}{what} on one card "
                     f"> {fmt_bytes(budget.gpu_bytes)}")
         if peak > room:
-            return (f"GPU: {fmt_bytes(peak)} per card > {fmt_bytes(room)} (largest term: "
-                    f"{_largest(e.breakdown, COMPONENTS)})")
+            bd = {k: v for k, v in e.breakdown.items() if not (budget.gpu_cap and k == "cuda_context")}
+            return (f"GPU: {fmt_bytes(peak)} per card{what} > {fmt_bytes(room)} (largest term: "
+                    f"{_largest(bd, COMPONENTS)})")
     if budget.host_bytes:
         room = budget.host_bytes * keep
         if budget.host_per_process:

@@ -49,7 +49,8 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
                    margin: float = DEFAULT_MARGIN, cards: Sequence[Any] | None = None) -> Budget:
     """The budget to plan for: ``gpus`` cards per node (default: the profile's ``devices.gpus``;
     0 plans CPU ranks), each of ``gpu_memory`` (default: this machine's first card, else the
-    profile's ``limits.gpu_memory``), named ``card`` (default: this machine's first card); the host:
+    profile's ``limits.gpu_memory``: then a cap on PyTorch's allocator, ``Budget.gpu_cap``), named
+    ``card`` (default: this machine's first card); the host:
     ``host_memory_limit`` per process above the imported stack (default: the profile's
     ``limits.host_memory``), else the node's RAM. ``cards``: the cards seen here (the app's
     sampler's ``run_cards``), else read now."""
@@ -67,6 +68,8 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
                       cpu_processes=max(1, int(dev.cpu_processes or 1)))
     here = list(cards) if cards is not None else _cards()
     size = gpu_memory or limits.gpu_memory or ""
+    # a limit without --gpu-memory is the cap the runs enforce on PyTorch's allocator
+    cap = not gpu_memory and bool(limits.gpu_memory)
     if size:
         gpu_bytes = _size(size, "--gpu-memory")
     elif here and here[0].mem_total_mb:
@@ -75,7 +78,7 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
         raise PlanError("no card visible here to read its memory: give --gpu-memory SIZE (e.g. 24GiB)")
     name = card or (str(here[0].name) if here and here[0].name else "unknown GPU")
     return Budget(gpus=n, card=name, gpu_bytes=gpu_bytes, host_bytes=host, host_per_process=bool(host_limit),
-                  margin=margin)
+                  margin=margin, gpu_cap=cap)
 
 
 def uninstalled_shardings() -> dict[str, str]:
