@@ -5,7 +5,7 @@ One calibrating run of a tiny profile; then the forecast of every other setting 
 and the run itself, alternated. All in a fresh FTTUI_HOME, OMP_NUM_THREADS=1.
 
     .venv/bin/python bench/forecast_cpu.py [--profile tiny-lora] [--steps 100] [--grid 8x128,4x64,16x256,32x128]
-        [--set KEY=VALUE ...]
+        [--set KEY=VALUE ...] [--warm]
 
 ``--set``: more profile overrides for every run and forecast (``devices.gpus=1`` and a model's
 numbers for the same check on a card: bench/gpu_verify.sh's ``forecast`` step).
@@ -44,6 +44,10 @@ def main() -> int:
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="a profile override for every run (repeatable)")
     ap.add_argument("--grid", default=GRID, help="batch x max_seq_len per run, comma-separated; the first calibrates")
+    ap.add_argument("--warm", action="store_true",
+                    help="first one unrecorded 5-step run of the calibrating setting in another FTTUI_HOME (the "
+                         "first process on a machine reads the libraries from disk: on an H100 its warm-up was "
+                         "3.3 s against 0.7-0.8 s for the next, and one row carries it into every forecast)")
     args = ap.parse_args()
     settings = [(f"train.batch_size={b}", f"data.max_seq_len={s}")
                 for b, s in (cell.split("x") for cell in args.grid.split(","))]
@@ -61,6 +65,10 @@ def main() -> int:
         row = json.loads(fttui("results", "--format", "json", "--limit", "1", env=env))
         return row[0] if isinstance(row, list) else row
 
+    if args.warm:
+        warm_env = dict(env, FTTUI_HOME=tempfile.mkdtemp(prefix="fttui-forecast-warm-"))
+        fttui("run", "--profile", args.profile, *[x for kv in (*args.sets, *settings[0], "train.max_steps=5")
+                                                  for x in ("--set", kv)], "--headless", env=warm_env)
     row = run(settings[0])
     print(f"{' '.join(settings[0]):40s} calibrating run: {row['duration_s']:.2f} s, step parts {row['step_fit']}",
           flush=True)

@@ -157,7 +157,7 @@ EOF2
   done
 }
 forecast_step() {
-  "$PY" bench/forecast_cpu.py --profile "$PROBE_PROFILE" --steps 60 --grid 8x512,4x256,16x1024 $GPU_MODEL
+  "$PY" bench/forecast_cpu.py --profile "$PROBE_PROFILE" --steps 60 --grid 8x512,4x256,16x1024,32x128 --warm $GPU_MODEL
 }
 # issue 23's plan check on the card: the same model under the probe's cap, effective batch 32, the
 # three fastest setups said to fit and the cheapest said not to, fresh 20-step runs (bench/plan_check.sh)
@@ -181,7 +181,7 @@ if [ $GPU_OK = 1 ]; then
   has prepare-none && step kbit-qlora-prepare-none 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "quant.prepare=none"
   has awq && step awq 170 "$PY" bench/gptq_gpu.py "$W/gptq" --formats awq
   has probe && step probe 220 probe_step
-  has forecast && step forecast 160 forecast_step
+  has forecast && step forecast 200 forecast_step
   has plan && step plan 200 plan_step
 fi
 if has cpu375; then

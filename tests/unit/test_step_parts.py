@@ -152,3 +152,29 @@ def test_rows_without_parts_or_floor():
     # a launch-bound card: the pass no slower than its floor, no slope to measure, said so
     m = step_model([{"step_fit": {**parts, "floor_s": 0.11, "floor_tokens": 16}}], SHAPE, "lora")
     assert m.fixed_pass_s == 0 and "no longer than its pass floor" in m.words
+
+
+def test_on_a_card_a_pass_takes_the_longer_of_its_floor_and_its_work():
+    """The H100's figures (docs/forecast.md, "On the card"): a 4-layer Llama-2-7B shape, LoRA, one
+    row at 8 x 512 (pass 61.9 ms, floor 41.4 ms, 10.5 ms outside the passes). Overlapped, its
+    forecast of 4 x 256 and 16 x 1024 is within 16% of their measured steps (46.0 and 221.8 ms);
+    as a sum of floor and work it was 1.24 and 0.60."""
+    shape = ModelShape(params_total=894_000_000, params_trainable=4_194_304, vocab=32000, hidden=4096,
+                       layers=4, attn_dim=4096, tied=False)
+    cal = {"fixed_step_s": 0.010457, "floor_s": 0.041429, "floor_tokens": 16.0, "pass_s": 0.061904,
+           "passes": 1.0, "tokens": 4043.9, "tokens_x_len": 2070493.3, "warmup_s": 0.7}
+    row = {"step_fit": cal, "gradient_checkpointing": True}
+    card = step_model([row], shape, "lora", overlap=True)
+    assert card.overlap and card.fixed_pass_s == pytest.approx(0.041429)
+    assert "the longer of 41.4 ms" in card.words
+    f_cal = pass_flops(shape, "lora", True, 4043.9, 2070493.3)
+    assert card.pass_seconds(f_cal) == pytest.approx(0.061904)  # the row's own pass, through the origin
+    small, big = pass_flops(shape, "lora", True, 1024, 1024 * 256), pass_flops(shape, "lora", True, 15655.1, 16030772.1)
+    assert card.pass_seconds(small) == pytest.approx(0.041429)  # launch-bound: the floor
+    assert card.step_seconds(small, 1) / 0.045967 == pytest.approx(1.13, abs=0.03)
+    assert card.step_seconds(big, 1) / 0.221827 == pytest.approx(1.16, abs=0.03)
+    line = step_model([row], shape, "lora")
+    assert line.step_seconds(big, 1) / 0.221827 < 0.7  # the sum model's miss
+    # a card's row no longer than its floor: launch-bound, said so, a bound on the time per FLOP
+    slow = step_model([{**row, "step_fit": {**cal, "pass_s": 0.040}}], shape, "lora", overlap=True)
+    assert "launch-bound" in slow.words and slow.pass_seconds(small) == pytest.approx(0.041429)

@@ -260,7 +260,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
     if chosen:
         warm = _warmup(chosen)
         same_card = str(chosen[0].get("gpu")) == card
-        model = step_model(chosen, shape, method) if score == 15 and same_card else None
+        model = step_model(chosen, shape, method, overlap=card != RANKS_CPU) if score == 15 and same_card else None
         fit = _fit_fixed(chosen) if score == 15 and model is None else None
         if card == RANKS_CPU or peak is None:
             rate = sum(_row_rate(r) for r in chosen) / len(chosen)  # type: ignore[misc]
@@ -298,7 +298,8 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         per_layer = DEFAULT_PASS_S_PER_LAYER["cpu" if card == RANKS_CPU else "gpu"]
         fixed = per_layer * max(1, shape.layers)
         source += f", default {fixed * 1e3:.3g} ms per micro batch fixed ({per_layer * 1e3:g} ms per layer)"
-    step_s = accum * (pass_flops / rate + fixed) + (model.fixed_step_s if model is not None else 0.0)
+    step_s = (model.step_seconds(pass_flops, accum) if model is not None
+              else accum * (pass_flops / rate + fixed))
     if model is not None and mfu is not None and peak:
         mfu = accum * pass_flops / step_s / (peak * 1e12)  # what the rows' MFU measures: whole steps
     if any(link_bytes) and card != RANKS_CPU and not (chosen and score & 2):
