@@ -48,10 +48,13 @@ def test_fresh_peaks_repeat_and_grow_with_the_sequence_length(fttui_home, monkey
     for pad in (0, 2, 8):  # the same value, the environment a few bytes longer each time
         monkeypatch.setenv("FTTUI_TEST_ENV_PAD", "x" * pad)
         at_326.append(_peak_above_base(resolved, 326))
-    # the same peak within 16 pages (an activation of tiny-lora at 326 tokens is 164)
-    assert max(at_326) - min(at_326) < 0.0625, at_326
+    # the same peak within a fifth of an activation (one of tiny-lora at 326 tokens is 0.64 MiB, 164
+    # pages); a fresh process beside two other test workers once peaked 16 pages above the other two
+    # (47.723, 47.730, 47.785 MiB), about one token's growth here (docs/bench-probe.md)
+    assert max(at_326) - min(at_326) < 0.125, at_326
     monkeypatch.setenv("FTTUI_TEST_ENV_PAD", "")
-    peaks = [at_326[0]] + [_peak_above_base(resolved, s) for s in (327, 328)]
-    # one token more: more address space, by less than an activation of a few tokens
+    peaks = [at_326[0]] + [_peak_above_base(resolved, s) for s in (331, 336)]
+    # five tokens more: more address space each time (0.5-0.6 MiB on this stack), never less and
+    # never a jump of whole activations
     steps = [b - a for a, b in zip(peaks, peaks[1:])]
-    assert all(0 < d < 0.5 for d in steps), (peaks, steps)
+    assert all(0.25 < d < 1.5 for d in steps), (peaks, steps)
