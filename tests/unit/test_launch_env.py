@@ -32,3 +32,14 @@ def test_host_budget_allocates_small_objects_from_the_heap_grown_by_what_it_need
     assert limited["PYTHONMALLOC"] == "malloc" and limited["MALLOC_TOP_PAD_"] == "0"
     for other in (child_env(load_profile("tiny-lora")), child_env(load_profile("tiny-lora", ["gpus=1"]))):
         assert "PYTHONMALLOC" not in other and "MALLOC_TOP_PAD_" not in other
+
+
+def test_host_budget_on_cpu_trains_on_one_thread_unless_the_user_says(monkeypatch):
+    # two torch threads made a fresh process's peak at one value take one of two values
+    # (docs/bench-probe.md, "Not yet with two torch threads"): the probe's answer did not repeat
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in child_env(load_profile("tiny-lora"))
+    assert "OMP_NUM_THREADS" not in child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB", "gpus=1"]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice is theirs (the process inherits it)
+    assert "OMP_NUM_THREADS" not in child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))

@@ -181,6 +181,12 @@ def child_env(profile: Profile | dict) -> dict[str, str]:
     nproc = prof.devices.processes_per_node()
     if on_cpu and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    if on_cpu and prof.limits.host_memory and "OMP_NUM_THREADS" not in os.environ:
+        # One torch thread per process under a host budget (unless the user set it): with two,
+        # a fresh process's peak at one value took one of two values 0.36 MiB apart (two threads'
+        # scratch buffers alive together or one after the other), and a value next to the
+        # boundary fitted in 2 of 10 processes; with one it repeats (docs/bench-probe.md).
+        env["OMP_NUM_THREADS"] = "1"
     return env
 
 
