@@ -8,7 +8,9 @@
   on rank 0 only (the others map it on the meta device) and fills each module's partitions from
   it. A quantised model (QLoRA under ZeRO-3) is built whole and partitioned by the engine:
   transformers builds no quantised model inside ``zero.Init``. On CPU ranks the build runs
-  with :func:`return_freed_blocks` (glibc keeps the freed whole modules otherwise).
+  with :func:`return_freed_blocks` (glibc keeps the freed whole modules otherwise) and the gathers
+  go in slices (:func:`fttui.worker.gloogather.chunked_gloo_gathers`: gloo holds a second copy
+  of what it gathers).
 - FSDP (``fsdp``, ``fsdp-offload``): RAM-efficient loading. The lowest rank builds or reads the
   model; the others build it on the meta device (parameters without storage, buffers real), and
   accelerate (``cpu_ram_efficient_loading``, set by :func:`fttui.worker.sharding.fsdp_arguments`)
@@ -37,6 +39,7 @@ from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
+from .gloogather import chunked_gloo_gathers
 from .limits import glibc as _glibc  # (tests replace it here)
 from .model import META, WHOLE, ZERO_INIT
 
@@ -93,6 +96,7 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
         raise ConfigError(f"sharding {prof.sharding}: transformers does not see the ZeRO-3 config before the "
                           "model is built (no zero.Init); refusing to build the whole model on every rank")
     return_freed_blocks(not use_cuda)
+    chunked_gloo_gathers(not use_cuda)
     try:
         yield mode
     finally:

@@ -228,7 +228,11 @@ def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
     """What shards the run, read back from the objects that train: ``ran`` (a ``sharding``
     value), ``distributed_type`` (accelerate's), and per kind the engine's ZeRO stage and
     offload devices or the FSDP modules and offload policy; ``params`` / ``params_local``:
-    elements of every parameter and of the part this rank holds."""
+    elements of every parameter and of the part this rank holds; ``gathers_sliced``
+    (DeepSpeed on CPU ranks): the gathers made in slices so far, None when not sliced
+    (:mod:`fttui.worker.gloogather`)."""
+    from .gloogather import sliced_so_far
+
     info: dict[str, Any] = {"asked": asked}
     acc = getattr(trainer, "accelerator", None)
     dtype = getattr(getattr(acc, "state", None), "distributed_type", None)
@@ -247,7 +251,8 @@ def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
         ran = shardings.from_engine(shardings.DEEPSPEED, stage, offload)
         info.update(kind="deepspeed", zero_stage=stage, offload_optimizer=devices[0], offload_param=devices[1],
                     ran=ran.name if ran is not None else f"zero{stage}",
-                    optimizer_owner=optimizer_owner(trainer), optimizer=_innermost(getattr(trainer, "optimizer", None)))
+                    optimizer_owner=optimizer_owner(trainer), optimizer=_innermost(getattr(trainer, "optimizer", None)),
+                    gathers_sliced=sliced_so_far())
         model = getattr(engine, "module", model)
     else:
         fsdp = _fsdp_modules(model) if model is not None else []

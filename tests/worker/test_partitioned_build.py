@@ -30,21 +30,22 @@ def tiny_folder(tmp_path_factory) -> Path:
     return folder
 
 
-def _two_ranks(rd: Path, module: str = "fttui.worker.train") -> None:
+def _two_ranks(rd: Path, module: str = "fttui.worker.train", env: dict | None = None) -> None:
     """``module`` on the run folder ``rd`` over two gloo ranks (torchrun); it must succeed."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
            "-m", module, "--run-dir", str(rd)]
-    res = subprocess.run(cmd, cwd=str(REPO), env=worker_env(), capture_output=True, text=True, timeout=600)
+    res = subprocess.run(cmd, cwd=str(REPO), env={**worker_env(), **(env or {})}, capture_output=True, text=True,
+                         timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
 
 
-def _train(tmp_path: Path, folder: Path, sharding: str) -> tuple[list[dict], dict, dict]:
+def _train(tmp_path: Path, folder: Path, sharding: str, env: dict | None = None) -> tuple[list[dict], dict, dict]:
     prof = make_profile(**{"method": "lora", "sharding": sharding, "train.max_steps": 2, "data.num_samples": 16,
                            "devices.cpu_processes": 2, "model.init": "pretrained",
                            "model.name_or_path": str(folder), "lora.dropout": 0.0})
     prof["train"].update(save="end", output_dir=None)
     rd = write_run_dir(tmp_path, prof, sharding)
-    _two_ranks(rd)
+    _two_ranks(rd, env=env)
     from safetensors.torch import load_file
 
     events = read_events(rd)
@@ -62,11 +63,13 @@ def test_zero3_and_fsdp_build_partitioned_and_train_like_ddp(tmp_path, tiny_fold
     ddp_starts, ddp_loss, ddp = _train(tmp_path, tiny_folder, "none")
     assert [e["build"] for e in ddp_starts] == ["whole", "whole"]
 
-    z3_starts, z3_loss, z3 = _train(tmp_path, tiny_folder, "zero3")
+    # gathers of more than 4 KiB in slices, as a big model's are (fttui.worker.gloogather)
+    z3_starts, z3_loss, z3 = _train(tmp_path, tiny_folder, "zero3", env={"FTTUI_GATHER_SLICE_BYTES": "4096"})
     assert [e["build"] for e in z3_starts] == ["zero.Init", "zero.Init"]
     for e in z3_starts:
         s = e["sharding"]
         assert s["ran"] == "zero3" and s["params_local"] == pytest.approx(s["params"] / 2, rel=0.02)
+        assert s["gathers_sliced"] > 0  # the checkpoint's modules were gathered in slices while loading
 
     fsdp_starts, fsdp_loss, fsdp = _train(tmp_path, tiny_folder, "fsdp")
     assert [e["build"] for e in fsdp_starts] == ["whole", "meta"]  # rank 1 never held the weights
