@@ -193,7 +193,8 @@ def _check_weights(profile: Mapping[str, Any], budget: Budget, methods: Sequence
         least = w if least is None else min(least, w)
     world = budget.ranks_per_node * max(1, int(as_profile(profile).devices.nodes or 1))
     if least and budget.gpu_bytes * world < least:
-        raise PlanError(f"--gpu-memory {fmt_bytes(budget.gpu_bytes)}: below the model's weights "
+        flag = "--gpu-memory-limit (limits.gpu_memory)" if budget.gpu_cap else "--gpu-memory"
+        raise PlanError(f"{flag} {fmt_bytes(budget.gpu_bytes)}: below the model's weights "
                         f"({fmt_bytes(least)}) even spread over {world} card(s)")
 
 
