@@ -23,26 +23,22 @@ def _methods(text: str | None) -> list[str] | None:
     return out
 
 
-def _say_left_out(resolved, budget, args, options) -> None:
+def _say_left_out(resolved, budget, args) -> None:
     """One line on stderr per sharding kind the plan left out because this installation cannot
     run it (its packages are missing), when it would have been planned."""
+    from fttui.core.base import shardings
     from fttui.core.experiments.plan import candidates
-    from fttui.core.experiments.planning import uninstalled_shardings
+    from fttui.core.profiles.stored import as_profile
+    from fttui.core.run.extras import uninstalled_shardings
 
     missing = uninstalled_shardings()
     if not missing:
         return
-    from fttui.core.base import shardings
-    from fttui.core.profiles.stored import as_profile
-
     prof = as_profile(resolved)
     methods = _methods(args.methods) or [shardings.of(prof.method, prof.sharding)[0]]
     world = budget.ranks_per_node * max(1, int(prof.devices.nodes or 1))
-    effective = args.effective_batch or world
-    try:
-        wanted = {s for _, s, *_ in candidates(methods, world, budget.gpus > 0, effective)}
-    except Exception:  # noqa: BLE001 - the plan has already checked these; no note then
-        return
+    # the kinds planned do not depend on the batch: one sample per rank is always a valid one
+    wanted = {s for _, s, *_ in candidates(methods, world, budget.gpus > 0, world)}
     for name in sorted(set(missing) & wanted):
         print(f"left out: sharding {name} ({missing[name]})", file=sys.stderr)
 
@@ -64,7 +60,7 @@ def cmd_plan(args, resolve=resolve) -> int:
         prices = load_prices(args.prices)
     options = run_plan(resolved, budget, effective_batch=args.effective_batch, methods=_methods(args.methods),
                        prices=prices)
-    _say_left_out(resolved, budget, args, options)
+    _say_left_out(resolved, budget, args)
     if args.write:
         fitting = [o for o in options if o.fits]
         if not fitting:

@@ -128,12 +128,12 @@ def test_kinds_this_installation_cannot_run_are_left_out(monkeypatch):
     preflight refuses) and the CLI says which kinds it left out and the extra to install."""
     import importlib.util
 
-    from fttui.core.experiments import planning
+    from fttui.core.run.extras import uninstalled_shardings
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a, **k: None if name.split(".")[0] == "deepspeed" else real(name, *a, **k))
-    missing = planning.uninstalled_shardings()
+    missing = uninstalled_shardings()
     zero = {k.name for k in shardings.KINDS.values() if "deepspeed" in k.packages}
     assert set(missing) == zero and all("pip install 'fttui[zero3]'" in v for v in missing.values())
     prof = load_profile("llama2-7b-lora", ["train.max_steps=10"])

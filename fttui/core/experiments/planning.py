@@ -18,7 +18,7 @@ from fttui.core.base.errors import SizeError
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
 from fttui.core.profiles.stored import as_profile
 
-__all__ = ["machine_budget", "run_plan", "uninstalled_shardings", "verify", "write_profile", "PlanError"]
+__all__ = ["machine_budget", "run_plan", "verify", "write_profile", "PlanError"]
 
 
 def _size(text: str, what: str) -> int:
@@ -81,38 +81,17 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
                   margin=margin, gpu_cap=cap)
 
 
-def uninstalled_shardings() -> dict[str, str]:
-    """The sharding kinds this installation cannot run, each with the words that say why: their
-    packages are not installed (DeepSpeed's kinds without ``fttui[zero3]``). The plan leaves them
-    out: ``--verify`` and ``--write`` would hand a user a setup the preflight refuses."""
-    import importlib.util
-
-    from fttui.core.base import shardings
-
-    def installed(name: str) -> bool:
-        try:
-            return importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            return False
-
-    out = {}
-    for kind in shardings.KINDS.values():
-        missing = [p for p in kind.packages if not installed(p)]
-        if missing:
-            out[kind.name] = f"{', '.join(missing)} not installed: pip install 'fttui[{kind.extra}]'"
-    return out
-
-
 def run_plan(profile: Mapping[str, Any], budget: Budget, *, effective_batch: int | None = None,
              methods: Sequence[str] | None = None, prices: Any = None, tokenise: bool = True) -> list[Option]:
     """The plan of ``profile`` on ``budget`` with the store's rows and the data's lengths (measured
     now when not cached; with ``tokenise=False`` the app's screen takes an unmeasured file at
     ``max_seq_len`` per sample and says so); ``prices``
     (:class:`fttui.core.results.prices.Prices`) prices a card-hour. The kinds this installation
-    cannot run (:func:`uninstalled_shardings`) are left out."""
+    cannot run (:func:`fttui.core.run.extras.uninstalled_shardings`) are left out."""
     from fttui.core.experiments.quick_forecast import NOT_MEASURED, worst_case
     from fttui.core.results.store import Store
     from fttui.core.run.datalens import NotCached, data_stats
+    from fttui.core.run.extras import uninstalled_shardings
 
     unmeasured: list[bool] = []
 

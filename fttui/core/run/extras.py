@@ -53,6 +53,18 @@ def _installed(name: str) -> bool:
         return False
 
 
+def uninstalled_shardings(installed: Callable[[str], bool] | None = None) -> dict[str, str]:
+    """The sharding kinds this installation cannot run (their extra's packages are missing), each
+    with the words that say why and what to install."""
+    installed = installed or _installed
+    out = {}
+    for kind in shardings.KINDS.values():
+        missing = [p for p in kind.packages if not installed(p)]
+        if missing:
+            out[kind.name] = f"{', '.join(missing)} not installed: pip install 'fttui[{kind.extra}]'"
+    return out
+
+
 def missing_extra(method: str, sharding: str | None = None, *, prequant: str | None = None,
                   installed: Callable[[str], bool] | None = None) -> tuple[str, list[str]] | None:
     """The first extra the run needs whose packages are not all installed, with those packages."""
@@ -75,4 +87,4 @@ def check_extras(method: str, sharding: str | None = None, *, prequant: str | No
             f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed): pip install 'fttui[{extra}]'")
 
 
-__all__ = ["EXTRAS", "MissingExtraError", "needed_extras", "missing_extra", "check_extras"]
+__all__ = ["EXTRAS", "MissingExtraError", "needed_extras", "missing_extra", "check_extras", "uninstalled_shardings"]
