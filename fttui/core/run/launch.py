@@ -90,7 +90,10 @@ def build_command(profile: Profile | dict, run_dir: Path, python: str | None = N
         return [*cmd, *worker]
     port = dev.main_port
     if nodes == 1:
-        port = free_port(port)  # one machine: any free port will do
+        # One machine: a port the kernel hands out, never main_port (29500 by default): two runs
+        # started at once (a probe beside a run, two tests) both found 29500 free, then one
+        # failed with EADDRINUSE when its rank 0 listened.
+        port = free_port()
     if launcher == "accelerate":
         cmd = [py, "-m", "accelerate.commands.launch", f"--num_processes={nproc * nodes}",
                f"--num_machines={nodes}", f"--machine_rank={dev.node_rank}",
