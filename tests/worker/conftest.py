@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fttui.core.run.launch import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 
 TINY_ARCH = {
@@ -85,7 +87,7 @@ def worker_env() -> dict:
 def run_worker(run_dir: Path, *, timeout: float = 120, torchrun_nproc: int = 0) -> subprocess.CompletedProcess:
     if torchrun_nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(torchrun_nproc),
-               "--master_port", str(29500 + os.getpid() % 1000), "-m", "fttui.worker.train",
+               "--master_port", str(free_port()), "-m", "fttui.worker.train",
                "--run-dir", str(run_dir)]
     else:
         cmd = [sys.executable, "-m", "fttui.worker.train", "--run-dir", str(run_dir)]

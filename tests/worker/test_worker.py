@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fttui.core.run.launch import free_port
+
 from .conftest import REPO, TINY_ARCH, make_profile, read_events, run_worker, worker_env, write_run_dir
 
 from fttui.worker.errors import ConfigError, DataError, classify, one_line
@@ -331,7 +333,7 @@ def test_zero3_without_deepspeed_launcher_is_a_clear_error(tmp_path):
 def test_zero3_offload_under_deepspeed_launcher(tmp_path):
     rd = write_run_dir(tmp_path, make_profile(**{"method": "full-zero3-offload", "train.max_steps": 2}))
     cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1",
-           "--master_port", str(29600 + os.getpid() % 1000), "--module", "fttui.worker.train", "--run-dir", str(rd)]
+           "--master_port", str(free_port()), "--module", "fttui.worker.train", "--run-dir", str(rd)]
     res = subprocess.run(cmd, cwd=str(REPO), env=worker_env(), capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
     start, _ = _check_stream(read_events(rd), batch=2, steps=2, floor=False)
