@@ -151,6 +151,12 @@ class FttuiCallback(TrainerCallback):
         step_fn, fetch_fn, c = trainer.training_step, trainer.get_batch_samples, self.c
 
         def training_step(model, inputs, *args, **kwargs):
+            try:
+                c.feeding(inputs)
+            except Exception as e:
+                if self.strict:
+                    raise
+                log_failure(self.run_dir, "reading a micro-batch's length", e)
             begun = c.pass_begin()
             loss = step_fn(model, inputs, *args, **kwargs)
             try:
@@ -288,7 +294,7 @@ class FttuiCallback(TrainerCallback):
             longest_seq=(self.c.longest_seq or None) if counting else None,
             step_time=now - (self.step_t0 if self.step_t0 is not None else now), train_time=self._train_time(now),
             torch_peak_alloc_mb=peak_alloc, torch_peak_reserved_mb=peak_res, torch_alloc_retries=retries,
-            torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"), torch_alloc_mb=alloc, torch_reserved_mb=res,
+            torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"), peak_vm_mb=mem.get("peak_vm_mb"), torch_alloc_mb=alloc, torch_reserved_mb=res,
             cuda_free_mb=free, rss_mb=mem.get("rss_mb"), vm_mb=mem.get("vm_mb"), vm_limit_mb=mem.get("vm_limit_mb"),
             data_wait_s=round(wait, 4) if counting else None, passes=self.c.passes if counting else None,
             pass_time=round(self.c.pop_pass_time(), 6) if counting else None,
@@ -386,6 +392,7 @@ def report_error(trainer, exc: BaseException) -> None:
             rank=_rank(), pid=os.getpid(), source=getattr(cb, "via", "injected"), kind="oom" if kind else "error", oom_kind=kind,
             message=(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
             step=int(getattr(state, "global_step", 0) or 0),
+            longest_seq=cb.c.fed_seq() if hasattr(cb, "c") else None,
             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:]))
     except Exception as e:
         log_failure(run_dir, "reporting the training's error", e)

@@ -44,12 +44,23 @@ class Counters:
         self._pass_s = 0.0
         self._pass_events: list = []
         self.longest_seq = 0  # the widest micro-batch fed (tokens per sample, padding included)
+        self.feeding_seq = 0  # ... and the one being fed now (set before its forward: an error names it)
         self._tokens = 0  # settled ints
         self._tokens_dev = None  # pending device tensor
         self._loss_dev = None  # sum of this step's micro-batch losses (already / grad_accum)
         self.fetch_t0: float | None = None
         self.data_wait = 0.0  # seconds this step spent fetching its batches (get_batch_samples)
         self.step = 0
+
+    def feeding(self, inputs) -> None:
+        """The micro-batch about to be fed: its padded length (an error in its pass names it)."""
+        ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
+        if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
+            self.feeding_seq = max(self.feeding_seq, int(ids.shape[-1]))
+
+    def fed_seq(self) -> int | None:
+        """The longest sequence fed so far, the micro-batch being fed included (None: nothing yet)."""
+        return max(self.longest_seq, self.feeding_seq) or None
 
     def add(self, inputs, loss) -> None:
         ids = inputs.get("input_ids") if hasattr(inputs, "get") else None

@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         counters = state.get("counters")
         try:
             emit("error", kind=kind, oom_kind=oom_kind, message=message,
-                 step=counters.step if counters is not None else 0, traceback=tb_lines)
+                 step=counters.step if counters is not None else 0,
+                 longest_seq=counters.fed_seq() if counters is not None else None, traceback=tb_lines)
         except (OSError, TypeError, ValueError) as e2:  # pragma: no cover - nowhere left to report but stderr
             print(f"fttui worker: cannot write the error event: {e2}", file=sys.stderr)
         if isinstance(exc, WorkerInputError):

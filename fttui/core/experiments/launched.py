@@ -220,7 +220,7 @@ class LaunchedTrial:
         host = host_figures(snap)
         events = read_jsonl(self.rd.events_path)
         ran = (sharding_read_back(events) or {}).get("ran")
-        longest = max((e.get("longest_seq") or 0 for e in events if e.get("event") == "step"), default=0)
+        longest = max((e.get("longest_seq") or 0 for e in events if e.get("event") in ("step", "error")), default=0)
         # the rank that runs out first decides; only a fit has headroom
         head = trial_headroom(events, self.prof.world_size()) if fit else Headroom(None)
         return Trial(

@@ -181,10 +181,11 @@ def _step_fit(c: RowInputs) -> dict[str, Any] | None:
 
 
 def _longest_seq(c: RowInputs) -> int | None:
-    """A probe trial's own figure; a run's: the most any rank's step events reported."""
+    """A probe trial's own figure; a run's: the most any rank's step events reported, or its error
+    event (the micro-batch it failed on)."""
     if c.trial is not None:
         return getattr(c.trial, "longest_seq", None)
-    return max((e.longest_seq for e in c.events if e.event == "step" and e.longest_seq), default=None)
+    return max((e.longest_seq for e in c.events if e.event in ("step", "error") and e.longest_seq), default=None)
 
 
 def _host_total(c: RowInputs) -> float | None:
@@ -311,7 +312,7 @@ FIGURES: tuple[Figure, ...] = (
            label="the attempt that continued this run after its out of memory"),
     # the worst batch a run or a probe trial fed (issue 24)
     Figure("longest_seq", I, _longest_seq, since=8, unit="tokens",
-           label="the longest sequence a step fed (tokens per sample, padding included)"),
+           label="the longest sequence a step fed (tokens per sample, padding included; an OOM's: the batch it failed on)"),
     # added when the store opens (issue 25): memory creep and speed (docs/reliability.md, docs/performance.md)
     Figure("memory_warning", T, _first_warning, since=8, scope=RUN,
            label="the first memory trend warned of: its rate and the steps left to out of memory"),

@@ -179,6 +179,8 @@ class StepEvent(Event):
     torch_alloc_retries: int | None = None
     torch_ooms: int | None = None
     peak_rss_mb: float | None = None
+    #: the process's peak address space so far (VmPeak): what a host limit (RLIMIT_AS) is held against
+    peak_vm_mb: float | None = None
     # now, at the step's end (the trend: fttui.core.run.memtrend): the caching allocator's
     # allocated and reserved memory, the card's free memory (cudaMemGetInfo), the process's RSS,
     # virtual size and address-space limit (RLIMIT_AS, limits.host_memory); the step's seconds
@@ -279,6 +281,9 @@ class ErrorEvent(Event):
     oom_kind: str | None = None
     message: str | None = None
     step: int | None = None
+    #: the longest sequence fed so far, the micro-batch being fed when it failed included (an OOM
+    #: in a run's first step says which batch did not fit)
+    longest_seq: int | None = None
     traceback: Any = None
 
 
