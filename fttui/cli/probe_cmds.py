@@ -9,7 +9,7 @@ import sys
 from fttui.core.base import fmt
 from fttui.core.base.constants import EXIT_CANCELLED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from fttui.cli.common import add_profile_args, resolve
-from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.constants import PROBE_PARAMS, PROBE_STEPS
 
 
 def _raise_interrupt(_s, _f):
@@ -133,7 +133,8 @@ def add_parser(sub) -> None:
     p.add_argument("--param", choices=list(PROBE_PARAMS), default="batch_size",
                    help="the setting to probe (default batch_size)")
     p.add_argument("--range", default="1..1024", metavar="LO..HI", help="the values to search (default 1..1024)")
-    p.add_argument("--steps", type=int, default=2, help="training steps per trial (default 2)")
+    p.add_argument("--steps", type=int, default=PROBE_STEPS,
+                   help=f"training steps per trial (default {PROBE_STEPS}: the second is the first with the optimizer's states)")
     p.add_argument("--start", type=int, default=None, help="first value to try (default LO)")
     p.add_argument("--repeats", type=int, default=0, metavar="K",
                    help="check both values next to the boundary K more times in fresh processes; a value that "

@@ -17,12 +17,12 @@ from typing import NamedTuple
 
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
-from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.constants import PROBE_PARAMS, PROBE_STEPS
 from fttui.core.base.errors import FttuiError
 
 DEFAULT_PARAM = "batch_size"
 DEFAULT_RANGE = (1, 1024)
-DEFAULT_STEPS = 2
+DEFAULT_STEPS = PROBE_STEPS
 DEFAULT_REPEATS = 0
 #: The budget fields: (field id, key under ``limits``).
 LIMIT_FIELDS = (("host", "host_memory"), ("gpu", "gpu_memory"))

@@ -159,7 +159,7 @@ def sample_lengths(dataset) -> list[int] | None:
 def longest_first_order(lengths: list[int], first: int, seed: int, epoch: int) -> list[int]:
     """The sample order of one epoch under ``train.longest_first``: a seeded shuffle (``seed +
     epoch``); in the first epoch the ``first`` longest samples (longest first, ties by index)
-    lead, so that the first optimizer step carries them."""
+    lead, so that the first optimizer steps carry them."""
     import random
 
     order = list(range(len(lengths)))
@@ -175,7 +175,8 @@ def longest_first_sampler(lengths: list[int], first: int, seed: int):
     """A torch Sampler over :func:`longest_first_order`, counting its epochs by its iterations
     (deterministic: a resumed run replays the same order and the Trainer skips what was trained).
     Every rank builds the same order; accelerate deals its batches out in turn, so the first
-    ``batch x accumulation x processes`` samples make the first optimizer step."""
+    ``batch x accumulation x processes`` samples make the first optimizer step, the next as many
+    the second."""
     from torch.utils.data import Sampler
 
     class LongestFirst(Sampler):

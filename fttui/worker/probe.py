@@ -27,7 +27,7 @@ import time
 import traceback
 from typing import Any
 
-from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.constants import PROBE_PARAMS, PROBE_STEPS
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
 
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--growth", choices=["mul", "add"], default="mul")
     ap.add_argument("--lo-fit", type=int, default=0, help="largest value already seen to fit clean")
     ap.add_argument("--oom-bound", type=int, default=0, help="smallest value already seen to fail clean")
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=PROBE_STEPS)
     ap.add_argument("--data-order", default=None, metavar="FILE",
                     help="JSON [[index, raw tokens, first response token], ...] of the data, longest first: "
                          "trials train on the longest samples (probe --data)")

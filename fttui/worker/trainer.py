@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fttui.core.base.constants import LONGEST_FIRST_STEPS
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
@@ -58,19 +59,23 @@ def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callback
 
 
 def _longest_first(trainer, profile: Profile, dataset, su: Setup) -> None:
-    """``train.longest_first``: the first optimizer step carries the data's longest samples (the
-    Trainer's own sampler would shuffle them anywhere into the epoch)."""
+    """``train.longest_first``: the first optimizer steps (``LONGEST_FIRST_STEPS``) carry the
+    data's longest samples, longest first (the Trainer's own sampler would shuffle them anywhere
+    into the epoch): the second step is the first with the optimizer's states, so a batch that
+    fits only before them fails there, in the first minute, as a probe trial does."""
     from .data import longest_first_sampler, sample_lengths
 
     lengths = sample_lengths(dataset)
     if not lengths:
         return  # synthetic: every sample is max_seq_len long already
     t = profile.train
-    first = t.batch_size * t.grad_accum * max(1, su.world)
+    per_step = t.batch_size * t.grad_accum * max(1, su.world)
+    first = per_step * LONGEST_FIRST_STEPS
     sampler = longest_first_sampler(lengths, first, t.seed)
     trainer._get_train_sampler = lambda *_a, **_k: sampler
     top = sorted(lengths, reverse=True)[:first]
-    su.log(f"longest first: the first step carries the {len(top)} longest samples ({top[0]} to {top[-1]} tokens)")
+    su.log(f"longest first: the first {LONGEST_FIRST_STEPS} steps carry the {len(top)} longest samples"
+           f" ({top[0]} to {top[-1]} tokens; {per_step} a step)")
 
 
 def sharding_check_callback(asked: str):

@@ -15,6 +15,7 @@ import pytest
 from textual.widgets import Button, Checkbox, DataTable, Input, OptionList
 
 from fttui.core.base import paths
+from fttui.core.base.constants import LONGEST_FIRST_STEPS
 from fttui.core.experiments.probe import MAX_LOADS
 from fttui.core.profiles import load_profile
 from fttui.monitor import FakeGpuSampler
@@ -168,7 +169,8 @@ async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path,
     runs = {r["batch_size"]: r for r in _results("--kind", "run")}
     assert runs[lf]["status"] == "completed" and runs[lf]["longest_seq"] == 233 and runs[lf]["steps"] == 2
     assert runs[lf + 1]["status"] == "oom" and runs[lf + 1]["oom_kind"] == "cpu"
-    assert runs[lf + 1]["error_step"] == 0  # in its first step: the longest samples came first
+    # in the steps that carry the longest samples (the second is the first with the optimizer's states)
+    assert runs[lf + 1]["error_step"] < LONGEST_FIRST_STEPS, runs[lf + 1]
     print(f"probe took {elapsed:.1f}s: {len(res.trials)} trials, {res.model_loads} loads")
 
 

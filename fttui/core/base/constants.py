@@ -26,6 +26,15 @@ ZERO3_OFFLOAD: str = next(iter(shardings.LEGACY_METHODS))
 PROBE_PARAMS: MappingProxyType[str, str] = MappingProxyType(
     {"batch_size": "train.batch_size", "max_seq_len": "data.max_seq_len"})
 
+# The optimizer steps that carry the data's longest samples under ``train.longest_first``, and a
+# probe trial's steps: the first step's forward and backward run before the optimizer has any
+# state (Adam's two moments are made in its first ``step()``: 8 bytes a trained parameter) and
+# before the allocator has settled (tiny-lora's peak address space grew 0.4 to 0.7 MiB from the
+# first step to the second, then stayed), so the second step is the first at the steady peak.
+# A run and a trial at the same value then feed the same batches in the same steps.
+LONGEST_FIRST_STEPS = 2
+PROBE_STEPS = LONGEST_FIRST_STEPS
+
 # A run's final statuses (status.json, the row) and the exit codes of `fttui run`.
 #: ``lost``: the supervisor died and nothing recorded how the training ended (its row, written by the
 #: next fttui command that looked, has the figures up to the last step).
@@ -49,7 +58,7 @@ CUDA_CONTEXT_BYTES = 800 * 2**20
 
 __all__ = [
     "METHODS", "FULL_METHODS", "LORA_METHODS", "KBIT_METHODS", "SHARDINGS", "SHARDING_METHODS", "ZERO3_OFFLOAD",
-    "PROBE_PARAMS",
+    "PROBE_PARAMS", "LONGEST_FIRST_STEPS", "PROBE_STEPS",
     "FINAL_STATUSES", "WATCHED", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "EXIT_CANCELLED",
     "EXIT_INTERRUPTED", "EXIT_CODES", "CUDA_CONTEXT_BYTES",
 ]
