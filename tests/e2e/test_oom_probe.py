@@ -52,14 +52,13 @@ def _no_process_left(home: Path) -> None:
 
 
 def fresh_trial(resolved: dict, value: int, steps: int = 1) -> str:
-    """batch_size=value in a fresh probe-worker process: one model load, exactly one trial.
+    """batch_size=value in a fresh launch of the run's command: one model load, exactly one trial.
 
-    The same launch path as a probe's own model loads (Prober._load); ``--lo-fit value-1``
-    keeps the worker from running guide trials below the value after an OOM.
+    The same launch path as a probe's model loads after its first (Prober._launch: the verdicts).
     """
     p = Prober(resolved, param="batch_size", lo=value, hi=value, steps=steps)
     try:
-        res = p._load(value, "add", value - 1 if value > 1 else None, None)
+        res = p._launch(value)
     finally:
         p._kill()
     got = [t for t in res["trials"] if t.value == value]

@@ -11,7 +11,7 @@ def test_cpu_runs_mmap_big_tensors_so_peak_rss_follows_live_tensors():
 
 
 def test_host_budget_keeps_the_fine_threshold_and_gpu_runs_keep_glibc_defaults():
-    assert child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    assert child_env(load_profile("tiny-lora", ["limits.host_memory=2GiB"]))["MALLOC_MMAP_THRESHOLD_"] == "32768"
     gpu = child_env(load_profile("tiny-lora", ["gpus=1"]))
     assert "MALLOC_MMAP_THRESHOLD_" not in gpu and "MALLOC_ARENA_MAX" not in gpu
 

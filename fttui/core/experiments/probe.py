@@ -17,7 +17,11 @@ at worst-case length, and few models are loaded. What counts as observed:
            OOM, then bisects in the same process (a guide only: after an OOM the address space is
            fragmented, its boundary was a fifth low for max_seq_len); its first trial reports its
            headroom;
-  load 2.. one fresh trial each, at the value predicted from the largest fresh fit's headroom and
+  load 2.. one fresh trial each, a launch of the command ``fttui run`` starts (the run's own
+           worker, fttui.core.experiments.launched: the verdict is a run's; the probe worker,
+           which imports less before its limit and trains outside the Trainer's loop, had about a
+           MiB less room than a run, which at 233-token samples moved the answer by one), at the
+           value predicted from the largest fresh fit's headroom and
            the growth of the peaks per value (fttui.core.experiments.boundary.next_check: a
            prediction that overshot an OOM is followed by an interpolation between the fit and
            that OOM, not a step of one value), until the largest fresh fit and the smallest fresh
@@ -56,7 +60,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from fttui.core.base import paths
-from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.constants import PROBE_PARAMS, PROBE_STEPS
 from fttui.core.base.errors import FttuiError
 from fttui.core.experiments import launched
 from fttui.core.experiments.boundary import band, next_check
@@ -75,7 +79,7 @@ SEQ_EXTRA_LOADS = 3
 
 class Prober:
     def __init__(self, resolved: dict, param: str = "batch_size", lo: int = 1, hi: int = 1024,
-                 steps: int = 2, start: int | None = None, repeats: int = 0, data: bool = False,
+                 steps: int = PROBE_STEPS, start: int | None = None, repeats: int = 0, data: bool = False,
                  on_trial: Callable[[Trial], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
         if param not in PROBE_PARAMS:
@@ -135,8 +139,9 @@ class Prober:
                     value = self._next_value(guess)
                     if value is None:
                         break
-                    # Later loads run the one trial that counts, their first (no guides after it).
-                    res = self._load(value, "add", value - 1 if value > 1 else None, None, hi=value)
+                    # Later loads run the one trial that counts: a launch of the run's own
+                    # command (a run and a probe worker differ by about a MiB of address space).
+                    res = self._launch(value)
                 if res.get("model_oom"):
                     note = "the model itself does not fit in the memory budget (OOM while loading it)"
                     break

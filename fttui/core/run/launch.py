@@ -152,9 +152,12 @@ def child_env(profile: Profile | dict) -> dict[str, str]:
     if prof.limits.host_memory:
         # Fewer malloc arenas make a host-memory boundary steadier between processes.
         env["MALLOC_ARENA_MAX"] = "1"
-        # Big allocations always mmapped (and returned on free): a probe's trials in one process
-        # stay comparable with a fresh run under the same budget.
-        env["MALLOC_MMAP_THRESHOLD_"] = "131072"
+        # Allocations of 32 KiB and more mmapped (and returned on free): a probe's trials in one
+        # process stay comparable with a fresh run under the same budget, and blocks of 32 to
+        # 128 KiB no longer land in a heap hole or on its top depending on what came before (a
+        # fresh process's peak at one value spread 0.36 MiB with 128 KiB, 0.03 with 32 KiB; a few
+        # % of samples/s: docs/bench-probe.md).
+        env["MALLOC_MMAP_THRESHOLD_"] = "32768"
         # Python's string hashes seed dict and set layouts, so with random seeds the address
         # space a process maps differs by a Python arena (1 MiB) from one process to the next.
         env["PYTHONHASHSEED"] = "0"
