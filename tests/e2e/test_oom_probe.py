@@ -155,13 +155,29 @@ def _first_trial(home: Path) -> Path | None:
     return None
 
 
-@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def _load2_running(home: Path) -> Path | None:
+    """A one-process probe's second load (a launch of the run's command) that has started its
+    worker and is still running."""
+    runs = home / "runs"
+    for d in runs.glob("*-load2") if runs.exists() else []:
+        begun = any(e.get("event") == "phase" for e in read_jsonl(d / "events.jsonl"))
+        if begun and not (d / "exit.json").exists() and len(processes_mentioning(str(d))) >= 2:
+            return d
+    return None
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigkill", "sigint-launch"])
 def test_stopped_probe_leaves_no_process(how, fttui_home):
+    """Stopped in its first load (the probe worker), or in a later one (``-launch``: a launch of
+    the run's command under its guard)."""
     cli = _start_probe()
     try:
-        run_dir = wait_for(lambda: _first_trial(fttui_home), timeout=120, what="the probe's first trial")
-        assert processes_mentioning(str(run_dir)), "the probe worker should be alive"
-        if how == "sigint":
+        if how == "sigint-launch":
+            run_dir = wait_for(lambda: _load2_running(fttui_home), timeout=240, what="the probe's second load")
+        else:
+            run_dir = wait_for(lambda: _first_trial(fttui_home), timeout=120, what="the probe's first trial")
+        assert processes_mentioning(str(run_dir)), "the probe's worker should be alive"
+        if how.startswith("sigint"):
             t0 = time.monotonic()
             cli.send_signal(signal.SIGINT)
             out, err = cli.communicate(timeout=30)
