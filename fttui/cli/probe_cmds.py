@@ -36,21 +36,22 @@ def cmd_probe(args, resolve=resolve) -> int:
     out = sys.stderr if args.json else sys.stdout
 
     def on_trial(t):
-        fresh = " (fresh launch)" if prober.launched else " (fresh process)"
+        fresh = " (fresh launch)" if prober.launched or t.load > 1 else " (fresh process)"
         print(f"  {args.param}={t.value}: {'fit' if t.status == 'fit' else 'OOM (' + str(t.oom_kind) + ')'}"
               f"{fresh if t.fresh else ('' if t.clean else ' (after an OOM: guide only)')}"
               f"  host RSS {fmt.mb(t.peak_host_rss_mb)}"
               + (f"  {t.samples_per_s:.2f} samples/s" if t.samples_per_s else ""), file=out, flush=True)
 
-    start = args.start
+    start, why = args.start, None
     if start is None:
         from fttui.core.experiments.probe import predicted_start
 
         start, why = predicted_start(resolved, args.param, lo, hi)
-        print(why, file=out, flush=True)
     prober = Prober(resolved, param=args.param, lo=lo, hi=hi, steps=args.steps, start=start,
                     repeats=args.repeats, data=args.data, on_trial=on_trial,
                     on_log=lambda s: print(s, file=out, flush=True))
+    if why:  # after the Prober has checked its arguments: bad input is one line
+        print(why, file=out, flush=True)
     old = {s: signal.signal(s, _raise_interrupt) for s in _STOP_SIGNALS}
     print(f"probe {prober.probe_id}: {args.param} in {lo}..{hi}, {args.steps} steps per trial, "
           + ("the data's longest samples first" if args.data else

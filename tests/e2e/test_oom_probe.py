@@ -335,11 +335,11 @@ def test_stopped_launched_probe_leaves_no_process(how, fttui_home):
     assert not (run_dir / "row.json").exists()
 
 
-@pytest.mark.parametrize("rng", ["5..1", "x"])
-def test_probe_bad_range_one_line_exit_2(rng, fttui_home):
-    proc = run_fttui("probe", "--profile", "tiny-lora", "--range", rng)
+@pytest.mark.parametrize("bad", [["--range", "5..1"], ["--range", "x"], ["--steps", "0"], ["--repeats", "-1"]])
+def test_probe_bad_range_one_line_exit_2(bad, fttui_home):
+    proc = run_fttui("probe", "--profile", "tiny-lora", *bad)
     assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "--range" in lines[0]
+    lines = (proc.stdout + proc.stderr).strip().splitlines()  # nothing else said before it
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    assert bad[0] in lines[0]
     assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
