@@ -44,6 +44,22 @@ def test_longest_seq_is_the_widest_step_any_rank_fed():
              {"event": "step", "rank": 0, "step": 3}]
     assert fold(_inputs(steps)) == 128
     assert fold(_inputs([{"event": "step", "rank": 0, "step": 1}])) is None  # a command without fttui's callback
+    # an OOM in the first step: the error names the batch it failed on
+    oom = [{"event": "error", "rank": 0, "kind": "oom", "oom_kind": "cpu", "step": 0, "longest_seq": 233}]
+    assert fold(_inputs(oom)) == 233
+
+
+def test_an_error_names_the_micro_batch_being_fed():
+    import torch
+
+    from fttui.integrations.hf_info import Counters
+
+    c = Counters()
+    assert c.fed_seq() is None
+    c.feeding({"input_ids": torch.zeros(4, 233, dtype=torch.long)})  # its forward then fails
+    assert c.longest_seq == 0 and c.fed_seq() == 233
+    c.feeding({"input_ids": torch.zeros(4, 57, dtype=torch.long)})
+    assert c.fed_seq() == 233
 
 
 def test_a_probe_trial_row_says_its_samples_and_longest_sequence():
