@@ -67,6 +67,14 @@ def band(trials: list[Trial]) -> Band:
 OVERSHOOT_MB = 0.5
 
 
+#: The least headroom difference two fits give the growth from, when a pair that far apart was
+#: seen: the peaks of fresh launches at one value differ by a few hundredths of a MiB (tiny-lora,
+#: 48MiB, 292 tokens: 0.23 to 0.28 MiB of headroom), which between neighbouring sequence lengths
+#: (0.12 MiB a token) drowned the growth: fits at 292 and 293 (0.23, 0.21) gave 0.02 MiB a token,
+#: the next check overshot by 21 tokens and the 7 loads ran out.
+GROWTH_SPAN_MB = 0.5
+
+
 def _peak(t: Trial) -> float | None:
     if t.peak_torch_reserved_mb:
         return max(t.peak_torch_reserved_mb)
@@ -75,14 +83,17 @@ def _peak(t: Trial) -> float | None:
 
 def growth_per_value(trials: list[Trial]) -> float | None:
     """MiB the peak grows per value. Two fresh fits that reported their headroom give it exactly
-    (the difference of their headrooms, the nearest two to the boundary: attention makes the
-    growth in sequence length more than linear); else one launched fit's ``steps_mb`` per value
+    (the difference of their headrooms: the largest fit and the nearest below it whose headroom
+    is ``GROWTH_SPAN_MB`` more, near the boundary as attention makes the growth in sequence length
+    more than linear, far enough apart that the processes' jitter does not decide it); else one launched fit's ``steps_mb`` per value
     (an upper bound); else a least-squares line through the fitting trials' peaks (in-process
     trials carry an offset, not a different growth)."""
     heads = sorted({t.value: t.headroom_mb for t in trials if t.fresh and t.status == "fit"
                     and t.headroom_mb is not None}.items())
     if len(heads) >= 2:
-        (v1, h1), (v2, h2) = heads[-2:]
+        v2, h2 = heads[-1]
+        # the nearest fit below whose headroom is GROWTH_SPAN_MB more, else the next one down
+        v1, h1 = next(((v, h) for v, h in reversed(heads[:-1]) if h - h2 >= GROWTH_SPAN_MB), heads[-2])
         if h1 > h2:
             return (h1 - h2) / (v2 - v1)
     # one launched fit: what its batches added, per value, is at least the growth so far (fixed
@@ -142,4 +153,4 @@ def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
     return min(ceil - 1, max(low + 1, x))
 
 
-__all__ = ["Band", "OVERSHOOT_MB", "band", "growth_per_value", "next_check", "predicted"]
+__all__ = ["Band", "GROWTH_SPAN_MB", "OVERSHOOT_MB", "band", "growth_per_value", "next_check", "predicted"]
