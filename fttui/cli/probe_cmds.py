@@ -36,7 +36,7 @@ def cmd_probe(args, resolve=resolve) -> int:
     out = sys.stderr if args.json else sys.stdout
 
     def on_trial(t):
-        fresh = " (fresh launch)" if prober.launched or t.load > 1 else " (fresh process)"
+        fresh = " (fresh launch)" if prober.launches(t.load) else " (fresh process)"
         print(f"  {args.param}={t.value}: {'fit' if t.status == 'fit' else 'OOM (' + str(t.oom_kind) + ')'}"
               f"{fresh if t.fresh else ('' if t.clean else ' (after an OOM: guide only)')}"
               f"  host RSS {fmt.mb(t.peak_host_rss_mb)}"

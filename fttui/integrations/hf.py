@@ -150,22 +150,19 @@ class FttuiCallback(TrainerCallback):
         self.trainer = trainer
         step_fn, fetch_fn, c = trainer.training_step, trainer.get_batch_samples, self.c
 
-        def training_step(model, inputs, *args, **kwargs):
+        def counted(what: str, fn) -> None:  # counting never stops the training (unless strict)
             try:
-                c.feeding(inputs)
+                fn()
             except Exception as e:
                 if self.strict:
                     raise
-                log_failure(self.run_dir, "reading a micro-batch's length", e)
+                log_failure(self.run_dir, what, e)
+
+        def training_step(model, inputs, *args, **kwargs):
+            counted("reading a micro-batch's length", lambda: c.feeding(inputs))
             begun = c.pass_begin()
             loss = step_fn(model, inputs, *args, **kwargs)
-            try:
-                c.pass_end(begun)
-                c.add(inputs, loss)
-            except Exception as e:
-                if self.strict:
-                    raise
-                log_failure(self.run_dir, "counting a micro-batch", e)
+            counted("counting a micro-batch", lambda: (c.pass_end(begun), c.add(inputs, loss)))
             return loss
 
         def get_batch_samples(*args, **kwargs):

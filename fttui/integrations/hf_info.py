@@ -26,6 +26,12 @@ except ImportError:  # loaded by path where fttui is not installed: the registry
 __all__ = ["Counters", "start_fields", "peak_rss_mb", "proc_memory", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
 
 
+def _input_ids(inputs):
+    """A micro-batch's ``input_ids`` when it has a shape of at least one dimension, else None."""
+    ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
+    return ids if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1 else None
+
+
 class Counters:
     """Samples, tokens and the step's loss of one rank, counted per micro-batch in the Trainer's
     ``training_step``; the non-padding tokens and the loss stay on the device until the step ends
@@ -54,8 +60,8 @@ class Counters:
 
     def feeding(self, inputs) -> None:
         """The micro-batch about to be fed: its padded length (an error in its pass names it)."""
-        ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
-        if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
+        ids = _input_ids(inputs)
+        if ids is not None:
             self.feeding_seq = max(self.feeding_seq, int(ids.shape[-1]))
 
     def fed_seq(self) -> int | None:
@@ -63,8 +69,8 @@ class Counters:
         return max(self.longest_seq, self.feeding_seq) or None
 
     def add(self, inputs, loss) -> None:
-        ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
-        if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
+        ids = _input_ids(inputs)
+        if ids is not None:
             self.samples += int(ids.shape[0])
             self.tokens_padded += int(ids.numel())
             self.tokens_padded_x_len += int(ids.numel()) * int(ids.shape[-1])

@@ -191,6 +191,11 @@ class Prober:
                 f"(longest {kept[0].length(seq)} tokens at max_seq_len {seq}; median "
                 f"{sorted(s.length(seq) for s in kept)[len(kept) // 2]}), the longest in the first step")
 
+    def launches(self, load: int) -> bool:
+        """Whether model load ``load`` (from 1) is a launch of the run's command: every load of
+        several ranks or a sharding; of one process, every load after the first (the verdicts)."""
+        return self.launched or load > 1
+
     @property
     def unit(self) -> str:
         return "launches" if self.launched else "model loads"
