@@ -8,8 +8,11 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from fttui.core.base.redact import Redactor, redact_env
 from fttui.core.results.store import Store
+from tests.conftest import run_fttui
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,3 +134,15 @@ def test_long_line_cut_never_splits_a_secret():
         got = sink.getvalue()
         assert secret.encode() not in got and got.count(b"***") == 2, pad
         assert len(got) == len(data) - 2 * (len(secret) - 3)
+
+
+@pytest.mark.parametrize("name", ["my-token-test", "secret-project", "passwd-list", "pat-notes", "token"])
+def test_a_profile_file_named_like_a_secret_keeps_its_errors(tmp_path, name):
+    """Issue 36, item 8: a file whose name holds `token`, `secret`, `passwd` or starts with
+    `pat-` names a file, not a secret: its errors are said in full."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / f"{name}.toml").write_text('extends = "tiny-lora"\n[train]\nbatch_sise = 2\n')
+    out = run_fttui("run", "--profile", name, "--headless", cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "***" not in out.stderr and "train.batch_sise: unknown key" in out.stderr, out.stderr
+    assert f"{name}.toml" in out.stderr

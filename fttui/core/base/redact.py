@@ -47,7 +47,7 @@ _NOT_SECRET_BEFORE_TOKEN = frozenset({"pad", "eos", "bos", "unk", "sep", "cls", 
 
 # A candidate ``NAME = VALUE`` / ``NAME: VALUE`` / ``--NAME VALUE``; the name is then checked
 # with is_secret_name (so ``max_tokens=5`` and ``tokens: 3`` stay as they are).
-_TRIGGER = re.compile(r"pass|secret|token|key|credential|auth|bearer", re.I)
+_TRIGGER = re.compile(r"pass|secret|token|key|credential|auth|bearer|pat\b", re.I)
 _PAIR = re.compile(
     r"""(?P<name>(?<![\w.-])--?[A-Za-z][\w.-]*|(?<![\w.-])[A-Za-z_][\w.-]*)"""
     r"""(?P<sep>["']?\s*[=:]\s*["']?|(?<=[\w.-])\s+(?=\S))"""
@@ -57,27 +57,32 @@ _SCHEMES = ("bearer", "basic", "token", "bot")
 _BEARER = re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9._~+/-]+=*)")
 
 
+#: A file's name or a path (``my-token-notes.toml``, ``data/secret_set.jsonl``): what it names is a
+#: file, never a secret, though a word of it may read like one (issue 36: a profile file called
+#: ``pat-notes.toml`` had its errors masked).
+_FILE_NAME = re.compile(r"[/\\]|\.(toml|jsonl?|ya?ml|py|txt|csv|tsv|log|md|sh|sbatch|cfg|ini|parquet|arrow|gz|out)$",
+                        re.I)
+
+
 def is_secret_name(name: str) -> bool:
     """A name (option, key, environment variable) whose value is a secret: ``HF_TOKEN``,
     ``--hub-token``, ``password``, ``AWS_SECRET_ACCESS_KEY``, ``api-key``; not ``tokens``,
-    ``max_tokens``, ``tokenizer``, ``pad_token_id`` or ``flops_per_token``."""
-    n = name.strip().lstrip("-").lower().replace("-", "_").replace(".", "_")
+    ``max_tokens``, ``tokenizer``, ``pad_token_id``, ``flops_per_token``, a name that only
+    begins with ``token`` or ``pat`` (``token-test``, ``pat-notes``), nor a file's name or a path
+    (``secret-project.toml``)."""
+    raw = name.strip().lstrip("-")
+    if _FILE_NAME.search(raw):
+        return False
+    n = raw.lower().replace("-", "_").replace(".", "_")
     if not n:
         return False
     if any(w in n for w in _SECRET_WORDS):
         return True
     parts = n.split("_")
-    for i, part in enumerate(parts):
-        if part not in ("token", "pat"):
-            continue
-        if parts[i + 1:i + 2] in (["id"], ["ids"], ["type"], ["count"]):
-            continue
-        if i > 0 and parts[i - 1] in _NOT_SECRET_BEFORE_TOKEN:
-            continue
-        if part == "pat" and len(parts) == 1:
-            continue
-        return True
-    return n in ("authorization", "auth")
+    last = parts[-1]  # HF_TOKEN, --hub-token, GITHUB_PAT: the token is what the name ends in
+    if last not in ("token", "pat") or (last == "pat" and len(parts) == 1):
+        return n in ("authorization", "auth")
+    return len(parts) == 1 or parts[-2] not in _NOT_SECRET_BEFORE_TOKEN
 
 
 def _env_secret_values(env: Mapping[str, str] | None) -> list[str]:
