@@ -14,15 +14,15 @@ stamp="$VENV/.fttui-setup"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 
 # The Slurm end-to-end tests (tests/e2e/test_slurm.py) start a one-host cluster from Debian's
-# slurm-wlm and munge: under CI (CI set) or as root they are installed with apt-get when missing;
-# elsewhere those tests skip and say why.
+# slurm-wlm and munge, and the completion tests run the script in zsh too: under CI (CI set) or
+# as root they are installed with apt-get when missing; elsewhere those tests skip and say why.
 install_slurm() {
-  if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+  if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 || ! command -v zsh >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { [ -n "${CI:-}" ] || [ "${FTTUI_INSTALL_SLURM:-1}" = 1 ]; }; then
-      echo "setup: installing slurm-wlm and munge with apt-get (the Slurm tests' one-host cluster)"
+      echo "setup: installing slurm-wlm, munge and zsh with apt-get (the Slurm tests' one-host cluster, zsh completion)"
       DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null ||
-        echo "setup: apt-get could not install slurm-wlm and munge: the Slurm tests will skip" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge zsh >/dev/null ||
+        echo "setup: apt-get could not install slurm-wlm, munge and zsh: the Slurm and zsh tests will skip" >&2
     fi
   fi
 }

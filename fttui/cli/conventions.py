@@ -121,7 +121,15 @@ def completion_script(ap: argparse.ArgumentParser, shell: str, prog: str = "fttu
         '        esac',
         '    done',
         '    case "$prev" in',
-        f'        --profile|-p) COMPREPLY=($(compgen -W "$({prog} profiles --names 2>/dev/null)" -- "$cur")); return ;;',
+        # profile names are data: read line by line and matched as text, never expanded by
+        # compgen -W (which would run $(...) and backticks inside a name)
+        '        --profile|-p)',
+        '            COMPREPLY=()',
+        '            local name',
+        '            while IFS= read -r name; do',
+        '                [[ "$name" == "$cur"* ]] && COMPREPLY+=("$name")',
+        f'            done < <({prog} profiles --names 2>/dev/null)',
+        '            return ;;',
         '        --from|--out|--prices) COMPREPLY=($(compgen -f -- "$cur")); return ;;',
         '    esac',
     ]

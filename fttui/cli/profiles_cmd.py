@@ -13,6 +13,7 @@ __all__ = ["add_parser", "cmd_profiles"]
 
 def cmd_profiles(args) -> int:
     from fttui.core.profiles import discover, load_profile, profile_summary
+    from fttui.core.profiles.discovery import valid_name
 
     if args.from_config:
         from fttui.core.profiles.foreign import load_config_profile, profile_toml, with_overrides
@@ -35,7 +36,8 @@ def cmd_profiles(args) -> int:
             sys.stdout.write(profile_toml(mapped))
         return 0
     if args.names:
-        print("\n".join(ref.path.stem for ref in discover()))
+        # only names a profile may have (valid_name): nothing in them a shell would expand
+        print("\n".join(ref.name for ref in discover() if valid_name(ref.name)))
         return 0
     items, errors = [], []
     for ref in discover():

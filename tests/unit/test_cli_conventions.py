@@ -5,6 +5,8 @@ from the parser (checked by running it in bash), an ambiguous run-id prefix list
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import json
 import shutil
 import subprocess
@@ -13,7 +15,7 @@ import pytest
 
 from fttui.cli.conventions import completion_script, subcommands
 from fttui.cli.main import build_parser
-from tests.conftest import fttui_env, run_fttui
+from tests.conftest import ROOT, fttui_env, run_fttui
 
 
 def test_every_subcommand_has_a_description_and_every_option_a_help_line():
@@ -155,3 +157,76 @@ def test_each_subcommand_owns_its_arguments_and_handler():
         assert handler.__module__ != cli_main.__name__, name
     text = inspect.getsource(cli_main)
     assert "_resolve" not in text and text.count("sub.add_parser") == 0
+
+
+# issue 36, item 1: profile names are data, never code ------------------------------------------
+
+HOSTILE_NAMES = ["x$(touch PWNED1)", "y`touch PWNED2`", "z$(id>PWNED4)", "w`id>PWNED5`", "q'uote", 'd"q', "sp ace", "new\nline", "[bold]m",
+                 "-dash", "semi;touch PWNED3"]
+
+
+def _hostile_profiles(tmp_path):
+    """A folder as a cloned repository could hold it: ./profiles with hostile file names."""
+    work = tmp_path / "clone"
+    (work / "profiles").mkdir(parents=True)
+    for name in [*HOSTILE_NAMES, "good-one", "good.two+3"]:
+        (work / "profiles" / f"{name}.toml").write_text('extends = "tiny-lora"\n')
+    return work
+
+
+def _complete_in(shell: str, work, cur: str, names: list[str] | None = None) -> list[str]:
+    """What SHELL offers after `fttui run --profile CUR`, run in the folder ``work`` with the
+    real `fttui` first on PATH (a wrapper that runs this Python); with ``names``, an `fttui` that
+    prints them as its profile names (the script alone, whatever the command says)."""
+    bindir = work / "bin"
+    bindir.mkdir(exist_ok=True)
+    wrapper = bindir / "fttui"
+    if names is None:
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m fttui "$@"\n')
+    else:
+        (work / "names.txt").write_text("\n".join(names) + "\n")
+        wrapper.write_text(f'#!/bin/sh\ncat "{work / "names.txt"}"\n')
+    wrapper.chmod(0o755)
+    script = work / "completion.sh"
+    script.write_text(completion_script(build_parser(), shell))
+    words = f"fttui run --profile '{cur}'"
+    call = (f"COMP_WORDS=({words}); COMP_CWORD=3; _fttui_complete; "
+            'for w in "${COMPREPLY[@]}"; do printf "<%s>\\n" "$w"; done')
+    if shell == "bash":
+        argv = ["bash", "-c", f"source {script}\n{call}"]
+    else:  # zsh loads the bash function through bashcompinit (compinit first, as a user's ~/.zshrc has)
+        argv = ["zsh", "-f", "-c", f"autoload -U compinit && compinit -u -D; source {script}\n"
+                                   f"setopt ksharrays\n{call}"]
+    env = fttui_env(PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=str(ROOT))
+    out = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [w[1:-1] for w in out.stdout.splitlines() if w.startswith("<")]
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_runs_nothing_from_profile_names_and_offers_the_valid_ones(tmp_path, shell):
+    if shutil.which(shell) is None:
+        pytest.skip(f"SKIPPED LOUDLY: {shell} is not installed (scripts/setup.sh installs it as root)")
+    work = _hostile_profiles(tmp_path)
+    offered = _complete_in(shell, work, "")
+    assert not list(work.glob("PWNED*")) and not list(ROOT.glob("PWNED*")), "a profile's name ran as code"
+    assert {"good-one", "good.two+3", "tiny-lora"} <= set(offered)
+    assert not set(offered) & set(HOSTILE_NAMES) and all("\n" not in w for w in offered)
+    assert _complete_in(shell, work, "good") == ["good-one", "good.two+3"]
+    assert _complete_in(shell, work, "x$(") == [] and not list(work.glob("PWNED*"))
+    # the script on its own: whatever names it is given, it offers them as text and runs none
+    raw = _complete_in(shell, work, "", names=[n for n in HOSTILE_NAMES if "\n" not in n])
+    assert not list(work.glob("PWNED*")), "the completion script ran a name"
+    assert set(raw) == {n for n in HOSTILE_NAMES if "\n" not in n}
+
+
+def test_a_hostile_profile_name_is_refused_in_one_line_naming_the_file(tmp_path):
+    work = _hostile_profiles(tmp_path)
+    for name in ("x$(touch PWNED1)", "new\nline", "[bold]m"):
+        out = run_fttui("run", "--profile", f"profiles/{name}.toml", "--headless", cwd=work)
+        assert out.returncode == 2, out.stdout + out.stderr
+        err = out.stderr.strip()
+        assert len(err.splitlines()) == 1 and "cannot be a profile's name" in err and "rename the file" in err, err
+    listing = run_fttui("profiles", cwd=work)
+    assert listing.returncode == 0 and "good-one" in listing.stdout and "\x1b" not in listing.stdout
+    assert not list(work.glob("PWNED*"))

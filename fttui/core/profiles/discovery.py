@@ -9,6 +9,7 @@ resolver's messages use (:func:`display`: relative to the current folder when be
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -16,6 +17,27 @@ from typing import Iterable, Iterator
 from fttui.core.base import paths
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.schema import OVERRIDE
+
+
+#: What a profile's name (its file's stem) may hold: it is shown in tables and the app, goes into
+#: run ids and Slurm job names, and is offered by shell completion (issue 36).
+NAME_RULE = "letters, digits, '-', '_', '.' and '+', starting with a letter or a digit, at most 100"
+_NAME = re.compile(r"[^\W_][\w.+-]{0,99}")
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` may be a profile's name (:data:`NAME_RULE`): no space, quote, ``$``,
+    backtick or control character, nothing a shell or a terminal would act on."""
+    return _NAME.fullmatch(name) is not None
+
+
+def check_name(path: Path) -> None:
+    """ProfileError naming the file when its stem is not a valid profile name."""
+    if not valid_name(path.stem):
+        from fttui.core.base.inert import inert
+
+        raise ProfileError(display(path), None, f"{inert(path.stem)!r} cannot be a profile's name",
+                           f"rename the file: a profile's name is {NAME_RULE}")
 
 
 def display(path: str | os.PathLike[str] | None) -> str:
@@ -129,5 +151,5 @@ def origin_of(path: Path) -> str:
     return "path"
 
 
-__all__ = ["ProfileRef", "candidates", "discover", "display", "find_profile", "looks_like_path",
-           "origin_of", "safe_resolve", "unknown_profile_hint"]
+__all__ = ["NAME_RULE", "ProfileRef", "candidates", "check_name", "discover", "display", "find_profile",
+           "looks_like_path", "origin_of", "safe_resolve", "unknown_profile_hint", "valid_name"]

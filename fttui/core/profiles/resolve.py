@@ -21,7 +21,8 @@ from typing import Any, Iterable, Mapping
 from fttui.core.base import shardings
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.models.archs import ARCHS
-from fttui.core.profiles.discovery import display, find_profile, looks_like_path, origin_of, safe_resolve
+from fttui.core.profiles.discovery import (check_name, display, find_profile, looks_like_path, origin_of,
+                                           safe_resolve)
 from fttui.core.profiles.files import load_chain, normalize
 from fttui.core.profiles.modelsrc import attach_config, check_arch
 from fttui.core.profiles.overrides import apply_overrides_to
@@ -248,6 +249,7 @@ def load_profile(
     else:
         ref = find_profile(str(name_or_path))
         path, origin = ref.path, ref.origin
+    check_name(path)
     raw, origins = load_chain(path)
     log: list[str] = []
     apply_overrides_to(raw, origins, overrides, log)

@@ -20,7 +20,7 @@ from typing import Any
 
 from fttui.core.base import bounded
 from fttui.core.base.errors import ProfileError
-from fttui.core.profiles.discovery import display
+from fttui.core.profiles.discovery import check_name, display
 from fttui.core.profiles.files import normalize
 from fttui.core.profiles.foreign.axolotl import read_axolotl
 from fttui.core.profiles.foreign.common import Mapped
@@ -53,6 +53,7 @@ def read_config(path: str | os.PathLike[str]) -> Mapped:
     where = display(p)
     if not p.is_file():
         raise ProfileError(where, None, "config file not found", "give a LLaMA-Factory or axolotl .yaml file")
+    check_name(p)  # the file's stem is the profile's name
     try:
         import yaml
     except ImportError:  # pragma: no cover - PyYAML is a dependency of fttui
