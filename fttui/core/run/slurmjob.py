@@ -46,8 +46,24 @@ class SubmitOptions:
     sbatch_args: tuple[str, ...] = field(default_factory=tuple)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _one_line(what: str, value: str) -> None:
+    """A value that goes into the batch script must not break its line: a newline (or a carriage
+    return, which bash reads as part of a word and sbatch as a line's end) would make the rest a
+    line of its own, a command or a directive nobody asked for (issue 36)."""
+    if _CONTROL.search(value):  # repr: the newline shown as \n, as every control character
+        raise FttuiError(f"{what} {value!r}: holds a control character (a newline, a carriage return, a tab); "
+                         "give the value on one line")
+
+
 def check_options(opts: SubmitOptions) -> None:
     """One line (exit 2) for options Slurm would refuse later or fttui cannot run."""
+    for what, value in (("--partition", opts.partition), ("--time", opts.time), ("--account", opts.account),
+                        *(("--sbatch-arg", a) for a in opts.sbatch_args)):
+        if value is not None:
+            _one_line(what, value)
     if opts.nodes < 1:
         raise FttuiError(f"--nodes {opts.nodes}: give 1 or more nodes")
     if opts.gpus_per_node is not None and opts.gpus_per_node < 0:
@@ -79,6 +95,11 @@ def script_text(resolved: Profile, opts: SubmitOptions, run_path: Path, python: 
     """The batch script (``job.sbatch``): Slurm's options, then one ``fttui run --job`` per node."""
     q = shlex.quote
     name = str(resolved.name or "run")
+    home = str(rundir.paths.home())
+    check_options(opts)
+    for what, value in (("the profile's name", name), ("FTTUI_HOME", home), ("the run directory", str(run_path)),
+                        ("the Python", python or sys.executable)):
+        _one_line(what, value)
     lines = [
         "#!/bin/bash",
         f"# fttui submit --profile {name} --nodes {opts.nodes}: job run {run_path.name}",
@@ -96,7 +117,6 @@ def script_text(resolved: Profile, opts: SubmitOptions, run_path: Path, python: 
         if value:
             lines.append(f"#SBATCH --{flag}={q(value)}")
     lines += [f"#SBATCH {q(a)}" for a in opts.sbatch_args]
-    home = str(rundir.paths.home())
     lines += [
         "",
         f"export FTTUI_HOME={q(home)}",
