@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_app(args)
         return args.handler(args)
     except FttuiError as e:
+        from fttui.core.base.inert import inert
         from fttui.core.base.redact import mask_text
 
-        print(f"fttui: {mask_text(str(e))}", file=sys.stderr)
+        print(f"fttui: {inert(mask_text(str(e)))}", file=sys.stderr)  # one line, whatever it quotes
         return e.exit_code
     except KeyboardInterrupt:
         print("fttui: interrupted", file=sys.stderr)

@@ -7,9 +7,11 @@ canvas (no ``pyplot``, so no global backend state is touched).
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fttui.core.base.inert import inert
+from fttui.core.results.tables import csv_lines
 
 # Colour-blind-safe palette (Okabe-Ito), then matplotlib's defaults for more groups.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -58,8 +60,7 @@ class ChartSpec:
 
 def write_csv(spec: ChartSpec, path: str | Path) -> Path:
     path = Path(path)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f, lineterminator="\n").writerows(spec.csv_rows())
+    path.write_text(csv_lines(spec.csv_rows()), encoding="utf-8")
     return path
 
 
@@ -71,13 +72,21 @@ def _colours(groups: list[str], order: list[str]) -> dict[str, str]:
 
 
 def render(spec: ChartSpec, path: str | Path) -> Path:
-    """Draw ``spec`` as a horizontal bar chart into the PNG file ``path``."""
+    """Draw ``spec`` as a horizontal bar chart into the PNG file ``path``. Labels come from rows
+    (model and profile names): ``$`` is never read as mathtext and control characters are shown
+    as their escapes (:func:`fttui.core.base.inert.inert`)."""
+    from matplotlib import rc_context
+
+    with rc_context({"text.parse_math": False, "text.usetex": False}):
+        return _render(spec, Path(path))
+
+
+def _render(spec: ChartSpec, path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    path = Path(path)
     bars = spec.bars
     n = max(1, len(bars))
     fig = Figure(figsize=(10, 1.6 + 0.36 * n), dpi=110, layout="constrained")
@@ -100,22 +109,22 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
             text = f"{text}  {b.note}".strip()
         if text:
             end = max(b.value or 0.0, b.capacity or 0.0 if spec.kind == "memory" else 0.0)
-            ax.text(end + top * 0.012, y, text, va="center", ha="left", fontsize=8,
+            ax.text(end + top * 0.012, y, inert(text), va="center", ha="left", fontsize=8,
                     color=OOM_COLOUR if b.oom else "#222222")
         if spec.kind == "memory" and b.capacity:
             ax.vlines(b.capacity, y - 0.45, y + 0.45, colors="#222222", linewidth=2)
     if spec.reference is not None:
         ax.axvline(spec.reference, color="#555555", linestyle="--", linewidth=1)
-    ax.set_yticks(ys, [b.label for b in bars], fontsize=8)
+    ax.set_yticks(ys, [inert(b.label) for b in bars], fontsize=8)
     ax.set_xlabel(spec.xlabel)
-    fig.suptitle(spec.title, x=0.01, ha="left", fontsize=11)
+    fig.suptitle(inert(spec.title), x=0.01, ha="left", fontsize=11)
     ax.set_xlim(0, top * 1.22)
     ax.set_ylim(-0.7, len(bars) - 0.3)
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    handles = [Patch(color=c, label=g) for g, c in colours.items() if g]
+    handles = [Patch(color=c, label=inert(g)) for g, c in colours.items() if g]
     if any(b.oom for b in bars):
         handles.append(Patch(facecolor=OOM_COLOUR, alpha=0.55, hatch="//", label="out of memory"))
     if spec.kind == "memory" and any(b.capacity for b in bars):
@@ -123,11 +132,11 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
     if spec.reference is not None and spec.reference_label:
         handles.append(Line2D([], [], color="#555555", linestyle="--", label=spec.reference_label))
     if handles:
-        ax.legend(handles=handles, title=spec.group_label or None, fontsize=8, title_fontsize=8,
+        ax.legend(handles=handles, title=inert(spec.group_label) or None, fontsize=8, title_fontsize=8,
                   loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if not bars:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
     if spec.footnote:
-        fig.text(0.01, 0.005, spec.footnote, fontsize=7, color="#555555", ha="left", va="bottom")
+        fig.text(0.01, 0.005, inert(spec.footnote), fontsize=7, color="#555555", ha="left", va="bottom")
     fig.savefig(path, format="png")
     return path

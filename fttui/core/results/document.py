@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fttui.core.base import fmt
+from fttui.core.base.inert import inert
 from fttui.core.results.charts import ChartSpec
 from fttui.core.results.prices import Prices
 from fttui.core.results.tables import to_csv, to_markdown
@@ -73,11 +74,11 @@ class Table:
         return [[f(v) for f, v in zip(fs, row)] for row in self.cells]
 
     def to_markdown(self) -> str:
-        out = "#" * self.level + f" {self.title}\n"
+        out = "#" * self.level + f" {inert(self.title)}\n"
         if self.headers:
             out += "\n" + to_markdown(self.headers, self.text_body())
         if self.note:
-            out += f"\n{self.note}\n"
+            out += f"\n{inert(self.note, lines=True)}\n"
         return out
 
     def to_csv(self) -> str:
@@ -122,4 +123,4 @@ class Report:
             parts.append("Charts (" + ", ".join(c.name for c in self.charts)
                          + "): run with `--out DIR` to draw them.\n")
         parts += [t.to_markdown() for t in self.tables]
-        return "\n".join(parts)
+        return inert("\n".join(parts), lines=True)  # row text in the summary lines and titles

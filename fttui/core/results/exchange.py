@@ -31,6 +31,7 @@ from typing import Any
 
 from fttui.core.base import bounded
 from fttui.core.base.errors import FttuiError
+from fttui.core.base.inert import inert
 from fttui.core.base.redact import mask
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import COLUMNS, SCHEMA_VERSION, Store
@@ -102,10 +103,11 @@ def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             raise ImportFileError(f"{path}:{i}: unknown column(s) for schema {header['schema']}: {', '.join(unknown)}")
         if not isinstance(row.get("run_id"), str) or not row["run_id"]:
             raise ImportFileError(f"{path}:{i}: a row needs a run_id")
+        rid = inert(row["run_id"])
         row, problems = check_row(row)  # against the declared figures: true -> 1, no Infinity
         if problems:
             field, problem = problems[0]
-            raise ImportFileError(f"{path}:{i}: row {row['run_id']}: {field}: {problem}; nothing imported")
+            raise ImportFileError(f"{path}:{i}: row {rid}: {field}: {problem}; nothing imported")
         rows.append(row)
     return header, rows
 

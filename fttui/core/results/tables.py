@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from fttui.core.base import fmt
+from fttui.core.base.inert import csv_cell, inert
 
 def mem_cell(row: dict, nd: int = 1) -> str:
     """``OOM``, or each card's peak device memory (MB), ``;``-separated."""
@@ -63,24 +64,30 @@ def reference_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     return headers, body
 
 
-def to_csv(headers: list[str], body: list[list[str]]) -> str:
+def csv_lines(rows: Iterable[Sequence[object]]) -> str:
+    """Rows as CSV text, every cell through :func:`fttui.core.base.inert.csv_cell`: no control
+    byte, and no text a spreadsheet would run as a formula (every CSV fttui writes)."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(headers)
-    w.writerows(body)
+    csv.writer(buf, lineterminator="\n").writerows([csv_cell(c) for c in row] for row in rows)
     return buf.getvalue()
+
+
+def to_csv(headers: list[str], body: list[list[str]]) -> str:
+    return csv_lines([headers, *body])
 
 
 def to_markdown(headers: list[str], body: list[list[str]]) -> str:
     def esc(s: str) -> str:
-        return str(s).replace("|", "\\|")
+        return inert(s).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines = ["| " + " | ".join(esc(h) for h in headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
 def to_text(headers: list[str], body: list[list[str]]) -> str:
+    headers = [inert(h) for h in headers]
+    body = [[inert(c) for c in r] for r in body]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
     out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]

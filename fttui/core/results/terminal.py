@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from fttui.core.base import fmt
+from fttui.core.base.inert import inert
 from fttui.core.results.rows import short_gpu
 from fttui.core.results.tables import mem_cell, opt_cell, setting_cell, status_cell
 
@@ -82,7 +83,7 @@ def fit_table(rows: Sequence[dict], width: int, columns: Sequence[Column] = COLU
               gap: int = 2) -> tuple[list[str], list[list[str]]]:
     """The headers and cells of ``rows`` in the columns that fit ``width`` characters (``gap``
     between columns): the least important go first, then the cuttable ones are cut."""
-    cells = {c.header: [c.cell(r) for r in rows] for c in columns}
+    cells = {c.header: [inert(c.cell(r)) for r in rows] for c in columns}
     widths = {c.header: max([len(c.header), *(len(x) for x in cells[c.header])]) for c in columns}
     shown = list(columns)
 
