@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.binding import Binding
+from textual.content import Content
+from textual.notifications import SeverityLevel
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.base.inert import inert
 
 if TYPE_CHECKING:  # imported where used: the first frame does not wait for the run modules
     from fttui.core.run.rundir import RunDir
@@ -51,6 +54,20 @@ class FttuiApp(App[int]):
         self.exit_code = 0
         self._sampler_lock = threading.Lock()  # the picker samples from a thread worker
         self._bookkeeping_started = False
+
+    # ---------------------------------------------------------------- text from outside (issue 36)
+    def format_title(self, title: str, sub_title: str) -> Content:
+        """The header's title: a screen's subtitle names a run id, a profile (a file's name):
+        shown inert (fttui.tui.plain), as every text from outside is."""
+        return super().format_title(inert(title), inert(sub_title))
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Textual's notice (every ``notify`` of a screen or widget comes here), its message and
+        title inert: notices name run ids, errors and paths. fttui's own notices pass
+        ``markup=False`` (tests/tui/test_hostile_text.py checks each): their text is never markup."""
+        super().notify(inert(message, lines=True), title=inert(title), severity=severity, timeout=timeout,
+                       markup=markup)
 
     # ---------------------------------------------------------------- services for the screens
     @property
@@ -133,7 +150,7 @@ class FttuiApp(App[int]):
         if done:
             names = ", ".join(rd.run_id for rd, _ in done[:3]) + (" ..." if len(done) > 3 else "")
             self.call_from_thread(self.notify, f"finished {len(done)} run(s) whose supervisor had died: {names}",
-                                  title="rows written")
+                                  title="rows written", markup=False)
 
     # ---------------------------------------------------------------- actions
     def live_runs(self) -> list[RunDir]:
@@ -189,7 +206,7 @@ class FttuiApp(App[int]):
         if isinstance(self.screen, PickerScreen):
             self.screen.action_probe()
         elif not isinstance(self.screen, ProbeScreen):
-            self.notify("p probes a profile: choose it in the profile list first", severity="warning")
+            self.notify("p probes a profile: choose it in the profile list first", severity="warning", markup=False)
 
     def stop_probes(self) -> None:
         """Stop every probe the app's screens are running (their processes are killed)."""

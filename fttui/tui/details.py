@@ -1,4 +1,7 @@
-"""The picker's details pane: what a resolved profile will run, as a Rich renderable."""
+"""The picker's details pane: what a resolved profile will run, as a Rich renderable.
+
+A profile's values are a file's (its name, description, model, data label, command): each is shown
+as text, inert (fttui.tui.plain), never read as markup."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from rich.measure import Measurement
 from rich.text import Text
+
+from fttui.tui.plain import plain
 
 if TYPE_CHECKING:
     from fttui.core.profiles.typed import Profile
@@ -23,7 +28,8 @@ class LabelGrid:
         self.rows: list[tuple[str, Text]] = []
 
     def add_row(self, label: str, value: str | Text) -> None:
-        self.rows.append((label, value if isinstance(value, Text) else Text(value)))
+        """``label`` is the code's; a ``str`` value is shown inert, a ``Text`` as it is built."""
+        self.rows.append((label, value if isinstance(value, Text) else plain(value)))
 
     def _label_width(self) -> int:
         return max((len(label) for label, _ in self.rows), default=0)
@@ -61,12 +67,12 @@ def data_lengths(r: Profile | Mapping[str, Any]) -> Text | None:
     try:
         s, _cached = data_stats(p, tokenise=False)
     except NotCached:
-        return Text(f"not measured yet: fttui data --profile {p.name}", style="dim")
+        return plain(f"not measured yet: fttui data --profile {p.name}", "dim")
     except (FttuiError, OSError, KeyError, TypeError, ValueError):
         return None
     tk = s.tokens
-    return Text.assemble(f"{s.samples} samples, p50 {tk['p50']}  p90 {tk['p90']}  max {tk['max']}, "
-                         f"{s.truncated_share:.0%} truncated  ", (sparkline(s.histogram), "cyan"))
+    return Text.assemble(plain(f"{s.samples} samples, p50 {tk['p50']}  p90 {tk['p90']}  max {tk['max']}, "
+                               f"{s.truncated_share:.0%} truncated  "), (sparkline(s.histogram), "cyan"))
 
 
 def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
@@ -88,7 +94,7 @@ def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
         t = LabelGrid()
         t.add_row("profile", f"{p.name} ({p.origin or ''})")
         if p.description:
-            t.add_row("", Text(str(p.description), style="italic"))
+            t.add_row("", plain(p.description, "italic"))
         t.add_row("command", cmd)
         if p.limits.host_memory:
             t.add_row("limits", f"host {p.limits.host_memory} per process")
@@ -100,7 +106,7 @@ def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
     origin = p.origin or s.get("origin") or ""
     t.add_row("profile", f"{s['name']} ({origin})")
     if s.get("description"):
-        t.add_row("", Text(s["description"], style="italic"))
+        t.add_row("", plain(s["description"], "italic"))
     t.add_row("model", f"{s['model']}  ({model.init})")
     t.add_row("method", fmt.method_label(p.method, optimizer=train.optimizer) + f"  {train.precision}")
     t.add_row("sharding", sharding_label(p))
@@ -113,7 +119,7 @@ def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
 
     past = position_warning(p)  # max_seq_len past the model's positions: said before launch
     if past:
-        t.add_row("", Text(f"warning: {past}", style="bold yellow"))
+        t.add_row("", plain(f"warning: {past}", "bold yellow"))
     where = f"{dev.gpus} GPU" + ("s" if dev.gpus != 1 else "") if dev.gpus else "CPU"
     t.add_row("batch", f"{micro} x accum {accum} x {procs} proc{'s' if procs != 1 else ''} = {eff} effective")
     t.add_row("devices", f"{where}, {dev.nodes} node{'s' if dev.nodes != 1 else ''}, launcher {dev.launcher}")

@@ -1,4 +1,7 @@
-"""Modal dialogs: confirm a cancel, and what to do with live runs on quit."""
+"""Modal dialogs: confirm a cancel, and what to do with live runs on quit.
+
+Their texts name runs and profiles (a run id, a profile's name, an error): shown as text, inert
+(fttui.tui.plain), never read as markup."""
 
 from __future__ import annotations
 
@@ -7,6 +10,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from fttui.core.base.inert import inert
+from fttui.tui.plain import plain
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -25,9 +31,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, classes="dialog-title")
+            yield Static(plain(self.question, lines=True), classes="dialog-title")
             if self.detail:
-                yield Static(self.detail, classes="dialog-detail")
+                yield Static(plain(self.detail, lines=True), classes="dialog-detail")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Yes (y)", id="yes", variant="error", compact=True)
                 yield Button("No (n)", id="no", variant="primary", compact=True)
@@ -60,7 +66,7 @@ class QuitScreen(ModalScreen[str]):
         what = "a run is" if len(self.run_ids) == 1 else f"{len(self.run_ids)} runs are"
         with Vertical(classes="dialog"):
             yield Static(f"Quit: {what} still live", classes="dialog-title")
-            yield Static("\n".join(self.run_ids), classes="dialog-detail")
+            yield Static(plain("\n".join(inert(r) for r in self.run_ids), lines=True), classes="dialog-detail")
             yield Static("Detach: the run goes on (fttui attach shows it again). "
                          "Stop: cancel it, then quit.", classes="dialog-detail")
             with Horizontal(classes="dialog-buttons"):

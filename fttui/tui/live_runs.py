@@ -17,6 +17,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable
 
 from fttui.core.run.brief import RunBrief
+from fttui.tui.plain import plain
 
 COLUMNS = ("run", "profile", "state", "step", "ETA", "started")
 
@@ -68,7 +69,7 @@ class LiveRuns(Vertical):
         self.border_title = f"live runs ({len(briefs)})"
         table.clear()
         for b in briefs:
-            table.add_row(*brief_cells(b), key=b.run_id)
+            table.add_row(*map(plain, brief_cells(b)), key=b.run_id)  # a run's id and names: text, inert
         ids = [b.run_id for b in briefs]
         if keep is not None and keep.run_id in ids:
             table.move_cursor(row=ids.index(keep.run_id))

@@ -25,6 +25,7 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, field_values, overrides_from_fields
 from fttui.tui.details import REMOTE_CODE_LINE, profile_details
 from fttui.tui.picker_actions import PickerActions
+from fttui.tui.plain import plain
 from fttui.tui.verdict import MemoryVerdict, forecast_line, memory_verdict, read_store_rows
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class PickerScreen(PickerActions, Screen):
     def _first_details(self):
         if not self.refs:
             return "no profiles found: put NAME.toml files in ./profiles or the user profile folder"
-        return Text(f"{self.refs[0].name} ({self.refs[0].origin})", style="bold")
+        return plain(f"{self.refs[0].name} ({self.refs[0].origin})", "bold")  # a file's name: inert text
 
     def on_mount(self) -> None:
         ol = self.query_one("#profiles", OptionList)
@@ -125,9 +126,9 @@ class PickerScreen(PickerActions, Screen):
 
     @staticmethod
     def _ref_label(ref) -> Text:
-        label = Text(ref.name, no_wrap=True, overflow="ellipsis")
+        label = plain(ref.name, no_wrap=True, overflow="ellipsis")  # a file's name: inert text, no markup
         if ref.origin != "bundled":
-            label.append(f" ({ref.origin})", style="dim")
+            label.append_text(plain(f" ({ref.origin})", "dim"))
         return label
 
     def on_screen_resume(self) -> None:
@@ -188,7 +189,7 @@ class PickerScreen(PickerActions, Screen):
             if fid == "method":
                 value = value or "lora"
                 methods = [*METHODS, value] if value not in METHODS else METHODS
-                field = Select([(m, m) for m in methods], id="ov-method", allow_blank=False, value=value,
+                field = Select([(plain(m), m) for m in methods], id="ov-method", allow_blank=False, value=value,
                                compact=True)
             else:
                 field = Input(value, id=f"ov-{fid}", type="integer", compact=True)
@@ -252,7 +253,7 @@ class PickerScreen(PickerActions, Screen):
 
             rd = node0(rd)
             if rd is None:
-                return self.notify(f"{b.run_id}: {b.state}", title="Slurm job")
+                return self.notify(f"{b.run_id}: {b.state}", title="Slurm job", markup=False)
         self.app.show_run(rd)
 
     # ------------------------------------------------------------------ memory estimate
@@ -293,7 +294,7 @@ class PickerScreen(PickerActions, Screen):
             self.base = load_profile(str(ref.path)).with_settings({"origin": ref.origin})
         except FttuiError as e:
             self.base = self.resolved = None
-            self.query_one("#details", Static).update(Text(f"{ref.name} ({ref.origin})", style="bold"))
+            self.query_one("#details", Static).update(plain(f"{ref.name} ({ref.origin})", "bold"))
             self._show_error(str(e))
             self._update_estimate()
             return
@@ -312,7 +313,7 @@ class PickerScreen(PickerActions, Screen):
         for fid, value in values.items():
             w = self.query_one(f"#ov-{fid}")
             if fid == "method" and value not in METHODS:
-                w.set_options([(m, m) for m in [*METHODS, value]])
+                w.set_options([(plain(m), m) for m in [*METHODS, value]])
             w.value = value
 
     def _field_texts(self) -> dict[str, str]:
@@ -353,7 +354,7 @@ class PickerScreen(PickerActions, Screen):
     def _show_error(self, error: str | None, w: Static | None = None) -> None:
         self.error_text = error or ""
         w = w or self.query_one("#picker-error", Static)
-        w.update(Text(error or "", style="bold"))
+        w.update(plain(error, "bold", lines=True))  # an error names files, keys, values: inert text
         w.set_class(bool(error), "-error")
         w.display = bool(error)
 

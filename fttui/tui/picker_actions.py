@@ -18,7 +18,7 @@ class PickerActions:
     def _open_for_selection(self, screen_type) -> None:
         """A screen of the selected profile with the current overrides (its runs may add rows)."""
         if self.resolved is None:
-            self.notify("fix the error in the details pane first", severity="warning")
+            self.notify("fix the error in the details pane first", severity="warning", markup=False)
             return
         self._store_stale = True
         self.app.push_screen(screen_type(self.resolved))
@@ -41,7 +41,7 @@ class PickerActions:
         from fttui.tui.dialogs import ConfirmScreen
 
         if self.resolved is None:
-            self.notify("fix the error in the details pane first", severity="warning")
+            self.notify("fix the error in the details pane first", severity="warning", markup=False)
             return
         if self.gpu_snap is None:  # Enter before the first frame's follow-up ran
             self._refresh_gpus()

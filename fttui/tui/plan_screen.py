@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from fttui.core.base.errors import FttuiError
+from fttui.tui.plain import plain
 
 
 class PlanScreen(Screen):
@@ -60,7 +61,7 @@ class PlanScreen(Screen):
 
     def _failed(self, error: str) -> None:
         self.error = error
-        self.query_one("#plan-head", Static).update(Text(f"cannot plan: {error}", style="bold"))
+        self.query_one("#plan-head", Static).update(plain(f"cannot plan: {error}", "bold", lines=True))
 
     def _show(self, budget, options: list) -> None:
         from fttui.core.experiments.plan import HEADERS, plan_table
@@ -69,17 +70,19 @@ class PlanScreen(Screen):
         where = (f"{budget.gpus} x {budget.card}" if budget.gpus else
                  f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})")
         fits = sum(o.fits for o in options)
-        self.query_one("#plan-head", Static).update(Text.assemble(
-            (f"{self.resolved.get('name')}: ", "bold"),
-            f"{len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first"))
+        self.query_one("#plan-head", Static).update(Text.assemble(  # the profile's and the card's names: inert
+            plain(f"{self.resolved.get('name')}: ", "bold"),
+            plain(f"{len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first")))
         table = self.query_one("#plan-table", DataTable)
         table.clear(columns=True)
-        rows = plan_table(options)
+        rows = [[plain(cell) for cell in row] for row in plan_table(options)]
         for i, head in enumerate(HEADERS):  # widths fixed from the content: drawn once, as they end up
-            table.add_column(head, width=max([len(head), *(len(r[i]) for r in rows)]))
+            table.add_column(head, width=max([len(head), *(r[i].cell_len for r in rows)]))
         for o, row in zip(options, rows):
-            style = "" if o.fits else "dim"
-            table.add_row(*[Text(cell, style=style) for cell in row])
+            if not o.fits:
+                for cell in row:
+                    cell.style = "dim"
+            table.add_row(*row)
         table.focus()
 
     @on(DataTable.RowHighlighted, "#plan-table")
@@ -89,7 +92,7 @@ class PlanScreen(Screen):
         if o is None:
             return
         why = f"does not fit: {o.breaks}" if not o.fits else f"time: {o.mfu_source}"
-        self.query_one("#plan-foot", Static).update(Text.assemble((o.label(), "bold"), "\n", why))
+        self.query_one("#plan-foot", Static).update(Text.assemble(plain(o.label(), "bold"), "\n", plain(why)))
         self.described = o
 
     def selected(self):
@@ -117,7 +120,7 @@ class PlanScreen(Screen):
         try:
             resolved = apply_overrides(self.resolved, changes)
         except FttuiError as e:
-            self.notify(str(e), severity="error")
+            self.notify(str(e), severity="error", markup=False)
             return
 
         def go(yes: bool | None = True) -> None:
@@ -126,7 +129,7 @@ class PlanScreen(Screen):
             try:
                 self.app.launch_run(resolved)
             except (FttuiError, OSError) as e:
-                self.notify(f"launch failed: {e}", severity="error")
+                self.notify(f"launch failed: {e}", severity="error", markup=False)
 
         if not option.fits:
             self.app.push_screen(ConfirmScreen(f"predicted not to fit: {option.breaks}. Launch anyway? y / n",

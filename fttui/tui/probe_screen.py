@@ -21,7 +21,6 @@ import threading
 import time
 from typing import Any, Mapping
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -33,6 +32,7 @@ from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
+from fttui.tui.plain import plain
 from fttui.tui.probe_form import LIMIT_FIELDS, ProbeForm, compose_form, parse_form
 from fttui.tui.probe_view import (BOUNDARY_KINDS, COLUMNS, ProbeState, boundary_kind, boundary_text,
                                   status_line, table_trials, trial_marker, trial_row)
@@ -142,7 +142,7 @@ class ProbeScreen(Screen):
     # ---------------------------------------------------------------- running the probe
     def action_start(self) -> None:
         if self.state is ProbeState.RUNNING:
-            self.notify("a probe is running: x stops it", severity="warning")
+            self.notify("a probe is running: x stops it", severity="warning", markup=False)
             return
         from fttui.core.experiments.probe import Prober
         from fttui.core.profiles import apply_overrides
@@ -281,7 +281,7 @@ class ProbeScreen(Screen):
 
     def action_stop_probe(self) -> None:
         if not self.stop_probe():
-            self.notify("no probe is running", severity="warning")
+            self.notify("no probe is running", severity="warning", markup=False)
 
     # ---------------------------------------------------------------- display
     def _add_row(self, t, index: int) -> None:
@@ -303,7 +303,7 @@ class ProbeScreen(Screen):
         res = self.result
         w = self.query_one("#probe-boundary", Static)
         w.update(boundary_text(res, self._probe_only_limits()))
-        w.border_title = f"{res.param} boundary"
+        w.border_title = plain(f"{res.param} boundary")
         kind = boundary_kind(res)
         for k in BOUNDARY_KINDS:
             w.set_class(k == kind, f"-{k}")
@@ -326,7 +326,7 @@ class ProbeScreen(Screen):
     def _show_status(self) -> None:
         text, kind = self.status_text()
         w = self.query_one("#probe-status", Static)
-        w.update(Text(text))
+        w.update(plain(text, lines=True))  # names the profile, the probe's log line, an error: inert
         for k in ProbeState:
             w.set_class(k.value == kind, f"-{k.value}")
 
@@ -348,20 +348,20 @@ class ProbeScreen(Screen):
 
     def action_launch(self) -> None:
         if self.state is ProbeState.RUNNING:
-            self.notify("the probe is still running", severity="warning")
+            self.notify("the probe is still running", severity="warning", markup=False)
             return
         try:
             resolved = self.launch_profile()
             if resolved is None:
-                self.notify("no value found yet: s starts the probe", severity="warning")
+                self.notify("no value found yet: s starts the probe", severity="warning", markup=False)
                 return
             self.app.launch_run(resolved)
         except FttuiError as e:  # the result stays: fix the profile and press enter again
-            self.notify(str(e), title="launch refused", severity="error", timeout=10)
+            self.notify(str(e), title="launch refused", severity="error", timeout=10, markup=False)
         except OSError as e:
-            self.notify(f"launch failed: {e}", severity="error", timeout=10)
+            self.notify(f"launch failed: {e}", severity="error", timeout=10, markup=False)
 
     def action_back(self) -> None:
         if self.stop_probe():
-            self.notify("probe stopped")
+            self.notify("probe stopped", markup=False)
         self.app.pop_screen()

@@ -15,6 +15,8 @@ import enum
 from rich.text import Text
 
 from fttui.core.base import fmt
+from fttui.core.base.inert import inert
+from fttui.tui.plain import plain
 
 COLUMNS = ["", "value", "result", "clean", "load", "GPU MB", "RSS MB", "s/step", "samples/s"]
 BOUNDARY_KINDS = ("exact", "inexact", "none")
@@ -78,7 +80,7 @@ def trial_row(t, result) -> list[Text]:
         style = "dim"
     elif t.status == "oom":
         style = "red"
-    return [Text(c, style=style) for c in cells]
+    return [plain(c, style) for c in cells]
 
 
 def table_trials(trials: list, result) -> list:
@@ -101,34 +103,38 @@ def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
     ``probe_only_limits``: memory limits the probe ran under that the full run does not get."""
     p = res.param
     out = Text()
+
+    def add(text: str, style: str = "") -> None:  # a recorded probe's texts (its file's): inert
+        out.append(inert(text, lines=True), style=style)
+
     if res.largest_fit is not None:
-        out.append(f"largest {p} that fits: ", style="bold")
-        out.append(f" {res.largest_fit} ", style="bold reverse")
+        add(f"largest {p} that fits: ", style="bold")
+        add(f" {res.largest_fit} ", style="bold reverse")
     else:
-        out.append(f"nothing in {res.lo}..{res.hi} fits", style="bold")
-    out.append("   smallest that fails: ", style="bold")
-    out.append("-" if res.smallest_oom is None else str(res.smallest_oom), style="bold")
-    out.append("\n")
+        add(f"nothing in {res.lo}..{res.hi} fits", style="bold")
+    add("   smallest that fails: ", style="bold")
+    add("-" if res.smallest_oom is None else str(res.smallest_oom), style="bold")
+    add("\n")
     for m in res.mixed:
-        out.append(f"went both ways: {m['value']} (fit {m['fit']}x, OOM {m['oom']}x in fresh processes)\n",
-                   style="bold")
-    out.append("exact" if res.exact else ("a band" if res.mixed else "NOT exact"),
-               style="bold" if res.exact else "bold underline")
+        add(f"went both ways: {m['value']} (fit {m['fit']}x, OOM {m['oom']}x in fresh processes)\n",
+            style="bold")
+    add("exact" if res.exact else ("a band" if res.mixed else "NOT exact"),
+        style="bold" if res.exact else "bold underline")
     if res.max_loads:
-        out.append(f"  ·  at most {res.max_loads} loads said up front")
-    out.append(f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
-               f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}")
+        add(f"  ·  at most {res.max_loads} loads said up front")
+    add(f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
+        f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}")
     if getattr(res, "samples", "synthetic") == "data" and res.samples_note:
-        out.append(f"\n{res.samples_note}")
+        add(f"\n{res.samples_note}")
     if res.note:
-        out.append(f"\nnote: {res.note}", style="italic")
+        add(f"\nnote: {res.note}", style="italic")
     if res.largest_fit is not None:
-        out.append(f"\nenter: full run at {p}={res.largest_fit}"
-                   + (", longest samples first" if getattr(res, "samples", "") == "data" else ""), style="bold")
+        add(f"\nenter: full run at {p}={res.largest_fit}"
+            + (", longest samples first" if getattr(res, "samples", "") == "data" else ""), style="bold")
         lim = {k: v for k, v in (probe_only_limits or {}).items() if v}
         if lim:
             shown = ", ".join(f"{k.split('_')[0]} {v}" for k, v in sorted(lim.items()))
-            out.append(f" (under the same budget: {shown})", style="dim")
+            add(f" (under the same budget: {shown})", style="dim")
     return out
 
 

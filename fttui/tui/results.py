@@ -12,7 +12,6 @@ import time
 from concurrent.futures import CancelledError
 from pathlib import Path
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -25,6 +24,7 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.results import tables
 from fttui.core.results.rows import short_gpu
 from fttui.core.results.views import distinct, filter_rows, sort_rows
+from fttui.tui.plain import plain
 
 REL = "rel"
 BASE_MARK = "*"  # after the baseline's rel cell, and in the info line
@@ -150,11 +150,11 @@ class ResultsScreen(Screen):
                 self.all_rows = store.rows()
         except (FttuiError, sqlite3.Error, OSError) as e:  # a broken store must not take the app down
             self.all_rows = []
-            self.notify(f"results store: {e}", severity="error")
+            self.notify(f"results store: {e}", severity="error", markup=False)
         models = distinct(self.all_rows, "model")
         methods = distinct(self.all_rows, "method")
-        self.query_one("#f-model", Select).set_options([(m, m) for m in models])
-        self.query_one("#f-method", Select).set_options([(fmt.method_label(m), m) for m in methods])
+        self.query_one("#f-model", Select).set_options([(plain(m), m) for m in models])
+        self.query_one("#f-method", Select).set_options([(plain(fmt.method_label(m)), m) for m in methods])
         if self.baseline is not None:
             base = next((r for r in self.all_rows if r.get("run_id") == self.baseline.get("run_id")), None)
             if base is None or not self._set_baseline(base):
@@ -183,8 +183,9 @@ class ResultsScreen(Screen):
             t.add_column(label, key=h)
         base_col = self.headers.index(REL) if REL in self.headers else -1
         for r, cells in zip(self.shown_rows, body):
-            styled = [Text(c, style="bold red") if (c == "OOM" or c.startswith("oom"))
-                      else Text(c, style="bold") if i == base_col and c.endswith(BASE_MARK) else c
+            # every cell is text of a stored row: shown inert, never read as markup (issue 36)
+            styled = [plain(c, "bold red") if (c == "OOM" or c.startswith("oom"))
+                      else plain(c, "bold") if i == base_col and c.endswith(BASE_MARK) else plain(c)
                       for i, c in enumerate(cells)]
             t.add_row(*styled, key=str(r.get("run_id")))
         if self.shown_rows:
@@ -197,7 +198,7 @@ class ResultsScreen(Screen):
             info += f"; rel vs {BASE_MARK} baseline {base_id}" + (" (filtered out)" if hidden else "")
         if not self.all_rows:
             info = "no results yet: finished runs add a row here"
-        self.query_one("#results-info", Static).update(info)
+        self.query_one("#results-info", Static).update(plain(info))
 
     @on(Select.Changed)
     def _filter_changed(self, event: Select.Changed) -> None:
@@ -234,10 +235,10 @@ class ResultsScreen(Screen):
                 path = folder / f"results-{time.strftime('%Y%m%d-%H%M%S')}-{n}.{kind}"
             path.write_text(text)
         except OSError as e:
-            self.notify(f"export failed: {e}", severity="error")
+            self.notify(f"export failed: {e}", severity="error", markup=False)
             return
         self.last_export = path
-        self.notify(f"{len(body)} rows written to {path}", title="export")
+        self.notify(f"{len(body)} rows written to {path}", title="export", markup=False)
 
     # ------------------------------------------------------------------ baseline and report
     def _set_baseline(self, row: dict | None) -> bool:
@@ -250,10 +251,10 @@ class ResultsScreen(Screen):
         try:
             rel = relative_cells(self.all_rows, row)
         except FttuiError as e:
-            self.notify(f"no baseline: {e}", severity="warning")
+            self.notify(f"no baseline: {e}", severity="warning", markup=False)
             return False
         except Exception as e:  # a view: any row the report trips on must not take the screen down
-            self.notify(f"no baseline: {type(e).__name__}: {e}", severity="error")
+            self.notify(f"no baseline: {type(e).__name__}: {e}", severity="error", markup=False)
             return False
         self.baseline, self.rel = row, rel
         return True
@@ -264,7 +265,7 @@ class ResultsScreen(Screen):
 
         t = self.query_one(DataTable)
         if not self.shown_rows or not t.row_count:
-            self.notify("no row to delete", severity="warning")
+            self.notify("no row to delete", severity="warning", markup=False)
             return
         run_id = str(self.shown_rows[min(t.cursor_coordinate.row, len(self.shown_rows) - 1)].get("run_id"))
 
@@ -277,9 +278,9 @@ class ResultsScreen(Screen):
                 with Store() as store:
                     store.delete(run_id)
             except FttuiError as e:
-                self.notify(str(e), severity="error")
+                self.notify(str(e), severity="error", markup=False)
                 return
-            self.notify(f"deleted the row of {run_id}", title="results")
+            self.notify(f"deleted the row of {run_id}", title="results", markup=False)
             self.load()
 
         self.app.push_screen(ConfirmScreen(f"Delete the stored row of {run_id}?",
@@ -289,15 +290,15 @@ class ResultsScreen(Screen):
         """The row under the cursor becomes the baseline; on the baseline itself: clear it."""
         t = self.query_one(DataTable)
         if not self.shown_rows or not t.row_count:
-            self.notify("no row to mark", severity="warning")
+            self.notify("no row to mark", severity="warning", markup=False)
             return
         row = self.shown_rows[min(t.cursor_coordinate.row, len(self.shown_rows) - 1)]
         column = self.headers[t.cursor_coordinate.column] if t.cursor_coordinate.column < len(self.headers) else None
         if self.baseline is not None and row.get("run_id") == self.baseline.get("run_id"):
             self._set_baseline(None)
-            self.notify("baseline cleared", title="baseline")
+            self.notify("baseline cleared", title="baseline", markup=False)
         elif self._set_baseline(row):
-            self.notify(f"baseline: {row.get('run_id')}", title="baseline")
+            self.notify(f"baseline: {row.get('run_id')}", title="baseline", markup=False)
         else:
             return
         self.fill()
@@ -309,9 +310,9 @@ class ResultsScreen(Screen):
     def action_write_report(self) -> None:
         """The report of the visible rows (with the baseline) into exports/report-<time>/."""
         if not self.shown_rows:
-            self.notify("no rows to report", severity="warning")
+            self.notify("no rows to report", severity="warning", markup=False)
             return
-        self.notify(f"writing the report of {len(self.shown_rows)} rows...", title="report")
+        self.notify(f"writing the report of {len(self.shown_rows)} rows...", title="report", markup=False)
         self._write_report(list(self.shown_rows), self.baseline)
 
     @work(thread=True, exclusive=True, group="report", exit_on_error=False)
@@ -330,7 +331,7 @@ class ResultsScreen(Screen):
             md = write_report(report, paths.ensure_dir(out))[0]
         except Exception as e:  # a worker thread: FttuiError, OSError, whatever matplotlib raises
             msg = f"report failed: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
-            self._from_thread(self.notify, msg, title="report", severity="error")
+            self._from_thread(self.notify, msg, title="report", severity="error", markup=False)
             return
         self._from_thread(self._report_done, md)
 
@@ -342,7 +343,7 @@ class ResultsScreen(Screen):
 
     def _report_done(self, md: Path) -> None:
         self.last_report = md
-        self.notify(f"report written to {md}", title="report")
+        self.notify(f"report written to {md}", title="report", markup=False)
 
     def action_back(self) -> None:
         if self.app.can_go_back():

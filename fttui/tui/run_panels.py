@@ -37,6 +37,7 @@ from fttui.core.run.snapshot import CardPerf, RunSnapshot
 from fttui.core.run.status import RUNNING, status_line
 from fttui.monitor import GpuInfo, cards_run_first
 from fttui.tui.card_insight import estimate_peaks_mb, insight_lines, perf_line, perf_subtitle
+from fttui.tui.plain import plain
 from fttui.tui.widgets import RUN_MARK, Bar, Panel, bar_style, gb_pair, gpu_card_lines, gpu_row, num
 
 SPARK_POINTS = 120  # history shown in the sparklines (RunState keeps 240)
@@ -59,7 +60,7 @@ class RunStatusBar(Static):
     def _draw(self) -> None:
         line = status_line(self.snapshot, gone=self.gone, lost=self.lost, cancelling=self.cancelling,
                            detail=True)
-        self.update(Text(line.text, no_wrap=False))
+        self.update(plain(line.text, lines=True, no_wrap=False))  # names errors, the run's messages: inert
         for kind in STATUS_KINDS:
             self.set_class(kind == line.kind, f"-{kind}")
 
@@ -125,7 +126,7 @@ class ThroughputPanel(Vertical):
             Text.assemble(("tokens/s ", "bold"), num(s.tokens_per_s, 0), (pad, "dim")))
         _spark(self.query_one("#sps-spark", Sparkline), s.samples_per_s_history)
         _spark(self.query_one("#tps-spark", Sparkline), s.tokens_per_s_history)
-        self.border_subtitle = f"slow: {s.why_slow}" if s.why_slow else "steady state"  # fttui.core.run.whyslow
+        self.border_subtitle = plain(f"slow: {s.why_slow}") if s.why_slow else "steady state"  # core.run.whyslow
 
     watch_snapshot = watch_wide = _draw
 
@@ -290,7 +291,7 @@ class GpuGrid(Grid):
             elif s.samples_seen == 0:
                 reason = "no resource sample yet"
             for w in self.query("#gpu-none").results(Panel):
-                w.show(Text(f"none: {reason}", no_wrap=True, overflow="ellipsis"), key=reason)
+                w.show(plain(f"none: {reason}", no_wrap=True, overflow="ellipsis"), key=reason)
             return
         if self._mode not in ("cards", "full"):
             return
@@ -302,9 +303,11 @@ class GpuGrid(Grid):
             perf = _perf(s, c)
             near = perf is not None and perf.near_oom
             for w in self.query(f"#gpu-{i}").results(Panel):
-                w.border_title = f"GPU {g.index}" + (f" {RUN_MARK}" if c.run else "") + (" MIG" if c.mig else "") \
-                    + (" [b red]NEAR OOM[/]" if near else "")
-                w.border_subtitle = g.name or ""
+                title = plain(f"GPU {g.index}" + (f" {RUN_MARK}" if c.run else "") + (" MIG" if c.mig else ""))
+                if near:
+                    title.append(" ").append("NEAR OOM", "bold red")
+                w.border_title = title
+                w.border_subtitle = plain(g.name)  # NVML's, or a fake GPU file's: inert
                 w.set_class(c.run, "-run")
                 w.set_class(near, "-near-oom")
                 est = self._estimate[c.slot] if c.slot is not None and c.slot < len(self._estimate or ()) else None
@@ -331,7 +334,7 @@ class GpuTable(Panel):
             return
         self.styles.height = len(gpus) + 2
         s = self.snapshot
-        self.border_subtitle = perf_subtitle(s)
+        self.border_subtitle = plain(perf_subtitle(s))
         peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
         self.show(Group(*[gpu_row(c.gpu, peaks.get(c.gpu.index), _rsv(s, c), run=c.run,
                                   run_peak_mb=proc.get(c.gpu.index)) for c in gpus]),
@@ -358,12 +361,14 @@ class RunSummary(Panel):
         else:
             headers, body = reference_table([row])
             skip = ("model", "dataset", "status", "grad_accum", "max_seq_len")
-            cells = [Text.assemble((f"{h} ", "bold"), v or "-") for h, v in zip(headers, body[0])
+            # row.json's texts (a model, a data label, a GPU name) anyone could have written: inert
+            cells = [Text.assemble((f"{h} ", "bold"), plain(v or "-")) for h, v in zip(headers, body[0])
                      if h not in skip]
-            self.border_title = summary_title(row)
+            self.border_title = plain(summary_title(row))
             # what the host figure is (the host panel's "tree peak" is another one)
             what = host_measure_text(row.get("host_measure"))
-            self.border_subtitle = f"host_rss_mb: {what}" if what and row.get("peak_host_rss_mb") is not None else ""
+            shown = what and row.get("peak_host_rss_mb") is not None
+            self.border_subtitle = plain(f"host_rss_mb: {what}") if shown else ""
             # the error is in the status line already
             self.show(Columns(cells, padding=(0, 2)))
         self.display = True

@@ -161,7 +161,7 @@ class RunScreen(Screen):
         nxt = next_attempt(self.rd, getattr(self.snap, "retried_as", None))
         if nxt is None or not self.is_current:
             return
-        self.notify(f"{self.rd.run_id} ran out of memory: attempt {nxt.run_id} continues it")
+        self.notify(f"{self.rd.run_id} ran out of memory: attempt {nxt.run_id} continues it", markup=False)
         self.app.switch_screen(RunScreen(nxt))
 
     # ------------------------------------------------------------------ status
@@ -173,7 +173,7 @@ class RunScreen(Screen):
     # ------------------------------------------------------------------ actions
     def action_cancel_run(self) -> None:
         if self.gone or self._ended() or self.lost:
-            self.notify("the run is not live", severity="warning")
+            self.notify("the run is not live", severity="warning", markup=False)
             return
         from fttui.tui.dialogs import ConfirmScreen
 
@@ -182,7 +182,7 @@ class RunScreen(Screen):
                 try:
                     self.rd.request_cancel()
                 except OSError as e:
-                    self.notify(f"cancel failed: {e}", severity="error")
+                    self.notify(f"cancel failed: {e}", severity="error", markup=False)
                     return
                 self.cancel_requested = True
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from fttui.core.base.errors import FttuiError
+from fttui.tui.plain import plain
 
 
 @dataclass
@@ -37,7 +38,7 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
         e = estimate(resolved, cal)
     except (FttuiError, KeyError, TypeError, ValueError) as ex:  # EstimateError, or a field it trips on
         msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
-        return MemoryVerdict(Text.assemble(head, f"not available: {msg}"), None)
+        return MemoryVerdict(Text.assemble(head, plain(f"not available: {msg}")), None)  # may name the model
     source = f"calibrated from {cal.rows} row{'s' if cal.rows != 1 else ''}" if cal else "formula"
     host = fmt_bytes(e.host_peak_bytes)
     if not e.gpu_peak_bytes:
@@ -77,10 +78,11 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
 
     host_fit = host_check(resolved)  # an offloading sharding: the host's peak against what is available
     if host_fit is not None and not host_fit.fits:
-        return MemoryVerdict(line1 + Text.assemble(("does NOT fit the host", "bold reverse"), f" ({host_fit.message})"),
+        over_host = Text.assemble(("does NOT fit the host", "bold reverse"), plain(f" ({host_fit.message})"))
+        return MemoryVerdict(line1 + over_host,
                              False, "the host would run out of memory: launch anyway? y / n", host_fit.message)
     if host_fit is not None and host_fit.warning:
-        line1 += Text(f"host: {host_fit.warning}\n", style="yellow")
+        line1 += plain(f"host: {host_fit.warning}", "yellow") + Text("\n")
     over = [b for b in budgets if b[0] > b[1]]
     if over:
         peak, budget, what = over[0]
@@ -117,7 +119,7 @@ def forecast_line(resolved: dict, gpu_snap, rows: list[dict]) -> Text | None:
         fc = quick_forecast(resolved, estimate(resolved), rows, card)
     except (FttuiError, KeyError, TypeError, ValueError, OSError, ZeroDivisionError):
         return None
-    return Text.assemble(("time: ", "bold"), fc.words())
+    return Text.assemble(("time: ", "bold"), plain(fc.words()))  # names the card (NVML's, a fake GPU file's)
 
 
 def read_store_rows() -> list[dict]:

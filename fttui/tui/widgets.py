@@ -2,7 +2,8 @@
 
 Everything here is display only: it turns snapshots (fttui.core.run.snapshot.RunSnapshot,
 fttui.monitor.GpuSnapshot) into text. Bars are drawn with block characters so they read
-without colour (NO_COLOR).
+without colour (NO_COLOR). Names (a card's, a driver's) and labels come from outside: they are
+shown inert, never as markup (fttui.tui.plain, issue 36).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from textual.widgets import Static
 
 from fttui.core.base import fmt
 from fttui.core.base.fmt import fraction
+from fttui.core.base.inert import inert
 from fttui.core.run.insight import power_text
+from fttui.tui.plain import plain
 
 FULL, EMPTY = "█", "░"
 OTHERS = "▒"  # the part of a card's memory bar held by processes that are not the run's
@@ -38,7 +41,7 @@ class Bar:
     def __init__(self, frac: float | None, label: str = "", prefix: str = "", style: str = "",
                  max_bar: int = 40, inner: float | None = None) -> None:
         self.frac = frac
-        self.label = label
+        self.label = inert(label)  # drawn as a segment: no control character reaches the terminal
         self.prefix = prefix
         self.style = style
         self.max_bar = max_bar
@@ -152,7 +155,7 @@ def gpu_row(g, peak_mb: float | None, reserved_mb: float | None, name_w: int = 0
     tail += f"  {fmt.pct(g.util_pct)}"
     tail += "  -" if g.power_w is None else f" {g.power_w:.0f}W"
     tail += "" if g.temp_c is None else f" {g.temp_c:.0f}°C"
-    t.add_row(Text(f"GPU{g.index}" + ("*" if run else ""), style="bold"), _mem_bar(g, run), Text(tail))
+    t.add_row(plain(f"GPU{g.index}" + ("*" if run else ""), "bold"), _mem_bar(g, run), plain(tail))
     return t
 
 
@@ -161,7 +164,7 @@ def gpu_list_text(gpu) -> Text:
     if gpu is None:
         return Text("GPUs: -")
     if not gpu.available:
-        return Text.assemble(("GPUs: none", "bold"), f" ({gpu.reason or 'not available'})")
+        return Text.assemble(("GPUs: none", "bold"), plain(f" ({gpu.reason or 'not available'})"))
     if not gpu.gpus:
         return Text.assemble(("GPUs: none", "bold"), " visible")
     from fttui.monitor import cards_run_first
@@ -173,11 +176,11 @@ def gpu_list_text(gpu) -> Text:
     head = f"GPUs: {n_run} of {len(cards)} visible (CUDA_VISIBLE_DEVICES)" if named else f"GPUs: {len(cards)} visible"
     if gpu.driver:
         head += f" (driver {gpu.driver}" + (f", CUDA {gpu.cuda})" if gpu.cuda else ")")
-    out.append(head, style="bold")
+    out.append(inert(head), style="bold")  # the driver's, the cards' names: NVML's or a fake GPU file's
     for c in cards:
         g = c.gpu
         mark = ("*" if c.run else " ") if named else " "
-        out.append(f"\n {mark}{g.index}  {g.name or '?'}  {gb_pair(g.mem_used_mb, g.mem_total_mb)}")
+        out.append(f"\n {mark}{inert(g.index)}  {inert(g.name or '?')}  {gb_pair(g.mem_used_mb, g.mem_total_mb)}")
         if g.util_pct is not None:
             out.append(f"  util {fmt.pct(g.util_pct)}")
     return out
