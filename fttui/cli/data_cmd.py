@@ -70,6 +70,7 @@ def render(stats, profile_name: str, source: str, tokenizer: str, cached: bool |
 
 
 def cmd_data(args, resolve=resolve) -> int:
+    from fttui.core.data.records import check_file
     from fttui.core.run.datalens import data_stats, tokenizer_spec
 
     profile = resolve(args)
@@ -77,6 +78,8 @@ def cmd_data(args, resolve=resolve) -> int:
         from fttui.core.base.errors import FttuiError
 
         raise FttuiError("--batch-size: must be >= 1")
+    if (profile.data.source or "synthetic") != "synthetic":
+        check_file(profile.data.source)  # a named pipe, a device: one line, before anything is read
     with _progress_bar(sys.stderr.isatty() and not args.json) as bar:
         stats, cached = data_stats(profile, args.batch_size, bar)
     source = profile.data.source or "synthetic"

@@ -3,6 +3,7 @@ torch is imported lazily, only by the dataset / collator parts."""
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from .errors import DataError
@@ -15,6 +16,11 @@ __all__ = ["load_records", "DataError", "SyntheticDataset", "ListDataset", "Subs
 PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
 PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"
 IGNORE = -100
+#: A text is tokenised by its head when longer than this many characters a token of room (English
+#: BPE averages about 4, the byte tokenizer 1 or less); a head short of tokens is grown fourfold.
+HEAD_CHARS_PER_TOKEN = 8
+#: Tokens a head must hold past the room, so that the cut's neighbourhood is never kept.
+HEAD_MARGIN = 64
 
 
 class SyntheticDataset:
@@ -82,38 +88,62 @@ def split_eval(dataset, ratio: float, seed: int):
             Subset(dataset, sorted(held)))
 
 
+def _encode(tok, text: str, room: int) -> list[int]:
+    """``tok.encode(text)``, or, for a text far longer than ``room`` tokens could need, the first
+    ``room + 1`` tokens of a head of it that holds more than ``room + HEAD_MARGIN`` tokens: the same
+    first ``room`` tokens as the whole text's (a tokenizer merges and splits characters near the
+    cut only), for the cost of the head. ``room`` is what ``max_seq_len`` leaves for this text."""
+    n = max(room, 1) * HEAD_CHARS_PER_TOKEN + HEAD_MARGIN
+    while n < len(text):
+        ids = tok.encode(text[:n])
+        if len(ids) > room + HEAD_MARGIN:
+            del ids[room + 1:]
+            return ids
+        n *= 4
+    return tok.encode(text)
+
+
 def tokenize_record(rec: dict[str, Any], tok, max_seq_len: int) -> dict[str, list[int]]:
-    """Token ids and labels (-100 on prompt / non-assistant parts), truncated to ``max_seq_len``."""
+    """Token ids and labels (-100 on prompt / non-assistant parts), truncated to ``max_seq_len``.
+
+    Only what ``max_seq_len`` tokens need is tokenised (:func:`_encode`): a 4 MiB answer at
+    ``max_seq_len`` 512 costs a few KiB; ``fttui data`` (untruncated) builds each list once."""
     ids: list[int] = []
     labels: list[int] = []
+
+    def add(part: list[int], train: bool) -> None:
+        ids.extend(part)
+        labels.extend(part if train else repeat(IGNORE, len(part)))
+
     if tok.bos_token_id is not None:
-        ids.append(int(tok.bos_token_id))
-        labels.append(IGNORE)
+        add([int(tok.bos_token_id)], False)
     eos = tok.eos_token_id
     if rec["format"] == "instruction":
         tmpl = PROMPT_WITH_INPUT if rec.get("input") else PROMPT_NO_INPUT
-        prompt = tok.encode(tmpl.format(instruction=rec["instruction"], input=rec.get("input", "")))
-        answer = tok.encode(rec["output"]) + ([int(eos)] if eos is not None else [])
-        ids += prompt + answer
-        labels += [IGNORE] * len(prompt) + answer
+        add(_encode(tok, tmpl.format(instruction=rec["instruction"], input=rec.get("input", "")),
+                    max_seq_len - len(ids)), False)
+        if len(ids) < max_seq_len:
+            answer = _encode(tok, rec["output"], max_seq_len - len(ids))
+            if eos is not None:
+                answer.append(int(eos))
+            add(answer, True)
     else:
         for m in rec["messages"]:
-            head = tok.encode(f"<|{m['role']}|>\n")
-            body = tok.encode(m["content"])
-            ids += head
-            labels += [IGNORE] * len(head)
+            if len(ids) >= max_seq_len:
+                break  # nothing after the cut is kept
+            add(_encode(tok, f"<|{m['role']}|>\n", max_seq_len - len(ids)), False)
+            body = _encode(tok, m["content"], max(max_seq_len - len(ids), 0))
             if m["role"] == "assistant":
-                body = body + ([int(eos)] if eos is not None else [])
-                ids += body
-                labels += body
-                nl = tok.encode("\n")
-                ids += nl
-                labels += [IGNORE] * len(nl)
+                if eos is not None:
+                    body.append(int(eos))
+                add(body, True)
+                add(tok.encode("\n"), False)
             else:
-                body = body + tok.encode("\n")
-                ids += body
-                labels += [IGNORE] * len(body)
-    return {"input_ids": ids[:max_seq_len], "labels": labels[:max_seq_len]}
+                body.extend(tok.encode("\n"))
+                add(body, False)
+    if len(ids) > max_seq_len:
+        del ids[max_seq_len:], labels[max_seq_len:]
+    return {"input_ids": ids, "labels": labels}
 
 
 def build_dataset(data: dict[str, Any], tok, vocab_size: int, seed: int, records=None):

@@ -192,3 +192,97 @@ def test_a_received_row_with_a_mistyped_value_is_stored_not_lost(fttui_home):
         row = s.get("x")
     assert row["status"] == "failed" and json.loads(row["error"]) == {"message": "boom"}
     assert row["samples_per_s"] is None and row["steps"] is None
+
+
+# issue 36: one giant sample, a named pipe as the data file ---------------------------------------
+
+LONG = "lorem ipsum " * 350_000  # 4.2 MB of text on one line
+
+
+def _giant_file(path, small=1):
+    recs = [{"instruction": "a", "output": "b"}] * small + [{"instruction": "Summarise.", "output": LONG}]
+    text = "".join(json.dumps(r) + "\n" for r in recs) if path.suffix == ".jsonl" else json.dumps(recs, indent=1)
+    path.write_text(text)
+    return text[:text.rindex("{", 0, text.index("Summarise"))].count("\n") + 1  # the giant sample's line
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_giant_sample_is_refused_having_read_only_the_bound(tmp_path, suffix):
+    import tracemalloc
+
+    from fttui.core.base.errors import DataError
+    from fttui.core.data.records import load_records
+
+    path = tmp_path / f"d{suffix}"
+    line = _giant_file(path)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError) as e:
+            load_records(path, "auto", max_sample_bytes=64 << 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    msg = str(e.value)
+    assert msg.startswith(f"{path}:{line}: one sample is larger than 64 KiB") and "\n" not in msg, msg
+    assert "data.max_seq_len" in msg and "cut it to its head" in msg
+    assert peak < 3 << 20, peak  # the bound and a chunk of the file (1 MiB), never the 4.2 MB sample
+    assert [r["line"] for r in load_records(path, "auto", max_sample_bytes=8 << 20)][-1] == line
+
+
+def test_a_json_list_read_a_few_bytes_at_a_time_is_the_same(tmp_path, monkeypatch):
+    from fttui.core.base.errors import DataError
+    from fttui.core.data import records
+
+    recs = [{"instruction": 'q"uo\\te [x] {y}, ', "input": "é😀\n", "output": "]},"},
+            {"instruction": "\\", "output": "[{\\\"", "input": "\\\\"}]
+    path = tmp_path / "d.json"
+    path.write_text("\ufeff" + json.dumps(recs, indent=2, ensure_ascii=False) + "\n")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(recs, indent=1).replace('"output"', '"output" 1', 1))
+    whole = records.load_records(path)
+    assert [r["line"] for r in whole] == [2, 7]
+    said = str(pytest.raises(DataError, records.load_records, bad).value)
+    for chunk in (1, 2, 3, 7):
+        monkeypatch.setattr(records, "CHUNK", chunk)
+        assert records.load_records(path) == whole
+        assert str(pytest.raises(DataError, records.load_records, bad).value) == said
+    assert said.startswith(f"{bad}:5: malformed JSON")
+
+
+def test_a_long_sample_is_tokenised_by_its_head_only():
+    import tracemalloc
+
+    from fttui.worker.data import tokenize_record
+    from fttui.worker.tokenizer import ByteTokenizer
+
+    tok = ByteTokenizer()
+    for rec in ({"format": "instruction", "instruction": "Summarise.", "input": "", "output": LONG},
+                {"format": "instruction", "instruction": LONG, "input": "", "output": "ok"},
+                {"format": "chat", "messages": [{"role": "user", "content": LONG},
+                                                {"role": "assistant", "content": "ok"}]},
+                {"format": "chat", "messages": [{"role": "user", "content": "q"},
+                                                {"role": "assistant", "content": LONG}]}):
+        whole = tokenize_record(rec, tok, 1 << 31)  # what `fttui data` measures
+        tracemalloc.start()
+        try:
+            head = tokenize_record(rec, tok, 128)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert head == {key: ids[:128] for key, ids in whole.items()}
+        assert peak < len(LONG) * 2, peak  # a list of 4 million ids would be 34 MB
+
+
+def test_fttui_refuses_a_giant_sample_or_a_named_pipe_in_one_line(fttui_home, tmp_path):
+    giant = tmp_path / "giant.jsonl"
+    giant.write_text(json.dumps({"instruction": "Summarise.", "output": "x" * (5 << 20)}) + "\n")
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    for source, says in ((giant, f"{giant}:1: one sample is larger than 4 MiB"),
+                         (pipe, f"{pipe}: not a regular file (a named pipe")):
+        for args in (["run", "--headless", "--set", "train.batch_size=1"], ["data"]):
+            proc = run_fttui(args[0], "--profile", "tiny-lora", "--set", f"data.source={source}", *args[1:],
+                             timeout=60)
+            assert proc.returncode == 2, proc.stdout + proc.stderr
+            assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())

@@ -56,9 +56,18 @@ EXIT_CODES: MappingProxyType[str, int] = MappingProxyType(
 # docs/estimate.md); here so that the summary row's fallback (reserved + context) uses it too.
 CUDA_CONTEXT_BYTES = 800 * 2**20
 
+# The most bytes one data sample (a .jsonl line, an element of a .json list) may hold: a larger one is
+# refused in one line, having read no more of it than this (docs/data.md, "One sample's size"). Fixed,
+# not derived from max_seq_len: a sample longer than max_seq_len is ordinary data cut to its head, and
+# `fttui data` caches a file's lengths for every max_seq_len. 4 MiB is about a million tokens of English,
+# the longest contexts models are fine-tuned at; only a sample's first max_seq_len tokens train, so
+# cutting a longer one loses nothing a run uses. `fttui data` tokenises a sample whole (a Hugging Face
+# tokenizer holds about 300 bytes a token), so this bounds one sample's cost to about 1 GB.
+MAX_SAMPLE_BYTES = 4 << 20
+
 __all__ = [
     "METHODS", "FULL_METHODS", "LORA_METHODS", "KBIT_METHODS", "SHARDINGS", "SHARDING_METHODS", "ZERO3_OFFLOAD",
     "PROBE_PARAMS", "LONGEST_FIRST_STEPS", "PROBE_STEPS",
     "FINAL_STATUSES", "WATCHED", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "EXIT_CANCELLED",
-    "EXIT_INTERRUPTED", "EXIT_CODES", "CUDA_CONTEXT_BYTES",
+    "EXIT_INTERRUPTED", "EXIT_CODES", "CUDA_CONTEXT_BYTES", "MAX_SAMPLE_BYTES",
 ]
