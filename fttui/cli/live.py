@@ -7,6 +7,7 @@ import sys
 import time
 
 from fttui.core.base import fmt
+from fttui.core.base.inert import inert, output_line
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
 from fttui.core.run.insight import memory_picture, picture_text, speed_text
 from fttui.core.run.perf import mfu_text
@@ -17,6 +18,7 @@ from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower, next_attempt
 from fttui.monitor import cards_run_first
+from fttui.cli.ctrl_c import CtrlC
 from fttui.cli.insight_lines import insight_lines
 
 # The Rich view's colour of each status kind (status_line's kind); the others are cyan.
@@ -181,41 +183,37 @@ def perf_summary(row: dict) -> str | None:
     return text
 
 
+def _say(line: str) -> None:
+    """One line of the plain view: whatever a run's files put in it (an error, a name) inert."""
+    print(inert(line, lines=True), flush=True)
+
+
 def _row(rd: RunDir) -> dict | None:
     return read_json(rd.path / "row.json")
 
 
 def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> int:
-    """Follow the run until it ends; Ctrl-C cancels it (a second Ctrl-C detaches). A run that ran
-    out of memory and is continued by another attempt (``train.on_oom = "shrink"``): its summary,
-    then the next attempt is followed, to the end of the chain (the exit code is the last's)."""
-    interrupts = {"n": 0}
+    """Follow the run until it ends; Ctrl-C cancels it, a second Ctrl-C before the cancel is sent
+    detaches instead (:class:`CtrlC`). A run that ran out of memory and is continued by another
+    attempt (``train.on_oom = "shrink"``): its summary, then the next attempt is followed, to the
+    end of the chain (the exit code is the last's)."""
+    ctrl = CtrlC(cancel_on_interrupt)
     current = [rd]
-
-    def on_int(_s, _f):
-        interrupts["n"] += 1
-        if interrupts["n"] == 1 and cancel_on_interrupt:
-            current[0].request_cancel()
-            print("\nfttui: cancelling the run (Ctrl-C again to detach and leave it running)",
-                  file=sys.stderr, flush=True)
-        else:
-            raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGINT, on_int)
-    print(f"fttui: run {rd.run_id} ({rd.path})", flush=True)
+    old = signal.signal(signal.SIGINT, ctrl.on_int)
+    _say(f"fttui: run {rd.run_id} ({rd.path})")
     try:
         while True:
             follower = RunFollower(current[0])
-            (_follow_rich if rich_live else _follow_plain)(follower)
+            (_follow_rich if rich_live else _follow_plain)(follower, ctrl.tick)
             nxt = next_attempt(current[0], follower.state.snapshot().retried_as) if follower.final is not None else None
             if nxt is None:
                 break
             for line in summary_lines(current[0]):
-                print(line, flush=True)
-            print(f"fttui: run {nxt.run_id} ({nxt.path}) continues it", flush=True)
+                _say(line)
+            _say(f"fttui: run {nxt.run_id} ({nxt.path}) continues it")
             current[0] = nxt
     except KeyboardInterrupt:
-        print(f"\nfttui: detached; the run goes on: fttui attach {current[0].run_id}", file=sys.stderr)
+        print(f"\n{inert(ctrl.detached_line(current[0].run_id))}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGINT, old)
@@ -224,7 +222,7 @@ def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> 
         print(f"fttui: the supervisor of {rd.run_id} is gone without a status", file=sys.stderr)
         return EXIT_ERROR
     for line in summary_lines(rd):
-        print(line, flush=True)
+        _say(line)
     return EXIT_CODES.get(follower.final.status, EXIT_ERROR)
 
 
@@ -255,7 +253,7 @@ class OutputTail:
         return out
 
 
-def _follow_plain(f: RunFollower) -> None:
+def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
     last_print, last_step, started, stalled = 0.0, -1, False, False
     t0, said_waiting = time.monotonic(), False
     phases_printed, warned, said_clash, said_recovered = 0, None, None, False
@@ -265,59 +263,61 @@ def _follow_plain(f: RunFollower) -> None:
     output = OutputTail(f.rd.log_path) if f.rd.kind_and_group()[0] == "command" else None
     while True:
         snap = f.poll()
+        tick(f.rd)
         for line in output.lines(final=f.done) if output is not None else ():
-            print(line, flush=True)
+            print(output_line(line), flush=True)  # its colours, no other escape (issue 36)
         if (not started and not said_waiting and dev is not None and int(dev.node_rank or 0) > 0
                 and time.monotonic() - t0 > 5):
             said_waiting = True
-            print(f"waiting for node 0 at {dev.main_addr}:{dev.main_port} "
-                  f"(node {dev.node_rank} of {dev.nodes})", flush=True)
+            _say(f"waiting for node 0 at {dev.main_addr}:{dev.main_port} "
+                  f"(node {dev.node_rank} of {dev.nodes})")
         for line in phase_lines(snap, phases_printed):
-            print(line, flush=True)
+            _say(line)
             phases_printed += 1
         if not started and snap.status != "starting":
             started = True
             line = training_line(snap)
             if line:
-                print(line, flush=True)
+                _say(line)
         now = time.monotonic()
         if snap.step and snap.step != last_step and (now - last_print >= 1.0 or snap.step == snap.total_steps):
-            print(progress_line(snap), flush=True)
+            _say(progress_line(snap))
             last_print, last_step = now, snap.step
         clash = clash_text(snap.rank_clash)
         if clash and clash != said_clash:  # two processes claim one rank: said once per change
             said_clash = clash
-            print(clash, flush=True)
+            _say(clash)
         warning = near_oom_line(snap)
         if warning is not None and snap.near_oom_reason != warned:
             warned = snap.near_oom_reason  # once per reason: the counters only grow
-            print(warning, flush=True)
+            _say(warning)
         if snap.recovered and not said_recovered:  # an attempt that continues a run which ran out of memory
             said_recovered = True
-            print(f"attempt {snap.attempt}: {snap.recovered}", flush=True)
+            _say(f"attempt {snap.attempt}: {snap.recovered}")
         creep = snap.memory_warnings[0] if snap.memory_warnings else None  # said once per rank and limit
         for line, key in ((f"MEMORY CREEP: {snap.memory_warning}",
                            f"{creep.rank} {creep.where} {creep.figure}" if creep else snap.memory_warning),
                           (f"why slow: {snap.why_slow}", " ".join((snap.why_slow or "").split()[:3]) or None)):
             if key is not None and key not in said:  # each warning, each leading cause: said once
                 said.add(key)
-                print(line, flush=True)
+                _say(line)
         if snap.stalled != stalled:
             stalled = snap.stalled
-            print(f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
-                  if stalled else "resumed: training steps again", flush=True)
+            _say(f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
+                  if stalled else "resumed: training steps again")
         if f.done or f.lost():
-            print(status_line(snap).text, flush=True)
+            _say(status_line(snap).text)
             return
         time.sleep(0.5)
 
 
-def _follow_rich(f: RunFollower) -> None:
+def _follow_rich(f: RunFollower, tick=lambda rd: None) -> None:
     from rich.live import Live
 
     with Live(_render(f.poll(), f), refresh_per_second=4, transient=False) as live:
         while True:
             snap = f.poll()
+            tick(f.rd)
             live.update(_render(snap, f))
             if f.done or f.lost():
                 return
@@ -329,22 +329,21 @@ def _render(snap, f: RunFollower):
     from rich.panel import Panel
     from rich.progress_bar import ProgressBar
     from rich.table import Table
-    from rich.text import Text
 
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
     total = snap.total_steps or 0
     t.add_row("progress", Group(ProgressBar(total=max(total, 1), completed=snap.step or 0, width=40),
-                                Text(f"step {snap.step}/{total or '?'}  elapsed {fmt.duration(snap.wall_elapsed)}"
+                                _text(f"step {snap.step}/{total or '?'}  elapsed {fmt.duration(snap.wall_elapsed)}"
                                      f"  ETA {fmt.eta(snap.eta_s, snap.eta_source) or '-'}")))
-    t.add_row("throughput", f"{_f(snap.samples_per_s)} samples/s  {_f(snap.tokens_per_s, 0)} tokens/s (steady, "
-                            f"non-padding)  {_f(snap.tokens_padded_per_s, 0)} padded")
-    t.add_row("loss", _f(snap.loss, 4))
+    t.add_row("throughput", _text(f"{_f(snap.samples_per_s)} samples/s  {_f(snap.tokens_per_s, 0)} tokens/s (steady, "
+                            f"non-padding)  {_f(snap.tokens_padded_per_s, 0)} padded"))
+    t.add_row("loss", _text(_f(snap.loss, 4)))
     if snap.host is not None:
         h = snap.host
-        t.add_row("host", f"RAM {fmt.mb(h.ram_used_mb)} / {fmt.mb(h.ram_total_mb)}  swap {fmt.mb(h.swap_used_mb)}"
-                          f"  tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)})")
+        t.add_row("host", _text(f"RAM {fmt.mb(h.ram_used_mb)} / {fmt.mb(h.ram_total_mb)}  swap {fmt.mb(h.swap_used_mb)}"
+                          f"  tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)})"))
     if snap.gpu is not None:
         if snap.gpu.available:
             named = snap.gpu.visible is not None
@@ -352,24 +351,31 @@ def _render(snap, f: RunFollower):
             for c in cards_run_first(snap.gpu):
                 g = c.gpu
                 p = perf.get(g.index) if c.run else None
-                line = Text(f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
+                line = _text(f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
                             f"  util {fmt.pct(g.util_pct)}  {g.name}")
                 extra = [x for x in (speed_text(g), _picture(snap, g, c.run)) if x]
                 if extra:
-                    line.append("\n" + "  ".join(extra))
+                    line.append(inert("\n" + "  ".join(extra), lines=True))
                 if p is not None:
-                    line.append(f"\nMFU {mfu_text(p.mfu)}  headroom {fmt.mb(p.headroom_mb)}"
+                    line.append(inert(f"\nMFU {mfu_text(p.mfu)}  headroom {fmt.mb(p.headroom_mb)}"
                                 + (f"  allocator retries {p.alloc_retries}" if p.alloc_retries is not None else "")
-                                + (f"  NEAR OOM: {p.reason}" if p.near_oom else ""),
+                                + (f"  NEAR OOM: {p.reason}" if p.near_oom else ""), lines=True),
                                 style="bold red" if p.near_oom else "")
-                t.add_row(f"GPU {g.index}" + (" *run" if named and c.run else ""), line)
+                t.add_row(_text(f"GPU {g.index}" + (" *run" if named and c.run else "")), line)
         else:
-            t.add_row("GPU", snap.gpu.reason or "not available")
+            t.add_row("GPU", _text(snap.gpu.reason or "not available"))
     if snap.why_slow:
-        t.add_row("why slow", snap.why_slow)
+        t.add_row("why slow", _text(snap.why_slow))
     line = status_line(snap)
-    t.add_row("status", Text(line.text, style=STATUS_STYLES.get(line.kind, "cyan")))
-    return Panel(t, title=f"fttui  {f.rd.run_id}", border_style="blue")
+    t.add_row("status", _text(line.text, style=STATUS_STYLES.get(line.kind, "cyan")))
+    return Panel(t, title=_text(f"fttui  {f.rd.run_id}"), border_style="blue")
+
+
+def _text(value: str, style: str = ""):
+    """A text of the Rich view: data, never markup, nothing a terminal would obey (issue 36)."""
+    from rich.text import Text
+
+    return Text(inert(value, lines=True), style=style)
 
 
 def _picture(snap, g, run: bool) -> str | None:

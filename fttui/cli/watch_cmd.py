@@ -29,54 +29,122 @@ def resources_line(snap, pid: int) -> str:
     return " ".join(parts)
 
 
-def _follow(rd, pid: int, every: float = 5.0) -> int:
+#: The signals that end a foreground ``fttui watch`` (``kill``, the terminal closed): the watch
+#: ends with it. Its watcher is in a session of its own, where neither reaches it.
+END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class EndSignals:
+    """SIGTERM and SIGHUP to a foreground ``fttui watch``, kept (never raised) for its loop to act
+    on: it stops the watcher, which would otherwise sample until the watched process ends.
+    Installed before the watcher is started, so a signal that comes while it starts is not lost."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.old: dict = {}
+
+    def __enter__(self) -> "EndSignals":
+        self.old = {s: signal.signal(s, self._on) for s in END_SIGNALS}
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+    def _on(self, signum, _f) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+
+def _say(text: str, stream) -> bool:
+    """Print; ``False`` where the terminal is gone (SIGHUP) or the reader of a pipe: the stream
+    then writes to /dev/null, so that nothing later (the exit's flush) fails on it either."""
+    try:
+        print(text, file=stream, flush=True)
+        return True
+    except (OSError, ValueError):
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
+        return False
+
+
+def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
+    """The foreground watch ended by a signal (SIGTERM, SIGHUP; SIGPIPE: its output is gone): its
+    watcher is asked to stop (the ``cancel`` file: the watched process is never signalled) and
+    waited for a short while; 128 + signum."""
+    rd.request_cancel()
+    deadline = time.monotonic() + wait_s
+    while rd.status() is None and time.monotonic() < deadline:
+        if rd.supervisor() is not None and not rd.supervisor_alive():
+            break  # the watcher is gone without its status: the next command that looks writes it
+        time.sleep(0.1)
+    name = signal.Signals(signum).name
+    state = "stopped" if rd.status() is not None else f"stopping: fttui attach {rd.run_id}"
+    _say(f"\nfttui: {name}: the watch is {state} (the watched process is not touched)", sys.stderr)
+    return 128 + signum
+
+
+def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -> int:
     from fttui.core.run.watch import RunFollower
 
     follower, last = RunFollower(rd), 0.0
+    ended = ended or EndSignals()
     stop = {"n": 0}
 
     def on_int(_s, _f):
         stop["n"] += 1
         if stop["n"] == 1:
             rd.request_cancel()  # the watcher stops; the watched process is never signalled
-            print("\nfttui: stopping the watch (the watched process is not touched)", file=sys.stderr, flush=True)
+            _say("\nfttui: stopping the watch (the watched process is not touched)", sys.stderr)
         else:
             raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGINT, on_int)
-    print(f"fttui: watching pid {pid} as {rd.run_id} ({rd.path}); Ctrl-C stops watching", flush=True)
     try:
-        while True:
+        said = _say(f"fttui: watching pid {pid} as {rd.run_id} ({rd.path}); Ctrl-C stops watching", sys.stdout)
+        while ended.signum is None:
+            if not said:  # nobody reads the watch any more (a pipe's reader gone, a closed terminal)
+                ended.signum = signal.SIGPIPE  # ended as by a signal: the watcher stops too
+                break
             snap = follower.poll()
             if time.monotonic() - last >= every and snap.host is not None:
-                print(resources_line(snap, pid), flush=True)
+                said = _say(resources_line(snap, pid), sys.stdout)
                 last = time.monotonic()
             if follower.done or follower.lost():
                 break
             time.sleep(0.5)
-    except KeyboardInterrupt:
-        print(f"\nfttui: detached; the watch goes on: fttui attach {rd.run_id}", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C: the cancel is written, the watcher stops on its own
+        _say(f"\nfttui: not waiting any longer; the watch is stopping on its own: fttui attach {rd.run_id}",
+             sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGINT, old)
+    if ended.signum is not None:
+        return _stop_on_signal(rd, ended.signum)
     st = rd.status() or {}
-    print(f"{st.get('status', 'lost').upper()}: {st.get('error') or 'the watcher is gone without a status'}"
-          + ("; summary row saved" if st.get("row_saved") else ""), flush=True)
+    _say(f"{st.get('status', 'lost').upper()}: {st.get('error') or 'the watcher is gone without a status'}"
+         + ("; summary row saved" if st.get("row_saved") else ""), sys.stdout)
     return 0 if st else 1
 
 
 def cmd_watch(args, is_tty=is_tty) -> int:
     from fttui.core.run.pidwatch import start_watch
 
-    rd = start_watch(args.pid, args.name, args.record)  # FttuiError (exit 2) before anything is written
-    if args.detach:
-        print(rd.run_id)
-        return 0
-    if not args.headless and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
+    if args.detach or (not args.headless and is_tty() and os.environ.get("FTTUI_NO_APP") != "1"):
+        rd = start_watch(args.pid, args.name, args.record)  # FttuiError (exit 2) before anything is written
+        if args.detach:  # the watch goes on in the background, until the process ends or fttui cancel
+            print(rd.run_id)
+            return 0
         from fttui.tui.app import run_app
 
         return run_app(attach=str(rd.path))
-    return _follow(rd, args.pid)
+    with EndSignals() as ended:  # the foreground watch: SIGTERM and SIGHUP end its watcher too
+        rd = start_watch(args.pid, args.name, args.record)
+        return _follow(rd, args.pid, ended=ended)
 
 
 def add_parser(sub) -> None:

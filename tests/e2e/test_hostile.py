@@ -258,3 +258,28 @@ def test_disk_full_ends_the_run_failed_naming_the_file(tmp_path, fttui_home, sma
     assert "disk full writing train.log" in proc.stdout + proc.stderr
     assert status["ended"] - first_failed < 10
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=30, what="no process left")
+
+
+def test_a_commands_escapes_reach_no_watcher_but_its_colours(tmp_path, fttui_home):
+    """Issue 36: a command that prints a title change, a clipboard write, a screen clear and a
+    direction override, and fails with them in its error: `run --headless` and `attach` show its
+    colours (SGR) and nothing else a terminal would obey; the row keeps the error inert."""
+    import re
+
+    code = ("import sys\n"
+            "print('\\x1b[31mred\\x1b[0m title\\x1b]0;pwned\\x07 clip\\x1b]52;c;ZWNobw==\\x07 clear\\x1b[2J "
+            "rtl\\u202e bell\\x07', flush=True)\n"
+            "raise SystemExit('boom \\x1b]0;pwned\\x07 \\x1b[2J')\n")
+    script = tmp_path / "loud.py"
+    script.write_text(code)
+    out = run_fttui("run", "--headless", "--", sys.executable, str(script), cwd=tmp_path, timeout=120)
+    assert out.returncode != 0
+    not_sgr = re.compile(r"\x1b(?!\[[0-9;:]*m)|[\x00-\x09\x0b-\x1a\x1c-\x1f\x7f\u202e]")
+    assert "\x1b[31mred\x1b[0m" in out.stdout  # its colours kept
+    assert not not_sgr.search(out.stdout) and not not_sgr.search(out.stderr), repr(out.stdout + out.stderr)
+    assert "title" in out.stdout and "clip" in out.stdout and "rtl" in out.stdout
+    rd = only_run_dir(fttui_home)
+    again = run_fttui("attach", "--headless", rd.name, cwd=tmp_path, timeout=60)
+    assert not not_sgr.search(again.stdout + again.stderr), repr(again.stdout + again.stderr)
+    listing = run_fttui("results", cwd=tmp_path, check=True).stdout + run_fttui("ls", cwd=tmp_path).stdout
+    assert "\x1b" not in listing and "\x07" not in listing

@@ -15,6 +15,9 @@ each has one function here:
   spreadsheets read as "this is text"; numbers (``-1.5``) stay numbers.
 - rows stored from elsewhere: :func:`control_chars` says which characters :func:`inert` would
   escape, for refusing them at import.
+- a command's own output replayed to whoever watches it (``--headless``, ``attach``):
+  :func:`output_line` keeps its colours (SGR, ``ESC [ ... m``) and drops every other sequence
+  (titles, clipboard writes, cursor moves), then escapes what is left.
 
 fttui's own styling (Rich and Textual) is added after this, so it is never escaped.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["inert", "csv_cell", "control_chars", "FORMULA_STARTS"]
+__all__ = ["inert", "csv_cell", "control_chars", "output_line", "FORMULA_STARTS"]
 
 #: C0 controls but tab and newline, DEL, C1 controls, the bidirectional marks, embeddings,
 #: overrides and isolates, the Unicode line and paragraph separators, and lone surrogates.
@@ -80,3 +83,24 @@ def control_chars(text: str) -> list[str]:
         if e not in seen:
             seen.append(e)
     return seen
+
+
+#: A colour or text style (SGR): the one sequence a replayed output line keeps.
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+#: Every other escape sequence: CSI (cursor moves, clears), OSC/DCS/APC/PM/SOS strings up to BEL or
+#: ST (titles, clipboard writes, hyperlinks), and a lone two-byte ESC sequence.
+_OTHER = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b[ -/]*[0-~]|\x1b")
+
+
+def output_line(text: str) -> str:
+    """One line of a command's output as a watcher's terminal may show it: its colours kept,
+    every other escape sequence dropped, any other control character written as its escape."""
+    if "\x1b" not in text:
+        return inert(text)
+    parts, pos = [], 0
+    for m in _SGR.finditer(text):
+        parts.append(inert(_OTHER.sub("", text[pos:m.start()])))
+        parts.append(m.group(0))
+        pos = m.end()
+    parts.append(inert(_OTHER.sub("", text[pos:])))
+    return "".join(parts)

@@ -3,13 +3,15 @@
 :func:`check_pid` says, before anything is written, whether ``PID`` can be watched (it exists,
 it is not a zombie, it is yours). :func:`start_watch` creates a run directory of kind ``watch``
 and starts the watcher, ``python -m fttui.core.run.pidwatch RUN_DIR``, in a session of its own
-(so it outlives the terminal, like a run's supervisor). The watcher samples the process's tree
-(host memory, CPU) and the cards it uses into ``samples.jsonl`` at the supervisor's rate, and
-ends when the process ends or when asked to (``fttui cancel``, Ctrl-C in the view: the ``cancel``
-file): it never signals the watched process. It then writes ``status.json`` with the status
-``watched`` and, only when ``--record`` asked for it, a summary row (kind ``watch``: peaks, wall
-time; nothing about steps, which a process that does not write fttui's events does not say).
-The views follow the directory as they follow any run (``fttui attach``, the app, ``fttui ls``).
+(the terminal's signals never reach it: a ``--detach`` watch outlives the terminal, like a run's
+supervisor). The watcher samples the process's tree (host memory, CPU) and the cards it uses into
+``samples.jsonl`` at the supervisor's rate, and ends when the process ends or when asked to
+(``fttui cancel``; Ctrl-C, SIGTERM or SIGHUP to a foreground ``fttui watch --headless``, its
+output gone: the ``cancel`` file): it never signals the watched process. It then writes
+``status.json`` with the status ``watched`` and, only when ``--record`` asked for it, a summary
+row (kind ``watch``: peaks, wall time; nothing about steps, which a process that does not write
+fttui's events does not say). The views follow the directory as they follow any run (``fttui
+attach``, the app, ``fttui ls``).
 """
 
 from __future__ import annotations
