@@ -15,15 +15,25 @@ __all__ = ["add_profile_args", "resolve", "is_tty", "gpus_given"]
 
 def add_profile_args(p) -> None:
     p.add_argument("--profile", "-p", help="profile name or path to a .toml file")
-    p.add_argument("--from", dest="from_config", metavar="FILE.yaml",
-                   help="a LLaMA-Factory or axolotl training config instead of a profile "
-                        "(`fttui profiles --from FILE.yaml` shows the profile it becomes)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a profile key (dotted, e.g. train.batch_size=8); repeatable")
-    p.add_argument("--gpu-memory-limit", metavar="SIZE",
-                   help="cap each training process's CUDA memory (e.g. 24GiB)")
-    p.add_argument("--host-memory-limit", metavar="SIZE",
-                   help="cap the address space the training processes may add (e.g. 2GiB)")
+    p.add_argument(
+        "--from",
+        dest="from_config",
+        metavar="FILE.yaml",
+        help="a LLaMA-Factory or axolotl training config instead of a profile "
+        "(`fttui profiles --from FILE.yaml` shows the profile it becomes)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a profile key (dotted, e.g. train.batch_size=8); repeatable",
+    )
+    p.add_argument("--gpu-memory-limit", metavar="SIZE", help="cap each training process's CUDA memory (e.g. 24GiB)")
+    p.add_argument(
+        "--host-memory-limit", metavar="SIZE", help="cap the address space the training processes may add (e.g. 2GiB)"
+    )
 
 
 def is_tty() -> bool:
@@ -59,8 +69,13 @@ def resolve(args) -> dict:
     resolved = load_profile(args.profile, overrides)
     import logging
 
-    logging.getLogger("fttui.cli").debug("profile %s from %s (%s)%s", resolved.get("name"), resolved.get("source"),
-                                         resolved.get("origin"), f", overrides {overrides}" if overrides else "")
+    logging.getLogger("fttui.cli").debug(
+        "profile %s from %s (%s)%s",
+        resolved.get("name"),
+        resolved.get("source"),
+        resolved.get("origin"),
+        f", overrides {overrides}" if overrides else "",
+    )
     return resolved
 
 

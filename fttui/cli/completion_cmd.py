@@ -16,9 +16,12 @@ def cmd_completion(args) -> int:
 
 def add_parser(sub) -> None:
     """The subcommand ``completion``: its arguments and handler."""
-    p = sub.add_parser("completion", help="print a shell completion script",
-                       description="Print a completion script for bash or zsh: subcommands, options, their "
-                                   "choices and profile names. Install: eval \"$(fttui completion bash)\" "
-                                   "in ~/.bashrc (zsh: ~/.zshrc with `completion zsh`).")
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script for bash or zsh: subcommands, options, their "
+        'choices and profile names. Install: eval "$(fttui completion bash)" '
+        "in ~/.bashrc (zsh: ~/.zshrc with `completion zsh`).",
+    )
     p.add_argument("shell", choices=list(SHELLS), help="bash or zsh")
     p.set_defaults(handler=cmd_completion)

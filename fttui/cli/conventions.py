@@ -13,8 +13,7 @@ import argparse
 import os
 import sys
 
-__all__ = ["SHELLS", "completion_script", "finish_parser", "follow_as_json", "run_json", "setup_logging",
-           "subcommands"]
+__all__ = ["SHELLS", "completion_script", "finish_parser", "follow_as_json", "run_json", "setup_logging", "subcommands"]
 
 SHELLS = ("bash", "zsh")
 
@@ -33,22 +32,34 @@ def _options(p: argparse.ArgumentParser) -> list[argparse.Action]:
 
 def finish_parser(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Give every subcommand ``-v`` and, where it prints data as ``--format json``, ``--json``."""
-    ap.add_argument("-v", "--verbose", action="count", default=0,
-                    help="debug logs on stderr (what is launched, read and written); -vv for more")
-    helps = {c.dest: c.help for a in ap._actions if isinstance(a, argparse._SubParsersAction)
-             for c in a._choices_actions}
+    ap.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="debug logs on stderr (what is launched, read and written); -vv for more",
+    )
+    helps = {
+        c.dest: c.help for a in ap._actions if isinstance(a, argparse._SubParsersAction) for c in a._choices_actions
+    }
     for name, p in subcommands(ap).items():
         if not p.description and helps.get(name):  # `fttui NAME --help` says what NAME does
             p.description = helps[name][:1].upper() + helps[name][1:] + "."
         opts = {s for a in _options(p) for s in a.option_strings}
         fmt = next((a for a in _options(p) if "--format" in a.option_strings), None)
         if fmt is not None and "--json" not in opts and "json" in (fmt.choices or ()):
-            p.add_argument("--json", dest="format", action="store_const", const="json",
-                           help="print JSON (the same as --format json)")
+            p.add_argument(
+                "--json",
+                dest="format",
+                action="store_const",
+                const="json",
+                help="print JSON (the same as --format json)",
+            )
         if "-v" not in opts:
             # SUPPRESS: a -v given before the subcommand is not reset by the subcommand's default
-            p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                           help="debug logs on stderr; -vv for more")
+            p.add_argument(
+                "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="debug logs on stderr; -vv for more"
+            )
     return ap
 
 
@@ -111,27 +122,27 @@ def completion_script(ap: argparse.ArgumentParser, shell: str, prog: str = "fttu
         lines += ["autoload -U +X bashcompinit && bashcompinit"]
     lines += [
         f"{fn}() {{",
-        '    local cur prev cmd i',
+        "    local cur prev cmd i",
         '    cur="${COMP_WORDS[COMP_CWORD]}"',
         '    prev="${COMP_WORDS[COMP_CWORD-1]}"',
         '    cmd=""',
-        '    for ((i = 1; i < COMP_CWORD; i++)); do',
+        "    for ((i = 1; i < COMP_CWORD; i++)); do",
         '        case "${COMP_WORDS[i]}" in',
         f'            {"|".join(subs)}) cmd="${{COMP_WORDS[i]}}"; break ;;',
-        '        esac',
-        '    done',
+        "        esac",
+        "    done",
         '    case "$prev" in',
         # profile names are data: read line by line and matched as text, never expanded by
         # compgen -W (which would run $(...) and backticks inside a name)
-        '        --profile|-p)',
-        '            COMPREPLY=()',
-        '            local name',
-        '            while IFS= read -r name; do',
+        "        --profile|-p)",
+        "            COMPREPLY=()",
+        "            local name",
+        "            while IFS= read -r name; do",
         '                [[ "$name" == "$cur"* ]] && COMPREPLY+=("$name")',
-        f'            done < <({prog} profiles --names 2>/dev/null)',
-        '            return ;;',
+        f"            done < <({prog} profiles --names 2>/dev/null)",
+        "            return ;;",
         '        --from|--out|--prices) COMPREPLY=($(compgen -f -- "$cur")); return ;;',
-        '    esac',
+        "    esac",
     ]
     for name, opt, choices in _choices(ap):
         test = f'"$prev" == "{opt}"' + (f' && "$cmd" == "{name}"' if name else "")
@@ -143,8 +154,8 @@ def completion_script(ap: argparse.ArgumentParser, shell: str, prog: str = "fttu
         lines.append(f'        {name}) COMPREPLY=($(compgen -W "{words}" -- "$cur")) ;;')
     lines += [
         f'        *) COMPREPLY=($(compgen -W "{" ".join(subs)} {_words(ap)}" -- "$cur")) ;;',
-        '    esac',
-        '}',
+        "    esac",
+        "}",
         f"complete -o default -F {fn} {prog}",
     ]
     return "\n".join(lines) + "\n"

@@ -41,8 +41,12 @@ class CtrlC:
     def on_int(self, _s, _f) -> None:
         if self.state == "idle" and self.cancel_on_interrupt:
             self.state, self.deadline = "pending", time.monotonic() + self.window
-            print(f"\nfttui: cancelling the run in {self.window:g} s (Ctrl-C again before then to detach "
-                  "and leave it running)", file=sys.stderr, flush=True)
+            print(
+                f"\nfttui: cancelling the run in {self.window:g} s (Ctrl-C again before then to detach "
+                "and leave it running)",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         if self.state == "sending":
             self.detach_when_sent = True  # the cancel is being written: detach once it is
@@ -66,8 +70,10 @@ class CtrlC:
     def detached_line(self, run_id: str) -> str:
         """What is said on detaching: whether the run goes on, in truth."""
         if self.state == "sent":
-            return (f"fttui: detached; the cancel was already sent and cannot be withdrawn: the run is stopping "
-                    f"(fttui attach {run_id} follows it)")
+            return (
+                f"fttui: detached; the cancel was already sent and cannot be withdrawn: the run is stopping "
+                f"(fttui attach {run_id} follows it)"
+            )
         if self.state in ("pending", "withdrawn"):
             return f"fttui: cancel withdrawn (it was never sent); detached; the run goes on: fttui attach {run_id}"
         return f"fttui: detached; the run goes on: fttui attach {run_id}"

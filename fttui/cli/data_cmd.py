@@ -16,14 +16,21 @@ from fttui.core.base.fmt import rel_path
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "data", help="your data's token lengths: percentiles, truncation, padding per batch",
+        "data",
+        help="your data's token lengths: percentiles, truncation, padding per batch",
         description="Tokenise the profile's data set with its tokenizer and template (cached by the "
-                    "file's hash and the tokenizer) and show the sample count, token-length percentiles "
-                    "and histogram, the share truncated at max_seq_len, and real vs padded tokens per "
-                    "batch at the profile's batch size, in random order and grouped by length.")
+        "file's hash and the tokenizer) and show the sample count, token-length percentiles "
+        "and histogram, the share truncated at max_seq_len, and real vs padded tokens per "
+        "batch at the profile's batch size, in random order and grouped by length.",
+    )
     add_profile_args(p)
-    p.add_argument("--batch-size", type=int, default=None, metavar="N",
-                   help="padding figures at this batch size (default: the profile's)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="padding figures at this batch size (default: the profile's)",
+    )
     p.add_argument("--json", action="store_true", help="the figures as JSON")
     p.set_defaults(handler=cmd_data)
 
@@ -35,8 +42,15 @@ def _progress_bar(enabled: bool):
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("tokenising"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[n]} records"),
-                  TimeRemainingColumn(), transient=True, console=None) as bar:
+    with Progress(
+        TextColumn("tokenising"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[n]} records"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=None,
+    ) as bar:
         task = bar.add_task("tok", total=None, n=0)
 
         def update(done: int, total: int, records: int) -> None:
@@ -53,8 +67,7 @@ def render(stats, profile_name: str, source: str, tokenizer: str, cached: bool |
     r, g = s.random_order, s.grouped
     lines = [
         f"{profile_name}: {source}, tokenizer {tokenizer}, max_seq_len {s.max_seq_len}, batch {s.batch_size}",
-        f"{s.samples} samples" + (f" ({s.dropped} dropped: no response token within max_seq_len)"
-                                   if s.dropped else ""),
+        f"{s.samples} samples" + (f" ({s.dropped} dropped: no response token within max_seq_len)" if s.dropped else ""),
         f"tokens per sample: min {t['min']}, p50 {t['p50']}, p90 {t['p90']}, p99 {t['p99']}, "
         f"max {t['max']} (mean {t['mean']}, {t['total']:,} in all)",
         f"truncated at {s.max_seq_len}: {s.truncated} samples ({s.truncated_share:.1%})",
@@ -62,8 +75,10 @@ def render(stats, profile_name: str, source: str, tokenizer: str, cached: bool |
         f"per batch of {s.batch_size}: random order {r['real_tokens_per_batch']:g} real tokens, "
         f"{r['padding_share']:.1%} of the tokens fed are padding; grouped by length "
         f"{g['padding_share']:.1%} padding",
-        "longest: " + ", ".join(f"#{x['index']} {x['tokens']}" + (f" (of {x['raw']})" if x["raw"] > x["tokens"] else "")
-                                for x in s.longest),
+        "longest: "
+        + ", ".join(
+            f"#{x['index']} {x['tokens']}" + (f" (of {x['raw']})" if x["raw"] > x["tokens"] else "") for x in s.longest
+        ),
         "(lengths from the cache: tokenised before)" if cached else "",
     ]
     return "\n".join(ln for ln in lines if ln) + "\n"
@@ -84,11 +99,15 @@ def cmd_data(args, resolve=resolve) -> int:
         stats, cached = data_stats(profile, args.batch_size, bar)
     source = profile.data.source or "synthetic"
     if args.json:
-        out = {"profile": profile.name, "source": source,
-               "tokenizer": tokenizer_spec(profile.model), "cached": cached, **stats.to_dict()}
+        out = {
+            "profile": profile.name,
+            "source": source,
+            "tokenizer": tokenizer_spec(profile.model),
+            "cached": cached,
+            **stats.to_dict(),
+        }
         print(json.dumps(out, indent=2))
         return 0
     shown = source if source == "synthetic" else rel_path(source)
-    sys.stdout.write(render(stats, str(profile.name or ""), shown,
-                            tokenizer_spec(profile.model), cached))
+    sys.stdout.write(render(stats, str(profile.name or ""), shown, tokenizer_spec(profile.model), cached))
     return 0

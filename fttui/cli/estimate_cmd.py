@@ -56,36 +56,44 @@ def render_text(e, title: str = "") -> str:
     kind = shardings.find(i.get("sharding"))
     if kind is None or kind.sharded:
         where += f", sharding {i.get('sharding')}"
-    head = (f"{title or i.get('profile') or ''}: {i['method']}, {i['precision']}, "
-            f"batch {i['batch_size']} x seq {i['max_seq_len']}, "
-            f"gradient checkpointing {'on' if i['gradient_checkpointing'] else 'off'}, "
-            f"attention {i['attn_implementation']}, {where}")
+    head = (
+        f"{title or i.get('profile') or ''}: {i['method']}, {i['precision']}, "
+        f"batch {i['batch_size']} x seq {i['max_seq_len']}, "
+        f"gradient checkpointing {'on' if i['gradient_checkpointing'] else 'off'}, "
+        f"attention {i['attn_implementation']}, {where}"
+    )
     lines.append(head)
-    lines.append(f"model {i['model']} ({i['arch']}, {i['params']:,} params"
-                 + (f", LoRA r{i['lora_r']} {i['lora_params']:,} params on "
-                    f"{','.join(dict.fromkeys(i['lora_modules']))}" if i["lora_params"] else "")
-                 + ")")
+    lines.append(
+        f"model {i['model']} ({i['arch']}, {i['params']:,} params"
+        + (
+            f", LoRA r{i['lora_r']} {i['lora_params']:,} params on {','.join(dict.fromkeys(i['lora_modules']))}"
+            if i["lora_params"]
+            else ""
+        )
+        + ")"
+    )
     if e.gpu_peak_bytes:
-        rows = [[label, fmt_bytes(e.breakdown[k])] for k, label in COMPONENTS.items()
-                if e.breakdown.get(k)]
+        rows = [[label, fmt_bytes(e.breakdown[k])] for k, label in COMPONENTS.items() if e.breakdown.get(k)]
         rows.append(["peak per card", fmt_bytes(max(e.gpu_peak_bytes))])
         lines.append("")
-        lines.append(f"GPU, per card (x{len(e.gpu_peak_bytes)}"
-                     + (" on each node" if i.get("nodes", 1) > 1 else "") + "):")
+        lines.append(
+            f"GPU, per card (x{len(e.gpu_peak_bytes)}" + (" on each node" if i.get("nodes", 1) > 1 else "") + "):"
+        )
         lines.append(to_text(["component", "bytes"], rows).rstrip("\n"))
         if e.device_bytes:
             verdict = "fits" if e.fits else "does NOT fit"
             lines.append(f"card {fmt_bytes(e.device_bytes)}: {verdict}")
-    hrows = [[label, fmt_bytes(e.host_breakdown[k])] for k, label in HOST_COMPONENTS.items()
-             if e.host_breakdown.get(k)]
+    hrows = [[label, fmt_bytes(e.host_breakdown[k])] for k, label in HOST_COMPONENTS.items() if e.host_breakdown.get(k)]
     hrows.append(["host peak", fmt_bytes(e.host_peak_bytes)])
     lines.append("")
     lines.append("host (this node):")
     lines.append(to_text(["component", "bytes"], hrows).rstrip("\n"))
     lines.append("")
-    lines.append("calibrated from "
-                 f"{e.calibration.rows} measured rows" if e.calibration else
-                 "not calibrated (formula; `--calibrate` uses this profile's measured rows)")
+    lines.append(
+        f"calibrated from {e.calibration.rows} measured rows"
+        if e.calibration
+        else "not calibrated (formula; `--calibrate` uses this profile's measured rows)"
+    )
     for n in e.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
@@ -99,8 +107,10 @@ def cmd_estimate(args, resolve=resolve) -> int:
         calibration = _calibration(args, resolved) if getattr(args, "calibrate", False) else None
         device = _card_size(args, resolved)
         if getattr(args, "calibrate", False) and calibration is None:
-            print("fttui: no measured rows of this profile's model/method/precision in the store; "
-                  "using the formula", file=sys.stderr)
+            print(
+                "fttui: no measured rows of this profile's model/method/precision in the store; using the formula",
+                file=sys.stderr,
+            )
         param = getattr(args, "max", None)
         if param:
             if device is None:
@@ -110,13 +120,14 @@ def cmd_estimate(args, resolve=resolve) -> int:
 
             at = estimate(_with(resolved, param, max(best, 1)), calibration, device)
             if args.json:
-                out = {"max": {"param": param, "value": best, "device_bytes": device},
-                       **at.to_dict()}
+                out = {"max": {"param": param, "value": best, "device_bytes": device}, **at.to_dict()}
                 print(json.dumps(out, indent=2))
             else:
                 if best == 0:
-                    print(f"{param}: even 1 does not fit {fmt_bytes(device)} "
-                          f"(predicted {fmt_bytes(max(at.gpu_peak_bytes or [at.host_peak_bytes]))})")
+                    print(
+                        f"{param}: even 1 does not fit {fmt_bytes(device)} "
+                        f"(predicted {fmt_bytes(max(at.gpu_peak_bytes or [at.host_peak_bytes]))})"
+                    )
                 else:
                     print(f"largest {param} that fits {fmt_bytes(device)}: {best}")
                     print()
@@ -149,8 +160,9 @@ def _forecast(args, resolved, e):
         rows = store.rows()
     card = run_card(resolved)
     if prices is not None and prices.price_of(card) is None:
-        raise FttuiError(f"--prices {args.prices}: no price for {card!r} "
-                         f"(it has: {', '.join(sorted(prices.table)) or 'none'})")
+        raise FttuiError(
+            f"--prices {args.prices}: no price for {card!r} (it has: {', '.join(sorted(prices.table)) or 'none'})"
+        )
     return profile_forecast(resolved, e.inputs, rows, card, prices, link_bytes=offload_bytes(e))
 
 
@@ -159,11 +171,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser("estimate", help="predict peak GPU memory per card and host memory, before launch")
     add_profile_args(p)
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    p.add_argument("--max", choices=list(PROBE_PARAMS),
-                   help="the largest value that fits --gpu-memory")
+    p.add_argument("--max", choices=list(PROBE_PARAMS), help="the largest value that fits --gpu-memory")
     p.add_argument("--gpu-memory", metavar="SIZE", help="card size for --max / the fit check, e.g. 24GiB")
-    p.add_argument("--calibrate", action="store_true",
-                   help="fit the activation term to this profile's measured rows in the store")
-    p.add_argument("--prices", metavar="FILE",
-                   help="price of one card-hour per GPU name (the report's price file): the forecast's cost")
+    p.add_argument(
+        "--calibrate", action="store_true", help="fit the activation term to this profile's measured rows in the store"
+    )
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="price of one card-hour per GPU name (the report's price file): the forecast's cost",
+    )
     p.set_defaults(handler=cmd_estimate)

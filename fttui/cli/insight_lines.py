@@ -33,7 +33,9 @@ def insight_lines(row: dict[str, Any], rows: list[dict[str, Any]] | None = None)
     if row.get("step_outliers"):
         speed.append(f"{row['step_outliers']} step-time outliers")
     if row.get("why_slow") or speed:
-        lines.append(f"  why slow: {row.get('why_slow') or 'no leading cause'}" + (f" ({', '.join(speed)})" if speed else ""))
+        lines.append(
+            f"  why slow: {row.get('why_slow') or 'no leading cause'}" + (f" ({', '.join(speed)})" if speed else "")
+        )
     if row.get("memory_warning"):
         lines.append(f"  memory creep warned: {row['memory_warning']}")
     history = mfu_history_text(row, store_rows(row) if rows is None else rows)

@@ -54,26 +54,39 @@ def settle(job: RunDir, timeout: float = SETTLE_S) -> bool:
 def summary(job: RunDir) -> list[str]:
     """The job's verdict and one line per node's row."""
     st = job.status() or {}
-    lines = [f"job {job.run_id}: {st.get('status', 'not finished')}"
-             + (f" ({st['error']})" if st.get("error") else "")]
+    lines = [f"job {job.run_id}: {st.get('status', 'not finished')}" + (f" ({st['error']})" if st.get("error") else "")]
     total = 0
     for r in _members(job):
         row = read_json(r.path / "row.json") or {}
         sl = (row.get("env") or {}).get("slurm") or {}
         total += int(row.get("samples") or 0)
-        lines.append(f"  node {sl.get('node_rank', '?')} ({sl.get('node', '?')}): {r.run_id}  {row.get('status', '-')}"
-                     f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
-                     f"  samples/s {row.get('samples_per_s')}  peak host RSS {row.get('peak_host_rss_mb')} MB"
-                     + (f"  error: {row['error']}" if row.get("error") else ""))
+        lines.append(
+            f"  node {sl.get('node_rank', '?')} ({sl.get('node', '?')}): {r.run_id}  {row.get('status', '-')}"
+            f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
+            f"  samples/s {row.get('samples_per_s')}  peak host RSS {row.get('peak_host_rss_mb')} MB"
+            + (f"  error: {row['error']}" if row.get("error") else "")
+        )
     if job.is_slurm_job():
         lines.append(f"  samples of the job (the nodes' sum): {total}")
     return lines
 
 
 def job_json(job: RunDir) -> str:
-    return json.dumps({"run_id": job.run_id, "run_dir": str(job.path), "slurm": job.slurm(), "status": job.status(),
-                       "nodes": [{"run_id": r.run_id, "status": r.status(), "row": read_json(r.path / "row.json")}
-                                 for r in _members(job) if r is not job]}, indent=1, default=str)
+    return json.dumps(
+        {
+            "run_id": job.run_id,
+            "run_dir": str(job.path),
+            "slurm": job.slurm(),
+            "status": job.status(),
+            "nodes": [
+                {"run_id": r.run_id, "status": r.status(), "row": read_json(r.path / "row.json")}
+                for r in _members(job)
+                if r is not job
+            ],
+        },
+        indent=1,
+        default=str,
+    )
 
 
 def cancel_job(rd: RunDir, as_json: bool) -> int:
@@ -115,7 +128,7 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
                     continue
                 f = followers.setdefault(r.run_id, RunFollower(r))
                 snap = f.poll()
-                node = ((r.command() or {}).get("slurm") or {})
+                node = (r.command() or {}).get("slurm") or {}
                 text = progress_line(snap) if snap.step else snap.status
                 if printed.get(r.run_id) != text:
                     printed[r.run_id] = text

@@ -104,8 +104,11 @@ def gpu_part(gpu) -> str:
     from fttui.monitor import cards_run_first
 
     named = gpu.visible is not None
-    cards = " ".join(f"{'*' if named and c.run else ''}{c.gpu.index} {_mb0(c.gpu.proc_mem_mb)}/"
-                     f"{_mb0(c.gpu.mem_used_mb)}/{_mb0(c.gpu.mem_total_mb)}" for c in cards_run_first(gpu))
+    cards = " ".join(
+        f"{'*' if named and c.run else ''}{c.gpu.index} {_mb0(c.gpu.proc_mem_mb)}/"
+        f"{_mb0(c.gpu.mem_used_mb)}/{_mb0(c.gpu.mem_total_mb)}"
+        for c in cards_run_first(gpu)
+    )
     return f"gpu run/dev/total MB {cards}"
 
 
@@ -126,19 +129,25 @@ def summary_lines(rd: RunDir) -> list[str]:
         lines.append(
             f"  model {row.get('model')}  method {fmt.method_label(raw.get('method'), raw.get('sharding'))}"
             f"  batch {row.get('batch_size')} x accum {row.get('grad_accum')} x world {row.get('world_size')}"
-            f" = {row.get('effective_batch')}  max_seq_len {row.get('max_seq_len')}")
+            f" = {row.get('effective_batch')}  max_seq_len {row.get('max_seq_len')}"
+        )
     if knows("steps", "total_steps", "samples", "tokens"):
-        lines.append(f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
-                     f"  tokens {row.get('tokens')} (padded {row.get('tokens_padded')})")
+        lines.append(
+            f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
+            f"  tokens {row.get('tokens')} (padded {row.get('tokens_padded')})"
+        )
     if knows("samples_per_s", "samples_per_s_avg", "tokens_per_s", "tokens_padded_per_s"):
-        lines.append(f"  samples/s {row.get('samples_per_s')} (steady; whole run {row.get('samples_per_s_avg')})"
-                     f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded")
+        lines.append(
+            f"  samples/s {row.get('samples_per_s')} (steady; whole run {row.get('samples_per_s_avg')})"
+            f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded"
+        )
     lines.append(
         f"  duration {fmt.duration(row.get('duration_s')) or '-'} training, {fmt.duration(row.get('wall_s')) or '-'} wall"
         f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
         f" ({host_measure_text(raw.get('host_measure')) or 'measure unknown'};"
         f" tree {fmt.mb(row.get('peak_tree_rss_mb'))} sampled)"
-        f"  peak GPU {_gpu_peaks(row)}")
+        f"  peak GPU {_gpu_peaks(row)}"
+    )
     perf = perf_summary(row)
     if perf:
         lines.append(perf)
@@ -165,6 +174,7 @@ def perf_summary(row: dict) -> str | None:
     """``  MFU 41% 40% per card (1.49e+10 FLOPs/token)  lowest headroom 9.3 GB 14.1 GB  allocator
     retries 0 0``, with ``NEAR OOM`` when a card came close; a CPU run's only ``  7.06e+05
     FLOPs/token``; None when the row has none of these."""
+
     def per_card(key: str, show) -> str:
         vals = row.get(key)
         return " ".join(show(v) for v in vals) if isinstance(vals, list) and vals else "-"
@@ -266,11 +276,15 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
         tick(f.rd)
         for line in output.lines(final=f.done) if output is not None else ():
             print(output_line(line), flush=True)  # its colours, no other escape (issue 36)
-        if (not started and not said_waiting and dev is not None and int(dev.node_rank or 0) > 0
-                and time.monotonic() - t0 > 5):
+        if (
+            not started
+            and not said_waiting
+            and dev is not None
+            and int(dev.node_rank or 0) > 0
+            and time.monotonic() - t0 > 5
+        ):
             said_waiting = True
-            _say(f"waiting for node 0 at {dev.main_addr}:{dev.main_port} "
-                  f"(node {dev.node_rank} of {dev.nodes})")
+            _say(f"waiting for node 0 at {dev.main_addr}:{dev.main_port} (node {dev.node_rank} of {dev.nodes})")
         for line in phase_lines(snap, phases_printed):
             _say(line)
             phases_printed += 1
@@ -295,16 +309,23 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
             said_recovered = True
             _say(f"attempt {snap.attempt}: {snap.recovered}")
         creep = snap.memory_warnings[0] if snap.memory_warnings else None  # said once per rank and limit
-        for line, key in ((f"MEMORY CREEP: {snap.memory_warning}",
-                           f"{creep.rank} {creep.where} {creep.figure}" if creep else snap.memory_warning),
-                          (f"why slow: {snap.why_slow}", " ".join((snap.why_slow or "").split()[:3]) or None)):
+        for line, key in (
+            (
+                f"MEMORY CREEP: {snap.memory_warning}",
+                f"{creep.rank} {creep.where} {creep.figure}" if creep else snap.memory_warning,
+            ),
+            (f"why slow: {snap.why_slow}", " ".join((snap.why_slow or "").split()[:3]) or None),
+        ):
             if key is not None and key not in said:  # each warning, each leading cause: said once
                 said.add(key)
                 _say(line)
         if snap.stalled != stalled:
             stalled = snap.stalled
-            _say(f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
-                  if stalled else "resumed: training steps again")
+            _say(
+                f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
+                if stalled
+                else "resumed: training steps again"
+            )
         if f.done or f.lost():
             _say(status_line(snap).text)
             return
@@ -334,16 +355,33 @@ def _render(snap, f: RunFollower):
     t.add_column(style="bold")
     t.add_column()
     total = snap.total_steps or 0
-    t.add_row("progress", Group(ProgressBar(total=max(total, 1), completed=snap.step or 0, width=40),
-                                _text(f"step {snap.step}/{total or '?'}  elapsed {fmt.duration(snap.wall_elapsed)}"
-                                     f"  ETA {fmt.eta(snap.eta_s, snap.eta_source) or '-'}")))
-    t.add_row("throughput", _text(f"{_f(snap.samples_per_s)} samples/s  {_f(snap.tokens_per_s, 0)} tokens/s (steady, "
-                            f"non-padding)  {_f(snap.tokens_padded_per_s, 0)} padded"))
+    t.add_row(
+        "progress",
+        Group(
+            ProgressBar(total=max(total, 1), completed=snap.step or 0, width=40),
+            _text(
+                f"step {snap.step}/{total or '?'}  elapsed {fmt.duration(snap.wall_elapsed)}"
+                f"  ETA {fmt.eta(snap.eta_s, snap.eta_source) or '-'}"
+            ),
+        ),
+    )
+    t.add_row(
+        "throughput",
+        _text(
+            f"{_f(snap.samples_per_s)} samples/s  {_f(snap.tokens_per_s, 0)} tokens/s (steady, "
+            f"non-padding)  {_f(snap.tokens_padded_per_s, 0)} padded"
+        ),
+    )
     t.add_row("loss", _text(_f(snap.loss, 4)))
     if snap.host is not None:
         h = snap.host
-        t.add_row("host", _text(f"RAM {fmt.mb(h.ram_used_mb)} / {fmt.mb(h.ram_total_mb)}  swap {fmt.mb(h.swap_used_mb)}"
-                          f"  tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)})"))
+        t.add_row(
+            "host",
+            _text(
+                f"RAM {fmt.mb(h.ram_used_mb)} / {fmt.mb(h.ram_total_mb)}  swap {fmt.mb(h.swap_used_mb)}"
+                f"  tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)})"
+            ),
+        )
     if snap.gpu is not None:
         if snap.gpu.available:
             named = snap.gpu.visible is not None
@@ -351,16 +389,23 @@ def _render(snap, f: RunFollower):
             for c in cards_run_first(snap.gpu):
                 g = c.gpu
                 p = perf.get(g.index) if c.run else None
-                line = _text(f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
-                            f"  util {fmt.pct(g.util_pct)}  {g.name}")
+                line = _text(
+                    f"run {fmt.mb(g.proc_mem_mb)}  device {fmt.mb(g.mem_used_mb)} / {fmt.mb(g.mem_total_mb)}"
+                    f"  util {fmt.pct(g.util_pct)}  {g.name}"
+                )
                 extra = [x for x in (speed_text(g), _picture(snap, g, c.run)) if x]
                 if extra:
                     line.append(inert("\n" + "  ".join(extra), lines=True))
                 if p is not None:
-                    line.append(inert(f"\nMFU {mfu_text(p.mfu)}  headroom {fmt.mb(p.headroom_mb)}"
-                                + (f"  allocator retries {p.alloc_retries}" if p.alloc_retries is not None else "")
-                                + (f"  NEAR OOM: {p.reason}" if p.near_oom else ""), lines=True),
-                                style="bold red" if p.near_oom else "")
+                    line.append(
+                        inert(
+                            f"\nMFU {mfu_text(p.mfu)}  headroom {fmt.mb(p.headroom_mb)}"
+                            + (f"  allocator retries {p.alloc_retries}" if p.alloc_retries is not None else "")
+                            + (f"  NEAR OOM: {p.reason}" if p.near_oom else ""),
+                            lines=True,
+                        ),
+                        style="bold red" if p.near_oom else "",
+                    )
                 t.add_row(_text(f"GPU {g.index}" + (" *run" if named and c.run else "")), line)
         else:
             t.add_row("GPU", _text(snap.gpu.reason or "not available"))
@@ -389,4 +434,3 @@ def _picture(snap, g, run: bool) -> str | None:
 
 def _f(x, nd=2):
     return "-" if x is None else f"{x:.{nd}f}"
-

@@ -17,8 +17,20 @@ from fttui.core.base.errors import FttuiError
 
 #: the subcommands' modules, in the order ``fttui --help`` lists them: each owns its arguments and
 #: its handler (``add_parser(sub)`` sets ``handler``)
-COMMAND_MODULES = ("run_cmd", "submit_cmd", "profiles_cmd", "results_cmd", "runs_cmd", "probe_cmds", "report_cmd",
-                   "data_cmd", "estimate_cmd", "plan_cmd", "watch_cmd", "completion_cmd")
+COMMAND_MODULES = (
+    "run_cmd",
+    "submit_cmd",
+    "profiles_cmd",
+    "results_cmd",
+    "runs_cmd",
+    "probe_cmds",
+    "report_cmd",
+    "data_cmd",
+    "estimate_cmd",
+    "plan_cmd",
+    "watch_cmd",
+    "completion_cmd",
+)
 
 
 def build_parser():
@@ -30,8 +42,14 @@ def build_parser():
     ap = argparse.ArgumentParser(prog="fttui", description="Launch, watch and record LLM fine-tuning runs.")
     ap.add_argument("--version", action="version", version=f"fttui {__version__}")
     ap.add_argument("--profile", "-p", help="launch this profile and open its run screen")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="with --profile: override a profile key (dotted, e.g. train.batch_size=8); repeatable")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --profile: override a profile key (dotted, e.g. train.batch_size=8); repeatable",
+    )
     ap.add_argument("--headless", action="store_true", help="no app: plain progress lines")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -47,8 +65,10 @@ def cmd_app(args) -> int:
         args.detach = False
         return cmd_run(args)
     if not is_tty():
-        print("fttui: the app needs a terminal; use `fttui run --profile NAME --headless` "
-              "or `fttui --profile NAME`", file=sys.stderr)
+        print(
+            "fttui: the app needs a terminal; use `fttui run --profile NAME --headless` or `fttui --profile NAME`",
+            file=sys.stderr,
+        )
         return 2
     from fttui.tui.app import run_app
 

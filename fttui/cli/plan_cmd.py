@@ -18,8 +18,9 @@ def _methods(text: str | None) -> list[str] | None:
     out = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in out if m not in METHODS]
     if bad or not out:
-        raise FttuiError(f"--methods {text}: unknown method {', '.join(bad) or '(none)'} "
-                         f"(choose from {', '.join(METHODS)})")
+        raise FttuiError(
+            f"--methods {text}: unknown method {', '.join(bad) or '(none)'} (choose from {', '.join(METHODS)})"
+        )
     return out
 
 
@@ -51,15 +52,22 @@ def cmd_plan(args, resolve=resolve) -> int:
     resolved = resolve(args)
     if resolved.command.argv:
         raise FttuiError(f"{resolved.name}: a command profile runs its own script; fttui cannot plan it")
-    budget = machine_budget(resolved, gpus=args.gpus, gpu_memory=args.gpu_memory,
-                            host_memory_limit=args.host_memory_limit, card=args.card, margin=args.margin)
+    budget = machine_budget(
+        resolved,
+        gpus=args.gpus,
+        gpu_memory=args.gpu_memory,
+        host_memory_limit=args.host_memory_limit,
+        card=args.card,
+        margin=args.margin,
+    )
     prices = None
     if args.prices:
         from fttui.core.results.prices import load_prices
 
         prices = load_prices(args.prices)
-    options = run_plan(resolved, budget, effective_batch=args.effective_batch, methods=_methods(args.methods),
-                       prices=prices)
+    options = run_plan(
+        resolved, budget, effective_batch=args.effective_batch, methods=_methods(args.methods), prices=prices
+    )
     _say_left_out(resolved, budget, args)
     if args.write:
         fitting = [o for o in options if o.fits]
@@ -73,27 +81,55 @@ def cmd_plan(args, resolve=resolve) -> int:
         from fttui.core.experiments.planning import verify
 
         def said(res: dict) -> None:
-            print(f"verify: {res['setup']}: {res['status']} (run {res['run_id']}, max_seq_len {res['max_seq_len']})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"verify: {res['setup']}: {res['status']} (run {res['run_id']}, max_seq_len {res['max_seq_len']})",
+                file=sys.stderr,
+                flush=True,
+            )
 
         for res in verify(resolved, options, args.verify, budget, on_result=said):
             checked[next(i for i, o in enumerate(options) if o.settings() == res["settings"])] = res
     if args.json:
-        print(json.dumps([{**o.to_dict(), **({"verified": checked[i]["held"], "verify_run": checked[i]["run_id"],
-                                               "verify_status": checked[i]["status"]} if i in checked else {})}
-                          for i, o in enumerate(options)], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        **o.to_dict(),
+                        **(
+                            {
+                                "verified": checked[i]["held"],
+                                "verify_run": checked[i]["run_id"],
+                                "verify_status": checked[i]["status"],
+                            }
+                            if i in checked
+                            else {}
+                        ),
+                    }
+                    for i, o in enumerate(options)
+                ],
+                indent=2,
+            )
+        )
         return 0
-    where = (f"{budget.gpus} x {budget.card}" if budget.gpus else
-             f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})")
+    where = (
+        f"{budget.gpus} x {budget.card}"
+        if budget.gpus
+        else f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})"
+    )
     fits = sum(o.fits for o in options)
-    print(f"{resolved.get('name')}: {len(options)} setups on {where}, {fits} fit "
-          f"(margin {budget.margin:.0%}); fastest first")
+    print(
+        f"{resolved.get('name')}: {len(options)} setups on {where}, {fits} fit "
+        f"(margin {budget.margin:.0%}); fastest first"
+    )
     print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
         print(f"time: {options[0].mfu_source}")
     for i, res in sorted(checked.items()):
-        print(f"verified #{i + 1}: {res['status']}" + (" (held)" if res["held"] else " (did not hold)"
-                                                      if res["held"] is False else "") + f", run {res['run_id']}")
+        print(
+            f"verified #{i + 1}: {res['status']}"
+            + (" (held)" if res["held"] else " (did not hold)" if res["held"] is False else "")
+            + f", run {res['run_id']}"
+        )
     return 0
 
 
@@ -102,19 +138,32 @@ def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="every setup that fits the cards, fastest first (time, cost, memory)")
     add_profile_args(p)
     p.add_argument("--gpus", type=int, metavar="N", help="cards per node to plan for (0: CPU; default: the profile's)")
-    p.add_argument("--gpu-memory", metavar="SIZE",
-                   help="one card's memory, e.g. 24GiB (default: this machine's card, else limits.gpu_memory)")
-    p.add_argument("--card", metavar="NAME", help="the cards' name, for the forecast and --prices (default: this machine's)")
-    p.add_argument("--effective-batch", type=int, metavar="N",
-                   help="samples per optimizer step to keep (default: the profile's micro x accum x ranks)")
+    p.add_argument(
+        "--gpu-memory",
+        metavar="SIZE",
+        help="one card's memory, e.g. 24GiB (default: this machine's card, else limits.gpu_memory)",
+    )
+    p.add_argument(
+        "--card", metavar="NAME", help="the cards' name, for the forecast and --prices (default: this machine's)"
+    )
+    p.add_argument(
+        "--effective-batch",
+        type=int,
+        metavar="N",
+        help="samples per optimizer step to keep (default: the profile's micro x accum x ranks)",
+    )
     p.add_argument("--methods", metavar="M1,M2", help="methods to plan (default: the profile's)")
-    p.add_argument("--margin", type=float, default=0.05, metavar="SHARE",
-                   help="share of each budget kept free (default 0.05)")
+    p.add_argument(
+        "--margin", type=float, default=0.05, metavar="SHARE", help="share of each budget kept free (default 0.05)"
+    )
     p.add_argument("--prices", metavar="FILE", help="price of one card-hour per GPU name (the report's price file)")
     p.add_argument("--write", metavar="NAME", help="save the fastest setup that fits as profiles/NAME.toml")
     p.add_argument("--pick", type=int, default=1, metavar="K", help="with --write: the K-th fitting setup (default 1)")
-    p.add_argument("--verify", type=int, metavar="K",
-                   help="run the K fastest setups that fit for real (a few steps at the longest real batch) "
-                        "and say which held")
+    p.add_argument(
+        "--verify",
+        type=int,
+        metavar="K",
+        help="run the K fastest setups that fit for real (a few steps at the longest real batch) and say which held",
+    )
     p.add_argument("--json", action="store_true", help="the setups as a JSON list, fastest first")
     p.set_defaults(handler=cmd_plan)

@@ -26,12 +26,24 @@ def cmd_profiles(args) -> int:
             from fttui.core.profiles.foreign import read_config
 
             mapped = read_config(args.from_config)  # a config that does not even map: its one line
-            mapped.notes.insert(0, f"REFUSED: fttui run / estimate / probe / sweep --from refuse this profile: "
-                                   f"{e.key + ': ' if e.key else ''}{e.message}" + (f" ({e.hint})" if e.hint else ""))
+            mapped.notes.insert(
+                0,
+                f"REFUSED: fttui run / estimate / probe / sweep --from refuse this profile: "
+                f"{e.key + ': ' if e.key else ''}{e.message}" + (f" ({e.hint})" if e.hint else ""),
+            )
         if args.format == "json":
-            print(json.dumps({"tool": mapped.tool, "profile": mapped.data, "notes": mapped.notes,
-                              "unmapped": [{"key": k, "value": v, "why": why} for k, v, why in mapped.unmapped]},
-                             indent=2, default=str))
+            print(
+                json.dumps(
+                    {
+                        "tool": mapped.tool,
+                        "profile": mapped.data,
+                        "notes": mapped.notes,
+                        "unmapped": [{"key": k, "value": v, "why": why} for k, v, why in mapped.unmapped],
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
         else:
             sys.stdout.write(profile_toml(mapped))
         return 0
@@ -51,9 +63,21 @@ def cmd_profiles(args) -> int:
         from fttui.core.results.tables import to_text
 
         headers = ["name", "model", "method", "batch", "accum", "gpus", "seq_len", "dataset", "origin", "source"]
-        body = [[str(i["name"]), str(i["model"]), str(i["method"]), str(i["batch_size"]), str(i["grad_accum"]),
-                 str(i["gpus"]), str(i["max_seq_len"]), str(i["dataset"]), i["origin"], rel_path(i["source"])]
-                for i in items]
+        body = [
+            [
+                str(i["name"]),
+                str(i["model"]),
+                str(i["method"]),
+                str(i["batch_size"]),
+                str(i["grad_accum"]),
+                str(i["gpus"]),
+                str(i["max_seq_len"]),
+                str(i["dataset"]),
+                i["origin"],
+                rel_path(i["source"]),
+            ]
+            for i in items
+        ]
         sys.stdout.write(to_text(headers, body))
     for e in errors:
         print(f"warning: {e}", file=sys.stderr)
@@ -63,12 +87,20 @@ def cmd_profiles(args) -> int:
 def add_parser(sub) -> None:
     """The subcommand ``profiles``: its arguments and handler."""
     p = sub.add_parser("profiles", help="list the profiles, or show the profile a YAML config becomes")
-    p.add_argument("--format", choices=["table", "json"], default="table",
-                   help="a table (default) or JSON")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="a table (default) or JSON")
     p.add_argument("--names", action="store_true", help="only the profile names, one per line (for completion)")
-    p.add_argument("--from", dest="from_config", metavar="FILE.yaml",
-                   help="print the profile (TOML) a LLaMA-Factory or axolotl config maps to, "
-                        "with the keys that do not map")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="with --from: override a key of the mapped profile (e.g. devices.gpus=8); repeatable")
+    p.add_argument(
+        "--from",
+        dest="from_config",
+        metavar="FILE.yaml",
+        help="print the profile (TOML) a LLaMA-Factory or axolotl config maps to, with the keys that do not map",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --from: override a key of the mapped profile (e.g. devices.gpus=8); repeatable",
+    )
     p.set_defaults(handler=cmd_profiles)

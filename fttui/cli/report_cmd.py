@@ -45,14 +45,24 @@ def cmd_report(args) -> int:
 def add_parser(sub) -> None:
     """The subcommand ``report``: its arguments and handler."""
     p = sub.add_parser("report", help="Markdown tables, CSVs and PNG charts of the stored rows")
-    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
-                   help="keep rows whose column KEY equals VALUE; repeatable (same key twice: either)")
-    p.add_argument("--group-by", choices=list(GROUP_BY),
-                   help="colour and order the charts' bars by this setting")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keep rows whose column KEY equals VALUE; repeatable (same key twice: either)",
+    )
+    p.add_argument("--group-by", choices=list(GROUP_BY), help="colour and order the charts' bars by this setting")
     p.add_argument("--baseline", metavar="RUN_ID", help="relative throughput against this run (id or prefix)")
     p.add_argument("--prices", metavar="FILE", help="TOML or CSV: GPU name -> price per card")
-    p.add_argument("--out", metavar="DIR", help="write report.md, CSVs and PNG charts here (default: Markdown on stdout)")
-    p.add_argument("--kind", choices=["run", "probe", "sweep", "command", "watch", "all"], default="all",
-                   help="only rows of this kind (default all)")
+    p.add_argument(
+        "--out", metavar="DIR", help="write report.md, CSVs and PNG charts here (default: Markdown on stdout)"
+    )
+    p.add_argument(
+        "--kind",
+        choices=["run", "probe", "sweep", "command", "watch", "all"],
+        default="all",
+        help="only rows of this kind (default all)",
+    )
     p.add_argument("--json", action="store_true", help="the tables as JSON (raw and shown cells) on stdout")
     p.set_defaults(handler=cmd_report)

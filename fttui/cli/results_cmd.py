@@ -120,24 +120,43 @@ def _results_import(args) -> int:
         rep = import_files(store, args.files)
     print(f"imported {len(rep.added)} row(s); {len(rep.same)} already there; {len(rep.conflicts)} conflict(s)")
     for rid, cols in rep.conflicts:
-        print(f"conflict: {rid} is stored with other figures ({', '.join(cols[:6])}"
-              f"{' ...' if len(cols) > 6 else ''}); kept the stored row", file=sys.stderr)
+        print(
+            f"conflict: {rid} is stored with other figures ({', '.join(cols[:6])}"
+            f"{' ...' if len(cols) > 6 else ''}); kept the stored row",
+            file=sys.stderr,
+        )
     return 1 if rep.conflicts else 0
 
 
 def add_parser(sub) -> None:
     """The subcommand ``results``: its arguments and handler."""
-    p = sub.add_parser("results", help="the stored summary rows; export them, import other machines' rows",
-                       description="Show the stored summary rows (default), `export` them as JSON lines "
-                                   "(every column and the environment), or `import` such files from other "
-                                   "machines (idempotent by run id; conflicts are reported, never overwritten).")
-    p.add_argument("action", nargs="?", choices=["show", "export", "import", "delete"], default="show",
-                   help="show (default), export, import, or delete RUN_ID (one stored row)")
+    p = sub.add_parser(
+        "results",
+        help="the stored summary rows; export them, import other machines' rows",
+        description="Show the stored summary rows (default), `export` them as JSON lines "
+        "(every column and the environment), or `import` such files from other "
+        "machines (idempotent by run id; conflicts are reported, never overwritten).",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["show", "export", "import", "delete"],
+        default="show",
+        help="show (default), export, import, or delete RUN_ID (one stored row)",
+    )
     p.add_argument("files", nargs="*", metavar="FILE", help="import: export files to read; delete: the run id")
     p.add_argument("--out", metavar="FILE", help="export: write here instead of stdout")
-    p.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table",
-                   help="show: a table (default), Markdown, CSV or JSON (every column)")
-    p.add_argument("--kind", choices=["run", "probe", "sweep", "command", "watch", "all"], default="all",
-                   help="only rows of this kind: runs, probe trials, sweep cells (default all)")
+    p.add_argument(
+        "--format",
+        choices=["table", "markdown", "csv", "json"],
+        default="table",
+        help="show: a table (default), Markdown, CSV or JSON (every column)",
+    )
+    p.add_argument(
+        "--kind",
+        choices=["run", "probe", "sweep", "command", "watch", "all"],
+        default="all",
+        help="only rows of this kind: runs, probe trials, sweep cells (default all)",
+    )
     p.add_argument("--limit", type=_limit, default=0, help="only the latest N rows")
     p.set_defaults(handler=cmd_results)

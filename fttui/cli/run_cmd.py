@@ -25,10 +25,18 @@ def resume_of(args):
     """The :class:`~fttui.core.run.resume.Resume` of ``--resume RUN``, or None without it."""
     if getattr(args, "resume", None) is None:
         return None
-    given = [flag for flag, attr in (("--profile", "profile"), ("--from", "from_config"), ("--set", "overrides"),
-                                     ("--gpu-memory-limit", "gpu_memory_limit"),
-                                     ("--host-memory-limit", "host_memory_limit"), ("--on-oom", "on_oom"))
-             if getattr(args, attr, None)]
+    given = [
+        flag
+        for flag, attr in (
+            ("--profile", "profile"),
+            ("--from", "from_config"),
+            ("--set", "overrides"),
+            ("--gpu-memory-limit", "gpu_memory_limit"),
+            ("--host-memory-limit", "host_memory_limit"),
+            ("--on-oom", "on_oom"),
+        )
+        if getattr(args, attr, None)
+    ]
     if given:
         raise FttuiError(f"--resume runs the profile the run ran with; leave out {', '.join(given)}")
     from fttui.core.run.resume import plan_resume
@@ -42,17 +50,30 @@ def command_of(args) -> list[str] | None:
     cmd = list(getattr(args, "command", None) or [])
     if not cmd:
         if getattr(args, "name", None):
-            raise FttuiError("--name names a command run: give the command after --, e.g. fttui run --name x -- python train.py")
+            raise FttuiError(
+                "--name names a command run: give the command after --, e.g. fttui run --name x -- python train.py"
+            )
         return None
     if cmd[0] == "--":
         cmd = cmd[1:]
-    given = [flag for flag, attr in (("--profile", "profile"), ("--from", "from_config"), ("--set", "overrides"),
-                                     ("--resume", "resume"), ("--on-oom", "on_oom")) if getattr(args, attr, None)]
+    given = [
+        flag
+        for flag, attr in (
+            ("--profile", "profile"),
+            ("--from", "from_config"),
+            ("--set", "overrides"),
+            ("--resume", "resume"),
+            ("--on-oom", "on_oom"),
+        )
+        if getattr(args, attr, None)
+    ]
     if given:
         raise FttuiError(f"a command run takes no {', '.join(given)}: give a profile or a command after --")
     if getattr(args, "gpu_memory_limit", None):
-        raise FttuiError("a command's GPU memory cannot be capped from outside it: leave out --gpu-memory-limit "
-                         "(torch.cuda.set_per_process_memory_fraction in the script does it)")
+        raise FttuiError(
+            "a command's GPU memory cannot be capped from outside it: leave out --gpu-memory-limit "
+            "(torch.cuda.set_per_process_memory_fraction in the script does it)"
+        )
     from fttui.core.run.command import check_command
 
     return check_command(cmd, os.getcwd())
@@ -70,12 +91,16 @@ def run_node(args, resolve: Callable) -> int | None:
     job = getattr(args, "job", None)
     if alloc is None:
         if job:
-            raise FttuiError("--job runs one node's part of a Slurm job: it is started by the job's script "
-                             "(srun ... fttui run --job RUN), inside the job step")
+            raise FttuiError(
+                "--job runs one node's part of a Slurm job: it is started by the job's script "
+                "(srun ... fttui run --job RUN), inside the job step"
+            )
         return None
     if command_of(args) is not None or getattr(args, "resume", None):
-        raise FttuiError("inside a Slurm job step fttui runs a profile (--profile, or --job from fttui submit); "
-                         "a command or --resume is run outside Slurm")
+        raise FttuiError(
+            "inside a Slurm job step fttui runs a profile (--profile, or --job from fttui submit); "
+            "a command or --resume is run outside Slurm"
+        )
     from fttui.core.run import rundir
     from fttui.core.run.slurmnode import start_node
 
@@ -83,15 +108,20 @@ def run_node(args, resolve: Callable) -> int | None:
         job_rd = rundir.RunDir(rundir.paths.runs_dir() / job)
         resolved = job_rd.profile()
         if resolved is None:
-            raise FttuiError(f"--job {job}: no job directory with a profile.json under {job_rd.path.parent} "
-                             "(is FTTUI_HOME the same shared folder on every node?)")
+            raise FttuiError(
+                f"--job {job}: no job directory with a profile.json under {job_rd.path.parent} "
+                "(is FTTUI_HOME the same shared folder on every node?)"
+            )
     else:
         resolved = resolve(args)
     rd = start_node(resolved, alloc, job)
     prof = rd.profile()
     where = f"{prof.devices.main_addr}:{prof.devices.main_port}" if prof is not None else "None:None"
-    print(f"fttui: Slurm job {alloc.job_id} node {alloc.node_rank} of {alloc.nodes} ({alloc.node_name}): run "
-          f"{rd.run_id}, rendezvous {where}", flush=True)
+    print(
+        f"fttui: Slurm job {alloc.job_id} node {alloc.node_rank} of {alloc.nodes} ({alloc.node_name}): run "
+        f"{rd.run_id}, rendezvous {where}",
+        flush=True,
+    )
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "fttui.core.run.supervisor", str(rd.path)])
     return 1  # not reached
@@ -109,13 +139,13 @@ def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = 
         from fttui.core.run.command import command_profile
 
         resume = None
-        resolved = command_profile(command, name=args.name, cwd=os.getcwd(),
-                                   host_memory=getattr(args, "host_memory_limit", None) or "")
+        resolved = command_profile(
+            command, name=args.name, cwd=os.getcwd(), host_memory=getattr(args, "host_memory_limit", None) or ""
+        )
     else:
         resolved = resume.profile if resume else (resolve or resolve_profile)(args)
     as_json = bool(getattr(args, "json", False))
-    app = (not args.headless and not args.detach and not as_json and is_tty()
-           and os.environ.get("FTTUI_NO_APP") != "1")
+    app = not args.headless and not args.detach and not as_json and is_tty() and os.environ.get("FTTUI_NO_APP") != "1"
     if app and resume is None and command is None:
         from fttui.tui.app import run_app
 
@@ -167,26 +197,41 @@ def check_host(resolved) -> None:
 
 def add_parser(sub) -> None:
     """The subcommand ``run``: its arguments and handler."""
-    p = sub.add_parser("run", help="launch a profile, or any command (fttui run -- CMD ARGS...), and watch it",
-                       description="Launch a profile (--profile, --from) or any training command given after "
-                                   "`--` (plain python, torchrun, accelerate launch, deepspeed), supervise it "
-                                   "and record its summary row. A command runs in the current folder; a "
-                                   "Hugging Face Trainer in it reports its steps through fttui's callback "
-                                   "(docs/commands.md).")
+    p = sub.add_parser(
+        "run",
+        help="launch a profile, or any command (fttui run -- CMD ARGS...), and watch it",
+        description="Launch a profile (--profile, --from) or any training command given after "
+        "`--` (plain python, torchrun, accelerate launch, deepspeed), supervise it "
+        "and record its summary row. A command runs in the current folder; a "
+        "Hugging Face Trainer in it reports its steps through fttui's callback "
+        "(docs/commands.md).",
+    )
     add_profile_args(p)
-    p.add_argument("--resume", metavar="RUN",
-                   help="continue RUN (a run id or unique prefix) from its last checkpoint, as a new run "
-                        "with the same profile")
-    p.add_argument("--on-oom", choices=("fail", "shrink"),
-                   help="out of memory in a training step: fail (the default, train.on_oom), or shrink: continue "
-                        "from the last checkpoint with half the micro batch and twice the accumulation, as a new "
-                        "attempt, at most train.max_oom_retries times (docs/reliability.md)")
+    p.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue RUN (a run id or unique prefix) from its last checkpoint, as a new run with the same profile",
+    )
+    p.add_argument(
+        "--on-oom",
+        choices=("fail", "shrink"),
+        help="out of memory in a training step: fail (the default, train.on_oom), or shrink: continue "
+        "from the last checkpoint with half the micro batch and twice the accumulation, as a new "
+        "attempt, at most train.max_oom_retries times (docs/reliability.md)",
+    )
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app or live view")
     p.add_argument("--detach", action="store_true", help="launch and return at once, printing the run id")
     p.add_argument("--name", help="with a command: the run's name (default: the script's name)")
     p.add_argument("--job", metavar="RUN", help="inside srun: this node's part of the Slurm job RUN (fttui submit)")
-    p.add_argument("--json", action="store_true",
-                   help="no app; progress on stderr, then the run (status and summary row) as JSON on stdout")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
-                   help="the command to run and supervise instead of a profile")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="no app; progress on stderr, then the run (status and summary row) as JSON on stdout",
+    )
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ARGS",
+        help="the command to run and supervise instead of a profile",
+    )
     p.set_defaults(handler=cmd_run)

@@ -21,12 +21,33 @@ def cmd_ls(args) -> int:
     body, briefs = [], []
     for rd in runs:
         b = run_brief(rd)  # step of total, ETA (live runs) and start time, from both ends of events.jsonl
-        briefs.append({"run_id": b.run_id, "profile": b.profile, "kind": b.kind, "status": b.state, "live": b.live,
-                       "step": b.step, "total_steps": b.total_steps, "eta_s": b.eta_s,
-                       "eta_source": b.eta_source, "started": b.started, "memory_warning": b.memory_warning,
-                       "run_dir": str(rd.path), "note": b.note or None})
-        body.append([("* " if b.live else "  ") + rd.run_id, b.state_text(), b.step_text(), b.eta_text(),
-                     b.started_text(), str(rd.path)])
+        briefs.append(
+            {
+                "run_id": b.run_id,
+                "profile": b.profile,
+                "kind": b.kind,
+                "status": b.state,
+                "live": b.live,
+                "step": b.step,
+                "total_steps": b.total_steps,
+                "eta_s": b.eta_s,
+                "eta_source": b.eta_source,
+                "started": b.started,
+                "memory_warning": b.memory_warning,
+                "run_dir": str(rd.path),
+                "note": b.note or None,
+            }
+        )
+        body.append(
+            [
+                ("* " if b.live else "  ") + rd.run_id,
+                b.state_text(),
+                b.step_text(),
+                b.eta_text(),
+                b.started_text(),
+                str(rd.path),
+            ]
+        )
     if getattr(args, "json", False):
         print(json.dumps(briefs, indent=1))
         return 0
@@ -96,8 +117,13 @@ def cmd_attach(args, is_tty=is_tty) -> int:
         from fttui.core.run.slurmjob import node0
 
         zero = node0(rd)
-        if zero is not None and not as_json and not args.headless and is_tty() \
-                and os.environ.get("FTTUI_NO_APP") != "1":
+        if (
+            zero is not None
+            and not as_json
+            and not args.headless
+            and is_tty()
+            and os.environ.get("FTTUI_NO_APP") != "1"
+        ):
             rd = zero  # the app's run screen: node 0's panels
         else:
             from fttui.cli.job_cmd import attach_job
@@ -128,6 +154,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("attach", help="open the run screen of a live or finished run")
     p.add_argument("run", nargs="?", help="run id, prefix or run directory (default: latest live run)")
     p.add_argument("--headless", action="store_true", help="plain progress lines, no app")
-    p.add_argument("--json", action="store_true",
-                   help="no app; progress on stderr, then the run (status and row) as JSON on stdout")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="no app; progress on stderr, then the run (status and row) as JSON on stdout",
+    )
     p.set_defaults(handler=cmd_attach)

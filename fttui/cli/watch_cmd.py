@@ -18,14 +18,21 @@ def resources_line(snap, pid: int) -> str:
     h = snap.host
     parts = [f"pid {pid}:"]
     if h is not None:
-        parts.append(f"{h.tree_nprocs or 0} process{'es' if (h.tree_nprocs or 0) != 1 else ''}, "
-                     f"tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)}, "
-                     f"own peaks {fmt.mb(snap.host_tree_hwm_mb)}), "
-                     f"CPU {fmt.pct(h.tree_cpu_pct)}, RAM {fmt.mb(h.ram_used_mb)}/{fmt.mb(h.ram_total_mb)}")
+        parts.append(
+            f"{h.tree_nprocs or 0} process{'es' if (h.tree_nprocs or 0) != 1 else ''}, "
+            f"tree RSS {fmt.mb(h.tree_rss_mb)} (sampled peak {fmt.mb(snap.host_peak_tree_rss_mb)}, "
+            f"own peaks {fmt.mb(snap.host_tree_hwm_mb)}), "
+            f"CPU {fmt.pct(h.tree_cpu_pct)}, RAM {fmt.mb(h.ram_used_mb)}/{fmt.mb(h.ram_total_mb)}"
+        )
     cards = [g for g in ((snap.gpu.gpus if snap.gpu and snap.gpu.available else ()) or ()) if g.proc_mem_mb]
     if cards:
-        parts.append("; " + ", ".join(f"GPU {g.index} run {fmt.mb(g.proc_mem_mb)} dev {fmt.mb(g.mem_used_mb)}"
-                                      f"/{fmt.mb(g.mem_total_mb)}" for g in cards))
+        parts.append(
+            "; "
+            + ", ".join(
+                f"GPU {g.index} run {fmt.mb(g.proc_mem_mb)} dev {fmt.mb(g.mem_used_mb)}/{fmt.mb(g.mem_total_mb)}"
+                for g in cards
+            )
+        )
     return " ".join(parts)
 
 
@@ -118,16 +125,18 @@ def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:  # a second Ctrl-C: the cancel is written, the watcher stops on its own
-        _say(f"\nfttui: not waiting any longer; the watch is stopping on its own: fttui attach {rd.run_id}",
-             sys.stderr)
+        _say(f"\nfttui: not waiting any longer; the watch is stopping on its own: fttui attach {rd.run_id}", sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGINT, old)
     if ended.signum is not None:
         return _stop_on_signal(rd, ended.signum)
     st = rd.status() or {}
-    _say(f"{st.get('status', 'lost').upper()}: {st.get('error') or 'the watcher is gone without a status'}"
-         + ("; summary row saved" if st.get("row_saved") else ""), sys.stdout)
+    _say(
+        f"{st.get('status', 'lost').upper()}: {st.get('error') or 'the watcher is gone without a status'}"
+        + ("; summary row saved" if st.get("row_saved") else ""),
+        sys.stdout,
+    )
     return 0 if st else 1
 
 
@@ -149,11 +158,14 @@ def cmd_watch(args, is_tty=is_tty) -> int:
 
 def add_parser(sub) -> None:
     """The subcommand ``watch``: its arguments and handler."""
-    p = sub.add_parser("watch", help="the resource panels of a process fttui did not start",
-                       description="Watch a running process fttui did not start (yours): its process tree's "
-                                   "host memory and CPU and the cards it uses, in the app or as plain lines, "
-                                   "until it ends or Ctrl-C (which never touches the process). A summary row "
-                                   "only with --record.")
+    p = sub.add_parser(
+        "watch",
+        help="the resource panels of a process fttui did not start",
+        description="Watch a running process fttui did not start (yours): its process tree's "
+        "host memory and CPU and the cards it uses, in the app or as plain lines, "
+        "until it ends or Ctrl-C (which never touches the process). A summary row "
+        "only with --record.",
+    )
     p.add_argument("--pid", type=int, required=True, help="the process to watch (its children are watched too)")
     p.add_argument("--name", help="a name for the watch (default pid-PID-PROGRAM)")
     p.add_argument("--record", action="store_true", help="save a summary row (kind watch) when the watch ends")

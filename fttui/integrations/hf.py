@@ -70,8 +70,11 @@ def log_failure(run_dir: str | None, what: str, exc: BaseException) -> None:
     """A failure of the integration: one line on stderr (the run's log), the traceback in
     ``integration.log``; never raises."""
     try:
-        print(f"fttui: {what} failed ({type(exc).__name__}: {exc}); training goes on without it",
-              file=sys.stderr, flush=True)
+        print(
+            f"fttui: {what} failed ({type(exc).__name__}: {exc}); training goes on without it",
+            file=sys.stderr,
+            flush=True,
+        )
         if run_dir:
             with open(os.path.join(run_dir, "integration.log"), "a", encoding="utf-8") as f:
                 f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}: {what}\n")
@@ -117,10 +120,18 @@ class FttuiCallback(TrainerCallback):
     logged). ``eval_at_end``: an evaluation follows the last step (unless eval_steps asked one).
     ``train_time`` leaves out evaluations and checkpoint saves (their own events time them)."""
 
-    def __init__(self, run_dir: str | None = None, *, via: str = "callback",
-                 start: Callable[[Any], dict[str, Any]] | None = None, printer: Callable[[str], None] | None = None,
-                 mark: bool = True, first_step: bool = True, strict: bool = False,
-                 end: Callable[[Any], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | None = None,
+        *,
+        via: str = "callback",
+        start: Callable[[Any], dict[str, Any]] | None = None,
+        printer: Callable[[str], None] | None = None,
+        mark: bool = True,
+        first_step: bool = True,
+        strict: bool = False,
+        end: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> None:
         self.run_dir = run_dir or os.environ.get(RUN_DIR_ENV) or None
         self.via, self.start, self.printer, self.end = via, start, printer, end
         self.mark, self.first_step, self.strict = mark, first_step, strict
@@ -231,8 +242,9 @@ class FttuiCallback(TrainerCallback):
         trainer = self.trainer
         model = getattr(trainer, "model", None) or model
         torch = sys.modules.get("torch")
-        self.on_cuda = bool(torch is not None and torch.cuda.is_available()
-                            and str(getattr(args, "device", "")).startswith("cuda"))
+        self.on_cuda = bool(
+            torch is not None and torch.cuda.is_available() and str(getattr(args, "device", "")).startswith("cuda")
+        )
         self.c.cuda = self.on_cuda
         if self.start is not None:
             fields = dict(self.start(trainer))
@@ -284,25 +296,46 @@ class FttuiCallback(TrainerCallback):
         wait, self.c.data_wait = self.c.data_wait, 0.0
         counting = self.trainer is not None
         step = self.c.step = int(state.global_step)
-        ev = self._emit(_ev.StepEvent(
-            step=step, total_steps=self.total_steps, epoch=float(state.epoch) if state.epoch is not None else None,
-            samples=self.c.samples if counting else None, tokens=self.c.tokens if counting else None,
-            tokens_padded=self.c.tokens_padded if counting else None, loss=loss, lr=self.lr,
-            longest_seq=(self.c.longest_seq or None) if counting else None,
-            step_time=now - (self.step_t0 if self.step_t0 is not None else now), train_time=self._train_time(now),
-            torch_peak_alloc_mb=peak_alloc, torch_peak_reserved_mb=peak_res, torch_alloc_retries=retries,
-            torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"), peak_vm_mb=mem.get("peak_vm_mb"), torch_alloc_mb=alloc, torch_reserved_mb=res,
-            cuda_free_mb=free, rss_mb=mem.get("rss_mb"), vm_mb=mem.get("vm_mb"), vm_limit_mb=mem.get("vm_limit_mb"),
-            data_wait_s=round(wait, 4) if counting else None, passes=self.c.passes if counting else None,
-            pass_time=round(self.c.pop_pass_time(), 6) if counting else None,
-            tokens_padded_x_len=self.c.tokens_padded_x_len if counting else None))
+        ev = self._emit(
+            _ev.StepEvent(
+                step=step,
+                total_steps=self.total_steps,
+                epoch=float(state.epoch) if state.epoch is not None else None,
+                samples=self.c.samples if counting else None,
+                tokens=self.c.tokens if counting else None,
+                tokens_padded=self.c.tokens_padded if counting else None,
+                loss=loss,
+                lr=self.lr,
+                longest_seq=(self.c.longest_seq or None) if counting else None,
+                step_time=now - (self.step_t0 if self.step_t0 is not None else now),
+                train_time=self._train_time(now),
+                torch_peak_alloc_mb=peak_alloc,
+                torch_peak_reserved_mb=peak_res,
+                torch_alloc_retries=retries,
+                torch_ooms=ooms,
+                peak_rss_mb=mem.get("peak_rss_mb"),
+                peak_vm_mb=mem.get("peak_vm_mb"),
+                torch_alloc_mb=alloc,
+                torch_reserved_mb=res,
+                cuda_free_mb=free,
+                rss_mb=mem.get("rss_mb"),
+                vm_mb=mem.get("vm_mb"),
+                vm_limit_mb=mem.get("vm_limit_mb"),
+                data_wait_s=round(wait, 4) if counting else None,
+                passes=self.c.passes if counting else None,
+                pass_time=round(self.c.pop_pass_time(), 6) if counting else None,
+                tokens_padded_x_len=self.c.tokens_padded_x_len if counting else None,
+            )
+        )
         if self.eval_at_end and state.global_step >= state.max_steps:
             control.should_evaluate = True
         self.mark_t = time.perf_counter()
         every = max(1, (self.total_steps or 1) // 20)
         if self.printer is not None and (step in (1, self.total_steps) or step % every == 0):
-            self.printer(f"step {step}/{self.total_steps} loss {loss if loss is None else round(loss, 4)} "
-                         f"step_time {ev['step_time']:.3f}s")
+            self.printer(
+                f"step {step}/{self.total_steps} loss {loss if loss is None else round(loss, 4)} "
+                f"step_time {ev['step_time']:.3f}s"
+            )
 
     def _pause(self) -> float:
         """Seconds since the step ended (or the previous pause), left out of the training time."""
@@ -321,10 +354,14 @@ class FttuiCallback(TrainerCallback):
             return
         metrics = dict(metrics or {})
         loss = metrics.get("eval_loss")
-        self._emit(_ev.EvalEvent(step=int(state.global_step),
-                                 eval_loss=float(loss) if isinstance(loss, (int, float)) else None,
-                                 metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
-                                 eval_time=round(took, 3)))
+        self._emit(
+            _ev.EvalEvent(
+                step=int(state.global_step),
+                eval_loss=float(loss) if isinstance(loss, (int, float)) else None,
+                metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
+                eval_time=round(took, 3),
+            )
+        )
         if self.printer is not None:
             self.printer(f"eval at step {state.global_step}: loss {loss if loss is None else round(loss, 4)}")
 
@@ -334,8 +371,14 @@ class FttuiCallback(TrainerCallback):
     def _save(self, args, state) -> None:
         took = self._pause()
         if state.is_world_process_zero:
-            self._emit(_ev.SaveEvent(step=int(state.global_step), kind="checkpoint", save_time=round(took, 3),
-                                     path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}")))
+            self._emit(
+                _ev.SaveEvent(
+                    step=int(state.global_step),
+                    kind="checkpoint",
+                    save_time=round(took, 3),
+                    path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"),
+                )
+            )
 
     def on_train_end(self, args, state, control, **kw):
         self._guard("end", self._end, state)
@@ -349,12 +392,19 @@ class FttuiCallback(TrainerCallback):
 
             peak_res = round(torch.cuda.max_memory_reserved() / 2**20, 1)
             total = round(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**20, 1)
-        self._emit(_ev.EndEvent(step=int(state.global_step), train_time=train_time, **more,
-                                samples=self.c.samples if counting else None,
-                                tokens=self.c.tokens if counting else None,
-                                tokens_padded=self.c.tokens_padded if counting else None,
-                                peak_host_vm_mb=_info.proc_memory().get("peak_vm_mb"),
-                                torch_peak_reserved_mb=peak_res, gpu_total_mb=total))
+        self._emit(
+            _ev.EndEvent(
+                step=int(state.global_step),
+                train_time=train_time,
+                **more,
+                samples=self.c.samples if counting else None,
+                tokens=self.c.tokens if counting else None,
+                tokens_padded=self.c.tokens_padded if counting else None,
+                peak_host_vm_mb=_info.proc_memory().get("peak_vm_mb"),
+                torch_peak_reserved_mb=peak_res,
+                gpu_total_mb=total,
+            )
+        )
         self.active = False
 
 
@@ -385,11 +435,19 @@ def report_error(trainer, exc: BaseException) -> None:
         text = str(exc).strip()
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         state = getattr(trainer, "state", None)
-        _ev.write_event(os.path.join(run_dir, "events.jsonl"), _ev.ErrorEvent(
-            rank=_rank(), pid=os.getpid(), source=getattr(cb, "via", "injected"), kind="oom" if kind else "error", oom_kind=kind,
-            message=(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
-            step=int(getattr(state, "global_step", 0) or 0),
-            longest_seq=cb.c.fed_seq() if hasattr(cb, "c") else None,
-            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:]))
+        _ev.write_event(
+            os.path.join(run_dir, "events.jsonl"),
+            _ev.ErrorEvent(
+                rank=_rank(),
+                pid=os.getpid(),
+                source=getattr(cb, "via", "injected"),
+                kind="oom" if kind else "error",
+                oom_kind=kind,
+                message=(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
+                step=int(getattr(state, "global_step", 0) or 0),
+                longest_seq=cb.c.fed_seq() if hasattr(cb, "c") else None,
+                traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:],
+            ),
+        )
     except Exception as e:
         log_failure(run_dir, "reporting the training's error", e)

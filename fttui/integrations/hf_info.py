@@ -18,12 +18,26 @@ except ImportError:  # loaded by path where fttui is not installed: the registry
     import importlib.util as _util
 
     _spec = _util.spec_from_file_location(
-        "_fttui_shardings", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "base", "shardings.py"))
+        "_fttui_shardings",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "base", "shardings.py"),
+    )
     _shardings = _util.module_from_spec(_spec)
     sys.modules[_spec.name] = _shardings
     _spec.loader.exec_module(_shardings)
 
-__all__ = ["Counters", "start_fields", "peak_rss_mb", "proc_memory", "environment", "model_shape", "model_name", "method", "sharding", "params", "oom_kind"]
+__all__ = [
+    "Counters",
+    "start_fields",
+    "peak_rss_mb",
+    "proc_memory",
+    "environment",
+    "model_shape",
+    "model_name",
+    "method",
+    "sharding",
+    "params",
+    "oom_kind",
+]
 
 
 def _input_ids(inputs):
@@ -137,15 +151,26 @@ def start_fields(args, state, trainer, model, on_cuda: bool, via: str) -> dict[s
             "method": method(model) if model is not None else None,
             "sharding": sharding(trainer) if trainer is not None else None,
             "model": {"name_or_path": model_name(model) if model is not None else None},
-            "train": {"batch_size": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,
-                      "precision": precision, "gradient_checkpointing": bool(args.gradient_checkpointing),
-                      "lr": args.learning_rate, "max_steps": int(state.max_steps)},
+            "train": {
+                "batch_size": args.per_device_train_batch_size,
+                "grad_accum": args.gradient_accumulation_steps,
+                "precision": precision,
+                "gradient_checkpointing": bool(args.gradient_checkpointing),
+                "lr": args.learning_rate,
+                "max_steps": int(state.max_steps),
+            },
             "devices": {"gpus": local if on_cuda else 0, "nodes": max(1, int(args.world_size) // local)},
         },
-        "world_size": int(args.world_size), "micro_batch": args.per_device_train_batch_size,
-        "grad_accum": args.gradient_accumulation_steps, "precision": precision, "env": environment(),
-        "integration": {"via": via, "counting": trainer is not None,
-                        "trainer": type(trainer).__name__ if trainer is not None else None},
+        "world_size": int(args.world_size),
+        "micro_batch": args.per_device_train_batch_size,
+        "grad_accum": args.gradient_accumulation_steps,
+        "precision": precision,
+        "env": environment(),
+        "integration": {
+            "via": via,
+            "counting": trainer is not None,
+            "trainer": type(trainer).__name__ if trainer is not None else None,
+        },
     }
     if model is not None:
         fields["params_total"], fields["params_trainable"] = params(model)
@@ -208,10 +233,15 @@ def environment() -> dict[str, Any]:
             p = torch.cuda.get_device_properties(i)
             gpus.append({"index": i, "name": p.name, "mem_total_mb": int(p.total_memory // 2**20)})
     env = {k: _version(k) for k in ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "deepspeed", "trl")}
-    return {"python": platform.python_version(), **env,
-            "cuda": getattr(getattr(torch, "version", None), "cuda", None), "gpus": gpus,
-            "gpu_names": [g["name"] for g in gpus], "cpu_count": os.cpu_count(),
-            "hostname": platform.node()}
+    return {
+        "python": platform.python_version(),
+        **env,
+        "cuda": getattr(getattr(torch, "version", None), "cuda", None),
+        "gpus": gpus,
+        "gpu_names": [g["name"] for g in gpus],
+        "cpu_count": os.cpu_count(),
+        "hostname": platform.node(),
+    }
 
 
 def model_shape(model) -> dict[str, Any] | None:
@@ -237,8 +267,13 @@ def model_shape(model) -> dict[str, Any] | None:
     if None in (vocab, hidden, layers, heads):
         return None
     head_dim = first("head_dim", "kv_channels") or hidden // heads
-    return {"vocab": vocab, "hidden": hidden, "layers": layers, "attn_dim": heads * head_dim,
-            "tied": bool(getattr(cfg, "tie_word_embeddings", False))}
+    return {
+        "vocab": vocab,
+        "hidden": hidden,
+        "layers": layers,
+        "attn_dim": heads * head_dim,
+        "tied": bool(getattr(cfg, "tie_word_embeddings", False)),
+    }
 
 
 def model_name(model) -> str | None:
@@ -267,8 +302,10 @@ def sharding(trainer) -> str | None:
             plugin = trainer.accelerator.state.deepspeed_plugin
             stage = plugin.zero_stage
             zero = plugin.deepspeed_config.get("zero_optimization", {})
-            off = any(str((zero.get(k) or {}).get("device", "none")) not in ("none", "None")
-                      for k in ("offload_optimizer", "offload_param"))
+            off = any(
+                str((zero.get(k) or {}).get("device", "none")) not in ("none", "None")
+                for k in ("offload_optimizer", "offload_param")
+            )
             kind = _shardings.from_engine(_shardings.DEEPSPEED, stage, off)
             return kind.name if kind is not None else None
         if getattr(trainer, "is_fsdp_enabled", False):

@@ -62,9 +62,11 @@ class FakeGpuSampler:
         self.driver = driver
         self.cuda = cuda
         self.used_api = opt_str(data.get("used_api")) if isinstance(data, dict) else None
-        raw = [[g for g in frame if isinstance(g, dict)]
-               for frame in (frames if isinstance(frames, (list, tuple)) else [])
-               if isinstance(frame, (list, tuple))]
+        raw = [
+            [g for g in frame if isinstance(g, dict)]
+            for frame in (frames if isinstance(frames, (list, tuple)) else [])
+            if isinstance(frame, (list, tuple))
+        ]
         self.frames: list[tuple[GpuInfo, ...]] = [
             tuple(GpuInfo.from_dict(g, i) for i, g in enumerate(frame)) for frame in raw
         ]
@@ -82,11 +84,21 @@ class FakeGpuSampler:
         pos = self._pos % len(self.frames)
         self._pos += 1
         wanted = {int(p) for p in pids}
-        frame = tuple(g if procs is None else replace(g, proc_mem_mb=_run_mem(procs, wanted))
-                      for g, procs in zip(self.frames[pos], self.processes[pos]))
+        frame = tuple(
+            g if procs is None else replace(g, proc_mem_mb=_run_mem(procs, wanted))
+            for g, procs in zip(self.frames[pos], self.processes[pos])
+        )
         vis = resolve_visible(None, frame)
-        return GpuSnapshot(available=True, reason=None, driver=self.driver, cuda=self.cuda, gpus=frame,
-                           visible=vis.indices, mig=vis.mig, used_api=self.used_api)
+        return GpuSnapshot(
+            available=True,
+            reason=None,
+            driver=self.driver,
+            cuda=self.cuda,
+            gpus=frame,
+            visible=vis.indices,
+            mig=vis.mig,
+            used_api=self.used_api,
+        )
 
     def close(self) -> None:
         pass

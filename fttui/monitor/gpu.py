@@ -146,8 +146,16 @@ class GpuSampler:
             gpus = tuple(self._device(i, h, wanted) for i, h in enumerate(self._handles))
             vis = resolve_visible(None, gpus)
             api = None if not gpus else ("v1" if self._v1_used else "v2")
-            return GpuSnapshot(available=True, reason=None, driver=self._driver, cuda=self._cuda, gpus=gpus,
-                               visible=vis.indices, mig=vis.mig, used_api=api)
+            return GpuSnapshot(
+                available=True,
+                reason=None,
+                driver=self._driver,
+                cuda=self._cuda,
+                gpus=gpus,
+                visible=vis.indices,
+                mig=vis.mig,
+                used_api=api,
+            )
         except Exception as exc:  # belt and braces: sampling never raises
             return GpuSnapshot(available=False, reason=f"NVML sampling failed: {exc}", gpus=())
 
@@ -166,8 +174,9 @@ class GpuSampler:
         util = self._call(getattr(nv, "nvmlDeviceGetUtilizationRates", None), handle)
         util_pct = num(getattr(util, "gpu", None)) if util is not None else None
         power = num(self._call(getattr(nv, "nvmlDeviceGetPowerUsage", None), handle))
-        temp = num(self._call(getattr(nv, "nvmlDeviceGetTemperature", None), handle,
-                              getattr(nv, "NVML_TEMPERATURE_GPU", 0)))
+        temp = num(
+            self._call(getattr(nv, "nvmlDeviceGetTemperature", None), handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        )
         proc_mem = self._proc_mem(handle, pids) if pids else None
         return GpuInfo(
             index=index,
@@ -192,8 +201,11 @@ class GpuSampler:
         nv = self._nvml
         sm = getattr(nv, "NVML_CLOCK_SM", 1)
         cap = num(self._call(getattr(nv, "nvmlDeviceGetEnforcedPowerLimit", None), handle))
-        reasons = self._call(getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                             or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle)
+        reasons = self._call(
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
+            handle,
+        )
         tx, rx = (num(self._call(getattr(nv, "nvmlDeviceGetPcieThroughput", None), handle, c)) for c in (0, 1))
         out = {
             "sm_clock_mhz": num(self._call(getattr(nv, "nvmlDeviceGetClockInfo", None), handle, sm)),
@@ -208,8 +220,10 @@ class GpuSampler:
 
     def _nvlink(self, index: int, handle: Any) -> dict[str, Any]:
         nv = self._nvml
-        ids = (getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None),
-               getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None))
+        ids = (
+            getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None),
+            getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None),
+        )
         if None in ids or self._no_nvlink:
             return {}
         values = self._call(getattr(nv, "nvmlDeviceGetFieldValues", None), handle, list(ids))
@@ -227,7 +241,10 @@ class GpuSampler:
         if prev is None or now <= prev[0] or kib[0] < prev[1] or kib[1] < prev[2]:
             return {}
         dt = now - prev[0]
-        return {"nvlink_tx_mbs": (kib[0] - prev[1]) * 1024 / MB / dt, "nvlink_rx_mbs": (kib[1] - prev[2]) * 1024 / MB / dt}
+        return {
+            "nvlink_tx_mbs": (kib[0] - prev[1]) * 1024 / MB / dt,
+            "nvlink_rx_mbs": (kib[1] - prev[2]) * 1024 / MB / dt,
+        }
 
     def _memory(self, handle: Any) -> Any:
         """NVML's v2 memory info (``used`` as nvidia-smi shows it) or, where the binding has no

@@ -22,11 +22,35 @@ __all__ = ["BUILD_TOOLS", "HostSampler", "host_available", "is_build_process", "
 #: Process names of build steps: C/C++/CUDA compilers and their stages, assemblers, linkers and
 #: build drivers. A name may carry a target prefix (``x86_64-linux-gnu-g++``) or a version
 #: suffix (``g++-12``, ``clang-17``).
-BUILD_TOOLS: frozenset[str] = frozenset({
-    "cc1plus", "cc1", "c++", "g++", "gcc", "cc", "clang", "clang++", "collect2", "as", "ld", "ld.bfd",
-    "ld.gold", "ld.lld", "lld", "nvcc", "cicc", "ptxas", "cudafe++", "fatbinary", "nvlink", "ninja",
-    "make", "gmake", "cmake",
-})
+BUILD_TOOLS: frozenset[str] = frozenset(
+    {
+        "cc1plus",
+        "cc1",
+        "c++",
+        "g++",
+        "gcc",
+        "cc",
+        "clang",
+        "clang++",
+        "collect2",
+        "as",
+        "ld",
+        "ld.bfd",
+        "ld.gold",
+        "ld.lld",
+        "lld",
+        "nvcc",
+        "cicc",
+        "ptxas",
+        "cudafe++",
+        "fatbinary",
+        "nvlink",
+        "ninja",
+        "make",
+        "gmake",
+        "cmake",
+    }
+)
 _VERSION_SUFFIX = re.compile(r"-\d+(\.\d+)*$")
 
 
@@ -41,6 +65,7 @@ def is_build_process(name: object) -> bool:
     # a target prefix (x86_64-linux-gnu-g++): any ending after a "-" that is a known tool
     parts = base.split("-")
     return any("-".join(parts[i:]) in BUILD_TOOLS for i in range(1, len(parts)))
+
 
 # whether this kernel offers /proc/<pid>/task/<tid>/children (the cheap tree walk)
 _PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")

@@ -25,9 +25,24 @@ from dataclasses import dataclass
 
 TIMEOUT_S = 20.0
 #: states in which the job still holds (or waits for) its nodes
-LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                         "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
-                         "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+LIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+        "SPECIAL_EXIT",
+    }
+)
 #: what each final state means, in words
 ENDED = {
     "COMPLETED": "the job's script exited 0",
@@ -119,8 +134,16 @@ def parse_squeue(text: str) -> dict[str, JobState]:
         if len(parts) < 7:
             continue
         jid, state, reason, start, nodes, limit, elapsed = (p.strip() for p in parts[:7])
-        out[jid] = JobState(jid, state.split()[0], _none(reason), _none(start), _none(nodes), _none(limit),
-                            _none(elapsed), source="squeue")
+        out[jid] = JobState(
+            jid,
+            state.split()[0],
+            _none(reason),
+            _none(start),
+            _none(nodes),
+            _none(limit),
+            _none(elapsed),
+            source="squeue",
+        )
     return out
 
 
@@ -243,7 +266,7 @@ def _expand_one(item: str) -> list[str]:
     m = re.search(r"\[([^\[\]]*)\]", item)
     if m is None:
         return [item]
-    head, tail = item[: m.start()], item[m.end():]
+    head, tail = item[: m.start()], item[m.end() :]
     names = []
     for part in m.group(1).split(","):
         r = _RANGE.match(part.strip())
@@ -257,5 +280,18 @@ def _expand_one(item: str) -> list[str]:
     return [x for n in names for x in _expand_one(n + tail)]
 
 
-__all__ = ["JobState", "SlurmUnavailable", "LIVE_STATES", "ENDED", "have_slurm", "job_state", "accounting",
-           "scontrol_job", "hostnames", "node_addr", "expand_hostlist", "parse_squeue", "parse_sacct"]
+__all__ = [
+    "JobState",
+    "SlurmUnavailable",
+    "LIVE_STATES",
+    "ENDED",
+    "have_slurm",
+    "job_state",
+    "accounting",
+    "scontrol_job",
+    "hostnames",
+    "node_addr",
+    "expand_hostlist",
+    "parse_squeue",
+    "parse_sacct",
+]

@@ -13,7 +13,17 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["MB", "GpuInfo", "GpuSnapshot", "HostSnapshot", "THROTTLE_NAMES", "num", "opt_int", "opt_str", "throttle_names"]
+__all__ = [
+    "MB",
+    "GpuInfo",
+    "GpuSnapshot",
+    "HostSnapshot",
+    "THROTTLE_NAMES",
+    "num",
+    "opt_int",
+    "opt_str",
+    "throttle_names",
+]
 
 MB = float(2**20)  # bytes per MB: the snapshots hold MB figures
 
@@ -27,8 +37,6 @@ def num(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
 
 
 def opt_int(value: Any, default: int | None = None) -> int | None:
@@ -110,13 +118,28 @@ class GpuInfo:
         )
 
 
-_SPEED_KEYS = ("sm_clock_mhz", "sm_clock_max_mhz", "power_cap_w", "pcie_tx_mbs", "pcie_rx_mbs", "nvlink_tx_mbs",
-               "nvlink_rx_mbs")
+_SPEED_KEYS = (
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "power_cap_w",
+    "pcie_tx_mbs",
+    "pcie_rx_mbs",
+    "nvlink_tx_mbs",
+    "nvlink_rx_mbs",
+)
 #: NVML's clock event (throttle) reason bits (nvmlClocksEventReason*), in words
 THROTTLE_NAMES: dict[int, str] = {
-    0x1: "idle", 0x2: "applications clocks", 0x4: "power cap", 0x8: "hardware slowdown", 0x10: "sync boost",
-    0x20: "thermal (software)", 0x40: "thermal (hardware)", 0x80: "power brake", 0x100: "display clock",
-    0x200: "board limit", 0x400: "reliability",
+    0x1: "idle",
+    0x2: "applications clocks",
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "thermal (software)",
+    0x40: "thermal (hardware)",
+    0x80: "power brake",
+    0x100: "display clock",
+    0x200: "board limit",
+    0x400: "reliability",
 }
 
 
@@ -177,7 +200,11 @@ class GpuSnapshot:
         if not isinstance(d, dict):
             return cls(available=False, reason="no GPU data")
         raw = d.get("gpus") or []
-        gpus = tuple(GpuInfo.from_dict(g, i) for i, g in enumerate(raw) if isinstance(g, dict)) if isinstance(raw, list) else ()
+        gpus = (
+            tuple(GpuInfo.from_dict(g, i) for i, g in enumerate(raw) if isinstance(g, dict))
+            if isinstance(raw, list)
+            else ()
+        )
         return cls(
             available=bool(d.get("available", bool(gpus))),
             reason=opt_str(d.get("reason")),

@@ -42,8 +42,7 @@ def gpu_topology(indices: Iterable[int] | None = None) -> dict[str, Any] | None:
                     levels.append(int(pynvml.nvmlDeviceGetTopologyCommonAncestor(hs[a], hs[b])))
                 except pynvml.NVMLError:
                     pass
-        return {"nvlink_links": links,
-                "common_ancestor": _TOPO.get(max(levels), str(max(levels))) if levels else None}
+        return {"nvlink_links": links, "common_ancestor": _TOPO.get(max(levels), str(max(levels))) if levels else None}
     except Exception:  # NVMLError and ctypes errors from any call above: never raises
         return None
     finally:

@@ -22,8 +22,7 @@ from typing import Sequence
 
 from fttui.monitor.snapshots import GpuInfo, GpuSnapshot
 
-__all__ = ["CUDA_VISIBLE_ENV", "Card", "Visible", "cards_run_first", "resolve_visible", "run_cards",
-           "visible_indices"]
+__all__ = ["CUDA_VISIBLE_ENV", "Card", "Visible", "cards_run_first", "resolve_visible", "run_cards", "visible_indices"]
 
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
@@ -62,7 +61,7 @@ def _entry(part: str, gpus: Sequence[GpuInfo]) -> tuple[int, bool] | None:
         cards = [(g.index, g.uuid) for g in gpus if g.uuid]
         if not cards:
             raise _Unresolvable(part)
-        uuid, _, rest = part[len("mig-"):].partition("/")
+        uuid, _, rest = part[len("mig-") :].partition("/")
         if not rest or len(uuid) <= len("gpu-"):
             return None
         i = _by_prefix(uuid, cards)

@@ -44,8 +44,7 @@ class FttuiApp(App[int]):
         Binding("shift+tab", "focus_previous", show=False, priority=True),
     ]
 
-    def __init__(self, launch_profile: dict | None = None, attach: str | None = None,
-                 gpu_sampler=None) -> None:
+    def __init__(self, launch_profile: dict | None = None, attach: str | None = None, gpu_sampler=None) -> None:
         super().__init__()
         self.launch_profile = launch_profile
         self.attach = attach
@@ -61,13 +60,21 @@ class FttuiApp(App[int]):
         shown inert (fttui.tui.plain), as every text from outside is."""
         return super().format_title(inert(title), inert(sub_title))
 
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: float | None = None, markup: bool = True) -> None:
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
         """Textual's notice (every ``notify`` of a screen or widget comes here), its message and
         title inert: notices name run ids, errors and paths. fttui's own notices pass
         ``markup=False`` (tests/tui/test_hostile_text.py checks each): their text is never markup."""
-        super().notify(inert(message, lines=True), title=inert(title), severity=severity, timeout=timeout,
-                       markup=markup)
+        super().notify(
+            inert(message, lines=True), title=inert(title), severity=severity, timeout=timeout, markup=markup
+        )
 
     # ---------------------------------------------------------------- services for the screens
     @property
@@ -149,8 +156,12 @@ class FttuiApp(App[int]):
         done = recover_all()
         if done:
             names = ", ".join(rd.run_id for rd, _ in done[:3]) + (" ..." if len(done) > 3 else "")
-            self.call_from_thread(self.notify, f"finished {len(done)} run(s) whose supervisor had died: {names}",
-                                  title="rows written", markup=False)
+            self.call_from_thread(
+                self.notify,
+                f"finished {len(done)} run(s) whose supervisor had died: {names}",
+                title="rows written",
+                markup=False,
+            )
 
     # ---------------------------------------------------------------- actions
     def live_runs(self) -> list[RunDir]:

@@ -35,10 +35,17 @@ def insight_lines(s: RunSnapshot, g, slot: int | None, estimate_mb: float | None
     """Three lines: the memory picture of the card's rank, the estimate, the card's speed."""
     pic = memory_picture(s, g, slot)
     mem = picture_text(pic) if pic is not None and pic.reserved is not None else ""
-    est = f"estimate {estimate_mb / 1024:.1f} GB: predicts run (NVML)" if estimate_mb is not None and slot is not None else ""
+    est = (
+        f"estimate {estimate_mb / 1024:.1f} GB: predicts run (NVML)"
+        if estimate_mb is not None and slot is not None
+        else ""
+    )
     speed = speed_text(g) or ""
-    return [Text(mem, no_wrap=True, overflow="ellipsis"), Text(est, style="dim", no_wrap=True, overflow="ellipsis"),
-            Text(speed, style="bold red" if throttle_text(g) else "", no_wrap=True, overflow="ellipsis")]
+    return [
+        Text(mem, no_wrap=True, overflow="ellipsis"),
+        Text(est, style="dim", no_wrap=True, overflow="ellipsis"),
+        Text(speed, style="bold red" if throttle_text(g) else "", no_wrap=True, overflow="ellipsis"),
+    ]
 
 
 def perf_line(g: GpuInfo, p: CardPerf | None) -> Text:

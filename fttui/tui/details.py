@@ -71,8 +71,13 @@ def data_lengths(r: Profile | Mapping[str, Any]) -> Text | None:
     except (FttuiError, OSError, KeyError, TypeError, ValueError):
         return None
     tk = s.tokens
-    return Text.assemble(plain(f"{s.samples} samples, p50 {tk['p50']}  p90 {tk['p90']}  max {tk['max']}, "
-                               f"{s.truncated_share:.0%} truncated  "), (sparkline(s.histogram), "cyan"))
+    return Text.assemble(
+        plain(
+            f"{s.samples} samples, p50 {tk['p50']}  p90 {tk['p90']}  max {tk['max']}, "
+            f"{s.truncated_share:.0%} truncated  "
+        ),
+        (sparkline(s.histogram), "cyan"),
+    )
 
 
 def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
@@ -110,8 +115,11 @@ def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
     t.add_row("model", f"{s['model']}  ({model.init})")
     t.add_row("method", fmt.method_label(p.method, optimizer=train.optimizer) + f"  {train.precision}")
     t.add_row("sharding", sharding_label(p))
-    t.add_row("data", f"{s['dataset']}  max_seq_len {data.max_seq_len}"
-                      + (f"  {data.num_samples} samples" if data.num_samples else ""))
+    t.add_row(
+        "data",
+        f"{s['dataset']}  max_seq_len {data.max_seq_len}"
+        + (f"  {data.num_samples} samples" if data.num_samples else ""),
+    )
     lengths = data_lengths(p)
     if lengths is not None:
         t.add_row("lengths", lengths)
@@ -124,7 +132,9 @@ def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
     t.add_row("batch", f"{micro} x accum {accum} x {procs} proc{'s' if procs != 1 else ''} = {eff} effective")
     t.add_row("devices", f"{where}, {dev.nodes} node{'s' if dev.nodes != 1 else ''}, launcher {dev.launcher}")
     steps = f"max_steps {train.max_steps}" if (train.max_steps or -1) > 0 else f"epochs {train.epochs}"
-    t.add_row("train", f"{steps}  lr {train.lr}  {train.optimizer}" + ("  grad ckpt" if train.gradient_checkpointing else ""))
+    t.add_row(
+        "train", f"{steps}  lr {train.lr}  {train.optimizer}" + ("  grad ckpt" if train.gradient_checkpointing else "")
+    )
     if p.method not in FULL_METHODS:
         t.add_row("lora", f"r {p.lora.r}  alpha {p.lora.alpha}  dropout {p.lora.dropout}")
     if p.limits.gpu_memory or p.limits.host_memory:

@@ -67,8 +67,10 @@ class QuitScreen(ModalScreen[str]):
         with Vertical(classes="dialog"):
             yield Static(f"Quit: {what} still live", classes="dialog-title")
             yield Static(plain("\n".join(inert(r) for r in self.run_ids), lines=True), classes="dialog-detail")
-            yield Static("Detach: the run goes on (fttui attach shows it again). "
-                         "Stop: cancel it, then quit.", classes="dialog-detail")
+            yield Static(
+                "Detach: the run goes on (fttui attach shows it again). Stop: cancel it, then quit.",
+                classes="dialog-detail",
+            )
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Detach (d)", id="detach", variant="primary", compact=True)
                 yield Button("Stop (s)", id="stop", variant="error", compact=True)

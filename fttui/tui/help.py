@@ -10,43 +10,64 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 KEYS = [
-    ("everywhere", [
-        ("q", "quit (asks when a run is live: detach, stop or stay)"),
-        ("r", "results: the stored summary rows"),
-        ("?", "this help"),
-        ("escape", "back"),
-        ("tab / shift+tab", "next / previous field"),
-    ]),
-    ("profiles", [
-        ("up / down", "choose a profile"),
-        ("enter", "launch it (with the overrides)"),
-        ("p", "probe it: the largest batch size / seq len that fits"),
-        ("s", "plan it: every setup on these cards (sharding, micro batch, accumulation, checkpointing), "
-              "its memory and time, fastest first"),
-        ("tab", "edit the overrides: batch size, grad accum, max_seq_len, GPUs, method"),
-    ]),
-    ("run", [
-        ("c", "cancel the run (asks first)"),
-        ("escape", "back to the profiles (the run goes on)"),
-    ]),
-    ("probe", [
-        ("s (or enter in a field)", "start the probe"),
-        ("enter / l", "full run at the largest value that fits"),
-        ("x", "stop the probe (its process is killed)"),
-        ("escape", "back to the profiles (stops a running probe)"),
-    ]),
-    ("plan", [
-        ("enter", "launch the highlighted setup (one predicted not to fit asks first)"),
-        ("escape", "back to the profiles"),
-    ]),
-    ("results", [
-        ("s", "sort by the cursor's column (again: reverse); or click a header"),
-        ("m", "export the visible rows as Markdown"),
-        ("v", "export the visible rows as CSV"),
-        ("b", "the cursor's row is the baseline: a rel column (samples/s over its); again: clear"),
-        ("w", "write the report of the visible rows (tables, charts) into exports/report-<time>/"),
-        ("tab", "the model / method filters"),
-    ]),
+    (
+        "everywhere",
+        [
+            ("q", "quit (asks when a run is live: detach, stop or stay)"),
+            ("r", "results: the stored summary rows"),
+            ("?", "this help"),
+            ("escape", "back"),
+            ("tab / shift+tab", "next / previous field"),
+        ],
+    ),
+    (
+        "profiles",
+        [
+            ("up / down", "choose a profile"),
+            ("enter", "launch it (with the overrides)"),
+            ("p", "probe it: the largest batch size / seq len that fits"),
+            (
+                "s",
+                "plan it: every setup on these cards (sharding, micro batch, accumulation, checkpointing), "
+                "its memory and time, fastest first",
+            ),
+            ("tab", "edit the overrides: batch size, grad accum, max_seq_len, GPUs, method"),
+        ],
+    ),
+    (
+        "run",
+        [
+            ("c", "cancel the run (asks first)"),
+            ("escape", "back to the profiles (the run goes on)"),
+        ],
+    ),
+    (
+        "probe",
+        [
+            ("s (or enter in a field)", "start the probe"),
+            ("enter / l", "full run at the largest value that fits"),
+            ("x", "stop the probe (its process is killed)"),
+            ("escape", "back to the profiles (stops a running probe)"),
+        ],
+    ),
+    (
+        "plan",
+        [
+            ("enter", "launch the highlighted setup (one predicted not to fit asks first)"),
+            ("escape", "back to the profiles"),
+        ],
+    ),
+    (
+        "results",
+        [
+            ("s", "sort by the cursor's column (again: reverse); or click a header"),
+            ("m", "export the visible rows as Markdown"),
+            ("v", "export the visible rows as CSV"),
+            ("b", "the cursor's row is the baseline: a rel column (samples/s over its); again: clear"),
+            ("w", "write the report of the visible rows (tables, charts) into exports/report-<time>/"),
+            ("tab", "the model / method filters"),
+        ],
+    ),
 ]
 
 

@@ -38,8 +38,6 @@ LIVE_REFRESH_S = 5.0  # the live runs' step and ETA, while the picker is shown
 BACKGROUND_DELAY_S = 0.1
 
 
-
-
 class PickerScreen(PickerActions, Screen):
     BINDINGS = [
         Binding("enter", "launch", "Launch"),
@@ -77,8 +75,9 @@ class PickerScreen(PickerActions, Screen):
         yield Header()
         with Horizontal(id="picker-main"):
             with Vertical(id="profiles-pane"):
-                ol = OptionList(*[Option(self._ref_label(ref), id=ref.name) for ref in self.refs],
-                                id="profiles", compact=True)
+                ol = OptionList(
+                    *[Option(self._ref_label(ref), id=ref.name) for ref in self.refs], id="profiles", compact=True
+                )
                 ol.border_title = "profiles"
                 yield ol
             with Vertical(id="details-pane") as pane:
@@ -189,8 +188,9 @@ class PickerScreen(PickerActions, Screen):
             if fid == "method":
                 value = value or "lora"
                 methods = [*METHODS, value] if value not in METHODS else METHODS
-                field = Select([(plain(m), m) for m in methods], id="ov-method", allow_blank=False, value=value,
-                               compact=True)
+                field = Select(
+                    [(plain(m), m) for m in methods], id="ov-method", allow_blank=False, value=value, compact=True
+                )
             else:
                 field = Input(value, id=f"ov-{fid}", type="integer", compact=True)
             fields.append(Vertical(Label(label), field, classes=f"field field-{fid}"))

@@ -50,6 +50,7 @@ class PickerActions:
         self._update_estimate()
         resolved, verdict = self.resolved, self.verdict
         if verdict is not None and verdict.fits is False:
+
             def answered(yes: bool | None) -> None:
                 if yes:
                     self._launch(resolved)

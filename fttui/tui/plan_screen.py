@@ -67,12 +67,18 @@ class PlanScreen(Screen):
         from fttui.core.experiments.plan import HEADERS, plan_table
 
         self.budget, self.options = budget, options
-        where = (f"{budget.gpus} x {budget.card}" if budget.gpus else
-                 f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})")
+        where = (
+            f"{budget.gpus} x {budget.card}"
+            if budget.gpus
+            else f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})"
+        )
         fits = sum(o.fits for o in options)
-        self.query_one("#plan-head", Static).update(Text.assemble(  # the profile's and the card's names: inert
-            plain(f"{self.resolved.get('name')}: ", "bold"),
-            plain(f"{len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first")))
+        self.query_one("#plan-head", Static).update(
+            Text.assemble(  # the profile's and the card's names: inert
+                plain(f"{self.resolved.get('name')}: ", "bold"),
+                plain(f"{len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first"),
+            )
+        )
         table = self.query_one("#plan-table", DataTable)
         table.clear(columns=True)
         rows = [[plain(cell) for cell in row] for row in plan_table(options)]
@@ -132,8 +138,9 @@ class PlanScreen(Screen):
                 self.notify(f"launch failed: {e}", severity="error", markup=False)
 
         if not option.fits:
-            self.app.push_screen(ConfirmScreen(f"predicted not to fit: {option.breaks}. Launch anyway? y / n",
-                                               option.label()), go)
+            self.app.push_screen(
+                ConfirmScreen(f"predicted not to fit: {option.breaks}. Launch anyway? y / n", option.label()), go
+            )
             return
         go()
 

@@ -47,29 +47,42 @@ def compose_form(limits: dict, result=None) -> ComposeResult:
     with Horizontal(id="probe-form"):
         with Vertical(classes="field field-param"):
             yield Label("probe")
-            yield Select([(p, p) for p in PROBE_PARAMS], id="pr-param", allow_blank=False,
-                         value=res.param if res is not None else DEFAULT_PARAM, compact=True)
+            yield Select(
+                [(p, p) for p in PROBE_PARAMS],
+                id="pr-param",
+                allow_blank=False,
+                value=res.param if res is not None else DEFAULT_PARAM,
+                compact=True,
+            )
         with Vertical(classes="field"):
             yield Label("from")
-            yield Input(str(res.lo if res is not None else DEFAULT_RANGE[0]), id="pr-lo", type="integer",
-                        compact=True)
+            yield Input(str(res.lo if res is not None else DEFAULT_RANGE[0]), id="pr-lo", type="integer", compact=True)
         with Vertical(classes="field"):
             yield Label("to")
-            yield Input(str(res.hi if res is not None else DEFAULT_RANGE[1]), id="pr-hi", type="integer",
-                        compact=True)
+            yield Input(str(res.hi if res is not None else DEFAULT_RANGE[1]), id="pr-hi", type="integer", compact=True)
         with Vertical(classes="field"):
             yield Label("steps")
             yield Input(str(DEFAULT_STEPS), id="pr-steps", type="integer", compact=True)
         with Vertical(classes="field field-repeats"):
             yield Label("repeats")
-            yield Input(str(res.repeats if res is not None else DEFAULT_REPEATS), id="pr-repeats",
-                        type="integer", compact=True, tooltip="check both values next to the boundary this many "
-                        "more times in fresh processes; a value that goes both ways makes a band")
+            yield Input(
+                str(res.repeats if res is not None else DEFAULT_REPEATS),
+                id="pr-repeats",
+                type="integer",
+                compact=True,
+                tooltip="check both values next to the boundary this many "
+                "more times in fresh processes; a value that goes both ways makes a band",
+            )
         with Vertical(classes="field field-data"):
             yield Label("samples")
-            yield Checkbox("data", res is not None and getattr(res, "samples", "") == "data", id="pr-data",
-                           compact=True, tooltip="probe with the longest samples of the profile's data set "
-                           "instead of synthetic ones of max_seq_len tokens")
+            yield Checkbox(
+                "data",
+                res is not None and getattr(res, "samples", "") == "data",
+                id="pr-data",
+                compact=True,
+                tooltip="probe with the longest samples of the profile's data set "
+                "instead of synthetic ones of max_seq_len tokens",
+            )
         with Vertical(classes="field field-limit"):
             yield Label("host mem")
             yield Input(limits.get("host_memory") or "", id="pr-host", placeholder="none", compact=True)
@@ -111,5 +124,13 @@ def parse_form(values: dict, limits: dict) -> ProbeForm:
     return ProbeForm(param, lo, hi, steps, repeats, bool(values.get("data")), overrides)
 
 
-__all__ = ["DEFAULT_PARAM", "DEFAULT_RANGE", "DEFAULT_STEPS", "DEFAULT_REPEATS", "LIMIT_FIELDS", "ProbeForm",
-           "compose_form", "parse_form"]
+__all__ = [
+    "DEFAULT_PARAM",
+    "DEFAULT_RANGE",
+    "DEFAULT_STEPS",
+    "DEFAULT_REPEATS",
+    "LIMIT_FIELDS",
+    "ProbeForm",
+    "compose_form",
+    "parse_form",
+]

@@ -34,8 +34,17 @@ from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.tui.plain import plain
 from fttui.tui.probe_form import LIMIT_FIELDS, ProbeForm, compose_form, parse_form
-from fttui.tui.probe_view import (BOUNDARY_KINDS, COLUMNS, ProbeState, boundary_kind, boundary_text,
-                                  status_line, table_trials, trial_marker, trial_row)
+from fttui.tui.probe_view import (
+    BOUNDARY_KINDS,
+    COLUMNS,
+    ProbeState,
+    boundary_kind,
+    boundary_text,
+    status_line,
+    table_trials,
+    trial_marker,
+    trial_row,
+)
 
 
 class ProbeStopped(Exception):
@@ -118,8 +127,10 @@ class ProbeScreen(Screen):
     # ---------------------------------------------------------------- the form
     def _form(self) -> ProbeForm:
         """The form's values; FttuiError on bad input."""
-        values: dict = {fid: self.query_one(f"#pr-{fid}", Input).value
-                        for fid in ("lo", "hi", "steps", "repeats", *(f for f, _ in LIMIT_FIELDS))}
+        values: dict = {
+            fid: self.query_one(f"#pr-{fid}", Input).value
+            for fid in ("lo", "hi", "steps", "repeats", *(f for f, _ in LIMIT_FIELDS))
+        }
         values["param"] = self.query_one("#pr-param", Select).value
         values["data"] = self.query_one("#pr-data", Checkbox).value
         return parse_form(values, self.resolved.limits)
@@ -153,20 +164,37 @@ class ProbeScreen(Screen):
             resolved = apply_overrides(self.resolved, overrides) if overrides else self.resolved  # origin kept
             self._token += 1
             token = self._token
-            prober = Prober(resolved, param=param, lo=lo, hi=hi, steps=steps, repeats=form.repeats,
-                            data=form.data, on_trial=lambda t: self._from_worker(token, self.TrialDone(token, t)),
-                            on_log=lambda s: self._from_worker(token, self.Log(token, s)))
+            prober = Prober(
+                resolved,
+                param=param,
+                lo=lo,
+                hi=hi,
+                steps=steps,
+                repeats=form.repeats,
+                data=form.data,
+                on_trial=lambda t: self._from_worker(token, self.TrialDone(token, t)),
+                on_log=lambda s: self._from_worker(token, self.Log(token, s)),
+            )
         except FttuiError as e:
             self.state, self.error = ProbeState.ERROR, str(e)
             self._show_status()
             return
         self.prober, self.probe_resolved = prober, resolved
         self.result, self.trials, self.error = None, [], ""
-        self.log_line = f"{param} in {lo}..{hi}, {steps} step{'s' if steps != 1 else ''} per trial, " \
-                        + ("the data's longest samples" if form.data else
-                           f"every sample {resolved.data.max_seq_len} tokens (worst case)") \
-                        + (f", {form.repeats} repeat{'s' if form.repeats != 1 else ''} next to the boundary"
-                           if form.repeats else "") + f"; at most {prober.max_loads} {prober.unit}"
+        self.log_line = (
+            f"{param} in {lo}..{hi}, {steps} step{'s' if steps != 1 else ''} per trial, "
+            + (
+                "the data's longest samples"
+                if form.data
+                else f"every sample {resolved.data.max_seq_len} tokens (worst case)"
+            )
+            + (
+                f", {form.repeats} repeat{'s' if form.repeats != 1 else ''} next to the boundary"
+                if form.repeats
+                else ""
+            )
+            + f"; at most {prober.max_loads} {prober.unit}"
+        )
         self.state, self.started = ProbeState.RUNNING, time.time()
         self._worker_done = threading.Event()
         self.query_one("#probe-boundary", Static).display = False
@@ -318,9 +346,16 @@ class ProbeScreen(Screen):
     def status_text(self) -> tuple[str, str]:
         """(text, kind) of the status line; the kind is the state's value."""
         pid = self.prober.probe_id if self.prober is not None else (self.result.probe_id if self.result else "")
-        text = status_line(self.state, name=self.resolved.name or "?", probe_id=pid,
-                           elapsed_s=time.time() - self.started, trials=len(self.trials),
-                           log_line=self.log_line, error=self.error, result=self.result)
+        text = status_line(
+            self.state,
+            name=self.resolved.name or "?",
+            probe_id=pid,
+            elapsed_s=time.time() - self.started,
+            trials=len(self.trials),
+            log_line=self.log_line,
+            error=self.error,
+            result=self.result,
+        )
         return text, self.state.value
 
     def _show_status(self) -> None:

@@ -32,15 +32,17 @@ class ProbeState(enum.StrEnum):
     DONE = "done"  # finished (or a recorded result): the boundary is shown
 
 
-def status_line(state: ProbeState, *, name: str, probe_id: str, elapsed_s: float, trials: int,
-                log_line: str, error: str, result) -> str:
+def status_line(
+    state: ProbeState, *, name: str, probe_id: str, elapsed_s: float, trials: int, log_line: str, error: str, result
+) -> str:
     """The status line's text in ``state``."""
     if state is ProbeState.IDLE:
-        return (f"PROBE {name}: s starts (or enter in a field); fresh = first trial of its process "
-                f"(a fit counts only then); clean = no OOM before it")
+        return (
+            f"PROBE {name}: s starts (or enter in a field); fresh = first trial of its process "
+            f"(a fit counts only then); clean = no OOM before it"
+        )
     if state is ProbeState.RUNNING:
-        return (f"RUNNING {probe_id}  {fmt.duration(elapsed_s)}  {trials} trial{'s' if trials != 1 else ''}: "
-                f"{log_line}")
+        return f"RUNNING {probe_id}  {fmt.duration(elapsed_s)}  {trials} trial{'s' if trials != 1 else ''}: {log_line}"
     if state is ProbeState.STOPPED:
         return f"STOPPED {probe_id}: the probe process was killed (s starts again)"
     if state is ProbeState.ERROR:
@@ -116,21 +118,27 @@ def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
     add("-" if res.smallest_oom is None else str(res.smallest_oom), style="bold")
     add("\n")
     for m in res.mixed:
-        add(f"went both ways: {m['value']} (fit {m['fit']}x, OOM {m['oom']}x in fresh processes)\n",
-            style="bold")
-    add("exact" if res.exact else ("a band" if res.mixed else "NOT exact"),
-        style="bold" if res.exact else "bold underline")
+        add(f"went both ways: {m['value']} (fit {m['fit']}x, OOM {m['oom']}x in fresh processes)\n", style="bold")
+    add(
+        "exact" if res.exact else ("a band" if res.mixed else "NOT exact"),
+        style="bold" if res.exact else "bold underline",
+    )
     if res.max_loads:
         add(f"  ·  at most {res.max_loads} loads said up front")
-    add(f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
-        f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}")
+    add(
+        f"  ·  {res.model_loads} model load{'s' if res.model_loads != 1 else ''}, "
+        f"{len(res.trials)} trial{'s' if len(res.trials) != 1 else ''}, {fmt.duration(res.wall_s)}"
+    )
     if getattr(res, "samples", "synthetic") == "data" and res.samples_note:
         add(f"\n{res.samples_note}")
     if res.note:
         add(f"\nnote: {res.note}", style="italic")
     if res.largest_fit is not None:
-        add(f"\nenter: full run at {p}={res.largest_fit}"
-            + (", longest samples first" if getattr(res, "samples", "") == "data" else ""), style="bold")
+        add(
+            f"\nenter: full run at {p}={res.largest_fit}"
+            + (", longest samples first" if getattr(res, "samples", "") == "data" else ""),
+            style="bold",
+        )
         lim = {k: v for k, v in (probe_only_limits or {}).items() if v}
         if lim:
             shown = ", ".join(f"{k.split('_')[0]} {v}" for k, v in sorted(lim.items()))
@@ -138,5 +146,15 @@ def boundary_text(res, probe_only_limits: dict | None = None) -> Text:
     return out
 
 
-__all__ = ["COLUMNS", "BOUNDARY_KINDS", "ProbeState", "status_line", "trial_cells", "trial_marker",
-           "trial_row", "table_trials", "boundary_kind", "boundary_text"]
+__all__ = [
+    "COLUMNS",
+    "BOUNDARY_KINDS",
+    "ProbeState",
+    "status_line",
+    "trial_cells",
+    "trial_marker",
+    "trial_row",
+    "table_trials",
+    "boundary_kind",
+    "boundary_text",
+]

@@ -50,8 +50,11 @@ SHOWN = [
     ("run", "run"),  # the id attach, --resume and --baseline take
 ]
 # Shown columns that are not reference-table columns: header -> cell of a row.
-_OWN = {"name": lambda r: str(r.get("profile") or ""), "world_size": tables.setting_cell("world_size"),
-        "run": lambda r: str(r.get("run_id") or "")}
+_OWN = {
+    "name": lambda r: str(r.get("profile") or ""),
+    "world_size": tables.setting_cell("world_size"),
+    "run": lambda r: str(r.get("run_id") or ""),
+}
 
 
 def _mem(row: dict, cell: str) -> str:
@@ -73,8 +76,9 @@ def relative_cells(rows: list[dict], baseline: dict) -> dict[str, str]:
     return {str(cells[j]): cells[i] for cells in runs.text_body()}
 
 
-def display_cells(rows: list[dict], rel: dict[str, str] | None = None,
-                  baseline_id: str | None = None) -> list[list[str]]:
+def display_cells(
+    rows: list[dict], rel: dict[str, str] | None = None, baseline_id: str | None = None
+) -> list[list[str]]:
     """The shown columns of each row (reference-table cells, a little shorter); with ``rel``
     (see :func:`relative_cells`) the ``rel`` column too, the baseline's marked ``*``."""
     headers, body = tables.reference_table(rows)
@@ -184,9 +188,14 @@ class ResultsScreen(Screen):
         base_col = self.headers.index(REL) if REL in self.headers else -1
         for r, cells in zip(self.shown_rows, body):
             # every cell is text of a stored row: shown inert, never read as markup (issue 36)
-            styled = [plain(c, "bold red") if (c == "OOM" or c.startswith("oom"))
-                      else plain(c, "bold") if i == base_col and c.endswith(BASE_MARK) else plain(c)
-                      for i, c in enumerate(cells)]
+            styled = [
+                plain(c, "bold red")
+                if (c == "OOM" or c.startswith("oom"))
+                else plain(c, "bold")
+                if i == base_col and c.endswith(BASE_MARK)
+                else plain(c)
+                for i, c in enumerate(cells)
+            ]
             t.add_row(*styled, key=str(r.get("run_id")))
         if self.shown_rows:
             t.cursor_coordinate = t.validate_cursor_coordinate(cursor)
@@ -283,8 +292,12 @@ class ResultsScreen(Screen):
             self.notify(f"deleted the row of {run_id}", title="results", markup=False)
             self.load()
 
-        self.app.push_screen(ConfirmScreen(f"Delete the stored row of {run_id}?",
-                                           "The run directory stays; only the row leaves the results."), answered)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Delete the stored row of {run_id}?", "The run directory stays; only the row leaves the results."
+            ),
+            answered,
+        )
 
     def action_baseline(self) -> None:
         """The row under the cursor becomes the baseline; on the baseline itself: clear it."""
@@ -305,7 +318,8 @@ class ResultsScreen(Screen):
         # keep the cursor on the same column although the rel column came or went
         if column in self.headers and t.row_count:
             t.cursor_coordinate = t.validate_cursor_coordinate(
-                t.cursor_coordinate._replace(column=self.headers.index(column)))
+                t.cursor_coordinate._replace(column=self.headers.index(column))
+            )
 
     def action_write_report(self) -> None:
         """The report of the visible rows (with the baseline) into exports/report-<time>/."""

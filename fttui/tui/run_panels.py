@@ -58,8 +58,7 @@ class RunStatusBar(Static):
     cancelling = var(False)
 
     def _draw(self) -> None:
-        line = status_line(self.snapshot, gone=self.gone, lost=self.lost, cancelling=self.cancelling,
-                           detail=True)
+        line = status_line(self.snapshot, gone=self.gone, lost=self.lost, cancelling=self.cancelling, detail=True)
         self.update(plain(line.text, lines=True, no_wrap=False))  # names errors, the run's messages: inert
         for kind in STATUS_KINDS:
             self.set_class(kind == line.kind, f"-{kind}")
@@ -78,8 +77,10 @@ class RunProgress(Static):
         total = s.total_steps
         step = s.step or 0
         frac = (step / total) if total else None
-        label = f"step {step}/{total or '?'}  elapsed {fmt.duration(s.wall_elapsed) or '-'}  " \
-                f"ETA {fmt.eta(s.eta_s, s.eta_source) or '-'}"
+        label = (
+            f"step {step}/{total or '?'}  elapsed {fmt.duration(s.wall_elapsed) or '-'}  "
+            f"ETA {fmt.eta(s.eta_s, s.eta_source) or '-'}"
+        )
         if s.epoch is not None:
             label += f"  epoch {s.epoch:.2f}"
         self.update(Bar(frac, label, prefix="progress ", style="cyan"))
@@ -117,13 +118,19 @@ class ThroughputPanel(Vertical):
             return
         avg = f"  avg {num(s.samples_per_s_avg)}" if self.wide else ""
         self.query_one("#sps-text", Static).update(
-            Text.assemble(("samples/s ", "bold"), num(s.samples_per_s), (avg, "dim")))
+            Text.assemble(("samples/s ", "bold"), num(s.samples_per_s), (avg, "dim"))
+        )
         pad = ""
-        if self.wide and s.tokens_padded_per_s is not None and s.tokens_per_s is not None \
-                and abs(s.tokens_padded_per_s - s.tokens_per_s) > 0.5:
+        if (
+            self.wide
+            and s.tokens_padded_per_s is not None
+            and s.tokens_per_s is not None
+            and abs(s.tokens_padded_per_s - s.tokens_per_s) > 0.5
+        ):
             pad = f"  padded {num(s.tokens_padded_per_s, 0)}"
         self.query_one("#tps-text", Static).update(
-            Text.assemble(("tokens/s ", "bold"), num(s.tokens_per_s, 0), (pad, "dim")))
+            Text.assemble(("tokens/s ", "bold"), num(s.tokens_per_s, 0), (pad, "dim"))
+        )
         _spark(self.query_one("#sps-spark", Sparkline), s.samples_per_s_history)
         _spark(self.query_one("#tps-spark", Sparkline), s.tokens_per_s_history)
         self.border_subtitle = plain(f"slow: {s.why_slow}") if s.why_slow else "steady state"  # core.run.whyslow
@@ -184,12 +191,15 @@ class HostPanel(Panel):
         rf = fraction(h.ram_used_mb, h.ram_total_mb)
         swap = f"swap {gb_pair(h.swap_used_mb, h.swap_total_mb)}" if h.swap_total_mb else "swap none"
         rss = f"tree RSS {fmt.mb(h.tree_rss_mb)}" if h.tree_nprocs != 0 else "tree RSS - (ended)"
-        self.show(Group(
-            Bar(rf, gb_pair(h.ram_used_mb, h.ram_total_mb), prefix="RAM ", style=bar_style(rf)),
-            Text(swap, no_wrap=True, overflow="ellipsis"),
-            Text(rss, no_wrap=True, overflow="ellipsis"),
-            Text(f"tree peak {fmt.mb(s.host_peak_tree_rss_mb)}", no_wrap=True, overflow="ellipsis"),
-        ), key=(h, s.host_peak_tree_rss_mb))
+        self.show(
+            Group(
+                Bar(rf, gb_pair(h.ram_used_mb, h.ram_total_mb), prefix="RAM ", style=bar_style(rf)),
+                Text(swap, no_wrap=True, overflow="ellipsis"),
+                Text(rss, no_wrap=True, overflow="ellipsis"),
+                Text(f"tree peak {fmt.mb(s.host_peak_tree_rss_mb)}", no_wrap=True, overflow="ellipsis"),
+            ),
+            key=(h, s.host_peak_tree_rss_mb),
+        )
 
 
 class Shown(NamedTuple):
@@ -235,8 +245,17 @@ def gpu_layout(n: int, area: Size, full: bool = False) -> tuple[str, int, int]:
     width, height = area.width or 80, area.height or 24
     cols = max(1, min(n or 1, width // CARD_W, 4))
     rows = math.ceil(max(n, 1) / cols)
-    mode = "none" if n == 0 else ("full" if full and n <= MAX_CARDS and rows * CARD_H_FULL <= height - 17 else
-                                  "cards" if n <= MAX_CARDS and rows * CARD_H <= max(CARD_H, height - 17) else "table")
+    mode = (
+        "none"
+        if n == 0
+        else (
+            "full"
+            if full and n <= MAX_CARDS and rows * CARD_H_FULL <= height - 17
+            else "cards"
+            if n <= MAX_CARDS and rows * CARD_H <= max(CARD_H, height - 17)
+            else "table"
+        )
+    )
     if n == 0:
         cols, rows = 1, 1
     return mode, cols, rows
@@ -265,8 +284,9 @@ class GpuGrid(Grid):
     async def _layout(self, force: bool) -> None:
         gpus = _gpus(self.snapshot)
         n = len(gpus)
-        more = self.snapshot is not None and (bool(self.snapshot.rank_memory) or any(
-            c.gpu.sm_clock_mhz is not None or c.gpu.throttle for c in gpus))
+        more = self.snapshot is not None and (
+            bool(self.snapshot.rank_memory) or any(c.gpu.sm_clock_mhz is not None or c.gpu.throttle for c in gpus)
+        )
         mode, cols, rows = gpu_layout(n, self.area, full=more)
         if force or n != self._count or mode != self._mode:
             changed = n != self._count or mode != self._mode
@@ -312,9 +332,14 @@ class GpuGrid(Grid):
                 w.set_class(near, "-near-oom")
                 est = self._estimate[c.slot] if c.slot is not None and c.slot < len(self._estimate or ()) else None
                 more = insight_lines(s, g, c.slot, est) if self._mode == "full" else []
-                w.show(Group(*gpu_card_lines(g, peaks.get(g.index), _rsv(s, c), run=c.run,
-                                             run_peak_mb=proc.get(g.index)), *more, perf_line(g, perf)),
-                       key=(c, peaks.get(g.index), _rsv(s, c), proc.get(g.index), perf, *map(str, more)))
+                w.show(
+                    Group(
+                        *gpu_card_lines(g, peaks.get(g.index), _rsv(s, c), run=c.run, run_peak_mb=proc.get(g.index)),
+                        *more,
+                        perf_line(g, perf),
+                    ),
+                    key=(c, peaks.get(g.index), _rsv(s, c), proc.get(g.index), perf, *map(str, more)),
+                )
 
 
 class GpuTable(Panel):
@@ -336,10 +361,20 @@ class GpuTable(Panel):
         s = self.snapshot
         self.border_subtitle = plain(perf_subtitle(s))
         peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
-        self.show(Group(*[gpu_row(c.gpu, peaks.get(c.gpu.index), _rsv(s, c), run=c.run,
-                                  run_peak_mb=proc.get(c.gpu.index)) for c in gpus]),
-                  key=(tuple(gpus), tuple(sorted(peaks.items())), tuple(sorted(proc.items())),
-                       tuple(sorted(s.torch_peak_reserved_mb.items()))))
+        self.show(
+            Group(
+                *[
+                    gpu_row(c.gpu, peaks.get(c.gpu.index), _rsv(s, c), run=c.run, run_peak_mb=proc.get(c.gpu.index))
+                    for c in gpus
+                ]
+            ),
+            key=(
+                tuple(gpus),
+                tuple(sorted(peaks.items())),
+                tuple(sorted(proc.items())),
+                tuple(sorted(s.torch_peak_reserved_mb.items())),
+            ),
+        )
 
     watch_snapshot = watch_area = _draw
 
@@ -362,8 +397,9 @@ class RunSummary(Panel):
             headers, body = reference_table([row])
             skip = ("model", "dataset", "status", "grad_accum", "max_seq_len")
             # row.json's texts (a model, a data label, a GPU name) anyone could have written: inert
-            cells = [Text.assemble((f"{h} ", "bold"), plain(v or "-")) for h, v in zip(headers, body[0])
-                     if h not in skip]
+            cells = [
+                Text.assemble((f"{h} ", "bold"), plain(v or "-")) for h, v in zip(headers, body[0]) if h not in skip
+            ]
             self.border_title = plain(summary_title(row))
             # what the host figure is (the host panel's "tree peak" is another one)
             what = host_measure_text(row.get("host_measure"))
@@ -377,8 +413,10 @@ class RunSummary(Panel):
 def summary_title(row: dict) -> str:
     """``summary: tiny-llama on alpaca, steps 20/20, wall 00:12``: only what the row knows (no
     "on ?" for synthetic data, no steps for a command that reported none)."""
-    parts = [f"summary: {row.get('model') or row.get('profile') or 'run'}"
-             + (f" on {row['dataset']}" if row.get("dataset") else "")]
+    parts = [
+        f"summary: {row.get('model') or row.get('profile') or 'run'}"
+        + (f" on {row['dataset']}" if row.get("dataset") else "")
+    ]
     if row.get("steps") is not None:
         parts.append(f"steps {row['steps']}/{row.get('total_steps') or '?'}")
     parts.append(f"wall {fmt.duration(row.get('wall_s')) or '-'}")

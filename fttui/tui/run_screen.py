@@ -18,8 +18,16 @@ from textual.widgets import Footer, Header
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus, StatusLine, status_line
-from fttui.tui.run_panels import (GpuGrid, GpuTable, HostPanel, LossPanel, RunProgress, RunStatusBar,
-                                  RunSummary, ThroughputPanel)
+from fttui.tui.run_panels import (
+    GpuGrid,
+    GpuTable,
+    HostPanel,
+    LossPanel,
+    RunProgress,
+    RunStatusBar,
+    RunSummary,
+    ThroughputPanel,
+)
 from fttui.tui.widgets import LogTail
 
 POLL_S = 0.5
@@ -64,7 +72,8 @@ class RunScreen(Screen):
         snap = RunScreen.snap
         yield Header()
         yield RunStatusBar(id="run-status").data_bind(
-            RunScreen.gone, RunScreen.lost, snapshot=snap, cancelling=RunScreen.cancel_requested)
+            RunScreen.gone, RunScreen.lost, snapshot=snap, cancelling=RunScreen.cancel_requested
+        )
         yield RunProgress(id="run-progress").data_bind(snapshot=snap)
         yield GpuGrid(id="gpu-grid").data_bind(RunScreen.area, snapshot=snap)
         yield GpuTable(id="gpu-table", title="GPUs").data_bind(RunScreen.area, snapshot=snap)
@@ -167,8 +176,7 @@ class RunScreen(Screen):
     # ------------------------------------------------------------------ status
     def status_text(self) -> StatusLine:
         """(text, kind) of the status line; kind picks the colour class."""
-        return status_line(self.snap, gone=self.gone, lost=self.lost, cancelling=self.cancel_requested,
-                           detail=True)
+        return status_line(self.snap, gone=self.gone, lost=self.lost, cancelling=self.cancel_requested, detail=True)
 
     # ------------------------------------------------------------------ actions
     def action_cancel_run(self) -> None:
@@ -186,8 +194,9 @@ class RunScreen(Screen):
                     return
                 self.cancel_requested = True
 
-        self.app.push_screen(ConfirmScreen(f"Cancel run {self.rd.run_id}?",
-                                           "The supervisor stops the training processes."), done)
+        self.app.push_screen(
+            ConfirmScreen(f"Cancel run {self.rd.run_id}?", "The supervisor stops the training processes."), done
+        )
 
     def action_back(self) -> None:
         if self.app.can_go_back():

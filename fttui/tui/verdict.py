@@ -42,12 +42,12 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     source = f"calibrated from {cal.rows} row{'s' if cal.rows != 1 else ''}" if cal else "formula"
     host = fmt_bytes(e.host_peak_bytes)
     if not e.gpu_peak_bytes:
-        return MemoryVerdict(Text.assemble(head, f"host peak {host} ({source})\n",
-                                           "CPU profile: no GPU budget"), None)
+        return MemoryVerdict(Text.assemble(head, f"host peak {host} ({source})\n", "CPU profile: no GPU budget"), None)
     peaks = e.gpu_peak_bytes
     n = len(peaks)
-    line1 = Text.assemble(head, f"GPU {fmt_bytes(max(peaks))} per card"
-                          + (f" x{n}" if n > 1 else "") + f", host peak {host} ({source})\n")
+    line1 = Text.assemble(
+        head, f"GPU {fmt_bytes(max(peaks))} per card" + (f" x{n}" if n > 1 else "") + f", host peak {host} ({source})\n"
+    )
     limit = None
     from fttui.core.profiles.stored import as_profile  # on use: the picker's first frame does without it
 
@@ -79,24 +79,29 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     host_fit = host_check(resolved)  # an offloading sharding: the host's peak against what is available
     if host_fit is not None and not host_fit.fits:
         over_host = Text.assemble(("does NOT fit the host", "bold reverse"), plain(f" ({host_fit.message})"))
-        return MemoryVerdict(line1 + over_host,
-                             False, "the host would run out of memory: launch anyway? y / n", host_fit.message)
+        return MemoryVerdict(
+            line1 + over_host, False, "the host would run out of memory: launch anyway? y / n", host_fit.message
+        )
     if host_fit is not None and host_fit.warning:
         line1 += plain(f"host: {host_fit.warning}", "yellow") + Text("\n")
     over = [b for b in budgets if b[0] > b[1]]
     if over:
         peak, budget, what = over[0]
-        line2 = Text.assemble(("does NOT fit", "bold reverse"),
-                              f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, {what}){missing}")
-        has = (f"the limit (limits.gpu_memory) is {fmt_bytes(budget)}" if what == "limits.gpu_memory"
-               else f"the card has {fmt_bytes(budget)}")
+        line2 = Text.assemble(
+            ("does NOT fit", "bold reverse"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, {what}){missing}"
+        )
+        has = (
+            f"the limit (limits.gpu_memory) is {fmt_bytes(budget)}"
+            if what == "limits.gpu_memory"
+            else f"the card has {fmt_bytes(budget)}"
+        )
         question = f"predicted {fmt_bytes(peak)} per card, {has}: launch anyway? y / n"
-        detail = (f"{resolved.get('name') or 'this profile'} ({source}): the run would likely stop "
-                  "with CUDA out of memory.")
+        detail = (
+            f"{resolved.get('name') or 'this profile'} ({source}): the run would likely stop with CUDA out of memory."
+        )
         return MemoryVerdict(line1 + line2, False, question, detail)
     peak, budget, what = min(budgets, key=lambda b: b[1] - b[0])
-    line2 = Text.assemble(("fits", "bold"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, "
-                                            f"{what}){missing}")
+    line2 = Text.assemble(("fits", "bold"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, {what}){missing}")
     return MemoryVerdict(line1 + line2, True)
 
 

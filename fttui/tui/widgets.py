@@ -38,8 +38,15 @@ class Bar:
     blocks from there to ``frac``: ``██▒▒░░░░░░`` (the run's memory, then other processes').
     """
 
-    def __init__(self, frac: float | None, label: str = "", prefix: str = "", style: str = "",
-                 max_bar: int = 40, inner: float | None = None) -> None:
+    def __init__(
+        self,
+        frac: float | None,
+        label: str = "",
+        prefix: str = "",
+        style: str = "",
+        max_bar: int = 40,
+        inner: float | None = None,
+    ) -> None:
         self.frac = frac
         self.label = inert(label)  # drawn as a segment: no control character reaches the terminal
         self.prefix = prefix
@@ -114,12 +121,12 @@ def _mem_bar(g, run: bool, prefix: str = "") -> Bar:
     if not run:
         return Bar(frac, gb_pair(g.mem_used_mb, g.mem_total_mb), prefix=prefix, style=bar_style(frac))
     inner = fraction(g.proc_mem_mb, g.mem_total_mb)
-    return Bar(frac, run_dev_total(g.proc_mem_mb, g.mem_used_mb, g.mem_total_mb), style=bar_style(frac),
-               inner=inner)
+    return Bar(frac, run_dev_total(g.proc_mem_mb, g.mem_used_mb, g.mem_total_mb), style=bar_style(frac), inner=inner)
 
 
-def gpu_card_lines(g, peak_mb: float | None, reserved_mb: float | None, *, run: bool = False,
-                   run_peak_mb: float | None = None) -> list:
+def gpu_card_lines(
+    g, peak_mb: float | None, reserved_mb: float | None, *, run: bool = False, run_peak_mb: float | None = None
+) -> list:
     """Body of one GPU card: memory bar, peaks, util/power/temp. ``run``: one of the run's cards,
     named by CUDA_VISIBLE_DEVICES: the bar says run / device / total (``run 9.6 dev 21.3/40.0 GB``,
     the run's part full, other processes' shaded) and the peaks run/device (``peak 9.6/21.3 GB``)."""
@@ -128,9 +135,11 @@ def gpu_card_lines(g, peak_mb: float | None, reserved_mb: float | None, *, run: 
         peak = f"peak {gb_pair(run_peak_mb, peak_mb)}"
     if reserved_mb is not None:
         peak += f"  {'rsv' if run else 'torch rsv'} {fmt.mb(reserved_mb)}"
-    extra = [f"util {fmt.pct(g.util_pct)}",
-             power_text(g),  # against the card's cap when NVML gives it
-             "-" if g.temp_c is None else f"{g.temp_c:.0f}°C"]
+    extra = [
+        f"util {fmt.pct(g.util_pct)}",
+        power_text(g),  # against the card's cap when NVML gives it
+        "-" if g.temp_c is None else f"{g.temp_c:.0f}°C",
+    ]
     return [
         _mem_bar(g, run, prefix="mem "),
         Text(peak, no_wrap=True, overflow="ellipsis"),
@@ -138,8 +147,15 @@ def gpu_card_lines(g, peak_mb: float | None, reserved_mb: float | None, *, run: 
     ]
 
 
-def gpu_row(g, peak_mb: float | None, reserved_mb: float | None, name_w: int = 0, *, run: bool = False,
-            run_peak_mb: float | None = None):
+def gpu_row(
+    g,
+    peak_mb: float | None,
+    reserved_mb: float | None,
+    name_w: int = 0,
+    *,
+    run: bool = False,
+    run_peak_mb: float | None = None,
+):
     """One line for one GPU (compact layout for many GPUs); ``run`` as in :func:`gpu_card_lines`,
     marked ``GPU2*``."""
     from rich.table import Table

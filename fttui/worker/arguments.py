@@ -60,8 +60,16 @@ def plan(profile: Profile | dict[str, Any], run_dir: str) -> Plan:
     measuring = kind in ("probe", "sweep")
     save = "none" if measuring else t.save
     report_to = [] if kind == "probe" else list(t.report_to)
-    return Plan(kind, save, t.save_steps, str(t.output_dir or os.path.join(run_dir, "output")),
-                not measuring and prof.data.eval_ratio > 0, t.eval_steps, report_to, recovery_saves(prof, kind))
+    return Plan(
+        kind,
+        save,
+        t.save_steps,
+        str(t.output_dir or os.path.join(run_dir, "output")),
+        not measuring and prof.data.eval_ratio > 0,
+        t.eval_steps,
+        report_to,
+        recovery_saves(prof, kind),
+    )
 
 
 def training_args(profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool):

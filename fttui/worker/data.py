@@ -9,9 +9,22 @@ from typing import Any
 from .errors import DataError
 from fttui.core.data.records import load_records
 
-__all__ = ["load_records", "DataError", "SyntheticDataset", "ListDataset", "Subset", "split_eval", "build_dataset",
-           "Collator", "tokenize_record", "PROMPT_WITH_INPUT", "PROMPT_NO_INPUT", "longest_first_order",
-           "longest_first_sampler", "sample_lengths"]
+__all__ = [
+    "load_records",
+    "DataError",
+    "SyntheticDataset",
+    "ListDataset",
+    "Subset",
+    "split_eval",
+    "build_dataset",
+    "Collator",
+    "tokenize_record",
+    "PROMPT_WITH_INPUT",
+    "PROMPT_NO_INPUT",
+    "longest_first_order",
+    "longest_first_sampler",
+    "sample_lengths",
+]
 
 PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
 PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"
@@ -81,11 +94,12 @@ def split_eval(dataset, ratio: float, seed: int):
         return dataset, None
     n_eval = max(1, round(ratio * n))
     if n_eval >= n:
-        raise DataError(None, f"data.eval_ratio {ratio} of {n} samples leaves none to train on; "
-                              "lower eval_ratio or use more samples")
+        raise DataError(
+            None,
+            f"data.eval_ratio {ratio} of {n} samples leaves none to train on; lower eval_ratio or use more samples",
+        )
     held = set(random.Random(seed).sample(range(n), n_eval))
-    return (Subset(dataset, [i for i in range(n) if i not in held]),
-            Subset(dataset, sorted(held)))
+    return (Subset(dataset, [i for i in range(n) if i not in held]), Subset(dataset, sorted(held)))
 
 
 def _encode(tok, text: str, room: int) -> list[int]:
@@ -97,7 +111,7 @@ def _encode(tok, text: str, room: int) -> list[int]:
     while n < len(text):
         ids = tok.encode(text[:n])
         if len(ids) > room + HEAD_MARGIN:
-            del ids[room + 1:]
+            del ids[room + 1 :]
             return ids
         n *= 4
     return tok.encode(text)
@@ -120,8 +134,12 @@ def tokenize_record(rec: dict[str, Any], tok, max_seq_len: int) -> dict[str, lis
     eos = tok.eos_token_id
     if rec["format"] == "instruction":
         tmpl = PROMPT_WITH_INPUT if rec.get("input") else PROMPT_NO_INPUT
-        add(_encode(tok, tmpl.format(instruction=rec["instruction"], input=rec.get("input", "")),
-                    max_seq_len - len(ids)), False)
+        add(
+            _encode(
+                tok, tmpl.format(instruction=rec["instruction"], input=rec.get("input", "")), max_seq_len - len(ids)
+            ),
+            False,
+        )
         if len(ids) < max_seq_len:
             answer = _encode(tok, rec["output"], max_seq_len - len(ids))
             if eos is not None:
@@ -166,8 +184,10 @@ def build_dataset(data: dict[str, Any], tok, vocab_size: int, seed: int, records
     if tok_vocab is not None and tok_vocab > vocab_size:
         from .errors import ConfigError
 
-        raise ConfigError(f"tokenizer has {tok_vocab} ids but the model vocabulary is {vocab_size}; "
-                          "raise model.arch_config.vocab_size or use a matching tokenizer")
+        raise ConfigError(
+            f"tokenizer has {tok_vocab} ids but the model vocabulary is {vocab_size}; "
+            "raise model.arch_config.vocab_size or use a matching tokenizer"
+        )
     for rec in records:
         item = tokenize_record(rec, tok, max_len)
         if all(lab == IGNORE for lab in item["labels"]):
@@ -196,7 +216,7 @@ def longest_first_order(lengths: list[int], first: int, seed: int, epoch: int) -
     random.Random(seed + epoch).shuffle(order)
     if epoch:
         return order
-    top = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))[:max(0, first)]
+    top = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))[: max(0, first)]
     lead = set(top)
     return top + [i for i in order if i not in lead]
 
@@ -244,8 +264,11 @@ class Collator:
         if all(len(s) == width for s in seqs) and all(len(lab) == width for lab in labs):
             # every sample already has the batch's width (synthetic data, packed samples): no
             # padding, one copy per tensor (the per-sample loop below cost ~0.1 ms a batch).
-            return {"input_ids": torch.stack(seqs), "labels": torch.stack(labs),
-                    "attention_mask": torch.ones((n, width), dtype=torch.long)}
+            return {
+                "input_ids": torch.stack(seqs),
+                "labels": torch.stack(labs),
+                "attention_mask": torch.ones((n, width), dtype=torch.long),
+            }
         input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         labels = torch.full((n, width), IGNORE, dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)

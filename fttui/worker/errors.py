@@ -74,5 +74,15 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-__all__ = ["EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "WorkerInputError", "ConfigError",
-           "DataError", "classify", "exit_code_for", "one_line"]
+__all__ = [
+    "EXIT_OK",
+    "EXIT_ERROR",
+    "EXIT_BAD_INPUT",
+    "EXIT_OOM",
+    "WorkerInputError",
+    "ConfigError",
+    "DataError",
+    "classify",
+    "exit_code_for",
+    "one_line",
+]

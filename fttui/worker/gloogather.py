@@ -81,8 +81,12 @@ def chunked_gloo_gathers(applies: bool) -> bool:
     def all_gather_into_tensor(output_tensor, tensor, group=None, async_op=False, **kw):
         world = dist.get_world_size(group)
         n = tensor.numel()
-        if (output_tensor.device.type != "cpu" or dist.get_backend(group) != "gloo"
-                or output_tensor.numel() != n * world or n * tensor.element_size() * world <= limit):
+        if (
+            output_tensor.device.type != "cpu"
+            or dist.get_backend(group) != "gloo"
+            or output_tensor.numel() != n * world
+            or n * tensor.element_size() * world <= limit
+        ):
             return original(output_tensor, tensor, group=group, async_op=async_op, **kw)
         sliced_all_gather(output_tensor, tensor, group, slice_bytes=limit)
         _SLICED[0] += 1

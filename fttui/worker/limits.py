@@ -22,8 +22,20 @@ from fttui.core.base.units import parse_size as _parse_size
 
 from .errors import ConfigError
 
-__all__ = ["extensions_root", "parse_size", "apply_host_limit", "glibc", "limit_base", "trim_heap", "BASE_GRANULARITY", "apply_gpu_limit", "preload_before_limit", "fixed_address_layout",
-           "vm_size", "plain_arch_list"]
+__all__ = [
+    "extensions_root",
+    "parse_size",
+    "apply_host_limit",
+    "glibc",
+    "limit_base",
+    "trim_heap",
+    "BASE_GRANULARITY",
+    "apply_gpu_limit",
+    "preload_before_limit",
+    "fixed_address_layout",
+    "vm_size",
+    "plain_arch_list",
+]
 
 FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launch.child_env under a host limit
 _ADDR_NO_RANDOMIZE = 0x0040000
@@ -192,7 +204,6 @@ def apply_gpu_limit(limit: int | None, log) -> dict[str, Any] | None:
         torch.cuda.set_per_process_memory_fraction(frac, i)
         fractions.append(round(frac, 4))
     return {"gpu_memory_bytes": limit, "applied": True, "fractions": fractions}
-
 
 
 def extensions_root():

@@ -105,30 +105,51 @@ def measure_step(resolved: dict[str, Any], seed: int = 0) -> dict[str, Any]:
         step()
     params = sum(p.untyped_storage().nbytes() for p in {id(p): p for p in static}.values())
     optimizer = sum(v.untyped_storage().nbytes() for v in states)
-    return {"params": params, "optimizer": optimizer, "dynamic_peak": live.peak,
-            "total": params + optimizer + live.peak, "top": live.top()}
+    return {
+        "params": params,
+        "optimizer": optimizer,
+        "dynamic_peak": live.peak,
+        "total": params + optimizer + live.peak,
+        "top": live.top(),
+    }
 
 
 #: a Llama small enough for a fraction of a second per step, large enough that activations
 #: dominate: hidden 128, intermediate 344, 2 layers, 4 heads over 2 KV heads (GQA), 4 x 256
-SMALL_ARCH = ["model.arch_config.hidden_size=128", "model.arch_config.intermediate_size=344",
-              "model.arch_config.num_attention_heads=4", "model.arch_config.num_key_value_heads=2",
-              "model.arch_config.num_hidden_layers=2", "data.source=synthetic", "batch_size=4",
-              "max_seq_len=256"]
+SMALL_ARCH = [
+    "model.arch_config.hidden_size=128",
+    "model.arch_config.intermediate_size=344",
+    "model.arch_config.num_attention_heads=4",
+    "model.arch_config.num_key_value_heads=2",
+    "model.arch_config.num_hidden_layers=2",
+    "data.source=synthetic",
+    "batch_size=4",
+    "max_seq_len=256",
+]
 #: a 13M-parameter Llama at batch 16 x 512 (``bench/estimate_tensors.py --big``)
-BIG_ARCH = ["model.arch_config.hidden_size=512", "model.arch_config.intermediate_size=1376",
-            "model.arch_config.num_attention_heads=8", "model.arch_config.num_key_value_heads=8",
-            "model.arch_config.num_hidden_layers=4", "data.source=synthetic", "batch_size=16",
-            "max_seq_len=512"]
+BIG_ARCH = [
+    "model.arch_config.hidden_size=512",
+    "model.arch_config.intermediate_size=1376",
+    "model.arch_config.num_attention_heads=8",
+    "model.arch_config.num_key_value_heads=8",
+    "model.arch_config.num_hidden_layers=4",
+    "data.source=synthetic",
+    "batch_size=16",
+    "max_seq_len=512",
+]
 #: (profile, overrides) the estimator's activation model is checked on
 SETTINGS: list[tuple[str, list[str]]] = [
-    ("tiny-lora", []), ("tiny-lora", ["train.gradient_checkpointing=true"]),
-    ("tiny-lora", ["train.precision=bf16"]), ("tiny-lora", ["model.attn_implementation=eager"]),
+    ("tiny-lora", []),
+    ("tiny-lora", ["train.gradient_checkpointing=true"]),
+    ("tiny-lora", ["train.precision=bf16"]),
+    ("tiny-lora", ["model.attn_implementation=eager"]),
     ("tiny-lora", ["lora.dropout=0.0", "lora.target_modules=all-linear"]),
     ("tiny-lora", ["train.precision=bf16", "lora.dropout=0.0", "lora.target_modules=all-linear"]),
-    ("tiny-full", []), ("tiny-full", ["train.gradient_checkpointing=true"]),
+    ("tiny-full", []),
+    ("tiny-full", ["train.gradient_checkpointing=true"]),
     ("tiny-full", ["train.precision=bf16", "model.attn_implementation=eager"]),
-    ("tiny-lora-emb", []), ("tiny-qlora", []),
+    ("tiny-lora-emb", []),
+    ("tiny-qlora", []),
     ("tiny-qlora", ["train.precision=bf16", "train.gradient_checkpointing=true"]),
     ("tiny-lora-int8", []),
     ("tiny-qlora", ["quant.prepare=none", "train.precision=bf16"]),
@@ -147,8 +168,12 @@ def check_estimate(profile: str, overrides: list[str]) -> dict[str, Any]:
     m = measure_step(resolved)
     host = estimate(resolved).host_breakdown
     predicted = sum(host[k] for k in MODEL_PARTS)
-    return {"measured": m["total"], "predicted": predicted,
-            "error": (predicted - m["total"]) / m["total"], "top": m["top"]}
+    return {
+        "measured": m["total"],
+        "predicted": predicted,
+        "error": (predicted - m["total"]) / m["total"],
+        "top": m["top"],
+    }
 
 
 def check_slope(profile: str, overrides: list[str], lengths: tuple[int, int] = (128, 512)) -> dict[str, Any]:
@@ -169,5 +194,4 @@ def check_slope(profile: str, overrides: list[str], lengths: tuple[int, int] = (
         peaks.append(m["top"])
     d = tokens[1] - tokens[0]
     measured, predicted = (dyn[1] - dyn[0]) / d, (act[1] - act[0]) / d
-    return {"measured": measured, "predicted": predicted, "error": (predicted - measured) / measured,
-            "peaks": peaks}
+    return {"measured": measured, "predicted": predicted, "error": (predicted - measured) / measured, "peaks": peaks}

@@ -23,8 +23,17 @@ from .sharding import deepspeed_config
 from .structure import count_params, model_structure
 
 # deepspeed_config is re-exported: callers import it from here without loading torch.
-__all__ = ["ZERO_INIT", "META", "WHOLE", "load_base_model", "random_on_host", "reentrant_checkpointing",
-           "enable_checkpointing", "build_model", "deepspeed_config"]
+__all__ = [
+    "ZERO_INIT",
+    "META",
+    "WHOLE",
+    "load_base_model",
+    "random_on_host",
+    "reentrant_checkpointing",
+    "enable_checkpointing",
+    "build_model",
+    "deepspeed_config",
+]
 
 #: how a rank builds its model (:mod:`.partition` decides): inside DeepSpeed's zero.Init, on the
 #: meta device (an FSDP rank that receives its shards), or whole
@@ -43,8 +52,9 @@ def _meta_model(prof: Profile, dtype, attn: str, trust: bool):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     m = prof.model
-    config = load_config(m) if m.init == "random" else AutoConfig.from_pretrained(m.name_or_path,
-                                                                                  trust_remote_code=trust)
+    config = (
+        load_config(m) if m.init == "random" else AutoConfig.from_pretrained(m.name_or_path, trust_remote_code=trust)
+    )
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn, trust_remote_code=trust)
     made: dict[int, Any] = {}  # tied parameters stay one parameter
@@ -57,8 +67,9 @@ def _meta_model(prof: Profile, dtype, attn: str, trust: bool):
     return model
 
 
-def load_base_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0,
-                    build: str = WHOLE):
+def load_base_model(
+    resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0, build: str = WHOLE
+):
     """The base causal-LM (quantised for qlora / lora-int8), before PEFT wrapping. ``build``:
     :data:`META` builds it without weights; under :data:`ZERO_INIT` transformers partitions it
     while building it (random weights drawn module by module where DeepSpeed puts them)."""
@@ -90,13 +101,15 @@ def load_base_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = Fals
         # FSDP wrapping a model already on the card held it twice there): drawn on the card one
         # module at a time.
         if build == ZERO_INIT:
-            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
-                                                    trust_remote_code=trust)
+            return AutoModelForCausalLM.from_config(
+                config, dtype=dtype, attn_implementation=attn, trust_remote_code=trust
+            )
         if card is not None and prof.sharding_kind().sharded:
             return random_on_host(config, dtype=dtype, attn=attn, trust=trust, draw_on=card)
         with card or contextlib.nullcontext():
-            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
-                                                    trust_remote_code=trust)
+            return AutoModelForCausalLM.from_config(
+                config, dtype=dtype, attn_implementation=attn, trust_remote_code=trust
+            )
     # bitsandbytes quantises while loading weights: materialise the random model once in a
     # temporary folder and load it back quantised (the fp weights are freed before loading).
     fp = random_on_host(config, dtype=dtype, attn=attn, trust=trust, draw_on=card)
@@ -116,13 +129,11 @@ def random_on_host(config, *, dtype, attn: str, trust: bool, draw_on=None):
     from transformers import AutoModelForCausalLM, PreTrainedModel
 
     if draw_on is None:
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
-                                                trust_remote_code=trust)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn, trust_remote_code=trust)
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):  # parameters on the meta device, buffers real
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn,
-                                                 trust_remote_code=trust)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn, trust_remote_code=trust)
 
     def draw(module, owner) -> None:
         for child in module.children():  # a sub-model initialises its own modules (as transformers does)
@@ -154,8 +165,7 @@ def enable_checkpointing(model, *, reentrant: bool = False) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
 
 
-def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0,
-                build: str = WHOLE):
+def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0, build: str = WHOLE):
     """Model ready for the Trainer (PEFT-wrapped for the LoRA family). Returns ``(model, info)``
     with ``info = {"params_total", "params_trainable", "dtype", "method", "structure", "build"}``
     (``structure``: :func:`model_structure`; ``build``: how this rank built it)."""
@@ -184,5 +194,11 @@ def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, l
         model = get_peft_model(model, lora_config(prof, model))
     total, trainable = count_params(model)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    return model, {"params_total": total, "params_trainable": trainable, "dtype": dtype, "method": method,
-                   "structure": model_structure(model), "build": build}
+    return model, {
+        "params_total": total,
+        "params_trainable": trainable,
+        "dtype": dtype,
+        "method": method,
+        "structure": model_structure(model),
+        "build": build,
+    }

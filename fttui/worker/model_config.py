@@ -80,7 +80,7 @@ def load_config(m: dict[str, Any]):
             raise ConfigError(f"model.config: {cfg_path}: {e}".splitlines()[0]) from None
     arch = m.get("arch")
     if not arch:
-        raise ConfigError("model.arch: required with model.init = \"random\" (or set model.config)")
+        raise ConfigError('model.arch: required with model.init = "random" (or set model.config)')
     try:
         return AutoConfig.for_model(arch, **arch_config)
     except ValueError as e:

@@ -69,8 +69,9 @@ def build_mode(profile: Profile | dict[str, Any], rank: int) -> str:
 
 
 @contextlib.contextmanager
-def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool,
-                  rank: int) -> Iterator[str]:
+def build_context(
+    profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool, rank: int
+) -> Iterator[str]:
     """The context the model is built in; yields its :func:`build_mode`. Under ZeRO-3 the run's
     ``TrainingArguments`` are created first and kept alive until the build is over (transformers
     holds its DeepSpeed config by a weak reference); the Trainer later creates its own."""
@@ -93,8 +94,10 @@ def build_context(profile: Profile | dict[str, Any], run_dir: str, world: int, u
     _ = args.device
     deepspeed.init_distributed()
     if not is_deepspeed_zero3_enabled():
-        raise ConfigError(f"sharding {prof.sharding}: transformers does not see the ZeRO-3 config before the "
-                          "model is built (no zero.Init); refusing to build the whole model on every rank")
+        raise ConfigError(
+            f"sharding {prof.sharding}: transformers does not see the ZeRO-3 config before the "
+            "model is built (no zero.Init); refusing to build the whole model on every rank"
+        )
     return_freed_blocks(not use_cuda)
     chunked_gloo_gathers(not use_cuda)
     try:

@@ -32,6 +32,7 @@ from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
 
 from .errors import WorkerInputError, classify, one_line
+
 # Not the training worker's modules before the limit: a probe worker imports them after it (1.1 MiB
 # of its room), so its trials have 0.1 to 2.1 MiB less room than a run of the same stack (the base
 # is rounded up to a MiB, limits.limit_base). That keeps a run at the probe's answer inside the
@@ -65,10 +66,12 @@ def _reset_hwm() -> None:
 def trial_profile(profile: Profile, param: str, value: int, steps: int, data: bool = False) -> Profile:
     """The profile of one trial: ``param`` at ``value``, ``steps`` steps of synthetic samples (or,
     with ``data``, of the data set's longest samples, the longest in the first step)."""
-    p = profile.with_settings({PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps),
-                               "train.longest_first": bool(data)})
-    return p.with_settings({"data.source": SYNTHETIC,
-                            "data.num_samples": p.train.batch_size * p.train.grad_accum * int(steps)})
+    p = profile.with_settings(
+        {PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps), "train.longest_first": bool(data)}
+    )
+    return p.with_settings(
+        {"data.source": SYNTHETIC, "data.num_samples": p.train.batch_size * p.train.grad_accum * int(steps)}
+    )
 
 
 def longest_samples(su, order: list[list[int]], seq: int, k: int) -> list[dict[str, list[int]]]:
@@ -230,9 +233,11 @@ def plan_and_run(su, emit, ns) -> dict[str, Any]:
         r["clean"], r["fresh"] = clean, fresh
         r["headroom_mb"] = headroom_mb(su, r, fresh)
         emit("trial", **r)
-        su.log(f"trial {ns.param}={value}: {r['status']}"
-               + (f" ({r.get('oom_kind')})" if r.get("oom_kind") else "")
-               + (f", peak RSS {r['peak_host_rss_mb']:.0f} MB" if r.get("peak_host_rss_mb") else ""))
+        su.log(
+            f"trial {ns.param}={value}: {r['status']}"
+            + (f" ({r.get('oom_kind')})" if r.get("oom_kind") else "")
+            + (f", peak RSS {r['peak_host_rss_mb']:.0f} MB" if r.get("peak_host_rss_mb") else "")
+        )
         return r
 
     # 1. climb (clean trials)
@@ -301,15 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lo-fit", type=int, default=0, help="largest value already seen to fit clean")
     ap.add_argument("--oom-bound", type=int, default=0, help="smallest value already seen to fail clean")
     ap.add_argument("--steps", type=int, default=PROBE_STEPS)
-    ap.add_argument("--data-order", default=None, metavar="FILE",
-                    help="JSON [[index, raw tokens, first response token], ...] of the data, longest first: "
-                         "trials train on the longest samples (probe --data)")
+    ap.add_argument(
+        "--data-order",
+        default=None,
+        metavar="FILE",
+        help="JSON [[index, raw tokens, first response token], ...] of the data, longest first: "
+        "trials train on the longest samples (probe --data)",
+    )
     ns = ap.parse_args(argv)
     fixed_address_layout()  # under a host-memory limit: the same layout in every process
     _die_with_parent()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
-                 ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    for k, v in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+    ):
         os.environ.setdefault(k, v)
     import warnings
 
@@ -321,17 +334,32 @@ def main(argv: list[str] | None = None) -> int:
         su = setup(ns.run_dir, state)
         from .environment import environment
 
-        emit("probe_start", param=ns.param, start=ns.start, hi=ns.hi, growth=ns.growth,
-             params_total=su.info["params_total"], params_trainable=su.info["params_trainable"],
-             limits=su.limits, env=environment(), setup_time=round(time.perf_counter() - su.t_boot, 3))
+        emit(
+            "probe_start",
+            param=ns.param,
+            start=ns.start,
+            hi=ns.hi,
+            growth=ns.growth,
+            params_total=su.info["params_total"],
+            params_trainable=su.info["params_trainable"],
+            limits=su.limits,
+            env=environment(),
+            setup_time=round(time.perf_counter() - su.t_boot, 3),
+        )
         result = plan_and_run(su, emit, ns)
         emit("probe_end", **result)
         return 0
     except Exception as exc:
         kind, oom_kind = classify(exc)
         msg = one_line(exc)
-        emit("error", kind=kind, oom_kind=oom_kind, message=msg, step=0,
-             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()[-20:])
+        emit(
+            "error",
+            kind=kind,
+            oom_kind=oom_kind,
+            message=msg,
+            step=0,
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()[-20:],
+        )
         if isinstance(exc, WorkerInputError):
             print(f"error: {msg}", file=sys.stderr, flush=True)
             return 2

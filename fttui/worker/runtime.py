@@ -47,9 +47,12 @@ def _offload(conf) -> dict[str, Any] | None:
 def deepspeed_info(engine) -> dict[str, Any]:
     """What the DeepSpeed engine runs with, read back from the engine (not from our config)."""
     info: dict[str, Any] = {"engine": _qualname(engine)}
-    for key, fn in (("zero_stage", "zero_optimization_stage"), ("train_batch_size", "train_batch_size"),
-                    ("micro_batch", "train_micro_batch_size_per_gpu"),
-                    ("grad_accum", "gradient_accumulation_steps")):
+    for key, fn in (
+        ("zero_stage", "zero_optimization_stage"),
+        ("train_batch_size", "train_batch_size"),
+        ("micro_batch", "train_micro_batch_size_per_gpu"),
+        ("grad_accum", "gradient_accumulation_steps"),
+    ):
         try:
             info[key] = getattr(engine, fn)()
         except Exception:  # evidence only: an engine without this accessor (or one that fails) gives None
@@ -62,7 +65,7 @@ def deepspeed_info(engine) -> dict[str, Any]:
     params = partitioned = 0
     devices: set[str] = set()
     module = getattr(engine, "module", None)
-    for p in (module.parameters() if module is not None else ()):
+    for p in module.parameters() if module is not None else ():
         params += 1
         if hasattr(p, "ds_id"):
             partitioned += 1
@@ -105,16 +108,20 @@ def runtime_info(trainer) -> dict[str, Any]:
 
     if out["optimizer"] is not None:
         # who built it: the Trainer (its ``optim``) or DeepSpeed (the config's optimizer section)
-        out["optimizer"]["owner"] = (optimizer_owner(trainer) if getattr(trainer, "is_deepspeed_enabled", False)
-                                     else "trainer")
+        out["optimizer"]["owner"] = (
+            optimizer_owner(trainer) if getattr(trainer, "is_deepspeed_enabled", False) else "trainer"
+        )
         if out["optimizer"]["owner"] == "deepspeed":
             out["optimizer"]["name"] = "deepspeed"
     try:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            out["distributed"] = {"backend": str(dist.get_backend()), "world_size": dist.get_world_size(),
-                                  "rank": dist.get_rank()}
+            out["distributed"] = {
+                "backend": str(dist.get_backend()),
+                "world_size": dist.get_world_size(),
+                "rank": dist.get_rank(),
+            }
         else:
             out["distributed"] = None
     except (ImportError, RuntimeError, ValueError):  # no torch.distributed, or no usable group

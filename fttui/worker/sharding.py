@@ -27,8 +27,19 @@ from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
 
-__all__ = ["sharding_of", "kind_of", "deepspeed_settings", "deepspeed_config", "deepspeed_optimizer",
-           "fsdp_arguments", "trainer_class", "sharding_info", "check_sharding", "held_tensors", "optimizer_owner"]
+__all__ = [
+    "sharding_of",
+    "kind_of",
+    "deepspeed_settings",
+    "deepspeed_config",
+    "deepspeed_optimizer",
+    "fsdp_arguments",
+    "trainer_class",
+    "sharding_info",
+    "check_sharding",
+    "held_tensors",
+    "optimizer_owner",
+]
 
 
 def sharding_of(profile: Profile | dict[str, Any]) -> str:
@@ -60,8 +71,9 @@ def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict
     prof = as_profile(profile)
     kind = kind_of(prof)
     if not kind.deepspeed:
-        raise ConfigError(f"sharding: {kind.name!r} is not a DeepSpeed sharding "
-                          f"({', '.join(shardings.names(shardings.DEEPSPEED))})")
+        raise ConfigError(
+            f"sharding: {kind.name!r} is not a DeepSpeed sharding ({', '.join(shardings.names(shardings.DEEPSPEED))})"
+        )
     t, z = prof.train, prof.deepspeed
     stage, offload = kind.stage, kind.offload
     micro, accum, pin = t.batch_size, t.grad_accum, z.pin_memory
@@ -72,14 +84,21 @@ def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict
         "reduce_bucket_size": "auto",
     }
     if stage == 3:
-        zero.update({
-            "stage3_prefetch_bucket_size": "auto",
-            "stage3_param_persistence_threshold": "auto",
-            "stage3_gather_16bit_weights_on_model_save": True,
-        })
+        zero.update(
+            {
+                "stage3_prefetch_bucket_size": "auto",
+                "stage3_param_persistence_threshold": "auto",
+                "stage3_gather_16bit_weights_on_model_save": True,
+            }
+        )
         # [deepspeed] stage3_max_*: passed only when set (DeepSpeed's defaults otherwise)
-        zero.update({k: getattr(z, k) for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters")
-                     if getattr(z, k) is not None})
+        zero.update(
+            {
+                k: getattr(z, k)
+                for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters")
+                if getattr(z, k) is not None
+            }
+        )
     else:
         zero.update({"allgather_partitions": True, "allgather_bucket_size": 2e8, "reduce_scatter": True})
     if offload and z.offload_optimizer:
@@ -121,15 +140,20 @@ def fsdp_arguments(profile: Profile | dict[str, Any]) -> dict[str, Any]:
     shards from it (not for the quantised methods: accelerate broadcasts no 4-bit parameters)."""
     kind = kind_of(profile)
     if not kind.fsdp:
-        raise ConfigError(f"sharding: {kind.name!r} is not an FSDP sharding ({', '.join(shardings.names(shardings.FSDP))})")
-    return {"fsdp": "full_shard", "fsdp_config": {
-        "version": 2,
-        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "reshard_after_forward": True,
-        "cpu_offload": kind.offload,
-        "state_dict_type": "FULL_STATE_DICT",
-        "cpu_ram_efficient_loading": as_profile(profile).method not in KBIT_METHODS,
-    }}
+        raise ConfigError(
+            f"sharding: {kind.name!r} is not an FSDP sharding ({', '.join(shardings.names(shardings.FSDP))})"
+        )
+    return {
+        "fsdp": "full_shard",
+        "fsdp_config": {
+            "version": 2,
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "reshard_after_forward": True,
+            "cpu_offload": kind.offload,
+            "state_dict_type": "FULL_STATE_DICT",
+            "cpu_ram_efficient_loading": as_profile(profile).method not in KBIT_METHODS,
+        },
+    }
 
 
 def _promote_fsdp(trainer) -> None:
@@ -249,22 +273,33 @@ def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
             devices.append(str(getattr(dev, "value", dev) or "none"))
         offload = any(d in ("cpu", "nvme") for d in devices)
         ran = shardings.from_engine(shardings.DEEPSPEED, stage, offload)
-        info.update(kind="deepspeed", zero_stage=stage, offload_optimizer=devices[0], offload_param=devices[1],
-                    ran=ran.name if ran is not None else f"zero{stage}",
-                    optimizer_owner=optimizer_owner(trainer), optimizer=_innermost(getattr(trainer, "optimizer", None)),
-                    gathers_sliced=sliced_so_far())
+        info.update(
+            kind="deepspeed",
+            zero_stage=stage,
+            offload_optimizer=devices[0],
+            offload_param=devices[1],
+            ran=ran.name if ran is not None else f"zero{stage}",
+            optimizer_owner=optimizer_owner(trainer),
+            optimizer=_innermost(getattr(trainer, "optimizer", None)),
+            gathers_sliced=sliced_so_far(),
+        )
         model = getattr(engine, "module", model)
     else:
         fsdp = _fsdp_modules(model) if model is not None else []
         if fsdp:
             offload = _fsdp_offload(fsdp)
-            info.update(kind="fsdp", fsdp_modules=len(fsdp), fsdp_root=_qualname(model), offload=offload,
-                        ran=shardings.from_engine(shardings.FSDP, offload=bool(offload)).name)
+            info.update(
+                kind="fsdp",
+                fsdp_modules=len(fsdp),
+                fsdp_root=_qualname(model),
+                offload=offload,
+                ran=shardings.from_engine(shardings.FSDP, offload=bool(offload)).name,
+            )
         else:
             info.update(kind="none", ran=shardings.NONE.name)
     params = local = 0
     seen: set[int] = set()
-    for p in (model.parameters() if model is not None else ()):
+    for p in model.parameters() if model is not None else ():
         if id(p) in seen:
             continue
         seen.add(id(p))
@@ -279,9 +314,11 @@ def check_sharding(asked: str, info: dict[str, Any]) -> None:
     ran = info.get("ran")
     if ran == asked:
         return
-    raise ConfigError(f"sharding {asked!r} was asked for but {ran!r} runs (accelerate distributed type "
-                      f"{info.get('distributed_type')}, wrapper {info.get('wrapper') or '?'}); "
-                      "refusing to record a run under the wrong sharding")
+    raise ConfigError(
+        f"sharding {asked!r} was asked for but {ran!r} runs (accelerate distributed type "
+        f"{info.get('distributed_type')}, wrapper {info.get('wrapper') or '?'}); "
+        "refusing to record a run under the wrong sharding"
+    )
 
 
 def held_tensors(trainer) -> dict[str, int]:

@@ -27,8 +27,14 @@ from fttui.core.run.oplocks import clear_stale_locks
 from fttui.core.run.phases import LOADING_MODEL
 
 from .errors import ConfigError
-from .limits import (apply_gpu_limit, apply_host_limit, extensions_root, parse_size, plain_arch_list,
-                     preload_before_limit)
+from .limits import (
+    apply_gpu_limit,
+    apply_host_limit,
+    extensions_root,
+    parse_size,
+    plain_arch_list,
+    preload_before_limit,
+)
 
 __all__ = ["Emitter", "check_profile", "env_int", "read_profile", "Setup", "setup", "stack_imported"]
 
@@ -68,7 +74,6 @@ class Emitter:
     def __call__(self, event: str, **fields: Any) -> dict[str, Any]:
         obj = {"event": event, "t": time.time(), "rank": self.rank, "source": "worker", **fields}
         return write_event(self.path, parse_event(obj))
-
 
 
 def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:
@@ -145,12 +150,16 @@ def _refuse(profile: Profile, kind: shardings.Sharding, use_cuda: bool) -> None:
         raise ConfigError("train.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
     if kind.sharded and "LOCAL_RANK" not in os.environ:
         first, *rest = kind.launchers
-        raise ConfigError(f"sharding {kind}: launch the worker with the {first} launcher (devices.launcher = "
-                          f"\"{first}\")" + "".join(f" or {r}" for r in rest) + f"; {kind.family} needs a "
-                          "process group, plain python is not supported")
+        raise ConfigError(
+            f"sharding {kind}: launch the worker with the {first} launcher (devices.launcher = "
+            f'"{first}")' + "".join(f" or {r}" for r in rest) + f"; {kind.family} needs a "
+            "process group, plain python is not supported"
+        )
     if kind.needs_cuda and not use_cuda:
-        raise ConfigError(f"sharding {kind}: needs CUDA GPUs (on CPU ranks there is no device to offload from); "
-                          f"use sharding = \"{kind.without_offload()}\"")
+        raise ConfigError(
+            f"sharding {kind}: needs CUDA GPUs (on CPU ranks there is no device to offload from); "
+            f'use sharding = "{kind.without_offload()}"'
+        )
 
 
 class Setup:
@@ -256,9 +265,11 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     host_applied = apply_host_limit(host_limit)
     if host_applied:
         limits.update(host_applied)
-        log(f"host memory limit: {lim.host_memory} on top of the virtual size after imports "
+        log(
+            f"host memory limit: {lim.host_memory} on top of the virtual size after imports "
             f"({host_applied['vm_base_bytes'] / 2**20:.1f} MiB): "
-            f"RLIMIT_AS {host_applied['rlimit_as_bytes'] / 2**20:.1f} MiB")
+            f"RLIMIT_AS {host_applied['rlimit_as_bytes'] / 2**20:.1f} MiB"
+        )
     gpu_applied = apply_gpu_limit(gpu_limit, log)
     if gpu_applied:
         limits.update(gpu_applied)
@@ -268,7 +279,9 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     with build_context(profile, run_dir, world, use_cuda, su.rank) as build:
         su.model, su.info = build_model(profile, use_cuda=use_cuda, local_rank=local_rank, build=build)
     info = su.info
-    log(f"model built ({build}): {m.name_or_path} ({m.init}), method {method}, dtype {info['dtype']}, "
+    log(
+        f"model built ({build}): {m.name_or_path} ({m.init}), method {method}, dtype {info['dtype']}, "
         f"params total {info['params_total']:,}, trainable {info['params_trainable']:,} "
-        f"({time.perf_counter() - t_model:.2f}s)")
+        f"({time.perf_counter() - t_model:.2f}s)"
+    )
     return su

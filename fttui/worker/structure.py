@@ -69,9 +69,15 @@ def _packed_quant(model) -> dict[str, Any] | None:
             seen.add(id(t))
             rest += t.numel() * t.element_size()
     m = mods[0]
-    return {"bits": int(m.bits), "group_size": int(getattr(m, "group_size", -1)), "kernel": type(m).__name__,
-            "packed_linears": len(mods), "packed_bytes": int(packed), "other_bytes": int(rest),
-            "scales_dtype": _dtype_name(m.scales.dtype)}
+    return {
+        "bits": int(m.bits),
+        "group_size": int(getattr(m, "group_size", -1)),
+        "kernel": type(m).__name__,
+        "packed_linears": len(mods),
+        "packed_bytes": int(packed),
+        "other_bytes": int(rest),
+        "scales_dtype": _dtype_name(m.scales.dtype),
+    }
 
 
 _LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
@@ -83,7 +89,7 @@ def _pattern(name: str) -> str:
     ``model.layers.*.mlp.up_proj.lora_A.weight``: layer indexes folded, PEFT prefix and adapter
     name dropped, so a 80-layer model gives as few keys as a 2-layer one."""
     if name.startswith("base_model.model."):
-        name = name[len("base_model.model."):]
+        name = name[len("base_model.model.") :]
     name = _LAYER_INDEX.sub(".*", name)
     return name.replace(".default.", ".").removesuffix(".default")
 

@@ -40,8 +40,11 @@ def numbers(row: dict[str, Any]) -> dict[str, float]:
             continue
         if isinstance(value, (int, float)):
             out[f"fttui/{key}"] = float(value)
-        elif isinstance(value, list) and value and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        elif (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        ):
             for i, v in enumerate(value):
                 out[f"fttui/{key}/{i}"] = float(v)
     return out
@@ -111,8 +114,9 @@ class RowToTrackers(TrainerCallback):
                 elif isinstance(cb, MLflowCallback):
                     where = _mlflow(cb, row, step)
                 else:
-                    self.emit("tracker", name=name, logged=False,
-                              error="fttui logs its row to tensorboard and mlflow only")
+                    self.emit(
+                        "tracker", name=name, logged=False, error="fttui logs its row to tensorboard and mlflow only"
+                    )
                     continue
             except Exception as e:  # a tracker's failure must not fail a finished training
                 self.emit("tracker", name=name, logged=False, error=repr(e)[:300])

@@ -56,10 +56,12 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     dataset, dinfo = build_dataset(d, su.tok, vocab, t.seed, records=su.records)
     dataset, eval_dataset = split_eval(dataset, d.eval_ratio if keep.eval else 0.0, t.seed)
     n_eval = len(eval_dataset) if eval_dataset is not None else 0
-    log(f"dataset: {dinfo['name']}, {len(dataset)} samples"
+    log(
+        f"dataset: {dinfo['name']}, {len(dataset)} samples"
         + (f" (+{n_eval} held out for evaluation)" if n_eval else "")
         + (f" ({dinfo['dropped']} dropped: no response token within max_seq_len)" if dinfo["dropped"] else "")
-        + f", max_seq_len {d.max_seq_len}, tokenizer {getattr(su.tok, 'name', '?')}")
+        + f", max_seq_len {d.max_seq_len}, tokenizer {getattr(su.tok, 'name', '?')}"
+    )
 
     start_fields = {
         "config": profile.to_dict(),
@@ -71,9 +73,14 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
         "max_seq_len": d.max_seq_len,
         "num_samples": len(dataset),
         "eval_samples": n_eval,
-        "keep": {"save": keep.save, "save_steps": keep.save_steps, "output_dir": keep.output_dir,
-                 "eval_steps": keep.eval_steps if n_eval else None, "report_to": keep.report_to,
-                 "resume_from": resume_from},
+        "keep": {
+            "save": keep.save,
+            "save_steps": keep.save_steps,
+            "output_dir": keep.output_dir,
+            "eval_steps": keep.eval_steps if n_eval else None,
+            "report_to": keep.report_to,
+            "resume_from": resume_from,
+        },
         "env": environment(),
         "limits": su.limits,
         "method": profile.method,
@@ -90,9 +97,16 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     # first step begins (first_step).
     from .passfloor import pass_floor
 
-    callback = FttuiCallback(run_dir, via="worker", start=lambda trainer: {**start_fields, **_runtime(trainer)},
-                             printer=log, mark=False, first_step=deepspeed, strict=True,
-                             end=lambda trainer: pass_floor(trainer, d.max_seq_len, log))
+    callback = FttuiCallback(
+        run_dir,
+        via="worker",
+        start=lambda trainer: {**start_fields, **_runtime(trainer)},
+        printer=log,
+        mark=False,
+        first_step=deepspeed,
+        strict=True,
+        end=lambda trainer: pass_floor(trainer, d.max_seq_len, log),
+    )
     callback.eval_at_end = n_eval > 0
     state["counters"] = counters = callback.c
     from .trackers import RowToTrackers
@@ -104,8 +118,10 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     emit("phase", phase=BUILDING_OPS if deepspeed else FIRST_STEP)
     t_train = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
-    log(f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "
-        f"in {time.perf_counter() - t_train:.2f}s")
+    log(
+        f"training done: {counters.step} steps, {counters.samples} samples, {counters.tokens} tokens "
+        f"in {time.perf_counter() - t_train:.2f}s"
+    )
     if keep.recovery and trainer.is_world_process_zero():
         _drop_recovery_checkpoints(run_dir, log)
     if keep.save != "none":
@@ -197,8 +213,12 @@ def _close_process_group(trainer) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fttui.worker.train", description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True, help="run directory holding profile.json")
-    ap.add_argument("--resume-from", default=None, metavar="CHECKPOINT",
-                    help="a Trainer checkpoint folder to continue from (fttui run --resume)")
+    ap.add_argument(
+        "--resume-from",
+        default=None,
+        metavar="CHECKPOINT",
+        help="a Trainer checkpoint folder to continue from (fttui run --resume)",
+    )
     # The deepspeed launcher passes --local_rank (unless --no_local_rank); torchrun uses env only.
     ap.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
@@ -206,9 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     if ns.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(ns.local_rank))
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the supervisor writes the status
-    for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-                 ("TOKENIZERS_PARALLELISM", "false"), ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
-                 ("HF_HUB_DISABLE_TELEMETRY", "1")):
+    for k, v in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+        ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
+        ("HF_HUB_DISABLE_TELEMETRY", "1"),
+    ):
         os.environ.setdefault(k, v)
     import warnings
 
@@ -228,9 +253,15 @@ def main(argv: list[str] | None = None) -> int:
         tb_lines = "".join(tb).rstrip("\n").splitlines()[-20:]
         counters = state.get("counters")
         try:
-            emit("error", kind=kind, oom_kind=oom_kind, message=message,
-                 step=counters.step if counters is not None else 0,
-                 longest_seq=counters.fed_seq() if counters is not None else None, traceback=tb_lines)
+            emit(
+                "error",
+                kind=kind,
+                oom_kind=oom_kind,
+                message=message,
+                step=counters.step if counters is not None else 0,
+                longest_seq=counters.fed_seq() if counters is not None else None,
+                traceback=tb_lines,
+            )
         except (OSError, TypeError, ValueError) as e2:  # pragma: no cover - nowhere left to report but stderr
             print(f"fttui worker: cannot write the error event: {e2}", file=sys.stderr)
         if isinstance(exc, WorkerInputError):

@@ -74,8 +74,10 @@ def _longest_first(trainer, profile: Profile, dataset, su: Setup) -> None:
     sampler = longest_first_sampler(lengths, first, t.seed)
     trainer._get_train_sampler = lambda *_a, **_k: sampler
     top = sorted(lengths, reverse=True)[:first]
-    su.log(f"longest first: the first {LONGEST_FIRST_STEPS} steps carry the {len(top)} longest samples"
-           f" ({top[0]} to {top[-1]} tokens; {per_step} a step)")
+    su.log(
+        f"longest first: the first {LONGEST_FIRST_STEPS} steps carry the {len(top)} longest samples"
+        f" ({top[0]} to {top[-1]} tokens; {per_step} a step)"
+    )
 
 
 def sharding_check_callback(asked: str):

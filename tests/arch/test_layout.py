@@ -1,18 +1,22 @@
 """The code's shape, checked: import layers (import-linter contracts in pyproject.toml), no import
 cycle between modules or between packages (every import counted: inside functions and under
-TYPE_CHECKING too), bench/ only above fttui/, and no module over 400 lines."""
+TYPE_CHECKING too), bench/ only above fttui/, and no module over 320 logical lines."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_LINES = 400
+#: A size guide (never a reason to trim a file: split it by meaning): Python's logical lines, a
+#: statement over several lines counting once, comments and blank lines not at all, so that the
+#: formatter's line breaks change nothing. 320 is where 400 physical lines stood before ruff format.
+MAX_LOGICAL_LINES = 320
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +97,14 @@ def test_bench_only_imports_fttui():
         assert "import bench" not in text and "from bench" not in text, path
 
 
-def test_no_module_over_400_lines():
+def logical_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for tok in tokenize.tokenize(f.readline) if tok.type == tokenize.NEWLINE)
+
+
+def test_no_module_over_the_size_guide():
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "fttui").rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+            if (n := logical_lines(p)) > MAX_LOGICAL_LINES}
     assert long == {}
 
 

@@ -19,12 +19,14 @@ KBIT_METHODS: tuple[str, ...] = ("qlora", "lora-int8")
 SHARDINGS: tuple[str, ...] = shardings.NAMES
 #: sharding -> the methods it runs, and the legacy method name (both read off the registry)
 SHARDING_METHODS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
-    {k.name: k.methods for k in shardings.KINDS.values()})
+    {k.name: k.methods for k in shardings.KINDS.values()}
+)
 ZERO3_OFFLOAD: str = next(iter(shardings.LEGACY_METHODS))
 
 # The settings the probe and `estimate --max` search, with the profile key each one sets.
 PROBE_PARAMS: MappingProxyType[str, str] = MappingProxyType(
-    {"batch_size": "train.batch_size", "max_seq_len": "data.max_seq_len"})
+    {"batch_size": "train.batch_size", "max_seq_len": "data.max_seq_len"}
+)
 
 # The optimizer steps that carry the data's longest samples under ``train.longest_first``, and a
 # probe trial's steps: the first step's forward and backward run before the optimizer has any
@@ -49,7 +51,8 @@ EXIT_OOM = 3
 EXIT_CANCELLED = 4
 EXIT_INTERRUPTED = 130
 EXIT_CODES: MappingProxyType[str, int] = MappingProxyType(
-    {"completed": EXIT_OK, "failed": EXIT_ERROR, "oom": EXIT_OOM, "cancelled": EXIT_CANCELLED, WATCHED: EXIT_OK})
+    {"completed": EXIT_OK, "failed": EXIT_ERROR, "oom": EXIT_OOM, "cancelled": EXIT_CANCELLED, WATCHED: EXIT_OK}
+)
 
 # CUDA context + cuBLAS/cuDNN workspaces + NCCL per card, in bytes: counted by NVML but not by
 # torch's reserved memory. The memory model's fitted constant (CONSTANTS["cuda_context_bytes"],
@@ -66,8 +69,25 @@ CUDA_CONTEXT_BYTES = 800 * 2**20
 MAX_SAMPLE_BYTES = 4 << 20
 
 __all__ = [
-    "METHODS", "FULL_METHODS", "LORA_METHODS", "KBIT_METHODS", "SHARDINGS", "SHARDING_METHODS", "ZERO3_OFFLOAD",
-    "PROBE_PARAMS", "LONGEST_FIRST_STEPS", "PROBE_STEPS",
-    "FINAL_STATUSES", "WATCHED", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM", "EXIT_CANCELLED",
-    "EXIT_INTERRUPTED", "EXIT_CODES", "CUDA_CONTEXT_BYTES", "MAX_SAMPLE_BYTES",
+    "METHODS",
+    "FULL_METHODS",
+    "LORA_METHODS",
+    "KBIT_METHODS",
+    "SHARDINGS",
+    "SHARDING_METHODS",
+    "ZERO3_OFFLOAD",
+    "PROBE_PARAMS",
+    "LONGEST_FIRST_STEPS",
+    "PROBE_STEPS",
+    "FINAL_STATUSES",
+    "WATCHED",
+    "EXIT_OK",
+    "EXIT_ERROR",
+    "EXIT_BAD_INPUT",
+    "EXIT_OOM",
+    "EXIT_CANCELLED",
+    "EXIT_INTERRUPTED",
+    "EXIT_CODES",
+    "CUDA_CONTEXT_BYTES",
+    "MAX_SAMPLE_BYTES",
 ]

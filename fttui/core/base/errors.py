@@ -39,8 +39,9 @@ class HintedError(FttuiError):
 
     default = "invalid input"
 
-    def __init__(self, file: str | None = None, key: str | None = None, message: str = "",
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, file: str | None = None, key: str | None = None, message: str = "", hint: str | None = None
+    ) -> None:
         self.file = None if file is None else str(file)
         self.key = key
         self.message = message
@@ -105,5 +106,15 @@ class StoreError(FttuiError):
     """The results store cannot be opened, migrated or written."""
 
 
-__all__ = ["one_line", "did_you_mean", "FttuiError", "HintedError", "ProfileError", "DataError", "ConfigError",
-           "SizeError", "EstimateError", "StoreError"]
+__all__ = [
+    "one_line",
+    "did_you_mean",
+    "FttuiError",
+    "HintedError",
+    "ProfileError",
+    "DataError",
+    "ConfigError",
+    "SizeError",
+    "EstimateError",
+    "StoreError",
+]

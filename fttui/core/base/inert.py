@@ -99,7 +99,7 @@ def output_line(text: str) -> str:
         return inert(text)
     parts, pos = [], 0
     for m in _SGR.finditer(text):
-        parts.append(inert(_OTHER.sub("", text[pos:m.start()])))
+        parts.append(inert(_OTHER.sub("", text[pos : m.start()])))
         parts.append(m.group(0))
         pos = m.end()
     parts.append(inert(_OTHER.sub("", text[pos:])))

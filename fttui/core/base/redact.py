@@ -39,11 +39,41 @@ TOKEN_PATTERNS = [re.compile(p.encode()) for p in _TOKEN_SHAPES]
 _TOKENS = re.compile("|".join(_TOKEN_SHAPES))
 
 #: Words that make a name secret wherever they appear in it.
-_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "api_key", "apikey", "access_key",
-                 "private_key", "credential", "auth_token", "authtoken")
+_SECRET_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "api_key",
+    "apikey",
+    "access_key",
+    "private_key",
+    "credential",
+    "auth_token",
+    "authtoken",
+)
 #: ``X_token`` names that are not secrets: a tokenizer's special tokens, ``flops_per_token``.
-_NOT_SECRET_BEFORE_TOKEN = frozenset({"pad", "eos", "bos", "unk", "sep", "cls", "mask", "special", "per",
-                                      "start", "end", "image", "new", "max", "num", "decoder", "sample"})
+_NOT_SECRET_BEFORE_TOKEN = frozenset(
+    {
+        "pad",
+        "eos",
+        "bos",
+        "unk",
+        "sep",
+        "cls",
+        "mask",
+        "special",
+        "per",
+        "start",
+        "end",
+        "image",
+        "new",
+        "max",
+        "num",
+        "decoder",
+        "sample",
+    }
+)
 
 # A candidate ``NAME = VALUE`` / ``NAME: VALUE`` / ``--NAME VALUE``; the name is then checked
 # with is_secret_name (so ``max_tokens=5`` and ``tokens: 3`` stay as they are).
@@ -51,7 +81,8 @@ _TRIGGER = re.compile(r"pass|secret|token|key|credential|auth|bearer|pat\b", re.
 _PAIR = re.compile(
     r"""(?P<name>(?<![\w.-])--?[A-Za-z][\w.-]*|(?<![\w.-])[A-Za-z_][\w.-]*)"""
     r"""(?P<sep>["']?\s*[=:]\s*["']?|(?<=[\w.-])\s+(?=\S))"""
-    r"""(?=(?P<value>[^\s"',;&)}\]]+))""")
+    r"""(?=(?P<value>[^\s"',;&)}\]]+))"""
+)
 _AUTH = re.compile(r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token|bot)?\s*)([^\s\"',;]+)")
 _SCHEMES = ("bearer", "basic", "token", "bot")
 _BEARER = re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9._~+/-]+=*)")
@@ -60,8 +91,9 @@ _BEARER = re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9._~+/-]+=*)")
 #: A file's name or a path (``my-token-notes.toml``, ``data/secret_set.jsonl``): what it names is a
 #: file, never a secret, though a word of it may read like one (issue 36: a profile file called
 #: ``pat-notes.toml`` had its errors masked).
-_FILE_NAME = re.compile(r"[/\\]|\.(toml|jsonl?|ya?ml|py|txt|csv|tsv|log|md|sh|sbatch|cfg|ini|parquet|arrow|gz|out)$",
-                        re.I)
+_FILE_NAME = re.compile(
+    r"[/\\]|\.(toml|jsonl?|ya?ml|py|txt|csv|tsv|log|md|sh|sbatch|cfg|ini|parquet|arrow|gz|out)$", re.I
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -150,8 +182,7 @@ def _mask(obj: Any, values: list[str]) -> Any:
                 out_list.append(MASK)
                 hide_next = False
                 continue
-            hide_next = (isinstance(item, str) and item.startswith("-") and "=" not in item
-                         and is_secret_name(item))
+            hide_next = isinstance(item, str) and item.startswith("-") and "=" not in item and is_secret_name(item)
             out_list.append(_mask(item, values))
         return out_list
     return obj
@@ -201,7 +232,7 @@ def split_long(buf: bytes, keep: int = KEEP_BACK) -> tuple[bytes, bytes]:
         sp = max(buf.rfind(b" ", 0, probe), buf.rfind(b"\t", 0, probe))
         if sp <= 0:
             break
-        head = buf[max(0, sp - 80):sp].decode("latin-1")
+        head = buf[max(0, sp - 80) : sp].decode("latin-1")
         if not _INTRO.search(head):
             cut = sp + 1
             break
@@ -209,5 +240,14 @@ def split_long(buf: bytes, keep: int = KEEP_BACK) -> tuple[bytes, bytes]:
     return buf[:cut], buf[cut:]
 
 
-__all__ = ["MASK", "TOKEN_PATTERNS", "is_secret_name", "redact_env", "mask", "mask_text", "Redactor",
-           "split_long", "KEEP_BACK"]
+__all__ = [
+    "MASK",
+    "TOKEN_PATTERNS",
+    "is_secret_name",
+    "redact_env",
+    "mask",
+    "mask_text",
+    "Redactor",
+    "split_long",
+    "KEEP_BACK",
+]

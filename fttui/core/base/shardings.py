@@ -84,8 +84,9 @@ class Sharding:
 
     def without_offload(self) -> Sharding:
         """The same family and stage on the card (the hint when offloading is not possible)."""
-        return next((k for k in KINDS.values() if k.family == self.family and k.stage == self.stage
-                     and not k.offload), self)
+        return next(
+            (k for k in KINDS.values() if k.family == self.family and k.stage == self.stage and not k.offload), self
+        )
 
     def __str__(self) -> str:
         return self.name
@@ -95,16 +96,26 @@ _ZERO = dict(family=DEEPSPEED, launchers=("deepspeed", "torchrun"), extra="zero3
 _FSDP = dict(family=FSDP, launchers=("torchrun", "accelerate"), methods=_FOUR_BIT)
 
 #: every kind, in the order the views list them; the first is the default (no sharding)
-KINDS: dict[str, Sharding] = {k.name: k for k in (
-    Sharding("none", DDP),
-    Sharding("zero2", stage=2, label="ZeRO-2", **_ZERO),
-    Sharding("zero2-offload", stage=2, offload=True, label="ZeRO-2 offload", **_ZERO),
-    Sharding("zero3", stage=3, methods=_FOUR_BIT, label="ZeRO-3", **_ZERO),
-    Sharding("zero3-offload", stage=3, offload=True, methods=_UNQUANTISED, label="ZeRO-3 offload",
-             legacy_method="full-zero3-offload", **_ZERO),
-    Sharding("fsdp", label="FSDP", **_FSDP),
-    Sharding("fsdp-offload", offload=True, needs_cuda=True, label="FSDP offload", **_FSDP),
-)}
+KINDS: dict[str, Sharding] = {
+    k.name: k
+    for k in (
+        Sharding("none", DDP),
+        Sharding("zero2", stage=2, label="ZeRO-2", **_ZERO),
+        Sharding("zero2-offload", stage=2, offload=True, label="ZeRO-2 offload", **_ZERO),
+        Sharding("zero3", stage=3, methods=_FOUR_BIT, label="ZeRO-3", **_ZERO),
+        Sharding(
+            "zero3-offload",
+            stage=3,
+            offload=True,
+            methods=_UNQUANTISED,
+            label="ZeRO-3 offload",
+            legacy_method="full-zero3-offload",
+            **_ZERO,
+        ),
+        Sharding("fsdp", label="FSDP", **_FSDP),
+        Sharding("fsdp-offload", offload=True, needs_cuda=True, label="FSDP offload", **_FSDP),
+    )
+}
 
 #: the kind of a run that shards nothing (the profile's default)
 NONE: Sharding = next(iter(KINDS.values()))
@@ -153,9 +164,14 @@ def from_engine(family: str, stage: int = 0, offload: bool = False) -> Sharding 
     FSDP wrapper and its offload policy); ``None`` when no kind matches it."""
     if family == DDP:
         return NONE
-    return next((k for k in KINDS.values()
-                 if k.family == family and k.offload == bool(offload) and (family != DEEPSPEED or k.stage == stage)),
-                None)
+    return next(
+        (
+            k
+            for k in KINDS.values()
+            if k.family == family and k.offload == bool(offload) and (family != DEEPSPEED or k.stage == stage)
+        ),
+        None,
+    )
 
 
 #: optimizer names (transformers' ``optim``) that are bitsandbytes' own
@@ -172,5 +188,23 @@ def runs_with(method: str) -> tuple[str, ...]:
     return tuple(k.name for k in KINDS.values() if method in k.methods)
 
 
-__all__ = ["BNB_OPTIMIZER_MARKS", "DDP", "DEEPSPEED", "FSDP", "KINDS", "LEGACY_METHODS", "LEGACY_SECTION", "NAMES", "NONE",
-           "Sharding", "asked", "bnb_optimizer", "find", "from_engine", "get", "names", "of", "runs_with"]
+__all__ = [
+    "BNB_OPTIMIZER_MARKS",
+    "DDP",
+    "DEEPSPEED",
+    "FSDP",
+    "KINDS",
+    "LEGACY_METHODS",
+    "LEGACY_SECTION",
+    "NAMES",
+    "NONE",
+    "Sharding",
+    "asked",
+    "bnb_optimizer",
+    "find",
+    "from_engine",
+    "get",
+    "names",
+    "of",
+    "runs_with",
+]

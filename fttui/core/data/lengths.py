@@ -57,8 +57,7 @@ def histogram(values: Sequence[int], top: int, bins: int = HIST_BINS) -> list[di
     """``bins`` equal-width bins over 1..top: ``[{"lo", "hi", "count"}]`` (hi inclusive)."""
     top = max(int(top), 1)
     width = max(1, math.ceil(top / bins))
-    out = [{"lo": i * width + 1, "hi": min((i + 1) * width, top), "count": 0}
-           for i in range(math.ceil(top / width))]
+    out = [{"lo": i * width + 1, "hi": min((i + 1) * width, top), "count": 0} for i in range(math.ceil(top / width))]
     for v in values:
         out[min(max(v - 1, 0) // width, len(out) - 1)]["count"] += 1
     return out
@@ -69,13 +68,17 @@ def _padding(lengths: Sequence[int], batch_size: int) -> dict[str, float | int]:
     tokens each times its batch's padded length (the attention term of the FLOPs)."""
     real = padded = x_len = 0
     for start in range(0, len(lengths), batch_size):
-        batch = lengths[start:start + batch_size]
+        batch = lengths[start : start + batch_size]
         real += sum(batch)
         padded += max(batch) * len(batch)
         x_len += max(batch) ** 2 * len(batch)
-    return {"real_tokens": real, "fed_tokens": padded, "fed_tokens_x_len": x_len,
-            "padding_share": round(1.0 - real / padded, 4) if padded else 0.0,
-            "real_tokens_per_batch": round(real / max(1, math.ceil(len(lengths) / batch_size)), 1)}
+    return {
+        "real_tokens": real,
+        "fed_tokens": padded,
+        "fed_tokens_x_len": x_len,
+        "padding_share": round(1.0 - real / padded, 4) if padded else 0.0,
+        "real_tokens_per_batch": round(real / max(1, math.ceil(len(lengths) / batch_size)), 1),
+    }
 
 
 def grouped_order(lengths: Sequence[int], batch_size: int, seed: int) -> list[int]:
@@ -85,7 +88,7 @@ def grouped_order(lengths: Sequence[int], batch_size: int, seed: int) -> list[in
     mega = max(1, MEGABATCH_MULT * batch_size)
     out: list[int] = []
     for start in range(0, len(order), mega):
-        out += sorted(order[start:start + mega], reverse=True)
+        out += sorted(order[start : start + mega], reverse=True)
     return out
 
 
@@ -107,8 +110,9 @@ class DataStats:
         return asdict(self)
 
 
-def summarise(samples: Iterable[SampleLength], max_seq_len: int, batch_size: int, seed: int = 42,
-              longest: int = 8) -> DataStats:
+def summarise(
+    samples: Iterable[SampleLength], max_seq_len: int, batch_size: int, seed: int = 42, longest: int = 8
+) -> DataStats:
     """The figures of ``fttui data`` for one ``max_seq_len`` and batch size."""
     all_samples = list(samples)
     kept = [s for s in all_samples if s.kept(max_seq_len)]
@@ -120,14 +124,21 @@ def summarise(samples: Iterable[SampleLength], max_seq_len: int, batch_size: int
     batch_size = max(1, int(batch_size))
     tops = sorted(kept, key=lambda s: (-s.length(max_seq_len), s.index))[:longest]
     return DataStats(
-        samples=len(kept), dropped=len(all_samples) - len(kept), truncated=truncated,
+        samples=len(kept),
+        dropped=len(all_samples) - len(kept),
+        truncated=truncated,
         truncated_share=round(truncated / len(kept), 4) if kept else 0.0,
-        max_seq_len=int(max_seq_len), batch_size=batch_size,
-        tokens={"min": ordered[0] if ordered else 0, "p50": percentile(ordered, 50),
-                "p90": percentile(ordered, 90), "p99": percentile(ordered, 99),
-                "max": ordered[-1] if ordered else 0,
-                "mean": round(sum(ordered) / len(ordered), 1) if ordered else 0,
-                "total": sum(ordered)},
+        max_seq_len=int(max_seq_len),
+        batch_size=batch_size,
+        tokens={
+            "min": ordered[0] if ordered else 0,
+            "p50": percentile(ordered, 50),
+            "p90": percentile(ordered, 90),
+            "p99": percentile(ordered, 99),
+            "max": ordered[-1] if ordered else 0,
+            "mean": round(sum(ordered) / len(ordered), 1) if ordered else 0,
+            "total": sum(ordered),
+        },
         histogram=histogram(lengths, max(max_seq_len if truncated else (ordered[-1] if ordered else 1), 1)),
         random_order=_padding(shuffled, batch_size),
         grouped=_padding(grouped_order(lengths, batch_size, seed), batch_size),

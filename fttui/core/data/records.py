@@ -46,8 +46,11 @@ def _check(obj: Any, fmt: str, where: str) -> dict[str, Any]:
     if fmt == "instruction":
         missing = [k for k in ("instruction", "output") if k not in obj]
         if missing:
-            raise DataError(None, f"{where}: missing field(s) {', '.join(repr(m) for m in missing)} "
-                            "(instruction format needs instruction, output and optional input)")
+            raise DataError(
+                None,
+                f"{where}: missing field(s) {', '.join(repr(m) for m in missing)} "
+                "(instruction format needs instruction, output and optional input)",
+            )
         out = {"format": "instruction"}
         for key in ("instruction", "input", "output"):
             val = obj.get(key, "")
@@ -88,8 +91,10 @@ def _record(obj: Any, chosen: str | None, where: str, lineno: int) -> tuple[dict
         chosen = _detect(obj)
         if chosen is None:
             keys = ", ".join(sorted(obj)[:6]) or "none"
-            raise DataError(None, f"{where}: cannot detect the data format (keys: {keys}); expected "
-                            "instruction/input/output or messages")
+            raise DataError(
+                None,
+                f"{where}: cannot detect the data format (keys: {keys}); expected instruction/input/output or messages",
+            )
     rec = _check(obj, chosen, where)
     rec["line"] = lineno
     return rec, chosen
@@ -109,8 +114,11 @@ def _open(path: str) -> BinaryIO:
         os.close(fd)
         if stat.S_ISDIR(mode):
             raise DataError(None, f"{path}: is a directory, expected a .json or .jsonl file")
-        raise DataError(None, f"{path}: not a regular file (a named pipe, device or socket): data.source "
-                              "must name a .json or .jsonl file")
+        raise DataError(
+            None,
+            f"{path}: not a regular file (a named pipe, device or socket): data.source "
+            "must name a .json or .jsonl file",
+        )
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
@@ -122,9 +130,12 @@ def check_file(path: str | os.PathLike[str]) -> None:
 
 
 def _too_large(where: str, cap: int) -> DataError:
-    return DataError(None, f"{where}: one sample is larger than {_size(cap)}, fttui's bound for a sample (only its "
-                           "first data.max_seq_len tokens could train: cut it to its head or split it into several "
-                           "samples)")
+    return DataError(
+        None,
+        f"{where}: one sample is larger than {_size(cap)}, fttui's bound for a sample (only its "
+        "first data.max_seq_len tokens could train: cut it to its head or split it into several "
+        "samples)",
+    )
 
 
 def _size(n: int) -> str:
@@ -236,7 +247,7 @@ class _JsonList:
                         depth += 1
                     elif not depth:  # a scalar ends before ',' or ']'
                         self.pos = m.start()
-                        return len(self.buf[begin:self.pos].rstrip()) + begin
+                        return len(self.buf[begin : self.pos].rstrip()) + begin
                     elif c in b"]}":
                         depth -= 1
                         if not depth:
@@ -268,8 +279,11 @@ class _JsonList:
                 try:
                     json.loads(head.decode("utf-8", "replace"))
                 except ValueError as e:
-                    raise DataError(None, f"{path}:{self.line(first) + getattr(e, 'lineno', 1) - 1}: malformed "
-                                          f"JSON ({getattr(e, 'msg', e)})") from None
+                    raise DataError(
+                        None,
+                        f"{path}:{self.line(first) + getattr(e, 'lineno', 1) - 1}: malformed "
+                        f"JSON ({getattr(e, 'msg', e)})",
+                    ) from None
                 except RecursionError:
                     raise DataError(None, f"{path}:{self.line(first)}: malformed JSON (nested too deeply)") from None
             raise DataError(None, f"{path}:{self.line(first)}: a .json data file must hold a list of objects")
@@ -282,8 +296,9 @@ class _JsonList:
             while True:
                 begin = self._next_byte()
                 if begin is None:
-                    raise DataError(None, f"{path}:{self.line(len(self.buf))}: malformed JSON (the list is not "
-                                          "closed with ']')")
+                    raise DataError(
+                        None, f"{path}:{self.line(len(self.buf))}: malformed JSON (the list is not closed with ']')"
+                    )
                 self.start = begin
                 lineno = self.line(begin)
                 end = self._value_end(begin)
@@ -299,8 +314,9 @@ class _JsonList:
                 try:
                     obj = json.loads(text)
                 except ValueError as e:
-                    raise DataError(None, f"{path}:{lineno + getattr(e, 'lineno', 1) - 1}: malformed JSON "
-                                          f"({getattr(e, 'msg', e)})") from None
+                    raise DataError(
+                        None, f"{path}:{lineno + getattr(e, 'lineno', 1) - 1}: malformed JSON ({getattr(e, 'msg', e)})"
+                    ) from None
                 except RecursionError:
                     raise DataError(None, f"{path}:{lineno}: malformed JSON (nested too deeply)") from None
                 del piece, text
@@ -321,14 +337,16 @@ class _JsonList:
             raise DataError(None, f"{path}:{self.line(extra)}: malformed JSON (extra data after the list)")
 
 
-def load_records(path: str | os.PathLike[str], fmt: str = "auto",
-                 max_sample_bytes: int = MAX_SAMPLE_BYTES) -> list[dict[str, Any]]:
+def load_records(
+    path: str | os.PathLike[str], fmt: str = "auto", max_sample_bytes: int = MAX_SAMPLE_BYTES
+) -> list[dict[str, Any]]:
     """Read and validate a data file; see the module docstring. Raises :class:`DataError`."""
     return [rec for rec, _, _ in iter_records(path, fmt, max_sample_bytes)]
 
 
-def iter_records(path: str | os.PathLike[str], fmt: str = "auto",
-                 max_sample_bytes: int = MAX_SAMPLE_BYTES) -> Iterator[tuple[dict[str, Any], int, int]]:
+def iter_records(
+    path: str | os.PathLike[str], fmt: str = "auto", max_sample_bytes: int = MAX_SAMPLE_BYTES
+) -> Iterator[tuple[dict[str, Any], int, int]]:
     """Stream ``(record, bytes_read, total_bytes)``: a ``.jsonl`` file line by line, a ``.json``
     list element by element (a 1 GB file never sits in memory), each sample at most
     ``max_sample_bytes``. One-line :class:`DataError` messages naming the file and line."""
@@ -343,12 +361,16 @@ def iter_records(path: str | os.PathLike[str], fmt: str = "auto",
         total = os.fstat(f.fileno()).st_size
         listed = None if path.endswith(".jsonl") else _JsonList(f, path, max_sample_bytes)
         try:
-            for lineno, obj, done in (_jsonl_items(f, path, max_sample_bytes) if listed is None else listed.items()):
+            for lineno, obj, done in _jsonl_items(f, path, max_sample_bytes) if listed is None else listed.items():
                 rec, chosen = _record(obj, chosen, f"{path}:{lineno}", lineno)
                 seen += 1
                 yield rec, done, total
         except OSError as e:
             raise DataError(None, f"{path}: cannot read data file ({e.strerror or e})") from None
     if not seen:  # a .jsonl file without records has blank lines only
-        raise DataError(None, f"{path}: data file holds no records" if listed is not None and not listed.empty
-                        else f"{path}: data file is empty")
+        raise DataError(
+            None,
+            f"{path}: data file holds no records"
+            if listed is not None and not listed.empty
+            else f"{path}: data file is empty",
+        )

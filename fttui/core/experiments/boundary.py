@@ -88,8 +88,9 @@ def growth_per_value(trials: list[Trial]) -> float | None:
     more than linear, far enough apart that the processes' jitter does not decide it); else one launched fit's ``steps_mb`` per value
     (an upper bound); else a least-squares line through the fitting trials' peaks (in-process
     trials carry an offset, not a different growth)."""
-    heads = sorted({t.value: t.headroom_mb for t in trials if t.fresh and t.status == "fit"
-                    and t.headroom_mb is not None}.items())
+    heads = sorted(
+        {t.value: t.headroom_mb for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None}.items()
+    )
     if len(heads) >= 2:
         v2, h2 = heads[-1]
         # the nearest fit below whose headroom is GROWTH_SPAN_MB more, else the next one down
@@ -98,8 +99,9 @@ def growth_per_value(trials: list[Trial]) -> float | None:
             return (h1 - h2) / (v2 - v1)
     # one launched fit: what its batches added, per value, is at least the growth so far (fixed
     # costs of a step count in it): for a linear growth a prediction from it is not above the boundary
-    bounds = [t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
-              and t.steps_mb and t.value > 0]
+    bounds = [
+        t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None and t.steps_mb and t.value > 0
+    ]
     if bounds:
         t = max(bounds, key=lambda t: t.value)
         return t.steps_mb / t.value
@@ -117,8 +119,11 @@ def predicted(trials: list[Trial], below: int | None = None) -> int | None:
     """The largest value a fresh process should fit, from the largest fresh fit that reported its
     headroom (below ``below`` when given), or None."""
     g = growth_per_value(trials)
-    fits = [t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
-            and (below is None or t.value < below)]
+    fits = [
+        t
+        for t in trials
+        if t.fresh and t.status == "fit" and t.headroom_mb is not None and (below is None or t.value < below)
+    ]
     if g is None or not fits:
         return None
     best = max(fits, key=lambda t: t.value)
@@ -142,8 +147,10 @@ def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
         return max(p, low + 1)
     if not any(t.fresh and t.status == "oom" and t.value == ceil for t in trials):
         return ceil - 1  # the range's end, no OOM seen there: check the end itself
-    best = max((t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None
-                and t.value < ceil), key=lambda t: t.value)
+    best = max(
+        (t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None and t.value < ceil),
+        key=lambda t: t.value,
+    )
     head = max(0.0, best.headroom_mb)
     # from the third fresh OOM above that fit on, each doubles what ceil is taken to have needed
     # (regula falsi's Illinois rule): a sharp kink is not walked down a few values per load

@@ -77,8 +77,7 @@ class Forecast:
         took = duration_words(self.run_seconds)
         cost = f", {self.cost:,.2f} {self.cost_unit}".rstrip() if self.cost is not None else ""
         mfu = f"MFU {self.mfu:.0%}, " if self.mfu is not None else ""
-        return (f"{self.steps} steps x {self.step_seconds:.3g} s = {took}{cost} "
-                f"({mfu}{self.mfu_source})")
+        return f"{self.steps} steps x {self.step_seconds:.3g} s = {took}{cost} ({mfu}{self.mfu_source})"
 
 
 def duration_words(seconds: float) -> str:
@@ -112,8 +111,10 @@ def offload_bytes(e: Any) -> tuple[float, float]:
     hb = getattr(e, "host_breakdown", None) or {}
     inputs = getattr(e, "inputs", None) or {}
     ranks = max(1, int(inputs.get("gpus") or inputs.get("cpu_processes") or 1))
-    return (2 * float(hb.get("offload_param_partitions") or 0) / ranks,
-            2 * float(hb.get("offload_gradients") or 0) / ranks)
+    return (
+        2 * float(hb.get("offload_param_partitions") or 0) / ranks,
+        2 * float(hb.get("offload_gradients") or 0) / ranks,
+    )
 
 
 def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
@@ -129,8 +130,12 @@ def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
 
 def _setup_key(profile: Mapping[str, Any]) -> dict[str, Any]:
     p = as_profile(profile)
-    return {"model": p.model.name_or_path, "method": p.method, "sharding": p.sharding or shardings.NONE.name,
-            "precision": p.train.precision or "fp32"}
+    return {
+        "model": p.model.name_or_path,
+        "method": p.method,
+        "sharding": p.sharding or shardings.NONE.name,
+        "precision": p.train.precision or "fp32",
+    }
 
 
 def _row_rate(row: Mapping[str, Any]) -> float | None:
@@ -166,8 +171,9 @@ def _closeness(row: Mapping[str, Any], key: Mapping[str, Any]) -> int:
     return score
 
 
-def calibration_rows(profile: Mapping[str, Any], rows: Iterable[Mapping[str, Any]],
-                     card: str) -> tuple[list[Mapping[str, Any]], int]:
+def calibration_rows(
+    profile: Mapping[str, Any], rows: Iterable[Mapping[str, Any]], card: str
+) -> tuple[list[Mapping[str, Any]], int]:
     """The completed rows nearest to the profile on ``card`` (``"cpu"`` or an NVML name; rows of
     other cards of known peak count on a GPU), with their closeness (15: same model, method,
     sharding and precision)."""
@@ -233,10 +239,21 @@ def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | 
     return None
 
 
-def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed_tokens_per_sample: float,
-             real_tokens_per_sample: float, rows: Iterable[Mapping[str, Any]], card: str, cards: int,
-             price_per_card_hour: float | None = None, price_unit: str = "",
-             link_bytes: tuple[float, float] = (0.0, 0.0), attn_len: float | None = None) -> Forecast:
+def forecast(
+    profile: Mapping[str, Any],
+    shape: ModelShape,
+    *,
+    samples: int,
+    fed_tokens_per_sample: float,
+    real_tokens_per_sample: float,
+    rows: Iterable[Mapping[str, Any]],
+    card: str,
+    cards: int,
+    price_per_card_hour: float | None = None,
+    price_unit: str = "",
+    link_bytes: tuple[float, float] = (0.0, 0.0),
+    attn_len: float | None = None,
+) -> Forecast:
     """The forecast of one profile on ``cards`` x ``card`` (``card == "cpu"``: CPU processes).
     ``attn_len``: the fed tokens' mean padded length, each token weighted (the attention term's
     length; ``fed_tokens_per_sample`` when not given: synthetic data feeds every sample at it).
@@ -265,12 +282,17 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         if card == RANKS_CPU or peak is None:
             rate = sum(_row_rate(r) for r in chosen) / len(chosen)  # type: ignore[misc]
         else:
-            mfus = [_row_rate(r) / (peak_tflops(str(r.get("gpu")), r.get("precision")) * 1e12)  # type: ignore
-                    for r in chosen]
+            mfus = [
+                _row_rate(r) / (peak_tflops(str(r.get("gpu")), r.get("precision")) * 1e12)  # type: ignore
+                for r in chosen
+            ]
             mfu = sum(mfus) / len(mfus)
             rate = mfu * peak * 1e12
-        how = {15: "same model, method, sharding and precision", 14: "same model, method and sharding",
-               12: "same model and method"}.get(score, "nearest setup")
+        how = {
+            15: "same model, method, sharding and precision",
+            14: "same model, method and sharding",
+            12: "same model and method",
+        }.get(score, "nearest setup")
         where = "this card" if same_card else f"{chosen[0].get('gpu')} rows scaled by peak"
         source = f"calibrated from {len(chosen)} row{'s' if len(chosen) != 1 else ''} ({how}; {where})"
         if model is not None:
@@ -298,8 +320,7 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
         per_layer = DEFAULT_PASS_S_PER_LAYER["cpu" if card == RANKS_CPU else "gpu"]
         fixed = per_layer * max(1, shape.layers)
         source += f", default {fixed * 1e3:.3g} ms per micro batch fixed ({per_layer * 1e3:g} ms per layer)"
-    step_s = (model.step_seconds(pass_flops, accum) if model is not None
-              else accum * (pass_flops / rate + fixed))
+    step_s = model.step_seconds(pass_flops, accum) if model is not None else accum * (pass_flops / rate + fixed)
     if model is not None and mfu is not None and peak:
         mfu = accum * pass_flops / step_s / (peak * 1e12)  # what the rows' MFU measures: whole steps
     if any(link_bytes) and card != RANKS_CPU and not (chosen and score & 2):
@@ -311,13 +332,23 @@ def forecast(profile: Mapping[str, Any], shape: ModelShape, *, samples: int, fed
     if price_per_card_hour is not None:
         cost = price_per_card_hour * max(1, cards) * max(1, world // max(1, cards)) * run_s / 3600
     return Forecast(
-        step_seconds=float(f"{step_s:.6g}"), run_seconds=float(f"{run_s:.6g}"), steps=steps,
+        step_seconds=float(f"{step_s:.6g}"),
+        run_seconds=float(f"{run_s:.6g}"),
+        steps=steps,
         tokens=int(round(steps * per_step * world * real_tokens_per_sample)),
-        fed_tokens_per_sample=round(fed_tokens_per_sample, 2), flops_per_token=round(fpt, 1),
-        mfu=None if mfu is None else round(mfu, 4), flop_rate=round(rate, 1), fixed_seconds=round(fixed, 6),
+        fed_tokens_per_sample=round(fed_tokens_per_sample, 2),
+        flops_per_token=round(fpt, 1),
+        mfu=None if mfu is None else round(mfu, 4),
+        flop_rate=round(rate, 1),
+        fixed_seconds=round(fixed, 6),
         step_fixed_seconds=round(model.fixed_step_s, 6) if model is not None else 0.0,
-        warmup_seconds=round(warm, 3), mfu_source=source, calibrated=calibrated, rows=[str(r.get("run_id")) for r in chosen],
-        cost=None if cost is None else float(f"{cost:.6g}"), cost_unit=price_unit)
+        warmup_seconds=round(warm, 3),
+        mfu_source=source,
+        calibrated=calibrated,
+        rows=[str(r.get("run_id")) for r in chosen],
+        cost=None if cost is None else float(f"{cost:.6g}"),
+        cost_unit=price_unit,
+    )
 
 
 def profile_shape(profile: Mapping[str, Any], inputs: Mapping[str, Any]) -> ModelShape:
@@ -327,13 +358,27 @@ def profile_shape(profile: Mapping[str, Any], inputs: Mapping[str, Any]) -> Mode
     a = arch_numbers(profile)
     params, lora = int(inputs.get("params") or a.params), int(inputs.get("lora_params") or 0)
     full = profile.get("method") == "full"
-    return ModelShape(params_total=params + (0 if full else lora), params_trainable=params if full else lora,
-                      vocab=a.vocab, hidden=a.hidden, layers=a.layers, attn_dim=a.q_dim, tied=a.tied)
+    return ModelShape(
+        params_total=params + (0 if full else lora),
+        params_trainable=params if full else lora,
+        vocab=a.vocab,
+        hidden=a.hidden,
+        layers=a.layers,
+        attn_dim=a.q_dim,
+        tied=a.tied,
+    )
 
 
-def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows: Iterable[Mapping[str, Any]],
-                     card: str, prices=None, batch_size: int | None = None, tokenise: bool = True,
-                     link_bytes: tuple[float, float] = (0.0, 0.0)) -> Forecast:
+def profile_forecast(
+    profile: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    rows: Iterable[Mapping[str, Any]],
+    card: str,
+    prices=None,
+    batch_size: int | None = None,
+    tokenise: bool = True,
+    link_bytes: tuple[float, float] = (0.0, 0.0),
+) -> Forecast:
     """The forecast of a resolved profile: its data's real lengths (:mod:`fttui.core.run.datalens`,
     synthetic data: ``max_seq_len``), its cards (``card``: ``"cpu"`` or the NVML name of the cards it
     will run on), the store's ``rows``; ``prices`` (:class:`fttui.core.results.prices.Prices`)
@@ -348,10 +393,20 @@ def profile_forecast(profile: Mapping[str, Any], inputs: Mapping[str, Any], rows
     dev = as_profile(profile).devices
     cards = int(dev.gpus or 0) or int(dev.cpu_processes or 1)
     price = prices.price_of(card) if prices is not None else None
-    return forecast(profile, profile_shape(profile, inputs), samples=stats.samples, fed_tokens_per_sample=fed,
-                    real_tokens_per_sample=real, rows=rows, card=card, cards=cards,
-                    price_per_card_hour=price, price_unit=(prices.unit if prices is not None else ""),
-                    link_bytes=link_bytes, attn_len=attn or None)
+    return forecast(
+        profile,
+        profile_shape(profile, inputs),
+        samples=stats.samples,
+        fed_tokens_per_sample=fed,
+        real_tokens_per_sample=real,
+        rows=rows,
+        card=card,
+        cards=cards,
+        price_per_card_hour=price,
+        price_unit=(prices.unit if prices is not None else ""),
+        link_bytes=link_bytes,
+        attn_len=attn or None,
+    )
 
 
 def run_card(profile: Mapping[str, Any]) -> str:

@@ -58,8 +58,10 @@ def check_probe(resolved: dict) -> None:
     """One line when a launched probe cannot run this profile."""
     nodes = as_profile(resolved).devices.nodes
     if nodes > 1:
-        raise FttuiError(f"the probe runs on one machine, the profile has devices.nodes = {nodes}: every node "
-                         "would have to launch each trial together; probe one node's setup (nodes = 1)")
+        raise FttuiError(
+            f"the probe runs on one machine, the profile has devices.nodes = {nodes}: every node "
+            "would have to launch each trial together; probe one node's setup (nodes = 1)"
+        )
 
 
 def max_launches(lo: int, hi: int) -> int:
@@ -88,8 +90,12 @@ def trial_overrides(resolved: dict, param: str, value: int, steps: int, data: bo
     prof = as_profile(resolved)
     micro = int(value) if param == "batch_size" else prof.train.batch_size
     accum = prof.train.grad_accum
-    return {PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps), "data.source": SYNTHETIC,
-            "data.num_samples": micro * accum * prof.world_size() * int(steps)}
+    return {
+        PROBE_PARAMS[param]: int(value),
+        "train.max_steps": int(steps),
+        "data.source": SYNTHETIC,
+        "data.num_samples": micro * accum * prof.world_size() * int(steps),
+    }
 
 
 def _r(x, nd):
@@ -101,8 +107,18 @@ class LaunchedTrial:
     sample and fold its events until it ends, then judge it (:meth:`run`). :meth:`stop` may be
     called from any thread."""
 
-    def __init__(self, resolved: dict, param: str, value: int, steps: int, *, run_id: str, group: str,
-                 load: int, data: bool = False):
+    def __init__(
+        self,
+        resolved: dict,
+        param: str,
+        value: int,
+        steps: int,
+        *,
+        run_id: str,
+        group: str,
+        load: int,
+        data: bool = False,
+    ):
         self.param, self.value, self.load = param, int(value), load
         self.resolved = apply_overrides(resolved, trial_overrides(resolved, param, value, steps, data))
         self.prof = as_profile(self.resolved)
@@ -124,10 +140,14 @@ class LaunchedTrial:
                 return
             try:
                 self.guard = subprocess.Popen(
-                    [sys.executable, "-m", "fttui.core.experiments.trial_guard", str(self.rd.path), "--",
-                     *cmd["argv"]],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
-                    start_new_session=True, close_fds=True)
+                    [sys.executable, "-m", "fttui.core.experiments.trial_guard", str(self.rd.path), "--", *cmd["argv"]],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
             finally:
                 log.close()
         line = self.guard.stdout.readline() if self.guard.stdout else b""
@@ -206,9 +226,14 @@ class LaunchedTrial:
         snap = state.snapshot()
         fs = final_status(rd, snap, rc, None, str(ex["error"]) if ex.get("error") else None)
         if fs.status not in ("completed", "oom"):
-            raise FttuiError(f"probe trial {self.load} ({self.param}={self.value}) {fs.status}: "
-                             f"{fs.error or 'no message'} (see {rd.log_path})")
-        return self._trial(fs, snap, peak), fs.status == "oom" and not snap.step and snap.phase in (None, "loading-model")
+            raise FttuiError(
+                f"probe trial {self.load} ({self.param}={self.value}) {fs.status}: "
+                f"{fs.error or 'no message'} (see {rd.log_path})"
+            )
+        return self._trial(fs, snap, peak), fs.status == "oom" and not snap.step and snap.phase in (
+            None,
+            "loading-model",
+        )
 
     def _trial(self, fs, snap, peak: dict[int, float]) -> Trial:
         fit = fs.status == "completed"
@@ -224,16 +249,27 @@ class LaunchedTrial:
         # the rank that runs out first decides; only a fit has headroom
         head = trial_headroom(events, self.prof.world_size()) if fit else Headroom(None)
         return Trial(
-            value=self.value, status="fit" if fit else "oom", load=self.load, clean=True, fresh=True,
-            oom_kind=None if fit else fs.oom_kind, message=None if fit else fs.error,
-            steps=int(snap.step or 0), step_time_s=_r(step_time, 4), samples_per_s=_r(sps, 3),
+            value=self.value,
+            status="fit" if fit else "oom",
+            load=self.load,
+            clean=True,
+            fresh=True,
+            oom_kind=None if fit else fs.oom_kind,
+            message=None if fit else fs.error,
+            steps=int(snap.step or 0),
+            step_time_s=_r(step_time, 4),
+            samples_per_s=_r(sps, 3),
             tokens_per_s=_r(tps if tps else (sps * seq if sps else None), 1),
             peak_gpu_mem_mb=[round(peak[i], 1) for i in sorted(peak)],
-            peak_torch_reserved_mb=[round(float(snap.torch_peak_reserved_mb[r]), 1)
-                                    for r in sorted(snap.torch_peak_reserved_mb)],
-            peak_host_rss_mb=host["peak_host_rss_mb"], host_measure=host["host_measure"],
-            sharding=ran if isinstance(ran, str) else None, longest_seq=longest or None,
-            headroom_mb=head.headroom_mb, steps_mb=head.steps_mb,
+            peak_torch_reserved_mb=[
+                round(float(snap.torch_peak_reserved_mb[r]), 1) for r in sorted(snap.torch_peak_reserved_mb)
+            ],
+            peak_host_rss_mb=host["peak_host_rss_mb"],
+            host_measure=host["host_measure"],
+            sharding=ran if isinstance(ran, str) else None,
+            longest_seq=longest or None,
+            headroom_mb=head.headroom_mb,
+            steps_mb=head.steps_mb,
         )
 
 

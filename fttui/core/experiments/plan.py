@@ -26,8 +26,17 @@ from fttui.core.memory import COMPONENTS, HOST_COMPONENTS, CONSTANTS, Estimate, 
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
-__all__ = ["Budget", "Option", "DEFAULT_MARGIN", "HEADERS", "candidates", "plan", "plan_table", "profile_dict",
-           "variant"]
+__all__ = [
+    "Budget",
+    "Option",
+    "DEFAULT_MARGIN",
+    "HEADERS",
+    "candidates",
+    "plan",
+    "plan_table",
+    "profile_dict",
+    "variant",
+]
 
 #: the share of each budget a setup leaves free to count as fitting (fragmentation, other processes)
 DEFAULT_MARGIN = 0.05
@@ -86,15 +95,21 @@ class Option:
 
     def settings(self) -> dict[str, Any]:
         """The dotted profile keys that make the profile this setup (``--set`` / ``--write``)."""
-        return {"method": self.method, "sharding": self.sharding, "train.batch_size": self.batch_size,
-                "train.grad_accum": self.grad_accum,
-                "train.gradient_checkpointing": self.gradient_checkpointing}
+        return {
+            "method": self.method,
+            "sharding": self.sharding,
+            "train.batch_size": self.batch_size,
+            "train.grad_accum": self.grad_accum,
+            "train.gradient_checkpointing": self.gradient_checkpointing,
+        }
 
     def label(self) -> str:
         kind = shardings.find(self.sharding)
         shard = (kind.label or kind.name) if kind is not None and kind.sharded else "no sharding"
-        return (f"{self.method}, {shard}, micro batch {self.batch_size} x accum {self.grad_accum}, "
-                f"checkpointing {'on' if self.gradient_checkpointing else 'off'}")
+        return (
+            f"{self.method}, {shard}, micro batch {self.batch_size} x accum {self.grad_accum}, "
+            f"checkpointing {'on' if self.gradient_checkpointing else 'off'}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -108,11 +123,23 @@ def profile_dict(profile: Profile | Mapping[str, Any]) -> dict[str, Any]:
     return as_profile(profile).to_dict()
 
 
-def variant(profile: Profile | Mapping[str, Any], method: str, sharding: str, micro: int, accum: int, gc: bool,
-            gpus: int | None = None) -> Profile:
+def variant(
+    profile: Profile | Mapping[str, Any],
+    method: str,
+    sharding: str,
+    micro: int,
+    accum: int,
+    gc: bool,
+    gpus: int | None = None,
+) -> Profile:
     """A copy of the resolved profile run as one setup (``gpus``: cards per node, None: as it says)."""
-    changes: dict[str, Any] = {"method": method, "sharding": sharding, "train.batch_size": int(micro),
-                               "train.grad_accum": int(accum), "train.gradient_checkpointing": bool(gc)}
+    changes: dict[str, Any] = {
+        "method": method,
+        "sharding": sharding,
+        "train.batch_size": int(micro),
+        "train.grad_accum": int(accum),
+        "train.gradient_checkpointing": bool(gc),
+    }
     if gpus is not None:
         changes["devices.gpus"] = int(gpus)
     return as_profile(profile).with_settings(changes)
@@ -122,16 +149,18 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(methods: Sequence[str], world: int, on_gpu: bool,
-               effective: int) -> Iterator[tuple[str, str, int, int, bool]]:
+def candidates(
+    methods: Sequence[str], world: int, on_gpu: bool, effective: int
+) -> Iterator[tuple[str, str, int, int, bool]]:
     """Every (method, sharding, micro batch, accumulation, checkpointing) to try: the kinds that
     run the method (GPU-only kinds only on cards; over one process the kinds that shard without
     offloading are left out: they shard nothing and cost the same memory as none), every micro
     batch dividing the effective batch per rank, checkpointing off and on. On CPU ranks the
     offloading kinds are left out too: the states are on the host already."""
     if effective < 1 or effective % world:
-        raise PlanError(f"--effective-batch {effective}: not divisible by the {world} rank(s) "
-                        f"(use a multiple of {world})")
+        raise PlanError(
+            f"--effective-batch {effective}: not divisible by the {world} rank(s) (use a multiple of {world})"
+        )
     per_rank = effective // world
     for method in methods:
         for kind in shardings.KINDS.values():
@@ -160,12 +189,15 @@ def _verdict(e: Estimate, budget: Budget) -> str | None:
         peak, load = max(e.gpu_peak_bytes) - outside, e.gpu_load_peak_bytes - outside
         what = " in PyTorch's allocator (the cap)" if budget.gpu_cap else ""
         if load > budget.gpu_bytes:
-            return (f"GPU while loading: the whole model {fmt_bytes(load)}{what} on one card "
-                    f"> {fmt_bytes(budget.gpu_bytes)}")
+            return (
+                f"GPU while loading: the whole model {fmt_bytes(load)}{what} on one card "
+                f"> {fmt_bytes(budget.gpu_bytes)}"
+            )
         if peak > room:
             bd = {k: v for k, v in e.breakdown.items() if not (budget.gpu_cap and k == "cuda_context")}
-            return (f"GPU: {fmt_bytes(peak)} per card{what} > {fmt_bytes(room)} (largest term: "
-                    f"{_largest(bd, COMPONENTS)})")
+            return (
+                f"GPU: {fmt_bytes(peak)} per card{what} > {fmt_bytes(room)} (largest term: {_largest(bd, COMPONENTS)})"
+            )
     if budget.host_bytes:
         room = budget.host_bytes * keep
         if budget.host_per_process:
@@ -174,11 +206,15 @@ def _verdict(e: Estimate, budget: Budget) -> str | None:
             added = e.host_peak_bytes / procs - base
             if added > room:
                 bd = {k: v for k, v in e.host_breakdown.items() if k != "process"}
-                return (f"host: {fmt_bytes(added)} per process above the imported stack > "
-                        f"{fmt_bytes(room)} (largest term: {_largest(bd, HOST_COMPONENTS)})")
+                return (
+                    f"host: {fmt_bytes(added)} per process above the imported stack > "
+                    f"{fmt_bytes(room)} (largest term: {_largest(bd, HOST_COMPONENTS)})"
+                )
         elif e.host_peak_bytes > room:
-            return (f"host: {fmt_bytes(e.host_peak_bytes)} > {fmt_bytes(room)} (largest term: "
-                    f"{_largest(e.host_breakdown, HOST_COMPONENTS)})")
+            return (
+                f"host: {fmt_bytes(e.host_peak_bytes)} > {fmt_bytes(room)} (largest term: "
+                f"{_largest(e.host_breakdown, HOST_COMPONENTS)})"
+            )
     return None
 
 
@@ -194,15 +230,24 @@ def _check_weights(profile: Mapping[str, Any], budget: Budget, methods: Sequence
     world = budget.ranks_per_node * max(1, int(as_profile(profile).devices.nodes or 1))
     if least and budget.gpu_bytes * world < least:
         flag = "--gpu-memory-limit (limits.gpu_memory)" if budget.gpu_cap else "--gpu-memory"
-        raise PlanError(f"{flag} {fmt_bytes(budget.gpu_bytes)}: below the model's weights "
-                        f"({fmt_bytes(least)}) even spread over {world} card(s)")
+        raise PlanError(
+            f"{flag} {fmt_bytes(budget.gpu_bytes)}: below the model's weights "
+            f"({fmt_bytes(least)}) even spread over {world} card(s)"
+        )
 
 
-def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str, Any]], *,
-         effective_batch: int | None = None, methods: Sequence[str] | None = None,
-         stats_for: Callable[[Mapping[str, Any], int], DataStats],
-         price_per_card_hour: float | None = None, price_unit: str = "",
-         left_out: Sequence[str] = ()) -> list[Option]:
+def plan(
+    profile: Mapping[str, Any],
+    budget: Budget,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    effective_batch: int | None = None,
+    methods: Sequence[str] | None = None,
+    stats_for: Callable[[Mapping[str, Any], int], DataStats],
+    price_per_card_hour: float | None = None,
+    price_unit: str = "",
+    left_out: Sequence[str] = (),
+) -> list[Option]:
     """Every setup of ``profile`` on ``budget``'s cards, fitting ones first by predicted time.
     ``stats_for(profile, micro_batch)``: the data's lengths at a micro batch
     (:func:`fttui.core.run.datalens.data_stats`). ``left_out``: sharding kinds not to plan (their
@@ -230,21 +275,42 @@ def plan(profile: Mapping[str, Any], budget: Budget, rows: Iterable[Mapping[str,
         if micro not in stats:
             stats[micro] = stats_for(p, micro)
         s = stats[micro]
-        fc = forecast(p, profile_shape(p, e.inputs), samples=s.samples,
-                      fed_tokens_per_sample=s.random_order["fed_tokens"] / max(1, s.samples),
-                      real_tokens_per_sample=s.random_order["real_tokens"] / max(1, s.samples),
-                      rows=rows, card=card, cards=budget.ranks_per_node,
-                      price_per_card_hour=price_per_card_hour, price_unit=price_unit,
-                      link_bytes=offload_bytes(e),
-                      attn_len=s.random_order.get("fed_tokens_x_len", 0) / max(1, s.random_order["fed_tokens"]) or None)
+        fc = forecast(
+            p,
+            profile_shape(p, e.inputs),
+            samples=s.samples,
+            fed_tokens_per_sample=s.random_order["fed_tokens"] / max(1, s.samples),
+            real_tokens_per_sample=s.random_order["real_tokens"] / max(1, s.samples),
+            rows=rows,
+            card=card,
+            cards=budget.ranks_per_node,
+            price_per_card_hour=price_per_card_hour,
+            price_unit=price_unit,
+            link_bytes=offload_bytes(e),
+            attn_len=s.random_order.get("fed_tokens_x_len", 0) / max(1, s.random_order["fed_tokens"]) or None,
+        )
         breaks = _verdict(e, budget)
-        out.append(Option(method=method, sharding=sharding, batch_size=micro, grad_accum=accum,
-                          gradient_checkpointing=gc, effective_batch=micro * accum * world,
-                          fits=breaks is None, breaks=breaks,
-                          gpu_peak_bytes=max(e.gpu_peak_bytes) if e.gpu_peak_bytes else None,
-                          host_peak_bytes=e.host_peak_bytes, step_seconds=fc.step_seconds,
-                          run_seconds=fc.run_seconds, steps=fc.steps, cost=fc.cost, cost_unit=fc.cost_unit,
-                          mfu_source=fc.mfu_source, calibrated=fc.calibrated))
+        out.append(
+            Option(
+                method=method,
+                sharding=sharding,
+                batch_size=micro,
+                grad_accum=accum,
+                gradient_checkpointing=gc,
+                effective_batch=micro * accum * world,
+                fits=breaks is None,
+                breaks=breaks,
+                gpu_peak_bytes=max(e.gpu_peak_bytes) if e.gpu_peak_bytes else None,
+                host_peak_bytes=e.host_peak_bytes,
+                step_seconds=fc.step_seconds,
+                run_seconds=fc.run_seconds,
+                steps=fc.steps,
+                cost=fc.cost,
+                cost_unit=fc.cost_unit,
+                mfu_source=fc.mfu_source,
+                calibrated=fc.calibrated,
+            )
+        )
 
     def order(o: Option) -> tuple:
         kind = shardings.get(o.sharding)
@@ -262,10 +328,19 @@ def plan_table(options: Sequence[Option]) -> list[list[str]]:
     """The rows of :data:`HEADERS`, one per setup, in the plan's order."""
     out = []
     for i, o in enumerate(options, 1):
-        out.append([str(i), o.method, o.sharding, str(o.batch_size), str(o.grad_accum),
-                    "on" if o.gradient_checkpointing else "off",
-                    fmt_bytes(o.gpu_peak_bytes) if o.gpu_peak_bytes is not None else "-",
-                    fmt_bytes(o.host_peak_bytes), duration_words(o.run_seconds),
-                    f"{o.cost:,.2f}" if o.cost is not None else "-",
-                    "yes" if o.fits else f"no: {o.breaks}"])
+        out.append(
+            [
+                str(i),
+                o.method,
+                o.sharding,
+                str(o.batch_size),
+                str(o.grad_accum),
+                "on" if o.gradient_checkpointing else "off",
+                fmt_bytes(o.gpu_peak_bytes) if o.gpu_peak_bytes is not None else "-",
+                fmt_bytes(o.host_peak_bytes),
+                duration_words(o.run_seconds),
+                f"{o.cost:,.2f}" if o.cost is not None else "-",
+                "yes" if o.fits else f"no: {o.breaks}",
+            ]
+        )
     return out

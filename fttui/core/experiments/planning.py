@@ -44,9 +44,16 @@ def _host_total() -> int | None:
         return None
 
 
-def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_memory: str | None = None,
-                   host_memory_limit: str | None = None, card: str | None = None,
-                   margin: float = DEFAULT_MARGIN, cards: Sequence[Any] | None = None) -> Budget:
+def machine_budget(
+    profile: Mapping[str, Any],
+    *,
+    gpus: int | None = None,
+    gpu_memory: str | None = None,
+    host_memory_limit: str | None = None,
+    card: str | None = None,
+    margin: float = DEFAULT_MARGIN,
+    cards: Sequence[Any] | None = None,
+) -> Budget:
     """The budget to plan for: ``gpus`` cards per node (default: the profile's ``devices.gpus``;
     0 plans CPU ranks), each of ``gpu_memory`` (default: this machine's first card, else the
     profile's ``limits.gpu_memory``: then a cap on PyTorch's allocator, ``Budget.gpu_cap``), named
@@ -64,8 +71,14 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
     host_limit = host_memory_limit or limits.host_memory or ""
     host = _size(host_limit, "--host-memory-limit") if host_limit else _host_total()
     if n == 0:
-        return Budget(gpus=0, card="cpu", host_bytes=host, host_per_process=bool(host_limit), margin=margin,
-                      cpu_processes=max(1, int(dev.cpu_processes or 1)))
+        return Budget(
+            gpus=0,
+            card="cpu",
+            host_bytes=host,
+            host_per_process=bool(host_limit),
+            margin=margin,
+            cpu_processes=max(1, int(dev.cpu_processes or 1)),
+        )
     here = list(cards) if cards is not None else _cards()
     size = gpu_memory or limits.gpu_memory or ""
     # a limit without --gpu-memory is the cap the runs enforce on PyTorch's allocator
@@ -77,12 +90,26 @@ def machine_budget(profile: Mapping[str, Any], *, gpus: int | None = None, gpu_m
     else:
         raise PlanError("no card visible here to read its memory: give --gpu-memory SIZE (e.g. 24GiB)")
     name = card or (str(here[0].name) if here and here[0].name else "unknown GPU")
-    return Budget(gpus=n, card=name, gpu_bytes=gpu_bytes, host_bytes=host, host_per_process=bool(host_limit),
-                  margin=margin, gpu_cap=cap)
+    return Budget(
+        gpus=n,
+        card=name,
+        gpu_bytes=gpu_bytes,
+        host_bytes=host,
+        host_per_process=bool(host_limit),
+        margin=margin,
+        gpu_cap=cap,
+    )
 
 
-def run_plan(profile: Mapping[str, Any], budget: Budget, *, effective_batch: int | None = None,
-             methods: Sequence[str] | None = None, prices: Any = None, tokenise: bool = True) -> list[Option]:
+def run_plan(
+    profile: Mapping[str, Any],
+    budget: Budget,
+    *,
+    effective_batch: int | None = None,
+    methods: Sequence[str] | None = None,
+    prices: Any = None,
+    tokenise: bool = True,
+) -> list[Option]:
     """The plan of ``profile`` on ``budget`` with the store's rows and the data's lengths (measured
     now when not cached; with ``tokenise=False`` the app's screen takes an unmeasured file at
     ``max_seq_len`` per sample and says so); ``prices``
@@ -109,13 +136,23 @@ def run_plan(profile: Mapping[str, Any], budget: Budget, *, effective_batch: int
     if prices is not None:
         price = prices.price_of(budget.card)
         if price is None:
-            raise PlanError(f"--prices {prices.source or ''}: no price for {budget.card!r} "
-                            f"(it has: {', '.join(sorted(prices.table)) or 'none'})")
+            raise PlanError(
+                f"--prices {prices.source or ''}: no price for {budget.card!r} "
+                f"(it has: {', '.join(sorted(prices.table)) or 'none'})"
+            )
     with Store() as store:
         rows = store.rows()
-    options = plan(profile, budget, rows, effective_batch=effective_batch, methods=methods, stats_for=stats_for,
-                   price_per_card_hour=price, price_unit=prices.unit if prices is not None else "",
-                   left_out=tuple(uninstalled_shardings()))
+    options = plan(
+        profile,
+        budget,
+        rows,
+        effective_batch=effective_batch,
+        methods=methods,
+        stats_for=stats_for,
+        price_per_card_hour=price,
+        price_unit=prices.unit if prices is not None else "",
+        left_out=tuple(uninstalled_shardings()),
+    )
     if unmeasured:
         options = [replace(o, mfu_source=f"{o.mfu_source}; {NOT_MEASURED}") for o in options]
     return options
@@ -125,8 +162,13 @@ def _toml_value(v: Any) -> str:
     return json.dumps(v) if not isinstance(v, bool) else ("true" if v else "false")
 
 
-def write_profile(name: str, base: Mapping[str, Any], option: Option, folder: str | os.PathLike[str] = "profiles",
-                  gpus: int | None = None) -> Path:
+def write_profile(
+    name: str,
+    base: Mapping[str, Any],
+    option: Option,
+    folder: str | os.PathLike[str] = "profiles",
+    gpus: int | None = None,
+) -> Path:
     """Save ``option`` as the profile ``name`` (``folder/name.toml``, extending the planned profile);
     an existing file is never written over."""
     if not name or "/" in name or name.startswith(".") or name.endswith(".toml"):
@@ -135,11 +177,15 @@ def write_profile(name: str, base: Mapping[str, Any], option: Option, folder: st
     if path.exists():
         raise PlanError(f"--write {name}: {path} exists; choose another name")
     parent = base.get("name") or ""
-    lines = [f"# fttui run --profile {name}",
-             f"# written by fttui plan: {option.label()}",
-             f"extends = {json.dumps(str(parent))}",
-             f"method = {json.dumps(option.method)}",
-             f"sharding = {json.dumps(option.sharding)}", "", "[train]"]
+    lines = [
+        f"# fttui run --profile {name}",
+        f"# written by fttui plan: {option.label()}",
+        f"extends = {json.dumps(str(parent))}",
+        f"method = {json.dumps(option.method)}",
+        f"sharding = {json.dumps(option.sharding)}",
+        "",
+        "[train]",
+    ]
     for key, value in option.settings().items():
         if key.startswith("train."):
             lines.append(f"{key.split('.', 1)[1]} = {_toml_value(value)}")
@@ -155,8 +201,15 @@ def write_profile(name: str, base: Mapping[str, Any], option: Option, folder: st
 START_WAIT_S = 600.0
 
 
-def verify(profile: Mapping[str, Any], options: Sequence[Option], k: int, budget: Budget, *, steps: int = 2,
-           on_result: Any = None) -> list[dict[str, Any]]:
+def verify(
+    profile: Mapping[str, Any],
+    options: Sequence[Option],
+    k: int,
+    budget: Budget,
+    *,
+    steps: int = 2,
+    on_result: Any = None,
+) -> list[dict[str, Any]]:
     """``--verify K``: launch the K fastest setups that fit, one fresh run each (``steps`` steps,
     the group of one plan in the store, kind ``sweep``), at the plan's micro batch and the data's
     longest sample after truncation (synthetic samples of that length: every batch is the longest
@@ -179,23 +232,35 @@ def verify(profile: Mapping[str, Any], options: Sequence[Option], k: int, budget
     world = budget.ranks_per_node * max(1, int(prof.devices.nodes or 1))
     out = []
     for o in [o for o in options if o.fits][:k]:
-        over = {**o.settings(), "train.max_steps": steps, "train.save": "none", "data.source": "synthetic",
-                "data.max_seq_len": longest, "data.num_samples": o.batch_size * o.grad_accum * world * steps}
+        over = {
+            **o.settings(),
+            "train.max_steps": steps,
+            "train.save": "none",
+            "data.source": "synthetic",
+            "data.max_seq_len": longest,
+            "data.num_samples": o.batch_size * o.grad_accum * world * steps,
+        }
         over["devices.gpus" if budget.gpus else "devices.cpu_processes"] = budget.ranks_per_node
         run = apply_overrides(profile, over)
         rd = launch.launch(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
         started = time.monotonic()
         try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
-            while rd.status() is None and (rd.is_live() if rd.supervisor() is not None
-                                           else time.monotonic() - started < START_WAIT_S):
+            while rd.status() is None and (
+                rd.is_live() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
+            ):
                 time.sleep(0.3)
         except KeyboardInterrupt:
             rd.request_cancel()
             raise
         status = (rd.status() or {}).get("status", "failed")
-        res = {"setup": o.label(), "settings": o.settings(), "run_id": rd.run_id, "status": status,
-               "held": True if status == "completed" else False if status == "oom" else None,
-               "max_seq_len": longest}
+        res = {
+            "setup": o.label(),
+            "settings": o.settings(),
+            "run_id": rd.run_id,
+            "status": status,
+            "held": True if status == "completed" else False if status == "oom" else None,
+            "max_seq_len": longest,
+        }
         out.append(res)
         if on_result is not None:
             on_result(res)

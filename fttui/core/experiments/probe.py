@@ -78,10 +78,19 @@ SEQ_EXTRA_LOADS = 3
 
 
 class Prober:
-    def __init__(self, resolved: dict, param: str = "batch_size", lo: int = 1, hi: int = 1024,
-                 steps: int = PROBE_STEPS, start: int | None = None, repeats: int = 0, data: bool = False,
-                 on_trial: Callable[[Trial], None] | None = None,
-                 on_log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        resolved: dict,
+        param: str = "batch_size",
+        lo: int = 1,
+        hi: int = 1024,
+        steps: int = PROBE_STEPS,
+        start: int | None = None,
+        repeats: int = 0,
+        data: bool = False,
+        on_trial: Callable[[Trial], None] | None = None,
+        on_log: Callable[[str], None] | None = None,
+    ):
         if param not in PROBE_PARAMS:
             raise FttuiError(f"--param {param!r}: use one of {', '.join(PROBE_PARAMS)}")
         if steps < 1:
@@ -91,8 +100,9 @@ class Prober:
         self.repeats = repeats
         self.data = data
         if data and (as_profile(resolved).data.source or SYNTHETIC) == SYNTHETIC:
-            raise FttuiError("--data: the profile's data.source is synthetic; name a data file "
-                             "(data.source) or probe without --data")
+            raise FttuiError(
+                "--data: the profile's data.source is synthetic; name a data file (data.source) or probe without --data"
+            )
         self.order: list[list[int]] | None = None  # with data: every record's length, longest first
         # Several ranks or a sharding: each trial a fresh launch of the real command.
         self.launched = launched.needs_launch(resolved)
@@ -163,13 +173,30 @@ class Prober:
         if so == self.lo and lf is None and not b.mixed:
             note = note or f"{self.lo} already fails: nothing in the range fits"
         if b.mixed:
-            note = note or ("values that went both ways: " + ", ".join(
-                f"{m['value']} (fit {m['fit']}, OOM {m['oom']})" for m in b.mixed) + f"; use {lf}"
-                + ("; the load budget ended the repeats" if budget_out else ""))
-        return ProbeResult(self.probe_id, self.param, self.lo, self.hi, lf, so, exact, self.loads, self.trials,
-                           round(time.time() - t0, 2), note, mixed=b.mixed, repeats=self.repeats,
-                           max_loads=self.max_loads, samples="data" if self.data else "synthetic",
-                           samples_note=self.samples_note)
+            note = note or (
+                "values that went both ways: "
+                + ", ".join(f"{m['value']} (fit {m['fit']}, OOM {m['oom']})" for m in b.mixed)
+                + f"; use {lf}"
+                + ("; the load budget ended the repeats" if budget_out else "")
+            )
+        return ProbeResult(
+            self.probe_id,
+            self.param,
+            self.lo,
+            self.hi,
+            lf,
+            so,
+            exact,
+            self.loads,
+            self.trials,
+            round(time.time() - t0, 2),
+            note,
+            mixed=b.mixed,
+            repeats=self.repeats,
+            max_loads=self.max_loads,
+            samples="data" if self.data else "synthetic",
+            samples_note=self.samples_note,
+        )
 
     def _samples(self) -> str:
         """What the trials train on, in words; with ``data``, reads the data's lengths (tokenised
@@ -185,11 +212,12 @@ class Prober:
         self.order = [[s.index, s.raw, s.first_label] for s in ordered]
         kept = [s for s in ordered if s.kept(seq)]
         if not kept:
-            raise FttuiError(f"--data: no sample of {prof.data.source} has a response token "
-                             f"within max_seq_len={seq}")
-        return (f"samples: the longest of {len(kept)} in {prof.data.name or 'the data'} "
-                f"(longest {kept[0].length(seq)} tokens at max_seq_len {seq}; median "
-                f"{sorted(s.length(seq) for s in kept)[len(kept) // 2]}), the longest in the first step")
+            raise FttuiError(f"--data: no sample of {prof.data.source} has a response token within max_seq_len={seq}")
+        return (
+            f"samples: the longest of {len(kept)} in {prof.data.name or 'the data'} "
+            f"(longest {kept[0].length(seq)} tokens at max_seq_len {seq}; median "
+            f"{sorted(s.length(seq) for s in kept)[len(kept) // 2]}), the longest in the first step"
+        )
 
     def launches(self, load: int) -> bool:
         """Whether model load ``load`` (from 1) is a launch of the run's command: every load of
@@ -210,8 +238,10 @@ class Prober:
         108), else doubling without a fresh OOM, else halving."""
         b = band(self.trials)
         low = self.lo - 1 if b.largest_fit is None else b.largest_fit
-        ceil = min([m["value"] for m in b.mixed if m["value"] > low]
-                   + [self.hi + 1 if b.smallest_oom is None else b.smallest_oom])
+        ceil = min(
+            [m["value"] for m in b.mixed if m["value"] > low]
+            + [self.hi + 1 if b.smallest_oom is None else b.smallest_oom]
+        )
         if ceil - low > 1 and not b.adjacent and not (low == self.hi or ceil == self.lo):
             p = next_check(self.trials, low, ceil) if self._may_predict(b, low, ceil) else None
             if p is not None:
@@ -247,17 +277,36 @@ class Prober:
         return left - 1 >= need
 
     # ------------------------------------------------------------------------------------------
-    def _load(self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None,
-              hi: int | None = None) -> dict:
+    def _load(
+        self, start: int, growth: str, clean_fit: int | None, clean_oom: int | None, hi: int | None = None
+    ) -> dict:
         if self.launched:
             return self._launch(start)
         self.loads += 1
         k = self.loads
         prof = self.resolved
         rid = f"{self.probe_id}-load{k}"
-        argv = [sys.executable, "-m", "fttui.worker.probe", "--run-dir", str(paths.runs_dir() / rid),
-                "--param", self.param, "--start", str(start), "--hi", str(hi or self.hi), "--growth", growth,
-                "--steps", str(self.steps), "--lo-fit", str(clean_fit or self.lo - 1), "--oom-bound", str(clean_oom or 0)]
+        argv = [
+            sys.executable,
+            "-m",
+            "fttui.worker.probe",
+            "--run-dir",
+            str(paths.runs_dir() / rid),
+            "--param",
+            self.param,
+            "--start",
+            str(start),
+            "--hi",
+            str(hi or self.hi),
+            "--growth",
+            growth,
+            "--steps",
+            str(self.steps),
+            "--lo-fit",
+            str(clean_fit or self.lo - 1),
+            "--oom-bound",
+            str(clean_oom or 0),
+        ]
         env_add = launch.child_env(prof)
         env_add["FTTUI_PARENT_PID"] = str(os.getpid())
         if self.order is not None:
@@ -270,8 +319,15 @@ class Prober:
         env.update(env_add)
         log = open(rd.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, start_new_session=True, close_fds=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
         finally:
             log.close()
         if self.stopped:
@@ -323,14 +379,21 @@ class Prober:
 
     def _trial(self, ev: dict, load: int, nvml_peak: dict[int, float]) -> Trial:
         t = Trial(
-            value=int(ev["value"]), status=ev.get("status", "oom"), load=load, clean=bool(ev.get("clean")),
+            value=int(ev["value"]),
+            status=ev.get("status", "oom"),
+            load=load,
+            clean=bool(ev.get("clean")),
             fresh=bool(ev.get("fresh")),
-            oom_kind=ev.get("oom_kind"), message=ev.get("message"), steps=int(ev.get("steps") or 0),
-            step_time_s=_r(ev.get("step_time"), 4), samples_per_s=_r(ev.get("samples_per_s"), 3),
+            oom_kind=ev.get("oom_kind"),
+            message=ev.get("message"),
+            steps=int(ev.get("steps") or 0),
+            step_time_s=_r(ev.get("step_time"), 4),
+            samples_per_s=_r(ev.get("samples_per_s"), 3),
             tokens_per_s=_r(ev.get("tokens_per_s"), 1),
             peak_gpu_mem_mb=[round(nvml_peak[i], 1) for i in sorted(nvml_peak)],
             peak_torch_reserved_mb=list(ev.get("peak_torch_reserved_mb") or []),
-            peak_host_rss_mb=_r(ev.get("peak_host_rss_mb"), 1), headroom_mb=_r(ev.get("headroom_mb"), 2),
+            peak_host_rss_mb=_r(ev.get("peak_host_rss_mb"), 1),
+            headroom_mb=_r(ev.get("headroom_mb"), 2),
             longest_seq=ev.get("longest_seq"),
         )
         self._save(t)
@@ -346,14 +409,24 @@ class Prober:
         """One trial as a fresh launch of all ranks (fttui.core.experiments.launched)."""
         self.loads += 1
         k = self.loads
-        trial = launched.LaunchedTrial(self.resolved, self.param, value, self.steps, load=k, data=self.data,
-                                       run_id=f"{self.probe_id}-load{k}", group=self.probe_id)
+        trial = launched.LaunchedTrial(
+            self.resolved,
+            self.param,
+            value,
+            self.steps,
+            load=k,
+            data=self.data,
+            run_id=f"{self.probe_id}-load{k}",
+            group=self.probe_id,
+        )
         self.trial = trial
         if self.stopped:
             trial.stop()
         procs = as_profile(self.resolved).world_size()
-        self.on_log(f"trial {k}: {self.param}={value}, a fresh launch of {procs} "
-                    f"process{'es' if procs != 1 else ''} ({as_profile(trial.resolved).launcher()})")
+        self.on_log(
+            f"trial {k}: {self.param}={value}, a fresh launch of {procs} "
+            f"process{'es' if procs != 1 else ''} ({as_profile(trial.resolved).launcher()})"
+        )
         try:
             t, model_oom = trial.run(self.on_log)
         finally:

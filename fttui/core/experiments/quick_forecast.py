@@ -55,8 +55,14 @@ def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict
     except Exception as e:  # noqa: BLE001 - a forecast it cannot make is left out, never an error
         logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)
         return None
-    return {"run_seconds": fc.run_seconds, "step_seconds": fc.step_seconds, "warmup_seconds": fc.warmup_seconds,
-            "steps": fc.steps, "calibrated": fc.calibrated, "mfu_source": fc.mfu_source}
+    return {
+        "run_seconds": fc.run_seconds,
+        "step_seconds": fc.step_seconds,
+        "warmup_seconds": fc.warmup_seconds,
+        "steps": fc.steps,
+        "calibrated": fc.calibrated,
+        "mfu_source": fc.mfu_source,
+    }
 
 
 def worst_case(profile: Mapping[str, Any]) -> dict[str, Any] | None:

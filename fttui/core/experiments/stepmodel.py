@@ -65,8 +65,9 @@ def row_parts(row: Mapping[str, Any]) -> dict[str, Any] | None:
             sf = json.loads(sf)
         except ValueError:
             return None
-    if not isinstance(sf, Mapping) or None in (_num(sf.get(k)) for k in ("pass_s", "fixed_step_s", "tokens",
-                                                                          "tokens_x_len")):
+    if not isinstance(sf, Mapping) or None in (
+        _num(sf.get(k)) for k in ("pass_s", "fixed_step_s", "tokens", "tokens_x_len")
+    ):
         return None
     return dict(sf)
 
@@ -82,8 +83,9 @@ def pass_flops(shape: ModelShape, method: str, gc: bool, tokens: float, tokens_x
 def _row_shape(shape: ModelShape, row: Mapping[str, Any]) -> ModelShape:
     """The forecast's model shape with the row's own parameter counts (another LoRA rank, say)."""
     total, trainable = _num(row.get("params_total")), _num(row.get("params_trainable"))
-    return replace(shape, params_total=int(total or shape.params_total),
-                   params_trainable=int(trainable or shape.params_trainable))
+    return replace(
+        shape, params_total=int(total or shape.params_total), params_trainable=int(trainable or shape.params_trainable)
+    )
 
 
 def _overlapped(points: list[tuple[float, float]], floors: list[float]) -> tuple[float, float, str]:
@@ -93,16 +95,27 @@ def _overlapped(points: list[tuple[float, float]], floors: list[float]) -> tuple
     busy = [(f, t) for f, t in points if t > 1.1 * floor]
     if busy:
         s_per_flop = sum(f * t for f, t in busy) / sum(f * f for f, _ in busy)
-        how = (f"a pass takes the longer of {floor * 1e3:.3g} ms (the pass floor measured: the host issuing it) "
-               f"and its work on the card" if floors else "no pass floor measured (the passes' work alone)")
+        how = (
+            f"a pass takes the longer of {floor * 1e3:.3g} ms (the pass floor measured: the host issuing it) "
+            f"and its work on the card"
+            if floors
+            else "no pass floor measured (the passes' work alone)"
+        )
         return s_per_flop, floor, how
     s_per_flop = min(t / f for f, t in points)
-    return s_per_flop, floor, (f"launch-bound: the run's passes took no longer than the pass floor "
-                               f"({floor * 1e3:.3g} ms), so the card's time per FLOP is known only as a bound")
+    return (
+        s_per_flop,
+        floor,
+        (
+            f"launch-bound: the run's passes took no longer than the pass floor "
+            f"({floor * 1e3:.3g} ms), so the card's time per FLOP is known only as a bound"
+        ),
+    )
 
 
-def step_model(rows: Sequence[Mapping[str, Any]], shape: ModelShape, method: str,
-               overlap: bool = False) -> StepModel | None:
+def step_model(
+    rows: Sequence[Mapping[str, Any]], shape: ModelShape, method: str, overlap: bool = False
+) -> StepModel | None:
     """The step model of ``rows`` (the same setup on the same card), or None when none of them
     measured its step's parts. ``overlap``: the rows ran on a card (module doc)."""
     points: list[tuple[float, float]] = []
@@ -134,21 +147,37 @@ def step_model(rows: Sequence[Mapping[str, Any]], shape: ModelShape, method: str
     if overlap:
         s_per_flop, fixed_pass, how = _overlapped(points, floor_times)
         words = f"steps measured by parts: {how}, {sum(fixed) / n * 1e3:.3g} ms per step outside the passes"
-        return StepModel(seconds_per_flop=s_per_flop, fixed_pass_s=fixed_pass, fixed_step_s=sum(fixed) / n,
-                         warmup_s=sum(warm) / n, words=words, overlap=True)
+        return StepModel(
+            seconds_per_flop=s_per_flop,
+            fixed_pass_s=fixed_pass,
+            fixed_step_s=sum(fixed) / n,
+            warmup_s=sum(warm) / n,
+            words=words,
+            overlap=True,
+        )
     fit = line_fit(points) if len({round(x, -3) for x, _ in points}) >= 2 else None
     if fit is not None and fit[0] > 0:
         s_per_flop, fixed_pass = fit[0], max(0.0, fit[1])
-        how = (f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (the pass floor"
-               f"{'s' if floors > 1 else ''} measured)" if floors else
-               f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (fitted over the rows' sizes)")
+        how = (
+            f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (the pass floor{'s' if floors > 1 else ''} measured)"
+            if floors
+            else f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (fitted over the rows' sizes)"
+        )
     else:
         s_per_flop = sum(t for _, t in points) / sum(f for f, _ in points)
         fixed_pass = 0.0
-        how = ("no fixed cost per micro batch (the run's pass took no longer than its pass floor: "
-               "its time did not grow with its work)" if floors else
-               "no fixed cost per micro batch (one size measured, no pass floor)")
+        how = (
+            "no fixed cost per micro batch (the run's pass took no longer than its pass floor: "
+            "its time did not grow with its work)"
+            if floors
+            else "no fixed cost per micro batch (one size measured, no pass floor)"
+        )
     fixed_step = sum(fixed) / n
     words = f"steps measured by parts: {how}, {fixed_step * 1e3:.3g} ms per step outside the passes"
-    return StepModel(seconds_per_flop=s_per_flop, fixed_pass_s=fixed_pass, fixed_step_s=fixed_step,
-                     warmup_s=sum(warm) / n, words=words)
+    return StepModel(
+        seconds_per_flop=s_per_flop,
+        fixed_pass_s=fixed_pass,
+        fixed_step_s=fixed_step,
+        warmup_s=sum(warm) / n,
+        words=words,
+    )

@@ -61,8 +61,13 @@ def _dominates(a: dict[str, int], b: dict[str, int]) -> bool:
 
 
 class Sweeper:
-    def __init__(self, resolved: Profile, grid: list[tuple[str, list[int]]], steps: int | None = 10,
-                 on_cell: Callable[[Cell], None] | None = None):
+    def __init__(
+        self,
+        resolved: Profile,
+        grid: list[tuple[str, list[int]]],
+        steps: int | None = 10,
+        on_cell: Callable[[Cell], None] | None = None,
+    ):
         self.resolved = resolved
         self.grid = grid
         self.steps = steps
@@ -165,14 +170,23 @@ def render_rows(res: SweepResult) -> str:
         row = c.row or {}
         status = c.status
         if c.status == "skipped":
-            status = "OOM (skipped: " + ", ".join(f"{k}={v}" for k, v in (c.skipped_because or {}).items()) + " ran out)"
+            status = (
+                "OOM (skipped: " + ", ".join(f"{k}={v}" for k, v in (c.skipped_because or {}).items()) + " ran out)"
+            )
         elif c.status == "oom":
             status = f"OOM ({row.get('oom_kind') or '?'})"
-        body.append([*(str(c.settings[k]) for k in keys), status, gb if c.status == "completed" else "",
-                     which if c.status == "completed" else "", _s_per_step(row) if c.status == "completed" else "",
-                     "" if row.get("samples_per_s") is None or c.status != "completed" else f"{row['samples_per_s']:.3f}",
-                     "" if row.get("tokens_per_s") is None or c.status != "completed" else f"{row['tokens_per_s']:.1f}",
-                     c.run_id or ""])
+        body.append(
+            [
+                *(str(c.settings[k]) for k in keys),
+                status,
+                gb if c.status == "completed" else "",
+                which if c.status == "completed" else "",
+                _s_per_step(row) if c.status == "completed" else "",
+                "" if row.get("samples_per_s") is None or c.status != "completed" else f"{row['samples_per_s']:.3f}",
+                "" if row.get("tokens_per_s") is None or c.status != "completed" else f"{row['tokens_per_s']:.1f}",
+                c.run_id or "",
+            ]
+        )
     return to_markdown(headers, body)
 
 

@@ -101,9 +101,14 @@ def run(run_dir: str, argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop_asked.append(True))
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    leader = subprocess.Popen([sys.executable, "-m", "fttui.core.run.logtee", run_dir, "--", *argv],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True, close_fds=True)
+    leader = subprocess.Popen(
+        [sys.executable, "-m", "fttui.core.run.logtee", run_dir, "--", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
     print(leader.pid, flush=True)
     tree = Tree(leader)
     fd = sys.stdin.fileno()

@@ -121,23 +121,49 @@ def trial_row(t: Trial, resolved: Profile | dict, probe_id: str, param: str, ind
     data (with ``data``: the data set's name, its longest samples); its measured figures are the
     trial's."""
     prof = as_profile(resolved)
-    p = prof.with_settings({
-        "train.batch_size" if param == "batch_size" else "data.max_seq_len": t.value,
-        "data.name": (f"{prof.data.name or prof.data.source} (longest samples)" if data
-                      else "synthetic (worst case)")})
+    p = prof.with_settings(
+        {
+            "train.batch_size" if param == "batch_size" else "data.max_seq_len": t.value,
+            "data.name": (
+                f"{prof.data.name or prof.data.source} (longest samples)" if data else "synthetic (worst case)"
+            ),
+        }
+    )
     method, sharding = stated_sharding(p)
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
-    snap = RunSnapshot(step=t.steps, samples_per_s=t.samples_per_s, tokens_per_s=t.tokens_per_s,
-                       tokens_padded_per_s=t.tokens_per_s,
-                       torch_peak_reserved_mb=dict(enumerate(t.peak_torch_reserved_mb)))
-    parts = {"param": param, "method": method, "sharding": t.sharding or sharding,
-             "gpu": "cpu" if not t.peak_gpu_mem_mb else None, "num_gpus": len(t.peak_gpu_mem_mb),
-             "stated_world_size": p.world_size(), "peak_gpu_mem_mb": t.peak_gpu_mem_mb,
-             "peak_host_rss_mb": t.peak_host_rss_mb, "host_measure": t.host_measure}
-    return fold_row(RowInputs(run_id=f"{probe_id}-{index:02d}", kind="probe", group_id=probe_id, started_at=now,
-                              ended_at=now, profile=p, snap=snap, status=FinalStatus(t.status, oom_kind=t.oom_kind,
-                                                                                     error=t.message),
-                              parts=parts, recorded_by="probe", trial=t))
+    snap = RunSnapshot(
+        step=t.steps,
+        samples_per_s=t.samples_per_s,
+        tokens_per_s=t.tokens_per_s,
+        tokens_padded_per_s=t.tokens_per_s,
+        torch_peak_reserved_mb=dict(enumerate(t.peak_torch_reserved_mb)),
+    )
+    parts = {
+        "param": param,
+        "method": method,
+        "sharding": t.sharding or sharding,
+        "gpu": "cpu" if not t.peak_gpu_mem_mb else None,
+        "num_gpus": len(t.peak_gpu_mem_mb),
+        "stated_world_size": p.world_size(),
+        "peak_gpu_mem_mb": t.peak_gpu_mem_mb,
+        "peak_host_rss_mb": t.peak_host_rss_mb,
+        "host_measure": t.host_measure,
+    }
+    return fold_row(
+        RowInputs(
+            run_id=f"{probe_id}-{index:02d}",
+            kind="probe",
+            group_id=probe_id,
+            started_at=now,
+            ended_at=now,
+            profile=p,
+            snap=snap,
+            status=FinalStatus(t.status, oom_kind=t.oom_kind, error=t.message),
+            parts=parts,
+            recorded_by="probe",
+            trial=t,
+        )
+    )
 
 
 __all__ = ["Trial", "ProbeResult", "trial_cells", "parse_range", "trial_row"]

@@ -18,17 +18,25 @@ from fttui.core.memory.inputs import Setup
 from fttui.core.memory.linears import _native_linears, _real_linears
 from fttui.core.models.numbers import ArchNumbers
 
-__all__ = ["LayerDtypes", "activation_peak", "attn_elem_bytes", "eager_attention",
-           "layer_act_per_token"]
+__all__ = ["LayerDtypes", "activation_peak", "attn_elem_bytes", "eager_attention", "layer_act_per_token"]
 
 
 _GROUPS = {  # which input a linear layer reads, by name (native and original namings)
-    "q_proj": "attn_in", "k_proj": "attn_in", "v_proj": "attn_in", "W_pack": "attn_in",
-    "query_key_value": "attn_in", "c_attn": "attn_in",
-    "o_proj": "attn_out", "dense": "attn_out",
-    "gate_proj": "mlp_in", "up_proj": "mlp_in", "dense_h_to_4h": "mlp_in", "w1": "mlp_in",
+    "q_proj": "attn_in",
+    "k_proj": "attn_in",
+    "v_proj": "attn_in",
+    "W_pack": "attn_in",
+    "query_key_value": "attn_in",
+    "c_attn": "attn_in",
+    "o_proj": "attn_out",
+    "dense": "attn_out",
+    "gate_proj": "mlp_in",
+    "up_proj": "mlp_in",
+    "dense_h_to_4h": "mlp_in",
+    "w1": "mlp_in",
     "w2": "mlp_in",
-    "down_proj": "mlp_mid", "dense_4h_to_h": "mlp_mid",
+    "down_proj": "mlp_mid",
+    "dense_4h_to_h": "mlp_mid",
 }
 
 
@@ -49,6 +57,7 @@ class LayerDtypes:
     mask (CUDA's fused dropout keeps a bool mask; the CPU kernel a mask in the input dtype,
     fp32 after peft's cast to the adapter dtype); ``full``: the base linear layers and norms
     train."""
+
     ab: int
     wb: int
     lin_out: int
@@ -60,9 +69,15 @@ class LayerDtypes:
         return self.ab < self.wb
 
 
-def layer_act_per_token(a: ArchNumbers, dt: LayerDtypes, lora: list[tuple[str, int, int]],
-                         r: int, dropout: float, eager: bool,
-                         linears: list[tuple[str, int, int]]) -> float:
+def layer_act_per_token(
+    a: ArchNumbers,
+    dt: LayerDtypes,
+    lora: list[tuple[str, int, int]],
+    r: int,
+    dropout: float,
+    eager: bool,
+    linears: list[tuple[str, int, int]],
+) -> float:
     """Bytes autograd keeps per token for one decoder layer (eager attention matrix excluded).
 
     A count of the tensors HF's Llama-style decoder layer saves for the backward (transformers
@@ -138,8 +153,7 @@ def eager_attention(a: ArchNumbers, attn: str) -> bool:
     return a.model_type == "bloom" or attn == "eager"  # transformers' BLOOM has eager only
 
 
-def activation_peak(c: Setup, loss_extra: float = 0.0,
-                    layer_extra: float = 0.0) -> tuple[float, float, float]:
+def activation_peak(c: Setup, loss_extra: float = 0.0, layer_extra: float = 0.0) -> tuple[float, float, float]:
     """(bytes per token, attention-matrix bytes, extra bytes) of the largest phase of a step.
 
     The phases: with gradient checkpointing, the loss and its backward (all checkpoints and the
@@ -153,11 +167,15 @@ def activation_peak(c: Setup, loss_extra: float = 0.0,
     b, seq = s["batch_size"], s["max_seq_len"]
     r, drop = s["lora_r"], s["lora_dropout"]
     eager = eager_attention(a, s["attn_implementation"])
-    dt = LayerDtypes(ab=ab, wb=wb,
-                     lin_out=4 if method in KBIT_METHODS and ab == 2 and wb == 4 else ab,
-                     # the CPU kernel's mask has the adapter's dtype: fp32 (peft), or the half
-                     # dtype when DeepSpeed cast the whole module
-                     mask=1 if c.on_gpu else (ab if c.deepspeed else 4), full=method in FULL_METHODS)
+    dt = LayerDtypes(
+        ab=ab,
+        wb=wb,
+        lin_out=4 if method in KBIT_METHODS and ab == 2 and wb == 4 else ab,
+        # the CPU kernel's mask has the adapter's dtype: fp32 (peft), or the half
+        # dtype when DeepSpeed cast the whole module
+        mask=1 if c.on_gpu else (ab if c.deepspeed else 4),
+        full=method in FULL_METHODS,
+    )
     pretrained = s["init"] == "pretrained"
     linears = (_real_linears(a) if pretrained else None) or _native_linears(a)
     layer_tok = layer_act_per_token(a, dt, c.lora_mods, r, drop, eager, linears)
@@ -186,14 +204,19 @@ def activation_peak(c: Setup, loss_extra: float = 0.0,
         # residual stream the first norm's input is the checkpoint itself); phase 3: that
         # layer's attention backward
         p2 = ckpt + layer_tok - (4 * h if rb == 4 else 0)
-        phases = [(ckpt + logits_peak, 0.0, loss_extra), (p2 + mlp_grads, elems * att_elem, layer_extra),
-                  (p2 - mlp_saved, elems * (att_elem + att_grad), layer_extra)]
+        phases = [
+            (ckpt + logits_peak, 0.0, loss_extra),
+            (p2 + mlp_grads, elems * att_elem, layer_extra),
+            (p2 - mlp_saved, elems * (att_elem + att_grad), layer_extra),
+        ]
     else:
         # every layer's saved tensors, plus the loss's backward or the last layer's MLP
         # gradients; or the last layer's attention backward
-        phases = [(L * layer_tok + logits_peak, L * elems * att_elem, loss_extra),
-                  (L * layer_tok + mlp_grads, L * elems * att_elem, layer_extra),
-                  (L * layer_tok - mlp_saved, elems * (L * att_elem + att_grad), layer_extra)]
+        phases = [
+            (L * layer_tok + logits_peak, L * elems * att_elem, loss_extra),
+            (L * layer_tok + mlp_grads, L * elems * att_elem, layer_extra),
+            (L * layer_tok - mlp_saved, elems * (L * att_elem + att_grad), layer_extra),
+        ]
     tokens = c.tokens
     # ties go to the first phase, as before the extras existed
     return max(phases, key=lambda ph: ph[0] * tokens + ph[1] + ph[2])

@@ -87,8 +87,13 @@ class Calibration:
     context_bytes: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"per_token_bytes": self.per_token_bytes, "rows": self.rows, "metric": self.metric,
-                "residual_rel": self.residual_rel, "context_bytes": self.context_bytes}
+        return {
+            "per_token_bytes": self.per_token_bytes,
+            "rows": self.rows,
+            "metric": self.metric,
+            "residual_rel": self.residual_rel,
+            "context_bytes": self.context_bytes,
+        }
 
 
 @dataclass
@@ -130,8 +135,7 @@ class Estimate:
             "fits": self.fits,
             "activation_per_token_bytes": self.activation_per_token_bytes,
             "calibration": self.calibration.to_dict() if self.calibration else None,
-            "calibrated": (f"calibrated from {self.calibration.rows} measured rows"
-                           if self.calibration else None),
+            "calibrated": (f"calibrated from {self.calibration.rows} measured rows" if self.calibration else None),
             "notes": list(self.notes),
             "inputs": dict(self.inputs),
             "constants": dict(CONSTANTS),

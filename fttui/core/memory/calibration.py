@@ -89,18 +89,15 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
         xs.append(float(int(b) * int(s)))
         ys.append(m - static - att)
     if not xs:
-        raise EstimateError("calibration needs measured rows with batch_size, max_seq_len and "
-                            "a peak memory figure")
+        raise EstimateError("calibration needs measured rows with batch_size, max_seq_len and a peak memory figure")
     k = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
     k = max(k, 0.0)
     rel = [((k * x) - y) / (y + 1) for x, y in zip(xs, ys)]
     rms = math.sqrt(sum(v * v for v in rel) / len(rel))
-    return Calibration(per_token_bytes=k, rows=len(xs), metric=metric, residual_rel=rms,
-                       context_bytes=context)
+    return Calibration(per_token_bytes=k, rows=len(xs), metric=metric, residual_rel=rms, context_bytes=context)
 
 
-def calibration_from_store(resolved: Mapping[str, Any],
-                           store_rows: Iterable[Mapping[str, Any]]) -> Calibration | None:
+def calibration_from_store(resolved: Mapping[str, Any], store_rows: Iterable[Mapping[str, Any]]) -> Calibration | None:
     """Calibrate from the results-store rows (runs, probe trials, sweep cells) of the same model,
     method, sharding, precision and gradient checkpointing as ``resolved`` that finished without
     running out of memory and carry a memory figure; ``None`` when there is none. A row without
@@ -123,8 +120,7 @@ def calibration_from_store(resolved: Mapping[str, Any],
         row["method"], row["sharding"] = shardings.of(row.get("method"), row.get("sharding"))
         if row["sharding"] != sharding:
             continue
-        if any(row.get(k) is not None and row.get(k) != v
-               for k, v in want.items() if k != "gradient_checkpointing"):
+        if any(row.get(k) is not None and row.get(k) != v for k, v in want.items() if k != "gradient_checkpointing"):
             continue
         gc = row.get("gradient_checkpointing")
         if gc is not None and int(gc) != want["gradient_checkpointing"]:

@@ -35,8 +35,9 @@ from fttui.core.profiles.stored import as_profile
 __all__ = ["estimate"]
 
 
-def _dynamic(c: Setup, bd: dict[str, float], per_tok: float, att_bytes: float,
-             calibration: Calibration | None) -> float:
+def _dynamic(
+    c: Setup, bd: dict[str, float], per_tok: float, att_bytes: float, calibration: Calibration | None
+) -> float:
     """Activations (or the optimizer step's temporaries, the larger) and the allocator's share
     of them. Returns the allocator fraction applied to activations."""
     method, P, wb = c.method, c.a.params, c.wb
@@ -76,14 +77,27 @@ def _framework(c: Setup, bd: dict[str, float], calibration: Calibration | None) 
         # DDP's reducer keeps its buckets as a second copy of every trainable gradient
         # (gradient_as_bucket_view=False, the HF Trainer default); NCCL its own buffers
         P, wb, method = c.a.params, c.wb, c.method
-        ddp_copy = 0 if c.kind.sharded else (
-            c.lora_params * 4 + (P * wb if method == "full" else 0)
-            + ((c.embed + c.head) * wb if method == "lora-emb" else 0))
+        ddp_copy = (
+            0
+            if c.kind.sharded
+            else (
+                c.lora_params * 4
+                + (P * wb if method == "full" else 0)
+                + ((c.embed + c.head) * wb if method == "lora-emb" else 0)
+            )
+        )
         bd["communication"] += CONSTANTS["comm_bytes"] + ddp_copy
 
 
-def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
-                 extra_head: float, alloc_on_act: float, notes: list[str]) -> float:
+def _working_set(
+    c: Setup,
+    bd: dict[str, float],
+    w: Working,
+    phase_extra: float,
+    extra_head: float,
+    alloc_on_act: float,
+    notes: list[str],
+) -> float:
     """ZeRO-3 and FSDP: the gathered parameters of the peak's phase (counted under weights) and
     the NormHead copy join the activations in the working set, which the allocator fraction
     applies to. A card that holds the whole model while it is built (``w.whole``: a quantised
@@ -99,11 +113,24 @@ def _working_set(c: Setup, bd: dict[str, float], w: Working, phase_extra: float,
     working = bd["activations"] + gathered
     bd["allocator"] = alloc_on_act * working
     if c.on_gpu and w.whole:
-        inside = sum(bd[k] for k in ("weights", "gradients", "optimizer_states", "lora",
-                                     "activations", "quantisation", "communication"))
-        notes.append(f"{'ZeRO-3' if c.zero3 else 'FSDP'}: {min(inside, w.whole) / GIB:.1f} GiB of the "
-                     + ("lowest rank's card" if w.rank0_only else "card") + "'s allocations reuse the "
-                     "cached copy of the whole model built there")
+        inside = sum(
+            bd[k]
+            for k in (
+                "weights",
+                "gradients",
+                "optimizer_states",
+                "lora",
+                "activations",
+                "quantisation",
+                "communication",
+            )
+        )
+        notes.append(
+            f"{'ZeRO-3' if c.zero3 else 'FSDP'}: {min(inside, w.whole) / GIB:.1f} GiB of the "
+            + ("lowest rank's card" if w.rank0_only else "card")
+            + "'s allocations reuse the "
+            "cached copy of the whole model built there"
+        )
         return w.whole
     return 0.0
 
@@ -136,34 +163,50 @@ def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     elif c.method == "lora-int8":
         # bitsandbytes LLM.int8(); [quant]'s 4-bit keys do not apply
         inputs["quant"] = {"type": "int8", **{k: v for k, v in c.s["quant"].items() if k == "prepare"}}
-    inputs.update({"model": as_profile(resolved).model.name_or_path,
-                   "arch": c.a.arch_name or c.a.model_type, "params": c.a.params,
-                   "lora_params": c.lora_params, "tokens_per_step": c.tokens,
-                   "sharding": c.sharding, "ranks": c.world,
-                   "lora_modules": [n for n, _fi, _fo in c.lora_mods],
-                   "profile": resolved.get("name")})
+    inputs.update(
+        {
+            "model": as_profile(resolved).model.name_or_path,
+            "arch": c.a.arch_name or c.a.model_type,
+            "params": c.a.params,
+            "lora_params": c.lora_params,
+            "tokens_per_step": c.tokens,
+            "sharding": c.sharding,
+            "ranks": c.world,
+            "lora_modules": [n for n, _fi, _fo in c.lora_mods],
+            "profile": resolved.get("name"),
+        }
+    )
     return inputs
 
 
 def _final_notes(c: Setup, calibration: Calibration | None, notes: list[str]) -> None:
     if calibration is not None:
-        ctx = (f", CUDA context {calibration.context_bytes / MIB:.0f} MiB"
-               if calibration.context_bytes is not None else "")
-        notes.insert(0, f"calibrated from {calibration.rows} measured rows "
-                        f"({calibration.per_token_bytes / 1024:.1f} KiB per token{ctx})")
+        ctx = (
+            f", CUDA context {calibration.context_bytes / MIB:.0f} MiB" if calibration.context_bytes is not None else ""
+        )
+        notes.insert(
+            0,
+            f"calibrated from {calibration.rows} measured rows "
+            f"({calibration.per_token_bytes / 1024:.1f} KiB per token{ctx})",
+        )
     if c.s["nodes"] > 1:
-        notes.append(f"per-card figures for one node; every node is the same ({c.world} ranks "
-                     f"= {c.s['nodes']} nodes x {c.per_node}); host figures per node")
+        notes.append(
+            f"per-card figures for one node; every node is the same ({c.world} ranks "
+            f"= {c.s['nodes']} nodes x {c.per_node}); host figures per node"
+        )
 
 
-def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None,
-             device_bytes: int | None = None) -> Estimate:
+def estimate(
+    resolved: Mapping[str, Any], calibration: Calibration | None = None, device_bytes: int | None = None
+) -> Estimate:
     """Predict peak GPU memory per card and the host peak of a resolved profile."""
     notes: list[str] = []
     c = setup(resolved, notes)
     if c.kind.sharded and c.world == 1:
-        notes.append(f"sharding {c.sharding} over 1 process shards nothing: every state stays whole on it "
-                     "(devices.gpus = N, or devices.cpu_processes = N on CPU, for N ranks)")
+        notes.append(
+            f"sharding {c.sharding} over 1 process shards nothing: every state stays whole on it "
+            "(devices.gpus = N, or devices.cpu_processes = N on CPU, for N ranks)"
+        )
     bd = dict.fromkeys(COMPONENTS, 0.0)
     host_bd = dict.fromkeys(HOST_COMPONENTS, 0.0)
     w = Working()
@@ -191,10 +234,12 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
             _cap_allocator(others, device_bytes)
         if whole > device_bytes:
             where = "the lowest rank's card" if w.rank0_only else "the card"
-            notes.append(f"does not fit: {where} first holds the "
-                         f"whole model ({whole / GIB:.1f} GiB) before "
-                         f"{'DeepSpeed partitions' if c.zero3 else 'FSDP shards'} it, more than "
-                         f"{device_bytes / GIB:.1f} GiB")
+            notes.append(
+                f"does not fit: {where} first holds the "
+                f"whole model ({whole / GIB:.1f} GiB) before "
+                f"{'DeepSpeed partitions' if c.zero3 else 'FSDP shards'} it, more than "
+                f"{device_bytes / GIB:.1f} GiB"
+            )
     card = {k: int(round(v)) for k, v in bd.items()}
     host_load = host_terms(c, bd, host_bd)
     load_card = 0
@@ -202,20 +247,28 @@ def estimate(resolved: Mapping[str, Any], calibration: Calibration | None = None
         gpu_peak = [int(sum(card.values()))] * c.s["gpus"]
         if others is not None and c.s["gpus"] > 1:
             gpu_peak[1:] = [int(round(sum(others.values())))] * (c.s["gpus"] - 1)
-            notes.append("per-card peaks differ: only the lowest rank's card builds the whole model "
-                         "(the breakdown is that card's)")
+            notes.append(
+                "per-card peaks differ: only the lowest rank's card builds the whole model "
+                "(the breakdown is that card's)"
+            )
         load_card = int(round(whole + bd["cuda_context"])) if whole else 0
     else:
         gpu_peak = []
         card = {k: 0 for k in card}
     host = {k: int(round(v)) for k, v in host_bd.items()}
     _final_notes(c, calibration, notes)
-    return Estimate(inputs=_inputs(c, resolved), breakdown=card, gpu_peak_bytes=gpu_peak,
-                    host_breakdown=host, host_peak_bytes=int(sum(host.values())),
-                    host_load_peak_bytes=int(round(host_load)),
-                    host_train_peak_bytes=int(round(sum(host_bd.values()) - host_bd["model_load"])),
-                    gpu_load_peak_bytes=load_card,
-                    activation_per_token_bytes=(calibration.per_token_bytes if calibration
-                                                else per_tok * (1 + alloc_on_act)),
-                    activation_attention_bytes=att_bytes, notes=notes, calibration=calibration,
-                    device_bytes=device_bytes)
+    return Estimate(
+        inputs=_inputs(c, resolved),
+        breakdown=card,
+        gpu_peak_bytes=gpu_peak,
+        host_breakdown=host,
+        host_peak_bytes=int(sum(host.values())),
+        host_load_peak_bytes=int(round(host_load)),
+        host_train_peak_bytes=int(round(sum(host_bd.values()) - host_bd["model_load"])),
+        gpu_load_peak_bytes=load_card,
+        activation_per_token_bytes=(calibration.per_token_bytes if calibration else per_tok * (1 + alloc_on_act)),
+        activation_attention_bytes=att_bytes,
+        notes=notes,
+        calibration=calibration,
+        device_bytes=device_bytes,
+    )

@@ -69,8 +69,7 @@ def host_terms(c: Setup, bd: dict[str, float], host_bd: dict[str, float]) -> flo
         host_bd["cuda_runtime"] = C["host_cuda_bytes"] * procs
     else:
         # CPU training: each rank's "card" figures live in host memory
-        for k in ("weights", "gradients", "optimizer_states", "lora", "activations",
-                  "communication"):
+        for k in ("weights", "gradients", "optimizer_states", "lora", "activations", "communication"):
             host_bd[k] = bd[k] * procs
         # no caching allocator on the host: glibc returns big blocks (fttui sets the mmap
         # threshold for CPU runs, fttui.core.run.launch), so no allocator overhead is added

@@ -40,8 +40,9 @@ def pinned_bytes(est: Estimate, pin_memory: bool) -> int:
     return int(host.get("offload_pinned_buffers", 0) + (sum(host.get(k, 0) for k in PINNED) if pin_memory else 0))
 
 
-def host_fit(resolved: Profile | Mapping[str, Any], est: Estimate, available: tuple[int, str] | None,
-             memlock: int | None) -> HostFit | None:
+def host_fit(
+    resolved: Profile | Mapping[str, Any], est: Estimate, available: tuple[int, str] | None, memlock: int | None
+) -> HostFit | None:
     """The verdict for ``resolved`` (its estimate ``est``) against ``available`` (bytes, and what
     they are: ``"MemAvailable"``, ``"cgroup memory.max"``) and ``memlock`` (RLIMIT_MEMLOCK in
     bytes, ``None`` for unlimited); ``None`` for a sharding that offloads nothing, or nothing to
@@ -52,20 +53,28 @@ def host_fit(resolved: Profile | Mapping[str, Any], est: Estimate, available: tu
         return None
     avail, what = available
     peak = max(est.host_peak_bytes, est.host_load_peak_bytes)
-    head = (f"{kind.name}: the estimate's host peak {fmt_bytes(peak)} per node (model load "
-            f"{fmt_bytes(est.host_load_peak_bytes)}, training {fmt_bytes(est.host_train_peak_bytes)})")
+    head = (
+        f"{kind.name}: the estimate's host peak {fmt_bytes(peak)} per node (model load "
+        f"{fmt_bytes(est.host_load_peak_bytes)}, training {fmt_bytes(est.host_train_peak_bytes)})"
+    )
     if peak > avail:
-        return HostFit(False, None, f"{head} is more than the {fmt_bytes(avail)} available here ({what}): "
-                                    "the host would run out of memory; use more nodes, offload less "
-                                    "(deepspeed.offload_params = false) or a machine with more memory")
+        return HostFit(
+            False,
+            None,
+            f"{head} is more than the {fmt_bytes(avail)} available here ({what}): "
+            "the host would run out of memory; use more nodes, offload less "
+            "(deepspeed.offload_params = false) or a machine with more memory",
+        )
     warning = None
     if peak > CLOSE * avail:
         warning = f"{head} is {peak / avail:.0%} of the {fmt_bytes(avail)} available here ({what}): a close fit"
     pinned = pinned_bytes(est, bool(prof.deepspeed.pin_memory)) if kind.deepspeed else 0
     if memlock is not None and pinned > memlock:
-        lock = (f"{fmt_bytes(pinned)} of it pinned (deepspeed.pin_memory) is over the locked-memory limit "
-                f"{fmt_bytes(memlock)} (RLIMIT_MEMLOCK, `ulimit -l`): pinning may fail; raise the limit or set "
-                "deepspeed.pin_memory = false")
+        lock = (
+            f"{fmt_bytes(pinned)} of it pinned (deepspeed.pin_memory) is over the locked-memory limit "
+            f"{fmt_bytes(memlock)} (RLIMIT_MEMLOCK, `ulimit -l`): pinning may fail; raise the limit or set "
+            "deepspeed.pin_memory = false"
+        )
         warning = f"{warning}; {lock}" if warning else f"{head}: {lock}"
     return HostFit(True, warning, warning or f"{head} fits the {fmt_bytes(avail)} available here ({what})")
 

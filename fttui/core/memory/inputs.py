@@ -38,8 +38,10 @@ def sharding_of(resolved: Mapping[str, Any]) -> tuple[str, str]:
     legacy = shardings.LEGACY_METHODS.get(method)
     if legacy is not None:
         if sharding not in (shardings.NONE.name, legacy.name):
-            raise EstimateError(f"method {method} is method full with sharding {legacy}; "
-                                f"it cannot take sharding {sharding!r} (use method full)")
+            raise EstimateError(
+                f"method {method} is method full with sharding {legacy}; "
+                f"it cannot take sharding {sharding!r} (use method full)"
+            )
         return "full", legacy.name
     return method, sharding
 
@@ -154,9 +156,11 @@ def _moe_lora(mods: list[tuple[str, int, int]], a: ArchNumbers, notes: list[str]
     if si:
         out += [(n, *shared[n]) for n in mlp]
     if mlp:
-        notes.append(f"MoE: lora targets {', '.join(mlp)} adapt "
-                     f"{'the shared expert only' if si else 'nothing'}; the {a.experts} routed experts "
-                     "per layer are not linear modules and stay frozen")
+        notes.append(
+            f"MoE: lora targets {', '.join(mlp)} adapt "
+            f"{'the shared expert only' if si else 'nothing'}; the {a.experts} routed experts "
+            "per layer are not linear modules and stay frozen"
+        )
     return out
 
 
@@ -168,14 +172,15 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
     if s["method"] not in METHODS:
         raise EstimateError(f"method {s['method']!r} is not one the estimator knows ({', '.join(METHODS)})")
     if s["sharding"] not in SHARDINGS:
-        raise EstimateError(f"sharding {s['sharding']!r} is not one the estimator knows "
-                            f"({', '.join(SHARDINGS)})")
+        raise EstimateError(f"sharding {s['sharding']!r} is not one the estimator knows ({', '.join(SHARDINGS)})")
     method, sharding = sharding_of(resolved)
     kind = shardings.get(sharding)
     if method not in kind.methods:
-        raise EstimateError(f"method {method} cannot run with sharding {sharding} (sharding {sharding} "
-                            f"runs {', '.join(kind.methods)}; method {method} runs with "
-                            f"{', '.join(shardings.runs_with(method))})")
+        raise EstimateError(
+            f"method {method} cannot run with sharding {sharding} (sharding {sharding} "
+            f"runs {', '.join(kind.methods)}; method {method} runs with "
+            f"{', '.join(shardings.runs_with(method))})"
+        )
     if precision not in DTYPE_BYTES:
         raise EstimateError(f"train.precision {precision!r}: use fp32, fp16 or bf16")
     model = as_profile(resolved).model
@@ -202,14 +207,25 @@ def setup(resolved: Mapping[str, Any], notes: list[str]) -> Setup:
     wb = _weight_bytes(method, precision, s)
     per_node = max(1, gpus if on_gpu else s["cpu_processes"])
     return Setup(
-        s=s, a=a, method=method, precision=precision,
-        tokens=s["batch_size"] * s["max_seq_len"], on_gpu=on_gpu, half=half,
+        s=s,
+        a=a,
+        method=method,
+        precision=precision,
+        tokens=s["batch_size"] * s["max_seq_len"],
+        on_gpu=on_gpu,
+        half=half,
         ab=2 if half else 4,  # activation dtype (autocast / half weights)
         wb=wb,
         # the residual stream follows the embedding output: fp32 weights -> fp32 activations
         rb=wb,
-        embed=embed, head=0 if a.tied else embed, lin_total=lin_total,
+        embed=embed,
+        head=0 if a.tied else embed,
+        lin_total=lin_total,
         other=P - lin_total,  # embeddings, output layer, norms, biases
-        lora_mods=lora_mods, lora_params=lora_params,
-        sharding=s["sharding"], per_node=per_node, world=per_node * s["nodes"],
-        prequant=checkpoint_quant(model))
+        lora_mods=lora_mods,
+        lora_params=lora_params,
+        sharding=s["sharding"],
+        per_node=per_node,
+        world=per_node * s["nodes"],
+        prequant=checkpoint_quant(model),
+    )

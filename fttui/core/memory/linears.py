@@ -21,12 +21,23 @@ def _native_linears(a: ArchNumbers) -> list[tuple[str, int, int]]:
     """(name, in, out) of the linear layers of one decoder layer, native transformers names."""
     h, q, kv, i = a.hidden, a.q_dim, a.kv_dim, a.inter
     if a.model_type == "bloom":
-        return [("query_key_value", h, 3 * h), ("dense", h, h),
-                ("dense_h_to_4h", h, 4 * h), ("dense_4h_to_h", 4 * h, h)]
+        return [
+            ("query_key_value", h, 3 * h),
+            ("dense", h, h),
+            ("dense_h_to_4h", h, 4 * h),
+            ("dense_4h_to_h", 4 * h, h),
+        ]
     if a.model_type == "phi3":  # transformers' Phi-3 fuses q, k, v and gate, up
         return [("qkv_proj", h, q + 2 * kv), ("o_proj", q, h), ("gate_up_proj", h, 2 * i), ("down_proj", i, h)]
-    return [("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h),
-            ("gate_proj", h, i), ("up_proj", h, i), ("down_proj", i, h)]
+    return [
+        ("q_proj", h, q),
+        ("k_proj", h, kv),
+        ("v_proj", h, kv),
+        ("o_proj", q, h),
+        ("gate_proj", h, i),
+        ("up_proj", h, i),
+        ("down_proj", i, h),
+    ]
 
 
 def _real_linears(a: ArchNumbers) -> list[tuple[str, int, int]] | None:
@@ -35,20 +46,29 @@ def _real_linears(a: ArchNumbers) -> list[tuple[str, int, int]] | None:
     h, q, kv, i = a.hidden, a.q_dim, a.kv_dim, a.inter
     name = a.arch_name or ""
     if name.startswith("baichuan"):
-        return [("W_pack", h, q + 2 * kv), ("o_proj", q, h), ("gate_proj", h, i),
-                ("up_proj", h, i), ("down_proj", i, h)]
+        return [
+            ("W_pack", h, q + 2 * kv),
+            ("o_proj", q, h),
+            ("gate_proj", h, i),
+            ("up_proj", h, i),
+            ("down_proj", i, h),
+        ]
     if name.startswith("chatglm"):
-        return [("query_key_value", h, q + 2 * kv), ("dense", q, h),
-                ("dense_h_to_4h", h, 2 * i), ("dense_4h_to_h", i, h)]
+        return [
+            ("query_key_value", h, q + 2 * kv),
+            ("dense", q, h),
+            ("dense_h_to_4h", h, 2 * i),
+            ("dense_4h_to_h", i, h),
+        ]
     if name.startswith("qwen-"):
         # attention c_proj and mlp c_proj share a name: both match "c_proj"
-        return [("c_attn", h, q + 2 * kv), ("c_proj", q, h), ("w1", h, i), ("w2", h, i),
-                ("c_proj", i, h)]
+        return [("c_attn", h, q + 2 * kv), ("c_proj", q, h), ("w1", h, i), ("w2", h, i), ("c_proj", i, h)]
     return None
 
 
-def lora_modules(resolved: Mapping[str, Any], a: ArchNumbers | None = None,
-                 notes: list[str] | None = None) -> list[tuple[str, int, int]]:
+def lora_modules(
+    resolved: Mapping[str, Any], a: ArchNumbers | None = None, notes: list[str] | None = None
+) -> list[tuple[str, int, int]]:
     """The (name, in, out) linear layers of one decoder layer that LoRA adapts.
 
     ``all-linear`` = every linear layer but the output layer. With ``model.init = "pretrained"``
@@ -77,9 +97,11 @@ def lora_modules(resolved: Mapping[str, Any], a: ArchNumbers | None = None,
             if alt:
                 hits = alt  # same shapes seen through the other naming
                 if notes is not None:
-                    notes.append(f"lora target {t!r} is a name of the "
-                                 f"{'native mapping' if other is native else 'original model'}; "
-                                 "counted with its shape")
+                    notes.append(
+                        f"lora target {t!r} is a name of the "
+                        f"{'native mapping' if other is native else 'original model'}; "
+                        "counted with its shape"
+                    )
             elif notes is not None:
                 notes.append(f"lora target {t!r} matches no linear layer of this architecture")
         for m in hits:

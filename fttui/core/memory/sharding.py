@@ -20,9 +20,18 @@ from fttui.core.memory.inputs import DTYPE_BYTES, Setup
 from fttui.core.memory.linears import _native_linears
 from fttui.core.memory.states import _adapters, _optimizer_bytes_per_param
 
-__all__ = ["DEEPSPEED_DEFAULTS", "Working", "deepspeed_owns_optimizer", "zero3_init", "deepspeed_reference", "ds_buckets",
-           "largest_layer_params",
-           "sharded_states", "step_temporaries", "trainable_params"]
+__all__ = [
+    "DEEPSPEED_DEFAULTS",
+    "Working",
+    "deepspeed_owns_optimizer",
+    "zero3_init",
+    "deepspeed_reference",
+    "ds_buckets",
+    "largest_layer_params",
+    "sharded_states",
+    "step_temporaries",
+    "trainable_params",
+]
 
 
 class Working(NamedTuple):
@@ -32,6 +41,7 @@ class Working(NamedTuple):
     model is built, before the engine shards it (0 when it never does: ZeRO-3 builds inside
     zero.Init, FSDP ranks other than the lowest build on the meta device); ``rank0_only``: only
     the lowest rank's card holds it (FSDP's random init, drawn on that card)."""
+
     gathered: float = 0.0
     loss: float = 0.0
     layer: float = 0.0
@@ -56,9 +66,11 @@ DEEPSPEED_DEFAULTS: dict[str, Any] = {
 
 def ds_buckets(hidden: int) -> dict[str, int]:
     """The bucket sizes (elements) the HF Trainer fills for DeepSpeed's ``auto`` keys."""
-    return {"reduce_bucket_size": hidden * hidden,
-            "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
-            "stage3_param_persistence_threshold": 10 * hidden}
+    return {
+        "reduce_bucket_size": hidden * hidden,
+        "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+        "stage3_param_persistence_threshold": 10 * hidden,
+    }
 
 
 def trainable_params(c: Setup) -> int:
@@ -160,8 +172,10 @@ def _zero3_gathered(c: Setup) -> float:
     prefetch bucket, which never prefetches past ``stage3_max_live_parameters`` gathered
     elements. In the half dtype, on every phase of the step."""
     a, ds = c.a, c.s["deepspeed"]
-    reuse, live = (DEEPSPEED_DEFAULTS[k] if ds.get(k) is None else int(ds[k])
-                   for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters"))
+    reuse, live = (
+        DEEPSPEED_DEFAULTS[k] if ds.get(k) is None else int(ds[k])
+        for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters")
+    )
     prefetch = min(ds_buckets(a.hidden)["stage3_prefetch_bucket_size"], live)
     return c.wb * (min(a.params, reuse) + prefetch)
 
@@ -179,8 +193,7 @@ def _fsdp_working(c: Setup) -> Working:
     return Working(loss=root, layer=root + 2 * per * layer)
 
 
-def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
-                   notes: list[str]) -> Working:
+def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float], notes: list[str]) -> Working:
     """Fill the static per-rank terms of a sharded run (``bd``: this rank's card; ``host_bd``:
     this node's offloaded parts). Returns the parameters gathered in flight, by phase."""
     a, N, per_node = c.a, c.world, c.per_node
@@ -229,33 +242,51 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
             # buckets, about 4 x hidden^2 elements each, fp32)
             host_bd["offload_pinned_buffers"] = 2 * 4 * a.hidden * a.hidden * 4 * per_node
         if ds_opt:
-            notes.append("optimizer: DeepSpeed's own Adam (the DeepSpeed config's optimizer section): "
-                         + ("its CPU Adam steps on the host" if off_o else
-                            "fused, stepping the fp32 partition in place (no per-parameter temporaries)"))
-        notes.append(f"DeepSpeed {c.sharding} over {N} rank(s): per trainable parameter "
-                     + (f"fp32 masters + optimizer states + fp32 gradients {ob + 4:.0f} B on the host"
-                        if off_o else f"fp32 masters + optimizer states {ob:.0f} B and gradients "
-                        f"{gb} B on the card") + ", partitioned")
+            notes.append(
+                "optimizer: DeepSpeed's own Adam (the DeepSpeed config's optimizer section): "
+                + (
+                    "its CPU Adam steps on the host"
+                    if off_o
+                    else "fused, stepping the fp32 partition in place (no per-parameter temporaries)"
+                )
+            )
+        notes.append(
+            f"DeepSpeed {c.sharding} over {N} rank(s): per trainable parameter "
+            + (
+                f"fp32 masters + optimizer states + fp32 gradients {ob + 4:.0f} B on the host"
+                if off_o
+                else f"fp32 masters + optimizer states {ob:.0f} B and gradients {gb} B on the card"
+            )
+            + ", partitioned"
+        )
         whole = 0.0
         if c.zero3 and quant:
             # a quantised model is loaded whole on every card (no zero.Init for it) and
             # partitioned by the engine
             whole = frozen + train_b + quant
-            notes.append(f"ZeRO-3 with a quantised base: every card first loads the whole quantised model "
-                         f"({whole / GIB:.1f} GiB) before DeepSpeed partitions it (no zero.Init for it)")
+            notes.append(
+                f"ZeRO-3 with a quantised base: every card first loads the whole quantised model "
+                f"({whole / GIB:.1f} GiB) before DeepSpeed partitions it (no zero.Init for it)"
+            )
         elif c.zero3 and not zero3_init(c):
             whole = a.params * c.wb
-            notes.append(f"ZeRO-3 without zero.Init ([deepspeed] zero3_init = false): every card first holds the "
-                         f"whole model in the half dtype ({whole / GIB:.1f} GiB) before DeepSpeed partitions it; "
-                         "a smaller card fails while the engine starts")
+            notes.append(
+                f"ZeRO-3 without zero.Init ([deepspeed] zero3_init = false): every card first holds the "
+                f"whole model in the half dtype ({whole / GIB:.1f} GiB) before DeepSpeed partitions it; "
+                "a smaller card fails while the engine starts"
+            )
         elif c.zero3:
-            notes.append("ZeRO-3 builds the model inside zero.Init: each module partitioned as it is built "
-                         "(from_pretrained: rank 0 reads the checkpoint on the host); no card holds the whole model")
+            notes.append(
+                "ZeRO-3 builds the model inside zero.Init: each module partitioned as it is built "
+                "(from_pretrained: rank 0 reads the checkpoint on the host); no card holds the whole model"
+            )
         if c.method == "full":
             gpu, cpu = deepspeed_reference(c)
-            notes.append(f"DeepSpeed's own estimator (model states, additional_buffer_factor 1.5, "
-                         f"no zero.Init): {gpu / GIB:.1f} GiB per card, {cpu / GIB:.1f} GiB host "
-                         "per node")
+            notes.append(
+                f"DeepSpeed's own estimator (model states, additional_buffer_factor 1.5, "
+                f"no zero.Init): {gpu / GIB:.1f} GiB per card, {cpu / GIB:.1f} GiB host "
+                "per node"
+            )
         return Working(gathered=_zero3_gathered(c), whole=whole) if c.zero3 else Working()
     # FSDP, full shard: parameters, gradients and optimizer states partitioned over the ranks
     gp = c.wb if c.method == "full" else 4
@@ -272,14 +303,18 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float],
     # the end of the backward
     root_train = (c.embed + c.head) if c.method in ("full", "lora-emb") else 0
     bd["gradients"] += root_train * gp
-    notes.append(f"FSDP full shard over {N} rank(s): parameters, gradients and optimizer states "
-                 "partitioned" + (", on the host" if off_p else "") + "; the root unit gathered "
-                 "through the step, a layer and the next (prefetched) in a layer's backward")
+    notes.append(
+        f"FSDP full shard over {N} rank(s): parameters, gradients and optimizer states "
+        "partitioned" + (", on the host" if off_p else "") + "; the root unit gathered "
+        "through the step, a layer and the next (prefetched) in a layer's backward"
+    )
     w = _fsdp_working(c)
     if quant:
         # every rank loads the quantised model (accelerate broadcasts no 4-bit parameters)
-        notes.append(f"FSDP with a quantised base (4-bit weights stored in the compute dtype): every card first "
-                     f"loads the whole quantised model ({(frozen + train_b + quant) / GIB:.1f} GiB), then keeps its shard")
+        notes.append(
+            f"FSDP with a quantised base (4-bit weights stored in the compute dtype): every card first "
+            f"loads the whole quantised model ({(frozen + train_b + quant) / GIB:.1f} GiB), then keeps its shard"
+        )
         return w._replace(whole=frozen + train_b + quant)
     # RAM-efficient loading: the lowest rank reads the checkpoint or draws the random weights
     # (on the host; fttui.worker.model), the others build on the meta device and receive their

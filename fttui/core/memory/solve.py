@@ -21,8 +21,14 @@ def _peak(e: Estimate) -> int:
     return max(e.gpu_peak_bytes) if e.gpu_peak_bytes else e.host_peak_bytes
 
 
-def solve_max(resolved: Mapping[str, Any], param: str, device_bytes: int, *,
-              calibration: Calibration | None = None, hi: int = 1 << 20) -> int:
+def solve_max(
+    resolved: Mapping[str, Any],
+    param: str,
+    device_bytes: int,
+    *,
+    calibration: Calibration | None = None,
+    hi: int = 1 << 20,
+) -> int:
     """The largest value of ``param`` (``batch_size`` or ``max_seq_len``) whose predicted peak
     (per card; host memory for a CPU profile) fits ``device_bytes``; 0 when even 1 does not fit.
     The prediction is monotonic in both, so an exponential then a binary search over integers

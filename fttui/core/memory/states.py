@@ -53,8 +53,9 @@ def _full(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     if wb == 4 and c.half:
         # autocast keeps half copies of the matmul weights from forward to backward
         bd["weights"] += c.lin_total * 2 + c.head * 2
-        notes.append("fp16/bf16 AMP on fp32 weights: autocast's half copies of the matmul "
-                     "weights counted under weights")
+        notes.append(
+            "fp16/bf16 AMP on fp32 weights: autocast's half copies of the matmul weights counted under weights"
+        )
     bd["gradients"] = P * wb
     per, why = _optimizer_bytes_per_param(opt, wb)
     bd["optimizer_states"] = P * per
@@ -84,10 +85,12 @@ def _prequant(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     kept = layer_lin if c.s["gradient_checkpointing"] else c.lin_total
     largest = max(fi * fo for fi, fo in (*per_layer, *head))
     bd["quantisation"] = kept * wb + largest * (4 + wb)
-    notes.append(f"{q.method.upper()} {bits}-bit checkpoint (group size {q.group_size}), read from its "
-                 f"config.json: packed weights, scales and zeros under weights; the dequantised copies the "
-                 f"torch kernel keeps for the backward ({'one layer, recomputed' if c.s['gradient_checkpointing'] else 'every layer'})"
-                 " under quantisation")
+    notes.append(
+        f"{q.method.upper()} {bits}-bit checkpoint (group size {q.group_size}), read from its "
+        f"config.json: packed weights, scales and zeros under weights; the dequantised copies the "
+        f"torch kernel keeps for the backward ({'one layer, recomputed' if c.s['gradient_checkpointing'] else 'every layer'})"
+        " under quantisation"
+    )
 
 
 def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
@@ -110,16 +113,20 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
             # casts it to the half dtype for the matmul and the matmul keeps that copy for
             # its backward (measured on an H100: Qwen-1.8B QLoRA, V*h*2 = 593 MiB)
             bd["weights"] += (c.embed if a.tied else c.head) * 2
-            notes.append("k-bit under fp16/bf16 autocast: the half copy of the fp32 output "
-                         "layer kept for its backward counted under weights")
+            notes.append(
+                "k-bit under fp16/bf16 autocast: the half copy of the fp32 output "
+                "layer kept for its backward counted under weights"
+            )
         if method == "qlora" and wb == 4:
             # measured tensor by tensor (tests/worker/test_estimate_slope.py): the layer inputs
             # that gradient checkpointing keeps are fp32, twice those of an fp16 model
-            notes.append("qlora: bitsandbytes 4-bit after peft's prepare_model_for_kbit_training: "
-                         "embeddings, norms and output layer in fp32, so an fp32 residual stream "
-                         "(checkpoints 4 B per element); a GPTQ checkpoint (as in Qwen's Q-LoRA "
-                         "rows) is not cast and keeps them in fp16: method lora on the GPTQ "
-                         "checkpoint itself estimates that")
+            notes.append(
+                "qlora: bitsandbytes 4-bit after peft's prepare_model_for_kbit_training: "
+                "embeddings, norms and output layer in fp32, so an fp32 residual stream "
+                "(checkpoints 4 B per element); a GPTQ checkpoint (as in Qwen's Q-LoRA "
+                "rows) is not cast and keeps them in fp16: method lora on the GPTQ "
+                "checkpoint itself estimates that"
+            )
     else:
         bd["weights"] = a.params * wb
     if method == "lora-emb":
@@ -145,8 +152,7 @@ def norm_head(c: Setup, bd: dict[str, float], notes: list[str]) -> float:
             extra_head = c.embed * DTYPE_BYTES[c.precision]
         else:
             bd["weights"] += c.embed * (c.wb + (2 if (c.half and c.wb == 4) else 0))
-        notes.append("Baichuan2 NormHead: a normalised copy of the output matrix per step "
-                     "counted under weights")
+        notes.append("Baichuan2 NormHead: a normalised copy of the output matrix per step counted under weights")
     return extra_head
 
 

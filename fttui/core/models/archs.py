@@ -64,8 +64,19 @@ class Arch:
         return dict(self.config)
 
 
-def _llama(vocab: int, hidden: int, inter: int, layers: int, heads: int, kv_heads: int, *,
-           max_pos: int, eps: float, theta: float = 10000.0, tie: bool = False) -> dict[str, Any]:
+def _llama(
+    vocab: int,
+    hidden: int,
+    inter: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    *,
+    max_pos: int,
+    eps: float,
+    theta: float = 10000.0,
+    tie: bool = False,
+) -> dict[str, Any]:
     return {
         "vocab_size": vocab,
         "hidden_size": hidden,
@@ -81,10 +92,20 @@ def _llama(vocab: int, hidden: int, inter: int, layers: int, heads: int, kv_head
     }
 
 
-def _qwen2(vocab: int, hidden: int, inter: int, layers: int, heads: int, kv_heads: int, *,
-           max_pos: int, eps: float, theta: float = 10000.0, tie: bool = False) -> dict[str, Any]:
-    cfg = _llama(vocab, hidden, inter, layers, heads, kv_heads, max_pos=max_pos, eps=eps,
-                 theta=theta, tie=tie)
+def _qwen2(
+    vocab: int,
+    hidden: int,
+    inter: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    *,
+    max_pos: int,
+    eps: float,
+    theta: float = 10000.0,
+    tie: bool = False,
+) -> dict[str, Any]:
+    cfg = _llama(vocab, hidden, inter, layers, heads, kv_heads, max_pos=max_pos, eps=eps, theta=theta, tie=tie)
     cfg["use_sliding_window"] = False
     return cfg
 
@@ -216,8 +237,7 @@ ARCHS: dict[str, Arch] = {
             name="qwen-72b",
             hub_id="Qwen/Qwen-72B",
             model_type="qwen2",
-            config=_qwen2(152064, 8192, 24576, 80, 64, 64, max_pos=32768, eps=1e-6,
-                          theta=1000000.0),
+            config=_qwen2(152064, 8192, 24576, 80, 64, 64, max_pos=32768, eps=1e-6, theta=1000000.0),
             params_b=72.3,
             needs_remote_code=True,
             hub_model_type="qwen",

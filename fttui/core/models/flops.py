@@ -102,11 +102,18 @@ class FlopsPerToken:
         return self.forward + self.backward + self.recompute
 
     def to_dict(self) -> dict[str, float]:
-        return {"forward": self.forward, "backward": self.backward, "recompute": self.recompute,
-                "seq_len": self.seq_len, "total": self.total}
+        return {
+            "forward": self.forward,
+            "backward": self.backward,
+            "recompute": self.recompute,
+            "seq_len": self.seq_len,
+            "total": self.total,
+        }
 
 
-def flops_per_token(shape: ModelShape, method: str, seq_len: float, gradient_checkpointing: bool = False) -> FlopsPerToken:
+def flops_per_token(
+    shape: ModelShape, method: str, seq_len: float, gradient_checkpointing: bool = False
+) -> FlopsPerToken:
     """The model FLOPs of training on one token of a sequence of ``seq_len`` tokens (module doc)."""
     p = matmul_params(shape, method)
     attn = 4.0 * shape.layers * shape.attn_dim * seq_len  # one forward of scores + weighted sum

@@ -22,8 +22,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigReadError", "cached_snapshot", "causal_lm_types", "download_command", "find_config",
-           "hub_cache_dir", "is_hub_id", "read_config"]
+__all__ = [
+    "ConfigReadError",
+    "cached_snapshot",
+    "causal_lm_types",
+    "download_command",
+    "find_config",
+    "hub_cache_dir",
+    "is_hub_id",
+    "read_config",
+]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -38,7 +46,8 @@ def hub_cache_dir() -> Path:
         if os.environ.get(var):
             return Path(os.path.expandvars(os.path.expanduser(os.environ[var])))
     home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
     return Path(os.path.expandvars(os.path.expanduser(home))) / "hub"
 
 

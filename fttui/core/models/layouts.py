@@ -62,10 +62,10 @@ FAMILIES: dict[str, Family] = {
     "olmo2": Family(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="full"),
     "phi3": Family(),
     "gemma": Family(qkv_bias="attention_bias", o_bias="attention_bias", tie=True, head_dim=256),
-    "gemma2": Family(qkv_bias="attention_bias", o_bias="attention_bias", layer_norms=4, tie=True,
-                     head_dim=256),
-    "gemma3_text": Family(qkv_bias="attention_bias", o_bias="attention_bias", layer_norms=4,
-                          qk_norm="head", tie=True, head_dim=256),
+    "gemma2": Family(qkv_bias="attention_bias", o_bias="attention_bias", layer_norms=4, tie=True, head_dim=256),
+    "gemma3_text": Family(
+        qkv_bias="attention_bias", o_bias="attention_bias", layer_norms=4, qk_norm="head", tie=True, head_dim=256
+    ),
     "mixtral": Family(moe="all"),
     "qwen2_moe": Family(qkv_bias="qkv_bias=1", moe="step", shared_expert=True),
     "qwen3_moe": Family(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="head", moe="step"),
@@ -174,8 +174,13 @@ class Layout:
             sparse = self.experts * (3 * h * self.expert_inter + h)  # experts and the router row each
             if f.shared_expert:
                 sparse += 3 * h * self.shared_inter + h  # shared expert and its gate
-            total = (embed + L * (attn_w + attn_other + f.layer_norms * norm) + norm
-                     + (L - self.sparse_layers) * dense + self.sparse_layers * sparse)
+            total = (
+                embed
+                + L * (attn_w + attn_other + f.layer_norms * norm)
+                + norm
+                + (L - self.sparse_layers) * dense
+                + self.sparse_layers * sparse
+            )
         if not self.tied or count_tied_twice:
             total += embed  # the output layer
         return total
@@ -198,8 +203,10 @@ def layout(model_type: str, cfg: Mapping[str, Any]) -> Layout:
     note = ""
     if family is None:
         family = _LLAMA
-        note = (f"model_type {model_type} is not among the layouts the estimator counts exactly "
-                f"({', '.join(FAMILIES)}); counted as a Llama-like decoder from its config's numbers")
+        note = (
+            f"model_type {model_type} is not among the layouts the estimator counts exactly "
+            f"({', '.join(FAMILIES)}); counted as a Llama-like decoder from its config's numbers"
+        )
     vocab, hidden, layers = _num(cfg, "vocab"), _num(cfg, "hidden"), _num(cfg, "layers")
     heads = _num(cfg, "heads")
     if heads <= 0 or hidden <= 0:
@@ -213,13 +220,33 @@ def layout(model_type: str, cfg: Mapping[str, Any]) -> Layout:
     shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
     sparse = _sparse_layers(family, cfg, layers, experts)
     if note and experts:
-        raise LayoutError(f"model_type {model_type} is a mixture of experts the estimator has no "
-                          f"layout for (it counts {', '.join(k for k, f in FAMILIES.items() if f.moe)})")
+        raise LayoutError(
+            f"model_type {model_type} is a mixture of experts the estimator has no "
+            f"layout for (it counts {', '.join(k for k, f in FAMILIES.items() if f.moe)})"
+        )
     if sparse and layers:
         routed = top_k * expert_inter + shared_inter
         inter = (sparse * routed + (layers - sparse) * dense_inter) // layers
     else:
         inter = dense_inter
     tied = bool(cfg.get("tie_word_embeddings", family.tie))
-    return Layout(model_type, family, vocab, hidden, layers, heads, kv, head_dim, inter, dense_inter, tied,
-                  experts, top_k, expert_inter, shared_inter, sparse, dict(cfg), note)
+    return Layout(
+        model_type,
+        family,
+        vocab,
+        hidden,
+        layers,
+        heads,
+        kv,
+        head_dim,
+        inter,
+        dense_inter,
+        tied,
+        experts,
+        top_k,
+        expert_inter,
+        shared_inter,
+        sparse,
+        dict(cfg),
+        note,
+    )

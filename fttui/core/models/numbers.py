@@ -115,10 +115,11 @@ def model_numbers(m: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None
     hint = ""
     if m.get("init", "pretrained") == "pretrained" and isinstance(where, str) and is_hub_id(where):
         hint = f"; {where} is not in the local Hugging Face cache ({download_command(where)})"
-    raise EstimateError("the estimator needs the architecture numbers: give a model folder or a cached hub "
-                        f"id with its config.json, model.config, model.arch naming an entry of "
-                        f"fttui.core.models.archs ({', '.join(ARCHS)}), or model.arch + model.arch_config"
-                        + hint)
+    raise EstimateError(
+        "the estimator needs the architecture numbers: give a model folder or a cached hub "
+        f"id with its config.json, model.config, model.arch naming an entry of "
+        f"fttui.core.models.archs ({', '.join(ARCHS)}), or model.arch + model.arch_config" + hint
+    )
 
 
 def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
@@ -129,11 +130,28 @@ def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
         lay = layout(model_type, cfg)
         params = lay.params()
     except LayoutError as e:
-        raise EstimateError(f"model {model_type}: {e} (give it in model.arch_config, or point model.config / "
-                            "model.name_or_path at the model's config.json)") from None
-    return ArchNumbers(model_type, lay.vocab, lay.hidden, lay.layers, lay.heads, lay.kv_heads, lay.head_dim,
-                       lay.inter, lay.tied, params, name, lay.experts, lay.top_k, lay.linear_params(), lay.note,
-                       lay.shared_inter)
+        raise EstimateError(
+            f"model {model_type}: {e} (give it in model.arch_config, or point model.config / "
+            "model.name_or_path at the model's config.json)"
+        ) from None
+    return ArchNumbers(
+        model_type,
+        lay.vocab,
+        lay.hidden,
+        lay.layers,
+        lay.heads,
+        lay.kv_heads,
+        lay.head_dim,
+        lay.inter,
+        lay.tied,
+        params,
+        name,
+        lay.experts,
+        lay.top_k,
+        lay.linear_params(),
+        lay.note,
+        lay.shared_inter,
+    )
 
 
 __all__ = ["ArchNumbers", "arch_numbers", "config_numbers", "model_numbers"]

@@ -40,7 +40,7 @@ def positions(model: Mapping[str, Any]) -> Positions | None:
     except (EstimateError, OSError, ValueError):
         return None
     own = _OWN_KEY.get(model_type)
-    for key in ((own,) if own in cfg else _KEYS):
+    for key in (own,) if own in cfg else _KEYS:
         try:
             n = int(cfg.get(key) or 0)
         except (TypeError, ValueError):
@@ -68,10 +68,13 @@ def check_positions(resolved: Mapping[str, Any], src: str) -> None:
     over = _over(resolved)
     if over is not None and over[1].learned:
         n, pos = over
-        raise ProfileError(src, "data.max_seq_len",
-                           f"{n} is above the model's {pos.key} {pos.limit}: {pos.model_type} learns a table of "
-                           f"absolute positions and cannot run longer sequences",
-                           f"set data.max_seq_len to at most {pos.limit}")
+        raise ProfileError(
+            src,
+            "data.max_seq_len",
+            f"{n} is above the model's {pos.key} {pos.limit}: {pos.model_type} learns a table of "
+            f"absolute positions and cannot run longer sequences",
+            f"set data.max_seq_len to at most {pos.limit}",
+        )
 
 
 def position_warning(resolved: Mapping[str, Any]) -> str | None:
@@ -81,6 +84,8 @@ def position_warning(resolved: Mapping[str, Any]) -> str | None:
     if over is None or over[1].learned:
         return None
     n, pos = over
-    return (f"data.max_seq_len {n} is above the model's {pos.key} {pos.limit} ({pos.model_type}): positions "
-            f"past {pos.limit} were never trained (it runs; quality may drop); --set data.max_seq_len={pos.limit} "
-            f"stays within them")
+    return (
+        f"data.max_seq_len {n} is above the model's {pos.key} {pos.limit} ({pos.model_type}): positions "
+        f"past {pos.limit} were never trained (it runs; quality may drop); --set data.max_seq_len={pos.limit} "
+        f"stays within them"
+    )

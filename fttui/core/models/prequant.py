@@ -68,12 +68,23 @@ def checkpoint_quant(model: Mapping[str, Any]) -> CheckpointQuant | None:
     method = str(q.get("quant_method") or "unknown").lower()
     bits = q.get("bits") or q.get("w_bit") or q.get("nbits")
     if method == "bitsandbytes":
-        bits = 4 if q.get("load_in_4bit") or q.get("_load_in_4bit") else 8 if (
-            q.get("load_in_8bit") or q.get("_load_in_8bit")) else None
+        bits = (
+            4
+            if q.get("load_in_4bit") or q.get("_load_in_4bit")
+            else 8
+            if (q.get("load_in_8bit") or q.get("_load_in_8bit"))
+            else None
+        )
     group = _int(q.get("group_size", q.get("q_group_size")))
     fmt = q.get("checkpoint_format") or q.get("format") or q.get("version") or (method if method == "gptq" else "")
-    return CheckpointQuant(method, _int(bits), group if group is not None else -1, str(fmt).lower(),
-                           bool(q.get("desc_act")), bool(q.get("lm_head")))
+    return CheckpointQuant(
+        method,
+        _int(bits),
+        group if group is not None else -1,
+        str(fmt).lower(),
+        bool(q.get("desc_act")),
+        bool(q.get("lm_head")),
+    )
 
 
 def refusal(method: str, model: Mapping[str, Any], sharding: str | None = None) -> tuple[str, str] | None:
@@ -89,20 +100,29 @@ def refusal(method: str, model: Mapping[str, Any], sharding: str | None = None) 
         fits = {4: "qlora", 8: "lora-int8"}.get(q.bits or 0)
         if fits is None or method == fits:
             return None
-        return (f"{name} stores its weights {bits}quantised by bitsandbytes (its config.json), which method "
-                f"{method} does not train", f"use method {fits}, or the model's unquantised checkpoint")
+        return (
+            f"{name} stores its weights {bits}quantised by bitsandbytes (its config.json), which method "
+            f"{method} does not train",
+            f"use method {fits}, or the model's unquantised checkpoint",
+        )
     what = f"{name} is a pre-quantized {q.method.upper()} {bits}checkpoint (its config.json's quantization_config)"
     if q.method not in PREQUANT_METHODS:
-        return (f"{what}: fttui does not estimate or train {q.method.upper()} checkpoints, and counting its "
-                "weights as unquantised would be wrong",
-                "use a GPTQ or AWQ checkpoint (method lora), or the unquantised one (method qlora quantises "
-                "it to 4 bits with bitsandbytes)")
+        return (
+            f"{what}: fttui does not estimate or train {q.method.upper()} checkpoints, and counting its "
+            "weights as unquantised would be wrong",
+            "use a GPTQ or AWQ checkpoint (method lora), or the unquantised one (method qlora quantises "
+            "it to 4 bits with bitsandbytes)",
+        )
     if method != TRAINS_WITH:
-        return (f"{what}: its int weights are frozen and trained through LoRA adapters, which method {method} "
-                "does not do", f"use method {TRAINS_WITH}, or the model's unquantised checkpoint for {method}")
+        return (
+            f"{what}: its int weights are frozen and trained through LoRA adapters, which method {method} does not do",
+            f"use method {TRAINS_WITH}, or the model's unquantised checkpoint for {method}",
+        )
     if (shardings.find(sharding) or shardings.NONE).sharded:
-        return (f"{what}: fttui trains it on one card per process (sharding none), not sharded by {sharding}",
-                "use sharding = \"none\"")
+        return (
+            f"{what}: fttui trains it on one card per process (sharding none), not sharded by {sharding}",
+            'use sharding = "none"',
+        )
     return None
 
 

@@ -36,8 +36,12 @@ def check_name(path: Path) -> None:
     if not valid_name(path.stem):
         from fttui.core.base.inert import inert
 
-        raise ProfileError(display(path), None, f"{inert(path.stem)!r} cannot be a profile's name",
-                           f"rename the file: a profile's name is {NAME_RULE}")
+        raise ProfileError(
+            display(path),
+            None,
+            f"{inert(path.stem)!r} cannot be a profile's name",
+            f"rename the file: a profile's name is {NAME_RULE}",
+        )
 
 
 def display(path: str | os.PathLike[str] | None) -> str:
@@ -62,6 +66,7 @@ def safe_resolve(path: Path) -> Path:
         return path.resolve()
     except (OSError, RuntimeError):
         return path.absolute()
+
 
 @dataclass(frozen=True)
 class ProfileRef:
@@ -151,5 +156,17 @@ def origin_of(path: Path) -> str:
     return "path"
 
 
-__all__ = ["NAME_RULE", "ProfileRef", "candidates", "check_name", "discover", "display", "find_profile",
-           "looks_like_path", "origin_of", "safe_resolve", "unknown_profile_hint", "valid_name"]
+__all__ = [
+    "NAME_RULE",
+    "ProfileRef",
+    "candidates",
+    "check_name",
+    "discover",
+    "display",
+    "find_profile",
+    "looks_like_path",
+    "origin_of",
+    "safe_resolve",
+    "unknown_profile_hint",
+    "valid_name",
+]

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fttui.core.base.errors import ProfileError, did_you_mean
-from fttui.core.profiles.discovery import (
-    candidates, display, looks_like_path, safe_resolve, unknown_profile_hint)
+from fttui.core.profiles.discovery import candidates, display, looks_like_path, safe_resolve, unknown_profile_hint
 from fttui.core.base import bounded
 from fttui.core.profiles.schema import SCHEMA, SECTION_ALIASES, SECTIONS, TOP, dotted
 from fttui.core.profiles.values import check_value, type_word
@@ -32,8 +31,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except ValueError as exc:  # /dev/zero, a pipe, a huge file
         raise ProfileError(disp, None, str(exc)) from None
     except IsADirectoryError:
-        raise ProfileError(disp, None, "is a folder, not a profile file",
-                           "give a .toml file or a profile name") from None
+        raise ProfileError(
+            disp, None, "is a folder, not a profile file", "give a .toml file or a profile name"
+        ) from None
     except UnicodeDecodeError:
         raise ProfileError(disp, None, "not UTF-8 text", "save the file as UTF-8") from None
     except OSError as exc:
@@ -50,7 +50,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         match = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
         if match:
             key = f"line {match.group(1)}"
-            message = message[: match.start()] + message[match.end():]
+            message = message[: match.start()] + message[match.end() :]
             message = message.replace("Illegal character '\\n'", "a line ends inside a string")
         elif "end of document" in message:
             key = f"line {text.count(chr(10)) + (0 if text.endswith(chr(10)) else 1)}"
@@ -68,21 +68,25 @@ def normalize(data: Mapping[str, Any], file: str) -> dict[str, dict[str, Any]]:
         if name in SECTION_ALIASES and isinstance(value, dict):  # [zero3] is [deepspeed]
             new = SECTION_ALIASES[name]
             if isinstance(data.get(new), dict):
-                raise ProfileError(file, f"[{name}]", f"[{name}] is the old name of [{new}] and both are given",
-                                   f"move its keys under [{new}]")
+                raise ProfileError(
+                    file,
+                    f"[{name}]",
+                    f"[{name}] is the old name of [{new}] and both are given",
+                    f"move its keys under [{new}]",
+                )
             name = new
         if name in SCHEMA[TOP]:
             out[TOP][name] = check_value(TOP, name, value, file)
             continue
         if name in SECTIONS:
             if not isinstance(value, dict):
-                raise ProfileError(file, name, f"must be a table, got {type_word(value)}",
-                                   f"write the keys under a [{name}] header")
+                raise ProfileError(
+                    file, name, f"must be a table, got {type_word(value)}", f"write the keys under a [{name}] header"
+                )
             section = out.setdefault(name, {})
             for key, item in value.items():
                 if key not in SCHEMA[name]:
-                    raise ProfileError(file, f"{name}.{key}", "unknown key",
-                                       _unknown_key_hint(name, key))
+                    raise ProfileError(file, f"{name}.{key}", "unknown key", _unknown_key_hint(name, key))
                 section[key] = check_value(name, key, item, file)
             continue
         if isinstance(value, dict):
@@ -127,8 +131,9 @@ def _resolve_extends(target: str, child: Path) -> Path:
         if not path.is_absolute():
             path = child.parent / path
         if not path.is_file():
-            raise ProfileError(disp, "extends", f"profile file not found: {target}",
-                               f"paths are relative to {display(child.parent)}")
+            raise ProfileError(
+                disp, "extends", f"profile file not found: {target}", f"paths are relative to {display(child.parent)}"
+            )
         return path
     sibling = child.parent / f"{target}.toml"
     if sibling.is_file() and safe_resolve(sibling) != child_resolved:
@@ -142,11 +147,11 @@ def _resolve_extends(target: str, child: Path) -> Path:
             continue
         return ref.path
     if itself:
-        raise ProfileError(disp, "extends", f"profile '{target}' extends itself",
-                           "remove the 'extends' line or name another profile")
+        raise ProfileError(
+            disp, "extends", f"profile '{target}' extends itself", "remove the 'extends' line or name another profile"
+        )
     siblings = [p.stem for p in child.parent.glob("*.toml") if safe_resolve(p) != child_resolved]
-    raise ProfileError(disp, "extends", f"unknown profile '{target}'",
-                       unknown_profile_hint(target, siblings))
+    raise ProfileError(disp, "extends", f"unknown profile '{target}'", unknown_profile_hint(target, siblings))
 
 
 def load_chain(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict, dict]:
@@ -161,10 +166,13 @@ def load_chain(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict, dict]:
     chain = stack + (resolved,)
     parent_resolved = safe_resolve(parent)
     if parent_resolved in chain:
-        names = [p.stem for p in chain[chain.index(parent_resolved):]] + [parent.stem]
-        raise ProfileError(display(path), "extends",
-                           "profiles extend each other in a cycle: " + " -> ".join(names),
-                           "remove one of the 'extends' lines")
+        names = [p.stem for p in chain[chain.index(parent_resolved) :]] + [parent.stem]
+        raise ProfileError(
+            display(path),
+            "extends",
+            "profiles extend each other in a cycle: " + " -> ".join(names),
+            "remove one of the 'extends' lines",
+        )
     parent_raw, parent_origins = load_chain(parent, chain)
     merged = _merge(parent_raw, raw)
     merged[TOP]["extends"] = target

@@ -62,7 +62,8 @@ def check_keys(cls: Any, values: Mapping[str, Any], where: str) -> None:
     unknown = [k for k in values if k not in keys]
     if missing or unknown:
         parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
-            [f"unknown {', '.join(map(str, unknown))}"] if unknown else [])
+            [f"unknown {', '.join(map(str, unknown))}"] if unknown else []
+        )
         raise ValueError(f"not a resolved profile: {where}: " + "; ".join(parts))
 
 

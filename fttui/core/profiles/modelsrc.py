@@ -28,10 +28,15 @@ _SIZES = ("vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "dense_i
 def known_arch_text() -> str:
     """What ``model.arch`` accepts, in one line."""
     types = causal_lm_types()
-    more = (f"or any of the {len(types)} causal-LM model_types of the installed transformers"
-            if types else "or a transformers model_type")
-    return (f"built-in: {', '.join(ARCHS)}; transformers model_types the estimator lays out exactly: "
-            f"{', '.join(FAMILIES)}; {more}")
+    more = (
+        f"or any of the {len(types)} causal-LM model_types of the installed transformers"
+        if types
+        else "or a transformers model_type"
+    )
+    return (
+        f"built-in: {', '.join(ARCHS)}; transformers model_types the estimator lays out exactly: "
+        f"{', '.join(FAMILIES)}; {more}"
+    )
 
 
 def check_arch(arch: str | None, where: str) -> None:
@@ -42,8 +47,9 @@ def check_arch(arch: str | None, where: str) -> None:
     if arch in {a.model_type for a in ARCHS.values()} or arch in types:
         return
     near = did_you_mean(arch, [*ARCHS, *FAMILIES, *types])
-    raise ProfileError(where, "model.arch", f"unknown architecture {arch!r}",
-                       (f"{near} " if near else "") + known_arch_text())
+    raise ProfileError(
+        where, "model.arch", f"unknown architecture {arch!r}", (f"{near} " if near else "") + known_arch_text()
+    )
 
 
 def _config_type(path: str, where: str, key: str) -> tuple[str, dict[str, Any], bool]:
@@ -111,20 +117,32 @@ def attach_config(model: dict[str, Any], derived: list[str], where: Callable[[st
             return
         differs = _disagreement(entry, model_type, cfg)
         if differs:
-            raise ProfileError(where(key), key, f"{what} is not {entry.name}: its config.json has {differs}",
-                               f"set model.arch = \"{model_type}\" to take the model's own numbers, or point "
-                               f"{key} at a {entry.name} model")
+            raise ProfileError(
+                where(key),
+                key,
+                f"{what} is not {entry.name}: its config.json has {differs}",
+                f'set model.arch = "{model_type}" to take the model\'s own numbers, or point '
+                f"{key} at a {entry.name} model",
+            )
     elif model["arch"] and model["arch"] != model_type:
         _mismatch(what, model_type, str(model["arch"]), where(key), key)
     if model["init"] == "random" and not _native(model_type):
-        raise ProfileError(where(key), key, f"{what}: model_type {model_type} is not a causal LM the installed "
-                           "transformers builds, so it cannot be random-initialised from its config",
-                           "use init = \"pretrained\" (with trust_remote_code if it needs its own code), or "
-                           "a model.arch entry that maps it (docs/architectures.md)")
+        raise ProfileError(
+            where(key),
+            key,
+            f"{what}: model_type {model_type} is not a causal LM the installed "
+            "transformers builds, so it cannot be random-initialised from its config",
+            'use init = "pretrained" (with trust_remote_code if it needs its own code), or '
+            "a model.arch entry that maps it (docs/architectures.md)",
+        )
 
 
 def _mismatch(what: Any, model_type: str, arch: str, file: str, key: str) -> None:
     maps = [a.name for a in ARCHS.values() if a.hub_model_type == model_type]
-    alt = f"model.arch = \"{maps[0]}\"" if maps else f"model.arch = \"{model_type}\""
-    raise ProfileError(file, key, f"{what} is a {model_type} model (its config.json) but model.arch is {arch}",
-                       f"set {alt} or leave model.arch out: the model's config.json gives the numbers")
+    alt = f'model.arch = "{maps[0]}"' if maps else f'model.arch = "{model_type}"'
+    raise ProfileError(
+        file,
+        key,
+        f"{what} is a {model_type} model (its config.json) but model.arch is {arch}",
+        f"set {alt} or leave model.arch out: the model's config.json gives the numbers",
+    )

@@ -15,7 +15,16 @@ from typing import Any, Iterable, Mapping
 
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.schema import (
-    ALIASES, ALL_KEYS, OVERRIDE, SCHEMA, SECTION_ALIASES, SECTIONS, TOP, Field, dotted)
+    ALIASES,
+    ALL_KEYS,
+    OVERRIDE,
+    SCHEMA,
+    SECTION_ALIASES,
+    SECTIONS,
+    TOP,
+    Field,
+    dotted,
+)
 from fttui.core.profiles.values import check_value, toml_literal
 
 
@@ -49,8 +58,9 @@ def _override_items(overrides: Iterable[str] | Mapping[str, Any] | None) -> list
     items = []
     for entry in overrides:
         if not isinstance(entry, str) or "=" not in entry:
-            raise ProfileError(OVERRIDE, str(entry), "expected KEY=VALUE",
-                               "e.g. --set train.batch_size=8 or --set lr=1e-4")
+            raise ProfileError(
+                OVERRIDE, str(entry), "expected KEY=VALUE", "e.g. --set train.batch_size=8 or --set lr=1e-4"
+            )
         key, _, value = entry.partition("=")
         items.append((key, value, True))
     return items
@@ -64,8 +74,7 @@ def _override_key(key: str) -> tuple[str, str, str | None]:
     parts[0] = SECTION_ALIASES.get(parts[0], parts[0]) if len(parts) > 1 else parts[0]
     if len(parts) == 1 and parts[0] in SCHEMA[TOP]:
         if parts[0] == "extends":
-            raise ProfileError(OVERRIDE, key, "extends cannot be overridden",
-                               "load the other profile instead")
+            raise ProfileError(OVERRIDE, key, "extends cannot be overridden", "load the other profile instead")
         return TOP, parts[0], None
     if len(parts) >= 2 and parts[0] in SECTIONS and parts[1] in SCHEMA[parts[0]]:
         field = SCHEMA[parts[0]][parts[1]]

@@ -69,8 +69,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "pad_to_max": Field("bool", False),
         # a fraction of the samples held out for evaluation (0 = none): evaluated at the end and
         # every train.eval_steps; the evaluation loss goes to the row and the events
-        "eval_ratio": Field("float", 0.0, lo=0, hi=1, hi_open=True,
-                            hint="a fraction of the samples, 0 or more and below 1, e.g. 0.1"),
+        "eval_ratio": Field(
+            "float", 0.0, lo=0, hi=1, hi_open=True, hint="a fraction of the samples, 0 or more and below 1, e.g. 0.1"
+        ),
     },
     "train": {
         "batch_size": Field("int", 1, lo=1, hint="micro batch per device; use 1 or more"),
@@ -156,14 +157,26 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "host_memory": Field("size", ""),
     },
     "monitor": {
-        "stall_timeout_s": Field("float", 0.0, lo=0, hint="seconds without a step before a run is flagged stalled; 0 = automatic (max(10 min, 10 usual steps))"),
-        "oom_warn_steps": Field("int", 200, lo=1, hint="warn when a memory trend reaches its limit within this many steps (docs/reliability.md)"),
+        "stall_timeout_s": Field(
+            "float",
+            0.0,
+            lo=0,
+            hint="seconds without a step before a run is flagged stalled; 0 = automatic (max(10 min, 10 usual steps))",
+        ),
+        "oom_warn_steps": Field(
+            "int",
+            200,
+            lo=1,
+            hint="warn when a memory trend reaches its limit within this many steps (docs/reliability.md)",
+        ),
     },
     # a command the profile runs instead of fttui's worker (docs/commands.md): `fttui run -p NAME`
     # supervises it as `fttui run -- ARGV` does; the model, data and train sections then go unused
     "command": {
         "argv": Field("argv", None),
-        "cwd": Field("str", None),  # the folder it runs in (relative: from the profile's folder); none = where fttui starts
+        "cwd": Field(
+            "str", None
+        ),  # the folder it runs in (relative: from the profile's folder); none = where fttui starts
     },
 }
 
@@ -210,6 +223,20 @@ def default_optimizer(method: str | None, sharding: str | None) -> str:
 
 
 __all__ = [
-    "ALIASES", "ALL_KEYS", "META_KEYS", "METHODS", "OVERRIDE", "PATH_KEYS", "QLORA_DEFAULT_OPTIMIZER", "default_optimizer",
-    "SCHEMA", "SECTIONS", "SECTION_ALIASES", "SYNTHETIC", "SYNTHETIC_DEFAULT_SAMPLES", "TOP", "Field", "dotted",
+    "ALIASES",
+    "ALL_KEYS",
+    "META_KEYS",
+    "METHODS",
+    "OVERRIDE",
+    "PATH_KEYS",
+    "QLORA_DEFAULT_OPTIMIZER",
+    "default_optimizer",
+    "SCHEMA",
+    "SECTIONS",
+    "SECTION_ALIASES",
+    "SYNTHETIC",
+    "SYNTHETIC_DEFAULT_SAMPLES",
+    "TOP",
+    "Field",
+    "dotted",
 ]

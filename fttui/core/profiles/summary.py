@@ -25,10 +25,12 @@ def sharding_label(resolved: Mapping[str, Any]) -> str:
         host = []
         if kind.offload:
             host = (["optimizer states"] if ds.offload_optimizer else []) + (
-                ["parameters"] if kind.zero3 and ds.offload_params else [])
+                ["parameters"] if kind.zero3 and ds.offload_params else []
+            )
         return f"{kind} (DeepSpeed ZeRO-{kind.stage}" + (f"; {', '.join(host)} on the host)" if host else ")")
-    return f"{kind} (PyTorch FSDP2" + ("; parameters, gradients, optimizer states on the host)"
-                                      if kind.offload else ")")
+    return f"{kind} (PyTorch FSDP2" + (
+        "; parameters, gradients, optimizer states on the host)" if kind.offload else ")"
+    )
 
 
 def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:

@@ -179,8 +179,18 @@ class CommandSettings(_Section):
 #: section name -> its dataclass, in SCHEMA order
 SECTION_TYPES: dict[str, type[_Section]] = {
     cls.SECTION: cls
-    for cls in (ModelSettings, DataSettings, TrainSettings, LoraSettings, QuantSettings,
-                DeepSpeedSettings, DeviceSettings, LimitSettings, MonitorSettings, CommandSettings)
+    for cls in (
+        ModelSettings,
+        DataSettings,
+        TrainSettings,
+        LoraSettings,
+        QuantSettings,
+        DeepSpeedSettings,
+        DeviceSettings,
+        LimitSettings,
+        MonitorSettings,
+        CommandSettings,
+    )
 }
 
 #: the meta keys' values when a partial dict leaves them out
@@ -265,8 +275,9 @@ class Profile(Readable):
             section, _, key = dk.rpartition(".")
             parts.setdefault(section, {})[key] = freeze(value)
         top = parts.pop(TOP, {})
-        return dataclasses.replace(self, **top, **{s: dataclasses.replace(getattr(self, s), **v)
-                                                   for s, v in parts.items()})
+        return dataclasses.replace(
+            self, **top, **{s: dataclasses.replace(getattr(self, s), **v) for s, v in parts.items()}
+        )
 
     def origin_of(self, key: str) -> str:
         """Where a setting's value came from, as an error names it: ``--set`` when an override set
@@ -310,7 +321,18 @@ class Profile(Readable):
 
 
 __all__ = [
-    "BatchFigures", "CommandSettings", "DataSettings", "DeviceSettings", "LimitSettings", "LoraSettings",
-    "ModelSettings", "MonitorSettings", "Profile", "QuantSettings", "SECTION_TYPES",
-    "TrainSettings", "DeepSpeedSettings", "Zero3Settings",
+    "BatchFigures",
+    "CommandSettings",
+    "DataSettings",
+    "DeviceSettings",
+    "LimitSettings",
+    "LoraSettings",
+    "ModelSettings",
+    "MonitorSettings",
+    "Profile",
+    "QuantSettings",
+    "SECTION_TYPES",
+    "TrainSettings",
+    "DeepSpeedSettings",
+    "Zero3Settings",
 ]

@@ -86,7 +86,7 @@ def _type_hint(key: str, field: Field, value: Any) -> str:
         return f"write {int(value)} without a decimal point"
     short = key.rsplit(".", 1)[-1]
     if field.kind == "str" and not isinstance(value, (dict, list)):
-        return f"put it in double quotes: {short} = \"{toml_literal(value)}\""
+        return f'put it in double quotes: {short} = "{toml_literal(value)}"'
     if field.kind == "size":
         return _SIZE_HINT
     example = field.default if field.default not in (None, "", {}) else None
@@ -117,18 +117,18 @@ def _kind_ok(kind: str, value: Any) -> bool:
     if kind == "modules":
         if isinstance(value, str):
             return bool(value.strip())
-        return (
-            isinstance(value, list)
-            and bool(value)
-            and all(isinstance(v, str) and v.strip() for v in value)
-        )
+        return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
     if kind == "names":
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     if kind == "size":
         return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
     if kind == "argv":
-        return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value) \
+        return (
+            isinstance(value, list)
+            and bool(value)
+            and all(isinstance(v, str) for v in value)
             and bool(value[0].strip())
+        )
     raise AssertionError(kind)
 
 
@@ -163,15 +163,19 @@ def check_value(section: str, key: str, value: Any, file: str) -> Any:
         raise ProfileError(file, dk, f"unknown {word} '{value}'", hint)
     if dk == "method" and value not in SUPPORTED_METHODS:
         supported = ", ".join(m for m in METHODS if m in SUPPORTED_METHODS)
-        raise ProfileError(file, dk, f"method '{value}' is not supported by this build",
-                           f"supported: {supported}")
+        raise ProfileError(file, dk, f"method '{value}' is not supported by this build", f"supported: {supported}")
     if field.lo is not None and value < field.lo:
-        raise ProfileError(file, dk, f"must be >= {num(field.lo)}, got {num(value)}",
-                           field.hint or f"use a value >= {num(field.lo)}")
+        raise ProfileError(
+            file, dk, f"must be >= {num(field.lo)}, got {num(value)}", field.hint or f"use a value >= {num(field.lo)}"
+        )
     if field.hi is not None and (value >= field.hi if field.hi_open else value > field.hi):
         op = "<" if field.hi_open else "<="
-        raise ProfileError(file, dk, f"must be {op} {num(field.hi)}, got {num(value)}",
-                           field.hint or f"use a value {op} {num(field.hi)}")
+        raise ProfileError(
+            file,
+            dk,
+            f"must be {op} {num(field.hi)}, got {num(value)}",
+            field.hint or f"use a value {op} {num(field.hi)}",
+        )
     return value
 
 

@@ -100,8 +100,15 @@ def _render(spec: ChartSpec, path: Path) -> Path:
     for y, b in zip(ys, bars):
         colour = OOM_COLOUR if b.oom else colours[b.group]
         if b.value is not None:
-            ax.barh(y, b.value, height=0.7, color=colour, alpha=0.55 if b.oom else 0.9,
-                    hatch="//" if b.oom else None, edgecolor=colour if b.oom else "none")
+            ax.barh(
+                y,
+                b.value,
+                height=0.7,
+                color=colour,
+                alpha=0.55 if b.oom else 0.9,
+                hatch="//" if b.oom else None,
+                edgecolor=colour if b.oom else "none",
+            )
         text = spec.value_format.format(b.value) if b.value is not None else ""
         if spec.kind == "memory" and text and b.capacity:
             text += f" of {b.capacity:.0f}"
@@ -109,8 +116,15 @@ def _render(spec: ChartSpec, path: Path) -> Path:
             text = f"{text}  {b.note}".strip()
         if text:
             end = max(b.value or 0.0, b.capacity or 0.0 if spec.kind == "memory" else 0.0)
-            ax.text(end + top * 0.012, y, inert(text), va="center", ha="left", fontsize=8,
-                    color=OOM_COLOUR if b.oom else "#222222")
+            ax.text(
+                end + top * 0.012,
+                y,
+                inert(text),
+                va="center",
+                ha="left",
+                fontsize=8,
+                color=OOM_COLOUR if b.oom else "#222222",
+            )
         if spec.kind == "memory" and b.capacity:
             ax.vlines(b.capacity, y - 0.45, y + 0.45, colors="#222222", linewidth=2)
     if spec.reference is not None:
@@ -132,8 +146,15 @@ def _render(spec: ChartSpec, path: Path) -> Path:
     if spec.reference is not None and spec.reference_label:
         handles.append(Line2D([], [], color="#555555", linestyle="--", label=spec.reference_label))
     if handles:
-        ax.legend(handles=handles, title=inert(spec.group_label) or None, fontsize=8, title_fontsize=8,
-                  loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        ax.legend(
+            handles=handles,
+            title=inert(spec.group_label) or None,
+            fontsize=8,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            frameon=False,
+        )
     if not bars:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
     if spec.footnote:

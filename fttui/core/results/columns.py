@@ -24,8 +24,22 @@ from typing import Any
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.stepparts import step_parts
 
-__all__ = ["Figure", "RowInputs", "FIGURES", "BY_NAME", "COLUMNS", "JSON_COLUMNS", "SETTINGS", "LABEL_KEYS",
-           "GROUP_BY", "fold_row", "effective_batch", "per_index", "rounded", "as_int"]
+__all__ = [
+    "Figure",
+    "RowInputs",
+    "FIGURES",
+    "BY_NAME",
+    "COLUMNS",
+    "JSON_COLUMNS",
+    "SETTINGS",
+    "LABEL_KEYS",
+    "GROUP_BY",
+    "fold_row",
+    "effective_batch",
+    "per_index",
+    "rounded",
+    "as_int",
+]
 
 
 @dataclass(frozen=True)
@@ -110,9 +124,11 @@ def _snap(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowI
 
 def _speed(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
     """A figure of the snapshot's speed (fttui.core.run.whyslow.Speed); ``None`` when unknown."""
+
     def fold(c: RowInputs) -> Any:
         value = getattr(getattr(c.snap, "speed", None), attr, None)
         return None if value is None else conv(value)
+
     return fold
 
 
@@ -197,8 +213,14 @@ def _host_total(c: RowInputs) -> float | None:
 T, I, R = "TEXT", "INTEGER", "REAL"
 FIGURES: tuple[Figure, ...] = (
     Figure("run_id", "TEXT PRIMARY KEY", lambda c: c.run_id, setting=True),
-    Figure("kind", T, lambda c: c.kind, setting=True, bar=8,
-           label="run | probe | sweep | command (fttui run -- CMD) | watch (fttui watch --pid)"),
+    Figure(
+        "kind",
+        T,
+        lambda c: c.kind,
+        setting=True,
+        bar=8,
+        label="run | probe | sweep | command (fttui run -- CMD) | watch (fttui watch --pid)",
+    ),
     Figure("group_id", T, lambda c: c.group_id, label="the probe or sweep a trial belongs to"),
     Figure("started_at", T, lambda c: c.started_at),
     Figure("ended_at", T, lambda c: c.ended_at),
@@ -206,8 +228,16 @@ FIGURES: tuple[Figure, ...] = (
     Figure("model", T, _model, setting=True, group_by=True),
     Figure("dataset", T, lambda c: c.profile.data.name, setting=True),
     Figure("method", T, _part("method"), setting=True, bar=0, group_by=True),
-    Figure("sharding", T, _part("sharding"), since=5, setting=True, bar=1, group_by=True,
-           label="what sharded the run, read back from the engine or wrapper"),
+    Figure(
+        "sharding",
+        T,
+        _part("sharding"),
+        since=5,
+        setting=True,
+        bar=1,
+        group_by=True,
+        label="what sharded the run, read back from the engine or wrapper",
+    ),
     Figure("precision", T, lambda c: c.profile.train.precision, setting=True, bar=2),
     Figure("gpu", T, _part("gpu"), setting=True, bar=6, group_by=True, label="first card's name, or cpu"),
     Figure("gpu_names", T, _part("gpu_names"), json=True, scope=RUN),
@@ -216,10 +246,21 @@ FIGURES: tuple[Figure, ...] = (
     Figure("batch_size", I, _micro, setting=True, bar=3, group_by=True, label="micro batch per device"),
     Figure("grad_accum", I, _accum, setting=True, bar=4),
     Figure("world_size", I, _world, setting=True),
-    Figure("effective_batch", I, lambda c: effective_batch(_micro(c), _accum(c), _world(c)), setting=True,
-           label="samples per optimizer step"),
-    Figure("max_seq_len", I, lambda c: getattr(c.snap, "max_seq_len", None) or c.profile.data.max_seq_len,
-           setting=True, bar=5, group_by=True),
+    Figure(
+        "effective_batch",
+        I,
+        lambda c: effective_batch(_micro(c), _accum(c), _world(c)),
+        setting=True,
+        label="samples per optimizer step",
+    ),
+    Figure(
+        "max_seq_len",
+        I,
+        lambda c: getattr(c.snap, "max_seq_len", None) or c.profile.data.max_seq_len,
+        setting=True,
+        bar=5,
+        group_by=True,
+    ),
     Figure("gradient_checkpointing", I, _gradient_checkpointing, setting=True),
     Figure("steps", I, _snap("step")),
     Figure("total_steps", I, _snap("total_steps"), scope=RUN),
@@ -227,19 +268,38 @@ FIGURES: tuple[Figure, ...] = (
     Figure("tokens", I, _snap("tokens", as_int), scope=RUN, label="non-padding tokens"),
     Figure("tokens_padded", I, _snap("tokens_padded", as_int), scope=RUN),
     Figure("samples_per_s", R, _snap("samples_per_s", rounded), unit="1/s", label="steady state (warm-up excluded)"),
-    Figure("tokens_per_s", R, _snap("tokens_per_s", lambda x: rounded(x, 1)), unit="1/s",
-           label="steady state, non-padding tokens"),
+    Figure(
+        "tokens_per_s",
+        R,
+        _snap("tokens_per_s", lambda x: rounded(x, 1)),
+        unit="1/s",
+        label="steady state, non-padding tokens",
+    ),
     Figure("tokens_padded_per_s", R, _snap("tokens_padded_per_s", lambda x: rounded(x, 1)), unit="1/s"),
     Figure("samples_per_s_avg", R, _snap("samples_per_s_avg", rounded), unit="1/s", label="whole run", scope=RUN),
     Figure("tokens_per_s_avg", R, _snap("tokens_per_s_avg", lambda x: rounded(x, 1)), unit="1/s", scope=RUN),
-    Figure("duration_s", R, _snap("train_time", lambda x: rounded(x, 2)), unit="s", scope=RUN,
-           label="time inside the training loop"),
+    Figure(
+        "duration_s",
+        R,
+        _snap("train_time", lambda x: rounded(x, 2)),
+        unit="s",
+        scope=RUN,
+        label="time inside the training loop",
+    ),
     Figure("wall_s", R, _part("wall_s"), unit="s", scope=RUN, label="launch to end, model loading included"),
     Figure("peak_gpu_mem_mb", T, _part("peak_gpu_mem_mb"), unit="MB", json=True, label="device used, per card"),
-    Figure("peak_gpu_proc_mb", T, _part("peak_gpu_proc_mb"), unit="MB", json=True, scope=RUN,
-           label="this run's processes, per card"),
-    Figure("peak_torch_reserved_mb", T, _snap("torch_peak_reserved_mb", per_index), unit="MB", json=True,
-           label="per rank"),
+    Figure(
+        "peak_gpu_proc_mb",
+        T,
+        _part("peak_gpu_proc_mb"),
+        unit="MB",
+        json=True,
+        scope=RUN,
+        label="this run's processes, per card",
+    ),
+    Figure(
+        "peak_torch_reserved_mb", T, _snap("torch_peak_reserved_mb", per_index), unit="MB", json=True, label="per rank"
+    ),
     Figure("peak_torch_alloc_mb", T, _snap("torch_peak_alloc_mb", per_index), unit="MB", json=True, scope=RUN),
     Figure("peak_host_rss_mb", R, _part("peak_host_rss_mb"), unit="MB", label="what host_measure says"),
     Figure("host_ram_total_mb", R, _host_total, unit="MB", scope=RUN),
@@ -260,18 +320,46 @@ FIGURES: tuple[Figure, ...] = (
     Figure("run_dir", T, _part("run_dir"), scope=RUN),
     # schema 2: probe trials
     Figure("param", T, _part("param"), since=2, scope=TRIAL, label="the probed setting"),
-    Figure("clean", I, _trial("clean"), since=2, scope=TRIAL,
-           label="the trial ran in a process that had not run out of memory before"),
+    Figure(
+        "clean",
+        I,
+        _trial("clean"),
+        since=2,
+        scope=TRIAL,
+        label="the trial ran in a process that had not run out of memory before",
+    ),
     Figure("step_time_s", R, _trial("step_time_s"), since=2, unit="s", scope=TRIAL),
-    Figure("peak_rank_rss_mb", T, _snap("rank_peak_rss_mb", per_index), since=2, unit="MB", json=True, scope=RUN,
-           label="each training process's own peak RSS, by rank"),
+    Figure(
+        "peak_rank_rss_mb",
+        T,
+        _snap("rank_peak_rss_mb", per_index),
+        since=2,
+        unit="MB",
+        json=True,
+        scope=RUN,
+        label="each training process's own peak RSS, by rank",
+    ),
     # schema 3
-    Figure("interconnect", T, _part("interconnect"), since=3, setting=True, scope=RUN,
-           label="NVLink | PCIe | QPI/UPI between the run's cards"),
+    Figure(
+        "interconnect",
+        T,
+        _part("interconnect"),
+        since=3,
+        setting=True,
+        scope=RUN,
+        label="NVLink | PCIe | QPI/UPI between the run's cards",
+    ),
     Figure("fresh", I, _trial("fresh"), since=3, scope=TRIAL, label="the first trial of its process"),
     # schema 4: figures that are the run's own (issue 14)
-    Figure("mismatch", T, _part("mismatch"), since=4, json=True, scope=RUN,
-           label="{setting: {stated, observed}} where what the run did differs"),
+    Figure(
+        "mismatch",
+        T,
+        _part("mismatch"),
+        since=4,
+        json=True,
+        scope=RUN,
+        label="{setting: {stated, observed}} where what the run did differs",
+    ),
     Figure("peak_tree_rss_mb", R, _part("peak_tree_rss_mb"), since=4, unit="MB", scope=RUN),
     Figure("peak_build_rss_mb", R, _part("peak_build_rss_mb"), since=4, unit="MB", scope=RUN),
     Figure("host_measure", T, _part("host_measure"), since=4, label="ranks | tree | tree (before schema 4)"),
@@ -282,8 +370,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("mfu", T, _part("mfu"), since=4, json=True, scope=RUN, label="model FLOPs utilisation per card"),
     Figure("flops_per_token", R, _part("flops_per_token"), since=4, scope=RUN),
     Figure("near_oom", I, _part("near_oom"), since=4, scope=RUN),
-    Figure("recorded_by", T, lambda c: c.recorded_by, since=4,
-           label="supervisor | recovered | probe | worker | watch"),
+    Figure("recorded_by", T, lambda c: c.recorded_by, since=4, label="supervisor | recovered | probe | worker | watch"),
     # schema 6: results kept (issue 16)
     Figure("resumed_from", T, _part("resumed_from"), since=6, setting=True, scope=RUN),
     Figure("resumed_step", I, _part("resumed_step"), since=6, scope=RUN),
@@ -292,35 +379,99 @@ FIGURES: tuple[Figure, ...] = (
     Figure("output_dir", T, _part("output_dir"), since=6, setting=True, scope=RUN),
     Figure("checkpoint", T, _part("checkpoint"), since=6, scope=RUN),
     # schema 7: commands (issue 17)
-    Figure("loss", R, _snap("loss", lambda x: rounded(x, 6)), since=7, scope=RUN,
-           label="the training loss of the last step (the lowest rank's)"),
+    Figure(
+        "loss",
+        R,
+        _snap("loss", lambda x: rounded(x, 6)),
+        since=7,
+        scope=RUN,
+        label="the training loss of the last step (the lowest rank's)",
+    ),
     # after schema 7 (added when the store opens): the forecast made at launch (issue 23), beside duration_s
-    Figure("forecast_s", R, _forecast("run_seconds", rounded), since=8, unit="s", scope=RUN,
-           label="training time forecast at launch (compare duration_s)"),
+    Figure(
+        "forecast_s",
+        R,
+        _forecast("run_seconds", rounded),
+        since=8,
+        unit="s",
+        scope=RUN,
+        label="training time forecast at launch (compare duration_s)",
+    ),
     Figure("forecast_step_s", R, _forecast("step_seconds", lambda x: rounded(x, 6)), since=8, unit="s", scope=RUN),
-    Figure("forecast_source", T, _forecast("mfu_source"), since=8, scope=RUN,
-           label="what calibrated the forecast, or the default it used"),
-    Figure("step_fit", T, _step_fit, since=8, json=True, scope=RUN,
-           label="the step's measured parts: pass_s, fixed_step_s, floor_s, ... (the forecast's one-run calibration)"),
+    Figure(
+        "forecast_source",
+        T,
+        _forecast("mfu_source"),
+        since=8,
+        scope=RUN,
+        label="what calibrated the forecast, or the default it used",
+    ),
+    Figure(
+        "step_fit",
+        T,
+        _step_fit,
+        since=8,
+        json=True,
+        scope=RUN,
+        label="the step's measured parts: pass_s, fixed_step_s, floor_s, ... (the forecast's one-run calibration)",
+    ),
     # out of memory, recovered (issue 25, train.on_oom = "shrink"): each attempt is a row
-    Figure("attempt", I, _attempt("attempt", 1), since=8, scope=RUN,
-           label="1, or the attempt that continued a run which ran out of memory"),
+    Figure(
+        "attempt",
+        I,
+        _attempt("attempt", 1),
+        since=8,
+        scope=RUN,
+        label="1, or the attempt that continued a run which ran out of memory",
+    ),
     Figure("attempt_of", T, _attempt("first"), since=8, scope=RUN, label="the run id of the chain's first attempt"),
-    Figure("recovered", T, _attempt("message"), since=8, scope=RUN,
-           label="recovered from OOM at step N: batch 8 -> 4, accumulation 2 -> 4 (...)"),
-    Figure("retried_as", T, lambda c: getattr(_event(c, "retry"), "next_run", None), since=8, scope=RUN,
-           label="the attempt that continued this run after its out of memory"),
+    Figure(
+        "recovered",
+        T,
+        _attempt("message"),
+        since=8,
+        scope=RUN,
+        label="recovered from OOM at step N: batch 8 -> 4, accumulation 2 -> 4 (...)",
+    ),
+    Figure(
+        "retried_as",
+        T,
+        lambda c: getattr(_event(c, "retry"), "next_run", None),
+        since=8,
+        scope=RUN,
+        label="the attempt that continued this run after its out of memory",
+    ),
     # the worst batch a run or a probe trial fed (issue 24)
-    Figure("longest_seq", I, _longest_seq, since=8, unit="tokens",
-           label="the longest sequence a step fed (tokens per sample, padding included; an OOM's: the batch it failed on)"),
+    Figure(
+        "longest_seq",
+        I,
+        _longest_seq,
+        since=8,
+        unit="tokens",
+        label="the longest sequence a step fed (tokens per sample, padding included; an OOM's: the batch it failed on)",
+    ),
     # added when the store opens (issue 25): memory creep and speed (docs/reliability.md, docs/performance.md)
-    Figure("memory_warning", T, _first_warning, since=8, scope=RUN,
-           label="the first memory trend warned of: its rate and the steps left to out of memory"),
+    Figure(
+        "memory_warning",
+        T,
+        _first_warning,
+        since=8,
+        scope=RUN,
+        label="the first memory trend warned of: its rate and the steps left to out of memory",
+    ),
     Figure("why_slow", T, _snap("why_slow"), since=8, scope=RUN, label="the leading cause of slowness, in words"),
-    Figure("data_wait_pct", R, _speed("data_wait_share", lambda x: rounded(100 * x, 1)), since=8, unit="%",
-           scope=RUN, label="share of the steady steps' time spent waiting for data"),
-    Figure("step_outliers", I, _speed("outliers"), since=8, scope=RUN,
-           label="steady steps over twice the median step time"),
+    Figure(
+        "data_wait_pct",
+        R,
+        _speed("data_wait_share", lambda x: rounded(100 * x, 1)),
+        since=8,
+        unit="%",
+        scope=RUN,
+        label="share of the steady steps' time spent waiting for data",
+    ),
+    Figure(
+        "step_outliers", I, _speed("outliers"), since=8, scope=RUN, label="steady steps over twice the median step time"
+    ),
 )
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
@@ -330,8 +481,9 @@ JSON_COLUMNS: frozenset[str] = frozenset(f.name for f in FIGURES if f.json)
 #: the row's settings: what the trackers log as parameters (the numbers go as metrics)
 SETTINGS: tuple[str, ...] = tuple(f.name for f in FIGURES if f.setting)
 #: the settings a report's bar label may name, in the label's order
-LABEL_KEYS: tuple[str, ...] = tuple(f.name for f in sorted((f for f in FIGURES if f.bar is not None),
-                                                           key=lambda f: f.bar))
+LABEL_KEYS: tuple[str, ...] = tuple(
+    f.name for f in sorted((f for f in FIGURES if f.bar is not None), key=lambda f: f.bar)
+)
 #: the columns ``fttui report --group-by`` offers
 GROUP_BY: tuple[str, ...] = tuple(f.name for f in FIGURES if f.group_by)
 

@@ -30,10 +30,15 @@ def mfu_against(row: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> tu
     if mine is None:
         return None
     started = row.get("started_at") or ""
-    earlier = [m for r in rows
-               if r.get("run_id") != row.get("run_id") and (r.get("started_at") or "") < started
-               and r.get("status") == "completed" and all(r.get(k) == row.get(k) for k in SAME)
-               and (m := row_mfu(r)) is not None]
+    earlier = [
+        m
+        for r in rows
+        if r.get("run_id") != row.get("run_id")
+        and (r.get("started_at") or "") < started
+        and r.get("status") == "completed"
+        and all(r.get(k) == row.get(k) for k in SAME)
+        and (m := row_mfu(r)) is not None
+    ]
     if not earlier:
         return None
     return mine, statistics.median(earlier), len(earlier)

@@ -105,10 +105,24 @@ class Report:
     def to_json_obj(self) -> dict[str, Any]:
         """The report as data (``fttui report --json``): the summary lines, and each table with its
         raw cells (numbers stay numbers) and the cells as the Markdown shows them."""
-        return {"summary": self.summary, "rows": len(self.rows), "group_by": self.group_by,
-                "charts": [c.name for c in self.charts],
-                "tables": [{"slug": t.slug, "title": t.title, "headers": t.headers, "cells": t.cells,
-                            "text": t.text_body(), "note": t.note} for t in self.tables if t.headers]}
+        return {
+            "summary": self.summary,
+            "rows": len(self.rows),
+            "group_by": self.group_by,
+            "charts": [c.name for c in self.charts],
+            "tables": [
+                {
+                    "slug": t.slug,
+                    "title": t.title,
+                    "headers": t.headers,
+                    "cells": t.cells,
+                    "text": t.text_body(),
+                    "note": t.note,
+                }
+                for t in self.tables
+                if t.headers
+            ],
+        }
 
     def to_markdown(self, images: Mapping[str, str] | None = None) -> str:
         """The report as Markdown; ``images`` maps chart names to image paths (set by
@@ -120,7 +134,8 @@ class Report:
                 if c.name in images:
                     parts.append(f"![{c.title}]({images[c.name]})\n")
         elif self.charts:
-            parts.append("Charts (" + ", ".join(c.name for c in self.charts)
-                         + "): run with `--out DIR` to draw them.\n")
+            parts.append(
+                "Charts (" + ", ".join(c.name for c in self.charts) + "): run with `--out DIR` to draw them.\n"
+            )
         parts += [t.to_markdown() for t in self.tables]
         return inert("\n".join(parts), lines=True)  # row text in the summary lines and titles

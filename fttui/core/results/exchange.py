@@ -57,8 +57,13 @@ class ImportReport:
 
 def export_lines(rows: Sequence[dict[str, Any]], machine: str | None = None) -> Iterable[str]:
     """The export file's lines (each ends with a newline)."""
-    header = {"fttui_export": FORMAT_VERSION, "schema": SCHEMA_VERSION, "machine": machine or socket.gethostname(),
-              "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "rows": len(rows)}
+    header = {
+        "fttui_export": FORMAT_VERSION,
+        "schema": SCHEMA_VERSION,
+        "machine": machine or socket.gethostname(),
+        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "rows": len(rows),
+    }
     yield json.dumps(header, sort_keys=True) + "\n"
     for row in rows:
         yield json.dumps(mask(row), sort_keys=True, default=str) + "\n"
@@ -93,8 +98,10 @@ def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if header.get("fttui_export") != FORMAT_VERSION or not isinstance(header.get("schema"), int):
         raise ImportFileError(f"{path}:1: not an fttui export header (made by `fttui results export`)")
     if header["schema"] > SCHEMA_VERSION:
-        raise ImportFileError(f"{path}:1: rows of results schema {header['schema']}, newer than this fttui's "
-                              f"({SCHEMA_VERSION}): upgrade fttui")
+        raise ImportFileError(
+            f"{path}:1: rows of results schema {header['schema']}, newer than this fttui's "
+            f"({SCHEMA_VERSION}): upgrade fttui"
+        )
     known = _columns_at(header["schema"])
     rows = []
     for i, row in body:
@@ -132,8 +139,10 @@ def _migrate(rows: list[dict[str, Any]], schema: int) -> list[dict[str, Any]]:
             conn.execute(f"PRAGMA user_version = {schema}")
             for row in rows:
                 keys = list(row)
-                conn.execute(f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})",
-                             [store_mod._encode(k, row[k]) for k in keys])
+                conn.execute(
+                    f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})",
+                    [store_mod._encode(k, row[k]) for k in keys],
+                )
             conn.commit()
         finally:
             conn.close()
@@ -198,8 +207,10 @@ def _insert_all(store: Store, rows: list[dict[str, Any]]) -> None:
         for row in rows:
             row = mask(row)
             keys = [k for k in row if k in COLUMNS]
-            conn.execute(f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})",
-                         [store_mod._encode(k, row[k]) for k in keys])
+            conn.execute(
+                f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})",
+                [store_mod._encode(k, row[k]) for k in keys],
+            )
 
 
 __all__ = ["FORMAT_VERSION", "ImportFileError", "ImportReport", "export", "export_lines", "import_files"]

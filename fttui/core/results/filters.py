@@ -37,8 +37,9 @@ def _matches(value: Any, want: str) -> bool:
     if value is None:
         return False
     if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True) == want or any(str(v) == want for v in
-                                                                 (value if isinstance(value, list) else []))
+        return json.dumps(value, sort_keys=True) == want or any(
+            str(v) == want for v in (value if isinstance(value, list) else [])
+        )
     num_want = _coerce(want)
     if num_want is not None and (isinstance(value, (int, float))):
         return float(value) == num_want

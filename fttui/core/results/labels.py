@@ -25,9 +25,18 @@ _LABEL_KEYS = LABEL_KEYS  # declared with the row (fttui.core.results.columns)
 
 def chart_key(r: Mapping) -> tuple:
     """Order of the bars: model, kind, GPU, cards, method, sharding, precision, batch, sequence, accumulation."""
-    return (str(r.get("model") or ""), str(r.get("kind") or ""), short_gpu(gpu_name(r)), int(r.get("num_gpus") or 0),
-            sort_key("method", r.get("method")), sort_key("sharding", r.get("sharding")), str(r.get("precision") or ""), sort_key("batch_size", r.get("batch_size")),
-            sort_key("max_seq_len", r.get("max_seq_len")), sort_key("grad_accum", r.get("grad_accum")))
+    return (
+        str(r.get("model") or ""),
+        str(r.get("kind") or ""),
+        short_gpu(gpu_name(r)),
+        int(r.get("num_gpus") or 0),
+        sort_key("method", r.get("method")),
+        sort_key("sharding", r.get("sharding")),
+        str(r.get("precision") or ""),
+        sort_key("batch_size", r.get("batch_size")),
+        sort_key("max_seq_len", r.get("max_seq_len")),
+        sort_key("grad_accum", r.get("grad_accum")),
+    )
 
 
 def _label_value(r: Mapping, key: str) -> str:

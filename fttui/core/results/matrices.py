@@ -19,8 +19,12 @@ __all__ = ["MATRIX_DIMS", "MATRIX_PAIRS", "matrix_tables", "pick"]
 
 # Settings a matrix can be drawn over, and the pairs tried (rows x columns), in order.
 MATRIX_DIMS = ("method", "sharding", "precision", "batch_size", "grad_accum", "max_seq_len")
-MATRIX_PAIRS = (("method", "max_seq_len"), ("batch_size", "max_seq_len"), ("method", "batch_size"),
-                ("batch_size", "grad_accum"))
+MATRIX_PAIRS = (
+    ("method", "max_seq_len"),
+    ("batch_size", "max_seq_len"),
+    ("method", "batch_size"),
+    ("batch_size", "grad_accum"),
+)
 
 
 def pick(rows: Sequence[Mapping]) -> Mapping:
@@ -53,8 +57,16 @@ def _context_title(row: Mapping, fixed: Sequence[str]) -> str:
         v = row.get(k)
         if v is None or v == "":
             continue
-        parts.append({"method": fmt.method_label(v), "sharding": fmt.sharding_label(v), "precision": str(v), "batch_size": f"batch {v}",
-                      "grad_accum": f"accum {v}", "max_seq_len": f"seq {v}"}[k])
+        parts.append(
+            {
+                "method": fmt.method_label(v),
+                "sharding": fmt.sharding_label(v),
+                "precision": str(v),
+                "batch_size": f"batch {v}",
+                "grad_accum": f"accum {v}",
+                "max_seq_len": f"seq {v}",
+            }[k]
+        )
     return " · ".join(p for p in parts if p)
 
 
@@ -84,15 +96,20 @@ def matrix_tables(rows: Sequence[dict], group_by: str | None) -> list[Table]:
             by: dict[tuple, list[dict]] = {}
             for m in members:
                 by.setdefault((m.get(rk), m.get(ck)), []).append(m)
-            body = [[dim_text(rk, a), *(_matrix_cell(pick(by[(a, b)]) if (a, b) in by else None) for b in cvals)]
-                    for a in rvals]
+            body = [
+                [dim_text(rk, a), *(_matrix_cell(pick(by[(a, b)]) if (a, b) in by else None) for b in cvals)]
+                for a in rvals
+            ]
             which = next((peak_gb(m)[1] for m in members if m.get("status") == "completed"), "GPU")
-            tables.append(Table(
-                slug=f"matrix-{len(tables) + 1}",
-                title=f"{rk} x {ck}: {_context_title(members[0], fixed)}",
-                headers=[f"{rk} \\ {ck}", *(str(v) for v in cvals)], cells=body, level=3,
-                note=f"cells: peak {which} memory in GB (largest card) / seconds per training step; "
-                     "OOM: ran out of memory; empty: not run"))
+            tables.append(
+                Table(
+                    slug=f"matrix-{len(tables) + 1}",
+                    title=f"{rk} x {ck}: {_context_title(members[0], fixed)}",
+                    headers=[f"{rk} \\ {ck}", *(str(v) for v in cvals)],
+                    cells=body,
+                    level=3,
+                    note=f"cells: peak {which} memory in GB (largest card) / seconds per training step; "
+                    "OOM: ran out of memory; empty: not run",
+                )
+            )
     return tables
-
-

@@ -81,7 +81,7 @@ def load_prices(path: str | Path) -> Prices:
             data.update(section)
         for k, v in data.items():
             if isinstance(v, dict):
-                raise FttuiError(f"{p}: [{k}]: unexpected table (write \"GPU name\" = price lines)")
+                raise FttuiError(f'{p}: [{k}]: unexpected table (write "GPU name" = price lines)')
             table[k] = price_value(str(p), k, v)
     elif p.suffix.lower() == ".csv":
         with open(p, newline="", encoding="utf-8") as f:

@@ -36,8 +36,20 @@ from fttui.core.results.store import COLUMNS
 # The report's API as docs/report.md shows it: build_report and write_report are defined here;
 # filter_rows, parse_where, load_prices, Prices, interconnect_label, Table and Report are
 # importable from here too (defined in filters, prices, rows and document).
-__all__ = ["GROUP_KEYS", "Prices", "Report", "Table", "build_report", "filter_rows", "find_row",
-           "full_label", "interconnect_label", "load_prices", "parse_where", "write_report"]
+__all__ = [
+    "GROUP_KEYS",
+    "Prices",
+    "Report",
+    "Table",
+    "build_report",
+    "filter_rows",
+    "find_row",
+    "full_label",
+    "interconnect_label",
+    "load_prices",
+    "parse_where",
+    "write_report",
+]
 
 GROUP_KEYS = ("model", "method", "sharding", "gpu", "batch_size", "max_seq_len")
 
@@ -52,7 +64,9 @@ def find_row(rows: Sequence[Mapping], ref: str) -> dict:
         raise FttuiError(f"--baseline {ref!r}: no stored row has that run id or prefix")
     if len(hits) > 1:
         ids = ", ".join(str(r["run_id"]) for r in hits[:3])
-        raise FttuiError(f"--baseline {ref!r}: {len(hits)} rows match ({ids}{', ...' if len(hits) > 3 else ''}); give more of the id")
+        raise FttuiError(
+            f"--baseline {ref!r}: {len(hits)} rows match ({ids}{', ...' if len(hits) > 3 else ''}); give more of the id"
+        )
     return dict(hits[0])
 
 
@@ -74,30 +88,59 @@ def _charts(rows: Sequence[dict], ctx: Ctx, group_by: str | None, baseline: Mapp
         out = []
         for lab, r in zip(labels, shown):
             v = None if is_oom(r) else value(r)
-            out.append(Bar(lab, v, group(r), "OOM" if is_oom(r) else ("" if v is not None else missing),
-                           oom=is_oom(r), run_id=str(r.get("run_id") or "")))
+            out.append(
+                Bar(
+                    lab,
+                    v,
+                    group(r),
+                    "OOM" if is_oom(r) else ("" if v is not None else missing),
+                    oom=is_oom(r),
+                    run_id=str(r.get("run_id") or ""),
+                )
+            )
         return out
 
     if shown:
-        charts.append(ChartSpec("throughput", "Throughput (samples/s, steady state)", "samples/s",
-                                bars(lambda r: num(r.get("samples_per_s")), ""), group_label=colour_key))
+        charts.append(
+            ChartSpec(
+                "throughput",
+                "Throughput (samples/s, steady state)",
+                "samples/s",
+                bars(lambda r: num(r.get("samples_per_s")), ""),
+                group_label=colour_key,
+            )
+        )
     if shown and baseline is not None and ctx.baseline_sps:
-        charts.append(ChartSpec("relative", f"Relative throughput (baseline {full_label(baseline)} = 1.00)",
-                                "samples/s relative to the baseline", bars(lambda r: rel(r, ctx), ""),
-                                reference=1.0, reference_label="baseline (1.00)",
-                                group_label=colour_key, value_format="{:.2f}x"))
+        charts.append(
+            ChartSpec(
+                "relative",
+                f"Relative throughput (baseline {full_label(baseline)} = 1.00)",
+                "samples/s relative to the baseline",
+                bars(lambda r: rel(r, ctx), ""),
+                reference=1.0,
+                reference_label="baseline (1.00)",
+                group_label=colour_key,
+                value_format="{:.2f}x",
+            )
+        )
     if shown and ctx.prices is not None and any(per_price(r, ctx) is not None for r in shown):
         unit = ctx.prices.unit or "price unit"
         priced = [b for b, r in zip(bars(lambda r: per_price(r, ctx), ""), shown) if ctx.prices.row_price(r)]
         missing = sorted({short_gpu(gpu_name(r)) or "GPU not recorded" for r in shown if not ctx.prices.row_price(r)})
         left_out = len(shown) - len(priced)
-        charts.append(ChartSpec("cost", f"Cost efficiency (samples/s per {unit} of cards)",
-                                f"samples/s per {unit} (per-card price x cards)", priced, group_label=colour_key,
-                                footnote=(f"prices from {Path(ctx.prices.source).name}; " if ctx.prices.source else "")
-                                + (f"{left_out} rows left out, no price for: {', '.join(missing)}" if left_out else "")))
+        charts.append(
+            ChartSpec(
+                "cost",
+                f"Cost efficiency (samples/s per {unit} of cards)",
+                f"samples/s per {unit} (per-card price x cards)",
+                priced,
+                group_label=colour_key,
+                footnote=(f"prices from {Path(ctx.prices.source).name}; " if ctx.prices.source else "")
+                + (f"{left_out} rows left out, no price for: {', '.join(missing)}" if left_out else ""),
+            )
+        )
     mem: list[Bar] = []
-    gpu_rows = sorted((r for r in rows if peaks_mb(r) or (is_oom(r) and gpu_name(r) not in ("", "cpu"))),
-                      key=chart_key)
+    gpu_rows = sorted((r for r in rows if peaks_mb(r) or (is_oom(r) and gpu_name(r) not in ("", "cpu"))), key=chart_key)
     if group_by:
         gpu_rows.sort(key=lambda r: sort_key(group_by, r.get(group_by) if group_by != "gpu" else gpu_name(r)))
     if gpu_rows:
@@ -107,28 +150,67 @@ def _charts(rows: Sequence[dict], ctx: Ctx, group_by: str | None, baseline: Mapp
             n = len(peaks)
             for i, p in enumerate(peaks or [None]):
                 cap = card_memory_mb(r, i)
-                mem.append(Bar(f"{lab} [GPU {i}]" if n > 1 else lab, None if p is None else p / 1024, group(r),
-                               "OOM" if is_oom(r) else "", None if cap is None else cap / 1024, is_oom(r),
-                               str(r.get("run_id") or "")))
-        charts.append(ChartSpec("memory", "Peak GPU memory per card (NVML) against the card's memory",
-                                "GB", mem, kind="memory", group_label=colour_key, value_format="{:.1f} GB"))
+                mem.append(
+                    Bar(
+                        f"{lab} [GPU {i}]" if n > 1 else lab,
+                        None if p is None else p / 1024,
+                        group(r),
+                        "OOM" if is_oom(r) else "",
+                        None if cap is None else cap / 1024,
+                        is_oom(r),
+                        str(r.get("run_id") or ""),
+                    )
+                )
+        charts.append(
+            ChartSpec(
+                "memory",
+                "Peak GPU memory per card (NVML) against the card's memory",
+                "GB",
+                mem,
+                kind="memory",
+                group_label=colour_key,
+                value_format="{:.1f} GB",
+            )
+        )
     else:
         host = sorted((r for r in rows if num(r.get("peak_host_rss_mb")) is not None), key=chart_key)
         if host:
             for lab, r in zip(bar_labels(host), host):
                 cap = num(r.get("host_ram_total_mb"))
-                mem.append(Bar(lab, num(r.get("peak_host_rss_mb")) / 1024, group(r), "OOM" if is_oom(r) else "",
-                               None if cap is None else cap / 1024, is_oom(r), str(r.get("run_id") or "")))
-            charts.append(ChartSpec("memory", "Peak host memory (RSS of the training processes) against RAM",
-                                    "GB", mem, kind="memory", group_label=colour_key, value_format="{:.1f} GB"))
+                mem.append(
+                    Bar(
+                        lab,
+                        num(r.get("peak_host_rss_mb")) / 1024,
+                        group(r),
+                        "OOM" if is_oom(r) else "",
+                        None if cap is None else cap / 1024,
+                        is_oom(r),
+                        str(r.get("run_id") or ""),
+                    )
+                )
+            charts.append(
+                ChartSpec(
+                    "memory",
+                    "Peak host memory (RSS of the training processes) against RAM",
+                    "GB",
+                    mem,
+                    kind="memory",
+                    group_label=colour_key,
+                    value_format="{:.1f} GB",
+                )
+            )
     order = list(dict.fromkeys(b.group for c in charts for b in c.bars))
     for c in charts:
         c.group_order = order
     return charts
 
 
-def build_report(rows: Sequence[Mapping], group_by: str | None = None, baseline: str | Mapping | None = None,
-                 prices: Prices | Mapping[str, float] | None = None) -> Report:
+def build_report(
+    rows: Sequence[Mapping],
+    group_by: str | None = None,
+    baseline: str | Mapping | None = None,
+    prices: Prices | Mapping[str, float] | None = None,
+) -> Report:
     """Tables and chart data of ``rows`` (as ``Store().rows()`` returns them). Pure.
 
     ``baseline``: a row, or a run id / prefix among ``rows``; ``prices``: :class:`Prices` or a
@@ -137,7 +219,9 @@ def build_report(rows: Sequence[Mapping], group_by: str | None = None, baseline:
     rows = [dict(r) for r in rows]
     if group_by is not None and group_by not in COLUMNS:
         close = difflib.get_close_matches(group_by, list(COLUMNS), n=1)
-        raise FttuiError(f"--group-by {group_by!r}: unknown column" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise FttuiError(
+            f"--group-by {group_by!r}: unknown column" + (f" (did you mean {close[0]!r}?)" if close else "")
+        )
     if isinstance(prices, Mapping):
         prices = Prices({str(k): price_value("prices", str(k), v) for k, v in prices.items()})
     base = find_row(rows, baseline) if isinstance(baseline, str) else (dict(baseline) if baseline else None)
@@ -145,8 +229,10 @@ def build_report(rows: Sequence[Mapping], group_by: str | None = None, baseline:
     if base is not None:
         base_sps = None if is_oom(base) else num(base.get("samples_per_s"))
         if not base_sps:
-            raise FttuiError(f"--baseline {base.get('run_id')}: that row has no throughput "
-                             f"(status {base.get('status') or '?'}); pick a completed run")
+            raise FttuiError(
+                f"--baseline {base.get('run_id')}: that row has no throughput "
+                f"(status {base.get('status') or '?'}); pick a completed run"
+            )
     ctx = Ctx(base_sps, prices)
     statuses: dict[str, int] = {}
     for r in rows:
@@ -155,19 +241,32 @@ def build_report(rows: Sequence[Mapping], group_by: str | None = None, baseline:
     kinds: dict[str, int] = {}
     for r in rows:
         kinds[str(r.get("kind") or "run")] = kinds.get(str(r.get("kind") or "run"), 0) + 1
-    names = {"run": "runs", "probe": "probe trials", "sweep": "sweep cells", "command": "command runs",
-             "watch": "watched processes"}
-    summary = [f"{len(rows)} rows: " + ", ".join(f"{n} {names.get(k, k)}" for k, n in sorted(kinds.items())) + "; "
-               + ", ".join(f"{n} {'out of memory' if s == 'oom' else s}" for s, n in sorted(statuses.items()))]
+    names = {
+        "run": "runs",
+        "probe": "probe trials",
+        "sweep": "sweep cells",
+        "command": "command runs",
+        "watch": "watched processes",
+    }
+    summary = [
+        f"{len(rows)} rows: "
+        + ", ".join(f"{n} {names.get(k, k)}" for k, n in sorted(kinds.items()))
+        + "; "
+        + ", ".join(f"{n} {'out of memory' if s == 'oom' else s}" for s, n in sorted(statuses.items()))
+    ]
     if base is not None:
-        summary.append(f"baseline: {base.get('run_id')} ({full_label(base)}) = "
-                       f"{base_sps:.3f} samples/s; rel_throughput = samples/s / the baseline's")
+        summary.append(
+            f"baseline: {base.get('run_id')} ({full_label(base)}) = "
+            f"{base_sps:.3f} samples/s; rel_throughput = samples/s / the baseline's"
+        )
     if prices is not None:
         priced = sorted({gpu_name(r) for r in rows if prices.price_of(gpu_name(r)) is not None})
         unpriced = sorted({gpu_name(r) or "unknown GPU" for r in rows if prices.price_of(gpu_name(r)) is None})
-        summary.append(f"prices{' in ' + prices.unit if prices.unit else ''}"
-                       f"{' from ' + Path(prices.source).name if prices.source else ''}: per-card price x cards; "
-                       f"priced: {', '.join(priced) or 'none'}" + (f"; no price: {', '.join(unpriced)}" if unpriced else ""))
+        summary.append(
+            f"prices{' in ' + prices.unit if prices.unit else ''}"
+            f"{' from ' + Path(prices.source).name if prices.source else ''}: per-card price x cards; "
+            f"priced: {', '.join(priced) or 'none'}" + (f"; no price: {', '.join(unpriced)}" if unpriced else "")
+        )
     if group_by:
         summary.append(f"grouped by {group_by}")
     tables = [runs_table(rows, ctx, group_by)] if rows else []

@@ -15,8 +15,19 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["card_memory_mb", "gpu_name", "interconnect_label", "is_oom", "num", "peak_gb", "peaks_mb",
-           "row_interconnect", "s_per_step", "short_gpu", "versions"]
+__all__ = [
+    "card_memory_mb",
+    "gpu_name",
+    "interconnect_label",
+    "is_oom",
+    "num",
+    "peak_gb",
+    "peaks_mb",
+    "row_interconnect",
+    "s_per_step",
+    "short_gpu",
+    "versions",
+]
 
 
 def is_oom(row: Mapping) -> bool:
@@ -103,13 +114,22 @@ def versions(row: Mapping) -> dict:
 # Topology levels of nvmlDeviceGetTopologyCommonAncestor (NVML_TOPOLOGY_*), nearest first,
 # and the short names `nvidia-smi topo -m` prints for them.
 _TOPOLOGY = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
-_TOPO_ALIASES = {"PIX": "SINGLE", "PXB": "MULTIPLE", "PHB": "HOSTBRIDGE", "SYS": "SYSTEM",
-                 "SOC": "SYSTEM", "X": "INTERNAL"}
+_TOPO_ALIASES = {
+    "PIX": "SINGLE",
+    "PXB": "MULTIPLE",
+    "PHB": "HOSTBRIDGE",
+    "SYS": "SYSTEM",
+    "SOC": "SYSTEM",
+    "X": "INTERNAL",
+}
 _TOPO_RANK = {name: level for level, name in _TOPOLOGY.items()}
 
 
-def interconnect_label(num_gpus: int | None = None, nvlink_links: Iterable[int] | int | None = None,
-                       common_ancestor: int | str | None = None) -> str:
+def interconnect_label(
+    num_gpus: int | None = None,
+    nvlink_links: Iterable[int] | int | None = None,
+    common_ancestor: int | str | None = None,
+) -> str:
     """The interconnect between a run's cards, as the reference tables name it.
 
     ``nvlink_links``: active NVLink links per card (``nvmlDeviceGetNvLinkState`` over the links,
@@ -152,8 +172,7 @@ def row_interconnect(row: Mapping) -> str:
     topo = _dict(env.get("topology"))
     if not topo:
         return ""
-    return interconnect_label(None if n is None else int(n or 0), topo.get("nvlink_links"),
-                              topo.get("common_ancestor"))
+    return interconnect_label(None if n is None else int(n or 0), topo.get("nvlink_links"), topo.get("common_ancestor"))
 
 
 def s_per_step(row: Mapping) -> float | None:

@@ -18,8 +18,7 @@ from fttui.core.results.document import Table, cell_text, fmt_gb, fmt_num, fmt_r
 from fttui.core.results.labels import bar_labels, dim_text, sort_key
 from fttui.core.results.matrices import pick
 from fttui.core.results.prices import Prices
-from fttui.core.results.rows import (card_memory_mb, gpu_name, is_oom, num, peak_gb, peaks_mb,
-                                     row_interconnect, versions)
+from fttui.core.results.rows import card_memory_mb, gpu_name, is_oom, num, peak_gb, peaks_mb, row_interconnect, versions
 
 __all__ = ["VERSION_KEYS", "Ctx", "machine", "gpus_table", "groups_table", "per_price", "rel", "runs_table"]
 
@@ -74,7 +73,9 @@ def runs_table(rows: Sequence[dict], ctx: Ctx, group_by: str | None) -> Table:
     kinds = {r.get("kind") for r in rows}
     cols: list[tuple[str, Callable[[dict], Any], Callable[[Any], str]]] = []
     if group_by:
-        cols.append((group_by, lambda r: dim_text(group_by, r.get(group_by)) if group_by != "gpu" else gpu_name(r), cell_text))
+        cols.append(
+            (group_by, lambda r: dim_text(group_by, r.get(group_by)) if group_by != "gpu" else gpu_name(r), cell_text)
+        )
     if len(kinds) > 1:
         cols.append(("kind", lambda r: r.get("kind"), cell_text))
     cols += [
@@ -107,10 +108,18 @@ def runs_table(rows: Sequence[dict], ctx: Ctx, group_by: str | None) -> Table:
     ordered = list(rows)
     if group_by:
         ordered.sort(key=lambda r: sort_key(group_by, r.get(group_by) if group_by != "gpu" else gpu_name(r)))
-    notes = ["gpu_mem_mb: peak NVML memory per card; card_mem_gb: each card's total memory; "
-             "samples_per_s, tokens_per_s: steady state (warm-up left out); duration: time in the training loop"]
-    return Table("runs", "Runs", [c[0] for c in cols], [[f(r) for _, f, _ in cols] for r in ordered],
-                 formats={h: t for h, _, t in cols}, note="; ".join(notes))
+    notes = [
+        "gpu_mem_mb: peak NVML memory per card; card_mem_gb: each card's total memory; "
+        "samples_per_s, tokens_per_s: steady state (warm-up left out); duration: time in the training loop"
+    ]
+    return Table(
+        "runs",
+        "Runs",
+        [c[0] for c in cols],
+        [[f(r) for _, f, _ in cols] for r in ordered],
+        formats={h: t for h, _, t in cols},
+        note="; ".join(notes),
+    )
 
 
 def groups_table(rows: Sequence[dict], ctx: Ctx, group_by: str) -> Table:
@@ -129,9 +138,14 @@ def groups_table(rows: Sequence[dict], ctx: Ctx, group_by: str) -> Table:
         members = groups[g]
         done = [m for m in members if m.get("status") == "completed" and num(m.get("samples_per_s")) is not None]
         best = max(done, key=lambda m: num(m.get("samples_per_s")), default=None)
-        row = [dim_text(group_by, g) if g not in (None, "") else "(not recorded)", len(members), sum(m.get("status") == "completed" for m in members),
-               sum(is_oom(m) for m in members), None if best is None else num(best.get("samples_per_s")),
-               "" if best is None else labels[id(best)]]
+        row = [
+            dim_text(group_by, g) if g not in (None, "") else "(not recorded)",
+            len(members),
+            sum(m.get("status") == "completed" for m in members),
+            sum(is_oom(m) for m in members),
+            None if best is None else num(best.get("samples_per_s")),
+            "" if best is None else labels[id(best)],
+        ]
         if ctx.baseline_sps:
             row.append(None if best is None else rel(best, ctx))
         if ctx.prices is not None:
@@ -140,11 +154,20 @@ def groups_table(rows: Sequence[dict], ctx: Ctx, group_by: str) -> Table:
         gbs = [x for x in (peak_gb(m)[0] for m in members if not is_oom(m)) if x is not None]
         row.append(max(gbs) if gbs else None)
         body.append(row)
-    return Table("groups", f"By {group_by}", headers, body,
-                 formats={"best_samples_per_s": fmt_num(3), "best_rel_throughput": fmt_rel,
-                          "best_samples_per_s_per_price": fmt_sig, "max_peak_gb": fmt_num(2)},
-                 note="best: the completed row with the most samples/s; max_peak_gb: largest card "
-                      "(host RSS on CPU), OOM rows left out")
+    return Table(
+        "groups",
+        f"By {group_by}",
+        headers,
+        body,
+        formats={
+            "best_samples_per_s": fmt_num(3),
+            "best_rel_throughput": fmt_rel,
+            "best_samples_per_s_per_price": fmt_sig,
+            "max_peak_gb": fmt_num(2),
+        },
+        note="best: the completed row with the most samples/s; max_peak_gb: largest card "
+        "(host RSS on CPU), OOM rows left out",
+    )
 
 
 def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
@@ -152,34 +175,73 @@ def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
     for r in rows:
         if r.get("status") not in ("completed", "oom"):
             continue
-        key = tuple(r.get(k) for k in ("model", "dataset", "method", "precision", "batch_size", "grad_accum",
-                                       "max_seq_len", "num_gpus", "sharding"))
+        key = tuple(
+            r.get(k)
+            for k in (
+                "model",
+                "dataset",
+                "method",
+                "precision",
+                "batch_size",
+                "grad_accum",
+                "max_seq_len",
+                "num_gpus",
+                "sharding",
+            )
+        )
         work.setdefault(key, {}).setdefault((gpu_name(r), machine(r)), []).append(r)
     # Rows imported from several machines (`fttui results import`): the same GPU model on two
     # machines is two columns of the comparison, and the table says which machine.
     machines = {m for by in work.values() for (_, m) in by}
     several = len(machines - {""}) > 1
-    headers = ["model", "dataset", "gpu", *(["machine"] if several else []), "interconnect", "num_gpus", "method",
-               "batch_size", "max_seq_len", "samples_per_s", "duration", "gpu_mem_mb", "x_slowest"]
+    headers = [
+        "model",
+        "dataset",
+        "gpu",
+        *(["machine"] if several else []),
+        "interconnect",
+        "num_gpus",
+        "method",
+        "batch_size",
+        "max_seq_len",
+        "samples_per_s",
+        "duration",
+        "gpu_mem_mb",
+        "x_slowest",
+    ]
     if ctx.baseline_sps:
         headers.append("rel_throughput")
     if ctx.prices is not None:
         headers.append("samples_per_s_per_price")
     headers.append("run")
     body = []
-    keys = sorted((k for k, by in work.items() if len(by) > 1),
-                  key=lambda k: (str(k[0]), -(k[7] or 0), sort_key("method", k[2]), sort_key("batch_size", k[4])))
+    keys = sorted(
+        (k for k, by in work.items() if len(by) > 1),
+        key=lambda k: (str(k[0]), -(k[7] or 0), sort_key("method", k[2]), sort_key("batch_size", k[4])),
+    )
     for k in keys:
         picked = [pick(v) for v in work[k].values()]
         picked.sort(key=lambda r: (is_oom(r), num(r.get("samples_per_s")) or 0.0))
-        slowest = next((num(r.get("samples_per_s")) for r in picked if not is_oom(r) and num(r.get("samples_per_s"))), None)
+        slowest = next(
+            (num(r.get("samples_per_s")) for r in picked if not is_oom(r) and num(r.get("samples_per_s"))), None
+        )
         for r in picked:
             sps = None if is_oom(r) else num(r.get("samples_per_s"))
-            cells = [r.get("model") or "", r.get("dataset") or "", gpu_name(r), *([machine(r)] if several else []),
-                     row_interconnect(r),
-                     int(r.get("num_gpus") or 0), fmt.method_label(r.get("method"), r.get("sharding")), r.get("batch_size"),
-                     r.get("max_seq_len"), sps, "" if is_oom(r) else fmt.duration(num(r.get("duration_s"))),
-                     _mem_cell(r), None if sps is None or not slowest else sps / slowest]
+            cells = [
+                r.get("model") or "",
+                r.get("dataset") or "",
+                gpu_name(r),
+                *([machine(r)] if several else []),
+                row_interconnect(r),
+                int(r.get("num_gpus") or 0),
+                fmt.method_label(r.get("method"), r.get("sharding")),
+                r.get("batch_size"),
+                r.get("max_seq_len"),
+                sps,
+                "" if is_oom(r) else fmt.duration(num(r.get("duration_s"))),
+                _mem_cell(r),
+                None if sps is None or not slowest else sps / slowest,
+            ]
             if ctx.baseline_sps:
                 cells.append(rel(r, ctx))
             if ctx.prices is not None:
@@ -188,10 +250,18 @@ def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
             body.append(cells)
     if not body:
         return None
-    return Table("gpus", "Across GPUs", headers, body,
-                 formats={"samples_per_s": fmt_num(3), "x_slowest": fmt_rel, "rel_throughput": fmt_rel,
-                          "samples_per_s_per_price": fmt_sig},
-                 note="the same work (model, dataset, method, precision, batch, accumulation, sequence "
-                      "length, number of cards) on different GPUs, slowest first; x_slowest: samples/s "
-                      "over the slowest GPU's; interconnect: between the cards of a multi-card run")
-
+    return Table(
+        "gpus",
+        "Across GPUs",
+        headers,
+        body,
+        formats={
+            "samples_per_s": fmt_num(3),
+            "x_slowest": fmt_rel,
+            "rel_throughput": fmt_rel,
+            "samples_per_s_per_price": fmt_sig,
+        },
+        note="the same work (model, dataset, method, precision, batch, accumulation, sequence "
+        "length, number of cards) on different GPUs, slowest first; x_slowest: samples/s "
+        "over the slowest GPU's; interconnect: between the cards of a multi-card run",
+    )

@@ -57,12 +57,19 @@ def step_parts(events: Iterable[Any], warmup_exclude_steps: int = 1) -> dict[str
     if n < 2 or dt <= 0 or passes <= 0:
         return None
     step_s, pass_s = dt / n, pass_time / passes
-    end = next((e for e in events if getattr(e, "EVENT", None) == "end" and (getattr(e, "rank", 0) or 0) == lowest),
-               None)
+    end = next(
+        (e for e in events if getattr(e, "EVENT", None) == "end" and (getattr(e, "rank", 0) or 0) == lowest), None
+    )
     last = _num(getattr(end, "train_time", None)) or _num(steps[-1].train_time) or 0.0
-    return {"step_s": round(step_s, 6), "pass_s": round(pass_s, 6), "passes": round(passes / n, 3),
-            "fixed_step_s": round(max(0.0, step_s - passes / n * pass_s), 6),
-            "tokens": round(tokens / passes, 1), "tokens_x_len": round(x_len / passes, 1),
-            "floor_s": _num(getattr(end, "pass_floor_s", None)),
-            "floor_tokens": _num(getattr(end, "pass_floor_tokens", None)),
-            "warmup_s": round(max(0.0, last - len(steps) * step_s), 6), "steps": n}
+    return {
+        "step_s": round(step_s, 6),
+        "pass_s": round(pass_s, 6),
+        "passes": round(passes / n, 3),
+        "fixed_step_s": round(max(0.0, step_s - passes / n * pass_s), 6),
+        "tokens": round(tokens / passes, 1),
+        "tokens_x_len": round(x_len / passes, 1),
+        "floor_s": _num(getattr(end, "pass_floor_s", None)),
+        "floor_tokens": _num(getattr(end, "pass_floor_tokens", None)),
+        "warmup_s": round(max(0.0, last - len(steps) * step_s), 6),
+        "steps": n,
+    }

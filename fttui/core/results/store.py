@@ -43,7 +43,7 @@ MIGRATIONS: list[str] = [
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[3]),
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[4])
     + f";UPDATE runs SET host_measure = '{HOST_MEASURE_BEFORE_4}', peak_tree_rss_mb = peak_host_rss_mb"
-      " WHERE kind IS NULL OR kind != 'probe'"
+    " WHERE kind IS NULL OR kind != 'probe'"
     ";UPDATE runs SET host_measure = 'ranks' WHERE kind = 'probe'"
     ";UPDATE runs SET recorded_by = 'supervisor' WHERE kind IS NULL OR kind != 'probe'"
     ";UPDATE runs SET recorded_by = 'probe' WHERE kind = 'probe'",
@@ -51,8 +51,10 @@ MIGRATIONS: list[str] = [
     # under ZeRO-3 offload, stored under its legacy method name (the registry's
     # shardings.LEGACY_METHODS, "full-zero3-offload"); every other run had none.
     f"ALTER TABLE runs ADD COLUMN sharding {COLUMNS['sharding']}"
-    + "".join(f";UPDATE runs SET method = 'full', sharding = '{kind.name}' WHERE method = '{legacy}'"
-              for legacy, kind in shardings.LEGACY_METHODS.items())
+    + "".join(
+        f";UPDATE runs SET method = 'full', sharding = '{kind.name}' WHERE method = '{legacy}'"
+        for legacy, kind in shardings.LEGACY_METHODS.items()
+    )
     + f";UPDATE runs SET sharding = '{shardings.NONE.name}' WHERE sharding IS NULL",
     # schema 6: what a run kept. Before it no run saved, resumed or evaluated: null is true of them.
     ";".join(f"ALTER TABLE runs ADD COLUMN {c} {COLUMNS[c]}" for c in _ADDED[6]),
@@ -71,8 +73,9 @@ class Store:
         self.path = Path(path) if path else paths.store_path()
         paths.ensure_dir(self.path.parent)
         if self.path.is_dir():
-            raise StoreError(f"{self.path}: is a folder, not a results store; move it aside (fttui then starts "
-                             "a new store)")
+            raise StoreError(
+                f"{self.path}: is a folder, not a results store; move it aside (fttui then starts a new store)"
+            )
         fresh = not self.path.exists()
         try:
             self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -91,11 +94,14 @@ class Store:
         """One line naming the store and what to do."""
         text = str(e)
         if "readonly" in text or "read-only" in text:
-            return StoreError(f"{self.path}: read-only ({text}); make it writable (chmod u+w) or set FTTUI_HOME "
-                              "to another folder")
+            return StoreError(
+                f"{self.path}: read-only ({text}); make it writable (chmod u+w) or set FTTUI_HOME to another folder"
+            )
         if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or "malformed" in text:
-            return StoreError(f"{self.path}: not a readable results store ({text}: corrupt or truncated); move it "
-                              "aside (fttui then starts a new one) or restore a copy")
+            return StoreError(
+                f"{self.path}: not a readable results store ({text}: corrupt or truncated); move it "
+                "aside (fttui then starts a new one) or restore a copy"
+            )
         return StoreError(f"{self.path}: {text}")
 
     @contextlib.contextmanager
@@ -123,8 +129,7 @@ class Store:
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path}: schema version {version} is newer than this fttui "
-                    f"({SCHEMA_VERSION}): upgrade fttui"
+                    f"{self.path}: schema version {version} is newer than this fttui ({SCHEMA_VERSION}): upgrade fttui"
                 )
             for i in range(version, SCHEMA_VERSION):
                 for stmt in MIGRATIONS[i].split(";"):
@@ -164,10 +169,7 @@ class Store:
             raise StoreError("a result row needs a run_id")
         keys = list(row)
         values = [_encode(k, row[k]) for k in keys]
-        sql = (
-            f"INSERT OR REPLACE INTO runs ({', '.join(keys)}) "
-            f"VALUES ({', '.join('?' for _ in keys)})"
-        )
+        sql = f"INSERT OR REPLACE INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})"
         try:
             with self.transaction():
                 self.conn.execute(sql, values)
@@ -214,7 +216,7 @@ class Store:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY started_at, rowid"
         if limit:
-            sql = f"SELECT * FROM ({sql[:-len(' ORDER BY started_at, rowid')]} ORDER BY started_at DESC, rowid DESC LIMIT {int(limit)}) ORDER BY started_at, rowid"
+            sql = f"SELECT * FROM ({sql[: -len(' ORDER BY started_at, rowid')]} ORDER BY started_at DESC, rowid DESC LIMIT {int(limit)}) ORDER BY started_at, rowid"
         try:
             return [_decode(r) for r in self.conn.execute(sql, args)]
         except sqlite3.Error as e:

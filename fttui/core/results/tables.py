@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from fttui.core.base import fmt
 from fttui.core.base.inert import csv_cell, inert
 
+
 def mem_cell(row: dict, nd: int = 1) -> str:
     """``OOM``, or each card's peak device memory (MB), ``;``-separated."""
     if row.get("status") == "oom":
@@ -24,6 +25,7 @@ def opt_cell(v, nd=3):
 
 def setting_cell(key: str):
     """The stated setting; where the run did otherwise (the row's ``mismatch``), ``"16 (ran 8)"``."""
+
     def cell(row: dict) -> str:
         text = str(row.get(key) or "")
         seen = (row.get("mismatch") or {}).get(key) if isinstance(row.get("mismatch"), dict) else None
@@ -31,6 +33,7 @@ def setting_cell(key: str):
             stated = seen.get("stated")
             text = f"{text if stated is None else stated} (ran {seen['observed']})"
         return text
+
     return cell
 
 

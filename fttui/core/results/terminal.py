@@ -76,11 +76,12 @@ def terminal_width(default: int = DEFAULT_WIDTH) -> int:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(0, width - 1)] + "…"
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
-def fit_table(rows: Sequence[dict], width: int, columns: Sequence[Column] = COLUMNS,
-              gap: int = 2) -> tuple[list[str], list[list[str]]]:
+def fit_table(
+    rows: Sequence[dict], width: int, columns: Sequence[Column] = COLUMNS, gap: int = 2
+) -> tuple[list[str], list[list[str]]]:
     """The headers and cells of ``rows`` in the columns that fit ``width`` characters (``gap``
     between columns): the least important go first, then the cuttable ones are cut."""
     cells = {c.header: [inert(c.cell(r)) for r in rows] for c in columns}
@@ -88,8 +89,9 @@ def fit_table(rows: Sequence[dict], width: int, columns: Sequence[Column] = COLU
     shown = list(columns)
 
     def total(cut: bool = False) -> int:
-        return sum(min(widths[c.header], max(c.cut, len(c.header))) if cut and c.cut else widths[c.header]
-                   for c in shown) + gap * (len(shown) - 1)
+        return sum(
+            min(widths[c.header], max(c.cut, len(c.header))) if cut and c.cut else widths[c.header] for c in shown
+        ) + gap * (len(shown) - 1)
 
     while total(cut=True) > width:  # not even with the cuttable columns cut: drop one
         droppable = [c for c in shown if c.keep > 0]

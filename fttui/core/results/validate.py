@@ -40,8 +40,10 @@ def _controls(value: Any) -> str | None:
     found = [c for s in _strings(value) for c in control_chars(s)]
     if not found:
         return None
-    return (f"carries control characters ({', '.join(dict.fromkeys(found))}) that a terminal would obey; "
-            "remove them from the export")
+    return (
+        f"carries control characters ({', '.join(dict.fromkeys(found))}) that a terminal would obey; "
+        "remove them from the export"
+    )
 
 
 def _inert_tree(value: Any) -> Any:

@@ -32,12 +32,15 @@ def distinct(rows: Iterable[Mapping[str, Any]], key: str) -> list[str]:
     return sorted({str(r.get(key)) for r in rows if r.get(key) not in (None, "")})
 
 
-def filter_rows(rows: Sequence[Mapping[str, Any]], model: str | None = None,
-                method: str | None = None) -> list[Mapping[str, Any]]:
+def filter_rows(
+    rows: Sequence[Mapping[str, Any]], model: str | None = None, method: str | None = None
+) -> list[Mapping[str, Any]]:
     """Rows whose model and method equal the given ones (None = any)."""
-    return [r for r in rows
-            if (model is None or str(r.get("model")) == model)
-            and (method is None or str(r.get("method")) == method)]
+    return [
+        r
+        for r in rows
+        if (model is None or str(r.get("model")) == model) and (method is None or str(r.get("method")) == method)
+    ]
 
 
 def _sort_value(row: Mapping[str, Any], column: str) -> tuple[int, Any]:
@@ -54,8 +57,7 @@ def _sort_value(row: Mapping[str, Any], column: str) -> tuple[int, Any]:
     return (1, str(v).lower())
 
 
-def sort_rows(rows: Sequence[Mapping[str, Any]], header: str | None,
-              reverse: bool = False) -> list[Mapping[str, Any]]:
+def sort_rows(rows: Sequence[Mapping[str, Any]], header: str | None, reverse: bool = False) -> list[Mapping[str, Any]]:
     """Rows sorted by a reference-table header (stable; missing values always last)."""
     if not header or header not in SORT_KEYS:
         return list(rows)

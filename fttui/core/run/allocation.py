@@ -95,32 +95,45 @@ def read_allocation(env: Mapping[str, str]) -> Allocation | None:
         return None
     het = sorted(k for k in env if k.startswith("SLURM_HET_") or "_HET_GROUP_" in k or k == "SLURM_PACK_SIZE")
     if het:
-        raise FttuiError(f"Slurm job {job} is heterogeneous ({het[0]} is set): fttui runs one profile with the same "
-                         "resources on every node; submit one homogeneous job (fttui submit --nodes N)")
+        raise FttuiError(
+            f"Slurm job {job} is heterogeneous ({het[0]} is set): fttui runs one profile with the same "
+            "resources on every node; submit one homogeneous job (fttui submit --nodes N)"
+        )
     in_step = (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "").strip()
     job_nodes = _int(env, "SLURM_JOB_NUM_NODES") or _int(env, "SLURM_NNODES") or 1
     if not in_step or in_step.startswith("batch") or in_step.startswith("extern"):
         if job_nodes > 1:
-            raise FttuiError(f"this shell is inside the {job_nodes}-node Slurm job {job} but not in a job step: "
-                             "start fttui on every node with srun --ntasks-per-node=1 fttui run ...")
+            raise FttuiError(
+                f"this shell is inside the {job_nodes}-node Slurm job {job} but not in a job step: "
+                "start fttui on every node with srun --ntasks-per-node=1 fttui run ..."
+            )
         return None
     nodes = _int(env, "SLURM_STEP_NUM_NODES") or _int(env, "SLURM_NNODES") or 1
     tasks = _int(env, "SLURM_STEP_NUM_TASKS") or _int(env, "SLURM_NTASKS") or nodes
     if tasks != nodes:
-        raise FttuiError(f"Slurm step {job}.{in_step} has {tasks} tasks on {nodes} node(s): fttui starts each node's "
-                         "ranks itself, so run one task per node (srun --ntasks-per-node=1)")
+        raise FttuiError(
+            f"Slurm step {job}.{in_step} has {tasks} tasks on {nodes} node(s): fttui starts each node's "
+            "ranks itself, so run one task per node (srun --ntasks-per-node=1)"
+        )
     rank = _int(env, "SLURM_NODEID")
     if rank is None:
         rank = _int(env, "SLURM_PROCID") or 0
     if not 0 <= rank < nodes:
         raise FttuiError(f"Slurm's SLURM_NODEID={rank} is outside the step's {nodes} node(s)")
-    nodelist = (env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-                or "").strip()
+    nodelist = (
+        env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    ).strip()
     if not nodelist:
         raise FttuiError(f"Slurm job {job}: no SLURM_STEP_NODELIST / SLURM_JOB_NODELIST to find node 0 in")
-    return Allocation(job_id=job.split(";")[0], nodes=nodes, node_rank=rank,
-                      node_name=(env.get("SLURMD_NODENAME") or "").strip() or f"node{rank}", nodelist=nodelist,
-                      gpus_per_node=gpus_on_node(env), restart=_int(env, "SLURM_RESTART_COUNT") or 0)
+    return Allocation(
+        job_id=job.split(";")[0],
+        nodes=nodes,
+        node_rank=rank,
+        node_name=(env.get("SLURMD_NODENAME") or "").strip() or f"node{rank}",
+        nodelist=nodelist,
+        gpus_per_node=gpus_on_node(env),
+        restart=_int(env, "SLURM_RESTART_COUNT") or 0,
+    )
 
 
 def rendezvous_addr(alloc: Allocation) -> str:
@@ -141,12 +154,24 @@ def with_allocation(resolved: Profile | Mapping[str, Any], alloc: Allocation, ma
     """The resolved profile with the allocation's ``devices`` settings: nodes, this node's rank,
     the rendezvous address and port and, when Slurm gave GPUs, the GPUs per node (the profile's
     own ``devices.gpus`` otherwise)."""
-    changes: dict[str, Any] = {"devices.nodes": alloc.nodes, "devices.node_rank": alloc.node_rank,
-                               "devices.main_addr": main_addr, "devices.main_port": alloc.port}
+    changes: dict[str, Any] = {
+        "devices.nodes": alloc.nodes,
+        "devices.node_rank": alloc.node_rank,
+        "devices.main_addr": main_addr,
+        "devices.main_port": alloc.port,
+    }
     if alloc.gpus_per_node:
         changes["devices.gpus"] = alloc.gpus_per_node
     return as_profile(resolved).with_settings(changes)
 
 
-__all__ = ["Allocation", "read_allocation", "gpus_on_node", "job_port", "rendezvous_addr", "with_allocation",
-           "PORT_BASE", "PORT_SPAN"]
+__all__ = [
+    "Allocation",
+    "read_allocation",
+    "gpus_on_node",
+    "job_port",
+    "rendezvous_addr",
+    "with_allocation",
+    "PORT_BASE",
+    "PORT_SPAN",
+]

@@ -91,8 +91,9 @@ def is_live_label(state: str) -> bool:
     return state.split(" ", 1)[0].lower() in _LIVE_WORDS
 
 
-def head_tail_events(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES,
-                     tail_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
+def head_tail_events(
+    path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES
+) -> list[dict[str, Any]]:
     """The complete JSON objects of the first ``head_bytes`` and the last ``tail_bytes`` of a
     JSON-lines file (the whole file when it is that small), in file order. Lines cut by either
     window and lines that are not JSON objects are left out; a missing file gives ``[]``."""
@@ -107,7 +108,7 @@ def head_tail_events(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES,
         else:
             head = os.pread(fd, head_bytes, 0)
             tail = os.pread(fd, tail_bytes, size - tail_bytes)
-            chunks = [head[:head.rfind(b"\n") + 1], tail[tail.find(b"\n") + 1:]]
+            chunks = [head[: head.rfind(b"\n") + 1], tail[tail.find(b"\n") + 1 :]]
     except OSError:
         return []
     finally:
@@ -143,11 +144,20 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
         started = float(created) if isinstance(created, (int, float)) else None
     kind, _group = rd.kind_and_group()
     name = prof.name if prof is not None else None
-    return RunBrief(run_id=rd.run_id, path=rd.path, profile=str(name or "?"), kind=kind,
-                    state=state if state is not None else rd.state_label(), step=snap.step,
-                    total_steps=snap.total_steps, eta_s=snap.eta_s, started=started,
-                    eta_source=snap.eta_source, note=recovery_note(snap),
-                    memory_warning=snap.memory_warning)
+    return RunBrief(
+        run_id=rd.run_id,
+        path=rd.path,
+        profile=str(name or "?"),
+        kind=kind,
+        state=state if state is not None else rd.state_label(),
+        step=snap.step,
+        total_steps=snap.total_steps,
+        eta_s=snap.eta_s,
+        started=started,
+        eta_source=snap.eta_source,
+        note=recovery_note(snap),
+        memory_warning=snap.memory_warning,
+    )
 
 
 def recovery_note(snap) -> str:

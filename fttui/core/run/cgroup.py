@@ -184,7 +184,9 @@ def recorded(sup: dict | None, run_id: str) -> Path | None:
     if not isinstance(value, str) or not value:
         return None
     path = Path(os.path.normpath(value))
-    if path.name != f"{PREFIX}{run_id}" or not any(m in path.parents for _, m in mount_points(_read("/proc/self/mountinfo"))):
+    if path.name != f"{PREFIX}{run_id}" or not any(
+        m in path.parents for _, m in mount_points(_read("/proc/self/mountinfo"))
+    ):
         return None
     return path
 
@@ -195,5 +197,19 @@ def end_run(rd) -> list[int]:
     return kill(path) if path is not None else []
 
 
-__all__ = ["PREFIX", "mount_points", "own_path", "base", "create", "join", "leave", "members", "signal_members",
-           "remove", "kill", "oom_kills", "recorded", "end_run"]
+__all__ = [
+    "PREFIX",
+    "mount_points",
+    "own_path",
+    "base",
+    "create",
+    "join",
+    "leave",
+    "members",
+    "signal_members",
+    "remove",
+    "kill",
+    "oom_kills",
+    "recorded",
+    "end_run",
+]

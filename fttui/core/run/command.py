@@ -25,8 +25,19 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
-__all__ = ["RUN_DIR_ENV", "INJECT_ENV", "KIND", "autoload_dir", "check_command", "command_name",
-           "command_profile", "command_env", "command_text", "command_of", "row_profile"]
+__all__ = [
+    "RUN_DIR_ENV",
+    "INJECT_ENV",
+    "KIND",
+    "autoload_dir",
+    "check_command",
+    "command_name",
+    "command_profile",
+    "command_env",
+    "command_text",
+    "command_of",
+    "row_profile",
+]
 
 #: The run directory, for the callback (the integration's documented variable).
 RUN_DIR_ENV = "FTTUI_RUN_DIR"
@@ -40,8 +51,9 @@ def autoload_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "integrations" / "autoload"
 
 
-def check_command(argv: list[str] | tuple[str, ...] | None, cwd: str | os.PathLike | None = None,
-                  path: str | None = None) -> list[str]:
+def check_command(
+    argv: list[str] | tuple[str, ...] | None, cwd: str | os.PathLike | None = None, path: str | None = None
+) -> list[str]:
     """The command as a list, checked before anything is written: not empty, and its program
     exists (on ``PATH``, or as a file from ``cwd`` when it names a path). FttuiError (one line)
     otherwise."""
@@ -71,21 +83,30 @@ def command_name(argv: list[str]) -> str:
     return Path(argv[0]).name or "command"
 
 
-def command_profile(argv: list[str], *, name: str | None = None, cwd: str | None = None,
-                    host_memory: str = "", stall_timeout_s: float = 0.0, description: str = "") -> Profile:
+def command_profile(
+    argv: list[str],
+    *,
+    name: str | None = None,
+    cwd: str | None = None,
+    host_memory: str = "",
+    stall_timeout_s: float = 0.0,
+    description: str = "",
+) -> Profile:
     """The profile of ``fttui run -- CMD``: the name, the command, the limits and the stall
     timeout; the rest is the schema's defaults, which nothing reads (a command states no model,
     data or batch: the row takes those from the Trainer's events, or leaves them unknown,
     :func:`row_profile`)."""
-    return as_profile({
-        "name": name or command_name(argv),
-        "source": "",
-        "origin": "command",
-        "description": description,
-        "command": {"argv": list(argv), "cwd": str(cwd or os.getcwd())},
-        "limits": {"gpu_memory": "", "host_memory": host_memory or ""},
-        "monitor": {"stall_timeout_s": float(stall_timeout_s or 0.0)},
-    })
+    return as_profile(
+        {
+            "name": name or command_name(argv),
+            "source": "",
+            "origin": "command",
+            "description": description,
+            "command": {"argv": list(argv), "cwd": str(cwd or os.getcwd())},
+            "limits": {"gpu_memory": "", "host_memory": host_memory or ""},
+            "monitor": {"stall_timeout_s": float(stall_timeout_s or 0.0)},
+        }
+    )
 
 
 def command_of(resolved: Profile | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -105,8 +126,9 @@ def command_text(resolved: Profile | Mapping[str, Any]) -> str | None:
     return f"{shlex.join(str(a) for a in cmd['argv'])}   (in {cmd.get('cwd') or os.getcwd()})"
 
 
-def command_env(run_dir: Path, *, inject: bool = True, host_limit: bool = False,
-                environ: dict[str, str] | None = None) -> dict[str, str]:
+def command_env(
+    run_dir: Path, *, inject: bool = True, host_limit: bool = False, environ: dict[str, str] | None = None
+) -> dict[str, str]:
     """The variables added to the command's environment (recorded in ``command.json``)."""
     environ = os.environ if environ is None else environ
     env = {"PYTHONUNBUFFERED": "1", RUN_DIR_ENV: str(run_dir)}
@@ -136,11 +158,20 @@ def row_profile(prof: Profile | Mapping[str, Any], start_config: dict[str, Any] 
     cfg = start_config if isinstance(start_config, Mapping) else {}
     model, train, dev = told("model"), told("train"), told("devices")
     gpus = dev.get("gpus") if isinstance(dev.get("gpus"), int) else cards_used
-    return prof.with_settings({
-        "method": cfg.get("method"), "sharding": cfg.get("sharding"),
-        "model.name_or_path": model.get("name_or_path") or prof.model.name_or_path, "model.arch": None,
-        "data.name": None, "data.max_seq_len": None,
-        "train.precision": train.get("precision"), "train.gradient_checkpointing": train.get("gradient_checkpointing"),
-        "train.batch_size": None, "train.grad_accum": None,
-        "devices.gpus": gpus, "devices.cpu_processes": 1, "devices.nodes": int(dev.get("nodes") or 1),
-    })
+    return prof.with_settings(
+        {
+            "method": cfg.get("method"),
+            "sharding": cfg.get("sharding"),
+            "model.name_or_path": model.get("name_or_path") or prof.model.name_or_path,
+            "model.arch": None,
+            "data.name": None,
+            "data.max_seq_len": None,
+            "train.precision": train.get("precision"),
+            "train.gradient_checkpointing": train.get("gradient_checkpointing"),
+            "train.batch_size": None,
+            "train.grad_accum": None,
+            "devices.gpus": gpus,
+            "devices.cpu_processes": 1,
+            "devices.nodes": int(dev.get("nodes") or 1),
+        }
+    )

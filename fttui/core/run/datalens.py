@@ -28,8 +28,15 @@ from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import ModelSettings, Profile
 
 TEMPLATE_VERSION = 1  # bump when fttui.worker.data.tokenize_record changes what it emits
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
-                   "merges.txt", "special_tokens_map.json", "vocab.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "vocab.txt",
+)
 Progress = Callable[[int, int, int], None]  # (bytes done, bytes total, records)
 
 
@@ -82,8 +89,7 @@ def _tokenizer_ident(model: ModelSettings) -> str:
 
 def cache_key(profile: Profile) -> str:
     data = profile.data
-    parts = [file_hash(data.source), _tokenizer_ident(profile.model), str(data.format or "auto"),
-             str(TEMPLATE_VERSION)]
+    parts = [file_hash(data.source), _tokenizer_ident(profile.model), str(data.format or "auto"), str(TEMPLATE_VERSION)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
 
 
@@ -108,8 +114,9 @@ def _tokenise(profile: Profile, out: Path, progress: Progress | None) -> None:
         prof = Path(tmp) / "profile.json"
         prof.write_text(json.dumps({"model": profile.model.to_dict(), "data": profile.data.to_dict()}))
         argv = [sys.executable, "-m", "fttui.worker.datastats", "--profile", str(prof), "--out", str(out)]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         last_lines: list[str] = []
         try:
             assert proc.stderr is not None
@@ -132,12 +139,14 @@ def _tokenise(profile: Profile, out: Path, progress: Progress | None) -> None:
         said = next((ln for ln in reversed(last_lines) if ln.startswith("fttui:")), None)
         if said:
             raise FttuiError(said.removeprefix("fttui:").strip())
-        raise FttuiError(f"tokenising {profile.data.source} failed (exit {rc}): "
-                         + (last_lines[-1] if last_lines else "no output"))
+        raise FttuiError(
+            f"tokenising {profile.data.source} failed (exit {rc}): " + (last_lines[-1] if last_lines else "no output")
+        )
 
 
-def lengths(profile: Profile | Mapping[str, Any], progress: Progress | None = None,
-            tokenise: bool = True) -> tuple[list[SampleLength], bool | None]:
+def lengths(
+    profile: Profile | Mapping[str, Any], progress: Progress | None = None, tokenise: bool = True
+) -> tuple[list[SampleLength], bool | None]:
     """Every record's length and whether it came from the cache (None: synthetic data, its own
     ``num_samples`` samples of exactly ``max_seq_len`` tokens, nothing tokenised). With
     ``tokenise=False`` a file not in the cache is not tokenised: :class:`NotCached`."""
@@ -166,8 +175,12 @@ def lengths(profile: Profile | Mapping[str, Any], progress: Progress | None = No
     return (samples[:n] if n > 0 else samples), hit
 
 
-def data_stats(profile: Profile | Mapping[str, Any], batch_size: int | None = None,
-               progress: Progress | None = None, tokenise: bool = True) -> tuple[DataStats, bool | None]:
+def data_stats(
+    profile: Profile | Mapping[str, Any],
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+    tokenise: bool = True,
+) -> tuple[DataStats, bool | None]:
     """``fttui data``'s figures at the profile's ``max_seq_len`` and batch size (or ``batch_size``);
     ``tokenise=False``: from the cache only (:class:`NotCached` when the file is not in it)."""
     profile = as_profile(profile)

@@ -32,18 +32,46 @@ except ImportError:  # loaded by path (fttui's Trainer callback in a command's P
     import sys as _sys
 
     _spec = _util.spec_from_file_location(
-        "_fttui_redact", os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "base", "redact.py"))
+        "_fttui_redact", os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "base", "redact.py")
+    )
     _redact = _util.module_from_spec(_spec)
     _sys.modules[_spec.name] = _redact
     _spec.loader.exec_module(_redact)
     mask = _redact.mask
 
-__all__ = ["EV_START", "EV_STEP", "EV_END", "EV_ERROR", "EV_EXIT", "EVENT_NAMES", "SOURCE_WORKER",
-           "SOURCE_SUPERVISOR", "Event", "OtherEvent", "PhaseEvent", "StartEvent", "StepEvent", "EndEvent",
-           "EvalEvent", "SaveEvent", "TrackerEvent", "ErrorEvent", "ExitEvent", "ForecastEvent", "AttemptEvent", "RetryEvent",
-           "MemoryWarningEvent",
-           "RECORDS", "parse_event",
-           "write_event", "JsonlTail", "read_jsonl", "append_jsonl", "encode_line", "parse_line"]
+__all__ = [
+    "EV_START",
+    "EV_STEP",
+    "EV_END",
+    "EV_ERROR",
+    "EV_EXIT",
+    "EVENT_NAMES",
+    "SOURCE_WORKER",
+    "SOURCE_SUPERVISOR",
+    "Event",
+    "OtherEvent",
+    "PhaseEvent",
+    "StartEvent",
+    "StepEvent",
+    "EndEvent",
+    "EvalEvent",
+    "SaveEvent",
+    "TrackerEvent",
+    "ErrorEvent",
+    "ExitEvent",
+    "ForecastEvent",
+    "AttemptEvent",
+    "RetryEvent",
+    "MemoryWarningEvent",
+    "RECORDS",
+    "parse_event",
+    "write_event",
+    "JsonlTail",
+    "read_jsonl",
+    "append_jsonl",
+    "encode_line",
+    "parse_line",
+]
 
 EV_START = "start"
 EV_STEP = "step"
@@ -78,8 +106,11 @@ class Event:
 
     def fields(self) -> dict[str, Any]:
         """The record's own keys (not the common ones), extras included."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("t", "rank", "pid", "source", "extra")}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("t", "rank", "pid", "source", "extra")
+        }
         if self.SPARSE:
             out = {k: v for k, v in out.items() if v is not None}
         return {**out, **self.extra}
@@ -117,8 +148,11 @@ class OtherEvent(Event):
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> Event:
         rec = super().from_dict({k: v for k, v in obj.items() if k != "name"})
-        return dataclasses.replace(rec, name=str(obj.get("event") or ""),
-                                   extra={**rec.extra, **({"name": obj["name"]} if "name" in obj else {})})
+        return dataclasses.replace(
+            rec,
+            name=str(obj.get("event") or ""),
+            extra={**rec.extra, **({"name": obj["name"]} if "name" in obj else {})},
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,10 +381,24 @@ class MemoryWarningEvent(Event):
 
 
 #: event kind -> its record
-RECORDS: dict[str, type[Event]] = {c.EVENT: c for c in (PhaseEvent, StartEvent, StepEvent, EndEvent, EvalEvent,
-                                                        SaveEvent, TrackerEvent, ErrorEvent, ExitEvent,
-                                                        ForecastEvent, AttemptEvent, RetryEvent,
-                                                        MemoryWarningEvent)}
+RECORDS: dict[str, type[Event]] = {
+    c.EVENT: c
+    for c in (
+        PhaseEvent,
+        StartEvent,
+        StepEvent,
+        EndEvent,
+        EvalEvent,
+        SaveEvent,
+        TrackerEvent,
+        ErrorEvent,
+        ExitEvent,
+        ForecastEvent,
+        AttemptEvent,
+        RetryEvent,
+        MemoryWarningEvent,
+    )
+}
 EVENT_NAMES = tuple(RECORDS)
 
 

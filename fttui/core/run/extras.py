@@ -65,8 +65,13 @@ def uninstalled_shardings(installed: Callable[[str], bool] | None = None) -> dic
     return out
 
 
-def missing_extra(method: str, sharding: str | None = None, *, prequant: str | None = None,
-                  installed: Callable[[str], bool] | None = None) -> tuple[str, list[str]] | None:
+def missing_extra(
+    method: str,
+    sharding: str | None = None,
+    *,
+    prequant: str | None = None,
+    installed: Callable[[str], bool] | None = None,
+) -> tuple[str, list[str]] | None:
     """The first extra the run needs whose packages are not all installed, with those packages."""
     installed = installed or _installed
     for extra in needed_extras(method, sharding, prequant=prequant):
@@ -76,15 +81,23 @@ def missing_extra(method: str, sharding: str | None = None, *, prequant: str | N
     return None
 
 
-def check_extras(method: str, sharding: str | None = None, *, prequant: str | None = None,
-                 installed: Callable[[str], bool] | None = None) -> None:
+def check_extras(
+    method: str,
+    sharding: str | None = None,
+    *,
+    prequant: str | None = None,
+    installed: Callable[[str], bool] | None = None,
+) -> None:
     """Raise :class:`MissingExtraError` naming the extra to install when a package is missing."""
     found = missing_extra(method, sharding, prequant=prequant, installed=installed)
     if found:
         extra, missing = found
-        what = f"method {method}" + (f" with sharding {sharding}" if (shardings.find(sharding) or shardings.NONE).sharded else "")
+        what = f"method {method}" + (
+            f" with sharding {sharding}" if (shardings.find(sharding) or shardings.NONE).sharded else ""
+        )
         raise MissingExtraError(
-            f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed): pip install 'fttui[{extra}]'")
+            f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed): pip install 'fttui[{extra}]'"
+        )
 
 
 __all__ = ["EXTRAS", "MissingExtraError", "needed_extras", "missing_extra", "check_extras", "uninstalled_shardings"]

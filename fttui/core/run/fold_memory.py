@@ -15,13 +15,21 @@ from fttui.monitor import GpuSnapshot, HostSnapshot, num
 __all__ = ["MemoryFold"]
 
 #: step event key -> the snapshot field of its per-rank peaks
-_RANK_PEAKS = {"torch_peak_reserved_mb": "torch_peak_reserved_mb", "torch_peak_alloc_mb": "torch_peak_alloc_mb",
-               "peak_rss_mb": "rank_peak_rss_mb", "torch_alloc_retries": "rank_alloc_retries",
-               "torch_ooms": "rank_ooms"}
+_RANK_PEAKS = {
+    "torch_peak_reserved_mb": "torch_peak_reserved_mb",
+    "torch_peak_alloc_mb": "torch_peak_alloc_mb",
+    "peak_rss_mb": "rank_peak_rss_mb",
+    "torch_alloc_retries": "rank_alloc_retries",
+    "torch_ooms": "rank_ooms",
+}
 #: host sample key -> the snapshot field of its peak
-_HOST_PEAKS = {"tree_rss_mb": "host_peak_tree_rss_mb", "ram_used_mb": "host_peak_ram_used_mb",
-               "build_rss_mb": "host_peak_build_rss_mb", "tree_hwm_mb": "host_tree_hwm_mb",
-               "hwm_unread": "host_hwm_unread"}
+_HOST_PEAKS = {
+    "tree_rss_mb": "host_peak_tree_rss_mb",
+    "ram_used_mb": "host_peak_ram_used_mb",
+    "build_rss_mb": "host_peak_build_rss_mb",
+    "tree_hwm_mb": "host_tree_hwm_mb",
+    "hwm_unread": "host_hwm_unread",
+}
 
 
 class MemoryFold:
@@ -47,8 +55,10 @@ class MemoryFold:
             if v is not None and v > peaks.get(rank, -math.inf):
                 peaks[rank] = v
         step = to_int(ev.get("step"))
-        now = [num(ev.get(k)) for k in ("torch_alloc_mb", "torch_reserved_mb", "cuda_free_mb", "rss_mb", "vm_mb",
-                                        "vm_limit_mb")]
+        now = [
+            num(ev.get(k))
+            for k in ("torch_alloc_mb", "torch_reserved_mb", "cuda_free_mb", "rss_mb", "vm_mb", "vm_limit_mb")
+        ]
         if step is not None and any(v is not None for v in now):
             self.series.add(rank, MemPoint(step, *now))
 
@@ -92,8 +102,13 @@ class MemoryFold:
         out: dict[str, Any] = {field: dict(self.rank_peaks[key]) for key, field in _RANK_PEAKS.items()}
         out.update({field: self.host_peaks.get(key) for key, field in _HOST_PEAKS.items()})
         out["host_hwm_unread"] = to_int(out["host_hwm_unread"])
-        out.update(gpu_peak_used_mb=dict(self.gpu_peak_used), gpu_peak_proc_mb=dict(self.gpu_peak_proc),
-                   gpu=self._gpu_obj, host=self._host_obj, rank_memory=self.series.ranks())
+        out.update(
+            gpu_peak_used_mb=dict(self.gpu_peak_used),
+            gpu_peak_proc_mb=dict(self.gpu_peak_proc),
+            gpu=self._gpu_obj,
+            host=self._host_obj,
+            rank_memory=self.series.ranks(),
+        )
         return out
 
     def warnings(self, snap_fields: dict[str, Any], total_steps: int | None, step: int | None) -> dict[str, Any]:

@@ -77,8 +77,9 @@ class ProgressFold:
             self.last_progress_t = t if self.last_progress_t is None else max(self.last_progress_t, t)
         if r.cur is not None and step <= r.cur.step:
             return False
-        point = Point(step, num(ev.get("samples")), num(ev.get("tokens")), num(ev.get("tokens_padded")),
-                      num(ev.get("train_time")))
+        point = Point(
+            step, num(ev.get("samples")), num(ev.get("tokens")), num(ev.get("tokens_padded")), num(ev.get("train_time"))
+        )
         prev = r.cur
         r.advance(point, self.warmup_exclude_steps)
         loss = num(ev.get("loss"))
@@ -142,22 +143,38 @@ class ProgressFold:
             world = max(world or 0, self.slots.processes(), len(ranks))
         config, env = start.get("config"), start.get("env")
         return dict(
-            step=step, total_steps=total, epoch=max(epochs) if epochs else None,
+            step=step,
+            total_steps=total,
+            epoch=max(epochs) if epochs else None,
             progress=min(1.0, max(0.0, (step or 0) / total)) if total else None,
             samples=sum_known([r.samples for r in ranks.values()]),
             tokens=sum_known([r.tokens for r in ranks.values()]),
             tokens_padded=sum_known([r.tokens_padded for r in ranks.values()]),
-            loss=lead.loss if lead else None, lr=lead.lr if lead else None,
-            last_progress_t=self.last_progress_t, train_time=max(train_times) if train_times else None,
-            samples_per_s=rt.samples_per_s, tokens_per_s=rt.tokens_per_s, tokens_padded_per_s=rt.tokens_padded_per_s,
-            samples_per_s_avg=rt.samples_per_s_avg, tokens_per_s_avg=rt.tokens_per_s_avg,
-            tokens_padded_per_s_avg=rt.tokens_padded_per_s_avg, seconds_per_step=rt.seconds_per_step, eta_s=eta,
+            loss=lead.loss if lead else None,
+            lr=lead.lr if lead else None,
+            last_progress_t=self.last_progress_t,
+            train_time=max(train_times) if train_times else None,
+            samples_per_s=rt.samples_per_s,
+            tokens_per_s=rt.tokens_per_s,
+            tokens_padded_per_s=rt.tokens_padded_per_s,
+            samples_per_s_avg=rt.samples_per_s_avg,
+            tokens_per_s_avg=rt.tokens_per_s_avg,
+            tokens_padded_per_s_avg=rt.tokens_padded_per_s_avg,
+            seconds_per_step=rt.seconds_per_step,
+            eta_s=eta,
             eta_source=eta_source,
-            loss_history=loss_hist, samples_per_s_history=sps_hist, tokens_per_s_history=tps_hist,
-            world_size=world, ranks=tuple(sorted(ranks)), rank_clash=clash,
-            micro_batch=to_int(start.get("micro_batch")), grad_accum=to_int(start.get("grad_accum")),
-            max_seq_len=to_int(start.get("max_seq_len")), num_samples=to_int(start.get("num_samples")),
-            params_total=to_int(start.get("params_total")), params_trainable=to_int(start.get("params_trainable")),
+            loss_history=loss_hist,
+            samples_per_s_history=sps_hist,
+            tokens_per_s_history=tps_hist,
+            world_size=world,
+            ranks=tuple(sorted(ranks)),
+            rank_clash=clash,
+            micro_batch=to_int(start.get("micro_batch")),
+            grad_accum=to_int(start.get("grad_accum")),
+            max_seq_len=to_int(start.get("max_seq_len")),
+            num_samples=to_int(start.get("num_samples")),
+            params_total=to_int(start.get("params_total")),
+            params_trainable=to_int(start.get("params_trainable")),
             config=dict(config) if isinstance(config, dict) else None,
             env=dict(env) if isinstance(env, dict) else None,
             rank_tokens_per_s=rank_token_rates(ranks),

@@ -61,8 +61,13 @@ class VerdictFold:
 
     def on_error(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind") if ev.get("kind") in ("oom", "error") else "error"
-        err = {"kind": kind, "oom_kind": ev.get("oom_kind"), "message": ev.get("message"),
-               "step": to_int(ev.get("step")), "rank": to_int(ev.get("rank")) or 0}
+        err = {
+            "kind": kind,
+            "oom_kind": ev.get("oom_kind"),
+            "message": ev.get("message"),
+            "step": to_int(ev.get("step")),
+            "rank": to_int(ev.get("rank")) or 0,
+        }
         # keep the first error, except that an OOM explains a later/earlier generic error better
         if self.error is None or (self.error.get("kind") != "oom" and kind == "oom"):
             self.error = err
@@ -93,14 +98,22 @@ class VerdictFold:
         final = self.final
         phase, phase_since = self.phases.current()
         return dict(
-            status=self.current(), error=dict(self.error) if self.error else None, returncode=self.returncode,
-            signal=self.signal, final=final is not None,
+            status=self.current(),
+            error=dict(self.error) if self.error else None,
+            returncode=self.returncode,
+            signal=self.signal,
+            final=final is not None,
             message=(final.error if final else None) or err.get("message"),
             oom_kind=(final.oom_kind if final else None) or err.get("oom_kind"),
-            eval_loss=self.eval[1] if self.eval else None, eval_step=self.eval[0] if self.eval else None,
-            checkpoint_step=self.checkpoint_step, started_t=self.started_t,
-            stalled=bool(self.stalled), stall_message=self.stalled or None,
-            phase=phase, phase_since=phase_since, startup_ended_t=self.phases.ended_t,
+            eval_loss=self.eval[1] if self.eval else None,
+            eval_step=self.eval[0] if self.eval else None,
+            checkpoint_step=self.checkpoint_step,
+            started_t=self.started_t,
+            stalled=bool(self.stalled),
+            stall_message=self.stalled or None,
+            phase=phase,
+            phase_since=phase_since,
+            startup_ended_t=self.phases.ended_t,
             phase_history=tuple(self.phases.history),
             attempt=to_int(self.attempt.get("attempt")) or 1,
             recovered=self.attempt.get("message") if isinstance(self.attempt.get("message"), str) else None,

@@ -140,6 +140,19 @@ def stall_message(idle_s: float, usual: float | None) -> str:
     return f"no step for {idle}" + (f" (usual step {usual:.1f} s)" if usual else "")
 
 
-__all__ = ["RESERVE_BYTES", "Reserve", "is_disk_full", "write_error", "become_subreaper", "start_ticks",
-           "boot_id", "identity", "same_process", "STALL_FLOOR_S", "STALL_STEPS", "usual_step_s", "stall_limit",
-           "stall_message"]
+__all__ = [
+    "RESERVE_BYTES",
+    "Reserve",
+    "is_disk_full",
+    "write_error",
+    "become_subreaper",
+    "start_ticks",
+    "boot_id",
+    "identity",
+    "same_process",
+    "STALL_FLOOR_S",
+    "STALL_STEPS",
+    "usual_step_s",
+    "stall_limit",
+    "stall_message",
+]

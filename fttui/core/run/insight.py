@@ -11,8 +11,16 @@ from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.whyslow import SLOWING
 from fttui.monitor import GpuInfo
 
-__all__ = ["MemoryPicture", "memory_picture", "power_text", "speed_text", "throttle_text", "warning_short",
-           "picture_text", "ESTIMATE_PREDICTS"]
+__all__ = [
+    "MemoryPicture",
+    "memory_picture",
+    "power_text",
+    "speed_text",
+    "throttle_text",
+    "warning_short",
+    "picture_text",
+    "ESTIMATE_PREDICTS",
+]
 
 #: which figure of the memory picture the estimate predicts (docs/estimate.md, docs/performance.md)
 ESTIMATE_PREDICTS = "run"
@@ -37,8 +45,11 @@ def speed_text(g: GpuInfo) -> str | None:
     ``None`` when it gave none of it."""
     parts = []
     if g.sm_clock_mhz is not None:
-        parts.append(f"SM {g.sm_clock_mhz:.0f}/{g.sm_clock_max_mhz:.0f} MHz" if g.sm_clock_max_mhz
-                     else f"SM {g.sm_clock_mhz:.0f} MHz")
+        parts.append(
+            f"SM {g.sm_clock_mhz:.0f}/{g.sm_clock_max_mhz:.0f} MHz"
+            if g.sm_clock_max_mhz
+            else f"SM {g.sm_clock_mhz:.0f} MHz"
+        )
     held = throttle_text(g)
     if held:
         parts.append(held)

@@ -54,8 +54,9 @@ def free_port(preferred: int | None = None) -> int:
         return int(s.getsockname()[1])
 
 
-def build_command(profile: Profile | dict, run_dir: Path, python: str | None = None,
-                  resume_from: str | None = None) -> list[str]:
+def build_command(
+    profile: Profile | dict, run_dir: Path, python: str | None = None, resume_from: str | None = None
+) -> list[str]:
     """The argv of the training command for this (resolved) profile; ``resume_from``: the
     checkpoint folder the worker continues from (``fttui run --resume``)."""
     prof = as_profile(profile)
@@ -71,9 +72,10 @@ def build_command(profile: Profile | dict, run_dir: Path, python: str | None = N
     if launcher == "python":
         if nproc * nodes != 1:
             raise ProfileError(
-                src, "devices.launcher",
+                src,
+                "devices.launcher",
                 "the python launcher runs one process only",
-                "use launcher = \"auto\" or \"torchrun\" for several processes",
+                'use launcher = "auto" or "torchrun" for several processes',
             )
         return [py, *worker]
     if launcher == "torchrun":
@@ -95,10 +97,16 @@ def build_command(profile: Profile | dict, run_dir: Path, python: str | None = N
         # failed with EADDRINUSE when its rank 0 listened.
         port = free_port()
     if launcher == "accelerate":
-        cmd = [py, "-m", "accelerate.commands.launch", f"--num_processes={nproc * nodes}",
-               f"--num_machines={nodes}", f"--machine_rank={dev.node_rank}",
-               f"--main_process_ip={dev.main_addr}",
-               f"--main_process_port={port}"]
+        cmd = [
+            py,
+            "-m",
+            "accelerate.commands.launch",
+            f"--num_processes={nproc * nodes}",
+            f"--num_machines={nodes}",
+            f"--machine_rank={dev.node_rank}",
+            f"--main_process_ip={dev.main_addr}",
+            f"--main_process_port={port}",
+        ]
         if nproc * nodes > 1:
             # accelerate's torch.distributed launcher (its name notwithstanding, also for CPU
             # ranks: the worker trains on CPU over gloo); "--cpu" would start one process only.
@@ -109,13 +117,19 @@ def build_command(profile: Profile | dict, run_dir: Path, python: str | None = N
     if launcher == "deepspeed":
         cmd = [py, "-m", "deepspeed.launcher.runner", f"--num_gpus={nproc}"]
         if nodes > 1:
-            cmd += ["--no_ssh", f"--num_nodes={nodes}", f"--node_rank={dev.node_rank}",
-                    f"--master_addr={dev.main_addr}", f"--master_port={port}"]
+            cmd += [
+                "--no_ssh",
+                f"--num_nodes={nodes}",
+                f"--node_rank={dev.node_rank}",
+                f"--master_addr={dev.main_addr}",
+                f"--master_port={port}",
+            ]
         else:
             cmd += [f"--master_port={port}"]
         return [*cmd, "--module", WORKER_MODULE, "--run-dir", str(run_dir), *resume]
-    raise ProfileError(src, "devices.launcher", f"unknown launcher {launcher!r}",
-                       "use auto, python, torchrun, accelerate or deepspeed")
+    raise ProfileError(
+        src, "devices.launcher", f"unknown launcher {launcher!r}", "use auto, python, torchrun, accelerate or deepspeed"
+    )
 
 
 def check_launcher(prof: Profile, launcher: str) -> None:
@@ -134,10 +148,13 @@ def check_launcher(prof: Profile, launcher: str) -> None:
     if launcher in allowed and not (launcher == "accelerate" and procs == 1):
         return
     ok = [a for a in allowed if not (a == "accelerate" and procs == 1)]
-    raise ProfileError(prof.source or "?", "devices.launcher",
-                       f"sharding {sharding} cannot run under the {launcher} launcher"
-                       + (" with one process" if launcher == "accelerate" and launcher in allowed else ""),
-                       "set devices.launcher = " + " or ".join(f'\"{a}\"' for a in ["auto", *ok]))
+    raise ProfileError(
+        prof.source or "?",
+        "devices.launcher",
+        f"sharding {sharding} cannot run under the {launcher} launcher"
+        + (" with one process" if launcher == "accelerate" and launcher in allowed else ""),
+        "set devices.launcher = " + " or ".join(f'"{a}"' for a in ["auto", *ok]),
+    )
 
 
 def child_env(profile: Profile | dict) -> dict[str, str]:
@@ -209,7 +226,8 @@ def check_rendezvous(profile: Profile | dict) -> None:
     port = dev.main_port
     if not port_free(port):
         raise ProfileError(
-            prof.source or "?", "devices.main_port",
+            prof.source or "?",
+            "devices.main_port",
             f"port {port} is already in use on this machine, and node 0 of a {nodes}-node run "
             "listens on it for the other nodes",
             f"pick a free port, the same on every node: e.g. --set devices.main_port={free_port()}",
@@ -233,8 +251,9 @@ def check_trackers(profile: Profile | dict) -> None:
     missing = missing_tracker(prof.train.report_to)
     if missing is not None:
         name, what = missing
-        raise ProfileError(prof.source or "?", "train.report_to", f"tracker '{name}' {what}",
-                           "or leave it out of train.report_to")
+        raise ProfileError(
+            prof.source or "?", "train.report_to", f"tracker '{name}' {what}", "or leave it out of train.report_to"
+        )
 
 
 def with_output_dir(profile: Profile) -> Profile:
@@ -246,9 +265,15 @@ def with_output_dir(profile: Profile) -> Profile:
     return profile.with_settings({"train.output_dir": os.path.abspath(os.path.expanduser(out))})
 
 
-def prepare(resolved: Profile | dict, run_id: str | None = None,
-            gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
-            group: str | None = None, resume: Resume | None = None) -> rundir.RunDir:
+def prepare(
+    resolved: Profile | dict,
+    run_id: str | None = None,
+    gpu_count: tuple[int, str | None] | None = None,
+    *,
+    kind: str = "run",
+    group: str | None = None,
+    resume: Resume | None = None,
+) -> rundir.RunDir:
     """Validate, then create the run directory with the profile and the command (``kind`` and
     ``group``: see :func:`fttui.core.run.rundir.create`). ``resume`` (:func:`~fttui.core.run.resume.plan_resume`):
     the worker continues from that run's checkpoint, and ``command.json`` names it (``resume``:
@@ -287,8 +312,10 @@ def prepare_command(resolved: Profile | dict, run_id: str | None = None, *, grou
         raise FttuiError(f"command folder not found: {cwd}")
     argv = cmdrun.check_command(prof.command.argv, cwd)
     if prof.limits.gpu_memory:
-        raise FttuiError("a command's GPU memory cannot be capped from outside it; leave out the GPU memory "
-                         "limit (torch.cuda.set_per_process_memory_fraction in the script does it)")
+        raise FttuiError(
+            "a command's GPU memory cannot be capped from outside it; leave out the GPU memory "
+            "limit (torch.cuda.set_per_process_memory_fraction in the script does it)"
+        )
     host_limit = None
     if prof.limits.host_memory:
         try:
@@ -324,10 +351,16 @@ def start_supervisor(rd: rundir.RunDir) -> int:
     return proc.pid
 
 
-def launch(resolved: Profile | dict, run_id: str | None = None,
-           gpu_count: tuple[int, str | None] | None = None, *, kind: str = "run",
-           group: str | None = None, resume: Resume | None = None,
-           forecast: Callable[[], dict[str, Any] | None] | None = None) -> rundir.RunDir:
+def launch(
+    resolved: Profile | dict,
+    run_id: str | None = None,
+    gpu_count: tuple[int, str | None] | None = None,
+    *,
+    kind: str = "run",
+    group: str | None = None,
+    resume: Resume | None = None,
+    forecast: Callable[[], dict[str, Any] | None] | None = None,
+) -> rundir.RunDir:
     """Validate, create the run directory and start its supervisor. ``gpu_count`` (number
     visible, reason when none) overrides NVML's answer, for an app with an injected sampler;
     ``resume``: see :func:`prepare`; ``forecast``: makes the time forecast
@@ -341,5 +374,15 @@ def launch(resolved: Profile | dict, run_id: str | None = None,
     return rd
 
 
-__all__ = ["launch", "prepare", "prepare_command", "start_supervisor", "build_command", "check_launcher", "check_rendezvous",
-           "check_trackers", "free_port", "FttuiError"]
+__all__ = [
+    "launch",
+    "prepare",
+    "prepare_command",
+    "start_supervisor",
+    "build_command",
+    "check_launcher",
+    "check_rendezvous",
+    "check_trackers",
+    "free_port",
+    "FttuiError",
+]

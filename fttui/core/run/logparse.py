@@ -46,7 +46,7 @@ def split_segments(buf: bytes) -> tuple[list[bytes], bytes]:
     end = max(buf.rfind(b"\n"), buf.rfind(b"\r"))  # the regex only where a terminator follows:
     if end < 0:  # a long unfinished line is not scanned again and again (that was quadratic)
         return [], buf
-    return _SEGMENT.findall(buf, 0, end + 1), buf[end + 1:]
+    return _SEGMENT.findall(buf, 0, end + 1), buf[end + 1 :]
 
 
 def _number(value: Any) -> float | None:
@@ -110,8 +110,12 @@ class TrainerLogParser:
     def _on_bar(self, n: int, total: int, t: float) -> list[dict[str, Any]]:
         if total <= 0:
             return []
-        if self.total is None or (total != self.total and n == 0 and self.emitted == 0
-                                  and (self.pending is None or self.pending[0] >= self.total)):
+        if self.total is None or (
+            total != self.total
+            and n == 0
+            and self.emitted == 0
+            and (self.pending is None or self.pending[0] >= self.total)
+        ):
             # the first bar; or a new one starting before any step, after the previous one finished
             self.total, self.t0, self.pending = total, None, None
         elif total != self.total:
@@ -140,17 +144,26 @@ class TrainerLogParser:
             self.tokens = logs["num_input_tokens_seen"]
         if "eval_loss" in logs:
             step = max(self.emitted, self.pending[0] if self.pending else 0)
-            ev = {"event": "eval", "step": step or None, "eval_loss": logs["eval_loss"],
-                  "metrics": {k: v for k, v in logs.items() if k.startswith("eval_")},
-                  "eval_time": logs.get("eval_runtime")}
+            ev = {
+                "event": "eval",
+                "step": step or None,
+                "eval_loss": logs["eval_loss"],
+                "metrics": {k: v for k, v in logs.items() if k.startswith("eval_")},
+                "eval_time": logs.get("eval_runtime"),
+            }
             return [self._stamp(ev, t)]
         if "train_runtime" in logs and "loss" not in logs:  # the end (a step's log may carry its speed too)
             out = self._flush(t)
             runtime = logs["train_runtime"]
             sps = logs.get("train_samples_per_second")
-            ev = {"event": "end", "step": self.emitted or None, "train_time": runtime,
-                  "samples": round(sps * runtime) if sps is not None else None, "tokens": self.tokens,
-                  "train_loss": logs.get("train_loss")}
+            ev = {
+                "event": "end",
+                "step": self.emitted or None,
+                "train_time": runtime,
+                "samples": round(sps * runtime) if sps is not None else None,
+                "tokens": self.tokens,
+                "train_loss": logs.get("train_loss"),
+            }
             self.ended = True
             return out + [self._stamp(ev, t)]
         if "loss" in logs:
@@ -180,10 +193,16 @@ class TrainerLogParser:
             return []
         self.emitted = step
         logs = logs or {}
-        ev: dict[str, Any] = {"event": "step", "step": step, "total_steps": self.total,
-                              "epoch": logs.get("epoch"), "loss": logs.get("loss"),
-                              "lr": logs.get("learning_rate"), "grad_norm": logs.get("grad_norm"),
-                              "train_time": max(0.0, t - self.t0) if self.t0 is not None else None}
+        ev: dict[str, Any] = {
+            "event": "step",
+            "step": step,
+            "total_steps": self.total,
+            "epoch": logs.get("epoch"),
+            "loss": logs.get("loss"),
+            "lr": logs.get("learning_rate"),
+            "grad_norm": logs.get("grad_norm"),
+            "train_time": max(0.0, t - self.t0) if self.t0 is not None else None,
+        }
         if logs.get("num_input_tokens_seen") is not None:
             ev["tokens"] = logs["num_input_tokens_seen"]
         return [self._stamp(ev, t)]

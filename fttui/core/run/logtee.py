@@ -205,8 +205,10 @@ def _join_cgroup(path: Path | None, log) -> None:
         cgroup.join(path)
     except OSError as e:
         try:
-            log.write(f"fttui: the run's cgroup could not be joined ({e.strerror or e}); its processes are "
-                      f"tracked through the supervisor\n".encode())
+            log.write(
+                f"fttui: the run's cgroup could not be joined ({e.strerror or e}); its processes are "
+                f"tracked through the supervisor\n".encode()
+            )
         except OSError:
             pass
 
@@ -224,8 +226,15 @@ def _end_cgroup(path: Path | None) -> None:
     cgroup.kill(path)
 
 
-def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | None = None,
-        report_fd: int | None = None, cgroup_path: Path | None = None) -> int:
+def run(
+    rd: RunDir,
+    argv: list[str],
+    *,
+    parse: bool = False,
+    as_limit: int | None = None,
+    report_fd: int | None = None,
+    cgroup_path: Path | None = None,
+) -> int:
     parent = os.getppid()
     # Signals to the group are for the training: this process stays to drain and record. A
     # Python handler (not SIG_IGN) so that the training, after exec, gets the default action.
@@ -234,20 +243,28 @@ def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | Non
     log = os.fdopen(os.open(rd.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
     _join_cgroup(cgroup_path, log)
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, close_fds=True, preexec_fn=_limit_as(as_limit))
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            preexec_fn=_limit_as(as_limit),
+        )
     except OSError as e:
         try:
             log.write(f"fttui: could not start {argv[0]}: {e}\n".encode())
         except OSError:
             pass
-        write_json_atomic(rd.exit_path, {"returncode": 127, "t": time.time(), "pid": None,
-                                         "error": f"could not start {argv[0]}: {e}"})
+        write_json_atomic(
+            rd.exit_path, {"returncode": 127, "t": time.time(), "pid": None, "error": f"could not start {argv[0]}: {e}"}
+        )
         return 127
     report = Reporter(report_fd)
     events = _LogEvents(rd, report) if parse else None
-    pump = threading.Thread(target=_pump, args=(child.stdout, log, Redactor(dict(os.environ)), events, report),
-                            daemon=True)
+    pump = threading.Thread(
+        target=_pump, args=(child.stdout, log, Redactor(dict(os.environ)), events, report), daemon=True
+    )
     pump.start()
     while True:
         try:
@@ -270,8 +287,10 @@ def run(rd: RunDir, argv: list[str], *, parse: bool = False, as_limit: int | Non
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = ("usage: python -m fttui.core.run.logtee RUN_DIR [--parse] [--as-limit BYTES] [--report-fd FD] "
-             "[--cgroup PATH] -- ARGV...")
+    usage = (
+        "usage: python -m fttui.core.run.logtee RUN_DIR [--parse] [--as-limit BYTES] [--report-fd FD] "
+        "[--cgroup PATH] -- ARGV..."
+    )
     if "--" not in args or args.index("--") < 1 or args.index("--") == len(args) - 1:
         print(usage, file=sys.stderr)
         return 2
@@ -291,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             print(usage, file=sys.stderr)
             return 2
     os.umask(0o077)
-    return run(RunDir(Path(args[0])), args[sep + 1:], parse=parse, as_limit=as_limit, report_fd=report_fd,
-               cgroup_path=cg)
+    return run(
+        RunDir(Path(args[0])), args[sep + 1 :], parse=parse, as_limit=as_limit, report_fd=report_fd, cgroup_path=cg
+    )
 
 
 if __name__ == "__main__":

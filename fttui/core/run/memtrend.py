@@ -29,8 +29,24 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["WARMUP_STEPS", "WINDOW", "MIN_STEPS", "MIN_RISE_MB", "DEFAULT_HORIZON", "MemPoint", "RankMemory",
-           "Trend", "MemoryWarning", "RankSeries", "WarnedOnce", "theil_sen", "trend", "rank_memory", "warnings", "slope_text"]
+__all__ = [
+    "WARMUP_STEPS",
+    "WINDOW",
+    "MIN_STEPS",
+    "MIN_RISE_MB",
+    "DEFAULT_HORIZON",
+    "MemPoint",
+    "RankMemory",
+    "Trend",
+    "MemoryWarning",
+    "RankSeries",
+    "WarnedOnce",
+    "theil_sen",
+    "trend",
+    "rank_memory",
+    "warnings",
+    "slope_text",
+]
 
 WARMUP_STEPS = 3
 WINDOW = 48
@@ -76,8 +92,13 @@ def theil_sen(points: Sequence[tuple[float, float]]) -> float | None:
     return slopes[n // 2] if n % 2 else (slopes[n // 2 - 1] + slopes[n // 2]) / 2
 
 
-def trend(points: Iterable[tuple[int, float | None]], warmup: int = WARMUP_STEPS, window: int = WINDOW,
-          min_steps: int = MIN_STEPS, min_rise: float = MIN_RISE_MB) -> Trend:
+def trend(
+    points: Iterable[tuple[int, float | None]],
+    warmup: int = WARMUP_STEPS,
+    window: int = WINDOW,
+    min_steps: int = MIN_STEPS,
+    min_rise: float = MIN_RISE_MB,
+) -> Trend:
     """The trend of one figure over ``points`` (step, MiB) in step order (see the module's doc)."""
     pts = [(s, v) for s, v in points if v is not None and s > warmup][-window:]
     slope = theil_sen(pts) if len(pts) >= 2 else None
@@ -116,16 +137,28 @@ def rank_memory(rank: int, points: Sequence[MemPoint], warmup: int = WARMUP_STEP
     if not points:
         return None
     last = points[-1]
-    gap = [(p.step, p.reserved - p.alloc if p.reserved is not None and p.alloc is not None else None)
-           for p in points]
+    gap = [(p.step, p.reserved - p.alloc if p.reserved is not None and p.alloc is not None else None) for p in points]
 
     def of(key: str) -> Trend:
         return trend(((p.step, getattr(p, key)) for p in points), warmup)
 
     g = gap[-1][1]
-    return RankMemory(rank=rank, step=last.step, alloc_mb=last.alloc, reserved_mb=last.reserved, gap_mb=g,
-                      free_mb=last.free, rss_mb=last.rss, vm_mb=last.vm, vm_limit_mb=last.vm_limit,
-                      alloc=of("alloc"), reserved=of("reserved"), gap=trend(gap, warmup), rss=of("rss"), vm=of("vm"))
+    return RankMemory(
+        rank=rank,
+        step=last.step,
+        alloc_mb=last.alloc,
+        reserved_mb=last.reserved,
+        gap_mb=g,
+        free_mb=last.free,
+        rss_mb=last.rss,
+        vm_mb=last.vm,
+        vm_limit_mb=last.vm_limit,
+        alloc=of("alloc"),
+        reserved=of("reserved"),
+        gap=trend(gap, warmup),
+        rss=of("rss"),
+        vm=of("vm"),
+    )
 
 
 @dataclass(frozen=True)
@@ -145,13 +178,17 @@ class MemoryWarning:
         if self.figure == "address space":
             left = "under its address-space limit"
         steps = f"~{self.steps_left} step{'' if self.steps_left == 1 else 's'}"
-        return (f"rank {self.rank} {self.figure} {slope_text(self.slope_mb)}: out of memory in {steps} "
-                f"({_size(self.headroom_mb)} left {left})")
+        return (
+            f"rank {self.rank} {self.figure} {slope_text(self.slope_mb)}: out of memory in {steps} "
+            f"({_size(self.headroom_mb)} left {left})"
+        )
 
 
 def slope_text(mb: float) -> str:
     """``+40 MiB/step`` (``+0.5 MiB/step`` under 10)."""
-    return f"{'+' if mb >= 0 else ''}{mb:.1f} MiB/step" if abs(mb) < 10 else f"{'+' if mb >= 0 else ''}{mb:.0f} MiB/step"
+    return (
+        f"{'+' if mb >= 0 else ''}{mb:.1f} MiB/step" if abs(mb) < 10 else f"{'+' if mb >= 0 else ''}{mb:.0f} MiB/step"
+    )
 
 
 def _size(mb: float) -> str:
@@ -164,14 +201,20 @@ def _steps(headroom: float | None, slope: float) -> int | None:
     return max(0, int(math.floor(max(0.0, headroom) / slope)))
 
 
-def warnings(ranks: Mapping[int, RankMemory], host_available_mb: float | None, horizon: int = DEFAULT_HORIZON,
-             steps_remaining: int | None = None) -> list[MemoryWarning]:
+def warnings(
+    ranks: Mapping[int, RankMemory],
+    host_available_mb: float | None,
+    horizon: int = DEFAULT_HORIZON,
+    steps_remaining: int | None = None,
+) -> list[MemoryWarning]:
     """The warnings of the ranks' trends: one per rank and limit whose rising trend reaches it
     within ``horizon`` steps and before the run's ``steps_remaining`` are done; soonest first."""
     out: list[MemoryWarning] = []
     reach = horizon if steps_remaining is None else min(horizon, max(0, steps_remaining - 1))
 
-    def add(where: str, figure: str, r: RankMemory, t: Trend, headroom: float | None, slope: float | None = None) -> None:
+    def add(
+        where: str, figure: str, r: RankMemory, t: Trend, headroom: float | None, slope: float | None = None
+    ) -> None:
         s = t.slope if slope is None else slope
         if not t.rising or s is None:
             return
@@ -191,8 +234,14 @@ def warnings(ranks: Mapping[int, RankMemory], host_available_mb: float | None, h
     creeping = [r for r in ranks.values() if r.rss.rising and r.rss.slope]
     if host_available_mb is not None and creeping:
         growth = sum(r.rss.slope for r in creeping)
-        add("host", "RSS" if len(creeping) == 1 else f"RSS (+{len(creeping) - 1} ranks)", creeping[0],
-            creeping[0].rss, host_available_mb, slope=growth)
+        add(
+            "host",
+            "RSS" if len(creeping) == 1 else f"RSS (+{len(creeping) - 1} ranks)",
+            creeping[0],
+            creeping[0].rss,
+            host_available_mb,
+            slope=growth,
+        )
     out.sort(key=lambda w: (w.steps_left, w.rank))
     return out
 
@@ -233,8 +282,16 @@ class WarnedOnce:
         for w in found:
             if (w.rank, w.where, w.figure) not in self.seen:
                 self.seen.add((w.rank, w.where, w.figure))
-                out.append({"where": w.where, "figure": w.figure, "of_rank": w.rank, "step": w.step,
-                            "slope_mb": w.slope_mb, "steps_left": w.steps_left, "headroom_mb": w.headroom_mb,
-                            "message": w.message})
+                out.append(
+                    {
+                        "where": w.where,
+                        "figure": w.figure,
+                        "of_rank": w.rank,
+                        "step": w.step,
+                        "slope_mb": w.slope_mb,
+                        "steps_left": w.steps_left,
+                        "headroom_mb": w.headroom_mb,
+                        "message": w.message,
+                    }
+                )
         return out
-

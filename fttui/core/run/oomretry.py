@@ -27,8 +27,19 @@ from fttui.core.run import rundir
 from fttui.core.run.events import AttemptEvent, RetryEvent
 from fttui.core.run.status import FinalStatus
 
-__all__ = ["RETRIED_KINDS", "Shrink", "Decision", "shrink", "decide", "recovery_message", "attempt_of", "attempt_event",
-           "prepare_next", "recovery_saves", "after_oom"]
+__all__ = [
+    "RETRIED_KINDS",
+    "Shrink",
+    "Decision",
+    "shrink",
+    "decide",
+    "recovery_message",
+    "attempt_of",
+    "attempt_event",
+    "prepare_next",
+    "recovery_saves",
+    "after_oom",
+]
 
 #: the OOM kinds a smaller micro batch can cure: activations on the card or the host (an NCCL or
 #: bitsandbytes OOM is a buffer of the library's, whatever the batch)
@@ -84,14 +95,24 @@ def attempt_event(rd: rundir.RunDir) -> AttemptEvent | None:
     a = attempt_of(rd)
     if not a:
         return None
-    return AttemptEvent(rank=-1, source="supervisor", attempt=a.get("n"), first=a.get("first"),
-                        previous=a.get("previous"), oom_step=a.get("oom_step"), oom_kind=a.get("oom_kind"),
-                        from_step=a.get("from_step"), batch=a.get("batch"), accum=a.get("accum"),
-                        message=a.get("message"))
+    return AttemptEvent(
+        rank=-1,
+        source="supervisor",
+        attempt=a.get("n"),
+        first=a.get("first"),
+        previous=a.get("previous"),
+        oom_step=a.get("oom_step"),
+        oom_kind=a.get("oom_kind"),
+        from_step=a.get("from_step"),
+        batch=a.get("batch"),
+        accum=a.get("accum"),
+        message=a.get("message"),
+    )
 
 
-def decide(profile: Any, final: FinalStatus, *, kind: str, attempt: int, phase: str | None,
-           slurm: bool = False) -> Decision:
+def decide(
+    profile: Any, final: FinalStatus, *, kind: str, attempt: int, phase: str | None, slurm: bool = False
+) -> Decision:
     """The supervisor's choice when attempt ``attempt`` of a run ended with ``final``.
 
     ``profile``: the run's typed profile (``train.on_oom``, ``max_oom_retries``, ``batch_size``,
@@ -107,14 +128,18 @@ def decide(profile: Any, final: FinalStatus, *, kind: str, attempt: int, phase: 
     if slurm:
         return Decision(False, "a Slurm job's node is not retried on its own")
     if final.oom_kind not in RETRIED_KINDS:
-        return Decision(False, f"an out of memory of kind {final.oom_kind or 'unknown'} does not depend on the "
-                               "micro batch")
+        return Decision(
+            False, f"an out of memory of kind {final.oom_kind or 'unknown'} does not depend on the micro batch"
+        )
     if phase in _BEFORE_TRAINING:
-        return Decision(False, f"out of memory before training ({phase.replace('-', ' ')}): a smaller micro "
-                               "batch would not help")
+        return Decision(
+            False, f"out of memory before training ({phase.replace('-', ' ')}): a smaller micro batch would not help"
+        )
     if attempt > t.max_oom_retries:
-        return Decision(False, f"gave up after {t.max_oom_retries} retr{'y' if t.max_oom_retries == 1 else 'ies'} "
-                               "(train.max_oom_retries)")
+        return Decision(
+            False,
+            f"gave up after {t.max_oom_retries} retr{'y' if t.max_oom_retries == 1 else 'ies'} (train.max_oom_retries)",
+        )
     s = shrink(int(t.batch_size), int(t.grad_accum))
     if s is None:
         return Decision(False, "the micro batch is 1 already: nothing left to shrink")
@@ -173,16 +198,23 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
         command["resume"] = {"run_id": rd.run_id, "checkpoint": None, "step": 0}
     from_step = found[1] if found else 0
     command["attempt"] = {
-        "n": decision.attempt, "first": first, "previous": rd.run_id, "oom_step": oom_step,
-        "oom_kind": final.oom_kind, "from_step": from_step, "batch": [s.micro, s.new_micro],
-        "accum": [s.accum, s.new_accum], "message": recovery_message(oom_step, s, from_step),
+        "n": decision.attempt,
+        "first": first,
+        "previous": rd.run_id,
+        "oom_step": oom_step,
+        "oom_kind": final.oom_kind,
+        "from_step": from_step,
+        "batch": [s.micro, s.new_micro],
+        "accum": [s.accum, s.new_accum],
+        "message": recovery_message(oom_step, s, from_step),
     }
     rundir.write_json_atomic(nxt.command_path, command)
     return nxt
 
 
-def after_oom(rd: rundir.RunDir, profile: Any, status: FinalStatus,
-              snap: Any) -> tuple[FinalStatus, rundir.RunDir | None, RetryEvent | None]:
+def after_oom(
+    rd: rundir.RunDir, profile: Any, status: FinalStatus, snap: Any
+) -> tuple[FinalStatus, rundir.RunDir | None, RetryEvent | None]:
     """The supervisor's step when its run ended with ``status`` (the run's ``profile.json`` and
     last snapshot): ``(status, next run, retry event)``. An OOM that is retried gets the next
     attempt's directory (:func:`prepare_next`), the ``retry`` event to write and an error that
@@ -193,8 +225,14 @@ def after_oom(rd: rundir.RunDir, profile: Any, status: FinalStatus,
     if status.status != "oom" or profile is None:
         return status, None, None
     command = rd.command() or {}
-    decision = decide(as_profile(profile), status, kind=rd.kind_and_group()[0],
-                      attempt=int(attempt_of(rd).get("n") or 1), phase=snap.phase, slurm=bool(command.get("slurm")))
+    decision = decide(
+        as_profile(profile),
+        status,
+        kind=rd.kind_and_group()[0],
+        attempt=int(attempt_of(rd).get("n") or 1),
+        phase=snap.phase,
+        slurm=bool(command.get("slurm")),
+    )
     nxt = None
     if decision.retry:
         try:

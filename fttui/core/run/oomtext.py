@@ -16,12 +16,16 @@ TAIL_BYTES = 64 * 1024
 
 def _kind(line: str) -> str | None:
     low = line.lower()
-    if "defaultcpuallocator: can't allocate memory" in low or "std::bad_alloc" in low \
-            or line.lstrip().startswith("MemoryError") or "builtins.MemoryError" in line:
+    if (
+        "defaultcpuallocator: can't allocate memory" in low
+        or "std::bad_alloc" in low
+        or line.lstrip().startswith("MemoryError")
+        or "builtins.MemoryError" in line
+    ):
         return "cpu"
     if "nccl" in low and ("out of memory" in low or "cudaerrormemoryallocation" in low):
         return "nccl"
-    if ("outofmemoryerror" in low or "cuda out of memory" in low or "cuda error: out of memory" in low):
+    if "outofmemoryerror" in low or "cuda out of memory" in low or "cuda error: out of memory" in low:
         return "cuda"
     if "bitsandbytes" in low and "out of memory" in low:
         return "bnb"

@@ -31,8 +31,9 @@ def build_folders_in_use() -> set[str]:
     return folders
 
 
-def stale_locks(root: Path, *, min_age_s: float = MIN_AGE_S, now: float | None = None,
-                in_use: Iterable[str] | None = None) -> list[Path]:
+def stale_locks(
+    root: Path, *, min_age_s: float = MIN_AGE_S, now: float | None = None, in_use: Iterable[str] | None = None
+) -> list[Path]:
     """The stale ``lock`` files one or two levels under ``root`` (the extensions folder, with or
     without torch's ``<py>_<accelerator>`` level)."""
     root = Path(root)
@@ -63,8 +64,10 @@ def clear_stale_locks(root: Path, log: Callable[[str], None], **kw) -> list[Path
         except FileNotFoundError:
             continue
         except OSError as e:
-            log(f"a stale op build lock could not be removed ({e}): {lock}; delete it by hand, "
-                "or DeepSpeed waits on it forever")
+            log(
+                f"a stale op build lock could not be removed ({e}): {lock}; delete it by hand, "
+                "or DeepSpeed waits on it forever"
+            )
             continue
         removed.append(lock)
         log(f"removed a stale op build lock left by an interrupted DeepSpeed build: {lock}")

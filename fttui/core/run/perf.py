@@ -31,8 +31,18 @@ from fttui.core.models.peaks import peak_tflops
 from fttui.core.run.snapshot import CardPerf, RunSnapshot, to_int
 from fttui.monitor import GpuInfo, cards_run_first, num
 
-__all__ = ["NEAR_OOM_FRACTION", "NEAR_OOM_MIN_MB", "headroom_threshold_mb", "model_shape", "seq_len",
-           "run_flops_per_token", "card_perf", "with_perf", "row_perf", "mfu_text"]
+__all__ = [
+    "NEAR_OOM_FRACTION",
+    "NEAR_OOM_MIN_MB",
+    "headroom_threshold_mb",
+    "model_shape",
+    "seq_len",
+    "run_flops_per_token",
+    "card_perf",
+    "with_perf",
+    "row_perf",
+    "mfu_text",
+]
 
 NEAR_OOM_FRACTION = 0.05  # of the card's total memory
 NEAR_OOM_MIN_MB = 1024.0  # 1 GiB: the smallest headroom threshold, whatever the card
@@ -58,8 +68,11 @@ def model_shape(start: dict[str, Any]) -> ModelShape | None:
             a = arch_numbers(start["config"])
         except Exception:  # no architecture numbers in the profile: no shape, no MFU
             return None
-        shape = shape_from(total, trainable, {"vocab": a.vocab, "hidden": a.hidden, "layers": a.layers,
-                                              "attn_dim": a.q_dim, "tied": a.tied})
+        shape = shape_from(
+            total,
+            trainable,
+            {"vocab": a.vocab, "hidden": a.hidden, "layers": a.layers, "attn_dim": a.q_dim, "tied": a.tied},
+        )
     return shape
 
 
@@ -107,8 +120,11 @@ def _env_cards(snap: RunSnapshot, n: int) -> list[GpuInfo]:
     listed = (snap.env or {}).get("gpus")
     if not isinstance(listed, list):
         return []
-    out = [GpuInfo(index=-1, name=d.get("name"), mem_total_mb=num(d.get("mem_total_mb")))
-           for d in listed if isinstance(d, dict)]
+    out = [
+        GpuInfo(index=-1, name=d.get("name"), mem_total_mb=num(d.get("mem_total_mb")))
+        for d in listed
+        if isinstance(d, dict)
+    ]
     return out[:n]
 
 
@@ -123,7 +139,7 @@ def card_perf(snap: RunSnapshot, cards: Sequence[GpuInfo], fpt: float | None) ->
     mig = set(snap.gpu.mig) if snap.gpu is not None else set()
     out = []
     for k, g in enumerate(cards):
-        mine = tuple(ranks[k:k + 1])
+        mine = tuple(ranks[k : k + 1])
         index = g.index if g.index >= 0 else None
         total, used = g.mem_total_mb, g.mem_used_mb if index is not None else None
         headroom = total - used if total is not None and used is not None else None
@@ -140,18 +156,35 @@ def card_perf(snap: RunSnapshot, cards: Sequence[GpuInfo], fpt: float | None) ->
         elif low is not None and threshold is not None and low < threshold:
             reason = f"headroom {fmt.mb(max(0.0, low))} under {fmt.mb(threshold)}"
         tps = _sum([snap.rank_tokens_per_s[r] for r in mine if r in snap.rank_tokens_per_s])
-        avg = _sum([snap.rank_tokens[r] / snap.rank_train_time[r] for r in mine
-                    if snap.rank_tokens.get(r) is not None and (snap.rank_train_time.get(r) or 0) > 0])
+        avg = _sum(
+            [
+                snap.rank_tokens[r] / snap.rank_train_time[r]
+                for r in mine
+                if snap.rank_tokens.get(r) is not None and (snap.rank_train_time.get(r) or 0) > 0
+            ]
+        )
         peak = None if index in mig else peak_tflops(g.name, precision)
         scale = fpt / (peak * 1e12) if fpt is not None and peak else None
-        out.append(CardPerf(
-            index=index, name=g.name, ranks=mine, total_mb=total, used_mb=used, headroom_mb=headroom,
-            min_headroom_mb=low, threshold_mb=threshold,
-            alloc_retries=None if retries is None else int(retries), ooms=None if ooms is None else int(ooms),
-            near_oom=reason is not None, reason=reason, tokens_per_s=tps, peak_tflops=peak,
-            mfu=tps * scale if scale is not None and tps is not None else None,
-            mfu_avg=avg * scale if scale is not None and avg is not None else None,
-        ))
+        out.append(
+            CardPerf(
+                index=index,
+                name=g.name,
+                ranks=mine,
+                total_mb=total,
+                used_mb=used,
+                headroom_mb=headroom,
+                min_headroom_mb=low,
+                threshold_mb=threshold,
+                alloc_retries=None if retries is None else int(retries),
+                ooms=None if ooms is None else int(ooms),
+                near_oom=reason is not None,
+                reason=reason,
+                tokens_per_s=tps,
+                peak_tflops=peak,
+                mfu=tps * scale if scale is not None and tps is not None else None,
+                mfu_avg=avg * scale if scale is not None and avg is not None else None,
+            )
+        )
     return tuple(out)
 
 
@@ -200,8 +233,13 @@ def row_perf(snap: RunSnapshot, cards: Sequence[GpuInfo], gpu_run: bool) -> dict
     perf = card_perf(snap, cards, fpt) if gpu_run else ()
     near, _why = _verdict(perf)
     if not perf:
-        return {"alloc_retries": None, "min_headroom_mb": None, "mfu": None, "near_oom": None,
-                "flops_per_token": _r(fpt, 0)}
+        return {
+            "alloc_retries": None,
+            "min_headroom_mb": None,
+            "mfu": None,
+            "near_oom": None,
+            "flops_per_token": _r(fpt, 0),
+        }
     return {
         "alloc_retries": [c.alloc_retries for c in perf],
         "min_headroom_mb": [_r(c.min_headroom_mb, 1) for c in perf],

@@ -16,8 +16,17 @@ from typing import Any
 
 from fttui.monitor import num
 
-__all__ = ["PHASES", "PHASE_TEXT", "LOADING_MODEL", "PREPARING_DATA", "BUILDING_OPS", "FIRST_STEP",
-           "PhaseFold", "phase_text", "mmss"]
+__all__ = [
+    "PHASES",
+    "PHASE_TEXT",
+    "LOADING_MODEL",
+    "PREPARING_DATA",
+    "BUILDING_OPS",
+    "FIRST_STEP",
+    "PhaseFold",
+    "phase_text",
+    "mmss",
+]
 
 LOADING_MODEL = "loading-model"  # imports, tokenizer, building or loading the model (and its weights)
 PREPARING_DATA = "preparing-data"  # tokenising the data set
@@ -26,8 +35,12 @@ FIRST_STEP = "first-step"  # the Trainer's preparation and the first optimizer s
 
 #: The startup phases in the order the worker runs them.
 PHASES = (LOADING_MODEL, PREPARING_DATA, BUILDING_OPS, FIRST_STEP)
-PHASE_TEXT = {LOADING_MODEL: "loading the model", PREPARING_DATA: "preparing data",
-              BUILDING_OPS: "building ops", FIRST_STEP: "first step"}
+PHASE_TEXT = {
+    LOADING_MODEL: "loading the model",
+    PREPARING_DATA: "preparing data",
+    BUILDING_OPS: "building ops",
+    FIRST_STEP: "first step",
+}
 
 
 def phase_text(phase: str | None) -> str:

@@ -78,14 +78,24 @@ def start_watch(pid: int, name: str | None = None, record: bool = False) -> rund
     proc = check_pid(pid)
     argv = _cmdline(proc)
     label = name or f"pid-{pid}-{Path(argv[0]).name if argv else 'process'}"
-    resolved = {"name": label, "source": f"pid {pid}", "origin": "watch", "method": None,
-                "watch": {"pid": pid, "create_time": proc.create_time(), "record": bool(record),
-                          "cmdline": argv}}
+    resolved = {
+        "name": label,
+        "source": f"pid {pid}",
+        "origin": "watch",
+        "method": None,
+        "watch": {"pid": pid, "create_time": proc.create_time(), "record": bool(record), "cmdline": argv},
+    }
     rd = rundir.create(resolved, argv, {}, kind="watch")
     log = os.fdopen(os.open(rd.path / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
     try:
-        subprocess.Popen([sys.executable, "-m", "fttui.core.run.pidwatch", str(rd.path)], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "fttui.core.run.pidwatch", str(rd.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     finally:
         log.close()
     return rd
@@ -103,8 +113,14 @@ def watch(rd: rundir.RunDir) -> int:
     stopped, then write the status (and the row when asked)."""
     spec = rd.watch_spec()
     pid = int(spec.get("pid") or 0)
-    me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(),
-          "create_time": psutil.Process().create_time(), "id": guard.identity(os.getpid()), "watched_pid": pid}
+    me = {
+        "pid": os.getpid(),
+        "pgid": os.getpgid(0),
+        "started": time.time(),
+        "create_time": psutil.Process().create_time(),
+        "id": guard.identity(os.getpid()),
+        "watched_pid": pid,
+    }
     rundir.write_json_atomic(rd.supervisor_path, me)  # no train_pgid: cancel never signals it
     t0 = time.time()
     state = RunState()
@@ -115,8 +131,10 @@ def watch(rd: rundir.RunDir) -> int:
     except psutil.Error:
         proc = None
     # launch, then start: the views say RUNNING while the process runs (there is no startup to follow)
-    for ev in ({"event": "launch", "t": t0, "rank": -1, "source": "watch", "pid": pid},
-               {"event": "start", "t": t0, "rank": 0, "source": "watch", "pid": pid, "watched": True}):
+    for ev in (
+        {"event": "launch", "t": t0, "rank": -1, "source": "watch", "pid": pid},
+        {"event": "start", "t": t0, "rank": 0, "source": "watch", "pid": pid, "watched": True},
+    ):
         append_jsonl(rd.events_path, ev)
         state.apply(ev)
     host, gpu = HostSampler(pid), make_gpu_sampler()
@@ -133,8 +151,11 @@ def watch(rd: rundir.RunDir) -> int:
             break
         time.sleep(max(0.0, TICK_S - (time.monotonic() - tick)))
     gpu.close()
-    why = (f"stopped watching; process {pid} still running" if stopped
-           else f"process {pid} ended (not started by fttui: no exit code)")
+    why = (
+        f"stopped watching; process {pid} still running"
+        if stopped
+        else f"process {pid} ended (not started by fttui: no exit code)"
+    )
     end_watch(rd, state, why, t0, "watch")
     return 0
 

@@ -54,8 +54,12 @@ def preflight(profile: Profile | dict, gpu_count: tuple[int, str | None] | None 
 
 def _preflight(prof: Profile, src: str, gpu_count: tuple[int, str | None] | None) -> None:
     if prof.method not in RUNNABLE_METHODS:
-        raise ProfileError(src, "method", f"method {prof.method!r} is not supported yet",
-                           f"use one of {', '.join(sorted(RUNNABLE_METHODS))}")
+        raise ProfileError(
+            src,
+            "method",
+            f"method {prof.method!r} is not supported yet",
+            f"use one of {', '.join(sorted(RUNNABLE_METHODS))}",
+        )
     _check_model(prof, src)
     check_positions(prof, src)  # a learned position table cannot run past its length
     stored = refusal(prof.method, prof.model, prof.sharding_asked())  # a checkpoint stored quantised
@@ -67,14 +71,26 @@ def _preflight(prof: Profile, src: str, gpu_count: tuple[int, str | None] | None
     precision = prof.train.precision
     if n == 0:
         if gpus >= 1:
-            raise ProfileError(src, "devices.gpus", f"{gpus} GPU(s) asked for but none is visible ({reason})",
-                               "set devices.gpus = 0 to train on the CPU (devices.cpu_processes = N for N ranks)")
+            raise ProfileError(
+                src,
+                "devices.gpus",
+                f"{gpus} GPU(s) asked for but none is visible ({reason})",
+                "set devices.gpus = 0 to train on the CPU (devices.cpu_processes = N for N ranks)",
+            )
         if precision == "fp16":
-            raise ProfileError(src, "train.precision", "fp16 needs a CUDA GPU and none is visible",
-                               "use precision = \"bf16\" or \"fp32\" on CPU")
+            raise ProfileError(
+                src,
+                "train.precision",
+                "fp16 needs a CUDA GPU and none is visible",
+                'use precision = "bf16" or "fp32" on CPU',
+            )
     elif gpus > n:
-        raise ProfileError(src, "devices.gpus", f"{gpus} GPUs asked for but only {n} visible",
-                           f"set devices.gpus to at most {n} (or check CUDA_VISIBLE_DEVICES)")
+        raise ProfileError(
+            src,
+            "devices.gpus",
+            f"{gpus} GPUs asked for but only {n} visible",
+            f"set devices.gpus to at most {n} (or check CUDA_VISIBLE_DEVICES)",
+        )
     elif gpus > 0 and not os.environ.get("FTTUI_FAKE_GPUS"):
         _check_bf16(src, precision)
     _check_stack(prof, src, gpus, n)
@@ -88,11 +104,19 @@ def _check_stack(prof: Profile, src: str, gpus: int, n_visible: int) -> None:
     attn = prof.model.attn_implementation
     if attn == "flash_attention_2":
         if gpus == 0 or n_visible == 0:
-            raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs a CUDA GPU",
-                               "use attn_implementation = \"sdpa\"")
+            raise ProfileError(
+                src,
+                "model.attn_implementation",
+                "flash_attention_2 needs a CUDA GPU",
+                'use attn_implementation = "sdpa"',
+            )
         if importlib.util.find_spec("flash_attn") is None:
-            raise ProfileError(src, "model.attn_implementation", "flash_attention_2 needs the flash-attn package",
-                               "pip install flash-attn, or use attn_implementation = \"sdpa\"")
+            raise ProfileError(
+                src,
+                "model.attn_implementation",
+                "flash_attention_2 needs the flash-attn package",
+                'pip install flash-attn, or use attn_implementation = "sdpa"',
+            )
     stored = checkpoint_quant(prof.model)  # GPTQ / AWQ: trained through GPT-QModel's kernels
     # the optional parts of fttui (pyproject extras) it needs
     found = missing_extra(method, sharding, prequant=stored.method if stored else None)
@@ -101,18 +125,35 @@ def _check_stack(prof: Profile, src: str, gpus: int, n_visible: int) -> None:
         extra, missing = found
         by_kind = kind is not None and extra == kind.extra
         key = "sharding" if by_kind else "model.name_or_path" if extra == "gptq" else "method"
-        what = (f"sharding {sharding}" if by_kind else f"{'an' if stored.method == 'awq' else 'a'} {stored.method.upper()} checkpoint" if extra == "gptq"
-                else f"method {method}")
-        raise ProfileError(src, key, f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed)",
-                           f"pip install 'fttui[{extra}]'")
+        what = (
+            f"sharding {sharding}"
+            if by_kind
+            else f"{'an' if stored.method == 'awq' else 'a'} {stored.method.upper()} checkpoint"
+            if extra == "gptq"
+            else f"method {method}"
+        )
+        raise ProfileError(
+            src,
+            key,
+            f"{what} needs fttui[{extra}] ({', '.join(missing)} not installed)",
+            f"pip install 'fttui[{extra}]'",
+        )
     if kind is not None and kind.needs_cuda and (gpus == 0 or n_visible == 0):
-        raise ProfileError(src, "sharding", f"sharding {kind} needs CUDA GPUs (it offloads from the GPU to the host)",
-                           f"use sharding = \"{kind.without_offload()}\" on CPU ranks")
+        raise ProfileError(
+            src,
+            "sharding",
+            f"sharding {kind} needs CUDA GPUs (it offloads from the GPU to the host)",
+            f'use sharding = "{kind.without_offload()}" on CPU ranks',
+        )
     on_cpu = stored is not None and (gpus == 0 or n_visible == 0)
     why = cpu_refusal(stored) if on_cpu else None
     if why:
-        raise ProfileError(src, "model.name_or_path", f"{prof.model.name_or_path}: {why}",
-                           "train it on a GPU (devices.gpus = 1), or use a GPTQ-format or AWQ GEMM checkpoint")
+        raise ProfileError(
+            src,
+            "model.name_or_path",
+            f"{prof.model.name_or_path}: {why}",
+            "train it on a GPU (devices.gpus = 1), or use a GPTQ-format or AWQ GEMM checkpoint",
+        )
 
 
 def _check_bf16(src: str, precision: str) -> None:
@@ -133,8 +174,12 @@ def _check_bf16(src: str, precision: str) -> None:
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
             if major < 8:
                 name = pynvml.nvmlDeviceGetName(h)
-                raise ProfileError(src, "train.precision", f"bf16 needs compute capability 8.0 or newer; "
-                                   f"GPU {i} ({name}) has {major}.{minor}", "use precision = \"fp16\"")
+                raise ProfileError(
+                    src,
+                    "train.precision",
+                    f"bf16 needs compute capability 8.0 or newer; GPU {i} ({name}) has {major}.{minor}",
+                    'use precision = "fp16"',
+                )
     except pynvml.NVMLError:
         return
     finally:
@@ -173,12 +218,12 @@ def _check_batch(prof: Profile | dict, src: str, records: int | None) -> None:
     else:
         more = "a larger data file"
     fit = samples // ws
-    hint = (f"use batch_size at most {fit}, or {more}" if fit >= 1
-            else f"use at most {samples} processes, or {more}")
+    hint = f"use batch_size at most {fit}, or {more}" if fit >= 1 else f"use at most {samples} processes, or {more}"
     per_step = f"{micro} x {ws} processes = {micro * ws}" if ws > 1 else str(micro)
     file = OVERRIDE if any(str(o).startswith("train.batch_size=") for o in prof.overrides) else src
-    raise ProfileError(file, "train.batch_size",
-                       f"{per_step} samples per step but the data has {samples} samples", hint)
+    raise ProfileError(
+        file, "train.batch_size", f"{per_step} samples per step but the data has {samples} samples", hint
+    )
 
 
 def _check_model(prof: Profile, src: str) -> None:
@@ -193,28 +238,42 @@ def _check_model(prof: Profile, src: str) -> None:
     if path.is_dir():
         cfg = path / "config.json"
         if not cfg.is_file():
-            raise ProfileError(src, "model.name_or_path", f"{path} has no config.json",
-                               "point it at a folder saved with save_pretrained, or use a hub id")
+            raise ProfileError(
+                src,
+                "model.name_or_path",
+                f"{path} has no config.json",
+                "point it at a folder saved with save_pretrained, or use a hub id",
+            )
         where = str(path)
     else:
         snap = cached_snapshot(name) if is_hub_id(name) else None
         if snap is None:
-            raise ProfileError(src, "model.name_or_path",
-                               f"{name} is not in the local Hugging Face cache ({hub_cache_dir()}) and runs "
-                               "never download", f"download it first: {download_command(name)}")
+            raise ProfileError(
+                src,
+                "model.name_or_path",
+                f"{name} is not in the local Hugging Face cache ({hub_cache_dir()}) and runs never download",
+                f"download it first: {download_command(name)}",
+            )
         cfg, where = snap / "config.json", name
     tok = model.tokenizer
     if tok and tok not in ("byte", name) and not Path(str(tok)).exists() and cached_snapshot(str(tok)) is None:
-        raise ProfileError(src, "model.tokenizer", f"{tok} is not in the local Hugging Face cache ({hub_cache_dir()})",
-                           f"download it first: {download_command(str(tok))}")
+        raise ProfileError(
+            src,
+            "model.tokenizer",
+            f"{tok} is not in the local Hugging Face cache ({hub_cache_dir()})",
+            f"download it first: {download_command(str(tok))}",
+        )
     try:
         conf = json.loads(cfg.read_text())
     except ValueError as e:
         raise ProfileError(src, "model.name_or_path", f"{cfg} is not valid JSON ({e})", None) from None
     if conf.get("auto_map") and not model.trust_remote_code:
-        raise ProfileError(src, "model.trust_remote_code",
-                           f"{where} needs remote code (its config has auto_map)",
-                           "set model.trust_remote_code = true if you trust that code")
+        raise ProfileError(
+            src,
+            "model.trust_remote_code",
+            f"{where} needs remote code (its config has auto_map)",
+            "set model.trust_remote_code = true if you trust that code",
+        )
 
 
 __all__ = ["preflight", "visible_gpu_count", "FttuiError"]

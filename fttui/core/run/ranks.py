@@ -62,12 +62,15 @@ def clash_text(clash: dict[int, tuple[int, ...]]) -> str | None:
     if not clash:
         return None
     parts = [f"{len(p)} processes each report rank {r} (pids {', '.join(map(str, p))})" for r, p in clash.items()]
-    return ("RANK CLASH: " + "; ".join(parts) + ": the launcher's rank variables did not reach them, "
-            "so each ran on its own; their figures are counted separately and summed")
+    return (
+        "RANK CLASH: " + "; ".join(parts) + ": the launcher's rank variables did not reach them, "
+        "so each ran on its own; their figures are counted separately and summed"
+    )
 
 
-def clash_mismatch(clash: dict[int, tuple[int, ...]], stated_world: int | None,
-                   processes: int | None) -> dict[str, Any]:
+def clash_mismatch(
+    clash: dict[int, tuple[int, ...]], stated_world: int | None, processes: int | None
+) -> dict[str, Any]:
     """The row's ``mismatch`` entry of a clash: the world size the processes stated (their start
     events) against the processes that reported, with the words; empty without a clash."""
     if not clash:

@@ -37,7 +37,14 @@ class Point:
 
     __slots__ = ("step", "samples", "tokens", "tokens_padded", "train_time")
 
-    def __init__(self, step: int, samples: float | None, tokens: float | None, tokens_padded: float | None, train_time: float | None) -> None:
+    def __init__(
+        self,
+        step: int,
+        samples: float | None,
+        tokens: float | None,
+        tokens_padded: float | None,
+        train_time: float | None,
+    ) -> None:
         self.step = step
         self.samples = samples
         self.tokens = tokens
@@ -110,7 +117,12 @@ def rates(ranks: Iterable[RankProgress]) -> Rates:
         avg_t.append(a_t)
         avg_tp.append(a_tp)
         ref, cur = r.ref, r.cur
-        if ref is not None and cur is not None and cur.step > ref.step and rate(0.0, 0.0, cur.train_time, ref.train_time) is not None:
+        if (
+            ref is not None
+            and cur is not None
+            and cur.step > ref.step
+            and rate(0.0, 0.0, cur.train_time, ref.train_time) is not None
+        ):
             steady_s.append(rate(cur.samples, ref.samples, cur.train_time, ref.train_time))
             steady_t.append(rate(cur.tokens, ref.tokens, cur.train_time, ref.train_time))
             steady_tp.append(rate(cur.tokens_padded, ref.tokens_padded, cur.train_time, ref.train_time))
@@ -140,7 +152,12 @@ def rank_token_rates(ranks: Mapping[int, RankProgress]) -> dict[int, float]:
     out: dict[int, float] = {}
     for k, r in ranks.items():
         ref, cur = r.ref, r.cur
-        if ref is not None and cur is not None and cur.step > ref.step and rate(0.0, 0.0, cur.train_time, ref.train_time) is not None:
+        if (
+            ref is not None
+            and cur is not None
+            and cur.step > ref.step
+            and rate(0.0, 0.0, cur.train_time, ref.train_time) is not None
+        ):
             v = rate(cur.tokens, ref.tokens, cur.train_time, ref.train_time)
         else:
             v = rate(r.tokens, 0.0, r.train_time, 0.0)
@@ -156,7 +173,9 @@ class StepHistory:
         # entries: [step, loss_rank, loss, samples_rate, tokens_rate, nranks]
         self._hist: deque[list[Any]] = deque(maxlen=maxlen)
 
-    def add(self, rank: int, step: int, prev: Point | None, cur: Point, step_time: float | None, loss: float | None) -> None:
+    def add(
+        self, rank: int, step: int, prev: Point | None, cur: Point, step_time: float | None, loss: float | None
+    ) -> None:
         """One rank's step event (``prev``: the rank's previous step, ``None`` for its first)."""
         if prev is None:
             base = Point(*ORIGIN)
@@ -203,6 +222,8 @@ class StepHistory:
         rate_hist = hist
         if hist and hist[-1][5] < nranks:
             rate_hist = hist[:-1]
-        return (tuple(e[2] for e in hist if e[2] is not None),
-                tuple(e[3] for e in rate_hist if e[3] is not None),
-                tuple(e[4] for e in rate_hist if e[4] is not None))
+        return (
+            tuple(e[2] for e in hist if e[2] is not None),
+            tuple(e[3] for e in rate_hist if e[3] is not None),
+            tuple(e[4] for e in rate_hist if e[4] is not None),
+        )

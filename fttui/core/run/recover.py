@@ -45,8 +45,11 @@ def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
     try:
         rundir.write_json_atomic(rd.path / "row.json", row)
     except OSError as e:
-        print(f"fttui: row.json of {rd.run_id} not written ({e.strerror or e}); the store keeps the row",
-              file=sys.stderr, flush=True)
+        print(
+            f"fttui: row.json of {rd.run_id} not written ({e.strerror or e}); the store keeps the row",
+            file=sys.stderr,
+            flush=True,
+        )
     if not store:
         return False
     from fttui.core.results.store import Store
@@ -57,36 +60,63 @@ def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
                 store.put(row)
             return True
         except Exception as e:  # any failure (sqlite, disk, a bad value): retry, then go on to status.json
-            print(f"fttui: saving the row of {rd.run_id} failed ({e!r}), attempt {attempt + 1}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"fttui: saving the row of {rd.run_id} failed ({e!r}), attempt {attempt + 1}",
+                file=sys.stderr,
+                flush=True,
+            )
             time.sleep(0.5 * (attempt + 1))
     return False
 
 
-def finish(rd: rundir.RunDir, state: RunState, status: FinalStatus, *, t_launch: float | None,
-           t_end: float, stalled: bool, recorded_by: str, source: str, slurm_job=None) -> FinalStatus:
+def finish(
+    rd: rundir.RunDir,
+    state: RunState,
+    status: FinalStatus,
+    *,
+    t_launch: float | None,
+    t_end: float,
+    stalled: bool,
+    recorded_by: str,
+    source: str,
+    slurm_job=None,
+) -> FinalStatus:
     """Append the exit event, save the summary row, then write ``status.json`` (last: its
     presence means the run is finished). A Slurm node's row goes to ``row.json`` only, until
     the job is over (``slurm_job``, its final state: then to the store too, see :func:`settle_slurm`)."""
-    ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "returncode": status.returncode,
-          "signal": status.signal, "status": status.status}
+    ev = {
+        "event": "exit",
+        "t": time.time(),
+        "rank": -1,
+        "source": source,
+        "returncode": status.returncode,
+        "signal": status.signal,
+        "status": status.status,
+    }
     try:
         append_jsonl(rd.events_path, ev)
     except OSError:  # a full disk: status.json and the row say how it ended
         pass
     state.apply(ev)
-    row = build_row(rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled,
-                    recorded_by=recorded_by)
+    row = build_row(
+        rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled, recorded_by=recorded_by
+    )
     slurm = rd.slurm()
     if slurm is not None:
         from fttui.core.run.slurmend import amend_row
 
         row = amend_row(row, status, slurm_job, slurm)
-    status = replace(status, row_saved=save_row(row, rd, store=slurm is None or slurm_job is not None),
-                     ended=time.time())
+    status = replace(
+        status, row_saved=save_row(row, rd, store=slurm is None or slurm_job is not None), ended=time.time()
+    )
     rundir.write_json_atomic(rd.status_path, status.to_dict())
-    log.debug("run %s finished by the %s: %s, row %s", rd.run_id, recorded_by, status.status,
-              "saved" if status.row_saved else "NOT saved (row.json kept)")
+    log.debug(
+        "run %s finished by the %s: %s, row %s",
+        rd.run_id,
+        recorded_by,
+        status.status,
+        "saved" if status.row_saved else "NOT saved (row.json kept)",
+    )
     return status
 
 
@@ -120,8 +150,9 @@ def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | No
     for it, the summary row (kind ``watch``)."""
     status = FinalStatus(WATCHED, error=why)
     if rd.watch_spec().get("record"):
-        return finish(rd, state, status, t_launch=t_launch, t_end=time.time(), stalled=False,
-                      recorded_by=source, source=source)
+        return finish(
+            rd, state, status, t_launch=t_launch, t_end=time.time(), stalled=False, recorded_by=source, source=source
+        )
     ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "status": WATCHED}
     append_jsonl(rd.events_path, ev)
     state.apply(ev)
@@ -133,8 +164,12 @@ def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | No
 def needs_recovery(rd: rundir.RunDir) -> bool:
     """The run has no final status, its supervisor started and is gone, and nothing of the
     training is running any more."""
-    return (not rd.status_path.exists() and rd.supervisor() is not None and not rd.supervisor_alive()
-            and not rd.training_alive())
+    return (
+        not rd.status_path.exists()
+        and rd.supervisor() is not None
+        and not rd.supervisor_alive()
+        and not rd.training_alive()
+    )
 
 
 def _stored_final(rd: rundir.RunDir) -> FinalStatus | None:
@@ -149,9 +184,16 @@ def _stored_final(rd: rundir.RunDir) -> FinalStatus | None:
         return None
     if not row or row.get("status") in (None, "", "running", "starting"):
         return None
-    return FinalStatus(str(row["status"]), row.get("exit_code"), row.get("signal"), oom_kind=row.get("oom_kind"),
-                       error=row.get("error"), error_step=row.get("error_step"), error_rank=row.get("error_rank"),
-                       row_saved=True)
+    return FinalStatus(
+        str(row["status"]),
+        row.get("exit_code"),
+        row.get("signal"),
+        oom_kind=row.get("oom_kind"),
+        error=row.get("error"),
+        error_step=row.get("error_step"),
+        error_rank=row.get("error_rank"),
+        row_saved=True,
+    )
 
 
 def recover(rd: rundir.RunDir) -> FinalStatus | None:
@@ -203,16 +245,27 @@ def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = F
         elif cancel:
             status = FinalStatus("cancelled", error=cancel, error_step=snap.step)
         else:
-            status = FinalStatus("lost", error=f"supervisor and training ended without recording the exit; "
-                                               f"figures up to step {snap.step or 0}", error_step=snap.step)
+            status = FinalStatus(
+                "lost",
+                error=f"supervisor and training ended without recording the exit; figures up to step {snap.step or 0}",
+                error_step=snap.step,
+            )
     if slurm_job is not None:
         from fttui.core.run.slurmend import node_verdict
 
-        status = node_verdict(status if status.status in ("completed", "failed", "oom") else None,
-                              slurm_job, snap.step)
+        status = node_verdict(status if status.status in ("completed", "failed", "oom") else None, slurm_job, snap.step)
     stalled = any(e.get("event") == "stalled" for e in events)
-    return finish(rd, state, status, t_launch=t_launch, t_end=t_end, stalled=stalled,
-                  recorded_by="recovered", source="recovery", slurm_job=slurm_job)
+    return finish(
+        rd,
+        state,
+        status,
+        t_launch=t_launch,
+        t_end=t_end,
+        stalled=stalled,
+        recorded_by="recovered",
+        source="recovery",
+        slurm_job=slurm_job,
+    )
 
 
 def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
@@ -278,8 +331,9 @@ def _settle_job(rd: rundir.RunDir, job) -> FinalStatus | None:
     last = max((restart_of(r) for r in nodes), default=0)  # a requeued job's verdict is its last attempt's
     statuses = [str((r.status() or {}).get("status")) for r in nodes if restart_of(r) == last]
     status = replace(job_verdict(job, statuses), ended=time.time())
-    rundir.write_json_atomic(rd.status_path, {**status.to_dict(), "slurm_state": job.state,
-                                              "nodes": [r.run_id for r in nodes]})
+    rundir.write_json_atomic(
+        rd.status_path, {**status.to_dict(), "slurm_state": job.state, "nodes": [r.run_id for r in nodes]}
+    )
     return status
 
 

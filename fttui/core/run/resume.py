@@ -60,8 +60,10 @@ def find_run(ref: str) -> rundir.RunDir:
     if not matches:
         raise FttuiError(f"--resume {ref}: no run matches (see `fttui ls`)")
     if len(matches) > 1:
-        raise FttuiError(f"--resume {ref}: {len(matches)} runs match ({', '.join(r.run_id for r in matches[:3])}"
-                         f"{' ...' if len(matches) > 3 else ''}); give more of the run id")
+        raise FttuiError(
+            f"--resume {ref}: {len(matches)} runs match ({', '.join(r.run_id for r in matches[:3])}"
+            f"{' ...' if len(matches) > 3 else ''}); give more of the run id"
+        )
     return matches[0]
 
 
@@ -77,8 +79,10 @@ def plan_resume(ref: str) -> Resume:
     found = last_checkpoint(rd)
     if found is None:
         save = prof.train.save
-        raise FttuiError(f"--resume {rd.run_id}: the run saved no checkpoint to continue from (train.save = "
-                         f"\"{save}\"; a run saves them with train.save = \"steps\")")
+        raise FttuiError(
+            f"--resume {rd.run_id}: the run saved no checkpoint to continue from (train.save = "
+            f'"{save}"; a run saves them with train.save = "steps")'
+        )
     # A profile.json written before a key existed gets the key's default (a run that saved a
     # checkpoint was written with every key this version reads): RunDir.profile normalises it.
     return Resume(rd.run_id, prof, found[0], found[1])

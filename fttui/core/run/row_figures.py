@@ -30,10 +30,22 @@ from fttui.core.profiles.typed import Profile
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.monitor import GpuInfo, num, visible_indices
 
-__all__ = ["CUDA_CONTEXT_MB", "SOURCE_NVML", "SOURCE_TORCH", "MEASURE_RANKS", "MEASURE_TREE",
-           "MEASURE_PROCESSES",
-           "row_cards", "gpu_figures", "host_figures", "host_measure_text", "samples_per_step", "mismatch", "sharding_read_back",
-           "stated_sharding"]
+__all__ = [
+    "CUDA_CONTEXT_MB",
+    "SOURCE_NVML",
+    "SOURCE_TORCH",
+    "MEASURE_RANKS",
+    "MEASURE_TREE",
+    "MEASURE_PROCESSES",
+    "row_cards",
+    "gpu_figures",
+    "host_figures",
+    "host_measure_text",
+    "samples_per_step",
+    "mismatch",
+    "sharding_read_back",
+    "stated_sharding",
+]
 
 CUDA_CONTEXT_MB = CUDA_CONTEXT_BYTES / MIB
 SOURCE_NVML = "nvml-process"
@@ -59,7 +71,7 @@ def row_cards(snap: RunSnapshot, gpus_asked: int, nproc: int, cuda_visible: str 
     by_index = {c.index: c for c in g.gpus}
     vis = visible_indices(cuda_visible, g.gpus) if cuda_visible is not None else getattr(g, "visible", None)
     order = list(by_index) if vis is None else [i for i in vis if i in by_index]
-    return [by_index[i] for i in order[:max(0, nproc)]]
+    return [by_index[i] for i in order[: max(0, nproc)]]
 
 
 def gpu_figures(snap: RunSnapshot, cards: Sequence[GpuInfo]) -> dict[str, Any]:
@@ -104,8 +116,12 @@ def host_figures(snap: RunSnapshot) -> dict[str, Any]:
             measure += f" ({snap.host_hwm_unread} without a readable VmHWM: their sampled RSS)"
     else:
         host, measure = tree, MEASURE_TREE
-    return {"peak_host_rss_mb": host, "host_measure": measure, "peak_tree_rss_mb": tree,
-            "peak_build_rss_mb": _r1(snap.host_peak_build_rss_mb)}
+    return {
+        "peak_host_rss_mb": host,
+        "host_measure": measure,
+        "peak_tree_rss_mb": tree,
+        "peak_build_rss_mb": _r1(snap.host_peak_build_rss_mb),
+    }
 
 
 def host_measure_text(measure: str | None) -> str:
@@ -113,11 +129,13 @@ def host_measure_text(measure: str | None) -> str:
     figure wherever it is printed, so it is never taken for the sampled tree's peak. Empty for a
     row that does not say."""
     m = str(measure or "")
-    for name, text in ((MEASURE_RANKS, "the ranks' own peaks, summed"),
-                       (MEASURE_PROCESSES, "each process's own peak, summed"),
-                       (MEASURE_TREE, "the process tree, sampled")):
+    for name, text in (
+        (MEASURE_RANKS, "the ranks' own peaks, summed"),
+        (MEASURE_PROCESSES, "each process's own peak, summed"),
+        (MEASURE_TREE, "the process tree, sampled"),
+    ):
         if m.startswith(name):
-            return text + m[len(name):]
+            return text + m[len(name) :]
     return ""
 
 
@@ -173,16 +191,20 @@ def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[st
         else:
             out["batch_size"] = {"stated": micro, "observed": _whole(per_step / accum)}
         ranks = snap.world_size or to_int(stated.get("world_size")) or 1
-        out["effective_batch"] = {"stated": micro * accum * (to_int(stated.get("world_size")) or 1),
-                                  "observed": _whole(per_step * ranks)}
+        out["effective_batch"] = {
+            "stated": micro * accum * (to_int(stated.get("world_size")) or 1),
+            "observed": _whole(per_step * ranks),
+        }
     if snap.config is not None:  # the worker's start event was seen
         for key, seen in (("max_seq_len", snap.max_seq_len), ("world_size", snap.world_size)):
             want = to_int(stated.get(key))
             if want is not None and seen is not None and seen != want:
                 out[key] = {"stated": want, "observed": seen}
     # Precision: what the Trainer (or DeepSpeed's engine) ran, from the lowest rank's start event.
-    starts = sorted((e for e in events if e.get("event") == "start" and e.get("precision")),
-                    key=lambda e: to_int(e.get("rank")) or 0)
+    starts = sorted(
+        (e for e in events if e.get("event") == "start" and e.get("precision")),
+        key=lambda e: to_int(e.get("rank")) or 0,
+    )
     if starts and stated.get("precision") and starts[0]["precision"] != stated["precision"]:
         out["precision"] = {"stated": stated["precision"], "observed": starts[0]["precision"]}
     ran = (sharding_read_back(events) or {}).get("ran")
@@ -202,6 +224,8 @@ def sharding_read_back(events: Iterable[dict[str, Any]]) -> dict[str, Any] | Non
     """What sharded the run, read back from the engine or the wrapper by the lowest rank (its
     start event's ``sharding``: ``ran``, the ZeRO stage and offload devices or the FSDP
     modules); None before any start event says."""
-    starts = sorted((e for e in events if e.get("event") == "start" and isinstance(e.get("sharding"), dict)),
-                    key=lambda e: to_int(e.get("rank")) or 0)
+    starts = sorted(
+        (e for e in events if e.get("event") == "start" and isinstance(e.get("sharding"), dict)),
+        key=lambda e: to_int(e.get("rank")) or 0,
+    )
     return dict(starts[0]["sharding"]) if starts else None

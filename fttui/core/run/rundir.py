@@ -345,8 +345,15 @@ class RunDir:
             return False
 
 
-def create(resolved: Profile | dict, argv: list[str], env: dict[str, str], run_id: str | None = None, *,
-           kind: str = "run", group: str | None = None) -> RunDir:
+def create(
+    resolved: Profile | dict,
+    argv: list[str],
+    env: dict[str, str],
+    run_id: str | None = None,
+    *,
+    kind: str = "run",
+    group: str | None = None,
+) -> RunDir:
     """Create the run directory with the resolved profile (``profile.json`` is
     :meth:`Profile.to_dict`; a watch run's is a plain dict) and the command. ``kind`` (``run``,
     ``probe``, ``sweep``) and ``group`` (the probe or sweep id) are launch arguments, not profile
@@ -358,8 +365,7 @@ def create(resolved: Profile | dict, argv: list[str], env: dict[str, str], run_i
     path.mkdir(mode=0o700)
     rd = RunDir(path)
     write_json_atomic(rd.profile_path, resolved)
-    write_json_atomic(rd.command_path, {"argv": argv, "env": env, "created": time.time(),
-                                        "kind": kind, "group": group})
+    write_json_atomic(rd.command_path, {"argv": argv, "env": env, "created": time.time(), "kind": kind, "group": group})
     log.debug("run directory %s (kind %s%s): %s", path, kind, f", group {group}" if group else "", " ".join(argv))
     return rd
 

@@ -53,8 +53,14 @@ def node_verdict(own: FinalStatus | None, job: JobState, step: int | None = None
     elif job.state in LOST_STATES:
         status = "lost"
     elif job.state == "OUT_OF_MEMORY":
-        return FinalStatus("oom", oom_kind="host-kill", error=slurm_error(job), error_step=step,
-                           returncode=own.returncode if own else None, signal=own.signal if own else None)
+        return FinalStatus(
+            "oom",
+            oom_kind="host-kill",
+            error=slurm_error(job),
+            error_step=step,
+            returncode=own.returncode if own else None,
+            signal=own.signal if own else None,
+        )
     else:  # COMPLETED / FAILED and the node said nothing: its end was not recorded
         status = "lost"
     base = own if own is not None else FinalStatus(status)
@@ -76,8 +82,7 @@ def job_verdict(job: JobState, node_statuses: list[str]) -> FinalStatus:
     return FinalStatus("failed", error=f"Slurm: {job.state}: no node started fttui (see the job's slurm-*.out)")
 
 
-def amend_row(row: dict[str, Any], status: FinalStatus, job: JobState | None,
-              slurm: dict[str, Any]) -> dict[str, Any]:
+def amend_row(row: dict[str, Any], status: FinalStatus, job: JobState | None, slurm: dict[str, Any]) -> dict[str, Any]:
     """The node's row with the verdict and Slurm's facts (``env.slurm``: job id, job run, node
     rank and name, nodes, restart and, once the job is over, Slurm's final state)."""
     env = dict(row.get("env") or {})
@@ -85,8 +90,14 @@ def amend_row(row: dict[str, Any], status: FinalStatus, job: JobState | None,
     if job is None:
         return {**row, "env": env}
     env["slurm"].update(state=job.state, source=job.source)
-    return {**row, "status": status.status, "error": status.error, "oom_kind": status.oom_kind,
-            "error_step": status.error_step, "env": env}
+    return {
+        **row,
+        "status": status.status,
+        "error": status.error,
+        "oom_kind": status.oom_kind,
+        "error_step": status.error_step,
+        "env": env,
+    }
 
 
 __all__ = ["node_verdict", "job_verdict", "amend_row", "slurm_error", "CANCELLED_STATES", "LOST_STATES"]

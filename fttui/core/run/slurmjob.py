@@ -54,14 +54,20 @@ def _one_line(what: str, value: str) -> None:
     return, which bash reads as part of a word and sbatch as a line's end) would make the rest a
     line of its own, a command or a directive nobody asked for (issue 36)."""
     if _CONTROL.search(value):  # repr: the newline shown as \n, as every control character
-        raise FttuiError(f"{what} {value!r}: holds a control character (a newline, a carriage return, a tab); "
-                         "give the value on one line")
+        raise FttuiError(
+            f"{what} {value!r}: holds a control character (a newline, a carriage return, a tab); "
+            "give the value on one line"
+        )
 
 
 def check_options(opts: SubmitOptions) -> None:
     """One line (exit 2) for options Slurm would refuse later or fttui cannot run."""
-    for what, value in (("--partition", opts.partition), ("--time", opts.time), ("--account", opts.account),
-                        *(("--sbatch-arg", a) for a in opts.sbatch_args)):
+    for what, value in (
+        ("--partition", opts.partition),
+        ("--time", opts.time),
+        ("--account", opts.account),
+        *(("--sbatch-arg", a) for a in opts.sbatch_args),
+    ):
         if value is not None:
             _one_line(what, value)
     if opts.nodes < 1:
@@ -73,10 +79,21 @@ def check_options(opts: SubmitOptions) -> None:
     for arg in opts.sbatch_args:
         if "\n" in arg or not arg.startswith("-"):
             raise FttuiError(f"--sbatch-arg {arg!r}: give one sbatch option per flag, e.g. --sbatch-arg=--qos=high")
-        if arg.split("=")[0] in ("--nodes", "-N", "--ntasks-per-node", "--ntasks", "-n", "--output", "-o",
-                                 "--het-group", "--wrap"):
-            raise FttuiError(f"--sbatch-arg {arg}: fttui submit sets {arg.split('=')[0]} itself "
-                             "(one task per node; --nodes for the count)")
+        if arg.split("=")[0] in (
+            "--nodes",
+            "-N",
+            "--ntasks-per-node",
+            "--ntasks",
+            "-n",
+            "--output",
+            "-o",
+            "--het-group",
+            "--wrap",
+        ):
+            raise FttuiError(
+                f"--sbatch-arg {arg}: fttui submit sets {arg.split('=')[0]} itself "
+                "(one task per node; --nodes for the count)"
+            )
 
 
 def job_profile(resolved: Profile | Mapping[str, Any], opts: SubmitOptions, run_path: Path) -> Profile:
@@ -97,8 +114,12 @@ def script_text(resolved: Profile, opts: SubmitOptions, run_path: Path, python: 
     name = str(resolved.name or "run")
     home = str(rundir.paths.home())
     check_options(opts)
-    for what, value in (("the profile's name", name), ("FTTUI_HOME", home), ("the run directory", str(run_path)),
-                        ("the Python", python or sys.executable)):
+    for what, value in (
+        ("the profile's name", name),
+        ("FTTUI_HOME", home),
+        ("the run directory", str(run_path)),
+        ("the Python", python or sys.executable),
+    ):
         _one_line(what, value)
     lines = [
         "#!/bin/bash",
@@ -151,16 +172,17 @@ def submit(resolved: Profile, opts: SubmitOptions) -> rundir.RunDir:
 
     prof, run_path, text = prepare_job(resolved, opts)
     if shutil.which("sbatch") is None:
-        raise FttuiError("sbatch not found: fttui submit runs on a machine with Slurm's clients "
-                         "(set SLURM_CONF when the cluster's configuration is not in /etc)")
+        raise FttuiError(
+            "sbatch not found: fttui submit runs on a machine with Slurm's clients "
+            "(set SLURM_CONF when the cluster's configuration is not in /etc)"
+        )
     argv = ["sbatch", "--parsable", SCRIPT]
     rd = rundir.create(prof, argv, {}, run_id=run_path.name, kind=KIND)
     script = rd.path / SCRIPT
     script.write_text(text)
     os.chmod(script, 0o700)
     try:
-        proc = subprocess.run(argv, cwd=rd.path, capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, cwd=rd.path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
         _remove(rd)
         raise FttuiError(f"sbatch: {e}") from None
@@ -170,9 +192,16 @@ def submit(resolved: Profile, opts: SubmitOptions) -> rundir.RunDir:
         err = (proc.stderr or proc.stdout).strip().splitlines()
         raise FttuiError(f"sbatch refused the job: {err[-1] if err else f'exit {proc.returncode}'}")
     job_id, _, cluster = out[-1].partition(";")
-    rundir.write_json_atomic(rd.path / "slurm.json", {"job_id": job_id, "cluster": cluster or None,
-                                                      "submitted": time.time(), "nodes": opts.nodes,
-                                                      "script": str(script)})
+    rundir.write_json_atomic(
+        rd.path / "slurm.json",
+        {
+            "job_id": job_id,
+            "cluster": cluster or None,
+            "submitted": time.time(),
+            "nodes": opts.nodes,
+            "script": str(script),
+        },
+    )
     return rd
 
 
@@ -185,8 +214,11 @@ def _remove(rd: rundir.RunDir) -> None:
 def job_nodes(rd: rundir.RunDir) -> list[rundir.RunDir]:
     """The run directories of the job's nodes (every attempt of a requeued job), by id."""
     root = rd.path.parent
-    out = [rundir.RunDir(p) for p in root.glob(f"{rd.run_id}-*")
-           if (p / "profile.json").exists() and re.fullmatch(r"(-r\d+)?-n\d+", p.name[len(rd.run_id):])]
+    out = [
+        rundir.RunDir(p)
+        for p in root.glob(f"{rd.run_id}-*")
+        if (p / "profile.json").exists() and re.fullmatch(r"(-r\d+)?-n\d+", p.name[len(rd.run_id) :])
+    ]
     return sorted(out, key=lambda r: (restart_of(r), r.run_id))
 
 
@@ -208,8 +240,9 @@ def cancel(rd: rundir.RunDir) -> None:
     if not job:
         raise FttuiError(f"run {rd.run_id}: no Slurm job id yet (sbatch has not answered)")
     try:
-        proc = subprocess.run(["scancel", str(job)], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            ["scancel", str(job)], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise FttuiError(f"scancel {job}: {e}") from None
     if proc.returncode != 0:
@@ -217,5 +250,17 @@ def cancel(rd: rundir.RunDir) -> None:
         raise FttuiError(f"scancel {job}: {err[-1] if err else f'exit {proc.returncode}'}")
 
 
-__all__ = ["SubmitOptions", "submit", "restart_of", "prepare_job", "script_text", "job_profile", "check_options", "job_nodes",
-           "node0", "cancel", "KIND", "SCRIPT"]
+__all__ = [
+    "SubmitOptions",
+    "submit",
+    "restart_of",
+    "prepare_job",
+    "script_text",
+    "job_profile",
+    "check_options",
+    "job_nodes",
+    "node0",
+    "cancel",
+    "KIND",
+    "SCRIPT",
+]

@@ -70,13 +70,23 @@ def start_node(resolved: dict, alloc: Allocation, job_run: str | None = None) ->
     resume = earlier_checkpoint(job_run, alloc, prof) if alloc.restart else None
     rid = node_run_id(job_run, alloc)
     if (rundir.paths.runs_dir() / rid).exists():
-        raise FttuiError(f"run {rid} exists already: node {alloc.node_rank} of Slurm job {alloc.job_id} "
-                         f"(restart {alloc.restart}) was started twice")
+        raise FttuiError(
+            f"run {rid} exists already: node {alloc.node_rank} of Slurm job {alloc.job_id} "
+            f"(restart {alloc.restart}) was started twice"
+        )
     rd = launch.prepare(prof, rid, kind="run", group=group, resume=resume)
     command = rd.command() or {}
-    command["slurm"] = {"job_id": alloc.job_id, "job_run": job_run, "node_rank": alloc.node_rank,
-                        "node": alloc.node_name, "nodes": alloc.nodes, "nodelist": alloc.nodelist,
-                        "restart": alloc.restart, "main_addr": addr, "main_port": alloc.port}
+    command["slurm"] = {
+        "job_id": alloc.job_id,
+        "job_run": job_run,
+        "node_rank": alloc.node_rank,
+        "node": alloc.node_name,
+        "nodes": alloc.nodes,
+        "nodelist": alloc.nodelist,
+        "restart": alloc.restart,
+        "main_addr": addr,
+        "main_port": alloc.port,
+    }
     rundir.write_json_atomic(rd.command_path, command)
     return rd
 

@@ -38,7 +38,9 @@ class RunState:
     supervisor's ``status.json``. Tolerates unknown events, missing keys and events from several
     ranks (``rank``, default 0)."""
 
-    def __init__(self, warmup_exclude_steps: int = 1, history: int = 240, oom_warn_steps: int = DEFAULT_HORIZON) -> None:
+    def __init__(
+        self, warmup_exclude_steps: int = 1, history: int = 240, oom_warn_steps: int = DEFAULT_HORIZON
+    ) -> None:
         self.warmup_exclude_steps = int(warmup_exclude_steps)
         self.history = max(1, int(history))
         self.progress = ProgressFold(self.warmup_exclude_steps, self.history)
@@ -57,8 +59,7 @@ class RunState:
         ``monitor.oom_warn_steps`` is the memory creep warning's horizon."""
         value = profile.train.warmup_exclude_steps if profile is not None else 1
         horizon = profile.monitor.oom_warn_steps if profile is not None else DEFAULT_HORIZON
-        return cls(warmup_exclude_steps=_int(value, 1), history=history,
-                   oom_warn_steps=_int(horizon, DEFAULT_HORIZON))
+        return cls(warmup_exclude_steps=_int(value, 1), history=history, oom_warn_steps=_int(horizon, DEFAULT_HORIZON))
 
     def replay(self, events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> RunState:
         """Fold every event, then every sample; returns the fold."""
@@ -72,23 +73,27 @@ class RunState:
         if not isinstance(event, dict):
             return
         name = event.get("event")
-        handler = {
-            "start": self._on_start,
-            "step": self._on_step,
-            "end": self._on_end,
-            "error": self._on_error,
-            "exit": self._on_exit,
-            "launch": self._on_launch,
-            "stalled": self._on_stalled,
-            "resumed": self._on_stalled,
-            "phase": self._on_phase,
-            "eval": self._on_kept,
-            "save": self._on_kept,
-            "forecast": self._on_forecast,
-            "attempt": self._on_kept,
-            "retry": self._on_kept,
-            "memory_warning": self._on_memory_warning,
-        }.get(name) if isinstance(name, str) else None
+        handler = (
+            {
+                "start": self._on_start,
+                "step": self._on_step,
+                "end": self._on_end,
+                "error": self._on_error,
+                "exit": self._on_exit,
+                "launch": self._on_launch,
+                "stalled": self._on_stalled,
+                "resumed": self._on_stalled,
+                "phase": self._on_phase,
+                "eval": self._on_kept,
+                "save": self._on_kept,
+                "forecast": self._on_forecast,
+                "attempt": self._on_kept,
+                "retry": self._on_kept,
+                "memory_warning": self._on_memory_warning,
+            }.get(name)
+            if isinstance(name, str)
+            else None
+        )
         if handler is None:
             return
         self._events += 1
@@ -103,7 +108,9 @@ class RunState:
 
     def _on_stalled(self, ev: dict[str, Any], t: float | None) -> None:
         # The supervisor saw no step for its stall timeout while the process lived (or it resumed).
-        self.verdict.stalled = str(ev.get("message") or "no step for the stall timeout") if ev.get("event") == "stalled" else ""
+        self.verdict.stalled = (
+            str(ev.get("message") or "no step for the stall timeout") if ev.get("event") == "stalled" else ""
+        )
 
     def _on_memory_warning(self, ev: dict[str, Any], t: float | None) -> None:
         self.memory.on_warning(ev)
@@ -183,10 +190,18 @@ class RunState:
         wall = max(0.0, self._last_t - started) if started is not None and self._last_t is not None else None
         progress, memory = self.progress.fields(verdict["status"]), self.memory.fields()
         memory.update(self.memory.warnings(memory, progress["total_steps"], progress["step"]))
-        snap = with_perf(RunSnapshot(  # per-card headroom, retries, MFU: fttui.core.run.perf
-            **verdict, **progress, **memory, speed=self.speed.fields(),
-            last_t=self._last_t, wall_elapsed=wall, events=self._events, samples_seen=self._samples_seen,
-        ))
+        snap = with_perf(
+            RunSnapshot(  # per-card headroom, retries, MFU: fttui.core.run.perf
+                **verdict,
+                **progress,
+                **memory,
+                speed=self.speed.fields(),
+                last_t=self._last_t,
+                wall_elapsed=wall,
+                events=self._events,
+                samples_seen=self._samples_seen,
+            )
+        )
         cards = tuple(c.index for c in snap.cards if c.index is not None)
         return replace(snap, why_slow=why_slow(snap.speed, cards))
 

@@ -69,8 +69,12 @@ class FinalStatus:
         """``status.json``'s object: the verdict's keys always, ``row_saved`` and ``ended`` once
         the supervisor set them."""
         out: dict[str, Any] = {
-            "returncode": self.returncode, "signal": self.signal, "oom_kind": self.oom_kind,
-            "error": self.error, "error_step": self.error_step, "error_rank": self.error_rank,
+            "returncode": self.returncode,
+            "signal": self.signal,
+            "oom_kind": self.oom_kind,
+            "error": self.error,
+            "error_step": self.error_step,
+            "error_rank": self.error_rank,
             "status": self.status,
         }
         if self.row_saved is not None:
@@ -93,8 +97,9 @@ LOST = StatusLine("LOST: the supervisor is gone without writing a status", "fail
 CANCELLING = StatusLine("CANCELLING: waiting for the supervisor to stop the run", "cancelled")
 
 
-def status_line(snap: RunSnapshot | None, *, gone: bool = False, lost: bool = False,
-                cancelling: bool = False, detail: bool = False) -> StatusLine:
+def status_line(
+    snap: RunSnapshot | None, *, gone: bool = False, lost: bool = False, cancelling: bool = False, detail: bool = False
+) -> StatusLine:
     """The run's status in one line, for every view.
 
     ``gone``: the run directory was deleted; ``lost``: the supervisor died without a final

@@ -13,8 +13,14 @@ from fttui.core.run import rundir
 from fttui.core.results.columns import RowInputs, fold_row, rounded
 from fttui.core.run.events import parse_event, read_jsonl
 from fttui.core.run.perf import row_perf
-from fttui.core.run.row_figures import (gpu_figures, host_figures, mismatch, row_cards, sharding_read_back,
-                                        stated_sharding)
+from fttui.core.run.row_figures import (
+    gpu_figures,
+    host_figures,
+    mismatch,
+    row_cards,
+    sharding_read_back,
+    stated_sharding,
+)
 from fttui.core.run.ranks import clash_mismatch
 from fttui.core.run.resume import is_checkpoint
 from fttui.core.run.snapshot import RunSnapshot, to_int
@@ -46,8 +52,15 @@ def _last_log_line(rd: rundir.RunDir) -> str:
         return ""
 
 
-def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_reason: str | None,
-                 error: str | None = None, *, oom_killed: bool = False) -> FinalStatus:
+def final_status(
+    rd: rundir.RunDir,
+    snap: RunSnapshot,
+    rc: int | None,
+    cancel_reason: str | None,
+    error: str | None = None,
+    *,
+    oom_killed: bool = False,
+) -> FinalStatus:
     """Classify how the run ended: completed, failed, oom or cancelled. ``oom_killed``: the
     kernel counted an OOM kill in the run's cgroup (:func:`fttui.core.run.cgroup.oom_kills`), so a
     SIGKILL is the OOM killer's whatever the host's memory looked like in the samples."""
@@ -58,8 +71,15 @@ def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_re
     if cancel_reason is not None:
         return FinalStatus("cancelled", rc, sig, error=cancel_reason)
     if err.get("kind") == "oom":
-        return FinalStatus("oom", rc, sig, oom_kind=err.get("oom_kind") or "unknown", error=err.get("message"),
-                           error_step=err.get("step"), error_rank=err.get("rank"))
+        return FinalStatus(
+            "oom",
+            rc,
+            sig,
+            oom_kind=err.get("oom_kind") or "unknown",
+            error=err.get("message"),
+            error_step=err.get("step"),
+            error_rank=err.get("rank"),
+        )
     if rc == 0 and snap.status == "completed":
         return FinalStatus("completed", rc, sig)
     if rc != 0 and not err and rd.kind_and_group()[0] == "command":
@@ -70,12 +90,22 @@ def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_re
         if found is not None:
             return FinalStatus("oom", rc, sig, oom_kind=found[0], error=found[1], error_step=snap.step)
     if rc == -signal.SIGKILL and (oom_killed or _host_memory_pressure(rd, snap)):
-        return FinalStatus("oom", rc, sig, oom_kind="host-kill", error_step=snap.step, error=(
-            "killed by SIGKILL: the kernel's OOM killer ended a process of the run (its cgroup's memory.events)"
-            if oom_killed else "killed by SIGKILL while host memory was at its limit (kernel OOM killer)"))
+        return FinalStatus(
+            "oom",
+            rc,
+            sig,
+            oom_kind="host-kill",
+            error_step=snap.step,
+            error=(
+                "killed by SIGKILL: the kernel's OOM killer ended a process of the run (its cgroup's memory.events)"
+                if oom_killed
+                else "killed by SIGKILL while host memory was at its limit (kernel OOM killer)"
+            ),
+        )
     if err:
-        return FinalStatus("failed", rc, sig, error=err.get("message"), error_step=err.get("step"),
-                           error_rank=err.get("rank"))
+        return FinalStatus(
+            "failed", rc, sig, error=err.get("message"), error_step=err.get("step"), error_rank=err.get("rank")
+        )
     if sig:
         return FinalStatus("failed", rc, sig, error=f"training process killed by {sig}", error_step=snap.step)
     if rc == 0 and rd.kind_and_group()[0] == "command":
@@ -88,8 +118,10 @@ def final_status(rd: rundir.RunDir, snap: RunSnapshot, rc: int | None, cancel_re
 
 
 #: The words of a command that exited 0 without any training reported (no Trainer, no printed bar).
-NO_TRAINING_SEEN = ("no training seen: no Trainer reported to fttui and no training progress was printed "
-                    "(the row has the process's memory and time only)")
+NO_TRAINING_SEEN = (
+    "no training seen: no Trainer reported to fttui and no training progress was printed "
+    "(the row has the process's memory and time only)"
+)
 
 
 def _training_seen(snap: RunSnapshot) -> bool:
@@ -106,8 +138,17 @@ def _host_memory_pressure(rd: rundir.RunDir, snap: RunSnapshot) -> bool:
     return bool(total and peak and peak >= HOST_OOM_FRACTION * total)
 
 
-def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_launch: float | None, t_end: float,
-              stalled: bool = False, cuda_visible: str | None = None, recorded_by: str = "supervisor") -> dict[str, Any]:
+def build_row(
+    rd: rundir.RunDir,
+    snap: RunSnapshot,
+    status: FinalStatus,
+    *,
+    t_launch: float | None,
+    t_end: float,
+    stalled: bool = False,
+    cuda_visible: str | None = None,
+    recorded_by: str = "supervisor",
+) -> dict[str, Any]:
     """The run's summary row (the store's columns). Its cards are the run's
     (:mod:`fttui.core.run.row_figures`): those ``cuda_visible`` names (a ``CUDA_VISIBLE_DEVICES``
     value) when given, else those the GPU samples recorded as visible to the supervisor, whose
@@ -121,20 +162,36 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     if kind == "command":
         from fttui.core.run.command import row_profile
 
-        used = [c for c in (snap.gpu.gpus if snap.gpu is not None and snap.gpu.available else [])
-                if (snap.gpu_peak_proc_mb.get(c.index) or 0) > 0]
+        used = [
+            c
+            for c in (snap.gpu.gpus if snap.gpu is not None and snap.gpu.available else [])
+            if (snap.gpu_peak_proc_mb.get(c.index) or 0) > 0
+        ]
         prof = row_profile(prof, snap.config, len(used))
     env = dict(snap.env or {})
     nproc = prof.devices.processes_per_node() if stored is not None else 1
     # a command states no world size: the Trainer's (its start event), else unknown
     ws_stated = None if kind == "command" else prof.world_size() if stored is not None else 1
-    versions = {k: env.get(k) for k in ("python", "torch", "transformers", "peft", "accelerate",
-                                        "bitsandbytes", "deepspeed", "cuda", "driver") if k in env}
+    versions = {
+        k: env.get(k)
+        for k in (
+            "python",
+            "torch",
+            "transformers",
+            "peft",
+            "accelerate",
+            "bitsandbytes",
+            "deepspeed",
+            "cuda",
+            "driver",
+        )
+        if k in env
+    }
     gpus_asked = int(prof.devices.gpus if prof.devices.gpus is not None else 1)
     cards = used if used and cuda_visible is None else row_cards(snap, gpus_asked, nproc, cuda_visible)
     gpu_names = [c.name or "" for c in cards]
     if not cards and gpus_asked > 0:  # no GPU sample: the worker's own list (CUDA order)
-        gpu_names = list(env.get("gpu_names") or [])[:max(1, nproc)]
+        gpu_names = list(env.get("gpu_names") or [])[: max(1, nproc)]
     num_gpus = len(gpu_names)
     interconnect = ""
     if len(cards) >= 2:
@@ -143,15 +200,22 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
 
         topo = gpu_topology([c.index for c in cards])
         env["topology"] = topo
-        interconnect = interconnect_label(num_gpus, (topo or {}).get("nvlink_links"),
-                                          (topo or {}).get("common_ancestor"))
-    stated = {"batch_size": prof.train.batch_size, "grad_accum": prof.train.grad_accum,
-              "max_seq_len": prof.data.max_seq_len, "world_size": prof.world_size() if stored is not None else None,
-              "precision": prof.train.precision}
+        interconnect = interconnect_label(
+            num_gpus, (topo or {}).get("nvlink_links"), (topo or {}).get("common_ancestor")
+        )
+    stated = {
+        "batch_size": prof.train.batch_size,
+        "grad_accum": prof.train.grad_accum,
+        "max_seq_len": prof.data.max_seq_len,
+        "world_size": prof.world_size() if stored is not None else None,
+        "precision": prof.train.precision,
+    }
     events = read_jsonl(rd.events_path)
     method, sharding_asked = stated_sharding(prof)
     stated["sharding"] = sharding_asked
-    differs = mismatch(stated, snap, events) if stored is not None and kind != "command" else {}  # a command states nothing
+    differs = (
+        mismatch(stated, snap, events) if stored is not None and kind != "command" else {}
+    )  # a command states nothing
     # processes that claimed one rank (fttui.core.run.ranks): the world they stated, the processes seen
     starts = [e for e in events if e.get("event") == "start"]
     claimed = to_int(min(starts, key=lambda e: to_int(e.get("rank")) or 0).get("world_size")) if starts else None
@@ -162,19 +226,39 @@ def build_row(rd: rundir.RunDir, snap: RunSnapshot, status: FinalStatus, *, t_la
     if read_back:
         env["sharding"] = read_back
     parts = {
-        "method": method, "sharding": (read_back or {}).get("ran") or sharding_asked,
-        "gpu": gpu_names[0] if gpu_names else "cpu", "gpu_names": gpu_names, "num_gpus": num_gpus,
-        "stated_world_size": ws_stated, "wall_s": rounded(t_end - t_launch, 2) if t_launch else None,
-        **gpu_figures(snap, cards), **host_figures(snap), "stalled": bool(stalled), "versions": versions,
-        "env": {k: v for k, v in env.items() if k not in versions}, "run_dir": str(rd.path),
-        "interconnect": interconnect, "mismatch": differs, **row_perf(snap, cards, gpus_asked > 0),
+        "method": method,
+        "sharding": (read_back or {}).get("ran") or sharding_asked,
+        "gpu": gpu_names[0] if gpu_names else "cpu",
+        "gpu_names": gpu_names,
+        "num_gpus": num_gpus,
+        "stated_world_size": ws_stated,
+        "wall_s": rounded(t_end - t_launch, 2) if t_launch else None,
+        **gpu_figures(snap, cards),
+        **host_figures(snap),
+        "stalled": bool(stalled),
+        "versions": versions,
+        "env": {k: v for k, v in env.items() if k not in versions},
+        "run_dir": str(rd.path),
+        "interconnect": interconnect,
+        "mismatch": differs,
+        **row_perf(snap, cards, gpus_asked > 0),
         **kept_figures(rd, events),
     }
-    return fold_row(RowInputs(
-        run_id=rd.run_id, kind=kind, group_id=group, profile=prof, snap=snap, status=status,
-        started_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_launch or t_end)),
-        ended_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_end)),
-        events=tuple(filter(None, map(parse_event, events))), parts=parts, recorded_by=recorded_by))
+    return fold_row(
+        RowInputs(
+            run_id=rd.run_id,
+            kind=kind,
+            group_id=group,
+            profile=prof,
+            snap=snap,
+            status=status,
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_launch or t_end)),
+            ended_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_end)),
+            events=tuple(filter(None, map(parse_event, events))),
+            parts=parts,
+            recorded_by=recorded_by,
+        )
+    )
 
 
 def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -183,8 +267,14 @@ def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, A
     saved (``save`` events), from the lowest rank that reported them."""
     resume = (rd.command() or {}).get("resume")
     resume = resume if isinstance(resume, dict) else {}
-    evals = [e for e in events if e.get("event") == "eval" and isinstance(e.get("step"), int)
-             and isinstance(e.get("eval_loss"), (int, float)) and not isinstance(e.get("eval_loss"), bool)]
+    evals = [
+        e
+        for e in events
+        if e.get("event") == "eval"
+        and isinstance(e.get("step"), int)
+        and isinstance(e.get("eval_loss"), (int, float))
+        and not isinstance(e.get("eval_loss"), bool)
+    ]
     last_eval = max(evals, key=lambda e: (e["step"], -int(e.get("rank") or 0), e.get("t") or 0), default={})
     saves = [e for e in events if e.get("event") == "save" and isinstance(e.get("path"), str)]
     checkpoints = [e for e in saves if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)]
@@ -224,5 +314,11 @@ def row_so_far(rd: rundir.RunDir, *, recorded_by: str = "worker") -> dict[str, A
     events = read_jsonl(rd.events_path)
     snap = RunState.for_profile(rd.profile()).replay(events, read_jsonl(rd.samples_path)).snapshot()
     launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
-    return build_row(rd, snap, FinalStatus(snap.status), t_launch=launches[0] if launches else None,
-                     t_end=time.time(), recorded_by=recorded_by)
+    return build_row(
+        rd,
+        snap,
+        FinalStatus(snap.status),
+        t_launch=launches[0] if launches else None,
+        t_end=time.time(),
+        recorded_by=recorded_by,
+    )

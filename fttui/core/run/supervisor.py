@@ -56,9 +56,7 @@ class Supervisor:
         self.cgroup: Path | None = None  # the run's own cgroup, where one can be made
         self.oom_kills = 0  # its processes the kernel's OOM killer ended (memory.events)
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
-        self.stall_fixed = float(
-            os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.monitor.stall_timeout_s or 0)
-        )
+        self.stall_fixed = float(os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.monitor.stall_timeout_s or 0))
         self.stall_floor = float(os.environ.get("FTTUI_STALL_FLOOR", guard.STALL_FLOOR_S))
         self.step_times: list[tuple[int, float]] = []
         self.stalled = False
@@ -184,8 +182,14 @@ class Supervisor:
         rd = self.rd
         argv = self.command.get("argv")
         self.cgroup, no_cgroup = cgroup.create(rd.run_id) if argv else (None, "")
-        me = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": time.time(), "create_time": psutil.Process().create_time(),
-              "id": guard.identity(os.getpid()), "cgroup": str(self.cgroup) if self.cgroup else None}
+        me = {
+            "pid": os.getpid(),
+            "pgid": os.getpgid(0),
+            "started": time.time(),
+            "create_time": psutil.Process().create_time(),
+            "id": guard.identity(os.getpid()),
+            "cgroup": str(self.cgroup) if self.cgroup else None,
+        }
         reserve = guard.Reserve(rd.path)  # room for the verdict when the disk fills up
         self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path, me)
         first_event = oomretry.attempt_event(rd)  # a run started to recover from an OOM says so first
@@ -202,8 +206,12 @@ class Supervisor:
         t_launch = time.time()
         with open_private(rd.log_path) as log:  # the log exists (0600) before anything writes to it
             if no_cgroup:  # said once, in the run's log: not an error
-                self._write("train.log", log.write, f"fttui: {no_cgroup}; they are tracked through the supervisor "
-                            f"(a daemon that outlives the supervisor is not ended)\n".encode())
+                self._write(
+                    "train.log",
+                    log.write,
+                    f"fttui: {no_cgroup}; they are tracked through the supervisor "
+                    f"(a daemon that outlives the supervisor is not ended)\n".encode(),
+                )
         report_r, report_w = os.pipe()  # the log writer reports a failed write here
         os.set_blocking(report_r, False)
         self.report_r = report_r
@@ -211,8 +219,17 @@ class Supervisor:
             # The log writer leads the training's process group; output never passes through
             # this process, so the training outlives it.
             self.child = subprocess.Popen(
-                [sys.executable, "-m", "fttui.core.run.logtee", str(rd.path), *self.logtee_options(),
-                 "--report-fd", str(report_w), "--", *argv],
+                [
+                    sys.executable,
+                    "-m",
+                    "fttui.core.run.logtee",
+                    str(rd.path),
+                    *self.logtee_options(),
+                    "--report-fd",
+                    str(report_w),
+                    "--",
+                    *argv,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -229,10 +246,18 @@ class Supervisor:
         finally:
             os.close(report_w)
         # the training's group and its leader's start time: cancel signals only that process's group
-        self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path,
-                    me | {"train_pgid": self.child.pid, "train_id": guard.identity(self.child.pid)})
-        self._write("events.jsonl", append_jsonl, rd.events_path, {"event": "launch", "t": time.time(), "rank": -1,
-                                                                     "source": "supervisor", "pid": self.child.pid})
+        self._write(
+            "supervisor.json",
+            rundir.write_json_atomic,
+            rd.supervisor_path,
+            me | {"train_pgid": self.child.pid, "train_id": guard.identity(self.child.pid)},
+        )
+        self._write(
+            "events.jsonl",
+            append_jsonl,
+            rd.events_path,
+            {"event": "launch", "t": time.time(), "rank": -1, "source": "supervisor", "pid": self.child.pid},
+        )
         host = HostSampler(self.child.pid)
         last_progress = time.time()
         last_step = 0
@@ -242,7 +267,11 @@ class Supervisor:
             self._sample(host, gpu)
             for ev in tail.read_new():
                 self.state.apply(ev)
-                if ev.get("event") == "step" and isinstance(ev.get("step"), int) and isinstance(ev.get("t"), (int, float)):
+                if (
+                    ev.get("event") == "step"
+                    and isinstance(ev.get("step"), int)
+                    and isinstance(ev.get("t"), (int, float))
+                ):
                     if not self.step_times or ev["step"] > self.step_times[-1][0]:
                         self.step_times = [*self.step_times[-60:], (ev["step"], float(ev["t"]))]
             snap = self.state.snapshot()
@@ -254,8 +283,11 @@ class Supervisor:
                     self.stalled = False
                     self._event("resumed")
             idle = time.time() - last_progress
-            if (last_step > 0 and not self.stalled
-                    and idle > guard.stall_limit(self.step_times, self.stall_fixed, self.stall_floor)):
+            if (
+                last_step > 0
+                and not self.stalled
+                and idle > guard.stall_limit(self.step_times, self.stall_fixed, self.stall_floor)
+            ):
                 self.stalled = True
                 self.ever_stalled = guard.stall_message(idle, guard.usual_step_s(self.step_times))
                 self._event("stalled", seconds=round(idle, 1), message=self.ever_stalled)
@@ -343,11 +375,14 @@ class Supervisor:
         self._write("events.jsonl", append_jsonl, self.rd.events_path, ev)
         self.state.apply(ev)
 
-    def _finish(self, rc: int | None, t_launch: float | None, error: str | None = None,
-                reserve: guard.Reserve | None = None) -> None:
+    def _finish(
+        self, rc: int | None, t_launch: float | None, error: str | None = None, reserve: guard.Reserve | None = None
+    ) -> None:
         """The verdict, kept in memory until it can be written: a write that fails (a full disk)
         gives back the reserve and is tried again, every few seconds, until it is written."""
-        status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error, oom_killed=self.oom_kills > 0)
+        status = final_status(
+            self.rd, self.state.snapshot(), rc, self.cancel_reason, error, oom_killed=self.oom_kills > 0
+        )
         if self.ever_stalled:
             status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
         if self.cancel_reason is None and self.fault is None and error is None:  # train.on_oom = "shrink":
@@ -357,18 +392,33 @@ class Supervisor:
         t_end, wait = time.time(), 1.0
         while True:
             if not self.rd.path.is_dir():  # deleted: the verdict has nowhere to go, never wait for it
-                print(f"supervisor: run {self.rd.run_id} ended ({status.status}) with its run directory deleted; "
-                      "nothing recorded", file=sys.stderr, flush=True)
+                print(
+                    f"supervisor: run {self.rd.run_id} ended ({status.status}) with its run directory deleted; "
+                    "nothing recorded",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 break
             try:
-                self.final = finish(self.rd, self.state, status, t_launch=t_launch, t_end=t_end, stalled=bool(self.ever_stalled),
-                       recorded_by="supervisor", source="supervisor")
+                self.final = finish(
+                    self.rd,
+                    self.state,
+                    status,
+                    t_launch=t_launch,
+                    t_end=t_end,
+                    stalled=bool(self.ever_stalled),
+                    recorded_by="supervisor",
+                    source="supervisor",
+                )
                 break
             except OSError as e:
                 if reserve is not None:
                     reserve.release()
-                print(f"supervisor: {guard.write_error('the run verdict', e)}; trying again in {wait:.0f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"supervisor: {guard.write_error('the run verdict', e)}; trying again in {wait:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 time.sleep(wait)
                 wait = min(wait * 2, 30.0)
         if reserve is not None:

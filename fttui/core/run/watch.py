@@ -76,8 +76,9 @@ def attempts(rd: RunDir) -> list[RunDir]:
         chain.append(nxt)
 
 
-def follow(rd: RunDir, on_update: Callable, interval: float = 0.5,
-           should_stop: Callable[[], bool] = lambda: False) -> RunFollower:
+def follow(
+    rd: RunDir, on_update: Callable, interval: float = 0.5, should_stop: Callable[[], bool] = lambda: False
+) -> RunFollower:
     f = RunFollower(rd)
     while True:
         snap = f.poll()

@@ -29,15 +29,22 @@ from typing import Any
 
 from fttui.monitor import num
 
-__all__ = ["MIN_SHARE", "OUTLIER_FACTOR", "SLOWING", "Cause", "CardSpeed", "SpeedFold", "Speed", "causes",
-           "why_slow"]
+__all__ = ["MIN_SHARE", "OUTLIER_FACTOR", "SLOWING", "Cause", "CardSpeed", "SpeedFold", "Speed", "causes", "why_slow"]
 
 MIN_SHARE = 0.10
 OUTLIER_FACTOR = 2.0
 MIN_STEPS = 5  # steady steps before anything is said of them
 #: clock event reasons that slow a card (idle, application clocks and display clock do not)
-SLOWING = ("power cap", "thermal (software)", "thermal (hardware)", "hardware slowdown", "power brake",
-           "sync boost", "board limit", "reliability")
+SLOWING = (
+    "power cap",
+    "thermal (software)",
+    "thermal (hardware)",
+    "hardware slowdown",
+    "power brake",
+    "sync boost",
+    "board limit",
+    "reliability",
+)
 
 
 @dataclass(frozen=True)
@@ -140,16 +147,21 @@ class SpeedFold:
         return Speed(
             steps=len(times),
             data_wait_share=self.wait / self.wait_time if self.wait_time > 0 and len(times) >= MIN_STEPS else None,
-            median_step_s=med, outliers=len(out),
+            median_step_s=med,
+            outliers=len(out),
             outlier_share=sum(t - med for t in out) / total if med is not None and total > 0 else None,
-            cards=tuple(CardSpeed(**vars(c)) for c in self.cards.values()))
+            cards=tuple(CardSpeed(**vars(c)) for c in self.cards.values()),
+        )
 
 
 def _card_cause(c: CardSpeed, data_share: float) -> Cause | None:
     held = [r for r in SLOWING if c.reasons.get(r, 0) * 2 >= c.samples]  # set in half the samples or more
     ratio = c.clock_ratio
-    clocks = (f" (SM {c.sm_clock_mhz:.0f} of {c.sm_clock_max_mhz:.0f} MHz)"
-              if c.sm_clock_mhz is not None and c.sm_clock_max_mhz else "")
+    clocks = (
+        f" (SM {c.sm_clock_mhz:.0f} of {c.sm_clock_max_mhz:.0f} MHz)"
+        if c.sm_clock_mhz is not None and c.sm_clock_max_mhz
+        else ""
+    )
     if held:
         share = 1.0 - ratio if ratio is not None else MIN_SHARE
         first = held[0]
@@ -166,8 +178,10 @@ def _card_cause(c: CardSpeed, data_share: float) -> Cause | None:
         return Cause(share, text)
     util = c.util
     if util is not None and util < 100 and data_share < MIN_SHARE:
-        return Cause(0.5 * (1 - util / 100), f"GPU {c.index} busy {util:.0f}% of the time (waiting on the host "
-                                             "or the other ranks)")
+        return Cause(
+            0.5 * (1 - util / 100),
+            f"GPU {c.index} busy {util:.0f}% of the time (waiting on the host or the other ranks)",
+        )
     return None
 
 
@@ -184,8 +198,13 @@ def causes(speed: Speed, run_cards: tuple[int, ...] | None = None) -> list[Cause
             if cause is not None:
                 out.append(cause)
     if speed.outliers and speed.outlier_share is not None and speed.median_step_s is not None:
-        out.append(Cause(speed.outlier_share, f"step-time outliers: {speed.outliers} of {speed.steps} steps over "
-                                              f"{OUTLIER_FACTOR:g}x the median {speed.median_step_s:.3g} s"))
+        out.append(
+            Cause(
+                speed.outlier_share,
+                f"step-time outliers: {speed.outliers} of {speed.steps} steps over "
+                f"{OUTLIER_FACTOR:g}x the median {speed.median_step_s:.3g} s",
+            )
+        )
     out.sort(key=lambda c: -c.share)
     return out
 

@@ -27,8 +27,11 @@ def _fail(what: str, exc: BaseException) -> None:
     import traceback
 
     try:
-        print(f"fttui: {what} failed ({type(exc).__name__}: {exc}); the script runs without fttui's callback",
-              file=sys.stderr, flush=True)
+        print(
+            f"fttui: {what} failed ({type(exc).__name__}: {exc}); the script runs without fttui's callback",
+            file=sys.stderr,
+            flush=True,
+        )
         run_dir = os.environ.get("FTTUI_RUN_DIR")
         if run_dir:
             with open(os.path.join(run_dir, "integration.log"), "a", encoding="utf-8") as f:
@@ -74,8 +77,9 @@ def _patch(trainer_module) -> None:
         rank = int(os.environ.get("RANK", "0"))
     except ValueError:
         rank = 0
-    hf.append_event(run_dir, {"event": "phase", "phase": "loading-model", "t": time.time(), "rank": rank,
-                              "source": "injected"})
+    hf.append_event(
+        run_dir, {"event": "phase", "phase": "loading-model", "t": time.time(), "rank": rank, "source": "injected"}
+    )
     Trainer = trainer_module.Trainer
     init, train = Trainer.__init__, Trainer.train
 

@@ -73,8 +73,12 @@ def read_config(path: str | os.PathLike[str]) -> Mapped:
         raise ProfileError(where, None, "not a training config (expected key: value lines)")
     tool = _tool(config)
     if tool is None:
-        raise ProfileError(where, None, "not a LLaMA-Factory or axolotl training config",
-                           "LLaMA-Factory configs have model_name_or_path, axolotl configs base_model")
+        raise ProfileError(
+            where,
+            None,
+            "not a LLaMA-Factory or axolotl training config",
+            "LLaMA-Factory configs have model_name_or_path, axolotl configs base_model",
+        )
     mapped = Mapped(tool=tool, path=p, config={str(k): v for k, v in config.items()})
     try:
         _TOOLS[tool](mapped)
@@ -99,8 +103,9 @@ def _stored_quantisation(mapped: Mapped) -> None:
         mapped.notes.append(f"{stored[0]}: `fttui estimate` and `fttui run` refuse it ({stored[1]})")
 
 
-def load_config_profile(path: str | os.PathLike[str],
-                        overrides: Iterable[str] | Mapping[str, Any] = ()) -> tuple[Profile, Mapped]:
+def load_config_profile(
+    path: str | os.PathLike[str], overrides: Iterable[str] | Mapping[str, Any] = ()
+) -> tuple[Profile, Mapped]:
     """The resolved profile of a LLaMA-Factory or axolotl config (checked like a profile file;
     relative paths are taken from the YAML's folder), and the mapping (for its unmapped keys)."""
     mapped = read_config(path)
@@ -108,8 +113,9 @@ def load_config_profile(path: str | os.PathLike[str],
     origins = {dotted(s, k): mapped.path for s, keys in raw.items() for k in keys}
     log: list[str] = []
     apply_overrides_to(raw, origins, overrides, log)
-    resolved = _finalize(raw, origins, name=mapped.path.stem, source=str(mapped.path), origin=ORIGIN,
-                         leaf=mapped.path, log=log)
+    resolved = _finalize(
+        raw, origins, name=mapped.path.stem, source=str(mapped.path), origin=ORIGIN, leaf=mapped.path, log=log
+    )
     return Profile.from_dict(resolved), mapped
 
 
@@ -123,9 +129,12 @@ def with_overrides(mapped: Mapped, overrides: Iterable[str] | Mapping[str, Any])
     raw = normalize(mapped.data, mapped.where)
     log: list[str] = []
     apply_overrides_to(raw, {}, overrides, log)
-    data = {k: v for section, values in raw.items() for k, v in (values.items() if section == TOP else [(section, values)])}
-    notes = [n for n in mapped.notes if not (n == mapped.gpu_note and any(x.startswith(("devices.gpus=",))
-                                                                             for x in log))]
+    data = {
+        k: v for section, values in raw.items() for k, v in (values.items() if section == TOP else [(section, values)])
+    }
+    notes = [
+        n for n in mapped.notes if not (n == mapped.gpu_note and any(x.startswith(("devices.gpus=",)) for x in log))
+    ]
     out = replace(mapped, data=data, notes=notes + [f"--set {x}" for x in log])
     return out
 
@@ -134,17 +143,22 @@ def unmapped_line(mapped: Mapped) -> str:
     """One line naming the keys that did not map (empty when all did)."""
     if not mapped.unmapped:
         return ""
-    return (f"{mapped.where} ({mapped.tool}): not mapped: "
-            + ", ".join(k for k, _, _ in mapped.unmapped) + " (`fttui profiles --from` says why)")
+    return (
+        f"{mapped.where} ({mapped.tool}): not mapped: "
+        + ", ".join(k for k, _, _ in mapped.unmapped)
+        + " (`fttui profiles --from` says why)"
+    )
 
 
 def profile_toml(mapped: Mapped) -> str:
     """The mapped config as a profile file: the command that runs it, what did not map and why,
     the notes, then the keys in the schema's order."""
     stem = mapped.path.stem
-    out = [f"# fttui run -p {stem}   (save this file as {stem}.toml in your profiles folder; "
-           f"or run the YAML itself: fttui run --from {shlex.quote(str(mapped.path))})",
-           f"# From the {mapped.tool} config {mapped.path.name} by `fttui profiles --from`."]
+    out = [
+        f"# fttui run -p {stem}   (save this file as {stem}.toml in your profiles folder; "
+        f"or run the YAML itself: fttui run --from {shlex.quote(str(mapped.path))})",
+        f"# From the {mapped.tool} config {mapped.path.name} by `fttui profiles --from`.",
+    ]
     if mapped.unmapped:
         out.append("# Not mapped (fttui has no such setting; the run does not follow them):")
         out += [f"#   {k} = {toml_literal(v)}: {why}" for k, v, why in mapped.unmapped]

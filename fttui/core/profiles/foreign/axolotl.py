@@ -13,8 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fttui.core.profiles.foreign.common import (Mapped, deepspeed_sharding, gpu_count_note, is_true, known_keys,
-                                                tool_default)
+from fttui.core.profiles.foreign.common import (
+    Mapped,
+    deepspeed_sharding,
+    gpu_count_note,
+    is_true,
+    known_keys,
+    tool_default,
+)
 
 __all__ = ["read_axolotl"]
 
@@ -30,7 +36,7 @@ _NOT_TRAINING = {
     "logging_steps": "fttui records every step",
     "special_tokens": "fttui uses the tokenizer's own special tokens",
     "sample_packing": "fttui does not pack samples: each sample is its own sequence (memory per token is "
-                      "alike; packed runs process more tokens per step)",
+    "alike; packed runs process more tokens per step)",
     "train_on_inputs": "fttui trains on the response tokens",
     "resume_from_checkpoint": "use `fttui run --resume RUN`",
     "hub_model_id": "fttui does not upload",
@@ -50,17 +56,25 @@ def _method(m: Mapped) -> str:
         # base_model is a GPTQ checkpoint, trained as stored with LoRA (issue 22; axolotl's
         # examples/llama-2/gptq-lora.yml): fttui reads the quantisation from its config.json
         if four or eight or adapter not in ("", "lora"):
-            raise m.error("gptq", "gptq: true trains the GPTQ checkpoint as stored, with a LoRA adapter",
-                          "set adapter: lora, load_in_4bit and load_in_8bit: false")
+            raise m.error(
+                "gptq",
+                "gptq: true trains the GPTQ checkpoint as stored, with a LoRA adapter",
+                "set adapter: lora, load_in_4bit and load_in_8bit: false",
+            )
         for key in ("gptq_disable_exllama", "gptq_groupsize", "gptq_model_v1"):
-            m.skip(key, "fttui reads the GPTQ settings from the checkpoint's config.json and asks "
-                        "GPT-QModel for a kernel that trains")
+            m.skip(
+                key,
+                "fttui reads the GPTQ settings from the checkpoint's config.json and asks "
+                "GPT-QModel for a kernel that trains",
+            )
         return "lora"
     if adapter not in ("", "lora", "qlora"):
         raise m.error("adapter", f"adapter {adapter}: not a method fttui runs", "use lora, qlora or no adapter (full)")
     if not adapter:
         if four or eight:
-            raise m.error("adapter", "a quantised model without an adapter", "set adapter: qlora (4 bit) or lora (8 bit)")
+            raise m.error(
+                "adapter", "a quantised model without an adapter", "set adapter: qlora (4 bit) or lora (8 bit)"
+            )
         return "full"
     if adapter == "qlora" and not four:
         raise m.error("adapter", "adapter qlora without load_in_4bit: true", "set load_in_4bit: true")
@@ -110,17 +124,24 @@ def _sharding(m: Mapped) -> None:
     _fsdp_unmapped(m, opts, conf)
     strategy = str(conf.get("reshard_after_forward", conf.get("fsdp_sharding_strategy", "FULL_SHARD")))
     if "shard_grad_op" in opts or strategy.upper() in ("SHARD_GRAD_OP", "FALSE"):
-        raise m.error("fsdp", "FSDP SHARD_GRAD_OP (gradients and optimizer states only)",
-                      "fttui's fsdp shards parameters too (full_shard); use full_shard, or deepspeed ZeRO-2")
+        raise m.error(
+            "fsdp",
+            "FSDP SHARD_GRAD_OP (gradients and optimizer states only)",
+            "fttui's fsdp shards parameters too (full_shard); use full_shard, or deepspeed ZeRO-2",
+        )
     offload = is_true(conf.get("offload_params", conf.get("fsdp_offload_params", False))) or "offload" in opts
     m.put("sharding", "fsdp-offload" if offload else "fsdp")
     m.put("devices.launcher", "torchrun")
     if m.data.get("method") == "qlora":
-        m.notes.append("QLoRA under FSDP: fttui stores the 4-bit weights in the compute dtype "
-                       "(bnb_4bit_quant_storage) so that FSDP shards them, as axolotl's qlora-fsdp setups do; "
-                       "every rank loads the quantised model (no RAM-efficient loading of 4-bit weights)")
-    m.notes.append("FSDP: fttui wraps every decoder layer (FSDP2 through accelerate)"
-                   + (f"; fsdp_version {version}" if version else ""))
+        m.notes.append(
+            "QLoRA under FSDP: fttui stores the 4-bit weights in the compute dtype "
+            "(bnb_4bit_quant_storage) so that FSDP shards them, as axolotl's qlora-fsdp setups do; "
+            "every rank loads the quantised model (no RAM-efficient loading of 4-bit weights)"
+        )
+    m.notes.append(
+        "FSDP: fttui wraps every decoder layer (FSDP2 through accelerate)"
+        + (f"; fsdp_version {version}" if version else "")
+    )
 
 
 # fsdp_config keys fttui reads (offload, sharding strategy); every other one is listed with why
@@ -148,8 +169,14 @@ def _fsdp_unmapped(m: Mapped, opts: list[str], conf: dict[str, Any]) -> None:
         m.unmapped.append((f"fsdp_config.{key}", value, why))
     other = [o for o in opts if o not in _FSDP_OPTIONS and o != "shard_grad_op"]
     if other:
-        m.unmapped.append(("fsdp", other, "FSDP options fttui does not take: it runs full_shard with every "
-                                          "decoder layer wrapped (offload from fsdp_config or the offload option)"))
+        m.unmapped.append(
+            (
+                "fsdp",
+                other,
+                "FSDP options fttui does not take: it runs full_shard with every "
+                "decoder layer wrapped (offload from fsdp_config or the offload option)",
+            )
+        )
 
 
 def _precision(m: Mapped) -> str:
@@ -178,8 +205,11 @@ def _dataset(m: Mapped) -> None:
         m.put("data.source", str(local[0].resolve()))
         m.put("data.format", _FORMATS[kind])
         return
-    m.skip("datasets", "hub datasets and several datasets are not read; fttui runs its synthetic data "
-                       "unless the one dataset is a local alpaca or chat file")
+    m.skip(
+        "datasets",
+        "hub datasets and several datasets are not read; fttui runs its synthetic data "
+        "unless the one dataset is a local alpaca or chat file",
+    )
 
 
 def read_axolotl(m: Mapped) -> None:
@@ -209,8 +239,12 @@ def read_axolotl(m: Mapped) -> None:
         m.put("train.max_steps", int(m.get("max_steps")))
     if m.has("learning_rate"):
         m.put("train.lr", float(m.get("learning_rate")))
-    for src, dst, conv in (("lr_scheduler", "train.lr_scheduler", str), ("warmup_ratio", "train.warmup_ratio", float),
-                           ("weight_decay", "train.weight_decay", float), ("seed", "train.seed", int)):
+    for src, dst, conv in (
+        ("lr_scheduler", "train.lr_scheduler", str),
+        ("warmup_ratio", "train.warmup_ratio", float),
+        ("weight_decay", "train.weight_decay", float),
+        ("seed", "train.seed", int),
+    ):
         if m.has(src):
             m.put(dst, conv(m.get(src)))
     m.put("train.optimizer", str(tool_default(m, "optimizer", "adamw_torch_fused")))  # axolotl's schema default
@@ -230,8 +264,11 @@ def _attention(m: Mapped) -> None:
     given = m.get("attn_implementation")
     if given:
         if str(given) not in ("eager", "sdpa", "flash_attention_2"):
-            raise m.error("attn_implementation", f"attn_implementation {given}: not an attention fttui runs",
-                          "use eager, sdpa or flash_attention_2")
+            raise m.error(
+                "attn_implementation",
+                f"attn_implementation {given}: not an attention fttui runs",
+                "use eager, sdpa or flash_attention_2",
+            )
         m.put("model.attn_implementation", str(given))
     elif is_true(m.get("flash_attention", False)):
         m.put("model.attn_implementation", "flash_attention_2")

@@ -91,8 +91,11 @@ class Mapped:
                 continue
             if key not in tool_keys:
                 hint = did_you_mean(key, tool_keys)
-                raise self.error(key, f"unknown {self.tool} key", hint or
-                                 f"not a key of {self.tool} or the Trainer; check the spelling")
+                raise self.error(
+                    key,
+                    f"unknown {self.tool} key",
+                    hint or f"not a key of {self.tool} or the Trainer; check the spelling",
+                )
             self.skip(key, f"{article(self.tool)} {self.tool} setting fttui has no counterpart for")
 
 
@@ -133,10 +136,12 @@ def gpu_count_note(m: Mapped, where: str) -> None:
     """The note that the YAML does not say how many GPUs it runs on: the tool takes the count from
     the launch, so the profile has one GPU (a ZeRO or FSDP setup then shards over one card) until
     ``--set devices.gpus=N``."""
-    m.gpu_note = (f"{GPU_NOTE} {m.tool} takes it from {where}, not from this file; the profile runs and "
-                  "estimates on 1 GPU" + (" (a sharding over one card shards nothing)" if m.data.get("sharding")
-                                           not in (None, "none") else "")
-                  + " until --set devices.gpus=N (profiles --from takes --set too)")
+    m.gpu_note = (
+        f"{GPU_NOTE} {m.tool} takes it from {where}, not from this file; the profile runs and "
+        "estimates on 1 GPU"
+        + (" (a sharding over one card shards nothing)" if m.data.get("sharding") not in (None, "none") else "")
+        + " until --set devices.gpus=N (profiles --from takes --set too)"
+    )
     m.notes.append(m.gpu_note)
 
 
@@ -155,9 +160,13 @@ def _deepspeed_file(m: Mapped, ref: str) -> Path:
         if cand.is_file():
             return cand
     folders = list(dict.fromkeys(display(c.parent.resolve()) for c in tried))
-    raise m.error("deepspeed", f"DeepSpeed config not found: {ref}",
-                  f"looked in {folders[0]}" if len(folders) == 1 else
-                  f"looked from the working folder ({folders[0]}), the YAML's folder and each folder above it")
+    raise m.error(
+        "deepspeed",
+        f"DeepSpeed config not found: {ref}",
+        f"looked in {folders[0]}"
+        if len(folders) == 1
+        else f"looked from the working folder ({folders[0]}), the YAML's folder and each folder above it",
+    )
 
 
 def deepspeed_sharding(m: Mapped, ref: str) -> None:
@@ -178,36 +187,57 @@ def deepspeed_sharding(m: Mapped, ref: str) -> None:
         dev = (zero.get(part) or {}).get("device") if isinstance(zero.get(part), dict) else None
         devices[part] = str(dev or "none").lower()
         if devices[part] == "nvme":
-            raise m.error("deepspeed", f"{display(path)}: {part} to nvme",
-                          "fttui offloads to the host (device \"cpu\") only")
+            raise m.error(
+                "deepspeed", f"{display(path)}: {part} to nvme", 'fttui offloads to the host (device "cpu") only'
+            )
     if stage == 0:
         m.put("sharding", "none")
-        m.notes.append(f"DeepSpeed config {display(path.resolve())}: ZeRO stage 0 is plain data parallel (sharding none)")
+        m.notes.append(
+            f"DeepSpeed config {display(path.resolve())}: ZeRO stage 0 is plain data parallel (sharding none)"
+        )
         return
     if stage not in (2, 3):
-        raise m.error("deepspeed", f"{display(path)}: ZeRO stage {stage} is not a sharding fttui runs",
-                      "use stage 2 or 3 (fttui's zero2, zero2-offload, zero3, zero3-offload)")
+        raise m.error(
+            "deepspeed",
+            f"{display(path)}: ZeRO stage {stage} is not a sharding fttui runs",
+            "use stage 2 or 3 (fttui's zero2, zero2-offload, zero3, zero3-offload)",
+        )
     opt_host = devices["offload_optimizer"] == "cpu"
     param_host = devices["offload_param"] == "cpu"
     if stage == 2 and param_host:
-        raise m.error("deepspeed", f"{display(path)}: offload_param under ZeRO stage 2",
-                      "stage 2 cannot offload parameters; use stage 3 or drop offload_param")
+        raise m.error(
+            "deepspeed",
+            f"{display(path)}: offload_param under ZeRO stage 2",
+            "stage 2 cannot offload parameters; use stage 3 or drop offload_param",
+        )
     offload = opt_host or param_host
     m.put("sharding", f"zero{stage}" + ("-offload" if offload else ""))
     if isinstance(conf.get("optimizer"), dict) and conf["optimizer"]:
         # the JSON's optimizer section: DeepSpeed builds the optimizer, not the Trainer
         m.put("deepspeed.optimizer", "deepspeed")
-        m.notes.append(f"DeepSpeed config {path.name}: its optimizer section ({conf['optimizer'].get('type', '?')}) "
-                       "is kept: DeepSpeed's own Adam steps (deepspeed.optimizer = \"deepspeed\"; "
-                       "fttui writes AdamW with the Trainer's values)")
+        m.notes.append(
+            f"DeepSpeed config {path.name}: its optimizer section ({conf['optimizer'].get('type', '?')}) "
+            'is kept: DeepSpeed\'s own Adam steps (deepspeed.optimizer = "deepspeed"; '
+            "fttui writes AdamW with the Trainer's values)"
+        )
     if offload:
         m.put("deepspeed.offload_optimizer", opt_host)
         if stage == 3:
             m.put("deepspeed.offload_params", param_host)
-        pins = [bool((zero.get(p) or {}).get("pin_memory", False)) for p in ("offload_optimizer", "offload_param")
-                if devices[p] == "cpu"]
+        pins = [
+            bool((zero.get(p) or {}).get("pin_memory", False))
+            for p in ("offload_optimizer", "offload_param")
+            if devices[p] == "cpu"
+        ]
         m.put("deepspeed.pin_memory", all(pins))
-    m.notes.append(f"DeepSpeed config {display(path.resolve())}: ZeRO stage {stage}"
-                   + (" with " + " and ".join(n for n, on in (("optimizer", opt_host), ("parameters", param_host)) if on)
-                      + " on the host" if offload else "")
-                   + "; fttui writes its own DeepSpeed config with these settings")
+    m.notes.append(
+        f"DeepSpeed config {display(path.resolve())}: ZeRO stage {stage}"
+        + (
+            " with "
+            + " and ".join(n for n, on in (("optimizer", opt_host), ("parameters", param_host)) if on)
+            + " on the host"
+            if offload
+            else ""
+        )
+        + "; fttui writes its own DeepSpeed config with these settings"
+    )

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fttui.core.profiles.foreign.common import (Mapped, deepspeed_sharding, gpu_count_note, is_true, known_keys,
-                                                tool_default)
+from fttui.core.profiles.foreign.common import (
+    Mapped,
+    deepspeed_sharding,
+    gpu_count_note,
+    is_true,
+    known_keys,
+    tool_default,
+)
 
 __all__ = ["read_llamafactory"]
 
@@ -43,20 +49,31 @@ def _method(m: Mapped) -> str:
     if stage not in ("sft", "pt"):
         raise m.error("stage", f"stage {stage}: fttui runs supervised fine-tuning", "use stage: sft")
     if stage == "pt":
-        m.notes.append("stage pt (pre-training on raw text): fttui trains on instruction data; memory and "
-                       "speed per token are the same")
+        m.notes.append(
+            "stage pt (pre-training on raw text): fttui trains on instruction data; memory and "
+            "speed per token are the same"
+        )
     if kind not in ("lora", "full"):
-        raise m.error("finetuning_type", f"finetuning_type {kind}: not a method fttui runs",
-                      "use lora or full (fttui's methods: full, lora, lora-emb, qlora, lora-int8)")
+        raise m.error(
+            "finetuning_type",
+            f"finetuning_type {kind}: not a method fttui runs",
+            "use lora or full (fttui's methods: full, lora, lora-emb, qlora, lora-int8)",
+        )
     bits = m.get("quantization_bit")
     if bits is not None:
         qm = str(m.get("quantization_method", "bnb")).lower()
         if qm not in ("bnb", "bitsandbytes"):
-            raise m.error("quantization_method", f"quantization_method {qm}: fttui quantises with bitsandbytes",
-                          "use quantization_method: bnb")
+            raise m.error(
+                "quantization_method",
+                f"quantization_method {qm}: fttui quantises with bitsandbytes",
+                "use quantization_method: bnb",
+            )
         if kind == "full":
-            raise m.error("quantization_bit", "quantization_bit with finetuning_type full",
-                          "a quantised model trains through adapters: use finetuning_type: lora")
+            raise m.error(
+                "quantization_bit",
+                "quantization_bit with finetuning_type full",
+                "a quantised model trains through adapters: use finetuning_type: lora",
+            )
         if int(bits) not in (4, 8):
             raise m.error("quantization_bit", f"quantization_bit {bits}: bitsandbytes has 4 and 8 bits", "use 4 or 8")
         if int(bits) == 8:
@@ -73,7 +90,9 @@ def _method(m: Mapped) -> str:
         if {"embed_tokens", "lm_head"} & set(targets):
             rest = [t for t in targets if t not in ("embed_tokens", "lm_head")]
             if rest:
-                m.notes.append(f"additional_target {', '.join(rest)}: fttui trains the embeddings and output layer only")
+                m.notes.append(
+                    f"additional_target {', '.join(rest)}: fttui trains the embeddings and output layer only"
+                )
             return "lora-emb"
         m.skip("additional_target", "fttui trains whole modules only for the embeddings and output layer (lora-emb)")
     return kind
@@ -85,7 +104,9 @@ def _lora(m: Mapped) -> None:
     m.put("lora.alpha", int(m.get("lora_alpha") or rank * 2))
     m.put("lora.dropout", float(m.get("lora_dropout", 0.0)))
     target = str(m.get("lora_target", "all"))
-    m.put("lora.target_modules", "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()])
+    m.put(
+        "lora.target_modules", "all-linear" if target == "all" else [t.strip() for t in target.split(",") if t.strip()]
+    )
 
 
 def _precision(m: Mapped) -> str:
@@ -116,8 +137,11 @@ def read_llamafactory(m: Mapped) -> None:
     if m.has("max_samples"):
         m.put("data.num_samples", int(m.get("max_samples")))
     for key in ("dataset", "eval_dataset", "dataset_dir"):
-        m.skip(key, "LLaMA-Factory's dataset registry (dataset_info.json); fttui runs its synthetic data "
-                    "unless you set data.source to a JSON-lines file")
+        m.skip(
+            key,
+            "LLaMA-Factory's dataset registry (dataset_info.json); fttui runs its synthetic data "
+            "unless you set data.source to a JSON-lines file",
+        )
 
     m.put("train.batch_size", int(tool_default(m, "per_device_train_batch_size", 8)))
     m.put("train.grad_accum", int(m.get("gradient_accumulation_steps", 1)))
@@ -125,8 +149,12 @@ def read_llamafactory(m: Mapped) -> None:
     if int(m.get("max_steps", -1) or -1) > 0:
         m.put("train.max_steps", int(m.get("max_steps")))
     m.put("train.lr", float(tool_default(m, "learning_rate", 5e-5)))
-    for src, dst, conv in (("lr_scheduler_type", "train.lr_scheduler", str), ("warmup_ratio", "train.warmup_ratio", float),
-                           ("weight_decay", "train.weight_decay", float), ("seed", "train.seed", int)):
+    for src, dst, conv in (
+        ("lr_scheduler_type", "train.lr_scheduler", str),
+        ("warmup_ratio", "train.warmup_ratio", float),
+        ("weight_decay", "train.weight_decay", float),
+        ("seed", "train.seed", int),
+    ):
         if m.has(src):
             m.put(dst, conv(m.get(src)))
     # the Trainer's own default, which LLaMA-Factory keeps (not fttui's paged optimizer for qlora);
@@ -136,8 +164,9 @@ def read_llamafactory(m: Mapped) -> None:
     m.put("train.gradient_checkpointing", not is_true(m.get("disable_gradient_checkpointing", False)))
     attn = str(m.get("flash_attn", "auto")).lower()
     if attn not in _ATTENTION:
-        raise m.error("flash_attn", f"flash_attn {attn}: not an attention fttui runs",
-                      "use auto, sdpa, fa2 or disabled")
+        raise m.error(
+            "flash_attn", f"flash_attn {attn}: not an attention fttui runs", "use auto, sdpa, fa2 or disabled"
+        )
     m.put("model.attn_implementation", _ATTENTION[attn])
 
     _outputs(m)
