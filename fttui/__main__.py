@@ -1,4 +1,5 @@
-from fttui.cli.main import main
 import sys
+
+from fttui.cli.main import main
 
 sys.exit(main())

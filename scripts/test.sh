@@ -9,6 +9,9 @@ unset NO_COLOR
 # each xdist worker compiled every test module again while collecting (~6 CPU-s each).
 unset PYTHONDONTWRITEBYTECODE
 export FTTUI_TEST_RUN=1
+# Lint and format (ruff, configured in pyproject.toml) of fttui/: a new error fails the suite.
+.venv/bin/ruff check --no-cache fttui || { echo "test.sh: ruff check fttui found problems" >&2; exit 1; }
+.venv/bin/ruff format --no-cache --check fttui || { echo "test.sh: ruff format would change fttui (run: .venv/bin/ruff format fttui)" >&2; exit 1; }
 # The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
 .venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }
 # A DeepSpeed op build killed in an earlier run leaves a lock that would hang every DeepSpeed test.

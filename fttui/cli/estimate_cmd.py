@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import sys
 
-from fttui.core.base import shardings
-from fttui.core.base.errors import FttuiError
 from fttui.cli.common import add_profile_args, resolve
+from fttui.core.base import shardings
 from fttui.core.base.constants import PROBE_PARAMS
+from fttui.core.base.errors import FttuiError
 
 
 def _size(text: str, flag: str) -> int:

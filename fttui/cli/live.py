@@ -6,9 +6,11 @@ import signal
 import sys
 import time
 
+from fttui.cli.ctrl_c import CtrlC
+from fttui.cli.insight_lines import insight_lines
 from fttui.core.base import fmt
-from fttui.core.base.inert import inert, output_line
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
+from fttui.core.base.inert import inert, output_line
 from fttui.core.run.insight import memory_picture, picture_text, speed_text
 from fttui.core.run.perf import mfu_text
 from fttui.core.run.phases import mmss, phase_text
@@ -18,8 +20,6 @@ from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower, next_attempt
 from fttui.monitor import cards_run_first
-from fttui.cli.ctrl_c import CtrlC
-from fttui.cli.insight_lines import insight_lines
 
 # The Rich view's colour of each status kind (status_line's kind); the others are cyan.
 STATUS_STYLES = {"oom": "bold white on red", "completed": "green"}
@@ -142,7 +142,8 @@ def summary_lines(rd: RunDir) -> list[str]:
             f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded"
         )
     lines.append(
-        f"  duration {fmt.duration(row.get('duration_s')) or '-'} training, {fmt.duration(row.get('wall_s')) or '-'} wall"
+        f"  duration {fmt.duration(row.get('duration_s')) or '-'} training,"
+        f" {fmt.duration(row.get('wall_s')) or '-'} wall"
         f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
         f" ({host_measure_text(raw.get('host_measure')) or 'measure unknown'};"
         f" tree {fmt.mb(row.get('peak_tree_rss_mb'))} sampled)"

@@ -14,7 +14,6 @@ from fttui.cli.common import is_tty
 from fttui.core.base.constants import EXIT_INTERRUPTED, EXIT_OK
 from fttui.core.base.errors import FttuiError
 
-
 #: the subcommands' modules, in the order ``fttui --help`` lists them: each owns its arguments and
 #: its handler (``add_parser(sub)`` sets ``handler``)
 COMMAND_MODULES = (

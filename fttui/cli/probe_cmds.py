@@ -6,10 +6,9 @@ import json
 import signal
 import sys
 
-from fttui.core.base import fmt
-from fttui.core.base.constants import EXIT_CANCELLED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from fttui.cli.common import add_profile_args, resolve
-from fttui.core.base.constants import PROBE_PARAMS, PROBE_STEPS
+from fttui.core.base import fmt
+from fttui.core.base.constants import EXIT_CANCELLED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, PROBE_PARAMS, PROBE_STEPS
 
 
 def _raise_interrupt(_s, _f):

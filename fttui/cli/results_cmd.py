@@ -6,16 +6,15 @@ import logging
 import os
 import sys
 
-from fttui.core.base.errors import FttuiError
 from fttui.cli.common import is_tty
+from fttui.core.base.errors import FttuiError
 
 
 def cmd_results(args, is_tty=is_tty) -> int:
+    from fttui.core.base import paths
     from fttui.core.results import tables
     from fttui.core.results.store import Store
     from fttui.core.run.recover import recover_all
-
-    from fttui.core.base import paths
 
     logging.getLogger("fttui.cli").debug("results store %s", paths.store_path())
     recover_all()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from fttui.cli.common import add_profile_args, is_tty
 from fttui.cli.common import resolve as resolve_profile

@@ -6,8 +6,8 @@ import json
 import os
 import sys
 
-from fttui.core.base.errors import FttuiError
 from fttui.cli.common import is_tty
+from fttui.core.base.errors import FttuiError
 
 
 def cmd_ls(args) -> int:
@@ -75,9 +75,8 @@ def _find_run(run: str | None, live_only: bool = False):
 
 
 def cmd_cancel(args) -> int:
-    import time
-
     import signal
+    import time
 
     from fttui.core.run.recover import recover
 

@@ -7,7 +7,7 @@ prints the batch script and writes nothing. `fttui ls`, `attach` and `cancel` fo
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from fttui.cli.common import add_profile_args, resolve
 

@@ -7,8 +7,8 @@ import signal
 import sys
 import time
 
-from fttui.core.base import fmt
 from fttui.cli.common import is_tty
+from fttui.core.base import fmt
 
 
 def resources_line(snap, pid: int) -> str:
@@ -50,7 +50,7 @@ class EndSignals:
         self.signum: int | None = None
         self.old: dict = {}
 
-    def __enter__(self) -> "EndSignals":
+    def __enter__(self) -> EndSignals:
         self.old = {s: signal.signal(s, self._on) for s in END_SIGNALS}
         return self
 

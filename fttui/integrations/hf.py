@@ -12,12 +12,14 @@ training time, peak CUDA memory and retries, peak RSS), ``eval``, ``save`` (chec
 ``end``. Without the variable it does nothing, so the line can stay in a script run without
 fttui. fttui's own training worker reports its runs with this same callback (its ``start`` event
 says what the worker knows of its profile: ``start=``), so a script and the worker write the same
-events, built as the typed records of :mod:`fttui.core.run.events` and serialised there. Commands fttui runs get the same callback without the line (docs/commands.md): fttui's
+events, built as the typed records of :mod:`fttui.core.run.events` and serialised there. Commands fttui runs get the
+same callback without the line (docs/commands.md): fttui's
 ``sitecustomize`` (:mod:`fttui.integrations.autoload`) adds it to every ``transformers.Trainer``.
 
 Stdlib and transformers only, and of fttui's core only :mod:`fttui.core.run.events` (stdlib
 only): the automatic hook loads this file into the command's own Python, where fttui may not be
-importable; then its siblings and the events module are loaded by path. Whatever fails in here is written to ``integration.log`` in the run
+importable; then its siblings and the events module are loaded by path. Whatever fails in here is written to
+``integration.log`` in the run
 directory and training goes on.
 """
 
@@ -29,7 +31,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from transformers import TrainerCallback
 

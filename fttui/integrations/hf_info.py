@@ -192,7 +192,8 @@ _STATUS_KEYS = {b"VmHWM:": "peak_rss_mb", b"VmRSS:": "rss_mb", b"VmSize:": "vm_m
 
 def proc_memory() -> dict[str, float]:
     """This process's memory now, in MiB (to the KiB), from one read of ``/proc/self/status``: ``rss_mb``
-    (VmRSS), ``peak_rss_mb`` (VmHWM), ``vm_mb`` (VmSize), ``peak_vm_mb`` (VmPeak), and ``vm_limit_mb`` when an address-space
+    (VmRSS), ``peak_rss_mb`` (VmHWM), ``vm_mb`` (VmSize), ``peak_vm_mb`` (VmPeak), and ``vm_limit_mb`` when an
+    address-space
     limit (RLIMIT_AS: ``limits.host_memory``) is set; the keys it cannot read are left out."""
     out: dict[str, float] = {}
     try:

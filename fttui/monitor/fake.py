@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable, Sequence
-
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from fttui.monitor.gpu import GpuSampler
 from fttui.monitor.snapshots import GpuInfo, GpuSnapshot, num, opt_int, opt_str
@@ -34,7 +34,8 @@ class FakeGpuSampler:
     """Replays recorded GPU figures cyclically (for tests and demos on machines without GPUs).
 
     ``source`` is a list of frames (each a list of ``GpuInfo`` dicts, see the module's doc for
-    their ``processes``), a dict ``{"driver", "cuda", "used_api", "frames"}``, or the path of a JSON file holding that dict. An unreadable
+    their ``processes``), a dict ``{"driver", "cuda", "used_api", "frames"}``, or the path of a JSON file holding
+    that dict. An unreadable
     file does not raise: ``sample()`` then reports ``available=False`` with the reason.
     """
 
@@ -103,7 +104,7 @@ class FakeGpuSampler:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "FakeGpuSampler":
+    def __enter__(self) -> FakeGpuSampler:
         return self
 
     def __exit__(self, *exc: object) -> None:

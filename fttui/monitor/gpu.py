@@ -16,7 +16,8 @@ given (the run's process tree).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from fttui.monitor.snapshots import MB, GpuInfo, GpuSnapshot, num, opt_str, throttle_names
 from fttui.monitor.visible import resolve_visible, visible_indices
@@ -51,7 +52,7 @@ class GpuSampler:
     def _init(self) -> None:
         self._tried = True
         try:
-            import pynvml  # noqa: PLC0415 (lazy on purpose)
+            import pynvml  # lazy on purpose
         except Exception as exc:  # ImportError and anything odd inside the module
             self._reason = f"NVML unavailable: pynvml cannot be imported ({exc})"
             return
@@ -122,7 +123,7 @@ class GpuSampler:
         self._static = []
         self._mem_v2 = True
 
-    def __enter__(self) -> "GpuSampler":
+    def __enter__(self) -> GpuSampler:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -232,7 +233,7 @@ class GpuSampler:
             if getattr(v, "nvmlReturn", 1) != 0:
                 break
             kib.append(num(getattr(getattr(v, "value", None), "ullVal", None)))
-        if len(kib) != 2 or None in kib or kib == [0, 0] and index not in self._nvlink_prev:
+        if len(kib) != 2 or None in kib or (kib == [0, 0] and index not in self._nvlink_prev):
             self._no_nvlink = self._no_nvlink or values is None  # no field values call at all: stop asking
             return {}
         now = time.monotonic()

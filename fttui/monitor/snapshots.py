@@ -98,7 +98,7 @@ class GpuInfo:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], index: int = 0) -> "GpuInfo":
+    def from_dict(cls, d: dict[str, Any], index: int = 0) -> GpuInfo:
         """Tolerant: missing or malformed values become ``None``; ``index`` is the fallback."""
         if not isinstance(d, dict):
             return cls(index=index)
@@ -196,7 +196,7 @@ class GpuSnapshot:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "GpuSnapshot":
+    def from_dict(cls, d: dict[str, Any] | None) -> GpuSnapshot:
         if not isinstance(d, dict):
             return cls(available=False, reason="no GPU data")
         raw = d.get("gpus") or []
@@ -237,7 +237,7 @@ class HostSnapshot:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "HostSnapshot":
+    def from_dict(cls, d: dict[str, Any] | None) -> HostSnapshot:
         if not isinstance(d, dict):
             return cls()
         return cls(

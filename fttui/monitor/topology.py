@@ -4,7 +4,8 @@ the farthest common PCIe ancestor over card pairs (for the run summary). Never r
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["gpu_topology"]
 
@@ -16,7 +17,7 @@ def gpu_topology(indices: Iterable[int] | None = None) -> dict[str, Any] | None:
     farthest NVML topology level over card pairs}``; None without NVML or with fewer than 2 cards.
     Never raises."""
     try:
-        import pynvml  # noqa: PLC0415 (lazy on purpose)
+        import pynvml  # lazy on purpose
 
         pynvml.nvmlInit()
     except Exception:  # ImportError, NVMLError, OSError from ctypes: no NVML, no topology

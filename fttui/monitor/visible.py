@@ -17,8 +17,8 @@ when the variable is unset. A card named twice counts once. Only stdlib.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from fttui.monitor.snapshots import GpuInfo, GpuSnapshot
 

@@ -5,7 +5,8 @@ as text, inert (fttui.tui.plain), never read as markup."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from rich.measure import Measurement
 from rich.text import Text
@@ -90,7 +91,6 @@ def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
     from fttui.core.profiles import profile_summary
     from fttui.core.profiles.stored import as_profile
     from fttui.core.profiles.summary import sharding_label
-
     from fttui.core.run.command import command_text
 
     p = as_profile(r)

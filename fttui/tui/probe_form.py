@@ -11,10 +11,10 @@ profile's own), with a one-line :class:`FttuiError` for bad input. The screen
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
 from typing import NamedTuple
 
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from fttui.core.base.constants import PROBE_PARAMS, PROBE_STEPS

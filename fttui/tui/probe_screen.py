@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult

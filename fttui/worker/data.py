@@ -6,8 +6,9 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Any
 
-from .errors import DataError
 from fttui.core.data.records import load_records
+
+from .errors import DataError
 
 __all__ = [
     "load_records",

@@ -32,7 +32,8 @@ PEFT adapters go on top in both cases (:func:`fttui.worker.model.build_model`).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.profiles.stored import as_profile

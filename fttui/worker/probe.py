@@ -40,7 +40,8 @@ from .errors import WorkerInputError, classify, one_line
 # (a clean-clone CI run: runs at the largest fit of `probe --data` and of the probe screen ran out
 # of memory in their first step).
 from .limits import fixed_address_layout
-from .startup import Emitter, env_int as _env_int, setup
+from .startup import Emitter, setup
+from .startup import env_int as _env_int
 
 
 def _vm_hwm_mb(key: str = "VmHWM:") -> float | None:

@@ -236,7 +236,7 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
             torch.cuda.set_device(local_rank)
 
         hide_unused(unused_packages(method, kind.deepspeed, profile.train.optimizer, profile.train.report_to))
-        import transformers  # noqa: F401  (import everything before the host limit)
+        import transformers  # import everything before the host limit
         from transformers import TrainingArguments  # noqa: F401
 
         from fttui.integrations import hf as _hf  # noqa: F401  (the event callback)

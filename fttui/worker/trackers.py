@@ -22,7 +22,8 @@ Each tracker's outcome is a ``tracker`` event (``name``, ``logged``, ``where`` o
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -73,7 +74,7 @@ def _mlflow(cb, row: dict[str, Any], step: int) -> str | None:
         return None
     limit = 250
     try:
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH as limit  # noqa: N811
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH as limit
     except ImportError:
         pass
     params = {f"fttui/{k}": str(row[k])[:limit] for k in PARAM_COLUMNS if row.get(k) is not None}

@@ -2,7 +2,8 @@
 
 Also runs under ``torchrun`` (one process per rank; DDP over gloo on CPU, nccl on CUDA; FSDP for
 an ``fsdp*`` sharding) and, for a ``zero*`` sharding, under the ``deepspeed`` launcher (or
-torchrun). Reads ``DIR/profile.json`` (the resolved profile), appends ``phase``/``start``/``step``/``end``/``error`` events to ``DIR/events.jsonl`` and prints a
+torchrun). Reads ``DIR/profile.json`` (the resolved profile), appends ``phase``/``start``/``step``/``end``/``error``
+events to ``DIR/events.jsonl`` and prints a
 few human-readable lines to stdout.
 
 Exit codes: 0 completed, 1 failed, 2 bad config or data, 3 out of memory.
@@ -25,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from fttui.core.run.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
-
-from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_code_for, one_line
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.summary import row_so_far
 
+from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_code_for, one_line
 from .limits import fixed_address_layout
 from .startup import Emitter, env_int, read_profile, setup
 from .trainer import make_trainer, plan

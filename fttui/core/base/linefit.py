@@ -3,7 +3,7 @@ sizes, or one run's steps of varying size). Stdlib only."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["line_fit"]
 

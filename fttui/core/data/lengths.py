@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 MEGABATCH_MULT = 50  # transformers' LengthGroupedSampler
 HIST_BINS = 16

@@ -19,7 +19,8 @@ import json
 import os
 import re
 import stat
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from fttui.core.base.constants import MAX_SAMPLE_BYTES
 from fttui.core.base.errors import DataError

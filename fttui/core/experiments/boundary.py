@@ -85,7 +85,8 @@ def growth_per_value(trials: list[Trial]) -> float | None:
     """MiB the peak grows per value. Two fresh fits that reported their headroom give it exactly
     (the difference of their headrooms: the largest fit and the nearest below it whose headroom
     is ``GROWTH_SPAN_MB`` more, near the boundary as attention makes the growth in sequence length
-    more than linear, far enough apart that the processes' jitter does not decide it); else one launched fit's ``steps_mb`` per value
+    more than linear, far enough apart that the processes' jitter does not decide it); else one launched fit's
+    ``steps_mb`` per value
     (an upper bound); else a least-squares line through the fitting trials' peaks (in-process
     trials carry an offset, not a different growth)."""
     heads = sorted(

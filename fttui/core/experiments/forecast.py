@@ -19,7 +19,8 @@ peak, :mod:`fttui.core.models.peaks`), so rows of another card of known peak sti
 more rows of one setup at different micro-batch sizes also give ``fixed`` (least squares of the
 time per micro batch on its FLOPs); otherwise ``fixed`` is 0 and the forecast says so. The
 rows also give the warm-up: their training time beyond steps x their steady step time (the first
-steps), added once. Without a matching row: a stated default MFU on a card of known peak, a stated default rate on a CPU, and
+steps), added once. Without a matching row: a stated default MFU on a card of known peak, a stated default rate on a
+CPU, and
 a stated default fixed cost per pass and decoder layer (:data:`DEFAULT_PASS_S_PER_LAYER`): the words
 say "uncalibrated".
 """
@@ -28,14 +29,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.linefit import line_fit
+from fttui.core.experiments.stepmodel import step_model
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import peak_tflops
-from fttui.core.experiments.stepmodel import step_model
 from fttui.core.profiles.stored import as_profile
 
 DEFAULT_MFU = {"full": 0.35, "lora": 0.30, "lora-emb": 0.30, "qlora": 0.20, "lora-int8": 0.12}

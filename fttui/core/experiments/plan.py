@@ -14,15 +14,16 @@ Pure: the store's rows, the data's lengths and the budget are handed in.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.units import GIB, fmt_bytes
 from fttui.core.data.lengths import DataStats
 from fttui.core.experiments.forecast import RANKS_CPU, duration_words, forecast, offload_bytes, profile_shape
-from fttui.core.memory import COMPONENTS, HOST_COMPONENTS, CONSTANTS, Estimate, estimate
+from fttui.core.memory import COMPONENTS, CONSTANTS, HOST_COMPONENTS, Estimate, estimate
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from fttui.core.base.units import MIB, parse_size
 from fttui.core.base.errors import SizeError
+from fttui.core.base.units import MIB, parse_size
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
 from fttui.core.profiles.stored import as_profile
 
@@ -40,7 +41,7 @@ def _host_total() -> int | None:
         import psutil
 
         return int(psutil.virtual_memory().total)
-    except Exception:  # noqa: BLE001 - no figure: the host is not checked
+    except Exception:  # no figure: the host is not checked
         return None
 
 

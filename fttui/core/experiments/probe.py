@@ -317,8 +317,7 @@ class Prober:
         self.on_log(f"load {k}: {self.param} from {start} ({'x2' if growth == 'mul' else '+1 steps'})")
         env = dict(os.environ)
         env.update(env_add)
-        log = open(rd.log_path, "ab")
-        try:
+        with open(rd.log_path, "ab") as log:  # the process has its own copy once started
             self.proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -328,8 +327,6 @@ class Prober:
                 start_new_session=True,
                 close_fds=True,
             )
-        finally:
-            log.close()
         if self.stopped:
             self._kill()
         from fttui.monitor import HostSampler, make_gpu_sampler

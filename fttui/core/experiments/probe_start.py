@@ -10,7 +10,6 @@ from fttui.core.base.errors import EstimateError, FttuiError
 from fttui.core.base.units import parse_size
 from fttui.core.profiles.stored import as_profile
 
-
 # What the estimator raises on a profile it cannot express: EstimateError, or an arch_config
 # whose numbers are missing (KeyError), not numbers (TypeError, ValueError) or zero.
 _NOT_ESTIMABLE = (EstimateError, KeyError, TypeError, ValueError, ZeroDivisionError)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from fttui.core.experiments.forecast import Forecast, offload_bytes, profile_forecast, run_card
 from fttui.core.profiles.stored import as_profile
@@ -42,17 +43,16 @@ def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict
     if as_profile(profile).command.argv:
         return None
     try:
+        from fttui.core.base import paths
         from fttui.core.memory import estimate
         from fttui.core.results.store import Store
-
-        from fttui.core.base import paths
 
         rows = []
         if paths.store_path().exists():  # reading never creates the store (bad input writes nothing)
             with Store() as store:
                 rows = store.rows()
         fc = quick_forecast(profile, estimate(profile), rows, card or run_card(profile))
-    except Exception as e:  # noqa: BLE001 - a forecast it cannot make is left out, never an error
+    except Exception as e:  # a forecast it cannot make is left out, never an error
         logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)
         return None
     return {

@@ -27,8 +27,9 @@ so a micro-batch's FLOPs are ``tokens x fpt(0) + tokens_x_len x (fpt(1) - fpt(0)
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from fttui.core.base.linefit import line_fit
 from fttui.core.models.flops import ModelShape, flops_per_token

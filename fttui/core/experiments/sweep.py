@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fttui.core.run import launch, rundir
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles import ALIASES, apply_overrides
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.tables import to_markdown
+from fttui.core.run import launch, rundir
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[int]]]:

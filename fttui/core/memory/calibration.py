@@ -11,7 +11,8 @@ takes in place of the formula's activation term.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.errors import EstimateError

@@ -20,7 +20,8 @@ Calibration against measured rows is in :mod:`fttui.core.memory.calibration`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.units import GIB, MIB
@@ -154,7 +155,7 @@ def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) 
 
 def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an estimate was made for, as :meth:`Estimate.to_dict` reports them."""
-    inputs = {k: v for k, v in c.s.items()}
+    inputs = dict(c.s.items())
     if c.prequant is not None:  # a GPTQ / AWQ checkpoint: its config.json's storage, not [quant]
         q = c.prequant
         inputs.update(quant={"type": q.method, "bits": q.bits, "group_size": q.group_size, "format": q.fmt})
@@ -254,7 +255,7 @@ def estimate(
         load_card = int(round(whole + bd["cuda_context"])) if whole else 0
     else:
         gpu_peak = []
-        card = {k: 0 for k in card}
+        card = dict.fromkeys(card, 0)
     host = {k: int(round(v)) for k, v in host_bd.items()}
     _final_notes(c, calibration, notes)
     return Estimate(

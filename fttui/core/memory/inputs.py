@@ -9,18 +9,19 @@ counts, world size, the LoRA modules) that the weight, activation and host terms
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS, LORA_METHODS, METHODS, PROBE_PARAMS, SHARDINGS
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.linears import _native_linears, lora_modules
+from fttui.core.models.numbers import ArchNumbers, arch_numbers
+from fttui.core.models.prequant import CheckpointQuant, checkpoint_quant, refusal
 from fttui.core.profiles.schema import SCHEMA, TOP, default_optimizer
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
-from fttui.core.models.numbers import ArchNumbers, arch_numbers
-from fttui.core.models.prequant import CheckpointQuant, checkpoint_quant, refusal
 
 __all__ = ["DTYPE_BYTES", "PARAMS", "Setup", "settings", "setup", "sharding_of"]
 
@@ -87,7 +88,8 @@ class Setup:
     processes over all nodes; ``head``: output-layer parameters (0 when tied to the embedding);
     ``lin_total``: parameters of the decoder layers' linear layers; ``other``: the rest;
     ``method``: the method as modelled (``full-zero3-offload`` is ``full``); ``sharding``: one of
-    :data:`~fttui.core.base.constants.SHARDINGS` (``kind``: its registry entry); ``per_node``: training processes per node;
+    :data:`~fttui.core.base.constants.SHARDINGS` (``kind``: its registry entry); ``per_node``: training processes per
+    node;
     ``prequant``: how a GPTQ / AWQ checkpoint stores its weights (None: not pre-quantized)."""
 
     s: dict[str, Any]

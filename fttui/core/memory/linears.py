@@ -9,7 +9,8 @@ ChatGLM and Qwen v1 (:func:`_real_linears`), and :func:`lora_modules`, which res
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
 from fttui.core.profiles.stored import as_profile

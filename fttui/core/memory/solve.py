@@ -7,7 +7,8 @@ are :data:`fttui.core.base.constants.PROBE_PARAMS`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.breakdown import Calibration, Estimate

@@ -10,7 +10,8 @@ the sources of each figure are in docs/estimate.md.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.memory.inputs import DTYPE_BYTES, Setup
@@ -39,10 +40,7 @@ def _quant_bytes(n: int, method: str, quant: Mapping[str, Any]) -> tuple[float, 
         return float(n), 0.0  # row scales are added per output row by the caller
     # 4-bit: two values per byte; one fp32 absmax per block of 64; double quantisation stores
     # the absmax as 8-bit with one fp32 scale per 256 blocks (QLoRA paper: 0.127 bit/param).
-    if quant["double_quant"]:
-        consts = n / 64 * 1 + n / (64 * 256) * 4
-    else:
-        consts = n / 64 * 4
+    consts = n / 64 * 1 + n / (64 * 256) * 4 if quant["double_quant"] else n / 64 * 4
     return n / 2, consts
 
 
@@ -88,7 +86,8 @@ def _prequant(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     notes.append(
         f"{q.method.upper()} {bits}-bit checkpoint (group size {q.group_size}), read from its "
         f"config.json: packed weights, scales and zeros under weights; the dequantised copies the "
-        f"torch kernel keeps for the backward ({'one layer, recomputed' if c.s['gradient_checkpointing'] else 'every layer'})"
+        "torch kernel keeps for the backward "
+        f"({'one layer, recomputed' if c.s['gradient_checkpointing'] else 'every layer'})"
         " under quantisation"
     )
 

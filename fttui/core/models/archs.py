@@ -15,9 +15,10 @@ from the original model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.models.layouts import layout
 

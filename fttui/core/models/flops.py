@@ -24,8 +24,9 @@ Pure Python: the numbers come from the worker's ``start`` event (``params_total`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.base.constants import FULL_METHODS
 

@@ -14,8 +14,9 @@ the shared expert's. Pure Python. See docs/architectures.md for what is and is n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["FAMILIES", "Family", "Layout", "LayoutError", "layout"]
 

@@ -15,8 +15,9 @@ Where the numbers come from, first that applies:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.base.errors import EstimateError
 from fttui.core.models.archs import ARCHS, resolve_config

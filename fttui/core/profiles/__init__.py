@@ -7,7 +7,8 @@ Pure stdlib. The public API is here; the modules split it by concern:
 - ``discovery``: where profiles are found (:func:`discover`, :func:`find_profile`)
 - ``files``: reading a file and its ``extends`` chain; ``overrides``: ``--set``
 - ``resolve``: the resolved, typed profile (:func:`load_profile`, :func:`apply_overrides`)
-- ``typed``: the profile as frozen dataclasses (:class:`Profile`) and its derived figures; ``frozen``: their read-only values
+- ``typed``: the profile as frozen dataclasses (:class:`Profile`) and its derived figures; ``frozen``: their
+read-only values
 - ``stored``: a ``profile.json`` read back as a Profile (older shapes normalised), checked
 - ``summary``: :func:`profile_summary`; ``fields``: the picker's override fields
 - ``foreign``: LLaMA-Factory and axolotl configs (``--from``)
@@ -58,7 +59,7 @@ _WHERE = {
     "stored_profile": ".stored",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = sorted(_WHERE)  # noqa: PLE0605  the names the lazy loader serves
 
 
 def __getattr__(name: str) -> Any:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from fttui.core.base import paths
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.schema import OVERRIDE
-
 
 #: What a profile's name (its file's stem) may hold: it is shown in tables and the app, goes into
 #: run ids and Slurm job names, and is offered by shell completion (issue 36).

@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from fttui.core.base import bounded
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.discovery import candidates, display, looks_like_path, safe_resolve, unknown_profile_hint
-from fttui.core.base import bounded
 from fttui.core.profiles.schema import SCHEMA, SECTION_ALIASES, SECTIONS, TOP, dotted
 from fttui.core.profiles.values import check_value, type_word
 

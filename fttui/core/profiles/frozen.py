@@ -6,10 +6,11 @@ code and tests written against the dict."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping as MappingABC
+from collections.abc import Iterator, Mapping
+from collections.abc import Mapping as MappingABC
 from dataclasses import fields
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 
 class FrozenList(tuple):

@@ -11,7 +11,8 @@ numbers.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.models.archs import ARCHS, Arch

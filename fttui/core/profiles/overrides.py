@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import difflib
 import tomllib
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.schema import (
@@ -38,9 +39,8 @@ def _parse_literal(text: str, field: Field | None) -> Any:
         except tomllib.TOMLDecodeError:
             value = stripped
     if field is not None:
-        if field.kind == "str" and not isinstance(value, str):
-            value = stripped
-        elif field.kind == "size" and not isinstance(value, (str, int)):
+        wrong_str = field.kind == "str" and not isinstance(value, str)
+        if wrong_str or (field.kind == "size" and not isinstance(value, (str, int))):
             value = stripped
         elif field.kind == "modules" and isinstance(value, str) and "," in value:
             value = [part.strip() for part in value.split(",") if part.strip()]

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.errors import ProfileError, did_you_mean

@@ -14,7 +14,8 @@ passed through as it is, a dict (a test's hand-written profile, an older caller)
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.profiles.schema import SCHEMA, TOP

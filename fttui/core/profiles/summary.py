@@ -7,8 +7,9 @@ effective batch is :meth:`fttui.core.profiles.typed.Profile.effective_batch`, th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.profiles.typed import Profile
 

@@ -13,8 +13,9 @@ mappings (:mod:`fttui.core.profiles.frozen`), and come back as lists and dicts. 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, NamedTuple, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 from fttui.core.base import shardings
 from fttui.core.profiles.frozen import Readable, check_keys, freeze, names, thaw
@@ -256,7 +257,7 @@ class Profile(Readable):
                 values[n] = SECTION_TYPES[n].from_partial(resolved.get(n))
             else:
                 default = _META_DEFAULTS[n] if n in _META_DEFAULTS else SCHEMA[TOP][n].default
-                values[n] = freeze(resolved[n] if n in resolved else default)
+                values[n] = freeze(resolved.get(n, default))
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -210,7 +210,7 @@ def _host_total(c: RowInputs) -> float | None:
 
 
 # ---------------------------------------------------------------------------- the row
-T, I, R = "TEXT", "INTEGER", "REAL"
+T, I, R = "TEXT", "INTEGER", "REAL"  # noqa: E741  the three SQL kinds, read in the table below
 FIGURES: tuple[Figure, ...] = (
     Figure("run_id", "TEXT PRIMARY KEY", lambda c: c.run_id, setting=True),
     Figure(

@@ -25,7 +25,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def export_lines(rows: Sequence[dict[str, Any]], machine: str | None = None) -> 
         "fttui_export": FORMAT_VERSION,
         "schema": SCHEMA_VERSION,
         "machine": machine or socket.gethostname(),
-        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "rows": len(rows),
     }
     yield json.dumps(header, sort_keys=True) + "\n"

@@ -17,10 +17,10 @@ from typing import Any
 
 from fttui.core.base import paths, shardings
 from fttui.core.base.errors import StoreError
+from fttui.core.base.redact import mask
 from fttui.core.results.columns import COLUMNS as _COLUMNS
 from fttui.core.results.columns import FIGURES
 from fttui.core.results.columns import JSON_COLUMNS as _JSON_COLUMNS
-from fttui.core.base.redact import mask
 
 # Column name -> SQL type, JSON columns: declared once with the row (fttui.core.results.columns).
 # Order is the order of `fttui results` columns in JSON and CSV.
@@ -97,7 +97,8 @@ class Store:
             return StoreError(
                 f"{self.path}: read-only ({text}); make it writable (chmod u+w) or set FTTUI_HOME to another folder"
             )
-        if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or "malformed" in text:
+        corrupt = isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
+        if corrupt or "malformed" in text:
             return StoreError(
                 f"{self.path}: not a readable results store ({text}: corrupt or truncated); move it "
                 "aside (fttui then starts a new one) or restore a copy"
@@ -216,7 +217,9 @@ class Store:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY started_at, rowid"
         if limit:
-            sql = f"SELECT * FROM ({sql[: -len(' ORDER BY started_at, rowid')]} ORDER BY started_at DESC, rowid DESC LIMIT {int(limit)}) ORDER BY started_at, rowid"
+            unordered = sql[: -len(" ORDER BY started_at, rowid")]
+            newest = f"{unordered} ORDER BY started_at DESC, rowid DESC LIMIT {int(limit)}"
+            sql = f"SELECT * FROM ({newest}) ORDER BY started_at, rowid"
         try:
             return [_decode(r) for r in self.conn.execute(sql, args)]
         except sqlite3.Error as e:

@@ -20,8 +20,9 @@ and a multi-node allocation entered without ``srun`` (only one node would run).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.stored import as_profile
@@ -101,7 +102,7 @@ def read_allocation(env: Mapping[str, str]) -> Allocation | None:
         )
     in_step = (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "").strip()
     job_nodes = _int(env, "SLURM_JOB_NUM_NODES") or _int(env, "SLURM_NNODES") or 1
-    if not in_step or in_step.startswith("batch") or in_step.startswith("extern"):
+    if not in_step or in_step.startswith(("batch", "extern")):
         if job_nodes > 1:
             raise FttuiError(
                 f"this shell is inside the {job_nodes}-node Slurm job {job} but not in a job step: "

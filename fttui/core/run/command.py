@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.stored import as_profile

@@ -18,8 +18,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fttui.core.base import paths
 from fttui.core.base.errors import FttuiError

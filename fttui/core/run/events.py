@@ -89,7 +89,8 @@ class Event:
     """What every event line has: ``t`` (unix time), ``rank`` (global rank; -1 for the
     supervisor's), ``pid`` (the writing process, written by fttui's Trainer callback: two processes
     claiming one rank, :mod:`fttui.core.run.ranks`), ``source`` (``worker``, ``supervisor``,
-    ``callback``, ``injected``, ``log``), and ``extra``: the line's keys this record does not declare (kept, written back)."""
+    ``callback``, ``injected``, ``log``), and ``extra``: the line's keys this record does not declare (kept, written
+    back)."""
 
     EVENT: ClassVar[str] = ""
     #: leave ``None`` fields out of the line (records whose producers write different keys)

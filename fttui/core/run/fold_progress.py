@@ -139,7 +139,7 @@ class ProgressFold:
         loss_hist, sps_hist, tps_hist = self.hist.series(len(ranks))
         world = to_int(start.get("world_size"))
         clash = self.slots.clashes()
-        if world is None and ranks or clash:  # processes of one claimed rank each count
+        if (world is None and ranks) or clash:  # processes of one claimed rank each count
             world = max(world or 0, self.slots.processes(), len(ranks))
         config, env = start.get("config"), start.get("env")
         return dict(

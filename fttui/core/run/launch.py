@@ -13,22 +13,22 @@ rendezvous that node 0 hosts; node 0 checks before launch that the port is free 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fttui.core.base import shardings
+from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.profiles.stored import as_profile
-from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.trackers import missing_tracker
+from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 from fttui.core.run.events import ForecastEvent, write_event
 from fttui.core.run.resume import Resume
-from fttui.core.base.errors import FttuiError, ProfileError
 
 WORKER_MODULE = "fttui.worker.train"
 

@@ -65,7 +65,8 @@ class PhaseFold:
     phases; the first rank to reach one gives its start). A build seen in two samples in a row
     overlays the worker's phase from the first of them while it lasts (one sample may catch a
     check that is no build: torch runs ``ninja`` on every load of a DeepSpeed op, to find it up to
-    date, and a loaded machine's sampler catches it now and then); when the build tools are gone, the worker's phase shows
+    date, and a loaded machine's sampler catches it now and then); when the build tools are gone, the worker's phase
+    shows
     again with its own start. A later worker phase ends the overlay too (the events and the
     samples are two files, read one after the other), and a sample older than the latest worker
     phase does not start it again."""

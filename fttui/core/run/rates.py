@@ -35,7 +35,7 @@ __all__ = ["Point", "RankProgress", "Rates", "rates", "rank_token_rates", "StepH
 class Point:
     """One rank's cumulative figures at the end of one step."""
 
-    __slots__ = ("step", "samples", "tokens", "tokens_padded", "train_time")
+    __slots__ = ("samples", "step", "tokens", "tokens_padded", "train_time")
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ ORIGIN = (0, 0.0, 0.0, 0.0, 0.0)  # the start of training, as a Point's argument
 class RankProgress:
     """One rank's progress: its warm-up reference, its latest step and latest figures."""
 
-    __slots__ = ("ref", "cur", "samples", "tokens", "tokens_padded", "train_time", "loss", "lr", "epoch", "total_steps")
+    __slots__ = ("cur", "epoch", "loss", "lr", "ref", "samples", "tokens", "tokens_padded", "total_steps", "train_time")
 
     def __init__(self) -> None:
         self.ref: Point | None = None  # warm-up boundary

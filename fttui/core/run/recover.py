@@ -24,8 +24,8 @@ import sys
 import time
 from dataclasses import replace
 
-from fttui.core.run import rundir
 from fttui.core.base.constants import WATCHED
+from fttui.core.run import rundir
 from fttui.core.run.events import append_jsonl, read_jsonl
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
@@ -322,7 +322,6 @@ def _store_settled(rd: rundir.RunDir, own: FinalStatus, job) -> FinalStatus:
 def _settle_job(rd: rundir.RunDir, job) -> FinalStatus | None:
     """The job directory's status, once every node's run of it has one."""
     from fttui.core.run.slurmend import job_verdict
-
     from fttui.core.run.slurmjob import job_nodes, restart_of
 
     nodes = job_nodes(rd)

@@ -11,7 +11,8 @@ memory, and what it did where that differs from what its profile said.
   ``gpu_mem_source`` says so; a card with neither figure is ``None``, never a silent 0.
 * Host memory (:func:`host_figures`): the sum of the training ranks' own peaks (VmHWM, the step
   events' ``peak_rss_mb``); without them, each process of the tree's own peak (VmHWM read by the
-  sampler, ``host_measure`` ``"processes"``), else the sampled tree's peak (``"tree"``). The tree and its build steps get their own figures.
+  sampler, ``host_measure`` ``"processes"``), else the sampled tree's peak (``"tree"``). The tree and its build steps
+  get their own figures.
 * Stated vs observed (:func:`mismatch`): micro batch and accumulation (from the samples one rank
   took per optimizer step), sequence length and world size (the worker's start event).
 

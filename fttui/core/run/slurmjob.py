@@ -22,9 +22,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.stored import as_profile

@@ -23,10 +23,10 @@ from fttui.core.run.fold_memory import MemoryFold
 from fttui.core.run.fold_progress import ProgressFold
 from fttui.core.run.fold_verdict import STATUS_ORDER, VerdictFold
 from fttui.core.run.memtrend import DEFAULT_HORIZON
-from fttui.core.run.whyslow import SpeedFold, why_slow
 from fttui.core.run.perf import with_perf
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
+from fttui.core.run.whyslow import SpeedFold, why_slow
 from fttui.monitor import num
 
 __all__ = ["RunState", "RunSnapshot", "STATUS_ORDER"]

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from fttui.core.profiles.stored import stored_profile
-from fttui.core.run import rundir
 from fttui.core.results.columns import RowInputs, fold_row, rounded
+from fttui.core.run import rundir
 from fttui.core.run.events import parse_event, read_jsonl
 from fttui.core.run.perf import row_perf
+from fttui.core.run.ranks import clash_mismatch
+from fttui.core.run.resume import is_checkpoint
 from fttui.core.run.row_figures import (
     gpu_figures,
     host_figures,
@@ -21,8 +23,6 @@ from fttui.core.run.row_figures import (
     sharding_read_back,
     stated_sharding,
 )
-from fttui.core.run.ranks import clash_mismatch
-from fttui.core.run.resume import is_checkpoint
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
 

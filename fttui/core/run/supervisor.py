@@ -271,9 +271,8 @@ class Supervisor:
                     ev.get("event") == "step"
                     and isinstance(ev.get("step"), int)
                     and isinstance(ev.get("t"), (int, float))
-                ):
-                    if not self.step_times or ev["step"] > self.step_times[-1][0]:
-                        self.step_times = [*self.step_times[-60:], (ev["step"], float(ev["t"]))]
+                ) and (not self.step_times or ev["step"] > self.step_times[-1][0]):
+                    self.step_times = [*self.step_times[-60:], (ev["step"], float(ev["t"]))]
             snap = self.state.snapshot()
             for fields in self.state.memory.announce(snap.memory_warnings):  # once per rank and limit
                 self._event("memory_warning", **fields)

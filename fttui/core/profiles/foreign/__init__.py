@@ -27,8 +27,8 @@ from fttui.core.profiles.foreign.common import Mapped
 from fttui.core.profiles.foreign.llamafactory import read_llamafactory
 from fttui.core.profiles.overrides import apply_overrides_to
 from fttui.core.profiles.resolve import _finalize
-from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.schema import SCHEMA, TOP, dotted
+from fttui.core.profiles.typed import Profile
 from fttui.core.profiles.values import toml_literal
 
 __all__ = ["Mapped", "ORIGIN", "load_config_profile", "profile_toml", "read_config", "unmapped_line", "with_overrides"]

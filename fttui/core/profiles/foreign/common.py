@@ -10,10 +10,11 @@ Pure: stdlib only; the YAML itself is parsed in :mod:`fttui.core.profiles.foreig
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fttui.core.base.errors import ProfileError, did_you_mean
 from fttui.core.profiles.discovery import display
@@ -104,7 +105,7 @@ def article(word: str) -> str:
     return "an" if word[:1].lower() in "aeio" else "a"
 
 
-@lru_cache(maxsize=None)
+@cache
 def known_keys(tool: str) -> frozenset[str]:
     """The top-level keys ``tool`` (``llamafactory``, ``axolotl``) accepts, the Trainer's included
     (``scripts/foreign_keys.py`` reads them from the tools' sources)."""
