@@ -146,7 +146,7 @@ def summary_lines(rd: RunDir) -> list[str]:
         f" {fmt.duration(raw.get('wall_s')) or '-'} wall"
         f"  peak host RSS {fmt.mb(raw.get('peak_host_rss_mb'))}"
         f" ({host_measure_text(raw.get('host_measure')) or 'measure unknown'};"
-        f" tree {fmt.mb(row.get('peak_tree_rss_mb'))} sampled)"
+        f" tree {fmt.mb(raw.get('peak_tree_rss_mb'))} sampled)"
         f"  peak GPU {_gpu_peaks(row)}"
     )
     perf = perf_summary(row)

@@ -73,7 +73,10 @@ class Emitter:
 
     def __call__(self, event: str, **fields: Any) -> dict[str, Any]:
         obj = {"event": event, "t": time.time(), "rank": self.rank, "source": "worker", **fields}
-        return write_event(self.path, parse_event(obj))
+        record = parse_event(obj)
+        if record is None:  # not reached: a dict whose "event" is a str is always a record
+            raise ValueError(f"not an event: {event!r}")
+        return write_event(self.path, record)
 
 
 def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:
