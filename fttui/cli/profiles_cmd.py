@@ -79,8 +79,8 @@ def cmd_profiles(args) -> int:
             for i in items
         ]
         sys.stdout.write(to_text(headers, body))
-    for e in errors:
-        print(f"warning: {e}", file=sys.stderr)
+    for message in errors:
+        print(f"warning: {message}", file=sys.stderr)
     return 0
 
 

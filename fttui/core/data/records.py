@@ -231,7 +231,9 @@ class _JsonList:
         depth, in_string = 0, False
         while True:
             if in_string:
-                end = _STRING_BODY.match(self.buf, self.pos).end()
+                body = _STRING_BODY.match(self.buf, self.pos)
+                assert body is not None  # the pattern matches the empty string too
+                end = body.end()
                 if end < len(self.buf) and self.buf[end] == 0x22:  # the closing quote
                     self.pos, in_string = end + 1, False
                     if not depth:

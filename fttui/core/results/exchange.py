@@ -89,7 +89,7 @@ def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     for i, ln in lines:
         try:
             obj = json.loads(ln)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             raise ImportFileError(f"{path}:{i}: malformed JSON ({e.msg})") from None
         if not isinstance(obj, dict):
             raise ImportFileError(f"{path}:{i}: expected a JSON object")
