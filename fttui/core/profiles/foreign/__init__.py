@@ -20,6 +20,7 @@ from typing import Any
 
 from fttui.core.base import bounded
 from fttui.core.base.errors import ProfileError
+from fttui.core.base.inert import inert
 from fttui.core.profiles.discovery import check_name, display
 from fttui.core.profiles.files import normalize
 from fttui.core.profiles.foreign.axolotl import read_axolotl
@@ -165,6 +166,7 @@ def profile_toml(mapped: Mapped) -> str:
     if mapped.notes:
         out.append("# Notes:")
         out += [f"#   {n}" for n in mapped.notes]
+    out = [inert(line) for line in out]  # a comment stays one line, whatever a key, value or path holds
     out.append("")
     data = mapped.data
     for key in SCHEMA[TOP]:
