@@ -78,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     from fttui.core.base.paths import resolve_home
 
     resolve_home()  # a relative FTTUI_HOME, resolved once against the folder fttui started in
+    try:  # a number fttui's processes read from the environment, checked before anything is written
+        from fttui.core.base.envnumbers import check_env
+
+        check_env()
+    except FttuiError as e:
+        print(f"fttui: {e}", file=sys.stderr)
+        return e.exit_code
     if argv is None and len(sys.argv) == 1 and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
         # bare `fttui` on a terminal: the app at once (no parser to build before its first frame)
         if os.environ.get("FTTUI_LOG_LEVEL"):

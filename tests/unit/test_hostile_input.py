@@ -286,3 +286,18 @@ def test_fttui_refuses_a_giant_sample_or_a_named_pipe_in_one_line(fttui_home, tm
             assert proc.returncode == 2, proc.stdout + proc.stderr
             assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+
+
+@pytest.mark.parametrize("name, value", [("FTTUI_STALL_TIMEOUT", "abc"), ("FTTUI_STALL_FLOOR", "nan"),
+                                         ("FTTUI_KILL_GRACE", "-1"), ("FTTUI_SAMPLE_INTERVAL", "inf"),
+                                         ("FTTUI_STALL_TIMEOUT", "1e400")])
+def test_a_bad_number_in_the_environment_is_one_line_before_anything_is_written(fttui_home, name, value):
+    """Issue 36: FTTUI_STALL_TIMEOUT=abc crashed the supervisor 30 s into the run (the run lost)."""
+    out = run_fttui("run", "--profile", "tiny-lora", "--headless", env=fttui_env(**{name: value}))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and name in out.stderr and "give a number" in out.stderr
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+    from fttui.core.base.envnumbers import env_float
+
+    assert env_float(name, 7.0, {}) == 7.0 and env_float(name, 7.0, {name: " "}) == 7.0
+    assert env_float("FTTUI_KILL_GRACE", 7.0, {"FTTUI_KILL_GRACE": "2.5"}) == 2.5
