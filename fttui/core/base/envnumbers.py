@@ -30,7 +30,7 @@ class EnvNumber:
 ENV_NUMBERS: dict[str, EnvNumber] = {
     e.name: e
     for e in (
-        EnvNumber("FTTUI_STALL_TIMEOUT", 0, 30 * 86400, "seconds without a step before a run is stalled (0: automatic)"),
+        EnvNumber("FTTUI_STALL_TIMEOUT", 0, 30 * 86400, "seconds without a step before a run is stalled, 0: automatic"),
         EnvNumber("FTTUI_STALL_FLOOR", 0, 30 * 86400, "the automatic stall timeout's floor, in seconds"),
         EnvNumber("FTTUI_KILL_GRACE", 0, 3600, "seconds between SIGTERM and SIGKILL when a run is stopped"),
         EnvNumber("FTTUI_SAMPLE_INTERVAL", 0.05, 60, "seconds between two samples of a run's memory"),
