@@ -301,3 +301,67 @@ def test_a_bad_number_in_the_environment_is_one_line_before_anything_is_written(
 
     assert env_float(name, 7.0, {}) == 7.0 and env_float(name, 7.0, {name: " "}) == 7.0
     assert env_float("FTTUI_KILL_GRACE", 7.0, {"FTTUI_KILL_GRACE": "2.5"}) == 2.5
+
+
+DEEP = 5000
+
+
+def _deep_inputs(tmp_path):
+    """Each input fttui parses, nested far beyond Python's recursion limit (issue 36)."""
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "deep.toml").write_text('extends = "tiny-lora"\n[train]\nbatch_size = ' + "[" * DEEP + "]" * DEEP + "\n")
+    for i in range(40):  # a 40-long extends chain
+        (prof / f"c{i}.toml").write_text(f'extends = "c{i + 1}"\n' if i < 39 else 'extends = "tiny-lora"\n')
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "x": ' + "[" * DEEP + "]" * DEEP + "}")
+    (prof / "cfg.toml").write_text(f'extends = "tiny-lora"\n[model]\nname_or_path = "{model}"\ninit = "random"\n')
+    (tmp_path / "ds.json").write_text("[" * DEEP + "]" * DEEP)
+    (tmp_path / "ds-list.json").write_text("[1]")
+    for name, ds in (("lf.yaml", "ds.json"), ("lf-list.yaml", "ds-list.json")):
+        (tmp_path / name).write_text(f"model_name_or_path: org/m\nstage: sft\nfinetuning_type: full\ndeepspeed: {ds}\n")
+    (tmp_path / "deep.yaml").write_text("model_name_or_path: " + "[" * DEEP + "]" * DEEP + "\n")
+    from fttui.core.results.store import SCHEMA_VERSION
+
+    head = json.dumps({"fttui_export": 1, "schema": SCHEMA_VERSION, "machine": "m", "exported_at": "2026", "rows": 1})
+    (tmp_path / "deep.jsonl").write_text(head + '\n{"run_id": "x", "env": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    (tmp_path / "env.jsonl").write_text(head + '\n{"run_id": "x", "env": "a string"}\n')
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "--profile", "deep", "--headless"], "nested too deeply"),
+    (["run", "--profile", "tiny-lora", "--set", "train.batch_size=" + "[" * DEEP + "]" * DEEP, "--headless"], "batch_size"),
+    (["run", "--profile", "c0", "--headless"], "a chain of more than"),
+    (["estimate", "--profile", "cfg"], "nested too deeply"),
+    (["profiles", "--from", "lf.yaml"], "nested too deeply"),
+    (["profiles", "--from", "lf-list.yaml"], "not a JSON object"),
+    (["profiles", "--from", "deep.yaml"], "nested too deeply"),
+    (["results", "import", "deep.jsonl"], "nested too deeply"),
+    (["results", "import", "env.jsonl"], "env: expected a JSON object"),
+])
+def test_deeply_nested_input_is_one_line(fttui_home, tmp_path, args, says):
+    work = _deep_inputs(tmp_path)
+    out = run_fttui(*args, cwd=work, timeout=120)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    err = out.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and says in err, err[-2000:]
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+    assert run_fttui("results", "--json", cwd=work, check=True).stdout.strip() == "[]"
+
+
+def test_two_imports_of_one_file_at_once_both_end_cleanly(fttui_home, tmp_path):
+    """Issue 36: the second of two simultaneous imports died on UNIQUE(run_id); it now reads the
+    store again and finds the rows there."""
+    rows = [{"run_id": f"r{i}", "status": "completed", "samples_per_s": float(i)} for i in range(4000)]
+    path = _export_file(tmp_path, rows)
+    procs = [subprocess.Popen([sys.executable, "-m", "fttui", "results", "import", str(path)], cwd=ROOT,
+                              env=fttui_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "Traceback" not in err, out + err
+    assert sum(int(out.split("imported ")[1].split()[0]) for out, _ in outs) == 4000
+    with Store() as s:
+        assert len(s.rows(kind=None)) == 4000

@@ -94,7 +94,7 @@ def _type_hint(key: str, field: Field, value: Any) -> str:
     if isinstance(value, str) and field.kind in ("int", "float", "bool"):
         try:
             parsed = tomllib.loads(f"v = {value.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             parsed = None
         if parsed is not None and _kind_ok(field.kind, parsed):
             return f"write {value.strip()} without quotes"

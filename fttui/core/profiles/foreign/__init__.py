@@ -66,6 +66,8 @@ def read_config(path: str | os.PathLike[str]) -> Mapped:
         raise ProfileError(where, None, f"cannot read: {e}") from None
     except ValueError as e:
         raise ProfileError(where, None, str(e)) from None
+    except RecursionError:
+        raise ProfileError(where, None, "values nested too deeply; not a training config") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}: " if mark is not None else ""
