@@ -6,6 +6,7 @@ import json
 import sys
 
 from fttui.core.base.errors import FttuiError, ProfileError
+from fttui.core.base.inert import inert
 from fttui.core.base.fmt import rel_path
 
 __all__ = ["add_parser", "cmd_profiles"]
@@ -79,8 +80,8 @@ def cmd_profiles(args) -> int:
             for i in items
         ]
         sys.stdout.write(to_text(headers, body))
-    for message in errors:
-        print(f"warning: {message}", file=sys.stderr)
+    for message in errors:  # a file's name quoted raw would reach the terminal
+        print(f"warning: {inert(message)}", file=sys.stderr)
     return 0
 
 
