@@ -6,8 +6,8 @@ import json
 import sys
 
 from fttui.core.base.errors import FttuiError, ProfileError
-from fttui.core.base.inert import inert
 from fttui.core.base.fmt import rel_path
+from fttui.core.base.inert import inert
 
 __all__ = ["add_parser", "cmd_profiles"]
 
