@@ -365,3 +365,26 @@ def test_two_imports_of_one_file_at_once_both_end_cleanly(fttui_home, tmp_path):
     assert sum(int(out.split("imported ")[1].split()[0]) for out, _ in outs) == 4000
     with Store() as s:
         assert len(s.rows(kind=None)) == 4000
+
+
+@pytest.mark.parametrize("args, says", [
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.hidden_size=nan"], "whole non-negative"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.hidden_size=1e400"], "whole non-negative"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.hidden_size=1e300"], "beyond any model"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.num_attention_heads=4.5"], "whole"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.num_key_value_heads=3"], "must divide"),
+    (["run", "--profile", "tiny-lora", "--headless", "--set", "data.max_seq_len=99999999999999999999"], "at most"),
+    (["run", "--profile", "tiny-lora", "--headless", "--set", "limits.host_memory=99999999999999999999TiB"],
+     "more than 1 EiB"),
+    (["run", "--profile", "tiny-lora", "--headless", "--set", "data.source={sur}"], "lone surrogate"),
+])
+def test_values_the_worker_could_not_take_are_refused_before_the_launch(fttui_home, tmp_path, args, says):
+    """Issue 36: each of these passed the checks, launched a run, and failed in the worker (a
+    failed row, exit 1) or ended in a traceback."""
+    sur = tmp_path / "sur.jsonl"
+    sur.write_text('{"instruction": "hi \\ud800", "output": "x"}\n')
+    out = run_fttui(*[a.format(sur=sur) for a in args], timeout=120)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    err = out.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and says in err, err[-2000:]
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())

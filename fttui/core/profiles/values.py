@@ -148,6 +148,10 @@ def _kind_ok(kind: str, value: Any) -> bool:
     raise AssertionError(kind)
 
 
+#: the largest whole number a profile takes (seeds are 32-bit; no count or length comes near it)
+MAX_INT = 2**32 - 1
+
+
 def check_value(section: str, key: str, value: Any, file: str) -> Any:
     """Type, allowed values and range of one value; returns it normalized."""
     field = SCHEMA[section][key]
@@ -180,6 +184,8 @@ def check_value(section: str, key: str, value: Any, file: str) -> Any:
     if dk == "method" and value not in SUPPORTED_METHODS:
         supported = ", ".join(m for m in METHODS if m in SUPPORTED_METHODS)
         raise ProfileError(file, dk, f"method '{value}' is not supported by this build", f"supported: {supported}")
+    if field.kind == "int" and abs(value) > MAX_INT:  # a randint or a C integer overflowed in the worker
+        raise ProfileError(file, dk, f"must be at most {MAX_INT}, got {short_literal(value)}", None)
     if field.lo is not None and value < field.lo:
         raise ProfileError(
             file, dk, f"must be >= {num(field.lo)}, got {num(value)}", field.hint or f"use a value >= {num(field.lo)}"
