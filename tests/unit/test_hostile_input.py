@@ -388,3 +388,15 @@ def test_values_the_worker_could_not_take_are_refused_before_the_launch(fttui_ho
     err = out.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1 and says in err, err[-2000:]
     assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+
+
+@pytest.mark.parametrize("home", ["   ", "/proc/self", "{long}"])
+@pytest.mark.parametrize("args", [["results"], ["run", "--profile", "tiny-lora", "--headless"], ["ls"]])
+def test_an_unusable_fttui_home_is_one_line(tmp_path, home, args):
+    """Issue 36: a home fttui cannot write (here /proc, a 300-character name, spaces only, which
+    used to read as unset and write to the default folder) is one line, never a traceback."""
+    home = home.format(long=str(tmp_path / ("x" * 300)))
+    out = run_fttui(*args, env=fttui_env(FTTUI_HOME=home), timeout=120)
+    err = out.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) <= 1, err
+    assert out.returncode in (1, 2) or (args == ["ls"] and "no runs yet" in out.stdout), out.stdout + err
