@@ -400,3 +400,26 @@ def test_an_unusable_fttui_home_is_one_line(tmp_path, home, args):
     err = out.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) <= 1, err
     assert out.returncode in (1, 2) or (args == ["ls"] and "no runs yet" in out.stdout), out.stdout + err
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_to_fttui_data_leaves_no_scratch_folder(fttui_home, tmp_path, sig):
+    """Issue 36: SIGTERM or SIGHUP while `fttui data` tokenised left `cache/data/tmp*` behind."""
+    import signal
+    import time
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"q{i} " * 40, "output": "a " * 40}) + "\n"
+                            for i in range(20000)))
+    proc = subprocess.Popen([sys.executable, "-m", "fttui", "data", "--profile", "tiny-lora", "--set",
+                             f"data.source={data}"], cwd=ROOT, env=fttui_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    cache = fttui_home / "cache"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(cache.rglob("tmp*")) and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the measurement ended before the signal: make the data larger"
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert not list(cache.rglob("tmp*")), list(cache.rglob("*"))
