@@ -168,13 +168,13 @@ def test_mismatch_empty_when_the_run_did_what_was_stated(tmp_path):
 
 
 def test_mismatch_batch_larger_than_the_data(tmp_path):
-    # what issue 14 found: the row said batch 10^12, the one step used the whole data set (1,024)
-    rd = _run_dir(tmp_path, ["gpus=0", "batch_size=1000000000000"],
-                  events=[_start(micro_batch=10**12, total_steps=1), _step(1, 1024)])
+    # what issue 14 found: the row said batch 10^12 (now 4e9, under the profile bound 2^32-1), the one step used the whole data set (1,024)
+    rd = _run_dir(tmp_path, ["gpus=0", "batch_size=4000000000"],
+                  events=[_start(micro_batch=4_000_000_000, total_steps=1), _step(1, 1024)])
     row = _row(rd)
-    assert row["mismatch"] == {"batch_size": {"stated": 10**12, "observed": 1024},
-                               "effective_batch": {"stated": 10**12, "observed": 1024}}
-    assert reference_table([row])[1][0][5] == "1000000000000 (ran 1024)"
+    assert row["mismatch"] == {"batch_size": {"stated": 4_000_000_000, "observed": 1024},
+                               "effective_batch": {"stated": 4_000_000_000, "observed": 1024}}
+    assert reference_table([row])[1][0][5] == "4000000000 (ran 1024)"
 
 
 def test_mismatch_with_accumulation_sequence_length_and_world_size(tmp_path):
@@ -297,8 +297,8 @@ def test_cpu_run_on_a_gpu_machine_has_no_cards(tmp_path):
 
 # ------------------------------------------------------------------ the store
 def test_schema_4_row_round_trip(tmp_path, fttui_home):
-    rd = _run_dir(tmp_path, ["gpus=0", "batch_size=1000000000000"],
-                  events=[_start(micro_batch=10**12), _step(1, 1024, rss=333.0)],
+    rd = _run_dir(tmp_path, ["gpus=0", "batch_size=4000000000"],
+                  events=[_start(micro_batch=4_000_000_000), _step(1, 1024, rss=333.0)],
                   samples=[{"t": 2.0, "host": {"tree_rss_mb": 900.0, "build_rss_mb": 0.0}}])
     row = _row(rd)
     with Store(tmp_path / "s.sqlite") as s:
