@@ -22,7 +22,7 @@ from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.stored import check_profile as check_stored
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
-from fttui.core.run.events import parse_event, write_event
+from fttui.core.run.events import record, write_event
 from fttui.core.run.oplocks import clear_stale_locks
 from fttui.core.run.phases import LOADING_MODEL
 
@@ -71,9 +71,8 @@ class Emitter:
     def __init__(self, path: str, rank: int) -> None:
         self.path, self.rank = path, int(rank)
 
-    def __call__(self, event: str, **fields: Any) -> dict[str, Any]:
-        obj = {"event": event, "t": time.time(), "rank": self.rank, "source": "worker", **fields}
-        return write_event(self.path, parse_event(obj))
+    def __call__(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return write_event(self.path, record(kind, t=time.time(), rank=self.rank, source="worker", **fields))
 
 
 def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:

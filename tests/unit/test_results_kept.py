@@ -14,7 +14,8 @@ from fttui.core.profiles import load_profile
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import Store
 from fttui.core.run import rundir
-from fttui.core.run.events import append_jsonl
+from fttui.core.results.row_inputs import Kept
+from fttui.core.run.events import append_jsonl, parse_event
 from fttui.core.run.resume import plan_resume
 from fttui.core.run.summary import kept_figures
 
@@ -101,14 +102,15 @@ def test_kept_figures_come_from_the_events_and_the_command():
               {"event": "save", "rank": 0, "kind": "checkpoint", "step": 6, "path": "/o/checkpoint-6"},
               {"event": "save", "rank": 0, "kind": "checkpoint", "step": 9, "path": "/o/checkpoint-9"},
               {"event": "save", "rank": 0, "kind": "model", "step": 9, "path": "/o"}]
-    assert kept_figures(rd, events) == {
-        "resumed_from": "20260101-000000-tiny-lora-abcd", "resumed_step": 4, "eval_loss": 2.25, "eval_step": 9,
-        "output_dir": "/o", "checkpoint": "/o/checkpoint-9"}
+    events = [parse_event(e) for e in events]
+    assert kept_figures(rd, events) == Kept(
+        resumed_from="20260101-000000-tiny-lora-abcd", resumed_step=4, eval_loss=2.25, eval_step=9,
+        output_dir="/o", checkpoint="/o/checkpoint-9")
     # a run that saved checkpoints and was stopped before the end: the checkpoints' folder
-    assert kept_figures(rd, events[:3])["output_dir"] == "/o"
+    assert kept_figures(rd, events[:3]).output_dir == "/o"
     # nothing saved, nothing evaluated, not resumed
     plain = _run()
-    assert set(kept_figures(plain, []).values()) == {None}
+    assert kept_figures(plain, []) == Kept()
 
 
 # ------------------------------------------------------------------ --resume

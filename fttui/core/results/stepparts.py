@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from fttui.core.base.event_records import EndEvent, Event, StepEvent
+
 __all__ = ["step_parts"]
 
 
@@ -31,14 +33,14 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def step_parts(events: Iterable[Any], warmup_exclude_steps: int = 1) -> dict[str, Any] | None:
+def step_parts(events: Iterable[Event], warmup_exclude_steps: int = 1) -> dict[str, Any] | None:
     """The step's measured parts (module doc) from a run's typed event records."""
     events = list(events)
-    steps = [e for e in events if getattr(e, "EVENT", None) == "step" and e.step]
+    steps = [e for e in events if isinstance(e, StepEvent) and e.step]
     if not steps:
         return None
-    lowest = min(getattr(e, "rank", 0) or 0 for e in steps)
-    steps = sorted((e for e in steps if (getattr(e, "rank", 0) or 0) == lowest), key=lambda e: e.step)
+    lowest = min(e.rank or 0 for e in steps)
+    steps = sorted((e for e in steps if (e.rank or 0) == lowest), key=lambda e: e.step or 0)
     keys = ("train_time", "passes", "pass_time", "tokens_padded", "tokens_padded_x_len")
     dt = passes = pass_time = tokens = x_len = 0.0
     n = 0
@@ -57,9 +59,7 @@ def step_parts(events: Iterable[Any], warmup_exclude_steps: int = 1) -> dict[str
     if n < 2 or dt <= 0 or passes <= 0:
         return None
     step_s, pass_s = dt / n, pass_time / passes
-    end = next(
-        (e for e in events if getattr(e, "EVENT", None) == "end" and (getattr(e, "rank", 0) or 0) == lowest), None
-    )
+    end = next((e for e in events if isinstance(e, EndEvent) and (e.rank or 0) == lowest), None)
     last = _num(getattr(end, "train_time", None)) or _num(steps[-1].train_time) or 0.0
     return {
         "step_s": round(step_s, 6),

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from fttui.core.base.redact import Redactor, split_long
-from fttui.core.run.events import append_jsonl
+from fttui.core.run.events import write_event
 from fttui.core.run.guard import write_error
 from fttui.core.run.logparse import split_segments
 from fttui.core.run.rundir import RunDir, group_members, write_json_atomic
@@ -98,7 +98,7 @@ class _LogEvents:
             return
         for ev in events:
             try:
-                append_jsonl(self.rd.events_path, ev)
+                write_event(self.rd.events_path, ev, sparse=True)
             except OSError as e:
                 self.report.write_failed("events.jsonl", e)
                 self.off = True

@@ -27,7 +27,7 @@ import psutil
 from fttui.core.base.constants import WATCHED
 from fttui.core.base.errors import FttuiError
 from fttui.core.run import guard, rundir
-from fttui.core.run.events import append_jsonl
+from fttui.core.run.events import LaunchEvent, StartEvent, write_event
 from fttui.core.run.recover import end_watch
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
@@ -132,10 +132,10 @@ def watch(rd: rundir.RunDir) -> int:
         proc = None
     # launch, then start: the views say RUNNING while the process runs (there is no startup to follow)
     for ev in (
-        {"event": "launch", "t": t0, "rank": -1, "source": "watch", "pid": pid},
-        {"event": "start", "t": t0, "rank": 0, "source": "watch", "pid": pid, "watched": True},
+        LaunchEvent(t=t0, rank=-1, source="watch", pid=pid),
+        StartEvent(t=t0, rank=0, source="watch", pid=pid, extra={"watched": True}),
     ):
-        append_jsonl(rd.events_path, ev)
+        write_event(rd.events_path, ev)
         state.apply(ev)
     host, gpu = HostSampler(pid), make_gpu_sampler()
     stopped = False

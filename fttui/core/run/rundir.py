@@ -168,6 +168,10 @@ class RunDir:
         return self.path / "status.json"
 
     @property
+    def row_path(self) -> Path:
+        return self.path / "row.json"
+
+    @property
     def cancel_path(self) -> Path:
         return self.path / "cancel"
 
@@ -262,6 +266,12 @@ class RunDir:
     def final_status(self) -> FinalStatus | None:
         """``status.json`` read as the run-status contract (``None`` while the run is live)."""
         return FinalStatus.from_dict(self.status())
+
+    def row(self) -> dict[str, Any] | None:
+        """``row.json``: the summary row as its supervisor (or recovery) folded it, the store's
+        columns (:data:`fttui.core.results.columns.FIGURES`); ``None`` before it is written."""
+        row = read_json(self.row_path)
+        return row if isinstance(row, dict) else None
 
     def exists(self) -> bool:
         return self.path.is_dir()

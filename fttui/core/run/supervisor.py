@@ -34,7 +34,18 @@ import psutil
 
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.run import cgroup, guard, oomretry, rundir
-from fttui.core.run.events import JsonlTail, append_jsonl, write_event
+from fttui.core.run.events import (
+    CancelEvent,
+    Event,
+    EventTail,
+    FaultEvent,
+    LaunchEvent,
+    MemoryWarningEvent,
+    ResumedEvent,
+    StalledEvent,
+    StepEvent,
+    write_event,
+)
 from fttui.core.run.recover import finish
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
@@ -202,7 +213,7 @@ class Supervisor:
         env.update(self.command.get("env", {}))
         host = None
         gpu = make_gpu_sampler()
-        tail = JsonlTail(rd.events_path)
+        tail = EventTail(rd.events_path)
         t_launch = time.time()
         with open_private(rd.log_path) as log:  # the log exists (0600) before anything writes to it
             if no_cgroup:  # said once, in the run's log: not an error
@@ -252,12 +263,7 @@ class Supervisor:
             rd.supervisor_path,
             me | {"train_pgid": self.child.pid, "train_id": guard.identity(self.child.pid)},
         )
-        self._write(
-            "events.jsonl",
-            append_jsonl,
-            rd.events_path,
-            {"event": "launch", "t": time.time(), "rank": -1, "source": "supervisor", "pid": self.child.pid},
-        )
+        self._event(LaunchEvent(pid=self.child.pid))
         host = HostSampler(self.child.pid)
         last_progress = time.time()
         last_step = 0
@@ -268,19 +274,20 @@ class Supervisor:
             for ev in tail.read_new():
                 self.state.apply(ev)
                 if (
-                    ev.get("event") == "step"
-                    and isinstance(ev.get("step"), int)
-                    and isinstance(ev.get("t"), (int, float))
-                ) and (not self.step_times or ev["step"] > self.step_times[-1][0]):
-                    self.step_times = [*self.step_times[-60:], (ev["step"], float(ev["t"]))]
+                    isinstance(ev, StepEvent)
+                    and isinstance(ev.step, int)
+                    and isinstance(ev.t, (int, float))
+                    and (not self.step_times or ev.step > self.step_times[-1][0])
+                ):
+                    self.step_times = [*self.step_times[-60:], (ev.step, float(ev.t))]
             snap = self.state.snapshot()
             for fields in self.state.memory.announce(snap.memory_warnings):  # once per rank and limit
-                self._event("memory_warning", **fields)
+                self._event(MemoryWarningEvent(**fields))
             if (snap.step or 0) != last_step:
                 last_step, last_progress = snap.step or 0, time.time()
                 if self.stalled:
                     self.stalled = False
-                    self._event("resumed")
+                    self._event(ResumedEvent())
             idle = time.time() - last_progress
             if (
                 last_step > 0
@@ -289,7 +296,7 @@ class Supervisor:
             ):
                 self.stalled = True
                 self.ever_stalled = guard.stall_message(idle, guard.usual_step_s(self.step_times))
-                self._event("stalled", seconds=round(idle, 1), message=self.ever_stalled)
+                self._event(StalledEvent(seconds=round(idle, 1), message=self.ever_stalled))
             self._read_report()
             if self.cancel_reason is None and rd.cancel_path.exists():
                 self.cancel_reason = "cancel requested"
@@ -297,11 +304,11 @@ class Supervisor:
                 self.cancel_reason = "its run directory was deleted"
             if self.fault is not None:  # a full disk: the run cannot record itself any more
                 reserve.release()
-                self._event("fault", message=self.fault, failed_t=self.fault_t)
+                self._event(FaultEvent(message=self.fault, failed_t=self.fault_t))
                 self.stop_tree()
                 break
             if self.cancel_reason is not None:
-                self._event("cancel", reason=self.cancel_reason)
+                self._event(CancelEvent(reason=self.cancel_reason))
                 self.stop_tree()
                 break
             if self.child.poll() is not None:
@@ -369,9 +376,10 @@ class Supervisor:
         except Exception as e:  # sampling must never take a run down
             print(f"supervisor: sampling failed: {e!r}", file=sys.stderr, flush=True)
 
-    def _event(self, name: str, **kw) -> None:
-        ev = {"event": name, "t": time.time(), "rank": -1, "source": "supervisor", **kw}
-        self._write("events.jsonl", append_jsonl, self.rd.events_path, ev)
+    def _event(self, ev: Event) -> None:
+        """One of the supervisor's own events (rank -1, now), written and folded."""
+        ev = replace(ev, t=time.time(), rank=-1, source="supervisor")
+        self._write("events.jsonl", write_event, self.rd.events_path, ev)
         self.state.apply(ev)
 
     def _finish(
