@@ -264,7 +264,7 @@ class FttuiCallback(TrainerCallback):
                 fields["model_shape"] = _info.model_shape(model)
             except Exception as e:  # MFU goes without it: never stop a run for it
                 fields["model_shape_error"] = repr(e)[:300]
-        self._emit(_ev.StartEvent.from_dict(fields))
+        self._emit(_ev.record("start", **fields))
 
     def on_step_begin(self, args, state, control, **kw):
         if not self.active:

@@ -113,7 +113,8 @@ class Event:
 
 @dataclass(frozen=True, kw_only=True)
 class UnknownEvent(Event):
-    """A kind this fttui has no record for (a newer fttui's): its name and every key kept."""
+    """A kind this fttui has no record for (a newer fttui's): its name (set by
+    :func:`fttui.core.run.events.parse_event`, which reads the kind) and every key kept."""
 
     name: str = ""
 
@@ -127,11 +128,7 @@ class UnknownEvent(Event):
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> Event:
         rec = super().from_dict({k: v for k, v in obj.items() if k != "name"})
-        return dataclasses.replace(
-            rec,
-            name=str(obj.get("event") or ""),
-            extra={**rec.extra, **({"name": obj["name"]} if "name" in obj else {})},
-        )
+        return dataclasses.replace(rec, extra={**rec.extra, **({"name": obj["name"]} if "name" in obj else {})})
 
 
 # ---------------------------------------------------------------------------- the training's

@@ -157,13 +157,18 @@ def parse_event(obj: Any) -> Event | None:
     kind = obj.get("event")
     if not isinstance(kind, str):
         return None
-    return RECORDS.get(kind, UnknownEvent).from_dict(obj)
+    return _of_kind(kind, obj)
+
+
+def _of_kind(kind: str, obj: dict[str, Any]) -> Event:
+    rec = RECORDS.get(kind, UnknownEvent).from_dict(obj)
+    return dataclasses.replace(rec, name=kind) if isinstance(rec, UnknownEvent) else rec
 
 
 def record(kind: str, **fields: Any) -> Event:
     """The record of kind ``kind`` with ``fields`` (the common keys among them), for a writer that
     names the kind (the worker's :class:`~fttui.worker.startup.Emitter`)."""
-    return RECORDS.get(kind, UnknownEvent).from_dict({"event": kind, **fields})
+    return _of_kind(kind, fields)
 
 
 def _records(objs: list[dict[str, Any]]) -> list[Event]:
