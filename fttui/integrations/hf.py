@@ -64,7 +64,7 @@ CALLBACK_MARK = "callback.json"
 _CLAIM = "_fttui_callback"  # the trainer attribute naming the callback that reports it
 
 
-def append_event(run_dir: str, kind: str, **fields: Any) -> None:
+def append_event(run_dir: str, kind: str, /, **fields: Any) -> None:
     """One event of kind ``kind`` in ``run_dir``'s ``events.jsonl``, through its record."""
     _ev.write_event(os.path.join(run_dir, "events.jsonl"), _ev.record(kind, **fields))
 

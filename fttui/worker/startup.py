@@ -71,7 +71,7 @@ class Emitter:
     def __init__(self, path: str, rank: int) -> None:
         self.path, self.rank = path, int(rank)
 
-    def __call__(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def __call__(self, kind: str, /, **fields: Any) -> dict[str, Any]:
         return write_event(self.path, record(kind, t=time.time(), rank=self.rank, source="worker", **fields))
 
 

@@ -165,7 +165,7 @@ def _of_kind(kind: str, obj: dict[str, Any]) -> Event:
     return dataclasses.replace(rec, name=kind) if isinstance(rec, UnknownEvent) else rec
 
 
-def record(kind: str, **fields: Any) -> Event:
+def record(kind: str, /, **fields: Any) -> Event:
     """The record of kind ``kind`` with ``fields`` (the common keys among them), for a writer that
     names the kind (the worker's :class:`~fttui.worker.startup.Emitter`)."""
     return _of_kind(kind, fields)
