@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -127,8 +128,7 @@ def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_hom
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
-        sup = rd.supervisor() | {"train_pgid": child.pid}
-        rundir.write_json_atomic(rd.supervisor_path, sup)
+        rd.write_supervisor(replace(rd.supervisor(), train_pgid=child.pid))
         assert rd.training_alive() and rd.is_live() and rd.state_label() == "running (unsupervised)"
         assert recover(rd) is None
         rd.request_cancel()  # no supervisor: the cancel goes to the training's group

@@ -3,6 +3,8 @@ the row's kept columns from the events, what ``--resume`` resumes and the one-li
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import sqlite3
 
@@ -94,9 +96,8 @@ def _checkpoint(rd: rundir.RunDir, step: int, *, finished: bool = True, rank: in
 
 def test_kept_figures_come_from_the_events_and_the_command():
     rd = _run()
-    cmd = rd.command()
-    cmd["resume"] = {"run_id": "20260101-000000-tiny-lora-abcd", "checkpoint": "/c/checkpoint-4", "step": 4}
-    rundir.write_json_atomic(rd.command_path, cmd)
+    resume = {"run_id": "20260101-000000-tiny-lora-abcd", "checkpoint": "/c/checkpoint-4", "step": 4}
+    rd.write_command(replace(rd.command(), resume=resume))
     events = [{"event": "eval", "rank": 0, "step": 6, "eval_loss": 2.5},
               {"event": "eval", "rank": 0, "step": 9, "eval_loss": 2.25},
               {"event": "save", "rank": 0, "kind": "checkpoint", "step": 6, "path": "/o/checkpoint-6"},

@@ -39,6 +39,7 @@ from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch
 from fttui.core.run.events import ErrorEvent, EventTail, StepEvent, read_events
 from fttui.core.run.row_figures import host_figures, sharding_read_back
+from fttui.core.run.runfiles import CommandFile, ExitFile
 from fttui.core.run.sampling import fold_card_peaks, take_sample
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import final_status
@@ -130,9 +131,9 @@ class LaunchedTrial:
 
     # ------------------------------------------------------------------------------------------
     def start(self) -> None:
-        cmd = self.rd.command() or {}
+        cmd = self.rd.command() or CommandFile()
         env = dict(os.environ)
-        env.update(cmd.get("env") or {})
+        env.update(cmd.env)
         log = os.fdopen(os.open(self.rd.path / "guard.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         with self._lock:
             if self.stopped:
@@ -140,7 +141,14 @@ class LaunchedTrial:
                 return
             try:
                 self.guard = subprocess.Popen(
-                    [sys.executable, "-m", "fttui.core.experiments.trial_guard", str(self.rd.path), "--", *cmd["argv"]],
+                    [
+                        sys.executable,
+                        "-m",
+                        "fttui.core.experiments.trial_guard",
+                        str(self.rd.path),
+                        "--",
+                        *(cmd.argv or []),
+                    ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,
@@ -221,10 +229,9 @@ class LaunchedTrial:
             gpu.close()
         if self.stopped:
             return None, False
-        ex = rd.exit_info() or {}
-        rc = ex.get("returncode") if isinstance(ex.get("returncode"), int) else None
+        ex = rd.exit_info() or ExitFile()
         snap = state.snapshot()
-        fs = final_status(rd, snap, rc, None, str(ex["error"]) if ex.get("error") else None)
+        fs = final_status(rd, snap, ex.returncode, None, ex.error or None)
         if fs.status not in ("completed", "oom"):
             raise FttuiError(
                 f"probe trial {self.load} ({self.param}={self.value}) {fs.status}: "

@@ -93,7 +93,7 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     """The brief of one run directory. ``state``: its ``state_label()`` when the caller has it
     already (it costs a process check for a run without ``status.json``)."""
     prof = rd.profile()
-    cmd = rd.command() or {}
+    cmd = rd.command()
     events_of = rd
     if rd.is_slurm_job():  # a Slurm job's steps and ETA are its node 0's (the lowest rank's)
         from fttui.core.run.slurmjob import node0
@@ -107,8 +107,7 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     snap = fold.snapshot()
     started = snap.started_t
     if started is None:
-        created = cmd.get("created")
-        started = float(created) if isinstance(created, (int, float)) else None
+        started = float(cmd.created) if cmd is not None and cmd.created is not None else None
     kind, _group = rd.kind_and_group()
     name = prof.name if prof is not None else None
     return RunBrief(

@@ -233,14 +233,15 @@ def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = F
     times = [e.t for e in events if isinstance(e.t, (int, float))]
     t_launch = launch_time(events)
     if t_launch is None:
-        t_launch = (rd.supervisor() or {}).get("started")
+        sup = rd.supervisor()
+        t_launch = sup.started if sup is not None else None
     if rd.kind_and_group()[0] == "watch":  # its watcher died: no row unless one was asked for
         return end_watch(rd, state, "the watcher ended without a status", t_launch, "recovered")
     ex = rd.exit_info()
     cancel = "cancel requested" if rd.cancel_path.exists() else None
-    if ex is not None and isinstance(ex.get("returncode"), int):
-        status = final_status(rd, snap, ex["returncode"], cancel, oom_killed=oom_killed)
-        t_end = float(ex.get("t") or (times[-1] if times else time.time()))
+    if ex is not None and ex.returncode is not None:
+        status = final_status(rd, snap, ex.returncode, cancel, oom_killed=oom_killed)
+        t_end = float(ex.t or (times[-1] if times else time.time()))
     else:
         t_end = times[-1] if times else time.time()
         if snap.status == "completed":

@@ -317,8 +317,8 @@ def kept_figures(rd: rundir.RunDir, events: list[Event]) -> Kept:
     """The row's schema-6 columns: the run it resumed (``command.json``'s ``resume``, written by
     :func:`fttui.core.run.launch.prepare`), the latest evaluation (``eval`` events) and what it
     saved (``save`` events), from the lowest rank that reported them."""
-    resume = (rd.command() or {}).get("resume")
-    resume = resume if isinstance(resume, dict) else {}
+    cmd = rd.command()
+    resume = (cmd.resume if cmd is not None else None) or {}
     evals = [e for e in events if isinstance(e, EvalEvent) and isinstance(e.step, int) and _is_num(e.eval_loss)]
     last_eval = max(evals, key=lambda e: (e.step, -int(e.rank or 0), e.t or 0), default=None)
     saves = [e for e in events if isinstance(e, SaveEvent) and isinstance(e.path, str)]

@@ -47,6 +47,7 @@ from fttui.core.run.events import (
     write_event,
 )
 from fttui.core.run.recover import finish
+from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import final_status
@@ -60,7 +61,7 @@ class Supervisor:
     def __init__(self, run_dir: Path):
         self.rd = rundir.RunDir(run_dir)
         self.profile = self.rd.profile() or stored_profile({})
-        self.command = self.rd.command() or {}
+        self.command = self.rd.command() or CommandFile()
         self.cancel_reason: str | None = None
         self.child: subprocess.Popen | None = None
         self.seen: dict[int, psutil.Process] = {}
@@ -183,26 +184,26 @@ class Supervisor:
         """A command run's log writer reads the Trainer's printed progress and caps the command's
         address space (``host_limit_bytes``); a profile run's worker does both itself."""
         cg = ["--cgroup", str(self.cgroup)] if self.cgroup else []
-        if self.command.get("kind") != "command":
+        if self.command.kind != "command":
             return cg
-        limit = self.command.get("host_limit_bytes")
-        return ["--parse", *(["--as-limit", str(int(limit))] if isinstance(limit, int) and limit > 0 else []), *cg]
+        limit = self.command.host_limit_bytes
+        return ["--parse", *(["--as-limit", str(int(limit))] if limit is not None and limit > 0 else []), *cg]
 
     # main loop ------------------------------------------------------------------------------
     def run(self) -> int:
         rd = self.rd
-        argv = self.command.get("argv")
+        argv = self.command.argv
         self.cgroup, no_cgroup = cgroup.create(rd.run_id) if argv else (None, "")
-        me = {
-            "pid": os.getpid(),
-            "pgid": os.getpgid(0),
-            "started": time.time(),
-            "create_time": psutil.Process().create_time(),
-            "id": guard.identity(os.getpid()),
-            "cgroup": str(self.cgroup) if self.cgroup else None,
-        }
+        me = SupervisorFile(
+            pid=os.getpid(),
+            pgid=os.getpgid(0),
+            started=time.time(),
+            create_time=psutil.Process().create_time(),
+            id=guard.identity(os.getpid()),
+            cgroup=str(self.cgroup) if self.cgroup else None,
+        )
         reserve = guard.Reserve(rd.path)  # room for the verdict when the disk fills up
-        self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path, me)
+        self._write("supervisor.json", rd.write_supervisor, me)
         first_event = oomretry.attempt_event(rd)  # a run started to recover from an OOM says so first
         if first_event is not None:
             self._write("events.jsonl", write_event, rd.events_path, first_event)
@@ -210,7 +211,7 @@ class Supervisor:
             self._finish(None, None, error="command.json has no argv")
             return 1
         env = dict(os.environ)
-        env.update(self.command.get("env", {}))
+        env.update(self.command.env)
         host = None
         gpu = make_gpu_sampler()
         tail = EventTail(rd.events_path)
@@ -245,7 +246,7 @@ class Supervisor:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env=env,
-                cwd=self.command.get("cwd") or None,  # a command run: the folder it was started from
+                cwd=self.command.cwd or None,  # a command run: the folder it was started from
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=(report_w,),
@@ -259,9 +260,8 @@ class Supervisor:
         # the training's group and its leader's start time: cancel signals only that process's group
         self._write(
             "supervisor.json",
-            rundir.write_json_atomic,
-            rd.supervisor_path,
-            me | {"train_pgid": self.child.pid, "train_id": guard.identity(self.child.pid)},
+            rd.write_supervisor,
+            replace(me, train_pgid=self.child.pid, train_id=guard.identity(self.child.pid)),
         )
         self._event(LaunchEvent(pid=self.child.pid))
         host = HostSampler(self.child.pid)
@@ -322,14 +322,14 @@ class Supervisor:
         for ev in tail.read_new():
             self.state.apply(ev)
         self._read_report()
-        ex = rd.exit_info() or {}
-        rc = ex.get("returncode") if isinstance(ex.get("returncode"), int) else self.child.returncode
-        if self.fault or ex.get("error"):
-            self._finish(rc, t_launch, error=str(self.fault or ex["error"]), reserve=reserve)
+        ex = rd.exit_info() or ExitFile()
+        rc = ex.returncode if ex.returncode is not None else self.child.returncode
+        if self.fault or ex.error:
+            self._finish(rc, t_launch, error=str(self.fault or ex.error), reserve=reserve)
         else:
             self._finish(rc, t_launch, reserve=reserve)
         gpu.close()  # never raises: NVML's errors are swallowed by the sampler
-        if self.command.get("slurm") and self.final is not None:
+        if self.command.slurm and self.final is not None:
             # a Slurm node's supervisor is the job step's task: its exit code is the run's, so a
             # node that failed ends the step (srun --kill-on-bad-exit) and the job says FAILED
             from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR
