@@ -17,8 +17,9 @@ same callback without the line (docs/commands.md): fttui's
 ``sitecustomize`` (:mod:`fttui.integrations.autoload`) adds it to every ``transformers.Trainer``.
 
 Stdlib and transformers only, and of fttui's core only :mod:`fttui.core.run.events` (stdlib
-only): the automatic hook loads this file into the command's own Python, where fttui may not be
-importable; then its siblings and the events module are loaded by path. Whatever fails in here is written to
+only, with the records, the mask and the line reader it loads): the automatic hook loads this
+file into the command's own Python, where fttui may not be importable; then its siblings and the
+events module are loaded by path. Whatever fails in here is written to
 ``integration.log`` in the run
 directory and training goes on.
 """

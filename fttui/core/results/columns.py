@@ -10,7 +10,7 @@ CLI's ``--group-by`` choices (:data:`GROUP_BY`). Effective batch has one definit
 (:func:`effective_batch`).
 
 Adding a figure measured by the training (docs/architecture.md, "Adding a row figure"): a field of
-its event record (fttui/core/run/events.py), the Trainer callback that measures it
+its event record (fttui/core/base/event_records.py), the Trainer callback that measures it
 (fttui/integrations/hf.py) and one :class:`Figure` here whose fold reads the typed events
 (``c.events``); the store adds the column when it opens (no migration to write). Pure.
 """
