@@ -319,7 +319,8 @@ class ExitEvent(Event):
     EVENT: ClassVar[str] = "exit"
     SPARSE: ClassVar[bool] = True
     returncode: int | None = None
-    signal: int | None = None
+    #: the signal's name that killed the training (``SIGKILL``; ``FinalStatus.signal``)
+    signal: int | str | None = None
     status: str | None = None
 
 

@@ -75,8 +75,8 @@ def trial_headroom(events: Iterable[Event], world_size: int) -> Headroom:
                 starts[r] = e
             case EndEvent():
                 ends[r] = e
-            case StepEvent(torch_peak_reserved_mb=peak) if _num(peak) is not None:
-                reserved[r] = max(reserved.get(r, 0.0), float(peak))
+            case StepEvent(torch_peak_reserved_mb=peak) if (mb := _num(peak)) is not None:
+                reserved[r] = max(reserved.get(r, 0.0), mb)
     ranks = range(max(1, world_size))
     if not all(r in starts and r in ends for r in ranks):
         return Headroom(None)

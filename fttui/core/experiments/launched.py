@@ -272,7 +272,7 @@ class LaunchedTrial:
                 round(float(snap.torch_peak_reserved_mb[r]), 1) for r in sorted(snap.torch_peak_reserved_mb)
             ],
             peak_host_rss_mb=host.peak_host_rss_mb,
-            host_measure=host.host_measure,
+            host_measure=host.host_measure or "",
             sharding=ran if isinstance(ran, str) else None,
             longest_seq=longest or None,
             headroom_mb=head.headroom_mb,

@@ -33,6 +33,17 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _figures(e: StepEvent) -> tuple[float, float, float, float, float] | None:
+    """A step's training time, passes, pass time, padded tokens and padded tokens x length, when
+    it measured them all."""
+    t, n, p, tokens, x_len = (
+        _num(v) for v in (e.train_time, e.passes, e.pass_time, e.tokens_padded, e.tokens_padded_x_len)
+    )
+    if t is None or n is None or p is None or tokens is None or x_len is None:
+        return None
+    return t, n, p, tokens, x_len
+
+
 def step_parts(events: Iterable[Event], warmup_exclude_steps: int = 1) -> dict[str, Any] | None:
     """The step's measured parts (module doc) from a run's typed event records."""
     events = list(events)
@@ -41,14 +52,13 @@ def step_parts(events: Iterable[Event], warmup_exclude_steps: int = 1) -> dict[s
         return None
     lowest = min(e.rank or 0 for e in steps)
     steps = sorted((e for e in steps if (e.rank or 0) == lowest), key=lambda e: e.step or 0)
-    keys = ("train_time", "passes", "pass_time", "tokens_padded", "tokens_padded_x_len")
     dt = passes = pass_time = tokens = x_len = 0.0
     n = 0
     for a, b in zip(steps, steps[1:]):
-        if b.step != a.step + 1 or b.step <= warmup_exclude_steps:
+        if b.step != (a.step or 0) + 1 or (b.step or 0) <= warmup_exclude_steps:
             continue
-        va, vb = [_num(getattr(a, k)) for k in keys], [_num(getattr(b, k)) for k in keys]
-        if None in va or None in vb or vb[1] <= va[1]:
+        va, vb = _figures(a), _figures(b)
+        if va is None or vb is None or vb[1] <= va[1]:
             continue
         n += 1
         dt += vb[0] - va[0]

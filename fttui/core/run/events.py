@@ -78,12 +78,7 @@ except ImportError:  # loaded by path (fttui's Trainer callback in a command's P
     globals().update({n: getattr(_kinds, n) for n in _kinds.__all__})
     mask = _by_path("_fttui_redact", os.pardir, "base", "redact.py").mask
     _jsonl = _by_path("_fttui_jsonl", "jsonl.py")
-    JsonlTail, parse_line, read_head_tail, read_jsonl = (
-        _jsonl.JsonlTail,
-        _jsonl.parse_line,
-        _jsonl.read_head_tail,
-        _jsonl.read_jsonl,
-    )
+    globals().update({n: getattr(_jsonl, n) for n in _jsonl.__all__})
 
 __all__ = [
     "EV_START",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fttui.core.base.event_records import EndEvent, Event, ForecastEvent, StartEvent, StepEvent
+from fttui.core.models.flops import ModelShape
 from fttui.core.run.perf import model_shape
 from fttui.core.run.ranks import RankSlots
 from fttui.core.run.rates import Point, RankProgress, StepHistory, rank_token_rates, rates
@@ -31,7 +32,7 @@ class ProgressFold:
         self.last_progress_t: float | None = None
         self.start: StartEvent | None = None
         self.start_rank: int | None = None
-        self.shape = None  # fttui.core.models.flops.ModelShape of the start event
+        self.shape: ModelShape | None = None  # the model's shape, from the start event
         self.forecast: ForecastEvent | None = None  # the launch's time forecast (a ``forecast`` event)
 
     def slot(self, event: Event) -> int:

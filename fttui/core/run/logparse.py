@@ -170,7 +170,7 @@ class TrainerLogParser:
             self.ended = True
             return out + [self._stamp(end, t)]
         if "loss" in logs:
-            out: list[Event] = []
+            out = []
             if self.log is not None:  # two dicts without a bar between them: no step known for the first
                 out += self._flush(t)
             self.log = logs

@@ -41,6 +41,7 @@ class _File:
 
     READ: ClassVar[dict[str, Any]] = {}
     ALWAYS: ClassVar[tuple[str, ...]] = ()
+    extra: dict[str, Any]  # each record's own field: the keys it does not declare
 
     @classmethod
     def from_dict(cls, obj: Any) -> Any:

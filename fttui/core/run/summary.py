@@ -303,7 +303,8 @@ def settled_row(rd: rundir.RunDir, own: Mapping[str, Any], status: FinalStatus, 
     snap = replay(rd).snapshot()
     wall = own.get("wall_s")
     moment = (str(own.get("started_at") or ""), str(own.get("ended_at") or ""), wall if _is_num(wall) else None)
-    env = own.get("env") if isinstance(own.get("env"), dict) else {}
+    found = own.get("env")
+    env: dict[str, Any] = found if isinstance(found, dict) else {}
     topology = (env.get("topology"), str(own.get("interconnect") or ""))
     recorded_by = str(own.get("recorded_by") or "supervisor")
     return fold_row(row_inputs(rd, snap, status, moment, bool(own.get("stalled")), None, recorded_by, job, topology))
