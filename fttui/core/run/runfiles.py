@@ -101,8 +101,10 @@ class SupervisorFile(_File):
     """``supervisor.json``: the supervisor's (or a watcher's) ``pid``, process group, start time
     (``started``; ``create_time`` for a person and for directories written before ``id``, its
     start ticks and boot id: what decides whether it is alive), the training's process group
-    (``train_pgid``) and its leader's ``train_id``, the run's ``cgroup``; a watcher's ``watched_pid``."""
+    (``train_pgid``) and its leader's ``train_id``, the run's ``cgroup`` (null where none could be
+    made: a watcher's too); a watcher's ``watched_pid``."""
 
+    ALWAYS: ClassVar[tuple[str, ...]] = ("pid", "pgid", "started", "create_time", "id", "cgroup")
     READ: ClassVar[dict[str, Any]] = {
         "pid": _int,
         "pgid": _int,
