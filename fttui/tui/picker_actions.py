@@ -5,13 +5,43 @@ focus key. A mixin of :class:`fttui.tui.picker.PickerScreen`, which holds the se
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.widgets import OptionList
 
 from fttui.core.base.errors import FttuiError
+from fttui.tui.host import host
 from fttui.tui.verdict import read_store_rows
 
+if TYPE_CHECKING:
+    from textual.screen import Screen
+    from textual.widgets import Static
 
-class PickerActions:
+    from fttui.core.profiles.typed import Profile
+    from fttui.monitor import GpuSnapshot
+    from fttui.tui.verdict import MemoryVerdict
+
+    _Screen = Screen
+else:
+    _Screen = object  # a mixin: the screen is PickerScreen's other base
+
+
+class PickerActions(_Screen):
+    # the picker's state and methods these actions use (fttui.tui.picker.PickerScreen)
+    resolved: Profile | None
+    gpu_snap: GpuSnapshot | None
+    store_rows: list[dict] | None
+    verdict: MemoryVerdict | None
+    _store_stale: bool
+
+    if TYPE_CHECKING:
+
+        def _refresh_gpus(self) -> None: ...
+
+        def _update_estimate(self) -> None: ...
+
+        def _show_error(self, error: str | None, w: Static | None = None) -> None: ...
+
     def action_focus_list(self) -> None:
         self.query_one("#profiles", OptionList).focus()
 
@@ -62,7 +92,7 @@ class PickerActions:
     def _launch(self, resolved: dict) -> None:
         self._store_stale = True
         try:
-            self.app.launch_run(resolved)
+            host(self).launch_run(resolved)
         except FttuiError as e:
             self._show_error(str(e))
         except OSError as e:

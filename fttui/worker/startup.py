@@ -13,7 +13,8 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 from fttui.core.base import shardings
 from fttui.core.base.constants import KBIT_METHODS
@@ -96,8 +97,10 @@ def unused_packages(method: str, deepspeed: bool, optimizer: str | None, report_
 def hide_unused(names: list[str]) -> None:
     """Make ``names`` look not installed to this process (``importlib.util.find_spec`` gives None,
     ``import`` raises ImportError), unless something imported them already."""
+    # None in sys.modules is how Python blocks an import; typeshed types the dict without it
+    modules = cast("dict[str, ModuleType | None]", sys.modules)
     for name in names:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+        modules.setdefault(name, None)
 
 
 def env_int(*names: str, default: int) -> int:
