@@ -168,9 +168,7 @@ def run_json(rd, attempts: list[str] | None = None) -> str:
     ``attempts``: the run ids of a chain that recovered from out of memory, first to last."""
     import json
 
-    from fttui.core.run.rundir import read_json
-
-    doc = {"run_id": rd.run_id, "run_dir": str(rd.path), "status": rd.status(), "row": read_json(rd.path / "row.json")}
+    doc = {"run_id": rd.run_id, "run_dir": str(rd.path), "status": rd.status(), "row": rd.row()}
     return json.dumps(doc | ({"attempts": attempts} if attempts else {}), indent=1, default=str)
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
-from fttui.core.run.rundir import RunDir, read_json
+from fttui.core.run.rundir import RunDir
 
 #: how long after Slurm ended the job its nodes' statuses may take to appear (a supervisor's grace)
 SETTLE_S = 120.0
@@ -57,7 +57,7 @@ def summary(job: RunDir) -> list[str]:
     lines = [f"job {job.run_id}: {st.get('status', 'not finished')}" + (f" ({st['error']})" if st.get("error") else "")]
     total = 0
     for r in _members(job):
-        row = read_json(r.path / "row.json") or {}
+        row = r.row() or {}
         sl = (row.get("env") or {}).get("slurm") or {}
         total += int(row.get("samples") or 0)
         lines.append(
@@ -79,9 +79,7 @@ def job_json(job: RunDir) -> str:
             "slurm": job.slurm(),
             "status": job.status(),
             "nodes": [
-                {"run_id": r.run_id, "status": r.status(), "row": read_json(r.path / "row.json")}
-                for r in _members(job)
-                if r is not job
+                {"run_id": r.run_id, "status": r.status(), "row": r.row()} for r in _members(job) if r is not job
             ],
         },
         indent=1,
@@ -130,7 +128,8 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
                     continue
                 f = followers.setdefault(r.run_id, RunFollower(r))
                 snap = f.poll()
-                node = (r.command() or {}).get("slurm") or {}
+                cmd = r.command()
+                node = (cmd.slurm if cmd is not None else None) or {}
                 text = progress_line(snap) if snap.step else snap.status
                 if printed.get(r.run_id) != text:
                     printed[r.run_id] = text

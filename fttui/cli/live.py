@@ -16,7 +16,7 @@ from fttui.core.run.perf import mfu_text
 from fttui.core.run.phases import mmss, phase_text
 from fttui.core.run.ranks import clash_text
 from fttui.core.run.row_figures import host_measure_text
-from fttui.core.run.rundir import RunDir, read_json
+from fttui.core.run.rundir import RunDir
 from fttui.core.run.status import status_line
 from fttui.core.run.watch import RunFollower, next_attempt
 from fttui.monitor import cards_run_first
@@ -200,7 +200,7 @@ def _say(line: str) -> None:
 
 
 def _row(rd: RunDir) -> dict | None:
-    return read_json(rd.path / "row.json")
+    return rd.row()
 
 
 def watch_run(rd: RunDir, rich_live: bool, cancel_on_interrupt: bool = True) -> int:

@@ -17,8 +17,9 @@ same callback without the line (docs/commands.md): fttui's
 ``sitecustomize`` (:mod:`fttui.integrations.autoload`) adds it to every ``transformers.Trainer``.
 
 Stdlib and transformers only, and of fttui's core only :mod:`fttui.core.run.events` (stdlib
-only): the automatic hook loads this file into the command's own Python, where fttui may not be
-importable; then its siblings and the events module are loaded by path. Whatever fails in here is written to
+only, with the records, the mask and the line reader it loads): the automatic hook loads this
+file into the command's own Python, where fttui may not be importable; then its siblings and the
+events module are loaded by path. Whatever fails in here is written to
 ``integration.log`` in the run
 directory and training goes on.
 """
@@ -64,9 +65,9 @@ CALLBACK_MARK = "callback.json"
 _CLAIM = "_fttui_callback"  # the trainer attribute naming the callback that reports it
 
 
-def append_event(run_dir: str, obj: dict[str, Any]) -> None:
-    """One event line (a JSON object) in ``run_dir``'s ``events.jsonl``, through its record."""
-    _ev.write_event(os.path.join(run_dir, "events.jsonl"), _ev.parse_event(obj))
+def append_event(run_dir: str, kind: str, /, **fields: Any) -> None:
+    """One event of kind ``kind`` in ``run_dir``'s ``events.jsonl``, through its record."""
+    _ev.write_event(os.path.join(run_dir, "events.jsonl"), _ev.record(kind, **fields))
 
 
 def log_failure(run_dir: str | None, what: str, exc: BaseException) -> None:
@@ -264,7 +265,7 @@ class FttuiCallback(TrainerCallback):
                 fields["model_shape"] = _info.model_shape(model)
             except Exception as e:  # MFU goes without it: never stop a run for it
                 fields["model_shape_error"] = repr(e)[:300]
-        self._emit(_ev.StartEvent.from_dict(fields))
+        self._emit(_ev.record("start", **fields))
 
     def on_step_begin(self, args, state, control, **kw):
         if not self.active:

@@ -17,7 +17,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from fttui.core.run.rundir import RunDir, read_json
+from fttui.core.run.rundir import RunDir
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus, StatusLine, status_line
 from fttui.tui.host import host
@@ -162,7 +162,7 @@ class RunScreen(Screen):
         log = self.query_one(LogTail)
         log.poll()
         if self._ended() and not self._row_shown:
-            self.query_one(RunSummary).row = read_json(self.rd.path / "row.json")
+            self.query_one(RunSummary).row = self.rd.row()
             self._row_shown = True
         if self._ended() or self.lost:
             # one more read of the log lines written last, then stop polling

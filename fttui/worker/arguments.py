@@ -8,7 +8,6 @@ transformers is imported inside the functions.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, NamedTuple
 
@@ -42,12 +41,9 @@ class Plan(NamedTuple):
 
 def run_kind(run_dir: str) -> str:
     """The launch's kind (``run``, ``probe``, ``sweep``) from ``command.json``; ``run`` without one."""
-    try:
-        with open(os.path.join(run_dir, "command.json"), encoding="utf-8") as f:
-            kind = json.load(f).get("kind")
-    except (OSError, ValueError, AttributeError):
-        return "run"
-    return kind if isinstance(kind, str) and kind else "run"
+    from fttui.core.run.rundir import RunDir
+
+    return RunDir(run_dir).kind_and_group()[0]
 
 
 def plan(profile: Profile | dict[str, Any], run_dir: str) -> Plan:

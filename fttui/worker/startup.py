@@ -23,7 +23,7 @@ from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.stored import check_profile as check_stored
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
-from fttui.core.run.events import parse_event, write_event
+from fttui.core.run.events import record, write_event
 from fttui.core.run.oplocks import clear_stale_locks
 from fttui.core.run.phases import LOADING_MODEL
 
@@ -72,12 +72,8 @@ class Emitter:
     def __init__(self, path: str, rank: int) -> None:
         self.path, self.rank = path, int(rank)
 
-    def __call__(self, event: str, **fields: Any) -> dict[str, Any]:
-        obj = {"event": event, "t": time.time(), "rank": self.rank, "source": "worker", **fields}
-        record = parse_event(obj)
-        if record is None:  # not reached: a dict whose "event" is a str is always a record
-            raise ValueError(f"not an event: {event!r}")
-        return write_event(self.path, record)
+    def __call__(self, kind: str, /, **fields: Any) -> dict[str, Any]:
+        return write_event(self.path, record(kind, t=time.time(), rank=self.rank, source="worker", **fields))
 
 
 def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:

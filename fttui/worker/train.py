@@ -141,11 +141,11 @@ def _drop_recovery_checkpoints(run_dir: str, log) -> None:
     with ``save`` ``end`` or ``none``): training completed, so they go (the row names none)."""
     import shutil
 
-    from fttui.core.run.events import read_jsonl
+    from fttui.core.run.events import SaveEvent, read_events
     from fttui.core.run.resume import is_checkpoint
 
-    for ev in read_jsonl(os.path.join(run_dir, "events.jsonl")):
-        path = ev.get("path") if ev.get("event") == "save" and ev.get("kind") == "checkpoint" else None
+    for ev in read_events(os.path.join(run_dir, "events.jsonl")):
+        path = ev.path if isinstance(ev, SaveEvent) and ev.kind == "checkpoint" else None
         if isinstance(path, str) and is_checkpoint(Path(path)):
             shutil.rmtree(path, ignore_errors=True)
             log(f"removed {path} (kept for out-of-memory recovery only)")

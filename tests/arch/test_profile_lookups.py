@@ -33,7 +33,6 @@ NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/cli/live.py": (1, ROW),
     "fttui/cli/profiles_cmd.py": (1, "profile_summary's model column"),
     "fttui/core/experiments/forecast.py": (2, ROW + " and the setup key's"),
-    "fttui/core/experiments/headroom.py": (1, "the limits a rank's start event says its worker applied"),
     "fttui/core/memory/estimate.py": (3, FLAT),
     "fttui/core/memory/inputs.py": (1, FLAT),
     "fttui/core/memory/sharding.py": (5, FLAT + "; the breakdown's lora term"),

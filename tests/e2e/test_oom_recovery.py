@@ -159,7 +159,7 @@ def test_a_host_oom_kill_is_recovered_and_cancel_of_the_first_attempt_stops_the_
     first_step = min(e["step"] for e in read_jsonl(second.events_path) if e.get("event") == "step")
     assert first_step == attempt["from_step"] + 1  # continued from the checkpoint, not from the start
     # the supervisor of both attempts is one process: it outlives the worker it lost
-    assert second.supervisor()["pid"] == first.supervisor()["pid"]
+    assert second.supervisor().pid == first.supervisor().pid
     assert run_fttui("cancel", first.run_id).returncode == 0  # the first attempt names the chain
     assert second.final_status().status == "cancelled" and not second.final_status().error.startswith("not retried")
     # the supervisor (its command line names the first attempt's directory) is gone with the workers

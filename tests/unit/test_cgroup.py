@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fttui.core.run import cgroup
+from fttui.core.run.runfiles import SupervisorFile
 
 MOUNTINFO = """\
 24 30 0:22 / /sys rw,nosuid shared:7 - sysfs sysfs rw
@@ -43,10 +44,10 @@ def test_a_folder_that_is_no_cgroup_gives_a_note_not_a_cgroup(tmp_path, monkeypa
 def test_only_the_runs_own_cgroup_on_a_cgroup_v2_mount_is_used(monkeypatch):
     monkeypatch.setattr(cgroup, "_read", lambda p: MOUNTINFO if p.endswith("mountinfo") else "")
     good = "/sys/fs/cgroup/unified/user.slice/fttui-R1"
-    assert cgroup.recorded({"cgroup": good}, "R1") == Path(good)
+    assert cgroup.recorded(SupervisorFile.from_dict({"cgroup": good}), "R1") == Path(good)
     for bad in ("/sys/fs/cgroup/unified/user.slice", "/sys/fs/cgroup/unified/fttui-R2",
                 "/sys/fs/cgroup/memory/fttui-R1", "/tmp/fttui-R1", "/sys/fs/cgroup/unified/x/../../fttui-R1", 7, None):
-        assert cgroup.recorded({"cgroup": bad}, "R1") is None, bad
+        assert cgroup.recorded(SupervisorFile.from_dict({"cgroup": bad}), "R1") is None, bad
     assert cgroup.recorded(None, "R1") is None
 
 

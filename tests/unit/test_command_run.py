@@ -45,7 +45,7 @@ def _parse(data: bytes) -> list[dict]:
     segments, rest = split_segments(data)
     for i, seg in enumerate(segments + ([rest] if rest else [])):
         events += parser.feed(seg.decode(), 100.0 + i)
-    return events + parser.finish(1000.0)
+    return [e.to_dict(sparse=True) for e in events + parser.finish(1000.0)]  # as written: what is known
 
 
 def test_segments_split_at_newlines_and_carriage_returns():

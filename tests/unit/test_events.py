@@ -162,3 +162,18 @@ def test_concurrent_appends_never_interleave(tmp_path):
     assert len(objs) == 800
     for w in range(4):
         assert [o["i"] for o in objs if o["w"] == w] == list(range(200))
+
+
+def test_a_record_of_a_kind_with_a_kind_field(tmp_path):
+    """``record`` and the worker's Emitter take the event's kind positionally: an error's or a
+    save's own ``kind`` field is a field (a worker that could not write its error was silent)."""
+    from fttui.core.run.events import ErrorEvent, SaveEvent, read_events, record
+    from fttui.worker.startup import Emitter
+
+    assert record("error", kind="oom", message="x").kind == "oom"
+    emit = Emitter(str(tmp_path / "events.jsonl"), 1)
+    emit("error", kind="error", oom_kind=None, message="bad data", step=0)
+    emit("save", kind="model", path="/o", step=3)
+    err, save = read_events(tmp_path / "events.jsonl")
+    assert isinstance(err, ErrorEvent) and (err.kind, err.message, err.rank, err.source) == ("error", "bad data", 1, "worker")
+    assert isinstance(save, SaveEvent) and (save.kind, save.path) == ("model", "/o")

@@ -18,6 +18,7 @@ from fttui.core.models.flops import flops_per_token, matmul_params, shape_from  
 from fttui.core.models.numbers import arch_numbers  # noqa: E402
 from fttui.core.profiles import load_profile  # noqa: E402
 from fttui.core.run import perf  # noqa: E402
+from fttui.core.run.events import StartEvent  # noqa: E402
 from fttui.integrations.hf_info import model_shape  # noqa: E402
 from fttui.worker.structure import count_params  # noqa: E402
 
@@ -115,8 +116,8 @@ def test_profile_numbers_and_worker_shape_agree_on_tiny_lora():
     cfg = transformers.AutoConfig.for_model(prof["model"]["arch"], **prof["model"]["arch_config"])
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     total, trainable = count_params(model)
-    from_worker = perf.model_shape({"params_total": total, "params_trainable": trainable, "model_shape": model_shape(model)})
-    from_profile = perf.model_shape({"params_total": total, "params_trainable": trainable, "config": prof})
+    from_worker = perf.model_shape(StartEvent(**{"params_total": total, "params_trainable": trainable, "model_shape": model_shape(model)}))
+    from_profile = perf.model_shape(StartEvent(**{"params_total": total, "params_trainable": trainable, "config": prof}))
     assert from_worker == from_profile is not None
 
 

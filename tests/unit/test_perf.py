@@ -19,6 +19,7 @@ from fttui.core.profiles import load_profile
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import Store
 from fttui.core.run import perf, rundir
+from fttui.core.run.events import StartEvent
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus, status_line
 from fttui.core.run.summary import build_row
@@ -122,14 +123,15 @@ def test_flops_per_token_full_and_adapter_formulas():
 
 def test_model_shape_from_the_start_event_or_the_profiles_architecture():
     prof = load_profile("tiny-lora")
-    worker = perf.model_shape({"params_total": 100_000, "params_trainable": 4_000, "config": prof,
-                               "model_shape": {"vocab": 512, "hidden": 64, "layers": 2, "attn_dim": 64, "tied": False}})
-    numbers = perf.model_shape({"params_total": 100_000, "params_trainable": 4_000, "config": prof})
+    worker = perf.model_shape(StartEvent(params_total=100_000, params_trainable=4_000, config=prof,
+                                         model_shape={"vocab": 512, "hidden": 64, "layers": 2, "attn_dim": 64,
+                                                      "tied": False}))
+    numbers = perf.model_shape(StartEvent(**{"params_total": 100_000, "params_trainable": 4_000, "config": prof}))
     assert worker == numbers == ModelShape(100_000, 4_000, 512, 64, 2, 64, False)
     # a hub model fttui has no numbers for, and no shape from the worker: no shape, no MFU
     hub = {**prof, "model": {"name_or_path": "someone/unknown-7b", "init": "pretrained"}}
-    assert perf.model_shape({"params_total": 1, "params_trainable": 1, "config": hub}) is None
-    assert perf.model_shape({"config": prof}) is None  # no parameter counts
+    assert perf.model_shape(StartEvent(**{"params_total": 1, "params_trainable": 1, "config": hub})) is None
+    assert perf.model_shape(StartEvent(**{"config": prof})) is None  # no parameter counts
 
 
 # ------------------------------------------------------------------ peaks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fttui.core.run.events import parse_event
 from fttui.core.run.row_figures import mismatch
 from fttui.core.run.state import RunState
 
@@ -21,13 +22,14 @@ def _start(rank: int, precision: str | None) -> dict:
 def test_precision_that_ran_differs_from_the_profile():
     events = [_start(1, "fp32"), _start(0, "bf16")]
     stated = {"batch_size": 2, "grad_accum": 1, "max_seq_len": 64, "world_size": 2, "precision": "fp16"}
-    assert mismatch(stated, _snap(events), events)["precision"] == {"stated": "fp16", "observed": "bf16"}
+    records = [parse_event(e) for e in events]
+    assert mismatch(stated, _snap(events), records)["precision"] == {"stated": "fp16", "observed": "bf16"}
 
 
 def test_same_precision_or_nothing_observed_is_no_mismatch():
     stated = {"batch_size": 2, "grad_accum": 1, "max_seq_len": 64, "world_size": 2, "precision": "bf16"}
     for events in ([_start(0, "bf16")], [_start(0, None)], []):
-        assert "precision" not in mismatch(stated, _snap(events), iter(events))
+        assert "precision" not in mismatch(stated, _snap(events), map(parse_event, events))
 
 
 def test_worker_reads_the_precision_back_from_the_trainer_and_the_engine():

@@ -8,13 +8,22 @@ from __future__ import annotations
 import pytest
 
 from fttui.core.experiments import launched
-from fttui.core.experiments.headroom import Headroom, rank_headroom, trial_headroom
+from fttui.core.experiments import headroom
+from fttui.core.experiments.headroom import Headroom
 from fttui.core.experiments.probe import Prober
 from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import load_profile
-from fttui.core.run.events import EndEvent, StartEvent
+from fttui.core.run.events import EndEvent, StartEvent, parse_event
 
 MIB = 2**20
+
+
+def trial_headroom(events: list[dict], world_size: int) -> Headroom:
+    return headroom.trial_headroom([parse_event(e) for e in events], world_size)
+
+
+def rank_headroom(start: dict, end: dict, step_reserved_mb: float | None = None) -> Headroom:
+    return headroom.rank_headroom(parse_event(start), parse_event(end), step_reserved_mb)
 
 
 def _host_rank(rank: int, rlimit_mb: float, begin_mb: float, peak_mb: float) -> list[dict]:
@@ -69,7 +78,7 @@ def test_an_oom_trial_has_no_headroom(monkeypatch, fttui_home):
     from fttui.core.run.status import FinalStatus
 
     events = _host_rank(0, 900, 850, 880) + _host_rank(1, 910, 860, 895.5)
-    monkeypatch.setattr(launched, "read_jsonl", lambda path: events)
+    monkeypatch.setattr(launched, "read_events", lambda path: [parse_event(e) for e in events])
     resolved = load_profile("tiny-lora", ["gpus=0", "devices.cpu_processes=2"])
     t = launched.LaunchedTrial(resolved, "batch_size", 4, 1, run_id="p-load1", group="p", load=1)
     from fttui.core.run.state import RunState

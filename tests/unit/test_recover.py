@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -127,8 +128,7 @@ def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_hom
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
-        sup = rd.supervisor() | {"train_pgid": child.pid}
-        rundir.write_json_atomic(rd.supervisor_path, sup)
+        rd.write_supervisor(replace(rd.supervisor(), train_pgid=child.pid))
         assert rd.training_alive() and rd.is_live() and rd.state_label() == "running (unsupervised)"
         assert recover(rd) is None
         rd.request_cancel()  # no supervisor: the cancel goes to the training's group
@@ -173,3 +173,23 @@ def test_cancel_never_signals_a_group_whose_leader_is_another_process(tmp_path):
         if other.poll() is None:
             other.kill()
             other.wait()
+
+
+def test_the_run_files_write_what_they_always_held(tmp_path):
+    """command.json, supervisor.json and exit.json as records (fttui.core.run.runfiles): the keys
+    they always held are written (null included), the others only when set, an unknown key kept."""
+    from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
+
+    rd = rundir.RunDir(tmp_path)
+    rd.write_supervisor(SupervisorFile(pid=1, pgid=1, started=2.0, create_time=1.5, id={"start_ticks": 3}))
+    assert json.loads(rd.supervisor_path.read_text()) == {"pid": 1, "pgid": 1, "started": 2.0, "create_time": 1.5,
+                                                          "id": {"start_ticks": 3}, "cgroup": None}
+    rd.write_exit(ExitFile(returncode=-9, t=3.0, pid=None))
+    assert json.loads(rd.exit_path.read_text()) == {"returncode": -9, "t": 3.0, "pid": None}
+    rd.command_path.write_text(json.dumps({"argv": ["x"], "kind": None, "group": None, "newer": 1, "cwd": 7}))
+    cmd = rd.command()
+    assert (cmd.argv, cmd.kind, cmd.cwd, cmd.extra) == (["x"], "run", None, {"newer": 1})  # tolerant, kept
+    rd.write_command(replace(cmd, resume={"run_id": "r", "checkpoint": None, "step": 0}))
+    assert json.loads(rd.command_path.read_text()) == {"argv": ["x"], "env": {}, "created": None, "kind": "run",
+                                                       "group": None, "newer": 1,
+                                                       "resume": {"run_id": "r", "checkpoint": None, "step": 0}}

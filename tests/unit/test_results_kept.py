@@ -3,6 +3,8 @@ the row's kept columns from the events, what ``--resume`` resumes and the one-li
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import sqlite3
 
@@ -14,7 +16,8 @@ from fttui.core.profiles import load_profile
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import Store
 from fttui.core.run import rundir
-from fttui.core.run.events import append_jsonl
+from fttui.core.results.row_inputs import Kept
+from fttui.core.run.events import append_jsonl, parse_event
 from fttui.core.run.resume import plan_resume
 from fttui.core.run.summary import kept_figures
 
@@ -93,22 +96,22 @@ def _checkpoint(rd: rundir.RunDir, step: int, *, finished: bool = True, rank: in
 
 def test_kept_figures_come_from_the_events_and_the_command():
     rd = _run()
-    cmd = rd.command()
-    cmd["resume"] = {"run_id": "20260101-000000-tiny-lora-abcd", "checkpoint": "/c/checkpoint-4", "step": 4}
-    rundir.write_json_atomic(rd.command_path, cmd)
+    resume = {"run_id": "20260101-000000-tiny-lora-abcd", "checkpoint": "/c/checkpoint-4", "step": 4}
+    rd.write_command(replace(rd.command(), resume=resume))
     events = [{"event": "eval", "rank": 0, "step": 6, "eval_loss": 2.5},
               {"event": "eval", "rank": 0, "step": 9, "eval_loss": 2.25},
               {"event": "save", "rank": 0, "kind": "checkpoint", "step": 6, "path": "/o/checkpoint-6"},
               {"event": "save", "rank": 0, "kind": "checkpoint", "step": 9, "path": "/o/checkpoint-9"},
               {"event": "save", "rank": 0, "kind": "model", "step": 9, "path": "/o"}]
-    assert kept_figures(rd, events) == {
-        "resumed_from": "20260101-000000-tiny-lora-abcd", "resumed_step": 4, "eval_loss": 2.25, "eval_step": 9,
-        "output_dir": "/o", "checkpoint": "/o/checkpoint-9"}
+    events = [parse_event(e) for e in events]
+    assert kept_figures(rd, events) == Kept(
+        resumed_from="20260101-000000-tiny-lora-abcd", resumed_step=4, eval_loss=2.25, eval_step=9,
+        output_dir="/o", checkpoint="/o/checkpoint-9")
     # a run that saved checkpoints and was stopped before the end: the checkpoints' folder
-    assert kept_figures(rd, events[:3])["output_dir"] == "/o"
+    assert kept_figures(rd, events[:3]).output_dir == "/o"
     # nothing saved, nothing evaluated, not resumed
     plain = _run()
-    assert set(kept_figures(plain, []).values()) == {None}
+    assert kept_figures(plain, []) == Kept()
 
 
 # ------------------------------------------------------------------ --resume

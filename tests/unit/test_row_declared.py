@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the three edits that add a measured figure ("fake_longest": here, the samples counted so far)
 EDITS = {
-    "fttui/core/run/events.py": ("    peak_rss_mb: float | None = None\n",
+    "fttui/core/base/event_records.py": ("    peak_rss_mb: float | None = None\n",
                                  "    peak_rss_mb: float | None = None\n    fake_longest: int | None = None\n"),
-    "fttui/integrations/hf.py": ('torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"),',
-                                 'torch_ooms=ooms, peak_rss_mb=mem.get("peak_rss_mb"), fake_longest=self.c.samples,'),
+    "fttui/integrations/hf.py": ('peak_rss_mb=mem.get("peak_rss_mb"),',
+                                 'peak_rss_mb=mem.get("peak_rss_mb"), fake_longest=self.c.samples,'),
     "fttui/core/results/columns.py": (
         "    # schema 7: commands (issue 17)\n",
         '    Figure("fake_longest", "INTEGER", lambda c: max((e.fake_longest for e in c.events if e.event == "step"\n'

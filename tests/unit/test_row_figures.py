@@ -24,6 +24,7 @@ from fttui.core.results.store import Store
 from fttui.core.results.tables import reference_table
 from fttui.core.run import rundir
 from fttui.core.run.preflight import _check_batch
+from fttui.core.run.events import parse_event
 from fttui.core.run.row_figures import samples_per_step
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
@@ -153,11 +154,14 @@ def test_host_sampler_counts_build_tools_apart(tmp_path):
 
 # ------------------------------------------------------------------ stated vs observed
 def test_samples_per_step_takes_the_fullest_step():
+    def per_step(events):
+        return samples_per_step(map(parse_event, events))
+
     evs = [_step(1, 16), _step(2, 32), _step(3, 40), _step(3, 40), {"event": "end", "samples": 40}]
-    assert samples_per_step(evs) == 16  # the last, short step is not the batch
-    assert samples_per_step([_step(1, 16, 0), _step(1, 8, 1)]) == 16
-    assert samples_per_step([_step(3, 48)]) == 16  # earlier lines lost: averaged over the gap
-    assert samples_per_step([_start()]) is None
+    assert per_step(evs) == 16  # the last, short step is not the batch
+    assert per_step([_step(1, 16, 0), _step(1, 8, 1)]) == 16
+    assert per_step([_step(3, 48)]) == 16  # earlier lines lost: averaged over the gap
+    assert per_step([_start()]) is None
 
 
 def test_mismatch_empty_when_the_run_did_what_was_stated(tmp_path):

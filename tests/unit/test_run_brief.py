@@ -12,12 +12,17 @@ import pytest
 
 from fttui.core.base import paths
 from fttui.core.run import brief
-from fttui.core.run.brief import head_tail_events, live_briefs, run_brief
+from fttui.core.run.brief import live_briefs, run_brief
 from fttui.core.run.events import read_jsonl
+from fttui.core.run.jsonl import read_head_tail
 from fttui.core.run.rundir import RunDir, list_runs
 from fttui.core.run.state import RunState
 
 T0 = 1_700_000_000.0
+
+
+def head_tail_events(path, head_bytes=brief.HEAD_BYTES, tail_bytes=brief.TAIL_BYTES):
+    return read_head_tail(path, head_bytes, tail_bytes)
 
 
 def make_run(run_id: str, *, steps: int = 12, total: int = 20, ranks: int = 1, status: str | None = None,

@@ -8,7 +8,7 @@ import pytest
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.run.allocation import Allocation, gpus_on_node, job_port, read_allocation, with_allocation
-from fttui.core.run.slurmend import amend_row, job_verdict, node_verdict
+from fttui.core.run.slurmend import job_verdict, node_verdict
 from fttui.core.run.slurmnode import node_run_id
 from fttui.core.run.status import FinalStatus
 from fttui.monitor.slurm import JobState, expand_hostlist, parse_sacct, parse_squeue
@@ -133,12 +133,39 @@ def test_slurms_cause_in_the_verdicts():
     assert job_verdict(JobState("5", "COMPLETED"), ["completed", "completed"]).status == "completed"
     assert job_verdict(JobState("5", "FAILED"), ["completed", "oom"]).status == "oom"
     assert job_verdict(JobState("5", "FAILED"), []).status == "failed"
-    row = amend_row({"status": "cancelled", "env": {"hostname": "h"}}, v, timeout,
-                    {"job_id": "2", "node_rank": 1, "node": "n2", "nodes": 2, "restart": 0, "job_run": "x"})
-    assert row["status"] == "cancelled" and row["error"].startswith("Slurm: TIMEOUT")
-    assert row["env"]["slurm"] == {"job_id": "2", "job_run": "x", "node_rank": 1, "node": "n2", "nodes": 2,
-                                   "restart": 0, "state": "TIMEOUT", "source": "sacct -c"}
-    assert row["env"]["hostname"] == "h"
+
+
+def test_a_nodes_row_is_folded_with_slurms_verdict():
+    """Slurm's verdict and facts are inputs of a node's row (no row is patched afterwards): the
+    supervisor's row says which job and node; once the job is over the row is folded again from
+    the run directory with Slurm's verdict, every other figure as the supervisor's row had it."""
+    from dataclasses import replace
+
+    from fttui.core.profiles import load_profile
+    from fttui.core.run import rundir
+    from fttui.core.run.events import LaunchEvent, StartEvent, StepEvent, write_event
+    from fttui.core.run.summary import build_row, replay, settled_row
+
+    timeout = JobState("2", "TIMEOUT", time_limit="1:00", source="sacct -c")
+    node = {"job_id": "2", "job_run": "x", "node_rank": 1, "node": "n2", "nodes": 2, "restart": 0}
+    rd = rundir.create(load_profile("tiny-lora"), ["python", "-m", "fttui.worker.train"], {})
+    rd.write_command(replace(rd.command(), slurm={**node, "rendezvous": "n1:29500"}))
+    write_event(rd.events_path, LaunchEvent(t=1.0, rank=-1, source="supervisor", pid=1))
+    write_event(rd.events_path, StartEvent(t=2.0, rank=0, source="worker", world_size=1, config={}, env={"x": 1}))
+    for step in (1, 2):
+        write_event(rd.events_path, StepEvent(t=2.0 + step, step=step, samples=2 * step, train_time=float(step)))
+    own = FinalStatus("cancelled", returncode=-15, error="supervisor received SIGTERM", error_step=2)
+    row = build_row(rd, replay(rd).snapshot(), own, t_launch=1.0, t_end=9.0)  # the node's supervisor
+    assert row["env"]["slurm"] == node and row["error"] == "supervisor received SIGTERM"
+    verdict = node_verdict(own, timeout)
+    settled = settled_row(rd, row, verdict, timeout)
+    assert settled["status"] == "cancelled" and settled["error"].startswith("Slurm: TIMEOUT")
+    assert settled["env"]["slurm"] == {**node, "state": "TIMEOUT", "source": "sacct -c"}
+    assert {k: v for k, v in settled.items() if k not in ("error", "env")} == \
+        {k: v for k, v in row.items() if k not in ("error", "env")}
+    assert {**settled["env"], "slurm": None} == {**row["env"], "slurm": None}
+    # the row of a node finished once the job is over (its supervisor died): the same fold
+    assert build_row(rd, replay(rd).snapshot(), verdict, t_launch=1.0, t_end=9.0, slurm_job=timeout) == settled
 
 
 def test_an_earlier_attempt_of_a_requeued_job_is_over():

@@ -298,9 +298,11 @@ def test_eval_and_checkpoint_events_fold_like_the_row(tmp_path):
         st.apply(e)
     snap = st.snapshot()
     (tmp_path / "command.json").write_text("{}")
-    row = kept_figures(RunDir(tmp_path), events)
-    assert (snap.eval_loss, snap.eval_step) == (2.25, 20) == (row["eval_loss"], row["eval_step"])
-    assert snap.checkpoint_step == 20 and row["checkpoint"].endswith(f"checkpoint-{snap.checkpoint_step}")
+    from fttui.core.run.events import parse_event
+
+    kept = kept_figures(RunDir(tmp_path), [parse_event(e) for e in events])
+    assert (snap.eval_loss, snap.eval_step) == (2.25, 20) == (kept.eval_loss, kept.eval_step)
+    assert snap.checkpoint_step == 20 and kept.checkpoint.endswith(f"checkpoint-{snap.checkpoint_step}")
 
 
 def test_two_processes_claiming_one_rank_are_two_slots():

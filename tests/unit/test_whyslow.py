@@ -9,6 +9,7 @@ import sys
 import types
 from pathlib import Path
 
+from fttui.core.run.events import StepEvent
 from fttui.core.run.state import RunState
 from fttui.core.run.whyslow import SpeedFold, causes, why_slow
 from fttui.monitor import FakeGpuSampler, GpuSampler, GpuSnapshot
@@ -115,11 +116,11 @@ def test_outliers_and_a_quick_run_say_nothing_wrong():
 
 def test_idle_card_is_weaker_than_the_data_wait():
     fold = SpeedFold()
-    fold.on_step({"step_time": 1.0, "data_wait_s": 0.3}, 2)
+    fold.on_step(StepEvent(step_time=1.0, data_wait_s=0.3), 2)
     fold.training = True
     fold.on_sample({"gpu": {"gpus": [{"index": 0, "util_pct": 40.0}]}})
     for s in range(3, 10):
-        fold.on_step({"step_time": 1.0, "data_wait_s": 0.3}, s)
+        fold.on_step(StepEvent(step_time=1.0, data_wait_s=0.3), s)
     found = causes(fold.fields())
     assert found[0].text.startswith("input pipeline: 30%") and len(found) == 1  # the idle card is the data's
     assert why_slow(fold.fields(), run_cards=()) == found[0].text

@@ -21,7 +21,10 @@ under attention: there it may overshoot, and the search steps back as after any 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
+
+from fttui.core.run.events import EndEvent, Event, StartEvent, StepEvent
 
 MIB = 2**20
 
@@ -35,45 +38,45 @@ def _num(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def rank_headroom(start: dict, end: dict, step_reserved_mb: float | None = None) -> Headroom:
+def rank_headroom(start: StartEvent, end: EndEvent, step_reserved_mb: float | None = None) -> Headroom:
     """One rank's headroom from its start and end events (``step_reserved_mb``: the peak reserved
     its step events reported, where the end event has none)."""
-    limits = start.get("limits")  # what the worker applied (its start event), not a profile's section
+    limits = start.limits  # what the worker applied (its start event), not a profile's section
     limits = limits if isinstance(limits, dict) else {}
-    peak_res = _num(end.get("torch_peak_reserved_mb"))
+    peak_res = _num(end.torch_peak_reserved_mb)
     peak_res = peak_res if peak_res is not None else _num(step_reserved_mb)
-    if start.get("device") == "cuda" or _num(end.get("gpu_total_mb")) is not None:
+    if start.device == "cuda" or _num(end.gpu_total_mb) is not None:
         budget = _num(limits.get("gpu_memory_bytes")) if limits.get("applied") else None
-        budget = budget / MIB if budget else _num(end.get("gpu_total_mb"))
+        budget = budget / MIB if budget else _num(end.gpu_total_mb)
         if budget is None or peak_res is None:
             return Headroom(None)
-        begin = _num(start.get("torch_reserved_mb"))
+        begin = _num(start.torch_reserved_mb)
         return Headroom(round(budget - peak_res, 2), None if begin is None else round(max(0.0, peak_res - begin), 2))
     rlimit = _num(limits.get("rlimit_as_bytes"))
-    peak_vm = _num(end.get("peak_host_vm_mb"))
+    peak_vm = _num(end.peak_host_vm_mb)
     if not rlimit or peak_vm is None:
         return Headroom(None)
-    begin = _num(start.get("vm_mb"))
+    begin = _num(start.vm_mb)
     return Headroom(round(rlimit / MIB - peak_vm, 2), None if begin is None else round(max(0.0, peak_vm - begin), 2))
 
 
-def trial_headroom(events: list[dict], world_size: int) -> Headroom:
-    """The smallest headroom over the ``world_size`` ranks of one run's events (with the batches'
-    share of that rank), or ``Headroom(None)`` when a rank did not report one."""
-    starts: dict[int, dict] = {}
-    ends: dict[int, dict] = {}
+def trial_headroom(events: Iterable[Event], world_size: int) -> Headroom:
+    """The smallest headroom over the ``world_size`` ranks of one run's event records (with the
+    batches' share of that rank), or ``Headroom(None)`` when a rank did not report one."""
+    starts: dict[int, StartEvent] = {}
+    ends: dict[int, EndEvent] = {}
     reserved: dict[int, float] = {}
     for e in events:
-        r = e.get("rank")
-        if not isinstance(r, int) or r < 0 or e.get("source") == "supervisor":
+        r = e.rank
+        if not isinstance(r, int) or r < 0 or e.source == "supervisor":
             continue
-        name = e.get("event")
-        if name == "start":
-            starts[r] = e
-        elif name == "end":
-            ends[r] = e
-        elif name == "step" and _num(e.get("torch_peak_reserved_mb")) is not None:
-            reserved[r] = max(reserved.get(r, 0.0), float(e["torch_peak_reserved_mb"]))
+        match e:
+            case StartEvent():
+                starts[r] = e
+            case EndEvent():
+                ends[r] = e
+            case StepEvent(torch_peak_reserved_mb=peak) if (mb := _num(peak)) is not None:
+                reserved[r] = max(reserved.get(r, 0.0), mb)
     ranks = range(max(1, world_size))
     if not all(r in starts and r in ends for r in ranks):
         return Headroom(None)

@@ -37,8 +37,9 @@ from fttui.core.profiles import apply_overrides
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch
-from fttui.core.run.events import JsonlTail, read_jsonl
+from fttui.core.run.events import ErrorEvent, EventTail, StepEvent, read_events
 from fttui.core.run.row_figures import host_figures, sharding_read_back
+from fttui.core.run.runfiles import CommandFile, ExitFile
 from fttui.core.run.sampling import fold_card_peaks, take_sample
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import final_status
@@ -130,9 +131,9 @@ class LaunchedTrial:
 
     # ------------------------------------------------------------------------------------------
     def start(self) -> None:
-        cmd = self.rd.command() or {}
+        cmd = self.rd.command() or CommandFile()
         env = dict(os.environ)
-        env.update(cmd.get("env") or {})
+        env.update(cmd.env)
         log = os.fdopen(os.open(self.rd.path / "guard.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         with self._lock:
             if self.stopped:
@@ -140,7 +141,14 @@ class LaunchedTrial:
                 return
             try:
                 self.guard = subprocess.Popen(
-                    [sys.executable, "-m", "fttui.core.experiments.trial_guard", str(self.rd.path), "--", *cmd["argv"]],
+                    [
+                        sys.executable,
+                        "-m",
+                        "fttui.core.experiments.trial_guard",
+                        str(self.rd.path),
+                        "--",
+                        *(cmd.argv or []),
+                    ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,
@@ -204,7 +212,7 @@ class LaunchedTrial:
         host = HostSampler(self.leader or self.guard.pid)
         gpu = make_gpu_sampler()
         n_cards = prof.devices.processes_per_node() if prof.devices.gpus > 0 else 0
-        tail = JsonlTail(rd.events_path)
+        tail = EventTail(rd.events_path)
         peak: dict[int, float] = {}
         try:
             while True:
@@ -221,10 +229,9 @@ class LaunchedTrial:
             gpu.close()
         if self.stopped:
             return None, False
-        ex = rd.exit_info() or {}
-        rc = ex.get("returncode") if isinstance(ex.get("returncode"), int) else None
+        ex = rd.exit_info() or ExitFile()
         snap = state.snapshot()
-        fs = final_status(rd, snap, rc, None, str(ex["error"]) if ex.get("error") else None)
+        fs = final_status(rd, snap, ex.returncode, None, ex.error or None)
         if fs.status not in ("completed", "oom"):
             raise FttuiError(
                 f"probe trial {self.load} ({self.param}={self.value}) {fs.status}: "
@@ -243,9 +250,9 @@ class LaunchedTrial:
         tps = (snap.tokens_per_s or snap.tokens_per_s_avg) if fit else None
         step_time = snap.seconds_per_step or (batch / sps if sps else None)
         host = host_figures(snap)
-        events = read_jsonl(self.rd.events_path)
+        events = read_events(self.rd.events_path)
         ran = (sharding_read_back(events) or {}).get("ran")
-        longest = max((e.get("longest_seq") or 0 for e in events if e.get("event") in ("step", "error")), default=0)
+        longest = max((e.longest_seq or 0 for e in events if isinstance(e, (StepEvent, ErrorEvent))), default=0)
         # the rank that runs out first decides; only a fit has headroom
         head = trial_headroom(events, self.prof.world_size()) if fit else Headroom(None)
         return Trial(
@@ -264,8 +271,8 @@ class LaunchedTrial:
             peak_torch_reserved_mb=[
                 round(float(snap.torch_peak_reserved_mb[r]), 1) for r in sorted(snap.torch_peak_reserved_mb)
             ],
-            peak_host_rss_mb=host["peak_host_rss_mb"],
-            host_measure=host["host_measure"],
+            peak_host_rss_mb=host.peak_host_rss_mb,
+            host_measure=host.host_measure or "",
             sharding=ran if isinstance(ran, str) else None,
             longest_seq=longest or None,
             headroom_mb=head.headroom_mb,

@@ -69,7 +69,14 @@ from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.stored import as_profile
 from fttui.core.run import launch, rundir
-from fttui.core.run.events import JsonlTail
+from fttui.core.run.events import (
+    ErrorEvent,
+    EventTail,
+    ProbeCapEvent,
+    ProbeGuessEvent,
+    TrialEvent,
+    TrialStartEvent,
+)
 from fttui.core.run.sampling import fold_card_peaks, take_sample
 
 MAX_LOADS = 4  # model loads of a one-process batch-size probe without repeats
@@ -334,7 +341,7 @@ class Prober:
         host = HostSampler(self.proc.pid)
         gpu = make_gpu_sampler()
         n_cards = as_profile(prof).devices.gpus  # the probe's process uses the first visible card(s)
-        tail = JsonlTail(rd.events_path)
+        tail = EventTail(rd.events_path)
         out: dict = {"trials": [], "guess": None, "model_oom": False}
         window_start: float | None = None
         window_peak: dict[int, float] = {}
@@ -343,26 +350,25 @@ class Prober:
             _, g = take_sample(host, gpu, rd.samples_path)
             fold_card_peaks(window_peak, g, n_cards)
             for ev in tail.read_new():
-                name = ev.get("event")
-                if name == "trial_start":
-                    window_start, window_peak = ev.get("t"), {}
-                elif name == "trial":
-                    t = self._trial(ev, k, window_peak)
-                    out["trials"].append(t)
-                    self.trials.append(t)
-                    self.on_trial(t)
-                    window_start = None
-                elif name == "probe_cap":  # max_seq_len above the model's positions
-                    self.hi = min(self.hi, int(ev["hi"]))
-                    self.on_log(f"the model has {self.hi} positions: the range ends there")
-                elif name == "probe_guess":
-                    out["guess"] = ev.get("largest_fit")
-                elif name == "error":
-                    if ev.get("kind") == "oom" and not out["trials"]:
+                match ev:
+                    case TrialStartEvent():
+                        window_start, window_peak = ev.t, {}
+                    case TrialEvent():
+                        t = self._trial(ev, k, window_peak)
+                        out["trials"].append(t)
+                        self.trials.append(t)
+                        self.on_trial(t)
+                        window_start = None
+                    case ProbeCapEvent():  # max_seq_len above the model's positions
+                        self.hi = min(self.hi, int(ev.hi or self.hi))
+                        self.on_log(f"the model has {self.hi} positions: the range ends there")
+                    case ProbeGuessEvent():
+                        out["guess"] = ev.largest_fit
+                    case ErrorEvent(kind="oom") if not out["trials"]:
                         out["model_oom"] = True
-                    elif ev.get("kind") != "oom":
+                    case ErrorEvent(kind=kind) if kind != "oom":
                         self._kill()
-                        raise FttuiError(f"probe load {k} failed: {ev.get('message')} (see {rd.log_path})")
+                        raise FttuiError(f"probe load {k} failed: {ev.message} (see {rd.log_path})")
             if done:
                 break
             time.sleep(0.25)
@@ -374,24 +380,24 @@ class Prober:
         _ = window_start
         return out
 
-    def _trial(self, ev: dict, load: int, nvml_peak: dict[int, float]) -> Trial:
+    def _trial(self, ev: TrialEvent, load: int, nvml_peak: dict[int, float]) -> Trial:
         t = Trial(
-            value=int(ev["value"]),
-            status=ev.get("status", "oom"),
+            value=int(ev.value or 0),
+            status=ev.status if ev.status is not None else "oom",
             load=load,
-            clean=bool(ev.get("clean")),
-            fresh=bool(ev.get("fresh")),
-            oom_kind=ev.get("oom_kind"),
-            message=ev.get("message"),
-            steps=int(ev.get("steps") or 0),
-            step_time_s=_r(ev.get("step_time"), 4),
-            samples_per_s=_r(ev.get("samples_per_s"), 3),
-            tokens_per_s=_r(ev.get("tokens_per_s"), 1),
+            clean=bool(ev.clean),
+            fresh=bool(ev.fresh),
+            oom_kind=ev.oom_kind,
+            message=ev.message,
+            steps=int(ev.steps or 0),
+            step_time_s=_r(ev.step_time, 4),
+            samples_per_s=_r(ev.samples_per_s, 3),
+            tokens_per_s=_r(ev.tokens_per_s, 1),
             peak_gpu_mem_mb=[round(nvml_peak[i], 1) for i in sorted(nvml_peak)],
-            peak_torch_reserved_mb=list(ev.get("peak_torch_reserved_mb") or []),
-            peak_host_rss_mb=_r(ev.get("peak_host_rss_mb"), 1),
-            headroom_mb=_r(ev.get("headroom_mb"), 2),
-            longest_seq=ev.get("longest_seq"),
+            peak_torch_reserved_mb=list(ev.peak_torch_reserved_mb or []),
+            peak_host_rss_mb=_r(ev.peak_host_rss_mb, 1),
+            headroom_mb=_r(ev.headroom_mb, 2),
+            longest_seq=ev.longest_seq,
         )
         self._save(t)
         return t

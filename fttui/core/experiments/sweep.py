@@ -108,7 +108,7 @@ class Sweeper:
                 self.current = None
                 st = rd.status() or {"status": "failed"}
                 cell.status = st.get("status", "failed")
-                cell.row = rundir.read_json(rd.path / "row.json")
+                cell.row = rd.row()
                 if cell.status == "oom":
                     oom_cells.append(cell.settings)
                 self.on_cell(cell)

@@ -15,6 +15,7 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.columns import RowInputs, fold_row
+from fttui.core.results.row_inputs import Cards, GpuFigures, HostFigures, RunFigures
 from fttui.core.run.row_figures import stated_sharding
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus
@@ -138,17 +139,15 @@ def trial_row(t: Trial, resolved: Profile | dict, probe_id: str, param: str, ind
         tokens_padded_per_s=t.tokens_per_s,
         torch_peak_reserved_mb=dict(enumerate(t.peak_torch_reserved_mb)),
     )
-    parts = {
-        "param": param,
-        "method": method,
-        "sharding": t.sharding or sharding,
-        "gpu": "cpu" if not t.peak_gpu_mem_mb else None,
-        "num_gpus": len(t.peak_gpu_mem_mb),
-        "stated_world_size": p.world_size(),
-        "peak_gpu_mem_mb": t.peak_gpu_mem_mb,
-        "peak_host_rss_mb": t.peak_host_rss_mb,
-        "host_measure": t.host_measure,
-    }
+    figures = RunFigures(
+        param=param,
+        method=method,
+        sharding=t.sharding or sharding,
+        stated_world_size=p.world_size(),
+        cards=Cards(gpu="cpu" if not t.peak_gpu_mem_mb else None, num_gpus=len(t.peak_gpu_mem_mb)),
+        gpu=GpuFigures(peak_gpu_mem_mb=t.peak_gpu_mem_mb),
+        host=HostFigures(peak_host_rss_mb=t.peak_host_rss_mb, host_measure=t.host_measure),
+    )
     return fold_row(
         RowInputs(
             run_id=f"{probe_id}-{index:02d}",
@@ -159,7 +158,7 @@ def trial_row(t: Trial, resolved: Profile | dict, probe_id: str, param: str, ind
             profile=p,
             snap=snap,
             status=FinalStatus(t.status, oom_kind=t.oom_kind, error=t.message),
-            parts=parts,
+            figures=figures,
             recorded_by="probe",
             trial=t,
         )

@@ -10,7 +10,7 @@ CLI's ``--group-by`` choices (:data:`GROUP_BY`). Effective batch has one definit
 (:func:`effective_batch`).
 
 Adding a figure measured by the training (docs/architecture.md, "Adding a row figure"): a field of
-its event record (fttui/core/run/events.py), the Trainer callback that measures it
+its event record (fttui/core/base/event_records.py), the Trainer callback that measures it
 (fttui/integrations/hf.py) and one :class:`Figure` here whose fold reads the typed events
 (``c.events``); the store adds the column when it opens (no migration to write). Pure.
 """
@@ -21,7 +21,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fttui.core.base.event_records import (
+    AttemptEvent,
+    ErrorEvent,
+    Event,
+    ForecastEvent,
+    MemoryWarningEvent,
+    RetryEvent,
+    StepEvent,
+)
 from fttui.core.profiles.typed import Profile
+from fttui.core.results.row_inputs import RunFigures
 from fttui.core.results.stepparts import step_parts
 
 __all__ = [
@@ -47,10 +57,12 @@ class RowInputs:
     """What a row is folded from. ``profile``: the run's typed profile (the stated settings; a
     probe trial's with its value; a command run's holds only what its Trainer told, ``None``
     elsewhere: :func:`fttui.core.run.command.row_profile`); ``snap``: the run's snapshot (a trial's figures as
-    one); ``status``: its :class:`~fttui.core.run.status.FinalStatus`; ``events``: its typed event
-    records (:func:`fttui.core.run.events.parse_event`); ``parts``: the figures the run layer
-    computes together with the run's cards (GPU and host memory, per-card performance, what the
-    run kept, the sharding that ran, ...), by column name; ``trial``: set for a probe trial."""
+    one); ``status``: its :class:`~fttui.core.run.status.FinalStatus` (a Slurm node's: with the
+    scheduler's verdict); ``events``: its event records (:mod:`fttui.core.base.event_records`,
+    parsed once by :mod:`fttui.core.run.events`); ``figures``: the figures the run layer measures
+    with the run's cards (:class:`~fttui.core.results.row_inputs.RunFigures`: cards, GPU and host
+    memory, per-card performance, what the run kept, the sharding that ran, Slurm's facts),
+    complete before the fold; ``trial``: set for a probe trial."""
 
     run_id: str
     kind: str | None
@@ -60,8 +72,8 @@ class RowInputs:
     profile: Profile
     snap: Any
     status: Any
-    events: tuple = ()
-    parts: Mapping[str, Any] = field(default_factory=dict)
+    events: tuple[Event, ...] = ()
+    figures: RunFigures = field(default_factory=RunFigures)
     recorded_by: str = "supervisor"
     trial: Any = None
 
@@ -114,10 +126,6 @@ def effective_batch(micro: int | None, accum: int | None, processes: int | None)
     return (micro or 0) * (accum or 0) * (processes or 1) or None
 
 
-def _part(name: str) -> Callable[[RowInputs], Any]:
-    return lambda c: c.parts.get(name)
-
-
 def _snap(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
     return lambda c: conv(getattr(c.snap, attr, None)) if c.snap is not None else None
 
@@ -134,7 +142,7 @@ def _speed(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[Row
 
 def _first_warning(c: RowInputs) -> str | None:
     """The first ``memory_warning`` event's message (the supervisor's), else the snapshot's warning."""
-    first = next((e.message for e in c.events if e.event == "memory_warning" and getattr(e, "message", None)), None)
+    first = next((e.message for e in c.events if isinstance(e, MemoryWarningEvent) and e.message), None)
     return first or getattr(c.snap, "memory_warning", None)
 
 
@@ -155,8 +163,8 @@ def _accum(c: RowInputs) -> Any:
 
 
 def _world(c: RowInputs) -> Any:
-    """The processes seen (the start event's world size), else the profile's (``parts``)."""
-    return getattr(c.snap, "world_size", None) or c.parts.get("stated_world_size")
+    """The processes seen (the start event's world size), else the profile's."""
+    return getattr(c.snap, "world_size", None) or c.figures.stated_world_size
 
 
 def _gradient_checkpointing(c: RowInputs) -> bool | None:
@@ -172,22 +180,26 @@ def _forecast(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[
     """A figure of the launch's time forecast (the ``forecast`` event, fttui.core.run.events)."""
 
     def fold(c: RowInputs) -> Any:
-        ev = next((e for e in c.events if getattr(e, "EVENT", None) == "forecast"), None)
+        ev = next((e for e in c.events if isinstance(e, ForecastEvent)), None)
         value = getattr(ev, attr, None) if ev is not None else None
         return None if value is None else conv(value)
 
     return fold
 
 
-def _event(c: RowInputs, name: str) -> Any:
-    """The run's last event of kind ``name`` (a typed record), or None."""
-    return next((e for e in reversed(c.events) if e.event == name), None)
+def _last_attempt(c: RowInputs) -> AttemptEvent | None:
+    """The run's last ``attempt`` event (a run started to recover from an OOM, fttui.core.run.oomretry)."""
+    return next((e for e in reversed(c.events) if isinstance(e, AttemptEvent)), None)
+
+
+def _retried_as(c: RowInputs) -> str | None:
+    """The run that continued this one (its last ``retry`` event)."""
+    return next((e.next_run for e in reversed(c.events) if isinstance(e, RetryEvent)), None)
 
 
 def _attempt(attr: str, first: Any = None) -> Callable[[RowInputs], Any]:
-    """A figure of the run's ``attempt`` event (a run started to recover from an OOM,
-    fttui.core.run.oomretry); ``first`` for a run that is a first attempt."""
-    return lambda c: getattr(_event(c, "attempt"), attr, None) if _event(c, "attempt") else first
+    """A figure of the run's ``attempt`` event; ``first`` for a run that is a first attempt."""
+    return lambda c: getattr(_last_attempt(c), attr, None) if _last_attempt(c) else first
 
 
 def _step_fit(c: RowInputs) -> dict[str, Any] | None:
@@ -201,7 +213,9 @@ def _longest_seq(c: RowInputs) -> int | None:
     event (the micro-batch it failed on)."""
     if c.trial is not None:
         return getattr(c.trial, "longest_seq", None)
-    return max((e.longest_seq for e in c.events if e.event in ("step", "error") and e.longest_seq), default=None)
+    return max(
+        (e.longest_seq for e in c.events if isinstance(e, (StepEvent, ErrorEvent)) and e.longest_seq), default=None
+    )
 
 
 def _host_total(c: RowInputs) -> float | None:
@@ -227,11 +241,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure("profile", T, lambda c: c.profile.name, setting=True),
     Figure("model", T, _model, setting=True, group_by=True),
     Figure("dataset", T, lambda c: c.profile.data.name, setting=True),
-    Figure("method", T, _part("method"), setting=True, bar=0, group_by=True),
+    Figure("method", T, lambda c: c.figures.method, setting=True, bar=0, group_by=True),
     Figure(
         "sharding",
         T,
-        _part("sharding"),
+        lambda c: c.figures.sharding,
         since=5,
         setting=True,
         bar=1,
@@ -239,9 +253,11 @@ FIGURES: tuple[Figure, ...] = (
         label="what sharded the run, read back from the engine or wrapper",
     ),
     Figure("precision", T, lambda c: c.profile.train.precision, setting=True, bar=2),
-    Figure("gpu", T, _part("gpu"), setting=True, bar=6, group_by=True, label="first card's name, or cpu"),
-    Figure("gpu_names", T, _part("gpu_names"), json=True, scope=RUN),
-    Figure("num_gpus", I, _part("num_gpus"), setting=True, bar=7),
+    Figure(
+        "gpu", T, lambda c: c.figures.cards.gpu, setting=True, bar=6, group_by=True, label="first card's name, or cpu"
+    ),
+    Figure("gpu_names", T, lambda c: c.figures.cards.gpu_names, json=True, scope=RUN),
+    Figure("num_gpus", I, lambda c: c.figures.cards.num_gpus, setting=True, bar=7),
     Figure("nodes", I, lambda c: int(c.profile.devices.nodes or 1), setting=True),
     Figure("batch_size", I, _micro, setting=True, bar=3, group_by=True, label="micro batch per device"),
     Figure("grad_accum", I, _accum, setting=True, bar=4),
@@ -286,12 +302,19 @@ FIGURES: tuple[Figure, ...] = (
         scope=RUN,
         label="time inside the training loop",
     ),
-    Figure("wall_s", R, _part("wall_s"), unit="s", scope=RUN, label="launch to end, model loading included"),
-    Figure("peak_gpu_mem_mb", T, _part("peak_gpu_mem_mb"), unit="MB", json=True, label="device used, per card"),
+    Figure("wall_s", R, lambda c: c.figures.wall_s, unit="s", scope=RUN, label="launch to end, model loading included"),
+    Figure(
+        "peak_gpu_mem_mb",
+        T,
+        lambda c: c.figures.gpu.peak_gpu_mem_mb,
+        unit="MB",
+        json=True,
+        label="device used, per card",
+    ),
     Figure(
         "peak_gpu_proc_mb",
         T,
-        _part("peak_gpu_proc_mb"),
+        lambda c: c.figures.gpu.peak_gpu_proc_mb,
         unit="MB",
         json=True,
         scope=RUN,
@@ -301,7 +324,7 @@ FIGURES: tuple[Figure, ...] = (
         "peak_torch_reserved_mb", T, _snap("torch_peak_reserved_mb", per_index), unit="MB", json=True, label="per rank"
     ),
     Figure("peak_torch_alloc_mb", T, _snap("torch_peak_alloc_mb", per_index), unit="MB", json=True, scope=RUN),
-    Figure("peak_host_rss_mb", R, _part("peak_host_rss_mb"), unit="MB", label="what host_measure says"),
+    Figure("peak_host_rss_mb", R, lambda c: c.figures.host.peak_host_rss_mb, unit="MB", label="what host_measure says"),
     Figure("host_ram_total_mb", R, _host_total, unit="MB", scope=RUN),
     Figure("host_ram_peak_used_mb", R, _snap("host_peak_ram_used_mb", lambda x: rounded(x, 1)), unit="MB", scope=RUN),
     Figure("params_total", I, _snap("params_total"), scope=RUN),
@@ -313,13 +336,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure("error_rank", I, _status("error_rank"), scope=RUN),
     Figure("exit_code", I, _status("returncode"), scope=RUN),
     Figure("signal", T, _status("signal"), scope=RUN),
-    Figure("stalled", I, _part("stalled"), scope=RUN),
+    Figure("stalled", I, lambda c: c.figures.stalled, scope=RUN),
     Figure("limits", T, lambda c: c.profile.limits.to_dict(), json=True),
-    Figure("versions", T, _part("versions"), json=True, scope=RUN),
-    Figure("env", T, _part("env"), json=True, scope=RUN),
-    Figure("run_dir", T, _part("run_dir"), scope=RUN),
+    Figure("versions", T, lambda c: c.figures.versions, json=True, scope=RUN),
+    Figure("env", T, lambda c: c.figures.row_env(), json=True, scope=RUN),
+    Figure("run_dir", T, lambda c: c.figures.run_dir, scope=RUN),
     # schema 2: probe trials
-    Figure("param", T, _part("param"), since=2, scope=TRIAL, label="the probed setting"),
+    Figure("param", T, lambda c: c.figures.param, since=2, scope=TRIAL, label="the probed setting"),
     Figure(
         "clean",
         I,
@@ -343,7 +366,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "interconnect",
         T,
-        _part("interconnect"),
+        lambda c: c.figures.cards.interconnect,
         since=3,
         setting=True,
         scope=RUN,
@@ -354,30 +377,34 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "mismatch",
         T,
-        _part("mismatch"),
+        lambda c: c.figures.mismatch,
         since=4,
         json=True,
         scope=RUN,
         label="{setting: {stated, observed}} where what the run did differs",
     ),
-    Figure("peak_tree_rss_mb", R, _part("peak_tree_rss_mb"), since=4, unit="MB", scope=RUN),
-    Figure("peak_build_rss_mb", R, _part("peak_build_rss_mb"), since=4, unit="MB", scope=RUN),
-    Figure("host_measure", T, _part("host_measure"), since=4, label="ranks | tree | tree (before schema 4)"),
-    Figure("gpu_mem_total_mb", T, _part("gpu_mem_total_mb"), since=4, unit="MB", json=True, scope=RUN),
-    Figure("gpu_mem_source", T, _part("gpu_mem_source"), since=4, scope=RUN),
-    Figure("alloc_retries", T, _part("alloc_retries"), since=4, json=True, scope=RUN),
-    Figure("min_headroom_mb", T, _part("min_headroom_mb"), since=4, unit="MB", json=True, scope=RUN),
-    Figure("mfu", T, _part("mfu"), since=4, json=True, scope=RUN, label="model FLOPs utilisation per card"),
-    Figure("flops_per_token", R, _part("flops_per_token"), since=4, scope=RUN),
-    Figure("near_oom", I, _part("near_oom"), since=4, scope=RUN),
+    Figure("peak_tree_rss_mb", R, lambda c: c.figures.host.peak_tree_rss_mb, since=4, unit="MB", scope=RUN),
+    Figure("peak_build_rss_mb", R, lambda c: c.figures.host.peak_build_rss_mb, since=4, unit="MB", scope=RUN),
+    Figure(
+        "host_measure", T, lambda c: c.figures.host.host_measure, since=4, label="ranks | tree | tree (before schema 4)"
+    ),
+    Figure("gpu_mem_total_mb", T, lambda c: c.figures.gpu.gpu_mem_total_mb, since=4, unit="MB", json=True, scope=RUN),
+    Figure("gpu_mem_source", T, lambda c: c.figures.gpu.gpu_mem_source, since=4, scope=RUN),
+    Figure("alloc_retries", T, lambda c: c.figures.perf.alloc_retries, since=4, json=True, scope=RUN),
+    Figure("min_headroom_mb", T, lambda c: c.figures.perf.min_headroom_mb, since=4, unit="MB", json=True, scope=RUN),
+    Figure(
+        "mfu", T, lambda c: c.figures.perf.mfu, since=4, json=True, scope=RUN, label="model FLOPs utilisation per card"
+    ),
+    Figure("flops_per_token", R, lambda c: c.figures.perf.flops_per_token, since=4, scope=RUN),
+    Figure("near_oom", I, lambda c: c.figures.perf.near_oom, since=4, scope=RUN),
     Figure("recorded_by", T, lambda c: c.recorded_by, since=4, label="supervisor | recovered | probe | worker | watch"),
     # schema 6: results kept (issue 16)
-    Figure("resumed_from", T, _part("resumed_from"), since=6, setting=True, scope=RUN),
-    Figure("resumed_step", I, _part("resumed_step"), since=6, scope=RUN),
-    Figure("eval_loss", R, _part("eval_loss"), since=6, scope=RUN),
-    Figure("eval_step", I, _part("eval_step"), since=6, scope=RUN),
-    Figure("output_dir", T, _part("output_dir"), since=6, setting=True, scope=RUN),
-    Figure("checkpoint", T, _part("checkpoint"), since=6, scope=RUN),
+    Figure("resumed_from", T, lambda c: c.figures.kept.resumed_from, since=6, setting=True, scope=RUN),
+    Figure("resumed_step", I, lambda c: c.figures.kept.resumed_step, since=6, scope=RUN),
+    Figure("eval_loss", R, lambda c: c.figures.kept.eval_loss, since=6, scope=RUN),
+    Figure("eval_step", I, lambda c: c.figures.kept.eval_step, since=6, scope=RUN),
+    Figure("output_dir", T, lambda c: c.figures.kept.output_dir, since=6, setting=True, scope=RUN),
+    Figure("checkpoint", T, lambda c: c.figures.kept.checkpoint, since=6, scope=RUN),
     # schema 7: commands (issue 17)
     Figure(
         "loss",
@@ -436,7 +463,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "retried_as",
         T,
-        lambda c: getattr(_event(c, "retry"), "next_run", None),
+        _retried_as,
         since=8,
         scope=RUN,
         label="the attempt that continued this run after its out of memory",

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from fttui.core.base.event_records import EndEvent, Event, StepEvent
+
 __all__ = ["step_parts"]
 
 
@@ -31,27 +33,31 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _figures(event: Any, keys: tuple[str, ...]) -> list[float] | None:
-    """The event's numbers ``keys``, None when one is missing."""
-    values = [v for k in keys if (v := _num(getattr(event, k))) is not None]
-    return values if len(values) == len(keys) else None
+def _figures(e: StepEvent) -> tuple[float, float, float, float, float] | None:
+    """A step's training time, passes, pass time, padded tokens and padded tokens x length, when
+    it measured them all."""
+    t, n, p, tokens, x_len = (
+        _num(v) for v in (e.train_time, e.passes, e.pass_time, e.tokens_padded, e.tokens_padded_x_len)
+    )
+    if t is None or n is None or p is None or tokens is None or x_len is None:
+        return None
+    return t, n, p, tokens, x_len
 
 
-def step_parts(events: Iterable[Any], warmup_exclude_steps: int = 1) -> dict[str, Any] | None:
+def step_parts(events: Iterable[Event], warmup_exclude_steps: int = 1) -> dict[str, Any] | None:
     """The step's measured parts (module doc) from a run's typed event records."""
     events = list(events)
-    steps = [e for e in events if getattr(e, "EVENT", None) == "step" and e.step]
+    steps = [e for e in events if isinstance(e, StepEvent) and e.step]
     if not steps:
         return None
-    lowest = min(getattr(e, "rank", 0) or 0 for e in steps)
-    steps = sorted((e for e in steps if (getattr(e, "rank", 0) or 0) == lowest), key=lambda e: e.step)
-    keys = ("train_time", "passes", "pass_time", "tokens_padded", "tokens_padded_x_len")
+    lowest = min(e.rank or 0 for e in steps)
+    steps = sorted((e for e in steps if (e.rank or 0) == lowest), key=lambda e: e.step or 0)
     dt = passes = pass_time = tokens = x_len = 0.0
     n = 0
     for a, b in zip(steps, steps[1:]):
-        if b.step != a.step + 1 or b.step <= warmup_exclude_steps:
+        if b.step != (a.step or 0) + 1 or (b.step or 0) <= warmup_exclude_steps:
             continue
-        va, vb = _figures(a, keys), _figures(b, keys)
+        va, vb = _figures(a), _figures(b)
         if va is None or vb is None or vb[1] <= va[1]:
             continue
         n += 1
@@ -63,9 +69,7 @@ def step_parts(events: Iterable[Any], warmup_exclude_steps: int = 1) -> dict[str
     if n < 2 or dt <= 0 or passes <= 0:
         return None
     step_s, pass_s = dt / n, pass_time / passes
-    end = next(
-        (e for e in events if getattr(e, "EVENT", None) == "end" and (getattr(e, "rank", 0) or 0) == lowest), None
-    )
+    end = next((e for e in events if isinstance(e, EndEvent) and (e.rank or 0) == lowest), None)
     last = _num(getattr(end, "train_time", None)) or _num(steps[-1].train_time) or 0.0
     return {
         "step_s": round(step_s, 6),

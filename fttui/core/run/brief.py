@@ -12,21 +12,19 @@ unsupervised with the training still at work), newest first; finished runs cost 
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fttui.core.base import fmt
-from fttui.core.run.events import parse_line
+from fttui.core.run.events import read_events_window
 from fttui.core.run.rundir import RunDir, list_runs
 from fttui.core.run.state import RunState
 
 HEAD_BYTES = 64 * 1024
 TAIL_BYTES = 64 * 1024
 
-__all__ = ["RunBrief", "run_brief", "live_briefs", "is_live_label", "head_tail_events", "HEAD_BYTES", "TAIL_BYTES"]
+__all__ = ["RunBrief", "run_brief", "live_briefs", "is_live_label", "HEAD_BYTES", "TAIL_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -91,57 +89,25 @@ def is_live_label(state: str) -> bool:
     return state.split(" ", 1)[0].lower() in _LIVE_WORDS
 
 
-def head_tail_events(
-    path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES
-) -> list[dict[str, Any]]:
-    """The complete JSON objects of the first ``head_bytes`` and the last ``tail_bytes`` of a
-    JSON-lines file (the whole file when it is that small), in file order. Lines cut by either
-    window and lines that are not JSON objects are left out; a missing file gives ``[]``."""
-    try:
-        fd = os.open(os.fspath(path), os.O_RDONLY)
-    except OSError:
-        return []
-    try:
-        size = os.fstat(fd).st_size
-        if size <= head_bytes + tail_bytes:
-            chunks = [os.pread(fd, size, 0)]
-        else:
-            head = os.pread(fd, head_bytes, 0)
-            tail = os.pread(fd, tail_bytes, size - tail_bytes)
-            chunks = [head[: head.rfind(b"\n") + 1], tail[tail.find(b"\n") + 1 :]]
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    out: list[dict[str, Any]] = []
-    for chunk in chunks:
-        for raw in chunk.split(b"\n"):
-            obj = parse_line(raw) if raw.strip() else None
-            if obj is not None:
-                out.append(obj)
-    return out
-
-
 def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
     """The brief of one run directory. ``state``: its ``state_label()`` when the caller has it
     already (it costs a process check for a run without ``status.json``)."""
     prof = rd.profile()
-    cmd = rd.command() or {}
+    cmd = rd.command()
     events_of = rd
     if rd.is_slurm_job():  # a Slurm job's steps and ETA are its node 0's (the lowest rank's)
         from fttui.core.run.slurmjob import node0
 
         events_of = node0(rd) or rd
     fold = RunState.for_profile(prof, history=2)
-    fold.apply_all(head_tail_events(events_of.events_path, HEAD_BYTES, TAIL_BYTES))
+    fold.apply_all(read_events_window(events_of.events_path, HEAD_BYTES, TAIL_BYTES))
     final = rd.final_status()
     if final is not None:
         fold.set_final(final)
     snap = fold.snapshot()
     started = snap.started_t
     if started is None:
-        created = cmd.get("created")
-        started = float(created) if isinstance(created, (int, float)) else None
+        started = float(cmd.created) if cmd is not None and cmd.created is not None else None
     kind, _group = rd.kind_and_group()
     name = prof.name if prof is not None else None
     return RunBrief(

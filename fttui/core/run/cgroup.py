@@ -23,6 +23,8 @@ import signal
 import time
 from pathlib import Path
 
+from fttui.core.run.runfiles import SupervisorFile
+
 PREFIX = "fttui-"
 
 
@@ -177,10 +179,10 @@ def oom_kills(path: Path | None) -> int | None:
     return None
 
 
-def recorded(sup: dict | None, run_id: str) -> Path | None:
+def recorded(sup: SupervisorFile | None, run_id: str) -> Path | None:
     """The run's cgroup as ``supervisor.json`` records it, when it is this run's (named after it,
     on a cgroup v2 mount): a path written there by anything else is never used."""
-    value = (sup or {}).get("cgroup")
+    value = sup.cgroup if sup is not None else None
     if not isinstance(value, str) or not value:
         return None
     path = Path(os.path.normpath(value))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fttui.core.base.event_records import MemoryWarningEvent, StepEvent
 from fttui.core.run.memtrend import DEFAULT_HORIZON, MemPoint, RankSeries, WarnedOnce, warnings
 from fttui.core.run.snapshot import to_int
 from fttui.monitor import GpuSnapshot, HostSnapshot, num
@@ -49,15 +50,15 @@ class MemoryFold:
         self._gpu_obj: GpuSnapshot | None = None
         self._host_obj: HostSnapshot | None = None
 
-    def on_step(self, ev: dict[str, Any], rank: int) -> None:
+    def on_step(self, ev: StepEvent, rank: int) -> None:
         for key, peaks in self.rank_peaks.items():
-            v = num(ev.get(key))
+            v = num(getattr(ev, key))
             if v is not None and v > peaks.get(rank, -math.inf):
                 peaks[rank] = v
-        step = to_int(ev.get("step"))
+        step = to_int(ev.step)
         now = [
-            num(ev.get(k))
-            for k in ("torch_alloc_mb", "torch_reserved_mb", "cuda_free_mb", "rss_mb", "vm_mb", "vm_limit_mb")
+            num(v)
+            for v in (ev.torch_alloc_mb, ev.torch_reserved_mb, ev.cuda_free_mb, ev.rss_mb, ev.vm_mb, ev.vm_limit_mb)
         ]
         if step is not None and any(v is not None for v in now):
             self.series.add(rank, MemPoint(step, *now))
@@ -67,9 +68,9 @@ class MemoryFold:
         (the supervisor's: one event per rank and limit)."""
         return self.announced.new(found)
 
-    def on_warning(self, ev: dict[str, Any]) -> None:
-        if isinstance(ev.get("message"), str) and self.warned is None:
-            self.warned = ev["message"]  # the first: the row keeps the one warned of first
+    def on_warning(self, ev: MemoryWarningEvent) -> None:
+        if isinstance(ev.message, str) and self.warned is None:
+            self.warned = ev.message  # the first: the row keeps the one warned of first
 
     def on_sample(self, sample: dict[str, Any]) -> None:
         gpu = sample.get("gpu")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fttui.core.base.event_records import EndEvent, Event, ForecastEvent, StartEvent, StepEvent
+from fttui.core.models.flops import ModelShape
 from fttui.core.run.perf import model_shape
 from fttui.core.run.ranks import RankSlots
 from fttui.core.run.rates import Point, RankProgress, StepHistory, rank_token_rates, rates
@@ -28,12 +30,12 @@ class ProgressFold:
         self.hist = StepHistory(history)
         self.total_steps: int | None = None
         self.last_progress_t: float | None = None
-        self.start: dict[str, Any] | None = None
+        self.start: StartEvent | None = None
         self.start_rank: int | None = None
-        self.shape = None  # fttui.core.models.flops.ModelShape of the start event
-        self.forecast: dict[str, Any] | None = None  # the launch's time forecast (a ``forecast`` event)
+        self.shape: ModelShape | None = None  # the model's shape, from the start event
+        self.forecast: ForecastEvent | None = None  # the launch's time forecast (a ``forecast`` event)
 
-    def slot(self, event: dict[str, Any]) -> int:
+    def slot(self, event: Event) -> int:
         return self.slots.slot(event)  # fttui.core.run.ranks: two processes of one rank stay two
 
     def progress(self, rank: int) -> RankProgress:
@@ -42,68 +44,73 @@ class ProgressFold:
             r = self.ranks[rank] = RankProgress()
         return r
 
-    def _total(self, ev: dict[str, Any]) -> int | None:
-        ts = to_int(ev.get("total_steps"))
+    def _total(self, ev: StartEvent | StepEvent) -> int | None:
+        ts = to_int(ev.total_steps)
         if ts is not None and ts > 0:
             self.total_steps = ts
             return ts
         return None
 
-    def on_start(self, ev: dict[str, Any], rank: int) -> None:
+    def on_start(self, ev: StartEvent, rank: int) -> None:
         if self.start is None or (self.start_rank is not None and rank < self.start_rank):
             self.start = ev
             self.start_rank = rank
             self.shape = model_shape(ev)
         self._total(ev)
 
-    def on_forecast(self, ev: dict[str, Any]) -> None:
+    def on_forecast(self, ev: ForecastEvent) -> None:
         self.forecast = ev
 
     def _forecast_eta(self, step: int | None, total: int | None) -> float | None:
         """The ETA from the launch's forecast, before the measured rate is steady: the forecast's
         step time for the steps left (and its warm-up before the first step)."""
-        fc = self.forecast or {}
-        step_s, warm = num(fc.get("step_seconds")), num(fc.get("warmup_seconds")) or 0.0
-        total = total or to_int(fc.get("steps"))
+        fc = self.forecast
+        if fc is None:
+            return None
+        step_s, warm = num(fc.step_seconds), num(fc.warmup_seconds) or 0.0
+        total = total or to_int(fc.steps)
         if step_s is None or total is None:
             return None
         left = max(0, total - (step or 0)) * step_s
         return left + (warm if not step else 0.0)
 
-    def on_step(self, ev: dict[str, Any], rank: int, step: int, t: float | None) -> bool:
+    def on_step(self, ev: StepEvent, rank: int, step: int, t: float | None) -> bool:
         """Fold one step line; False for a duplicate or out-of-order line (counters already past it)."""
         r = self.progress(rank)
         if t is not None:
             self.last_progress_t = t if self.last_progress_t is None else max(self.last_progress_t, t)
         if r.cur is not None and step <= r.cur.step:
             return False
-        point = Point(
-            step, num(ev.get("samples")), num(ev.get("tokens")), num(ev.get("tokens_padded")), num(ev.get("train_time"))
-        )
+        point = Point(step, num(ev.samples), num(ev.tokens), num(ev.tokens_padded), num(ev.train_time))
         prev = r.cur
         r.advance(point, self.warmup_exclude_steps)
-        loss = num(ev.get("loss"))
+        loss = num(ev.loss)
         if loss is not None:
             r.loss = loss
-        lr = num(ev.get("lr"))
+        lr = num(ev.lr)
         if lr is not None:
             r.lr = lr
-        epoch = num(ev.get("epoch"))
+        epoch = num(ev.epoch)
         if epoch is not None:
             r.epoch = epoch
         ts = self._total(ev)
         if ts is not None:
             r.total_steps = ts
-        self.hist.add(rank, step, prev, point, num(ev.get("step_time")), loss)
+        self.hist.add(rank, step, prev, point, num(ev.step_time), loss)
         return True
 
-    def on_end(self, ev: dict[str, Any], rank: int) -> None:
+    def on_end(self, ev: EndEvent, rank: int) -> None:
         r = self.progress(rank)
-        for attr in ("samples", "tokens", "tokens_padded", "train_time"):
-            v = num(ev.get(attr))
+        for attr, value in (
+            ("samples", ev.samples),
+            ("tokens", ev.tokens),
+            ("tokens_padded", ev.tokens_padded),
+            ("train_time", ev.train_time),
+        ):
+            v = num(value)
             if v is not None:
                 setattr(r, attr, v)
-        step = to_int(ev.get("step"))
+        step = to_int(ev.step)
         if step is not None and (r.cur is None or step > r.cur.step):
             # keep the steady reference untouched; only the position moves
             r.cur = Point(step, r.samples, r.tokens, r.tokens_padded, r.train_time)
@@ -121,7 +128,7 @@ class ProgressFold:
         ranks = self.ranks
         step = self.step()
         lead = self._lead()
-        start = self.start or {}
+        start = self.start or StartEvent()
         rt = rates(ranks.values())
         total = self.total_steps
         eta_source = None
@@ -137,11 +144,11 @@ class ProgressFold:
         train_times = [r.train_time for r in ranks.values() if r.train_time is not None]
         epochs = [r.epoch for r in ranks.values() if r.epoch is not None]
         loss_hist, sps_hist, tps_hist = self.hist.series(len(ranks))
-        world = to_int(start.get("world_size"))
+        world = to_int(start.world_size)
         clash = self.slots.clashes()
         if (world is None and ranks) or clash:  # processes of one claimed rank each count
             world = max(world or 0, self.slots.processes(), len(ranks))
-        config, env = start.get("config"), start.get("env")
+        config, env = start.config, start.env
         return dict(
             step=step,
             total_steps=total,
@@ -169,12 +176,12 @@ class ProgressFold:
             world_size=world,
             ranks=tuple(sorted(ranks)),
             rank_clash=clash,
-            micro_batch=to_int(start.get("micro_batch")),
-            grad_accum=to_int(start.get("grad_accum")),
-            max_seq_len=to_int(start.get("max_seq_len")),
-            num_samples=to_int(start.get("num_samples")),
-            params_total=to_int(start.get("params_total")),
-            params_trainable=to_int(start.get("params_trainable")),
+            micro_batch=to_int(start.micro_batch),
+            grad_accum=to_int(start.grad_accum),
+            max_seq_len=to_int(start.max_seq_len),
+            num_samples=to_int(start.num_samples),
+            params_total=to_int(start.params_total),
+            params_trainable=to_int(start.params_trainable),
             config=dict(config) if isinstance(config, dict) else None,
             env=dict(env) if isinstance(env, dict) else None,
             rank_tokens_per_s=rank_token_rates(ranks),

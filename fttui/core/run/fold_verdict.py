@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fttui.core.base.event_records import AttemptEvent, ErrorEvent, EvalEvent, ExitEvent, RetryEvent, SaveEvent
 from fttui.core.run.phases import PhaseFold
 from fttui.core.run.snapshot import to_int
 from fttui.core.run.status import FinalStatus
@@ -30,7 +31,7 @@ class VerdictFold:
         self.phases = PhaseFold()
         self.eval: tuple[int, float] | None = None  # (step, loss) of the latest evaluation
         self.checkpoint_step: int | None = None
-        self.attempt: dict[str, Any] = {}  # the run's attempt event (fttui.core.run.oomretry)
+        self.attempt: AttemptEvent | None = None  # the run's attempt event (fttui.core.run.oomretry)
         self.retried_as: str | None = None  # the next attempt's run id (its retry event)
 
     def set_status(self, status: str) -> None:
@@ -42,40 +43,38 @@ class VerdictFold:
         if t is not None and (self.started_t is None or t < self.started_t):
             self.started_t = t
 
-    def on_kept(self, ev: dict[str, Any]) -> None:
-        # an attempt that recovers from an OOM, or the attempt that continued this run
-        if ev["event"] == "attempt":
-            self.attempt = ev
-            return
-        if ev["event"] == "retry":
-            self.retried_as = ev.get("next_run") if isinstance(ev.get("next_run"), str) else None
-            return
-        # rank 0's evaluation on the held-out split (the latest step wins) or a saved checkpoint
-        step, loss = to_int(ev.get("step")), num(ev.get("eval_loss"))
-        if step is None:
-            return
-        if ev["event"] == "eval" and loss is not None and (self.eval is None or step >= self.eval[0]):
-            self.eval = (step, loss)
-        elif ev["event"] == "save" and ev.get("kind") == "checkpoint":
-            self.checkpoint_step = max(step, self.checkpoint_step or 0)
+    def on_kept(self, ev: EvalEvent | SaveEvent | AttemptEvent | RetryEvent) -> None:
+        match ev:
+            case AttemptEvent():  # this run is an attempt that recovers from an OOM
+                self.attempt = ev
+            case RetryEvent():  # the attempt that continued this run
+                self.retried_as = ev.next_run if isinstance(ev.next_run, str) else None
+            case EvalEvent():  # rank 0's evaluation on the held-out split (the latest step wins)
+                step, loss = to_int(ev.step), num(ev.eval_loss)
+                if step is not None and loss is not None and (self.eval is None or step >= self.eval[0]):
+                    self.eval = (step, loss)
+            case SaveEvent():  # a saved checkpoint
+                step = to_int(ev.step)
+                if step is not None and ev.kind == "checkpoint":
+                    self.checkpoint_step = max(step, self.checkpoint_step or 0)
 
-    def on_error(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("kind") if ev.get("kind") in ("oom", "error") else "error"
+    def on_error(self, ev: ErrorEvent) -> None:
+        kind = ev.kind if ev.kind in ("oom", "error") else "error"
         err = {
             "kind": kind,
-            "oom_kind": ev.get("oom_kind"),
-            "message": ev.get("message"),
-            "step": to_int(ev.get("step")),
-            "rank": to_int(ev.get("rank")) or 0,
+            "oom_kind": ev.oom_kind,
+            "message": ev.message,
+            "step": to_int(ev.step),
+            "rank": to_int(ev.rank) or 0,
         }
         # keep the first error, except that an OOM explains a later/earlier generic error better
         if self.error is None or (self.error.get("kind") != "oom" and kind == "oom"):
             self.error = err
         self.set_status("oom" if kind == "oom" else "failed")
 
-    def on_exit(self, ev: dict[str, Any], step: int | None) -> None:
-        rc = to_int(ev.get("returncode"))
-        sig = to_int(ev.get("signal"))
+    def on_exit(self, ev: ExitEvent, step: int | None) -> None:
+        rc = to_int(ev.returncode)
+        sig = to_int(ev.signal)
         self.returncode, self.signal = rc, sig
         if (rc is not None and rc != 0) or sig:
             if self.error is None:
@@ -115,7 +114,7 @@ class VerdictFold:
             phase_since=phase_since,
             startup_ended_t=self.phases.ended_t,
             phase_history=tuple(self.phases.history),
-            attempt=to_int(self.attempt.get("attempt")) or 1,
-            recovered=self.attempt.get("message") if isinstance(self.attempt.get("message"), str) else None,
+            attempt=(to_int(self.attempt.attempt) if self.attempt else None) or 1,
+            recovered=self.attempt.message if self.attempt and isinstance(self.attempt.message, str) else None,
             retried_as=self.retried_as,
         )

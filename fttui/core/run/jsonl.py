@@ -1,7 +1,8 @@
 """Reading JSON-lines files (``events.jsonl``, ``samples.jsonl``) that other processes append
-to: a tolerant incremental reader and a whole-file reader. Only stdlib. Re-exported by
-:mod:`fttui.core.run.events` (the writer and the typed event records); docs/architecture.md,
-"Monitor core".
+to: a tolerant incremental reader, a whole-file reader and a reader of a long file's two ends.
+Only stdlib. Lines as JSON objects: an event line becomes its typed record in
+:mod:`fttui.core.run.events` (which re-exports these), a resource sample is read as it is;
+docs/architecture.md, "Monitor core".
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["JsonlTail", "read_jsonl", "parse_line"]
+__all__ = ["JsonlTail", "read_jsonl", "read_head_tail", "parse_line"]
 
 _READ_CHUNK = 1 << 20
 
@@ -127,4 +128,33 @@ def read_jsonl(path: str | os.PathLike[str], *, include_partial: bool = True) ->
         obj = parse_line(tail.pending)
         if obj is not None:
             out.append(obj)
+    return out
+
+
+def read_head_tail(path: str | os.PathLike[str], head_bytes: int, tail_bytes: int) -> list[dict[str, Any]]:
+    """The complete JSON objects of the first ``head_bytes`` and the last ``tail_bytes`` of a
+    JSON-lines file (the whole file when it is that small), in file order. Lines cut by either
+    window and lines that are not JSON objects are left out; a missing file gives ``[]``."""
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        size = os.fstat(fd).st_size
+        if size <= head_bytes + tail_bytes:
+            chunks = [os.pread(fd, size, 0)]
+        else:
+            head = os.pread(fd, head_bytes, 0)
+            tail = os.pread(fd, tail_bytes, size - tail_bytes)
+            chunks = [head[: head.rfind(b"\n") + 1], tail[tail.find(b"\n") + 1 :]]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    out: list[dict[str, Any]] = []
+    for chunk in chunks:
+        for raw in chunk.split(b"\n"):
+            obj = parse_line(raw) if raw.strip() else None
+            if obj is not None:
+                out.append(obj)
     return out

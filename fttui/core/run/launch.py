@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 from fttui.core.run.events import ForecastEvent, write_event
 from fttui.core.run.resume import Resume
+from fttui.core.run.runfiles import CommandFile
 
 WORKER_MODULE = "fttui.worker.train"
 
@@ -290,9 +292,8 @@ def prepare(
     argv = build_command(prof, run_path, resume_from=resume.checkpoint if resume else None)
     rd = rundir.create(prof, argv, child_env(prof), run_id=rid, kind=kind, group=group)
     if resume is not None:
-        command = rd.command() or {}
-        command["resume"] = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}
-        rundir.write_json_atomic(rd.command_path, command)
+        resumed = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}
+        rd.write_command(replace(rd.command() or CommandFile(), resume=resumed))
     return rd
 
 
@@ -326,11 +327,7 @@ def prepare_command(resolved: Profile | dict, run_id: str | None = None, *, grou
     rid = run_id or rundir.new_run_id(prof.name or cmdrun.KIND)
     env = cmdrun.command_env(rundir.paths.runs_dir() / rid, host_limit=host_limit is not None)
     rd = rundir.create(prof, argv, env, run_id=rid, kind=cmdrun.KIND, group=group)
-    command = rd.command() or {}
-    command["cwd"] = cwd
-    if host_limit is not None:
-        command["host_limit_bytes"] = host_limit
-    rundir.write_json_atomic(rd.command_path, command)
+    rd.write_command(replace(rd.command() or CommandFile(), cwd=cwd, host_limit_bytes=host_limit))
     return rd
 
 

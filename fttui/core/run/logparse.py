@@ -12,8 +12,9 @@ A Hugging Face Trainer prints two things fttui can read (transformers 4 and 5):
   ``{'eval_loss': ...}`` and, at the end, ``{'train_runtime': ..., 'train_samples_per_second':
   ..., 'train_loss': ...}``.
 
-:class:`TrainerLogParser` turns them into the events the worker writes (``step``, ``eval``,
-``end``; docs/architecture.md "Events"), with ``source = "log"`` and rank 0. A log dict carries no
+:class:`TrainerLogParser` turns them into the event records the worker writes (``step``, ``eval``,
+``end``; docs/architecture.md "Events"), with ``source = "log"`` and rank 0, written without the
+figures the output does not tell (``sparse``). A log dict carries no
 step number: it belongs to the step the bar shows next (tqdm redraws the bar right after printing
 the dict), so a step is held until the next bar line or dict says whether a loss belongs to it.
 What the output does not say stays unknown: samples per step (only the Trainer's end figure,
@@ -29,7 +30,10 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 from typing import Any
+
+from fttui.core.base.event_records import EndEvent, EvalEvent, Event, StepEvent
 
 __all__ = ["TrainerLogParser", "split_segments", "parse_log_dict", "SOURCE_LOG"]
 
@@ -90,7 +94,7 @@ class TrainerLogParser:
         self.ended = False
 
     # ------------------------------------------------------------------ input
-    def feed(self, segment: str, t: float) -> list[dict[str, Any]]:
+    def feed(self, segment: str, t: float) -> list[Event]:
         text = segment.strip("\r\n")
         if not text.strip():
             return []
@@ -102,12 +106,12 @@ class TrainerLogParser:
             return self._on_dict(logs, t)
         return []
 
-    def finish(self, t: float) -> list[dict[str, Any]]:
+    def finish(self, t: float) -> list[Event]:
         """The output ended: write what is held."""
         return self._flush(t)
 
     # ------------------------------------------------------------------ bars and dicts
-    def _on_bar(self, n: int, total: int, t: float) -> list[dict[str, Any]]:
+    def _on_bar(self, n: int, total: int, t: float) -> list[Event]:
         if total <= 0:
             return []
         if self.total is None or (
@@ -122,7 +126,7 @@ class TrainerLogParser:
             return []  # another bar (evaluation, data): not the training loop's
         if self.t0 is None:
             self.t0 = t
-        out: list[dict[str, Any]] = []
+        out: list[Event] = []
         if self.log is not None:
             # the dict printed before this bar belongs to the step the bar shows now
             if self.pending is not None and self.pending[0] < n:
@@ -139,43 +143,42 @@ class TrainerLogParser:
         self.pending = (n, t) if n > 0 else None
         return out
 
-    def _on_dict(self, logs: dict[str, float], t: float) -> list[dict[str, Any]]:
+    def _on_dict(self, logs: dict[str, float], t: float) -> list[Event]:
         if "num_input_tokens_seen" in logs:
             self.tokens = logs["num_input_tokens_seen"]
         if "eval_loss" in logs:
             step = max(self.emitted, self.pending[0] if self.pending else 0)
-            ev = {
-                "event": "eval",
-                "step": step or None,
-                "eval_loss": logs["eval_loss"],
-                "metrics": {k: v for k, v in logs.items() if k.startswith("eval_")},
-                "eval_time": logs.get("eval_runtime"),
-            }
+            ev = EvalEvent(
+                step=step or None,
+                eval_loss=logs["eval_loss"],
+                metrics={k: v for k, v in logs.items() if k.startswith("eval_")},
+                eval_time=logs.get("eval_runtime"),
+            )
             return [self._stamp(ev, t)]
         if "train_runtime" in logs and "loss" not in logs:  # the end (a step's log may carry its speed too)
             out = self._flush(t)
             runtime = logs["train_runtime"]
             sps = logs.get("train_samples_per_second")
-            ev = {
-                "event": "end",
-                "step": self.emitted or None,
-                "train_time": runtime,
-                "samples": round(sps * runtime) if sps is not None else None,
-                "tokens": self.tokens,
-                "train_loss": logs.get("train_loss"),
-            }
+            loss = logs.get("train_loss")
+            end = EndEvent(
+                step=self.emitted or None,
+                train_time=runtime,
+                samples=round(sps * runtime) if sps is not None else None,
+                tokens=self.tokens,  # type: ignore[arg-type]  # the Trainer's count, printed as a number
+                extra={} if loss is None else {"train_loss": loss},
+            )
             self.ended = True
-            return out + [self._stamp(ev, t)]
+            return out + [self._stamp(end, t)]
         if "loss" in logs:
-            out: list[dict[str, Any]] = []
+            out = []
             if self.log is not None:  # two dicts without a bar between them: no step known for the first
                 out += self._flush(t)
             self.log = logs
             return out
         return []
 
-    def _flush(self, t: float) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _flush(self, t: float) -> list[Event]:
+        out: list[Event] = []
         if self.pending is not None:
             step, ts = self.pending
             self.pending = None
@@ -188,25 +191,26 @@ class TrainerLogParser:
         return out
 
     # ------------------------------------------------------------------ events
-    def _step(self, step: int, t: float, logs: dict[str, float] | None) -> list[dict[str, Any]]:
+    def _step(self, step: int, t: float, logs: dict[str, float] | None) -> list[Event]:
         if step <= self.emitted:
             return []
         self.emitted = step
         logs = logs or {}
-        ev: dict[str, Any] = {
-            "event": "step",
-            "step": step,
-            "total_steps": self.total,
-            "epoch": logs.get("epoch"),
-            "loss": logs.get("loss"),
-            "lr": logs.get("learning_rate"),
-            "grad_norm": logs.get("grad_norm"),
-            "train_time": max(0.0, t - self.t0) if self.t0 is not None else None,
-        }
-        if logs.get("num_input_tokens_seen") is not None:
-            ev["tokens"] = logs["num_input_tokens_seen"]
+        grad_norm = logs.get("grad_norm")
+        ev = StepEvent(
+            step=step,
+            total_steps=self.total,
+            epoch=logs.get("epoch"),
+            loss=logs.get("loss"),
+            lr=logs.get("learning_rate"),
+            train_time=max(0.0, t - self.t0) if self.t0 is not None else None,
+            tokens=logs.get("num_input_tokens_seen"),  # type: ignore[arg-type]  # printed as a number
+            extra={} if grad_norm is None else {"grad_norm": grad_norm},
+        )
         return [self._stamp(ev, t)]
 
     @staticmethod
-    def _stamp(ev: dict[str, Any], t: float) -> dict[str, Any]:
-        return {**{k: v for k, v in ev.items() if v is not None}, "t": t, "rank": 0, "source": SOURCE_LOG}
+    def _stamp(ev: Event, t: float) -> Event:
+        """The event as read from the log: rank 0, ``source = "log"``, at ``t``; written with its
+        unknown figures left out (:func:`fttui.core.run.events.write_event`, ``sparse``)."""
+        return replace(ev, t=t, rank=0, source=SOURCE_LOG)

@@ -39,10 +39,11 @@ import time
 from pathlib import Path
 
 from fttui.core.base.redact import Redactor, split_long
-from fttui.core.run.events import append_jsonl
+from fttui.core.run.events import write_event
 from fttui.core.run.guard import write_error
 from fttui.core.run.logparse import split_segments
-from fttui.core.run.rundir import RunDir, group_members, write_json_atomic
+from fttui.core.run.rundir import RunDir, group_members
+from fttui.core.run.runfiles import ExitFile
 
 #: Written in the run directory by fttui's Trainer callback (fttui.integrations.hf) when it
 #: starts reporting: the output's progress is then not read any more.
@@ -98,7 +99,7 @@ class _LogEvents:
             return
         for ev in events:
             try:
-                append_jsonl(self.rd.events_path, ev)
+                write_event(self.rd.events_path, ev, sparse=True)
             except OSError as e:
                 self.report.write_failed("events.jsonl", e)
                 self.off = True
@@ -256,9 +257,7 @@ def run(
             log.write(f"fttui: could not start {argv[0]}: {e}\n".encode())
         except OSError:
             pass
-        write_json_atomic(
-            rd.exit_path, {"returncode": 127, "t": time.time(), "pid": None, "error": f"could not start {argv[0]}: {e}"}
-        )
+        rd.write_exit(ExitFile(returncode=127, t=time.time(), pid=None, error=f"could not start {argv[0]}: {e}"))
         return 127
     report = Reporter(report_fd)
     events = _LogEvents(rd, report) if parse else None
@@ -276,7 +275,7 @@ def run(
     if events is not None:
         events.finish()
     try:
-        write_json_atomic(rd.exit_path, {"returncode": rc, "t": time.time(), "pid": child.pid})
+        rd.write_exit(ExitFile(returncode=rc, t=time.time(), pid=child.pid))
     except OSError as e:
         report.write_failed("exit.json", e)
     if os.getppid() != parent:  # the supervisor is gone: nobody else will reap the group

@@ -25,6 +25,7 @@ from typing import Any
 from fttui.core.base.errors import FttuiError
 from fttui.core.run import rundir
 from fttui.core.run.events import AttemptEvent, RetryEvent
+from fttui.core.run.runfiles import CommandFile
 from fttui.core.run.status import FinalStatus
 
 __all__ = [
@@ -85,8 +86,8 @@ def shrink(micro: int, accum: int) -> Shrink | None:
 def attempt_of(rd: rundir.RunDir) -> dict[str, Any]:
     """``command.json``'s ``attempt`` (``n``, ``first``, ...) of a run started to recover; ``{}``
     for a first attempt."""
-    found = (rd.command() or {}).get("attempt")
-    return found if isinstance(found, dict) else {}
+    cmd = rd.command()
+    return dict(cmd.attempt or {}) if cmd is not None else {}
 
 
 def attempt_event(rd: rundir.RunDir) -> AttemptEvent | None:
@@ -168,8 +169,9 @@ def _started_from(rd: rundir.RunDir) -> tuple[str, int] | None:
 
     from fttui.core.run.resume import is_checkpoint
 
-    given = (rd.command() or {}).get("resume")
-    ck, step = (given.get("checkpoint"), given.get("step")) if isinstance(given, dict) else (None, None)
+    cmd = rd.command()
+    given = cmd.resume if cmd is not None else None
+    ck, step = (given.get("checkpoint"), given.get("step")) if given is not None else (None, None)
     return (ck, step) if isinstance(ck, str) and isinstance(step, int) and is_checkpoint(Path(ck)) else None
 
 
@@ -193,11 +195,11 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
     oom_step = done + 1 if isinstance(done, int) else None
     first = attempt_of(rd).get("first") or rd.run_id
     nxt = launch.prepare(resolved, kind=kind, group=group, resume=resume)
-    command = nxt.command() or {}
+    command = nxt.command() or CommandFile()
     if resume is None:  # from the start: the row still names the attempt it continues
-        command["resume"] = {"run_id": rd.run_id, "checkpoint": None, "step": 0}
+        command = replace(command, resume={"run_id": rd.run_id, "checkpoint": None, "step": 0})
     from_step = found[1] if found else 0
-    command["attempt"] = {
+    attempt = {
         "n": decision.attempt,
         "first": first,
         "previous": rd.run_id,
@@ -208,7 +210,7 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
         "accum": [s.accum, s.new_accum],
         "message": recovery_message(oom_step, s, from_step),
     }
-    rundir.write_json_atomic(nxt.command_path, command)
+    nxt.write_command(replace(command, attempt=attempt))
     return nxt
 
 
@@ -224,14 +226,14 @@ def after_oom(
 
     if status.status != "oom" or profile is None:
         return status, None, None
-    command = rd.command() or {}
+    command = rd.command()
     decision = decide(
         as_profile(profile),
         status,
         kind=rd.kind_and_group()[0],
         attempt=int(attempt_of(rd).get("n") or 1),
         phase=snap.phase,
-        slurm=bool(command.get("slurm")),
+        slurm=bool(command is not None and command.slurm),
     )
     nxt = None
     if decision.retry:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from fttui.core.base import fmt
+from fttui.core.base.event_records import StartEvent
 from fttui.core.models.flops import ModelShape, flops_per_token, shape_from
 from fttui.core.models.peaks import peak_tflops
+from fttui.core.results.row_inputs import PerfFigures
 from fttui.core.run.snapshot import CardPerf, RunSnapshot, to_int
 from fttui.monitor import GpuInfo, cards_run_first, num
 
@@ -55,17 +56,17 @@ def headroom_threshold_mb(total_mb: float | None) -> float | None:
     return max(NEAR_OOM_FRACTION * total_mb, NEAR_OOM_MIN_MB)
 
 
-def model_shape(start: dict[str, Any]) -> ModelShape | None:
+def model_shape(start: StartEvent) -> ModelShape | None:
     """The model's shape from a ``start`` event: the worker's ``model_shape``, else the numbers of
     the profile's architecture (``fttui.core.models.numbers``), with the worker's real parameter
     counts either way; ``None`` when neither is there."""
-    total, trainable = start.get("params_total"), start.get("params_trainable")
-    shape = shape_from(total, trainable, start.get("model_shape"))
-    if shape is None and isinstance(start.get("config"), Mapping):
+    total, trainable = start.params_total, start.params_trainable
+    shape = shape_from(total, trainable, start.model_shape)
+    if shape is None and isinstance(start.config, Mapping):
         from fttui.core.models.numbers import arch_numbers
 
         try:
-            a = arch_numbers(start["config"])
+            a = arch_numbers(start.config)
         except Exception:  # no architecture numbers in the profile: no shape, no MFU
             return None
         shape = shape_from(
@@ -222,7 +223,7 @@ def _r(x: float | None, nd: int) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
-def row_perf(snap: RunSnapshot, cards: Sequence[GpuInfo], gpu_run: bool) -> dict[str, Any]:
+def row_perf(snap: RunSnapshot, cards: Sequence[GpuInfo], gpu_run: bool) -> PerfFigures:
     """The row's columns: per card (in the order of ``cards``, the row's) ``alloc_retries``,
     ``min_headroom_mb`` and ``mfu`` (tokens over training time), ``near_oom`` (any card), and
     ``flops_per_token``. A GPU run (``gpu_run``) without a GPU sample takes the worker's card list
@@ -233,17 +234,11 @@ def row_perf(snap: RunSnapshot, cards: Sequence[GpuInfo], gpu_run: bool) -> dict
     perf = card_perf(snap, cards, fpt) if gpu_run else ()
     near, _why = _verdict(perf)
     if not perf:
-        return {
-            "alloc_retries": None,
-            "min_headroom_mb": None,
-            "mfu": None,
-            "near_oom": None,
-            "flops_per_token": _r(fpt, 0),
-        }
-    return {
-        "alloc_retries": [c.alloc_retries for c in perf],
-        "min_headroom_mb": [_r(c.min_headroom_mb, 1) for c in perf],
-        "mfu": [_r(c.mfu_avg, 4) for c in perf],
-        "near_oom": near,
-        "flops_per_token": _r(fpt, 0),
-    }
+        return PerfFigures(flops_per_token=_r(fpt, 0))
+    return PerfFigures(
+        alloc_retries=[c.alloc_retries for c in perf],
+        min_headroom_mb=[_r(c.min_headroom_mb, 1) for c in perf],
+        mfu=[_r(c.mfu_avg, 4) for c in perf],
+        near_oom=near,
+        flops_per_token=_r(fpt, 0),
+    )

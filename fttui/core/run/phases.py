@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fttui.core.base.event_records import PhaseEvent
 from fttui.monitor import num
 
 __all__ = [
@@ -87,8 +88,8 @@ class PhaseFold:
         if phase is not None and (not self.history or self.history[-1][0] != phase):
             self.history.append((phase, t))
 
-    def on_event(self, ev: dict[str, Any], t: float | None) -> None:
-        name = ev.get("phase")
+    def on_event(self, ev: PhaseEvent, t: float | None) -> None:
+        name = ev.phase
         if self._ended or not isinstance(name, str) or not name:
             return
         order = PHASES.index(name) if name in PHASES else None

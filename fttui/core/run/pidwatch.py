@@ -27,8 +27,9 @@ import psutil
 from fttui.core.base.constants import WATCHED
 from fttui.core.base.errors import FttuiError
 from fttui.core.run import guard, rundir
-from fttui.core.run.events import append_jsonl
+from fttui.core.run.events import LaunchEvent, StartEvent, write_event
 from fttui.core.run.recover import end_watch
+from fttui.core.run.runfiles import SupervisorFile
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
 from fttui.monitor import HostSampler, make_gpu_sampler
@@ -113,15 +114,15 @@ def watch(rd: rundir.RunDir) -> int:
     stopped, then write the status (and the row when asked)."""
     spec = rd.watch_spec()
     pid = int(spec.get("pid") or 0)
-    me = {
-        "pid": os.getpid(),
-        "pgid": os.getpgid(0),
-        "started": time.time(),
-        "create_time": psutil.Process().create_time(),
-        "id": guard.identity(os.getpid()),
-        "watched_pid": pid,
-    }
-    rundir.write_json_atomic(rd.supervisor_path, me)  # no train_pgid: cancel never signals it
+    me = SupervisorFile(
+        pid=os.getpid(),
+        pgid=os.getpgid(0),
+        started=time.time(),
+        create_time=psutil.Process().create_time(),
+        id=guard.identity(os.getpid()),
+        watched_pid=pid,
+    )
+    rd.write_supervisor(me)  # no train_pgid: cancel never signals it
     t0 = time.time()
     state = RunState()
     try:
@@ -132,10 +133,10 @@ def watch(rd: rundir.RunDir) -> int:
         proc = None
     # launch, then start: the views say RUNNING while the process runs (there is no startup to follow)
     for ev in (
-        {"event": "launch", "t": t0, "rank": -1, "source": "watch", "pid": pid},
-        {"event": "start", "t": t0, "rank": 0, "source": "watch", "pid": pid, "watched": True},
+        LaunchEvent(t=t0, rank=-1, source="watch", pid=pid),
+        StartEvent(t=t0, rank=0, source="watch", pid=pid, extra={"watched": True}),
     ):
-        append_jsonl(rd.events_path, ev)
+        write_event(rd.events_path, ev)
         state.apply(ev)
     host, gpu = HostSampler(pid), make_gpu_sampler()
     stopped = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fttui.core.base.event_records import Event, StartEvent
 from fttui.core.run.snapshot import to_int
 
 __all__ = ["RankSlots", "clash_text", "clash_mismatch"]
@@ -31,11 +32,11 @@ class RankSlots:
         self._slot: dict[tuple[int, int], int] = {}
         self._world = 1  # the largest world size any process claimed
 
-    def slot(self, event: dict[str, Any]) -> int:
-        rank = to_int(event.get("rank"))
+    def slot(self, event: Event) -> int:
+        rank = to_int(event.rank)
         rank = 0 if rank is None else rank
-        pid = to_int(event.get("pid"))
-        world = to_int(event.get("world_size"))
+        pid = to_int(event.pid)
+        world = to_int(event.world_size) if isinstance(event, StartEvent) else None
         if world is not None and world > self._world:
             self._world = world
         if pid is None or rank < 0:

@@ -26,10 +26,10 @@ from dataclasses import replace
 
 from fttui.core.base.constants import WATCHED
 from fttui.core.run import rundir
-from fttui.core.run.events import append_jsonl, read_jsonl
+from fttui.core.run.events import ExitEvent, StalledEvent, read_events, write_event
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
-from fttui.core.run.summary import build_row, final_status
+from fttui.core.run.summary import build_row, final_status, launch_time, replay, settled_row
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
     ``store=False``: ``row.json`` only (a Slurm node's supervisor: the store may be on a shared
     filesystem where SQLite's locks do not hold; :func:`settle_slurm` stores it later)."""
     try:
-        rundir.write_json_atomic(rd.path / "row.json", row)
+        rundir.write_json_atomic(rd.row_path, row)
     except OSError as e:
         print(
             f"fttui: row.json of {rd.run_id} not written ({e.strerror or e}); the store keeps the row",
@@ -83,29 +83,32 @@ def finish(
 ) -> FinalStatus:
     """Append the exit event, save the summary row, then write ``status.json`` (last: its
     presence means the run is finished). A Slurm node's row goes to ``row.json`` only, until
-    the job is over (``slurm_job``, its final state: then to the store too, see :func:`settle_slurm`)."""
-    ev = {
-        "event": "exit",
-        "t": time.time(),
-        "rank": -1,
-        "source": source,
-        "returncode": status.returncode,
-        "signal": status.signal,
-        "status": status.status,
-    }
+    the job is over (``slurm_job``, its final state, whose verdict ``status`` already is: then
+    to the store too, see :func:`settle_slurm`)."""
+    ev = ExitEvent(
+        t=time.time(),
+        rank=-1,
+        source=source,
+        returncode=status.returncode,
+        signal=status.signal,
+        status=status.status,
+    )
     try:
-        append_jsonl(rd.events_path, ev)
+        write_event(rd.events_path, ev)
     except OSError:  # a full disk: status.json and the row say how it ended
         pass
     state.apply(ev)
     row = build_row(
-        rd, state.snapshot(), status, t_launch=t_launch, t_end=t_end, stalled=stalled, recorded_by=recorded_by
+        rd,
+        state.snapshot(),
+        status,
+        t_launch=t_launch,
+        t_end=t_end,
+        stalled=stalled,
+        recorded_by=recorded_by,
+        slurm_job=slurm_job,
     )
     slurm = rd.slurm()
-    if slurm is not None:
-        from fttui.core.run.slurmend import amend_row
-
-        row = amend_row(row, status, slurm_job, slurm)
     status = replace(
         status, row_saved=save_row(row, rd, store=slurm is None or slurm_job is not None), ended=time.time()
     )
@@ -153,8 +156,8 @@ def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | No
         return finish(
             rd, state, status, t_launch=t_launch, t_end=time.time(), stalled=False, recorded_by=source, source=source
         )
-    ev = {"event": "exit", "t": time.time(), "rank": -1, "source": source, "status": WATCHED}
-    append_jsonl(rd.events_path, ev)
+    ev = ExitEvent(t=time.time(), rank=-1, source=source, status=WATCHED)
+    write_event(rd.events_path, ev)
     state.apply(ev)
     status = replace(status, ended=time.time())
     rundir.write_json_atomic(rd.status_path, status.to_dict())
@@ -224,20 +227,21 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
 def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = False) -> FinalStatus:
     """Write the row and status of a run nothing finished, from what it left on disk;
     ``slurm_job``: the Slurm job's final state, whose cause is the verdict's."""
-    events = read_jsonl(rd.events_path)
-    state = RunState.for_profile(rd.profile()).replay(events, read_jsonl(rd.samples_path))
+    events = read_events(rd.events_path)
+    state = replay(rd)
     snap = state.snapshot()
-    times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
-    launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
-    sup = rd.supervisor() or {}
-    t_launch = launches[0] if launches else sup.get("started")
+    times = [e.t for e in events if isinstance(e.t, (int, float))]
+    t_launch = launch_time(events)
+    if t_launch is None:
+        sup = rd.supervisor()
+        t_launch = sup.started if sup is not None else None
     if rd.kind_and_group()[0] == "watch":  # its watcher died: no row unless one was asked for
         return end_watch(rd, state, "the watcher ended without a status", t_launch, "recovered")
     ex = rd.exit_info()
     cancel = "cancel requested" if rd.cancel_path.exists() else None
-    if ex is not None and isinstance(ex.get("returncode"), int):
-        status = final_status(rd, snap, ex["returncode"], cancel, oom_killed=oom_killed)
-        t_end = float(ex.get("t") or (times[-1] if times else time.time()))
+    if ex is not None and ex.returncode is not None:
+        status = final_status(rd, snap, ex.returncode, cancel, oom_killed=oom_killed)
+        t_end = float(ex.t or (times[-1] if times else time.time()))
     else:
         t_end = times[-1] if times else time.time()
         if snap.status == "completed":
@@ -254,7 +258,7 @@ def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = F
         from fttui.core.run.slurmend import node_verdict
 
         status = node_verdict(status if status.status in ("completed", "failed", "oom") else None, slurm_job, snap.step)
-    stalled = any(e.get("event") == "stalled" for e in events)
+    stalled = any(isinstance(e, StalledEvent) for e in events)
     return finish(
         rd,
         state,
@@ -305,14 +309,16 @@ def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
 
 
 def _store_settled(rd: rundir.RunDir, own: FinalStatus, job) -> FinalStatus:
-    from fttui.core.run.slurmend import amend_row, node_verdict
+    """Store a node's row that its supervisor left in ``row.json``: as it is when Slurm cannot be
+    asked here (``job`` None), else folded again with Slurm's verdict (:func:`settled_row`)."""
+    from fttui.core.run.slurmend import node_verdict
 
     status = own if job is None else node_verdict(own, job)
-    row = rundir.read_json(rd.path / "row.json")
+    row = rd.row()
     saved = False
-    if isinstance(row, dict):
+    if row is not None:
         if job is not None:
-            row = amend_row(row, status, job, rd.slurm() or {})
+            row = settled_row(rd, row, status, job)
         saved = save_row(row, rd)
     status = replace(status, row_saved=saved, ended=own.ended or time.time())
     rundir.write_json_atomic(rd.status_path, status.to_dict())

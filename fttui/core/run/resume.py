@@ -18,7 +18,7 @@ from typing import NamedTuple
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.events import SaveEvent, read_events
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -39,10 +39,10 @@ def is_checkpoint(path: Path) -> bool:
 def last_checkpoint(rd: rundir.RunDir) -> tuple[str, int] | None:
     """The latest checkpoint the run said it saved (``save`` events) that is still on disk."""
     found: list[tuple[int, str]] = []
-    for ev in read_jsonl(rd.events_path):
-        if ev.get("event") != "save" or ev.get("kind") != "checkpoint" or not isinstance(ev.get("path"), str):
+    for ev in read_events(rd.events_path):
+        if not isinstance(ev, SaveEvent) or ev.kind != "checkpoint" or not isinstance(ev.path, str):
             continue
-        path = Path(ev["path"])
+        path = Path(ev.path)
         m = _CHECKPOINT.match(path.name)
         if m and is_checkpoint(path):
             found.append((int(m.group(1)), str(path)))

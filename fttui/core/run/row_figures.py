@@ -16,7 +16,7 @@ memory, and what it did where that differs from what its profile said.
 * Stated vs observed (:func:`mismatch`): micro batch and accumulation (from the samples one rank
   took per optimizer step), sequence length and world size (the worker's start event).
 
-Pure: reads only the snapshot, the profile and the step events it is given.
+Pure: reads only the snapshot, the profile and the event records it is given.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.constants import CUDA_CONTEXT_BYTES
+from fttui.core.base.event_records import Event, StartEvent, StepEvent
 from fttui.core.base.units import MIB
 from fttui.core.profiles.typed import Profile
+from fttui.core.results.row_inputs import GpuFigures, HostFigures
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.monitor import GpuInfo, num, visible_indices
 
@@ -45,6 +47,7 @@ __all__ = [
     "samples_per_step",
     "mismatch",
     "sharding_read_back",
+    "lowest_start",
     "stated_sharding",
 ]
 
@@ -75,15 +78,17 @@ def row_cards(snap: RunSnapshot, gpus_asked: int, nproc: int, cuda_visible: str 
     return [by_index[i] for i in order[: max(0, nproc)]]
 
 
-def gpu_figures(snap: RunSnapshot, cards: Sequence[GpuInfo]) -> dict[str, Any]:
+def gpu_figures(snap: RunSnapshot, cards: Sequence[GpuInfo]) -> GpuFigures:
     """``peak_gpu_mem_mb`` (device used), ``peak_gpu_proc_mb`` (the run's own), ``gpu_mem_total_mb``
     and ``gpu_mem_source`` of the run's cards, in the order of ``cards``. The k-th card is the
     k-th lowest rank's (local rank k uses ``cuda:k``) for the reserved-memory fallback."""
     if not cards:
-        return {"peak_gpu_mem_mb": [], "peak_gpu_proc_mb": [], "gpu_mem_total_mb": [], "gpu_mem_source": None}
+        return GpuFigures(peak_gpu_mem_mb=[], peak_gpu_proc_mb=[], gpu_mem_total_mb=[], gpu_mem_source=None)
     reserved = snap.torch_peak_reserved_mb or {}
     ranks = sorted(reserved)
-    used, proc, total = [], [], []
+    used: list[float | None] = []
+    proc: list[float | None] = []
+    total: list[float | None] = []
     nvml = fallback = False
     for k, card in enumerate(cards):
         used.append(_r1(snap.gpu_peak_used_mb.get(card.index)))
@@ -97,10 +102,10 @@ def gpu_figures(snap: RunSnapshot, cards: Sequence[GpuInfo]) -> dict[str, Any]:
             fallback = fallback or p is not None
         proc.append(_r1(p))
     source = SOURCE_TORCH if fallback else SOURCE_NVML if nvml else None
-    return {"peak_gpu_mem_mb": used, "peak_gpu_proc_mb": proc, "gpu_mem_total_mb": total, "gpu_mem_source": source}
+    return GpuFigures(peak_gpu_mem_mb=used, peak_gpu_proc_mb=proc, gpu_mem_total_mb=total, gpu_mem_source=source)
 
 
-def host_figures(snap: RunSnapshot) -> dict[str, Any]:
+def host_figures(snap: RunSnapshot) -> HostFigures:
     """``peak_host_rss_mb`` and what it sums (``host_measure``): the ranks' own peaks (VmHWM, their
     step events: ``ranks``); before any step reported one, or for a process that reports none (a
     command without fttui's callback, a watched process), each process of the tree's own peak
@@ -117,12 +122,12 @@ def host_figures(snap: RunSnapshot) -> dict[str, Any]:
             measure += f" ({snap.host_hwm_unread} without a readable VmHWM: their sampled RSS)"
     else:
         host, measure = tree, MEASURE_TREE
-    return {
-        "peak_host_rss_mb": host,
-        "host_measure": measure,
-        "peak_tree_rss_mb": tree,
-        "peak_build_rss_mb": _r1(snap.host_peak_build_rss_mb),
-    }
+    return HostFigures(
+        peak_host_rss_mb=host,
+        host_measure=measure,
+        peak_tree_rss_mb=tree,
+        peak_build_rss_mb=_r1(snap.host_peak_build_rss_mb),
+    )
 
 
 def host_measure_text(measure: str | None) -> str:
@@ -140,19 +145,19 @@ def host_measure_text(measure: str | None) -> str:
     return ""
 
 
-def samples_per_step(events: Iterable[dict[str, Any]]) -> float | None:
+def samples_per_step(events: Iterable[Event]) -> float | None:
     """The most samples one rank took in one optimizer step (cumulative ``samples`` of its step
     events, differenced; a gap of several steps is averaged over them); ``None`` without steps.
     The most, not the mean: an epoch's last step may be short."""
     last: dict[int, tuple[int, float]] = {}
     best: float | None = None
     for ev in events:
-        if not isinstance(ev, dict) or ev.get("event") != "step":
+        if not isinstance(ev, StepEvent):
             continue
-        step, samples = to_int(ev.get("step")), num(ev.get("samples"))
+        step, samples = to_int(ev.step), num(ev.samples)
         if step is None or samples is None:
             continue
-        rank = to_int(ev.get("rank")) or 0
+        rank = to_int(ev.rank) or 0
         prev_step, prev_samples = last.get(rank, (0, 0.0))
         if step <= prev_step:
             continue  # duplicate or out-of-order line
@@ -166,7 +171,7 @@ def _whole(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(x, 2)
 
 
-def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[Event]) -> dict[str, Any]:
     """``{setting: {"stated", "observed"}}`` for each setting the run did not run as stated
     (``stated``: ``batch_size``, ``grad_accum``, ``max_seq_len``, ``world_size`` from the
     profile); empty when all agree or nothing was observed.
@@ -202,12 +207,9 @@ def mismatch(stated: dict[str, Any], snap: RunSnapshot, events: Iterable[dict[st
             if want is not None and seen is not None and seen != want:
                 out[key] = {"stated": want, "observed": seen}
     # Precision: what the Trainer (or DeepSpeed's engine) ran, from the lowest rank's start event.
-    starts = sorted(
-        (e for e in events if e.get("event") == "start" and e.get("precision")),
-        key=lambda e: to_int(e.get("rank")) or 0,
-    )
-    if starts and stated.get("precision") and starts[0]["precision"] != stated["precision"]:
-        out["precision"] = {"stated": stated["precision"], "observed": starts[0]["precision"]}
+    starts = sorted((e for e in events if isinstance(e, StartEvent) and e.precision), key=_rank)
+    if starts and stated.get("precision") and starts[0].precision != stated["precision"]:
+        out["precision"] = {"stated": stated["precision"], "observed": starts[0].precision}
     ran = (sharding_read_back(events) or {}).get("ran")
     if ran and stated.get("sharding") and ran != stated["sharding"]:
         out["sharding"] = {"stated": stated["sharding"], "observed": ran}
@@ -221,12 +223,18 @@ def stated_sharding(prof: Profile) -> tuple[str | None, str]:
     return shardings.of(prof.method, prof.sharding)
 
 
-def sharding_read_back(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def _rank(ev: Event) -> int:
+    return to_int(ev.rank) or 0
+
+
+def lowest_start(events: Iterable[Event]) -> StartEvent | None:
+    """The start event of the lowest rank (the first of that rank), or None before any."""
+    return min((e for e in events if isinstance(e, StartEvent)), key=_rank, default=None)
+
+
+def sharding_read_back(events: Iterable[Event]) -> dict[str, Any] | None:
     """What sharded the run, read back from the engine or the wrapper by the lowest rank (its
     start event's ``sharding``: ``ran``, the ZeRO stage and offload devices or the FSDP
     modules); None before any start event says."""
-    starts = sorted(
-        (e for e in events if e.get("event") == "start" and isinstance(e.get("sharding"), dict)),
-        key=lambda e: to_int(e.get("rank")) or 0,
-    )
-    return dict(starts[0]["sharding"]) if starts else None
+    starts = sorted((e for e in events if isinstance(e, StartEvent) and isinstance(e.sharding, dict)), key=_rank)
+    return dict(starts[0].sharding or {}) if starts else None

@@ -17,6 +17,7 @@ from fttui.core.base.redact import mask
 from fttui.core.profiles.frozen import thaw
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
+from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
 from fttui.core.run.status import FinalStatus
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,10 @@ class RunDir:
         return self.path / "status.json"
 
     @property
+    def row_path(self) -> Path:
+        return self.path / "row.json"
+
+    @property
     def cancel_path(self) -> Path:
         return self.path / "cancel"
 
@@ -195,28 +200,38 @@ class RunDir:
         spec = (self.profile_json() or {}).get("watch")
         return spec if isinstance(spec, dict) else {}
 
-    def command(self) -> dict | None:
-        return read_json(self.command_path)
+    def command(self) -> CommandFile | None:
+        """``command.json`` (:class:`~fttui.core.run.runfiles.CommandFile`); ``None`` when missing."""
+        return CommandFile.from_dict(read_json(self.command_path))
+
+    def write_command(self, command: CommandFile) -> None:
+        write_json_atomic(self.command_path, command.to_dict())
 
     def kind_and_group(self) -> tuple[str, str | None]:
         """The launch's kind (``run``, ``probe``, ``sweep``) and group id, from command.json (run
         directories written before they moved there kept them in profile.json as ``_kind``,
         ``_group``)."""
-        cmd = self.command() or {}
-        if "kind" in cmd:
-            return str(cmd["kind"] or "run"), cmd.get("group")
+        cmd = self.command()
+        if cmd is not None and cmd.kind is not None:
+            return cmd.kind, cmd.group
         prof = self.profile_json() or {}
         return str(prof.get("_kind") or "run"), prof.get("_group")
 
-    def supervisor(self) -> dict | None:
-        return read_json(self.supervisor_path)
+    def supervisor(self) -> SupervisorFile | None:
+        """``supervisor.json`` (:class:`~fttui.core.run.runfiles.SupervisorFile`); ``None`` before
+        the supervisor wrote it."""
+        return SupervisorFile.from_dict(read_json(self.supervisor_path))
+
+    def write_supervisor(self, sup: SupervisorFile) -> None:
+        write_json_atomic(self.supervisor_path, sup.to_dict())
 
     def slurm(self) -> dict | None:
         """The Slurm job this directory belongs to: a node's run (``command.json``'s ``slurm``,
         :mod:`fttui.core.run.slurmnode`) or a submitted job (``slurm.json``,
         :mod:`fttui.core.run.slurmjob`); ``None`` for a run of this machine alone."""
-        found = (self.command() or {}).get("slurm")
-        if not isinstance(found, dict):
+        cmd = self.command()
+        found: Any = cmd.slurm if cmd is not None else None
+        if found is None:
             found = read_json(self.path / "slurm.json")
         return found if isinstance(found, dict) else None
 
@@ -263,33 +278,42 @@ class RunDir:
         """``status.json`` read as the run-status contract (``None`` while the run is live)."""
         return FinalStatus.from_dict(self.status())
 
+    def row(self) -> dict[str, Any] | None:
+        """``row.json``: the summary row as its supervisor (or recovery) folded it, the store's
+        columns (:data:`fttui.core.results.columns.FIGURES`); ``None`` before it is written."""
+        row = read_json(self.row_path)
+        return row if isinstance(row, dict) else None
+
     def exists(self) -> bool:
         return self.path.is_dir()
 
-    def exit_info(self) -> dict | None:
-        """``exit.json`` (``returncode``, ``t``) once the training has exited, else ``None``."""
-        info = read_json(self.exit_path)
-        return info if isinstance(info, dict) else None
+    def exit_info(self) -> ExitFile | None:
+        """``exit.json`` (:class:`~fttui.core.run.runfiles.ExitFile`: ``returncode``, ``t``) once
+        the training has exited, else ``None``."""
+        return ExitFile.from_dict(read_json(self.exit_path))
+
+    def write_exit(self, info: ExitFile) -> None:
+        write_json_atomic(self.exit_path, info.to_dict())
 
     def supervisor_alive(self) -> bool:
         """The supervisor of supervisor.json is running: its pid is alive and was started when
         the supervisor was (a pid reused by another process does not count)."""
         sup = self.supervisor()
-        return bool(sup) and process_matches(sup.get("pid"), sup.get("create_time"), sup.get("id"))
+        return sup is not None and process_matches(sup.pid, sup.create_time, sup.id)
 
     def training_alive(self) -> bool:
         """The training's process group (supervisor.json's ``train_pgid``) still has a process and
         its log writer has not recorded an exit. The group's leader is checked against its start
         time and boot (``train_id``): after a reboot or a reused pid, another group is not it."""
-        sup = self.supervisor() or {}
-        pgid = sup.get("train_pgid")
-        if not isinstance(pgid, int) or pgid <= 1 or self.exit_path.exists():
+        sup = self.supervisor()
+        pgid = sup.train_pgid if sup is not None else None
+        if pgid is None or pgid <= 1 or self.exit_path.exists():
             return False
         from fttui.core.run.guard import same_process
 
         # None: the leader is gone (its group's other processes keep the id: never reused while
         # they live) or nothing was recorded (older run directories)
-        if same_process(pgid, sup.get("train_id")) is False:
+        if same_process(pgid, sup.train_id if sup is not None else None) is False:
             return False
         return group_alive(pgid)
 
@@ -335,8 +359,9 @@ class RunDir:
     def signal_training(self, sig: int) -> bool:
         """Send ``sig`` to the training's process group (supervisor.json's ``train_pgid``) while
         it runs; ``True`` when it was sent."""
-        pgid = (self.supervisor() or {}).get("train_pgid")
-        if not isinstance(pgid, int) or pgid <= 1 or not self.training_alive():
+        sup = self.supervisor()
+        pgid = sup.train_pgid if sup is not None else None
+        if pgid is None or pgid <= 1 or not self.training_alive():
             return False
         try:
             os.killpg(pgid, sig)
@@ -365,7 +390,7 @@ def create(
     path.mkdir(mode=0o700)
     rd = RunDir(path)
     write_json_atomic(rd.profile_path, resolved)
-    write_json_atomic(rd.command_path, {"argv": argv, "env": env, "created": time.time(), "kind": kind, "group": group})
+    rd.write_command(CommandFile(argv=list(argv), env=dict(env), created=time.time(), kind=kind, group=group))
     log.debug("run directory %s (kind %s%s): %s", path, kind, f", group {group}" if group else "", " ".join(argv))
     return rd
 

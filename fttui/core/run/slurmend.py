@@ -7,13 +7,16 @@ Once Slurm says the job is over, the cause is Slurm's: a node that had not finis
 ``cancelled`` (``CANCELLED``, ``TIMEOUT``, ``PREEMPTED``, ``DEADLINE``), ``lost`` (``NODE_FAIL``,
 ``BOOT_FAIL``) or ``oom`` (``OUT_OF_MEMORY``, Slurm's memory limit), and its error says Slurm's
 cause in words (``Slurm: TIMEOUT: the job reached its time limit (1:00)``). A node that finished
-before (completed, failed, out of memory) keeps its own verdict.
+before (completed, failed, out of memory) keeps its own verdict. The verdict is the status a
+node's row is folded with, and Slurm's facts (``env.slurm``,
+:class:`fttui.core.results.row_inputs.SlurmFacts`) are among its figures: the supervisor's row
+when it knows them, else the row folded again once the job is over
+(:func:`fttui.core.run.summary.settled_row`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from fttui.core.run.status import FinalStatus
 from fttui.monitor.slurm import JobState
@@ -82,22 +85,4 @@ def job_verdict(job: JobState, node_statuses: list[str]) -> FinalStatus:
     return FinalStatus("failed", error=f"Slurm: {job.state}: no node started fttui (see the job's slurm-*.out)")
 
 
-def amend_row(row: dict[str, Any], status: FinalStatus, job: JobState | None, slurm: dict[str, Any]) -> dict[str, Any]:
-    """The node's row with the verdict and Slurm's facts (``env.slurm``: job id, job run, node
-    rank and name, nodes, restart and, once the job is over, Slurm's final state)."""
-    env = dict(row.get("env") or {})
-    env["slurm"] = {k: slurm.get(k) for k in ("job_id", "job_run", "node_rank", "node", "nodes", "restart")}
-    if job is None:
-        return {**row, "env": env}
-    env["slurm"].update(state=job.state, source=job.source)
-    return {
-        **row,
-        "status": status.status,
-        "error": status.error,
-        "oom_kind": status.oom_kind,
-        "error_step": status.error_step,
-        "env": env,
-    }
-
-
-__all__ = ["node_verdict", "job_verdict", "amend_row", "slurm_error", "CANCELLED_STATES", "LOST_STATES"]
+__all__ = ["node_verdict", "job_verdict", "slurm_error", "CANCELLED_STATES", "LOST_STATES"]

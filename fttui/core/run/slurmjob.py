@@ -225,7 +225,8 @@ def job_nodes(rd: rundir.RunDir) -> list[rundir.RunDir]:
 
 def restart_of(rd: rundir.RunDir) -> int:
     """The attempt of a requeued job a node's run belongs to (0: the first)."""
-    return int(((rd.command() or {}).get("slurm") or {}).get("restart") or 0)
+    cmd = rd.command()
+    return int(((cmd.slurm if cmd is not None else None) or {}).get("restart") or 0)
 
 
 def node0(rd: rundir.RunDir) -> rundir.RunDir | None:

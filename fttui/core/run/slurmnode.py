@@ -19,11 +19,13 @@ as ``fttui run --resume`` does.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.run import launch, rundir
 from fttui.core.run.allocation import Allocation, rendezvous_addr, with_allocation
 from fttui.core.run.resume import Resume, last_checkpoint
+from fttui.core.run.runfiles import CommandFile
 
 
 def node_run_id(job_run: str, alloc: Allocation) -> str:
@@ -75,8 +77,7 @@ def start_node(resolved: dict, alloc: Allocation, job_run: str | None = None) ->
             f"(restart {alloc.restart}) was started twice"
         )
     rd = launch.prepare(prof, rid, kind="run", group=group, resume=resume)
-    command = rd.command() or {}
-    command["slurm"] = {
+    slurm = {
         "job_id": alloc.job_id,
         "job_run": job_run,
         "node_rank": alloc.node_rank,
@@ -87,7 +88,7 @@ def start_node(resolved: dict, alloc: Allocation, job_run: str | None = None) ->
         "main_addr": addr,
         "main_port": alloc.port,
     }
-    rundir.write_json_atomic(rd.command_path, command)
+    rd.write_command(replace(rd.command() or CommandFile(), slurm=slurm))
     return rd
 
 

@@ -14,11 +14,30 @@ or the run failed. A run's fold is made by one constructor, :meth:`RunState.for_
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from fttui.core.base.event_records import (
+    AttemptEvent,
+    EndEvent,
+    ErrorEvent,
+    EvalEvent,
+    Event,
+    ExitEvent,
+    ForecastEvent,
+    LaunchEvent,
+    MemoryWarningEvent,
+    PhaseEvent,
+    ResumedEvent,
+    RetryEvent,
+    SaveEvent,
+    StalledEvent,
+    StartEvent,
+    StepEvent,
+)
 from fttui.core.profiles.typed import Profile
+from fttui.core.run.events import parse_event
 from fttui.core.run.fold_memory import MemoryFold
 from fttui.core.run.fold_progress import ProgressFold
 from fttui.core.run.fold_verdict import STATUS_ORDER, VerdictFold
@@ -31,12 +50,32 @@ from fttui.monitor import num
 
 __all__ = ["RunState", "RunSnapshot", "STATUS_ORDER"]
 
+#: the kinds the fold reads (the others: a tracker, a cancel, a fault, the probe worker's, an
+#: unknown kind, leave the snapshot as it was, ``events`` and ``last_t`` included)
+_FOLDED = (
+    LaunchEvent,
+    StartEvent,
+    StepEvent,
+    EndEvent,
+    ErrorEvent,
+    ExitEvent,
+    StalledEvent,
+    ResumedEvent,
+    PhaseEvent,
+    EvalEvent,
+    SaveEvent,
+    AttemptEvent,
+    RetryEvent,
+    ForecastEvent,
+    MemoryWarningEvent,
+)
+
 
 class RunState:
-    """Fold ``events.jsonl`` objects (``apply``) and ``samples.jsonl`` objects
-    (``apply_sample``) into a ``RunSnapshot`` (``snapshot()``); ``set_final`` folds the
-    supervisor's ``status.json``. Tolerates unknown events, missing keys and events from several
-    ranks (``rank``, default 0)."""
+    """Fold the event records of ``events.jsonl`` (``apply``: it ``match``es on the record's type)
+    and ``samples.jsonl`` objects (``apply_sample``) into a ``RunSnapshot`` (``snapshot()``);
+    ``set_final`` folds the supervisor's ``status.json``. Tolerates unknown kinds, missing keys
+    and events from several ranks (``rank``, default 0)."""
 
     def __init__(
         self, warmup_exclude_steps: int = 1, history: int = 240, oom_warn_steps: int = DEFAULT_HORIZON
@@ -61,7 +100,7 @@ class RunState:
         horizon = profile.monitor.oom_warn_steps if profile is not None else DEFAULT_HORIZON
         return cls(warmup_exclude_steps=_int(value, 1), history=history, oom_warn_steps=_int(horizon, DEFAULT_HORIZON))
 
-    def replay(self, events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> RunState:
+    def replay(self, events: Iterable[Event | Mapping[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> RunState:
         """Fold every event, then every sample; returns the fold."""
         self.apply_all(events)
         for sample in samples:
@@ -69,74 +108,52 @@ class RunState:
         return self
 
     # ------------------------------------------------------------------ events
-    def apply(self, event: dict[str, Any]) -> None:
-        if not isinstance(event, dict):
-            return
-        name = event.get("event")
-        handler = (
-            {
-                "start": self._on_start,
-                "step": self._on_step,
-                "end": self._on_end,
-                "error": self._on_error,
-                "exit": self._on_exit,
-                "launch": self._on_launch,
-                "stalled": self._on_stalled,
-                "resumed": self._on_stalled,
-                "phase": self._on_phase,
-                "eval": self._on_kept,
-                "save": self._on_kept,
-                "forecast": self._on_forecast,
-                "attempt": self._on_kept,
-                "retry": self._on_kept,
-                "memory_warning": self._on_memory_warning,
-            }.get(name)
-            if isinstance(name, str)
-            else None
-        )
-        if handler is None:
+    def apply(self, event: Event | Mapping[str, Any]) -> None:
+        """Fold one event record (a parsed line's object is read as its record first: tests and
+        scripts hand those); kinds the fold does not use are left out, ``last_t`` included."""
+        ev = event if isinstance(event, Event) else parse_event(event)
+        if not isinstance(ev, _FOLDED):
             return
         self._events += 1
-        tf = num(event.get("t"))
-        if tf is not None and (self._last_t is None or tf > self._last_t):
-            self._last_t = tf
-        handler(event, tf)
+        t = num(ev.t)
+        if t is not None and (self._last_t is None or t > self._last_t):
+            self._last_t = t
+        match ev:
+            case LaunchEvent():  # the supervisor's: elapsed time counts from here (model loading included)
+                self.verdict.started(t)
+            case StartEvent():
+                self.progress.on_start(ev, self.progress.slot(ev))
+                self.verdict.started(t)
+                self.verdict.set_status("running")
+            case StepEvent():
+                self._on_step(ev, t)
+            case EndEvent():
+                self.verdict.phases.end(t)
+                self.progress.on_end(ev, self.progress.slot(ev))
+                self.verdict.set_status("completed")
+            case ErrorEvent():
+                self.verdict.on_error(ev)
+            case ExitEvent():
+                self.verdict.on_exit(ev, self.progress.step())
+            case StalledEvent():  # no step for the stall timeout while the process lived
+                self.verdict.stalled = str(ev.message or "no step for the stall timeout")
+            case ResumedEvent():
+                self.verdict.stalled = ""
+            case PhaseEvent():  # a startup phase began (fttui.core.run.phases); the first step ends them
+                self.verdict.phases.on_event(ev, t)
+            case EvalEvent() | SaveEvent() | AttemptEvent() | RetryEvent():
+                self.verdict.on_kept(ev)
+            case ForecastEvent():  # the launch's time forecast: the ETA until the measured rate is steady
+                self.progress.on_forecast(ev)
+            case MemoryWarningEvent():
+                self.memory.on_warning(ev)
 
-    def apply_all(self, events: Iterable[dict[str, Any]]) -> None:
+    def apply_all(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
         for ev in events:
             self.apply(ev)
 
-    def _on_stalled(self, ev: dict[str, Any], t: float | None) -> None:
-        # The supervisor saw no step for its stall timeout while the process lived (or it resumed).
-        self.verdict.stalled = (
-            str(ev.get("message") or "no step for the stall timeout") if ev.get("event") == "stalled" else ""
-        )
-
-    def _on_memory_warning(self, ev: dict[str, Any], t: float | None) -> None:
-        self.memory.on_warning(ev)
-
-    def _on_kept(self, ev: dict[str, Any], t: float | None) -> None:
-        self.verdict.on_kept(ev)
-
-    def _on_forecast(self, ev: dict[str, Any], t: float | None) -> None:
-        # The launch's time forecast: the ETA until the measured rate is steady.
-        self.progress.on_forecast(ev)
-
-    def _on_phase(self, ev: dict[str, Any], t: float | None) -> None:
-        # A startup phase began (fttui.core.run.phases); the first step ends them.
-        self.verdict.phases.on_event(ev, t)
-
-    def _on_launch(self, ev: dict[str, Any], t: float | None) -> None:
-        # The supervisor's launch event: elapsed time counts from here (model loading included).
-        self.verdict.started(t)
-
-    def _on_start(self, ev: dict[str, Any], t: float | None) -> None:
-        self.progress.on_start(ev, self.progress.slot(ev))
-        self.verdict.started(t)
-        self.verdict.set_status("running")
-
-    def _on_step(self, ev: dict[str, Any], t: float | None) -> None:
-        step = to_int(ev.get("step"))
+    def _on_step(self, ev: StepEvent, t: float | None) -> None:
+        step = to_int(ev.step)
         if step is None:
             return
         rank = self.progress.slot(ev)
@@ -145,17 +162,6 @@ class RunState:
         if self.progress.on_step(ev, rank, step, t):
             self.memory.on_step(ev, rank)
             self.speed.on_step(ev, step)
-
-    def _on_end(self, ev: dict[str, Any], t: float | None) -> None:
-        self.verdict.phases.end(t)
-        self.progress.on_end(ev, self.progress.slot(ev))
-        self.verdict.set_status("completed")
-
-    def _on_error(self, ev: dict[str, Any], t: float | None) -> None:
-        self.verdict.on_error(ev)
-
-    def _on_exit(self, ev: dict[str, Any], t: float | None) -> None:
-        self.verdict.on_exit(ev, self.progress.step())
 
     def set_final(self, status: FinalStatus | dict[str, Any] | None) -> None:
         """Fold the supervisor's final status (``status.json``, as a ``FinalStatus`` or its

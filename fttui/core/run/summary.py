@@ -5,19 +5,22 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.results.columns import RowInputs, fold_row, rounded
+from fttui.core.results.row_inputs import Cards, Kept, RunFigures, SlurmFacts
 from fttui.core.run import rundir
-from fttui.core.run.events import parse_event, read_jsonl
+from fttui.core.run.events import EvalEvent, Event, LaunchEvent, SaveEvent, read_events, read_jsonl
 from fttui.core.run.perf import row_perf
 from fttui.core.run.ranks import clash_mismatch
 from fttui.core.run.resume import is_checkpoint
 from fttui.core.run.row_figures import (
     gpu_figures,
     host_figures,
+    lowest_start,
     mismatch,
     row_cards,
     sharding_read_back,
@@ -25,6 +28,9 @@ from fttui.core.run.row_figures import (
 )
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
+
+if TYPE_CHECKING:
+    from fttui.monitor.slurm import JobState
 
 # Host memory this full (fraction of total) when the process was SIGKILLed: the kernel's OOM
 # killer is the likely cause.
@@ -148,13 +154,49 @@ def build_row(
     stalled: bool = False,
     cuda_visible: str | None = None,
     recorded_by: str = "supervisor",
+    slurm_job: JobState | None = None,
 ) -> dict[str, Any]:
-    """The run's summary row (the store's columns). Its cards are the run's
-    (:mod:`fttui.core.run.row_figures`): those ``cuda_visible`` names (a ``CUDA_VISIBLE_DEVICES``
-    value) when given, else those the GPU samples recorded as visible to the supervisor, whose
-    environment the training inherits. Per card also allocator retries, lowest headroom and MFU
-    (:mod:`fttui.core.run.perf`). ``recorded_by``: who wrote the row (``"supervisor"``, or
-    ``"recovered"`` when a later command wrote it for a supervisor that died)."""
+    """The run's summary row (the store's columns): :func:`row_inputs` folded
+    (:func:`fttui.core.results.columns.fold_row`)."""
+    moment = (
+        _local(t_launch or t_end),
+        _local(t_end),
+        rounded(t_end - t_launch, 2) if t_launch else None,
+    )
+    return fold_row(row_inputs(rd, snap, status, moment, stalled, cuda_visible, recorded_by, slurm_job))
+
+
+def _local(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+#: the moment of a row: when the run began and ended (local time) and its wall time (s)
+Moment = tuple[str, str, float | None]
+#: what the cards' topology was: ``env.topology`` and the interconnect's label
+Topology = tuple[dict[str, Any] | None, str]
+
+
+def row_inputs(
+    rd: rundir.RunDir,
+    snap: RunSnapshot,
+    status: FinalStatus,
+    moment: Moment,
+    stalled: bool,
+    cuda_visible: str | None,
+    recorded_by: str,
+    slurm_job: JobState | None = None,
+    topology: Topology | None = None,
+) -> RowInputs:
+    """Everything a run's row is folded from, complete: the stated profile, the snapshot, the
+    final status (a Slurm node's with Slurm's verdict, :func:`fttui.core.run.slurmend.node_verdict`),
+    the event records and the run's figures (:class:`~fttui.core.results.row_inputs.RunFigures`).
+    Its cards are the run's (:mod:`fttui.core.run.row_figures`): those ``cuda_visible`` names (a
+    ``CUDA_VISIBLE_DEVICES`` value) when given, else those the GPU samples recorded as visible to
+    the supervisor, whose environment the training inherits. Per card also allocator retries,
+    lowest headroom and MFU (:mod:`fttui.core.run.perf`). ``recorded_by``: who wrote the row
+    (``"supervisor"``, or ``"recovered"`` when a later command wrote it for a supervisor that
+    died). ``slurm_job``: the Slurm job's final state, for a node's run (its ``env.slurm``).
+    ``topology``: the cards' topology as measured before (:func:`settled_row`), else measured now."""
     stored = rd.profile()
     prof = stored if stored is not None else stored_profile({})  # a directory without its profile.json
     kind, group = rd.kind_and_group()
@@ -172,37 +214,24 @@ def build_row(
     nproc = prof.devices.processes_per_node() if stored is not None else 1
     # a command states no world size: the Trainer's (its start event), else unknown
     ws_stated = None if kind == "command" else prof.world_size() if stored is not None else 1
-    versions = {
-        k: env.get(k)
-        for k in (
-            "python",
-            "torch",
-            "transformers",
-            "peft",
-            "accelerate",
-            "bitsandbytes",
-            "deepspeed",
-            "cuda",
-            "driver",
-        )
-        if k in env
-    }
+    versions = {k: env.get(k) for k in _VERSIONS if k in env}
     gpus_asked = int(prof.devices.gpus if prof.devices.gpus is not None else 1)
     cards = used if used and cuda_visible is None else row_cards(snap, gpus_asked, nproc, cuda_visible)
     gpu_names = [c.name or "" for c in cards]
     if not cards and gpus_asked > 0:  # no GPU sample: the worker's own list (CUDA order)
         gpu_names = list(env.get("gpu_names") or [])[: max(1, nproc)]
     num_gpus = len(gpu_names)
-    interconnect = ""
-    if len(cards) >= 2:
+    if topology is None and len(cards) >= 2:
         from fttui.core.results.rows import interconnect_label
         from fttui.monitor import gpu_topology
 
         topo = gpu_topology([c.index for c in cards])
-        env["topology"] = topo
-        interconnect = interconnect_label(
-            num_gpus, (topo or {}).get("nvlink_links"), (topo or {}).get("common_ancestor")
+        topology = (
+            topo,
+            interconnect_label(num_gpus, (topo or {}).get("nvlink_links"), (topo or {}).get("common_ancestor")),
         )
+    if topology is not None and len(cards) >= 2:
+        env["topology"] = topology[0]
     stated = {
         "batch_size": prof.train.batch_size,
         "grad_accum": prof.train.grad_accum,
@@ -210,91 +239,107 @@ def build_row(
         "world_size": prof.world_size() if stored is not None else None,
         "precision": prof.train.precision,
     }
-    events = read_jsonl(rd.events_path)
+    events = read_events(rd.events_path)
     method, sharding_asked = stated_sharding(prof)
     stated["sharding"] = sharding_asked
     differs = (
         mismatch(stated, snap, events) if stored is not None and kind != "command" else {}
     )  # a command states nothing
     # processes that claimed one rank (fttui.core.run.ranks): the world they stated, the processes seen
-    starts = [e for e in events if e.get("event") == "start"]
-    claimed = to_int(min(starts, key=lambda e: to_int(e.get("rank")) or 0).get("world_size")) if starts else None
-    differs.update(clash_mismatch(snap.rank_clash, claimed, snap.world_size))
+    first = lowest_start(events)
+    differs.update(clash_mismatch(snap.rank_clash, to_int(first.world_size) if first else None, snap.world_size))
     # The sharding that ran, read back from the engine or wrapper (the worker stops a run whose
     # sharding is not the one asked for); the one asked for when the run ended before it said.
     read_back = sharding_read_back(events)
     if read_back:
         env["sharding"] = read_back
-    parts = {
-        "method": method,
-        "sharding": (read_back or {}).get("ran") or sharding_asked,
-        "gpu": gpu_names[0] if gpu_names else "cpu",
-        "gpu_names": gpu_names,
-        "num_gpus": num_gpus,
-        "stated_world_size": ws_stated,
-        "wall_s": rounded(t_end - t_launch, 2) if t_launch else None,
-        **gpu_figures(snap, cards),
-        **host_figures(snap),
-        "stalled": bool(stalled),
-        "versions": versions,
-        "env": {k: v for k, v in env.items() if k not in versions},
-        "run_dir": str(rd.path),
-        "interconnect": interconnect,
-        "mismatch": differs,
-        **row_perf(snap, cards, gpus_asked > 0),
-        **kept_figures(rd, events),
-    }
-    return fold_row(
-        RowInputs(
-            run_id=rd.run_id,
-            kind=kind,
-            group_id=group,
-            profile=prof,
-            snap=snap,
-            status=status,
-            started_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_launch or t_end)),
-            ended_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t_end)),
-            events=tuple(filter(None, map(parse_event, events))),
-            parts=parts,
-            recorded_by=recorded_by,
-        )
+    slurm = rd.slurm()
+    figures = RunFigures(
+        method=method,
+        sharding=(read_back or {}).get("ran") or sharding_asked,
+        stated_world_size=ws_stated,
+        wall_s=moment[2],
+        stalled=bool(stalled),
+        versions=versions,
+        env={k: v for k, v in env.items() if k not in versions},
+        run_dir=str(rd.path),
+        mismatch=differs,
+        cards=Cards(
+            gpu=gpu_names[0] if gpu_names else "cpu",
+            gpu_names=gpu_names,
+            num_gpus=num_gpus,
+            interconnect=topology[1] if topology is not None and len(cards) >= 2 else "",
+        ),
+        gpu=gpu_figures(snap, cards),
+        host=host_figures(snap),
+        perf=row_perf(snap, cards, gpus_asked > 0),
+        kept=kept_figures(rd, events),
+        slurm=SlurmFacts.of(slurm, slurm_job) if slurm is not None else None,
+    )
+    return RowInputs(
+        run_id=rd.run_id,
+        kind=kind,
+        group_id=group,
+        profile=prof,
+        snap=snap,
+        status=status,
+        started_at=moment[0],
+        ended_at=moment[1],
+        events=tuple(events),
+        figures=figures,
+        recorded_by=recorded_by,
     )
 
 
-def kept_figures(rd: rundir.RunDir, events: list[dict[str, Any]]) -> dict[str, Any]:
+_VERSIONS = ("python", "torch", "transformers", "peft", "accelerate", "bitsandbytes", "deepspeed", "cuda", "driver")
+
+
+def settled_row(rd: rundir.RunDir, own: Mapping[str, Any], status: FinalStatus, job: JobState) -> dict[str, Any]:
+    """A Slurm node's row once Slurm says how its job ended, after the node's supervisor wrote
+    ``own`` (its ``row.json``): folded again from the run directory (the same events and samples,
+    so the same snapshot and figures) with Slurm's verdict (``status``) and final state (``job``).
+    What only that supervisor measured, at the node, is read back from its row: when the run
+    began and ended, the cards' topology, who recorded it and whether it stalled."""
+    snap = replay(rd).snapshot()
+    wall = own.get("wall_s")
+    moment = (str(own.get("started_at") or ""), str(own.get("ended_at") or ""), wall if _is_num(wall) else None)
+    found = own.get("env")
+    env: dict[str, Any] = found if isinstance(found, dict) else {}
+    topology = (env.get("topology"), str(own.get("interconnect") or ""))
+    recorded_by = str(own.get("recorded_by") or "supervisor")
+    return fold_row(row_inputs(rd, snap, status, moment, bool(own.get("stalled")), None, recorded_by, job, topology))
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def kept_figures(rd: rundir.RunDir, events: list[Event]) -> Kept:
     """The row's schema-6 columns: the run it resumed (``command.json``'s ``resume``, written by
     :func:`fttui.core.run.launch.prepare`), the latest evaluation (``eval`` events) and what it
     saved (``save`` events), from the lowest rank that reported them."""
-    resume = (rd.command() or {}).get("resume")
-    resume = resume if isinstance(resume, dict) else {}
-    evals = [
-        e
-        for e in events
-        if e.get("event") == "eval"
-        and isinstance(e.get("step"), int)
-        and isinstance(e.get("eval_loss"), (int, float))
-        and not isinstance(e.get("eval_loss"), bool)
-    ]
-    last_eval = max(evals, key=lambda e: (e["step"], -int(e.get("rank") or 0), e.get("t") or 0), default={})
-    saves = [e for e in events if e.get("event") == "save" and isinstance(e.get("path"), str)]
-    checkpoints = [e for e in saves if e.get("kind") == "checkpoint" and isinstance(e.get("step"), int)]
+    cmd = rd.command()
+    resume = (cmd.resume if cmd is not None else None) or {}
+    evals = [e for e in events if isinstance(e, EvalEvent) and isinstance(e.step, int) and _is_num(e.eval_loss)]
+    last_eval = max(evals, key=lambda e: (e.step, -int(e.rank or 0), e.t or 0), default=None)
+    saves = [e for e in events if isinstance(e, SaveEvent) and isinstance(e.path, str)]
+    checkpoints = [e for e in saves if e.kind == "checkpoint" and isinstance(e.step, int)]
     if _recovery_only(rd):  # kept for out-of-memory recovery only: a completed run removed them
-        checkpoints = [e for e in checkpoints if is_checkpoint(Path(e["path"]))]
-    model = [e for e in saves if e.get("kind") == "model"]
+        checkpoints = [e for e in checkpoints if is_checkpoint(Path(str(e.path)))]
+    model = [e for e in saves if e.kind == "model"]
     output_dir = None
     if model:
-        output_dir = model[-1]["path"]
+        output_dir = model[-1].path
     elif checkpoints:
-        output_dir = os.path.dirname(checkpoints[-1]["path"])
-    loss = last_eval.get("eval_loss")
-    return {
-        "resumed_from": resume.get("run_id") if isinstance(resume.get("run_id"), str) else None,
-        "resumed_step": resume.get("step") if isinstance(resume.get("step"), int) else None,
-        "eval_loss": float(loss) if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None,
-        "eval_step": last_eval.get("step"),
-        "output_dir": output_dir,
-        "checkpoint": max(checkpoints, key=lambda e: e["step"])["path"] if checkpoints else None,
-    }
+        output_dir = os.path.dirname(str(checkpoints[-1].path))
+    return Kept(
+        resumed_from=resume.get("run_id") if isinstance(resume.get("run_id"), str) else None,
+        resumed_step=resume.get("step") if isinstance(resume.get("step"), int) else None,
+        eval_loss=float(last_eval.eval_loss) if last_eval is not None and last_eval.eval_loss is not None else None,
+        eval_step=last_eval.step if last_eval is not None else None,
+        output_dir=output_dir,
+        checkpoint=max(checkpoints, key=lambda e: e.step or 0).path if checkpoints else None,
+    )
 
 
 def _recovery_only(rd: rundir.RunDir) -> bool:
@@ -305,20 +350,28 @@ def _recovery_only(rd: rundir.RunDir) -> bool:
     return prof is not None and recovery_saves(prof, rd.kind_and_group()[0])
 
 
+def replay(rd: rundir.RunDir):
+    """The run's fold (:class:`fttui.core.run.state.RunState`) of every event and sample it left."""
+    from fttui.core.run.state import RunState
+
+    return RunState.for_profile(rd.profile()).replay(read_events(rd.events_path), read_jsonl(rd.samples_path))
+
+
+def launch_time(events: list[Event]) -> float | None:
+    """When the training's process group started (the first ``launch`` event), else None."""
+    return next((e.t for e in events if isinstance(e, LaunchEvent) and isinstance(e.t, (int, float))), None)
+
+
 def row_so_far(rd: rundir.RunDir, *, recorded_by: str = "worker") -> dict[str, Any]:
     """The summary row as the run stands now, from its events and samples so far: what the
     worker logs to the run's trackers when training ends, before the supervisor's row exists
     (which adds the exit and the last samples)."""
-    from fttui.core.run.state import RunState
-
-    events = read_jsonl(rd.events_path)
-    snap = RunState.for_profile(rd.profile()).replay(events, read_jsonl(rd.samples_path)).snapshot()
-    launches = [e["t"] for e in events if e.get("event") == "launch" and isinstance(e.get("t"), (int, float))]
+    snap = replay(rd).snapshot()
     return build_row(
         rd,
         snap,
         FinalStatus(snap.status),
-        t_launch=launches[0] if launches else None,
+        t_launch=launch_time(read_events(rd.events_path)),
         t_end=time.time(),
         recorded_by=recorded_by,
     )

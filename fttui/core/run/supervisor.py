@@ -34,8 +34,20 @@ import psutil
 
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.run import cgroup, guard, oomretry, rundir
-from fttui.core.run.events import JsonlTail, append_jsonl, write_event
+from fttui.core.run.events import (
+    CancelEvent,
+    Event,
+    EventTail,
+    FaultEvent,
+    LaunchEvent,
+    MemoryWarningEvent,
+    ResumedEvent,
+    StalledEvent,
+    StepEvent,
+    write_event,
+)
 from fttui.core.run.recover import finish
+from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import final_status
@@ -49,7 +61,7 @@ class Supervisor:
     def __init__(self, run_dir: Path):
         self.rd = rundir.RunDir(run_dir)
         self.profile = self.rd.profile() or stored_profile({})
-        self.command = self.rd.command() or {}
+        self.command = self.rd.command() or CommandFile()
         self.cancel_reason: str | None = None
         self.child: subprocess.Popen | None = None
         self.seen: dict[int, psutil.Process] = {}
@@ -172,26 +184,26 @@ class Supervisor:
         """A command run's log writer reads the Trainer's printed progress and caps the command's
         address space (``host_limit_bytes``); a profile run's worker does both itself."""
         cg = ["--cgroup", str(self.cgroup)] if self.cgroup else []
-        if self.command.get("kind") != "command":
+        if self.command.kind != "command":
             return cg
-        limit = self.command.get("host_limit_bytes")
-        return ["--parse", *(["--as-limit", str(int(limit))] if isinstance(limit, int) and limit > 0 else []), *cg]
+        limit = self.command.host_limit_bytes
+        return ["--parse", *(["--as-limit", str(int(limit))] if limit is not None and limit > 0 else []), *cg]
 
     # main loop ------------------------------------------------------------------------------
     def run(self) -> int:
         rd = self.rd
-        argv = self.command.get("argv")
+        argv = self.command.argv
         self.cgroup, no_cgroup = cgroup.create(rd.run_id) if argv else (None, "")
-        me = {
-            "pid": os.getpid(),
-            "pgid": os.getpgid(0),
-            "started": time.time(),
-            "create_time": psutil.Process().create_time(),
-            "id": guard.identity(os.getpid()),
-            "cgroup": str(self.cgroup) if self.cgroup else None,
-        }
+        me = SupervisorFile(
+            pid=os.getpid(),
+            pgid=os.getpgid(0),
+            started=time.time(),
+            create_time=psutil.Process().create_time(),
+            id=guard.identity(os.getpid()),
+            cgroup=str(self.cgroup) if self.cgroup else None,
+        )
         reserve = guard.Reserve(rd.path)  # room for the verdict when the disk fills up
-        self._write("supervisor.json", rundir.write_json_atomic, rd.supervisor_path, me)
+        self._write("supervisor.json", rd.write_supervisor, me)
         first_event = oomretry.attempt_event(rd)  # a run started to recover from an OOM says so first
         if first_event is not None:
             self._write("events.jsonl", write_event, rd.events_path, first_event)
@@ -199,10 +211,10 @@ class Supervisor:
             self._finish(None, None, error="command.json has no argv")
             return 1
         env = dict(os.environ)
-        env.update(self.command.get("env", {}))
+        env.update(self.command.env)
         host = None
         gpu = make_gpu_sampler()
-        tail = JsonlTail(rd.events_path)
+        tail = EventTail(rd.events_path)
         t_launch = time.time()
         with open_private(rd.log_path) as log:  # the log exists (0600) before anything writes to it
             if no_cgroup:  # said once, in the run's log: not an error
@@ -234,7 +246,7 @@ class Supervisor:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env=env,
-                cwd=self.command.get("cwd") or None,  # a command run: the folder it was started from
+                cwd=self.command.cwd or None,  # a command run: the folder it was started from
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=(report_w,),
@@ -248,16 +260,10 @@ class Supervisor:
         # the training's group and its leader's start time: cancel signals only that process's group
         self._write(
             "supervisor.json",
-            rundir.write_json_atomic,
-            rd.supervisor_path,
-            me | {"train_pgid": self.child.pid, "train_id": guard.identity(self.child.pid)},
+            rd.write_supervisor,
+            replace(me, train_pgid=self.child.pid, train_id=guard.identity(self.child.pid)),
         )
-        self._write(
-            "events.jsonl",
-            append_jsonl,
-            rd.events_path,
-            {"event": "launch", "t": time.time(), "rank": -1, "source": "supervisor", "pid": self.child.pid},
-        )
+        self._event(LaunchEvent(pid=self.child.pid))
         host = HostSampler(self.child.pid)
         last_progress = time.time()
         last_step = 0
@@ -268,19 +274,20 @@ class Supervisor:
             for ev in tail.read_new():
                 self.state.apply(ev)
                 if (
-                    ev.get("event") == "step"
-                    and isinstance(ev.get("step"), int)
-                    and isinstance(ev.get("t"), (int, float))
-                ) and (not self.step_times or ev["step"] > self.step_times[-1][0]):
-                    self.step_times = [*self.step_times[-60:], (ev["step"], float(ev["t"]))]
+                    isinstance(ev, StepEvent)
+                    and isinstance(ev.step, int)
+                    and isinstance(ev.t, (int, float))
+                    and (not self.step_times or ev.step > self.step_times[-1][0])
+                ):
+                    self.step_times = [*self.step_times[-60:], (ev.step, float(ev.t))]
             snap = self.state.snapshot()
             for fields in self.state.memory.announce(snap.memory_warnings):  # once per rank and limit
-                self._event("memory_warning", **fields)
+                self._event(MemoryWarningEvent(**fields))
             if (snap.step or 0) != last_step:
                 last_step, last_progress = snap.step or 0, time.time()
                 if self.stalled:
                     self.stalled = False
-                    self._event("resumed")
+                    self._event(ResumedEvent())
             idle = time.time() - last_progress
             if (
                 last_step > 0
@@ -289,7 +296,7 @@ class Supervisor:
             ):
                 self.stalled = True
                 self.ever_stalled = guard.stall_message(idle, guard.usual_step_s(self.step_times))
-                self._event("stalled", seconds=round(idle, 1), message=self.ever_stalled)
+                self._event(StalledEvent(seconds=round(idle, 1), message=self.ever_stalled))
             self._read_report()
             if self.cancel_reason is None and rd.cancel_path.exists():
                 self.cancel_reason = "cancel requested"
@@ -297,11 +304,11 @@ class Supervisor:
                 self.cancel_reason = "its run directory was deleted"
             if self.fault is not None:  # a full disk: the run cannot record itself any more
                 reserve.release()
-                self._event("fault", message=self.fault, failed_t=self.fault_t)
+                self._event(FaultEvent(message=self.fault, failed_t=self.fault_t))
                 self.stop_tree()
                 break
             if self.cancel_reason is not None:
-                self._event("cancel", reason=self.cancel_reason)
+                self._event(CancelEvent(reason=self.cancel_reason))
                 self.stop_tree()
                 break
             if self.child.poll() is not None:
@@ -315,14 +322,14 @@ class Supervisor:
         for ev in tail.read_new():
             self.state.apply(ev)
         self._read_report()
-        ex = rd.exit_info() or {}
-        rc = ex.get("returncode") if isinstance(ex.get("returncode"), int) else self.child.returncode
-        if self.fault or ex.get("error"):
-            self._finish(rc, t_launch, error=str(self.fault or ex["error"]), reserve=reserve)
+        ex = rd.exit_info() or ExitFile()
+        rc = ex.returncode if ex.returncode is not None else self.child.returncode
+        if self.fault or ex.error:
+            self._finish(rc, t_launch, error=str(self.fault or ex.error), reserve=reserve)
         else:
             self._finish(rc, t_launch, reserve=reserve)
         gpu.close()  # never raises: NVML's errors are swallowed by the sampler
-        if self.command.get("slurm") and self.final is not None:
+        if self.command.slurm and self.final is not None:
             # a Slurm node's supervisor is the job step's task: its exit code is the run's, so a
             # node that failed ends the step (srun --kill-on-bad-exit) and the job says FAILED
             from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR
@@ -369,9 +376,10 @@ class Supervisor:
         except Exception as e:  # sampling must never take a run down
             print(f"supervisor: sampling failed: {e!r}", file=sys.stderr, flush=True)
 
-    def _event(self, name: str, **kw) -> None:
-        ev = {"event": name, "t": time.time(), "rank": -1, "source": "supervisor", **kw}
-        self._write("events.jsonl", append_jsonl, self.rd.events_path, ev)
+    def _event(self, ev: Event) -> None:
+        """One of the supervisor's own events (rank -1, now), written and folded."""
+        ev = replace(ev, t=time.time(), rank=-1, source="supervisor")
+        self._write("events.jsonl", write_event, self.rd.events_path, ev)
         self.state.apply(ev)
 
     def _finish(

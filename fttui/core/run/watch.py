@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from fttui.core.run.events import JsonlTail
+from fttui.core.run.events import Event, EventTail, RetryEvent, read_events
+from fttui.core.run.jsonl import JsonlTail
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
@@ -17,10 +18,10 @@ class RunFollower:
     def __init__(self, rd: RunDir):
         self.rd = rd
         self.state = RunState.for_profile(rd.profile())
-        self.events = JsonlTail(rd.events_path)
+        self.events = EventTail(rd.events_path)
         self.samples = JsonlTail(rd.samples_path)
         self.final: FinalStatus | None = None  # status.json, once the supervisor wrote it
-        self.new_events: list[dict] = []
+        self.new_events: list[Event] = []
 
     def poll(self):
         """Read what is new; returns the current snapshot."""
@@ -65,12 +66,10 @@ def next_attempt(rd: RunDir, run_id: str | None) -> RunDir | None:
 
 def attempts(rd: RunDir) -> list[RunDir]:
     """``rd`` and the attempts that continued it after an out of memory, in order."""
-    from fttui.core.run.events import read_jsonl
-
     chain = [rd]
     while True:
-        retries = [e for e in read_jsonl(chain[-1].events_path) if e.get("event") == "retry"]
-        nxt = next_attempt(chain[-1], retries[-1].get("next_run")) if retries else None
+        retries = [e for e in read_events(chain[-1].events_path) if isinstance(e, RetryEvent)]
+        nxt = next_attempt(chain[-1], retries[-1].next_run) if retries else None
         if nxt is None or nxt.path in {r.path for r in chain}:
             return chain
         chain.append(nxt)

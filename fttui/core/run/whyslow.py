@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from fttui.core.base.event_records import StepEvent
 from fttui.monitor import num
 
 __all__ = ["MIN_SHARE", "OUTLIER_FACTOR", "SLOWING", "Cause", "CardSpeed", "SpeedFold", "Speed", "causes", "why_slow"]
@@ -103,13 +104,13 @@ class SpeedFold:
         self.training = False
         self.cards: dict[int, CardSpeed] = {}
 
-    def on_step(self, ev: dict[str, Any], step: int) -> None:
+    def on_step(self, ev: StepEvent, step: int) -> None:
         self.training = True
-        t = num(ev.get("step_time"))
+        t = num(ev.step_time)
         if step <= self.warmup or t is None or t <= 0:
             return
         self.times.append(t)
-        w = num(ev.get("data_wait_s"))
+        w = num(ev.data_wait_s)
         if w is not None:
             self.wait += min(w, t)
             self.wait_time += t

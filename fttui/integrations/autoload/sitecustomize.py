@@ -79,9 +79,7 @@ def _patch(trainer_module) -> None:
         rank = int(os.environ.get("RANK", "0"))
     except ValueError:
         rank = 0
-    hf.append_event(
-        run_dir, {"event": "phase", "phase": "loading-model", "t": time.time(), "rank": rank, "source": "injected"}
-    )
+    hf.append_event(run_dir, "phase", phase="loading-model", t=time.time(), rank=rank, source="injected")
     Trainer = trainer_module.Trainer
     init, train = Trainer.__init__, Trainer.train
 
