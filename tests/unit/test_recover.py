@@ -128,7 +128,9 @@ def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_hom
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
-        rd.write_supervisor(replace(rd.supervisor(), train_pgid=child.pid))
+        from fttui.core.run.guard import identity
+
+        rd.write_supervisor(replace(rd.supervisor(), train_pgid=child.pid, train_id=identity(child.pid)))
         assert rd.training_alive() and rd.is_live() and rd.state_label() == "running (unsupervised)"
         assert recover(rd) is None
         rd.request_cancel()  # no supervisor: the cancel goes to the training's group
@@ -193,3 +195,68 @@ def test_the_run_files_write_what_they_always_held(tmp_path):
     assert json.loads(rd.command_path.read_text()) == {"argv": ["x"], "env": {}, "created": None, "kind": "run",
                                                        "group": None, "newer": 1,
                                                        "resume": {"run_id": "r", "checkpoint": None, "step": 0}}
+
+
+# issue 36: a hand-edited or copied run directory ----------------------------------------------
+
+def test_cancel_never_signals_a_group_whose_leader_was_not_recorded(fttui_home):
+    """A supervisor.json without ``train_id`` (a copied or edited run directory) names a group
+    fttui cannot tell from anyone's: `fttui cancel` killed an unrelated `setsid sleep`."""
+    from tests.conftest import run_fttui
+
+    rd = _run_dir(fttui_home, end=False, exit_rc=None)
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        rundir.write_json_atomic(rd.supervisor_path, {"pid": _dead_pid(), "train_pgid": victim.pid})
+        os.unlink(rd.exit_path) if rd.exit_path.exists() else None
+        assert not rd.training_alive() and not rd.is_live()
+        assert rd.signal_training(15) is False
+        run_fttui("cancel", rd.run_id)
+        time.sleep(0.5)
+        assert victim.poll() is None, "fttui signalled a process group that was not its run's"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.parametrize("pid", [1, -1, True, 10**20, 0, "12"])
+def test_a_supervisor_pid_that_cannot_be_its_own_is_not_live(fttui_home, pid):
+    """pid 1, -1 (kill(-1, 0) asks about every process), true, 10^20 (OverflowError): not a live
+    supervisor; the run is recovered, never shown running forever."""
+    rd = _run_dir(fttui_home, end=True, exit_rc=0)
+    rundir.write_json_atomic(rd.supervisor_path, {"pid": pid})
+    assert not rd.supervisor_alive() and not rd.is_live()
+    st = recover(rd)
+    assert st is not None and st.status == "completed"
+
+
+@pytest.mark.parametrize("status", ["[1]", '"x"', "5", '{"status": 5}', "null", "\x00\x01garbage"])
+def test_a_damaged_status_file_is_put_back_from_the_stored_row(fttui_home, status):
+    rd = _run_dir(fttui_home, end=True, exit_rc=0)
+    assert recover(rd).status == "completed"
+    rd.status_path.write_text(status)
+    assert rd.status() is None and rd.final_status() is None
+    assert recover(rd) is None  # the stored row is the record: status.json written again from it
+    assert rd.final_status() is not None and rd.final_status().status == "completed"
+
+
+@pytest.mark.parametrize("name, text", [
+    ("exit.json", '{"returncode": 0, "t": 1e400}'),
+    ("exit.json", '{"returncode": 0, "t": "abc"}'),
+    ("command.json", "[0]"),
+    ("supervisor.json", "[1]"),
+    ("events.jsonl", None),
+])
+def test_a_damaged_run_file_never_breaks_ls_results_attach(fttui_home, name, text):
+    from tests.conftest import run_fttui
+
+    rd = _run_dir(fttui_home, end=True, exit_rc=0)
+    if text is None:
+        with open(rd.events_path, "a") as f:
+            f.write('{"event": "step", "step": "two", "t": null, "samples": [1]}\n')
+    else:
+        (rd.path / name).write_text(text)
+    for args in (["ls"], ["results"], ["attach", "--headless", rd.run_id], ["cancel", rd.run_id]):
+        out = run_fttui(*args, timeout=120)
+        err = out.stderr.strip()
+        assert "Traceback" not in err and len(err.splitlines()) <= 1 and out.returncode in (0, 1, 2), (args, err)

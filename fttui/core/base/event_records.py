@@ -107,7 +107,11 @@ class Event:
         defaults = _DEFAULTS.get(cls)
         if defaults is None:
             defaults = _DEFAULTS[cls] = {f.name: f.default for f in dataclasses.fields(cls) if f.name != "extra"}
-        known = {k: v for k, v in obj.items() if k in defaults}
+            _KINDS[cls] = {f.name: k for f in dataclasses.fields(cls) if (k := _kind_of(str(f.type))) is not None}
+        kinds = _KINDS[cls]
+        # a value of another type than declared (a hand-edited line: "step": "two") reads as the
+        # default, as a missing key does: the folds compare and add these (issue 36)
+        known = {k: v for k, v in obj.items() if k in defaults and (k not in kinds or _fits(v, kinds[k]))}
         extra = {k: v for k, v in obj.items() if k not in defaults and k not in _COMMON}
         if "rank" in known and known["rank"] is None:
             known.pop("rank")
@@ -116,6 +120,33 @@ class Event:
         rec = object.__new__(cls)
         rec.__dict__.update(defaults, **known, extra=extra)
         return rec
+
+
+_KINDS: dict[type, dict[str, tuple[type, ...]]] = {}
+#: the Python types a JSON value may have for a declared annotation (``None`` always fits)
+_ANNOTATIONS: dict[str, tuple[type, ...]] = {
+    "int | None": (int,),
+    "float | None": (int, float),
+    "str | None": (str,),
+    "bool | None": (bool,),
+    "bool": (bool,),
+    "str": (str,),
+    "dict[str, Any] | None": (dict,),
+    "list[float] | None": (list,),
+    "int | str | None": (int, str),
+}
+
+
+def _kind_of(annotation: str) -> tuple[type, ...] | None:
+    return _ANNOTATIONS.get(annotation)
+
+
+def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool) and bool not in kinds:  # JSON true is no count
+        return False
+    return isinstance(value, kinds)
 
 
 @dataclass(frozen=True, kw_only=True)

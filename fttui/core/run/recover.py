@@ -168,7 +168,7 @@ def needs_recovery(rd: rundir.RunDir) -> bool:
     """The run has no final status, its supervisor started and is gone, and nothing of the
     training is running any more."""
     return (
-        not rd.status_path.exists()
+        not rd.has_status()
         and rd.supervisor() is not None
         and not rd.supervisor_alive()
         and not rd.training_alive()
@@ -207,7 +207,7 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
     if not needs_recovery(rd) or not _lock(rd):
         return None
     try:
-        if rd.status_path.exists():  # finished while we waited for the lock
+        if rd.has_status():  # finished while we waited for the lock
             return None
         from fttui.core.run.cgroup import end_run, oom_kills, recorded
 

@@ -56,8 +56,8 @@ def new_run_id(profile_name: str) -> str:
 
 
 def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 1 < pid <= 1 << 22:
+        return False  # 0, 1, -1 (kill(-1, 0) asks about every process), 10^20 (OverflowError)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -90,7 +90,7 @@ def process_matches(pid: int | None, create_time: float | None, ident: dict | No
 
         return same_process(pid, ident) is not False
     if not isinstance(create_time, (int, float)):
-        return True  # written before start times were kept
+        return False  # nothing says which process it was: a live pid may be anyone's (pid 1, a reused one)
     import psutil
 
     try:
@@ -271,8 +271,16 @@ class RunDir:
         return bool(st is not None and st.live)
 
     def status(self) -> dict | None:
-        """``status.json`` as written (``None`` while the run is live)."""
-        return read_json(self.status_path)
+        """``status.json`` as written (``None`` while the run is live, and when the file is no
+        object with a text ``status``: a damaged file reads as a missing one, which recovery puts
+        back from the stored row)."""
+        st = read_json(self.status_path)
+        return st if isinstance(st, dict) and isinstance(st.get("status"), str) else None
+
+    def has_status(self) -> bool:
+        """A readable final status is written (a damaged ``status.json`` is none: recovery
+        writes it again, from the stored row when there is one)."""
+        return self.status() is not None
 
     def final_status(self) -> FinalStatus | None:
         """``status.json`` read as the run-status contract (``None`` while the run is live)."""
@@ -307,20 +315,22 @@ class RunDir:
         time and boot (``train_id``): after a reboot or a reused pid, another group is not it."""
         sup = self.supervisor()
         pgid = sup.train_pgid if sup is not None else None
-        if pgid is None or pgid <= 1 or self.exit_path.exists():
+        if sup is None or pgid is None or pgid <= 1 or self.exit_path.exists():
             return False
+        if not sup.train_id:  # nothing says which group it was: it may be anyone's now (issue 36:
+            return False  # `fttui cancel` of a copied run directory signalled an unrelated group)
         from fttui.core.run.guard import same_process
 
         # None: the leader is gone (its group's other processes keep the id: never reused while
-        # they live) or nothing was recorded (older run directories)
-        if same_process(pgid, sup.train_id if sup is not None else None) is False:
+        # they live)
+        if same_process(pgid, sup.train_id) is False:
             return False
         return group_alive(pgid)
 
     def is_live(self) -> bool:
         """No final status yet and someone is at work: the supervisor, or (when it died) the
         training it started."""
-        if self.status_path.exists():
+        if self.has_status():
             return False
         slurm_live = self._slurm_live()
         if slurm_live is not None:

@@ -13,6 +13,7 @@ docs/architecture.md, "Run directory".
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -24,8 +25,27 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _pid(v: Any) -> int | None:
+    """A process id: 2 to 2^22 (Linux's largest pid_max); 0, 1 (init), negatives (a kill of -1
+    signals every process) and 10^20 (an OverflowError in os.kill) read as none (issue 36)."""
+    n = _int(v)
+    return n if n is not None and 1 < n <= 1 << 22 else None
+
+
 def _num(v: Any) -> float | None:
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        return v if math.isfinite(v) else None
+    except OverflowError:  # an integer too large for a float
+        return None
+
+
+def _time(v: Any) -> float | None:
+    """A Unix time: 0 to 2^33 s (the year 2242); 1e400 or a huge integer read as none (they
+    overflowed datetime)."""
+    t = _num(v)
+    return t if t is not None and 0 <= t < 2**33 else None
 
 
 def _str(v: Any) -> str | None:
@@ -74,7 +94,7 @@ class CommandFile(_File):
     READ: ClassVar[dict[str, Any]] = {
         "argv": lambda v: [str(a) for a in v] if isinstance(v, list) else None,
         "env": _map,
-        "created": _num,
+        "created": _time,
         "kind": lambda v: str(v or "run"),
         "group": _str,
         "cwd": _str,
@@ -106,15 +126,15 @@ class SupervisorFile(_File):
 
     ALWAYS: ClassVar[tuple[str, ...]] = ("pid", "pgid", "started", "create_time", "id", "cgroup")
     READ: ClassVar[dict[str, Any]] = {
-        "pid": _int,
-        "pgid": _int,
-        "started": _num,
-        "create_time": _num,
+        "pid": _pid,
+        "pgid": _pid,
+        "started": _time,
+        "create_time": _time,
         "id": _map,
-        "train_pgid": _int,
+        "train_pgid": _pid,
         "train_id": _map,
         "cgroup": _str,
-        "watched_pid": _int,
+        "watched_pid": _pid,
     }
     pid: int | None = None
     pgid: int | None = None
@@ -135,7 +155,7 @@ class ExitFile(_File):
     the log writer hit (a full disk)."""
 
     ALWAYS: ClassVar[tuple[str, ...]] = ("returncode", "t", "pid")
-    READ: ClassVar[dict[str, Any]] = {"returncode": _int, "t": _num, "pid": _int, "error": _str}
+    READ: ClassVar[dict[str, Any]] = {"returncode": _int, "t": _time, "pid": _pid, "error": _str}
     returncode: int | None = None
     t: float | None = None
     pid: int | None = None
