@@ -22,6 +22,7 @@ from textual.widgets import Footer, Header, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.base.methods import DEFAULT as DEFAULT_METHOD
 from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, field_values, overrides_from_fields
 from fttui.tui.details import REMOTE_CODE_LINE, profile_details
 from fttui.tui.picker_actions import PickerActions
@@ -186,7 +187,7 @@ class PickerScreen(PickerActions, Screen):
         for fid, _dotted, label in OVERRIDE_FIELDS:
             value = values.get(fid, "")
             if fid == "method":
-                value = value or "lora"
+                value = value or DEFAULT_METHOD.name.value
                 methods = [*METHODS, value] if value not in METHODS else METHODS
                 field = Select(
                     [(plain(m), m) for m in methods], id="ov-method", allow_blank=False, value=value, compact=True

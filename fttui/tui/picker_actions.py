@@ -5,10 +5,15 @@ focus key. A mixin of :class:`fttui.tui.picker.PickerScreen`, which holds the se
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.widgets import OptionList
 
 from fttui.core.base.errors import FttuiError
 from fttui.tui.verdict import read_store_rows
+
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import Profile
 
 
 class PickerActions:
@@ -59,7 +64,7 @@ class PickerActions:
             return
         self._launch(resolved)
 
-    def _launch(self, resolved: dict) -> None:
+    def _launch(self, resolved: Profile) -> None:
         self._store_stale = True
         try:
             self.app.launch_run(resolved)
