@@ -19,12 +19,12 @@ ENTRY = '    Sharding("fsdp-hybrid", label="FSDP hybrid", **_FSDP),\n'
 
 PROBE = """
 import json
-from fttui.core.profiles import Profile, load_profile
+from fttui.core.profiles import load_profile
 from fttui.core.memory import estimate
 from fttui.worker.sharding import fsdp_arguments
 r = load_profile("fake")
 same_family = load_profile("fake", ["sharding=fsdp"])
-print(json.dumps({"sharding": r["sharding"], "launcher": Profile.from_dict(r).launcher(),
+print(json.dumps({"sharding": r.sharding, "launcher": r.launcher(),
                   "fsdp": fsdp_arguments(r)["fsdp"],
                   "host_peak": [estimate(p).host_peak_bytes for p in (r, same_family)]}))
 """
@@ -40,9 +40,9 @@ def test_a_fake_sharding_kind_is_one_registry_entry(tmp_path):
     shutil.copytree(ROOT / "fttui", src / "fttui", ignore=shutil.ignore_patterns("__pycache__"))
     registry = src / REGISTRY
     text = registry.read_text()
-    anchor = "\n)}\n"  # the end of KINDS
+    anchor = "\n    )\n}\n"  # the end of KINDS
     assert text.count(anchor) == 1
-    registry.write_text(text.replace(anchor, "\n" + ENTRY + ")}\n"))
+    registry.write_text(text.replace(anchor, "\n" + ENTRY + "    )\n}\n"))
 
     before, after = _digests(ROOT / "fttui"), _digests(src / "fttui")
     changed = sorted(f"fttui/{k}" for k in set(before) | set(after) if before.get(k) != after.get(k))
