@@ -43,8 +43,9 @@ def finish_parser(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
         c.dest: c.help for a in ap._actions if isinstance(a, argparse._SubParsersAction) for c in a._choices_actions
     }
     for name, p in subcommands(ap).items():
-        if not p.description and helps.get(name):  # `fttui NAME --help` says what NAME does
-            p.description = helps[name][:1].upper() + helps[name][1:] + "."
+        text = helps.get(name)
+        if not p.description and text:  # `fttui NAME --help` says what NAME does
+            p.description = text[:1].upper() + text[1:] + "."
         opts = {s for a in _options(p) for s in a.option_strings}
         fmt = next((a for a in _options(p) if "--format" in a.option_strings), None)
         if fmt is not None and "--json" not in opts and "json" in (fmt.choices or ()):

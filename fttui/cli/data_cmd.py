@@ -6,7 +6,9 @@ Figures from :func:`fttui.core.run.datalens.data_stats` (definitions in
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 from contextlib import contextmanager
 
@@ -84,6 +86,22 @@ def render(stats, profile_name: str, source: str, tokenizer: str, cached: bool |
     return "\n".join(ln for ln in lines if ln) + "\n"
 
 
+@contextlib.contextmanager
+def _ended_cleanly():
+    """SIGTERM and SIGHUP (a closed terminal) end the measurement as Ctrl-C does: its worker is
+    stopped and its scratch folder removed (they left ``cache/data/tmp*`` behind: issue 36)."""
+
+    def stop(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def cmd_data(args, resolve=resolve) -> int:
     from fttui.core.data.records import check_file
     from fttui.core.run.datalens import data_stats, tokenizer_spec
@@ -95,7 +113,7 @@ def cmd_data(args, resolve=resolve) -> int:
         raise FttuiError("--batch-size: must be >= 1")
     if (profile.data.source or "synthetic") != "synthetic":
         check_file(profile.data.source)  # a named pipe, a device: one line, before anything is read
-    with _progress_bar(sys.stderr.isatty() and not args.json) as bar:
+    with _progress_bar(sys.stderr.isatty() and not args.json) as bar, _ended_cleanly():
         stats, cached = data_stats(profile, args.batch_size, bar)
     source = profile.data.source or "synthetic"
     if args.json:

@@ -116,7 +116,9 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
     job = job_dir_of(rd)
     jid = (job.slurm() or {}).get("job_id")
     _out(f"fttui: Slurm job {jid}, run {job.run_id} ({job.path})", as_json)
-    said, followers, printed = None, {}, {}
+    said: str | None = None
+    followers: dict[str, RunFollower] = {}
+    printed: dict[str, str] = {}
     try:
         while job.status() is None:
             label = job.state_label()

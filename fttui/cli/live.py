@@ -142,11 +142,11 @@ def summary_lines(rd: RunDir) -> list[str]:
             f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded"
         )
     lines.append(
-        f"  duration {fmt.duration(row.get('duration_s')) or '-'} training,"
-        f" {fmt.duration(row.get('wall_s')) or '-'} wall"
-        f"  peak host RSS {fmt.mb(row.get('peak_host_rss_mb'))}"
+        f"  duration {fmt.duration(raw.get('duration_s')) or '-'} training,"
+        f" {fmt.duration(raw.get('wall_s')) or '-'} wall"
+        f"  peak host RSS {fmt.mb(raw.get('peak_host_rss_mb'))}"
         f" ({host_measure_text(raw.get('host_measure')) or 'measure unknown'};"
-        f" tree {fmt.mb(row.get('peak_tree_rss_mb'))} sampled)"
+        f" tree {fmt.mb(raw.get('peak_tree_rss_mb'))} sampled)"
         f"  peak GPU {_gpu_peaks(row)}"
     )
     perf = perf_summary(row)
@@ -291,9 +291,9 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
             phases_printed += 1
         if not started and snap.status != "starting":
             started = True
-            line = training_line(snap)
-            if line:
-                _say(line)
+            told = training_line(snap)
+            if told:
+                _say(told)
         now = time.monotonic()
         if snap.step and snap.step != last_step and (now - last_print >= 1.0 or snap.step == snap.total_steps):
             _say(progress_line(snap))

@@ -11,7 +11,7 @@ import sys
 
 from fttui import __version__
 from fttui.cli.common import is_tty
-from fttui.core.base.constants import EXIT_INTERRUPTED, EXIT_OK
+from fttui.core.base.constants import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from fttui.core.base.errors import FttuiError
 
 #: the subcommands' modules, in the order ``fttui --help`` lists them: each owns its arguments and
@@ -77,7 +77,14 @@ def cmd_app(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from fttui.core.base.paths import resolve_home
 
-    resolve_home()  # a relative FTTUI_HOME, resolved once against the folder fttui started in
+    try:  # a number fttui's processes read from the environment, checked before anything is written
+        from fttui.core.base.envnumbers import check_env
+
+        resolve_home()  # a relative FTTUI_HOME, resolved once against the folder fttui started in
+        check_env()
+    except FttuiError as e:
+        print(f"fttui: {e}", file=sys.stderr)
+        return e.exit_code
     if argv is None and len(sys.argv) == 1 and is_tty() and os.environ.get("FTTUI_NO_APP") != "1":
         # bare `fttui` on a terminal: the app at once (no parser to build before its first frame)
         if os.environ.get("FTTUI_LOG_LEVEL"):
@@ -107,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as e:  # the machine said no (a read-only or full disk, a folder of another user)
+        if getattr(args, "verbose", 0):
+            raise
+        from fttui.core.base.inert import inert
+
+        print(f"fttui: {inert(str(e))} (-v shows where)", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

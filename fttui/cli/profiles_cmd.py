@@ -7,6 +7,7 @@ import sys
 
 from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.base.fmt import rel_path
+from fttui.core.base.inert import inert
 
 __all__ = ["add_parser", "cmd_profiles"]
 
@@ -79,8 +80,8 @@ def cmd_profiles(args) -> int:
             for i in items
         ]
         sys.stdout.write(to_text(headers, body))
-    for e in errors:
-        print(f"warning: {e}", file=sys.stderr)
+    for message in errors:  # a file's name quoted raw would reach the terminal
+        print(f"warning: {inert(message)}", file=sys.stderr)
     return 0
 
 

@@ -130,7 +130,7 @@ def run_node(args, resolve: Callable) -> int | None:
 def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = is_tty) -> int:
     from fttui.core.run import launch
 
-    node = run_node(args, resolve)
+    node = run_node(args, resolve or resolve_profile)
     if node is not None:
         return node
     command = command_of(args)

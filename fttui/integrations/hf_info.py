@@ -21,6 +21,8 @@ except ImportError:  # loaded by path where fttui is not installed: the registry
         "_fttui_shardings",
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "base", "shardings.py"),
     )
+    if _spec is None or _spec.loader is None:
+        raise
     _shardings = _util.module_from_spec(_spec)
     sys.modules[_spec.name] = _shardings
     _spec.loader.exec_module(_shardings)
@@ -315,7 +317,8 @@ def sharding(trainer) -> str | None:
             kind = _shardings.from_engine(_shardings.DEEPSPEED, stage, off)
             return kind.name if kind is not None else None
         if getattr(trainer, "is_fsdp_enabled", False):
-            return _shardings.from_engine(_shardings.FSDP).name
+            kind = _shardings.from_engine(_shardings.FSDP)
+            return kind.name if kind is not None else None
         return _shardings.NONE.name
     except Exception:
         return None

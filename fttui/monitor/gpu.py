@@ -107,8 +107,10 @@ class GpuSampler:
 
     @staticmethod
     def _call(fn: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
+        if fn is None:  # a call this pynvml or driver lacks
+            return None
         try:
-            return fn(*args, **kwargs)  # type: ignore[misc]  (a missing call is None: TypeError)
+            return fn(*args, **kwargs)
         except Exception:  # NVMLError, ctypes errors, missing symbols in old drivers
             return None
 
@@ -228,12 +230,13 @@ class GpuSampler:
         if None in ids or self._no_nvlink:
             return {}
         values = self._call(getattr(nv, "nvmlDeviceGetFieldValues", None), handle, list(ids))
-        kib = []
+        read = []
         for v in values or ():
             if getattr(v, "nvmlReturn", 1) != 0:
                 break
-            kib.append(num(getattr(getattr(v, "value", None), "ullVal", None)))
-        if len(kib) != 2 or None in kib or (kib == [0, 0] and index not in self._nvlink_prev):
+            read.append(num(getattr(getattr(v, "value", None), "ullVal", None)))
+        kib = [k for k in read if k is not None]
+        if len(read) != 2 or len(kib) != 2 or (kib == [0, 0] and index not in self._nvlink_prev):
             self._no_nvlink = self._no_nvlink or values is None  # no field values call at all: stop asking
             return {}
         now = time.monotonic()

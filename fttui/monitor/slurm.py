@@ -267,7 +267,7 @@ def _expand_one(item: str) -> list[str]:
     if m is None:
         return [item]
     head, tail = item[: m.start()], item[m.end() :]
-    names = []
+    names: list[str] = []
     for part in m.group(1).split(","):
         r = _RANGE.match(part.strip())
         if r is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, overload
 
 __all__ = [
     "MB",
@@ -39,6 +39,10 @@ def num(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+@overload
+def opt_int(value: Any, default: int) -> int: ...
+@overload
+def opt_int(value: Any, default: None = None) -> int | None: ...
 def opt_int(value: Any, default: int | None = None) -> int | None:
     """``int(value)``, or ``default`` for ``None``, a bool or anything ``int()`` refuses."""
     if value is None or isinstance(value, bool):

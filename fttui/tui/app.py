@@ -24,6 +24,8 @@ from fttui.core.base.inert import inert
 if TYPE_CHECKING:  # imported where used: the first frame does not wait for the run modules
     from fttui.core.profiles.typed import Profile
     from fttui.core.run.rundir import RunDir
+    from fttui.monitor import GpuSnapshot
+    from fttui.tui.host import Host
 
 
 class FttuiApp(App[int]):
@@ -87,7 +89,7 @@ class FttuiApp(App[int]):
                 self._gpu_sampler = make_gpu_sampler()
             return self._gpu_sampler
 
-    def sample_gpus(self):
+    def sample_gpus(self) -> GpuSnapshot:
         """A GPU snapshot (callable from a thread worker); never raises."""
         try:
             return self.gpu_sampler.sample()
@@ -235,5 +237,8 @@ def run_app(launch_profile: Profile | None = None, attach: str | None = None, gp
     result = app.run()
     return int(result or 0) if app.return_code in (None, 0) else int(app.return_code)
 
+
+if TYPE_CHECKING:
+    _HOST: type[Host] = FttuiApp  # the app is what the screens take it for (fttui.tui.host)
 
 __all__ = ["FttuiApp", "run_app"]

@@ -10,6 +10,7 @@ the app's bookkeeping of runs whose supervisor died.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -25,12 +26,15 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.base.methods import DEFAULT as DEFAULT_METHOD
 from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, field_values, overrides_from_fields
 from fttui.tui.details import REMOTE_CODE_LINE, profile_details
+from fttui.tui.host import host
 from fttui.tui.picker_actions import PickerActions
 from fttui.tui.plain import plain
 from fttui.tui.verdict import MemoryVerdict, forecast_line, memory_verdict, read_store_rows
 
 if TYPE_CHECKING:
+    from fttui.core.profiles.discovery import ProfileRef
     from fttui.core.profiles.typed import Profile
+    from fttui.tui.live_runs import LiveRuns
 
 LIVE_REFRESH_S = 5.0  # the live runs' step and ETA, while the picker is shown
 # What the first frame leaves out comes this long after it: until then the event loop idles, so
@@ -50,7 +54,7 @@ class PickerScreen(PickerActions, Screen):
 
     def __init__(self, error: str | None = None) -> None:
         super().__init__()
-        self.refs = []
+        self.refs: list[ProfileRef] = []
         self.base: Profile | None = None  # the highlighted profile, resolved, without overrides
         self.resolved: Profile | None = None  # with the overrides
         self.load_error: str | None = error
@@ -61,7 +65,7 @@ class PickerScreen(PickerActions, Screen):
         self.verdict: MemoryVerdict | None = None  # the estimate of the current selection
         self.forecast: Text | None = None  # its time forecast (fttui.tui.verdict.forecast_line)
         self._store_stale = False  # a run or probe started here may add rows to the store
-        self.live = None  # the live runs pane (fttui.tui.live_runs.LiveRuns), mounted when one is found
+        self.live: LiveRuns | None = None  # the live runs pane, mounted when one is found
         self._values: dict[str, str] = {}  # the override fields' values until they are mounted
         self.ready = False  # the override fields are mounted (after the first frame)
         self._started = False  # the work deferred past the first frame has begun
@@ -156,7 +160,7 @@ class PickerScreen(PickerActions, Screen):
     @work(thread=True, group="picker-gpus-store", exit_on_error=False)
     def _read_gpus_and_store(self) -> None:
         """NVML (or the fake sampler) and the results store, off the event loop."""
-        snap = self.app.sample_gpus()
+        snap = host(self).sample_gpus()
         rows = read_store_rows() if self.store_rows is None else self.store_rows
         self.app.call_from_thread(self._got_gpus_and_store, snap, rows)
 
@@ -167,7 +171,7 @@ class PickerScreen(PickerActions, Screen):
         self._update_estimate()
 
     def _refresh_gpus(self) -> None:
-        self._show_gpus(self.app.sample_gpus())
+        self._show_gpus(host(self).sample_gpus())
 
     def _show_gpus(self, snap) -> None:
         from fttui.tui.widgets import gpu_list_text
@@ -186,6 +190,7 @@ class PickerScreen(PickerActions, Screen):
         fields = []
         for fid, _dotted, label in OVERRIDE_FIELDS:
             value = values.get(fid, "")
+            field: Select[str] | Input
             if fid == "method":
                 value = value or DEFAULT_METHOD.name.value
                 methods = [*METHODS, value] if value not in METHODS else METHODS
@@ -212,8 +217,11 @@ class PickerScreen(PickerActions, Screen):
         from fttui.core.run.brief import live_briefs
 
         briefs = live_briefs()
-        self.app.call_from_thread(self._show_live_runs, briefs)
-        self.app.call_from_thread(self.app.start_bookkeeping)
+        # typed as Textual's parameter is (a value or an awaitable): mypy reads a coroutine function
+        # given as it is as one that returns Never
+        show: Callable[..., Awaitable[None] | None] = self._show_live_runs
+        self.app.call_from_thread(show, briefs)
+        self.app.call_from_thread(host(self).start_bookkeeping)
 
     async def _show_live_runs(self, briefs: list) -> None:
         from fttui.tui.live_runs import LiveRuns
@@ -252,10 +260,11 @@ class PickerScreen(PickerActions, Screen):
         if b.kind == "slurm":  # a Slurm job: node 0's run screen once it runs, Slurm's state before
             from fttui.core.run.slurmjob import node0
 
-            rd = node0(rd)
-            if rd is None:
+            node = node0(rd)
+            if node is None:
                 return self.notify(f"{b.run_id}: {b.state}", title="Slurm job", markup=False)
-        self.app.show_run(rd)
+            rd = node
+        host(self).show_run(rd)
 
     # ------------------------------------------------------------------ memory estimate
     def _update_estimate(self) -> None:
@@ -313,16 +322,20 @@ class PickerScreen(PickerActions, Screen):
             return
         for fid, value in values.items():
             w = self.query_one(f"#ov-{fid}")
-            if fid == "method" and value not in METHODS:
-                w.set_options([(plain(m), m) for m in [*METHODS, value]])
-            w.value = value
+            if isinstance(w, Select):
+                if fid == "method" and value not in METHODS:
+                    w.set_options([(plain(m), m) for m in [*METHODS, value]])
+                w.value = value
+            elif isinstance(w, Input):
+                w.value = value
 
     def _field_texts(self) -> dict[str, str]:
         if not self.ready:
             return {fid: str(self._values.get(fid, "")) for fid, _dotted, _label in OVERRIDE_FIELDS}
         out = {}
         for fid, _dotted, _label in OVERRIDE_FIELDS:
-            v = self.query_one(f"#ov-{fid}").value
+            w = self.query_one(f"#ov-{fid}")
+            v = w.value if isinstance(w, (Input, Select)) else None
             out[fid] = "" if v is Select.NULL or v is None else str(v)
         return out
 

@@ -10,13 +10,38 @@ from typing import TYPE_CHECKING
 from textual.widgets import OptionList
 
 from fttui.core.base.errors import FttuiError
+from fttui.tui.host import host
 from fttui.tui.verdict import read_store_rows
 
 if TYPE_CHECKING:
+    from textual.screen import Screen
+    from textual.widgets import Static
+
     from fttui.core.profiles.typed import Profile
+    from fttui.monitor import GpuSnapshot
+    from fttui.tui.verdict import MemoryVerdict
+
+    _Screen = Screen
+else:
+    _Screen = object  # a mixin: the screen is PickerScreen's other base
 
 
-class PickerActions:
+class PickerActions(_Screen):
+    # the picker's state and methods these actions use (fttui.tui.picker.PickerScreen)
+    resolved: Profile | None
+    gpu_snap: GpuSnapshot | None
+    store_rows: list[dict] | None
+    verdict: MemoryVerdict | None
+    _store_stale: bool
+
+    if TYPE_CHECKING:
+
+        def _refresh_gpus(self) -> None: ...
+
+        def _update_estimate(self) -> None: ...
+
+        def _show_error(self, error: str | None, w: Static | None = None) -> None: ...
+
     def action_focus_list(self) -> None:
         self.query_one("#profiles", OptionList).focus()
 
@@ -67,7 +92,7 @@ class PickerActions:
     def _launch(self, resolved: Profile) -> None:
         self._store_stale = True
         try:
-            self.app.launch_run(resolved)
+            host(self).launch_run(resolved)
         except FttuiError as e:
             self._show_error(str(e))
         except OSError as e:

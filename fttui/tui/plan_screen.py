@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from fttui.core.base.errors import FttuiError
+from fttui.tui.host import host
 from fttui.tui.plain import plain
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ class PlanScreen(Screen):
         self.sub_title = f"plan: {self.resolved.name or 'profile'}"
         yield Header()
         yield Static(Text("planning: every setup, its memory and time...", style="dim"), id="plan-head")
-        table = DataTable(id="plan-table", cursor_type="row", zebra_stripes=True)
-        yield table
+        yield DataTable(id="plan-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="plan-foot")
         yield Footer()
 
@@ -56,7 +56,7 @@ class PlanScreen(Screen):
         from fttui.monitor import run_cards
 
         try:
-            cards = run_cards(self.app.sample_gpus())
+            cards = run_cards(host(self).sample_gpus())
             budget = machine_budget(self.resolved, cards=cards)
             options = run_plan(self.resolved, budget, tokenise=False)  # no tokeniser process from the app
         except FttuiError as e:
@@ -138,7 +138,7 @@ class PlanScreen(Screen):
             if not yes:
                 return
             try:
-                self.app.launch_run(resolved)
+                host(self).launch_run(resolved)
             except (FttuiError, OSError) as e:
                 self.notify(f"launch failed: {e}", severity="error", markup=False)
 

@@ -101,7 +101,7 @@ def parse_form(values: dict, limits: LimitSettings) -> ProbeForm:
     """The form from the fields' values (by field id without ``pr-``: texts, and ``data`` the
     checkbox's bool); ``limits``: the profile's own. FttuiError on bad input."""
     param = values.get("param")
-    if param not in PROBE_PARAMS:
+    if not isinstance(param, str) or param not in PROBE_PARAMS:
         param = DEFAULT_PARAM
 
     def num(fid: str, what: str) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -30,6 +31,7 @@ from textual.widgets import Button, Checkbox, DataTable, Footer, Header, Input, 
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.typed import Profile
+from fttui.tui.host import host
 from fttui.tui.plain import plain
 from fttui.tui.probe_form import LIMIT_FIELDS, ProbeForm, compose_form, parse_form
 from fttui.tui.probe_view import (
@@ -43,6 +45,11 @@ from fttui.tui.probe_view import (
     trial_marker,
     trial_row,
 )
+
+if TYPE_CHECKING:
+    from textual.timer import Timer
+
+    from fttui.core.experiments.probe import Prober
 
 
 class ProbeStopped(Exception):
@@ -60,6 +67,8 @@ class ProbeScreen(Screen):
         Binding("x", "stop_probe", "Stop probe"),
         Binding("escape", "back", "Back"),
     ]
+    prober: Prober | None  # the probe running (or last run) from this screen
+    _tick: Timer | None  # the status line's timer while a probe runs
 
     # ---------------------------------------------------------------- messages from the worker
     class TrialDone(Message):
@@ -388,7 +397,7 @@ class ProbeScreen(Screen):
             if resolved is None:
                 self.notify("no value found yet: s starts the probe", severity="warning", markup=False)
                 return
-            self.app.launch_run(resolved)
+            host(self).launch_run(resolved)
         except FttuiError as e:  # the result stays: fix the profile and press enter again
             self.notify(str(e), title="launch refused", severity="error", timeout=10, markup=False)
         except OSError as e:

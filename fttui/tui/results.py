@@ -24,6 +24,7 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.results import tables
 from fttui.core.results.rows import short_gpu
 from fttui.core.results.views import distinct, filter_rows, sort_rows
+from fttui.tui.host import host
 from fttui.tui.plain import plain
 
 REL = "rel"
@@ -360,5 +361,5 @@ class ResultsScreen(Screen):
         self.notify(f"report written to {md}", title="report", markup=False)
 
     def action_back(self) -> None:
-        if self.app.can_go_back():
+        if host(self).can_go_back():
             self.app.pop_screen()

@@ -318,6 +318,7 @@ class GpuGrid(Grid):
         peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
         if self._mode == "full" and self._estimate is None:
             self._estimate = estimate_peaks_mb(s.config) or ()
+        estimates = self._estimate or ()
         for i, c in enumerate(gpus):
             g = c.gpu
             perf = _perf(s, c)
@@ -330,7 +331,7 @@ class GpuGrid(Grid):
                 w.border_subtitle = plain(g.name)  # NVML's, or a fake GPU file's: inert
                 w.set_class(c.run, "-run")
                 w.set_class(near, "-near-oom")
-                est = self._estimate[c.slot] if c.slot is not None and c.slot < len(self._estimate or ()) else None
+                est = estimates[c.slot] if c.slot is not None and c.slot < len(estimates) else None
                 more = insight_lines(s, g, c.slot, est) if self._mode == "full" else []
                 w.show(
                     Group(
@@ -355,10 +356,10 @@ class GpuTable(Panel):
         gpus = _gpus(self.snapshot)
         mode = gpu_layout(len(gpus), self.area)[0]
         self.display = mode == "table"
-        if mode != "table":
+        s = self.snapshot
+        if mode != "table" or s is None:  # no snapshot: no card, so no table
             return
         self.styles.height = len(gpus) + 2
-        s = self.snapshot
         self.border_subtitle = plain(perf_subtitle(s))
         peaks, proc = s.gpu_peak_used_mb, s.gpu_peak_proc_mb
         self.show(

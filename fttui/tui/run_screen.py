@@ -7,6 +7,8 @@ The screen polls the run directory and assigns what it learnt to its vars (``sna
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -18,6 +20,7 @@ from textual.widgets import Footer, Header
 from fttui.core.run.rundir import RunDir, read_json
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus, StatusLine, status_line
+from fttui.tui.host import host
 from fttui.tui.run_panels import (
     GpuGrid,
     GpuTable,
@@ -29,6 +32,11 @@ from fttui.tui.run_panels import (
     ThroughputPanel,
 )
 from fttui.tui.widgets import LogTail
+
+if TYPE_CHECKING:
+    from textual.timer import Timer
+
+    from fttui.core.run.watch import RunFollower
 
 POLL_S = 0.5
 # Between polls, a stat() of events.jsonl this often: a new event (a step, the end, an error)
@@ -51,11 +59,11 @@ class RunScreen(Screen):
     def __init__(self, rd: RunDir) -> None:
         super().__init__()
         self.rd = rd
-        self.follower = None
+        self.follower: RunFollower | None = None
         self._final: FinalStatus | None = None
         self._row_shown = False
-        self._timer = None
-        self._watch_timer = None
+        self._timer: Timer | None = None
+        self._watch_timer: Timer | None = None
         self._events_sig: tuple | None = None
         self._refreshing = False
 
@@ -199,5 +207,5 @@ class RunScreen(Screen):
         )
 
     def action_back(self) -> None:
-        if self.app.can_go_back():
+        if host(self).can_go_back():
             self.app.pop_screen()

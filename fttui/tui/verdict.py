@@ -72,7 +72,7 @@ def memory_verdict(resolved: Profile, gpu_snap, rows: list[dict]) -> MemoryVerdi
         total = int(card.mem_total_mb * MIB) if card is not None and card.mem_total_mb else None
         if limit is not None and (total is None or limit < total):
             budgets.append((peak, limit, "limits.gpu_memory"))
-        elif total is not None:
+        elif card is not None and total is not None:
             budgets.append((peak, total, f"GPU {card.index}"))
     missing = f"; {n} GPUs asked, {len(cards)} visible" if cards and n > len(cards) else ""
     if not budgets:

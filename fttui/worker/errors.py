@@ -14,7 +14,7 @@ from fttui.core.base.errors import ConfigError, DataError, FttuiError
 WorkerInputError = FttuiError
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException | None):
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

@@ -27,12 +27,12 @@ def lora_config(resolved: Profile, model):
     prof = resolved
     lo = prof.lora
     targets = lo.target_modules
-    targets = list(targets) if not isinstance(targets, str) else targets if targets == "all-linear" else [targets]
+    modules = list(targets) if not isinstance(targets, str) else targets if targets == "all-linear" else [targets]
     kwargs: dict[str, Any] = {
         "r": lo.r,
         "lora_alpha": lo.alpha,
         "lora_dropout": float(lo.dropout),
-        "target_modules": targets,
+        "target_modules": modules,
         "task_type": "CAUSAL_LM",
     }
     if prof.method_kind().embeddings:

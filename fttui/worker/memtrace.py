@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -44,6 +45,10 @@ class LiveTensors(TorchDispatchMode):
             self.current -= n
         self._refs.pop(key, None)
 
+    def _on_free(self, key: int, n: int) -> Callable[[object], None]:
+        """The weakref callback of one storage: ``key`` (its data pointer) and ``n`` bytes freed."""
+        return lambda _ref: self._free(key, n)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
@@ -54,7 +59,7 @@ class LiveTensors(TorchDispatchMode):
             if n == 0 or key in self._alive or key in self.external:
                 continue
             self._alive[key] = (str(func), tuple(t.shape), str(t.dtype).replace("torch.", ""), n)
-            self._refs[key] = weakref.ref(st, lambda _r, k=key, n=n: self._free(k, n))
+            self._refs[key] = weakref.ref(st, self._on_free(key, n))
             self.current += n
             if self.current > self.peak:
                 self.peak = self.current

@@ -129,5 +129,8 @@ def _prequant_config(prof: Profile):
         return None
     from transformers import AwqConfig, GPTQConfig
 
-    cls = GPTQConfig if q.method == "gptq" else AwqConfig
-    return cls(bits=q.bits or 4, backend="auto_trainable")
+    if q.method == "gptq":
+        return GPTQConfig(bits=q.bits or 4, backend="auto_trainable")
+    from transformers.utils.quantization_config import AwqBackend
+
+    return AwqConfig(bits=q.bits or 4, backend=AwqBackend.AUTO_TRAINABLE)

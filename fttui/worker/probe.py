@@ -110,6 +110,7 @@ def run_trial(su, param: str, value: int, steps: int, order: list[list[int]] | N
     prof = trial_profile(su.profile, param, value, steps, data=order is not None)
     seq = prof.data.max_seq_len
     out: dict[str, Any] = {"value": int(value), "steps": 0}
+    dataset: SyntheticDataset | ListDataset
     if order is None:
         vocab = su.model.get_input_embeddings().num_embeddings
         dataset = SyntheticDataset(prof.data.num_samples, seq, vocab, prof.train.seed)
@@ -151,6 +152,7 @@ def run_trial(su, param: str, value: int, steps: int, order: list[list[int]] | N
         else:
             out["peak_torch_reserved_mb"] = []
             out["peak_torch_alloc_mb"] = []
+        step_time: float | None
         if len(times.ends) >= 2:
             step_time = (times.ends[-1] - times.ends[0]) / (len(times.ends) - 1)
         elif times.ends:

@@ -184,7 +184,7 @@ def trainer_class(base: type, sharding: str) -> type:
     if not (shardings.find(sharding) or shardings.NONE).fsdp:
         return base
 
-    class FsdpTrainer(base):  # type: ignore[misc, valid-type]
+    class FsdpTrainer(base):
         def create_accelerator_and_postprocess(self) -> None:
             super().create_accelerator_and_postprocess()
             _promote_fsdp(self)
@@ -262,7 +262,7 @@ def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
     wrapped = getattr(trainer, "model_wrapped", None)
     model = wrapped if wrapped is not None else getattr(trainer, "model", None)
     if getattr(trainer, "is_deepspeed_enabled", False):
-        engine = getattr(trainer, "deepspeed", None) or wrapped
+        engine: Any = getattr(trainer, "deepspeed", None) or wrapped  # DeepSpeed's engine (no type hints)
         stage = engine.zero_optimization_stage()
         devices = []
         for fn in ("zero_offload_optimizer", "zero_offload_param"):
@@ -285,13 +285,14 @@ def sharding_info(trainer, asked: str | None = None) -> dict[str, Any]:
     else:
         fsdp = _fsdp_modules(model) if model is not None else []
         if fsdp:
-            offload = _fsdp_offload(fsdp)
+            fsdp_offload = _fsdp_offload(fsdp)
+            ran = shardings.from_engine(shardings.FSDP, offload=bool(fsdp_offload))
             info.update(
                 kind="fsdp",
                 fsdp_modules=len(fsdp),
                 fsdp_root=_qualname(model),
-                offload=offload,
-                ran=shardings.from_engine(shardings.FSDP, offload=bool(offload)).name,
+                offload=fsdp_offload,
+                ran=ran.name if ran is not None else shardings.FSDP,
             )
         else:
             info.update(kind="none", ran=shardings.NONE.name)

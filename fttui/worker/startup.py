@@ -13,7 +13,8 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 from fttui.core.base import shardings
 from fttui.core.data.records import load_records
@@ -72,7 +73,10 @@ class Emitter:
 
     def __call__(self, event: str, **fields: Any) -> dict[str, Any]:
         obj = {"event": event, "t": time.time(), "rank": self.rank, "source": "worker", **fields}
-        return write_event(self.path, parse_event(obj))
+        record = parse_event(obj)
+        if record is None:  # not reached: a dict whose "event" is a str is always a record
+            raise ValueError(f"not an event: {event!r}")
+        return write_event(self.path, record)
 
 
 def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:
@@ -97,8 +101,10 @@ def unused_packages(method: str, deepspeed: bool, optimizer: str | None, report_
 def hide_unused(names: list[str]) -> None:
     """Make ``names`` look not installed to this process (``importlib.util.find_spec`` gives None,
     ``import`` raises ImportError), unless something imported them already."""
+    # None in sys.modules is how Python blocks an import; typeshed types the dict without it
+    modules = cast("dict[str, ModuleType | None]", sys.modules)
     for name in names:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+        modules.setdefault(name, None)
 
 
 def env_int(*names: str, default: int) -> int:

@@ -69,7 +69,9 @@ def _tensorboard(cb, row: dict[str, Any], step: int) -> str | None:
 
 def _mlflow(cb, row: dict[str, Any], step: int) -> str | None:
     mlflow = getattr(cb, "_ml_flow", None)
-    run = mlflow.active_run() if mlflow is not None else None
+    if mlflow is None:
+        return None
+    run = mlflow.active_run()
     if run is None:
         return None
     limit = 250

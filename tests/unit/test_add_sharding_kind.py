@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "fttui/core/base/shardings.py"
-ENTRY = '    Sharding("fsdp-hybrid", label="FSDP hybrid", **_FSDP),\n'
+ENTRY = '        Sharding("fsdp-hybrid", label="FSDP hybrid", **_FSDP),\n'
 
 PROBE = """
 import json
@@ -40,7 +40,7 @@ def test_a_fake_sharding_kind_is_one_registry_entry(tmp_path):
     shutil.copytree(ROOT / "fttui", src / "fttui", ignore=shutil.ignore_patterns("__pycache__"))
     registry = src / REGISTRY
     text = registry.read_text()
-    anchor = "\n    )\n}\n"  # the end of KINDS
+    anchor = "\n    )\n}\n"  # the end of KINDS (as ruff formats it)
     assert text.count(anchor) == 1
     registry.write_text(text.replace(anchor, "\n" + ENTRY + "    )\n}\n"))
 

@@ -162,7 +162,7 @@ def test_each_subcommand_owns_its_arguments_and_handler():
 # issue 36, item 1: profile names are data, never code ------------------------------------------
 
 HOSTILE_NAMES = ["x$(touch PWNED1)", "y`touch PWNED2`", "z$(id>PWNED4)", "w`id>PWNED5`", "q'uote", 'd"q', "sp ace", "new\nline", "[bold]m",
-                 "-dash", "semi;touch PWNED3"]
+                 "-dash", "semi;touch PWNED3", "esc\x1b]0;t\x07"]
 
 
 def _hostile_profiles(tmp_path):
@@ -229,4 +229,5 @@ def test_a_hostile_profile_name_is_refused_in_one_line_naming_the_file(tmp_path)
         assert len(err.splitlines()) == 1 and "cannot be a profile's name" in err and "rename the file" in err, err
     listing = run_fttui("profiles", cwd=work)
     assert listing.returncode == 0 and "good-one" in listing.stdout and "\x1b" not in listing.stdout
+    assert "\x1b" not in listing.stderr and "\\x1b" in listing.stderr  # the warning names it, escaped
     assert not list(work.glob("PWNED*"))

@@ -150,3 +150,17 @@ def test_cli_profiles_estimate_and_bad_input(tmp_path, fttui_home):
         assert res.returncode == 2, res.stderr
         assert words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+
+
+def test_a_value_with_newlines_never_becomes_live_toml(tmp_path):
+    """Issue 36: an unmapped value (``template``) with newlines printed into a comment ended the
+    comment, and the next line, `[command]`, became live TOML in the profile the user saves."""
+    cfg = tmp_path / "inj.yaml"
+    cfg.write_text('model_name_or_path: org/model\nstage: sft\nfinetuning_type: lora\n'
+                   "template: \"llama3\\n[command]\\nargv = ['touch', 'PWNED']\\n[model.arch_config]\\n#\"\n")
+    text = profile_toml(read_config(cfg))
+    data = tomllib.loads(text)
+    assert "command" not in data and "arch_config" not in data.get("model", {}), data
+    assert all(line.startswith("#") or "=" in line or line.startswith("[") or not line.strip()
+               for line in text.splitlines())
+    assert "\\n[command]" in text  # the value shown as it was, on one line

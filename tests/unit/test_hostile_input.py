@@ -286,3 +286,140 @@ def test_fttui_refuses_a_giant_sample_or_a_named_pipe_in_one_line(fttui_home, tm
             assert proc.returncode == 2, proc.stdout + proc.stderr
             assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+
+
+@pytest.mark.parametrize("name, value", [("FTTUI_STALL_TIMEOUT", "abc"), ("FTTUI_STALL_FLOOR", "nan"),
+                                         ("FTTUI_KILL_GRACE", "-1"), ("FTTUI_SAMPLE_INTERVAL", "inf"),
+                                         ("FTTUI_STALL_TIMEOUT", "1e400")])
+def test_a_bad_number_in_the_environment_is_one_line_before_anything_is_written(fttui_home, name, value):
+    """Issue 36: FTTUI_STALL_TIMEOUT=abc crashed the supervisor 30 s into the run (the run lost)."""
+    out = run_fttui("run", "--profile", "tiny-lora", "--headless", env=fttui_env(**{name: value}))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and name in out.stderr and "give a number" in out.stderr
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+    from fttui.core.base.envnumbers import env_float
+
+    assert env_float(name, 7.0, {}) == 7.0 and env_float(name, 7.0, {name: " "}) == 7.0
+    assert env_float("FTTUI_KILL_GRACE", 7.0, {"FTTUI_KILL_GRACE": "2.5"}) == 2.5
+
+
+DEEP = 5000
+
+
+def _deep_inputs(tmp_path):
+    """Each input fttui parses, nested far beyond Python's recursion limit (issue 36)."""
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "deep.toml").write_text('extends = "tiny-lora"\n[train]\nbatch_size = ' + "[" * DEEP + "]" * DEEP + "\n")
+    for i in range(40):  # a 40-long extends chain
+        (prof / f"c{i}.toml").write_text(f'extends = "c{i + 1}"\n' if i < 39 else 'extends = "tiny-lora"\n')
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "x": ' + "[" * DEEP + "]" * DEEP + "}")
+    (prof / "cfg.toml").write_text(f'extends = "tiny-lora"\n[model]\nname_or_path = "{model}"\ninit = "random"\n')
+    (tmp_path / "ds.json").write_text("[" * DEEP + "]" * DEEP)
+    (tmp_path / "ds-list.json").write_text("[1]")
+    for name, ds in (("lf.yaml", "ds.json"), ("lf-list.yaml", "ds-list.json")):
+        (tmp_path / name).write_text(f"model_name_or_path: org/m\nstage: sft\nfinetuning_type: full\ndeepspeed: {ds}\n")
+    (tmp_path / "deep.yaml").write_text("model_name_or_path: " + "[" * DEEP + "]" * DEEP + "\n")
+    from fttui.core.results.store import SCHEMA_VERSION
+
+    head = json.dumps({"fttui_export": 1, "schema": SCHEMA_VERSION, "machine": "m", "exported_at": "2026", "rows": 1})
+    (tmp_path / "deep.jsonl").write_text(head + '\n{"run_id": "x", "env": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    (tmp_path / "env.jsonl").write_text(head + '\n{"run_id": "x", "env": "a string"}\n')
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "--profile", "deep", "--headless"], "nested too deeply"),
+    (["run", "--profile", "tiny-lora", "--set", "train.batch_size=" + "[" * DEEP + "]" * DEEP, "--headless"], "batch_size"),
+    (["run", "--profile", "c0", "--headless"], "a chain of more than"),
+    (["estimate", "--profile", "cfg"], "nested too deeply"),
+    (["profiles", "--from", "lf.yaml"], "nested too deeply"),
+    (["profiles", "--from", "lf-list.yaml"], "not a JSON object"),
+    (["profiles", "--from", "deep.yaml"], "nested too deeply"),
+    (["results", "import", "deep.jsonl"], "nested too deeply"),
+    (["results", "import", "env.jsonl"], "env: expected a JSON object"),
+])
+def test_deeply_nested_input_is_one_line(fttui_home, tmp_path, args, says):
+    work = _deep_inputs(tmp_path)
+    out = run_fttui(*args, cwd=work, timeout=120)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    err = out.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and says in err, err[-2000:]
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+    assert run_fttui("results", "--json", cwd=work, check=True).stdout.strip() == "[]"
+
+
+def test_two_imports_of_one_file_at_once_both_end_cleanly(fttui_home, tmp_path):
+    """Issue 36: the second of two simultaneous imports died on UNIQUE(run_id); it now reads the
+    store again and finds the rows there."""
+    rows = [{"run_id": f"r{i}", "status": "completed", "samples_per_s": float(i)} for i in range(4000)]
+    path = _export_file(tmp_path, rows)
+    procs = [subprocess.Popen([sys.executable, "-m", "fttui", "results", "import", str(path)], cwd=ROOT,
+                              env=fttui_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "Traceback" not in err, out + err
+    assert sum(int(out.split("imported ")[1].split()[0]) for out, _ in outs) == 4000
+    with Store() as s:
+        assert len(s.rows(kind=None)) == 4000
+
+
+@pytest.mark.parametrize("args, says", [
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.hidden_size=nan"], "whole non-negative"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.hidden_size=1e400"], "whole non-negative"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.hidden_size=1e300"], "beyond any model"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.num_attention_heads=4.5"], "whole"),
+    (["estimate", "--profile", "tiny-lora", "--set", "model.arch_config.num_key_value_heads=3"], "must divide"),
+    (["run", "--profile", "tiny-lora", "--headless", "--set", "data.max_seq_len=99999999999999999999"], "at most"),
+    (["run", "--profile", "tiny-lora", "--headless", "--set", "limits.host_memory=99999999999999999999TiB"],
+     "more than 1 EiB"),
+    (["run", "--profile", "tiny-lora", "--headless", "--set", "data.source={sur}"], "lone surrogate"),
+])
+def test_values_the_worker_could_not_take_are_refused_before_the_launch(fttui_home, tmp_path, args, says):
+    """Issue 36: each of these passed the checks, launched a run, and failed in the worker (a
+    failed row, exit 1) or ended in a traceback."""
+    sur = tmp_path / "sur.jsonl"
+    sur.write_text('{"instruction": "hi \\ud800", "output": "x"}\n')
+    out = run_fttui(*[a.format(sur=sur) for a in args], timeout=120)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    err = out.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and says in err, err[-2000:]
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+
+
+@pytest.mark.parametrize("home", ["   ", "/proc/self", "{long}"])
+@pytest.mark.parametrize("args", [["results"], ["run", "--profile", "tiny-lora", "--headless"], ["ls"]])
+def test_an_unusable_fttui_home_is_one_line(tmp_path, home, args):
+    """Issue 36: a home fttui cannot write (here /proc, a 300-character name, spaces only, which
+    used to read as unset and write to the default folder) is one line, never a traceback."""
+    home = home.format(long=str(tmp_path / ("x" * 300)))
+    out = run_fttui(*args, env=fttui_env(FTTUI_HOME=home), timeout=120)
+    err = out.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) <= 1, err
+    assert out.returncode in (1, 2) or (args == ["ls"] and "no runs yet" in out.stdout), out.stdout + err
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_to_fttui_data_leaves_no_scratch_folder(fttui_home, tmp_path, sig):
+    """Issue 36: SIGTERM or SIGHUP while `fttui data` tokenised left `cache/data/tmp*` behind."""
+    import signal
+    import time
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"q{i} " * 40, "output": "a " * 40}) + "\n"
+                            for i in range(20000)))
+    proc = subprocess.Popen([sys.executable, "-m", "fttui", "data", "--profile", "tiny-lora", "--set",
+                             f"data.source={data}"], cwd=ROOT, env=fttui_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    cache = fttui_home / "cache"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(cache.rglob("tmp*")) and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the measurement ended before the signal: make the data larger"
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert not list(cache.rglob("tmp*")), list(cache.rglob("*"))

@@ -147,3 +147,39 @@ def test_an_earlier_attempt_of_a_requeued_job_is_over():
     assert not over.live and JobState("9", "REQUEUED").live  # the job itself waits to run again
     v = node_verdict(FinalStatus("cancelled", error="supervisor received SIGTERM"), over)
     assert v.status == "cancelled" and v.error.startswith("Slurm: REQUEUED: the job was requeued")
+
+
+def test_a_profile_run_in_a_job_step_resolves_its_profile(monkeypatch):
+    """``srun fttui run --profile NAME`` (no ``--job``): the node resolves the profile as a run
+    outside Slurm does (it called a missing resolver: 'NoneType' object is not callable)."""
+    import argparse
+    import os
+
+    from fttui.cli import run_cmd
+    from fttui.core.run import slurmnode
+
+    for key, value in STEP.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("FTTUI_SLURM", raising=False)
+    started = {}
+
+    class Started:
+        run_id, path = "node-run", "runs/node-run"
+
+        def profile(self):
+            return None
+
+    def start_node(resolved, alloc, job):
+        started.update(profile=resolved, job_id=alloc.job_id, job=job)
+        return Started()
+
+    def execv(*args):
+        raise SystemExit("execv")
+
+    monkeypatch.setattr(slurmnode, "start_node", start_node)
+    monkeypatch.setattr(run_cmd, "resolve_profile", lambda args: {"the": "profile"})
+    monkeypatch.setattr(os, "execv", execv)
+    args = argparse.Namespace(profile="tiny-lora", job=None, resume=None, command=None, name=None)
+    with pytest.raises(SystemExit, match="execv"):
+        run_cmd.cmd_run(args)
+    assert started == {"profile": {"the": "profile"}, "job_id": "4242", "job": None}

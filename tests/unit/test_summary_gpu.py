@@ -28,3 +28,10 @@ def test_peak_without_per_process_figures_and_without_a_card(tmp_path):
     assert line.endswith("peak GPU 16705 MB")
     (tmp_path / "cpu").mkdir()
     assert "peak GPU - MB" in _summary(tmp_path / "cpu", peak_gpu_mem_mb=[])
+
+
+def test_a_row_without_a_tree_peak_says_so(tmp_path):
+    """A row that holds the column with no value (JSON null): its place says ``-`` (it was the
+    text "-" given to the MB format: TypeError)."""
+    text = _summary(tmp_path, peak_host_rss_mb=812.0, peak_tree_rss_mb=None, peak_gpu_mem_mb=[])
+    assert "peak host RSS 812 MB" in text and "tree - sampled" in text

@@ -78,12 +78,12 @@ def method_label(method: str | None, sharding: str | None = None, *, optimizer: 
     return f"{label[:-1]}, {extra})" if label.endswith(")") else f"{label} ({extra})"
 
 
-def rel_path(path: str) -> str:
+def rel_path(path: str | os.PathLike[str]) -> str:
     """A path relative to the current folder when it can be, as given otherwise."""
     try:
         return os.path.relpath(path)
     except ValueError:
-        return path
+        return os.fspath(path)
 
 
 def fraction(used: float | None, total: float | None) -> float | None:

@@ -26,8 +26,15 @@ def home() -> Path:
 
 def resolve_home() -> None:
     """A relative ``FTTUI_HOME`` made absolute once, at start, in this process's environment, so
-    that the processes it starts (a script that changes folder, its callback) find the same one."""
-    value = os.environ.get("FTTUI_HOME", "").strip()
+    that the processes it starts (a script that changes folder, its callback) find the same one.
+    FttuiError when it is set to nothing but spaces (which read as unset: fttui wrote to the
+    default folder instead)."""
+    raw = os.environ.get("FTTUI_HOME", "")
+    if raw and not raw.strip():
+        from fttui.core.base.errors import FttuiError
+
+        raise FttuiError("FTTUI_HOME is set to spaces only: name a folder, or unset it for the default")
+    value = raw.strip()
     if value and not os.path.isabs(os.path.expanduser(value)):
         os.environ["FTTUI_HOME"] = os.path.abspath(os.path.expanduser(value))
 
@@ -71,8 +78,21 @@ def bundled_profiles_dir() -> Path:
 
 
 def ensure_dir(path: str | os.PathLike[str]) -> Path:
-    """Create ``path`` (and missing parents) with mode 0700; return it as a Path."""
-    path = Path(path).expanduser()
+    """Create ``path`` (and missing parents) with mode 0700; return it as a Path. FttuiError (one
+    line naming the folder and FTTUI_HOME) when it cannot be: a read-only file system, a folder of
+    another user, /proc, a name too long."""
+    try:
+        return _ensure_dir(Path(path).expanduser())
+    except OSError as e:
+        from fttui.core.base.errors import FttuiError
+
+        raise FttuiError(
+            f"{e.filename or path}: cannot make fttui's folder ({e.strerror or e}); set FTTUI_HOME to a folder "
+            "you can write"
+        ) from None
+
+
+def _ensure_dir(path: Path) -> Path:
     for folder in (path, *path.parents):
         if folder.exists() and not folder.is_dir():
             from fttui.core.base.errors import FttuiError

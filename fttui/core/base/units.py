@@ -30,7 +30,7 @@ def parse_size(value: str | int) -> int:
     if isinstance(value, int):
         if value < 0:
             raise SizeError(f"invalid size {value}: negative", _SIZE_HINT)
-        return value
+        return _bounded(value, str(value))
     text = value.strip()
     match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)", text)
     if not match:
@@ -44,7 +44,17 @@ def parse_size(value: str | int) -> int:
         else:
             hint = did_you_mean(unit, _UNIT_NAMES) or f"units: {', '.join(_UNIT_NAMES)}"
         raise SizeError(f"invalid size '{value}': unknown unit '{unit}'", hint)
-    return int(Fraction(number) * factor)
+    return _bounded(int(Fraction(number) * factor), text)
+
+
+#: the largest size taken: 1 EiB, beyond any machine's memory (a float of more overflowed later)
+MAX_SIZE = 1 << 60
+
+
+def _bounded(n: int, text: str) -> int:
+    if n > MAX_SIZE:
+        raise SizeError(f"invalid size '{text}': more than 1 EiB", _SIZE_HINT)
+    return n
 
 
 def fmt_bytes(n: float) -> str:

@@ -100,7 +100,7 @@ class DataStats:
     truncated_share: float
     max_seq_len: int
     batch_size: int
-    tokens: dict[str, int]
+    tokens: dict[str, float | int]  # the mean has one decimal, the rest are whole
     histogram: list[dict[str, int]]
     random_order: dict[str, float | int]
     grouped: dict[str, float | int]

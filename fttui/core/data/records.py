@@ -41,6 +41,21 @@ def _detect(obj: dict[str, Any]) -> str | None:
     return None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(val: str, where: str, field: str) -> None:
+    """A JSON escape of half a UTF-16 pair (``"\\ud800"``) parses to a string no tokenizer can
+    encode (UnicodeEncodeError in the worker, after the launch): refused here, in one line."""
+    m = _SURROGATE.search(val)
+    if m:
+        raise DataError(
+            None,
+            f"{where}: field {field} holds a lone surrogate {m.group(0)!r} (half a UTF-16 pair), "
+            "not text; mend the file",
+        )
+
+
 def _check(obj: Any, fmt: str, where: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise DataError(None, f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -59,6 +74,7 @@ def _check(obj: Any, fmt: str, where: str) -> dict[str, Any]:
                 val = ""
             if not isinstance(val, str):
                 raise DataError(None, f"{where}: field {key!r} must be a string, got {type(val).__name__}")
+            _text(val, where, repr(key))
             out[key] = val
         if not out["output"]:
             raise DataError(None, f"{where}: field 'output' is empty")
@@ -78,6 +94,7 @@ def _check(obj: Any, fmt: str, where: str) -> dict[str, Any]:
                 raise DataError(None, f"{where}: messages[{i}] is missing field {key!r}")
             if not isinstance(m[key], str):
                 raise DataError(None, f"{where}: messages[{i}].{key} must be a string, got {type(m[key]).__name__}")
+            _text(m[key], where, f"messages[{i}].{key}")
         norm.append({"role": m["role"], "content": m["content"]})
     if not any(m["role"] == "assistant" for m in norm):
         raise DataError(None, f"{where}: no message with role 'assistant' (nothing to train on)")
@@ -231,7 +248,9 @@ class _JsonList:
         depth, in_string = 0, False
         while True:
             if in_string:
-                end = _STRING_BODY.match(self.buf, self.pos).end()
+                body = _STRING_BODY.match(self.buf, self.pos)
+                assert body is not None  # the pattern matches the empty string too
+                end = body.end()
                 if end < len(self.buf) and self.buf[end] == 0x22:  # the closing quote
                     self.pos, in_string = end + 1, False
                     if not depth:

@@ -141,6 +141,8 @@ def shape_from(params_total: Any, params_trainable: Any, numbers: Mapping[str, A
     total, trainable = _int(params_total), _int(params_trainable)
     vocab, hidden, layers = _int(numbers.get("vocab")), _int(numbers.get("hidden")), _int(numbers.get("layers"))
     attn = _int(numbers.get("attn_dim") if numbers.get("attn_dim") is not None else numbers.get("q_dim"))
-    if None in (total, trainable, vocab, hidden, layers, attn) or total <= 0:  # type: ignore[operator]
+    if total is None or trainable is None or vocab is None or hidden is None or layers is None or attn is None:
         return None
-    return ModelShape(total, trainable, vocab, hidden, layers, attn, bool(numbers.get("tied")))  # type: ignore[arg-type]
+    if total <= 0:
+        return None
+    return ModelShape(total, trainable, vocab, hidden, layers, attn, bool(numbers.get("tied")))

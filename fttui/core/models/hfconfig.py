@@ -97,6 +97,8 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigReadError(f"{path}: cannot be read ({e.strerror or e})") from None
     except ValueError as e:
         raise ConfigReadError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ConfigReadError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ConfigReadError(f"{path}: not a JSON object")
     return data

@@ -86,12 +86,19 @@ _KEYS = {
 }
 
 
+#: the largest architecture number taken (2^31: no width, count or vocabulary comes near it)
+MAX_NUMBER = 2**31
+
+
 def _num(cfg: Mapping[str, Any], what: str, default: int | None = None) -> int:
     for key in _KEYS[what]:
         value = cfg.get(key)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise LayoutError(f"{key} must be a non-negative number, got {value!r}")
+            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not whole or value < 0:
+                raise LayoutError(f"{key} must be a whole non-negative number, got {value!r}")
+            if value > MAX_NUMBER:
+                raise LayoutError(f"{key} = {value!r} is beyond any model (at most {MAX_NUMBER})")
             return int(value)
     if default is None:
         raise LayoutError(f"config needs {' or '.join(_KEYS[what])}")
@@ -213,6 +220,8 @@ def layout(model_type: str, cfg: Mapping[str, Any]) -> Layout:
     if heads <= 0 or hidden <= 0:
         raise LayoutError("hidden_size and num_attention_heads must be > 0")
     kv = 1 if cfg.get("multi_query") else (_num(cfg, "kv", 0) or heads)
+    if heads % kv:
+        raise LayoutError(f"num_key_value_heads ({kv}) must divide num_attention_heads ({heads})")
     head_dim = int(cfg.get("head_dim") or family.head_dim or hidden // heads)
     dense_inter = _num(cfg, "inter", 4 * hidden)
     experts = _num(cfg, "experts", 0) if family.moe or note else 0

@@ -32,13 +32,11 @@ def valid_name(name: str) -> bool:
 
 def check_name(path: Path) -> None:
     """ProfileError naming the file when its stem is not a valid profile name."""
-    if not valid_name(path.stem):
-        from fttui.core.base.inert import inert
-
+    if not valid_name(path.stem):  # repr: the name's control characters shown as escapes
         raise ProfileError(
             display(path),
             None,
-            f"{inert(path.stem)!r} cannot be a profile's name",
+            f"{path.stem!r} cannot be a profile's name",
             f"rename the file: a profile's name is {NAME_RULE}",
         )
 

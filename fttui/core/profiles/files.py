@@ -43,6 +43,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         doc = tomllib.loads(text)
         bounded.check_tree(doc)
         return doc
+    except RecursionError:  # arrays or tables inside each other thousands deep (issue 36)
+        raise ProfileError(disp, None, "invalid TOML: values nested too deeply", "no setting nests") from None
     except ValueError as exc:
         if not isinstance(exc, tomllib.TOMLDecodeError):
             raise ProfileError(disp, None, str(exc)) from None
@@ -155,6 +157,10 @@ def _resolve_extends(target: str, child: Path) -> Path:
     raise ProfileError(disp, "extends", f"unknown profile '{target}'", unknown_profile_hint(target, siblings))
 
 
+#: profiles one may stack with ``extends`` (a handful in practice)
+MAX_EXTENDS = 32
+
+
 def load_chain(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict, dict]:
     """Raw (merged, checked) values and, per dotted key, the file that set it."""
     resolved = safe_resolve(path)
@@ -163,6 +169,10 @@ def load_chain(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict, dict]:
     target = raw[TOP].get("extends")
     if not target:
         return raw, origins
+    if len(stack) >= MAX_EXTENDS:  # each level is a frame of this function (a 1000-long chain hit the limit)
+        raise ProfileError(
+            display(path), "extends", f"a chain of more than {MAX_EXTENDS} profiles", "extend a profile nearer the base"
+        )
     parent = _resolve_extends(target, path)
     chain = stack + (resolved,)
     parent_resolved = safe_resolve(parent)

@@ -36,7 +36,7 @@ def _parse_literal(text: str, field: Field | None) -> Any:
     if stripped and "\n" not in stripped:
         try:
             value = tomllib.loads(f"v = {stripped}")["v"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):  # not a literal: the text (checked below)
             value = stripped
     if field is not None:
         wrong_str = field.kind == "str" and not isinstance(value, str)

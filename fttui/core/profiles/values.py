@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import tomllib
 from typing import Any
 
@@ -36,16 +37,31 @@ _KIND_WORDS = {
 }
 
 
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_TOML_SPECIAL = re.compile(r'[\\"\x00-\x1f\x7f]')
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and every control character escaped, so that the
+    literal is one line whatever the text holds (a newline in a value would end a comment or a
+    key's line and make the rest live TOML: issue 36)."""
+    body = _TOML_SPECIAL.sub(lambda m: _TOML_ESCAPES.get(m.group(0)) or f"\\u{ord(m.group(0)):04x}", text)
+    return f'"{body}"'
+
+
 def toml_literal(value: Any) -> str:
-    """A value as a TOML literal (``None`` as ``""``), for messages and the overrides log."""
+    """A value as a TOML literal on one line (``None`` as ``""``), for messages, the overrides
+    log and the profiles written by ``fttui profiles --from``."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return _toml_string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_literal(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {toml_literal(v)}" for k, v in value.items()) + "}"
+        keys = (k if _BARE_KEY.fullmatch(str(k)) else _toml_string(str(k)) for k in value)
+        return "{" + ", ".join(f"{k} = {toml_literal(v)}" for k, v in zip(keys, value.values())) + "}"
     if value is None:
         return '""'
     return repr(value)
@@ -78,7 +94,7 @@ def _type_hint(key: str, field: Field, value: Any) -> str:
     if isinstance(value, str) and field.kind in ("int", "float", "bool"):
         try:
             parsed = tomllib.loads(f"v = {value.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             parsed = None
         if parsed is not None and _kind_ok(field.kind, parsed):
             return f"write {value.strip()} without quotes"
@@ -132,6 +148,10 @@ def _kind_ok(kind: str, value: Any) -> bool:
     raise AssertionError(kind)
 
 
+#: the largest whole number a profile takes (seeds are 32-bit; no count or length comes near it)
+MAX_INT = 2**32 - 1
+
+
 def check_value(section: str, key: str, value: Any, file: str) -> Any:
     """Type, allowed values and range of one value; returns it normalized."""
     field = SCHEMA[section][key]
@@ -164,6 +184,8 @@ def check_value(section: str, key: str, value: Any, file: str) -> Any:
     if dk == "method" and value not in SUPPORTED_METHODS:
         supported = ", ".join(m for m in METHODS if m in SUPPORTED_METHODS)
         raise ProfileError(file, dk, f"method '{value}' is not supported by this build", f"supported: {supported}")
+    if field.kind == "int" and abs(value) > MAX_INT:  # a randint or a C integer overflowed in the worker
+        raise ProfileError(file, dk, f"must be at most {MAX_INT}, got {short_literal(value)}", None)
     if field.lo is not None and value < field.lo:
         raise ProfileError(
             file, dk, f"must be >= {num(field.lo)}, got {num(value)}", field.hint or f"use a value >= {num(field.lo)}"

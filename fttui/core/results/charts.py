@@ -82,6 +82,7 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
 
 
 def _render(spec: ChartSpec, path: Path) -> Path:
+    from matplotlib.artist import Artist
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -138,7 +139,7 @@ def _render(spec: ChartSpec, path: Path) -> Path:
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    handles = [Patch(color=c, label=inert(g)) for g, c in colours.items() if g]
+    handles: list[Artist] = [Patch(color=c, label=inert(g)) for g, c in colours.items() if g]
     if any(b.oom for b in bars):
         handles.append(Patch(facecolor=OOM_COLOUR, alpha=0.55, hatch="//", label="out of memory"))
     if spec.kind == "memory" and any(b.capacity for b in bars):

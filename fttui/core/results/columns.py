@@ -482,7 +482,7 @@ JSON_COLUMNS: frozenset[str] = frozenset(f.name for f in FIGURES if f.json)
 SETTINGS: tuple[str, ...] = tuple(f.name for f in FIGURES if f.setting)
 #: the settings a report's bar label may name, in the label's order
 LABEL_KEYS: tuple[str, ...] = tuple(
-    f.name for f in sorted((f for f in FIGURES if f.bar is not None), key=lambda f: f.bar)
+    name for _, name in sorted(((f.bar, f.name) for f in FIGURES if f.bar is not None), key=lambda p: p[0])
 )
 #: the columns ``fttui report --group-by`` offers
 GROUP_BY: tuple[str, ...] = tuple(f.name for f in FIGURES if f.group_by)

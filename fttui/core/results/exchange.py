@@ -89,8 +89,10 @@ def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     for i, ln in lines:
         try:
             obj = json.loads(ln)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             raise ImportFileError(f"{path}:{i}: malformed JSON ({e.msg})") from None
+        except (ValueError, RecursionError):  # 100k brackets deep; a number too long for Python's int()
+            raise ImportFileError(f"{path}:{i}: malformed JSON (nested too deeply or a number too long)") from None
         if not isinstance(obj, dict):
             raise ImportFileError(f"{path}:{i}: expected a JSON object")
         parsed.append((i, obj))
@@ -110,6 +112,10 @@ def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             raise ImportFileError(f"{path}:{i}: unknown column(s) for schema {header['schema']}: {', '.join(unknown)}")
         if not isinstance(row.get("run_id"), str) or not row["run_id"]:
             raise ImportFileError(f"{path}:{i}: a row needs a run_id")
+        if row.get("env") is not None and not isinstance(row["env"], dict):
+            raise ImportFileError(
+                f"{path}:{i}: row {inert(row['run_id'])}: env: expected a JSON object; nothing imported"
+            )
         rid = inert(row["run_id"])
         row, problems = check_row(row)  # against the declared figures: true -> 1, no Infinity
         if problems:
@@ -173,7 +179,7 @@ def _differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return diff
 
 
-def import_files(store: Store, paths: Sequence[str | os.PathLike]) -> ImportReport:
+def import_files(store: Store, paths: Sequence[str | os.PathLike], _retried: bool = False) -> ImportReport:
     """Import export files into ``store`` (all checked before anything is written)."""
     incoming: dict[str, dict[str, Any]] = {}
     report = ImportReport()
@@ -197,7 +203,12 @@ def import_files(store: Store, paths: Sequence[str | os.PathLike]) -> ImportRepo
             report.conflicts.append((rid, diff))
         else:
             report.same.append(rid)
-    _insert_all(store, to_add)
+    try:
+        _insert_all(store, to_add)
+    except sqlite3.IntegrityError:  # another import stored one of these rows meanwhile: ours is undone
+        if _retried:
+            raise
+        return import_files(store, paths, _retried=True)  # read the store again: those rows are there now
     return report
 
 

@@ -69,6 +69,6 @@ def filter_rows(rows: Sequence[Mapping], where: Iterable[str] | None) -> list[di
     """Rows whose columns equal the ``KEY=VALUE`` filters: numbers compare as numbers, text
     without regard to case, ``KEY=`` matches an empty cell. Different keys must all match; a key
     given twice matches either value. An unknown column is a one-line :class:`FttuiError`."""
-    rows = [dict(r) for r in rows]
-    conds = parse_where(where or (), {k for r in rows for k in r})
-    return [r for r in rows if all(any(_matches(r.get(k), v) for v in vals) for k, vals in conds.items())]
+    table = [dict(r) for r in rows]
+    conds = parse_where(where or (), {k for r in table for k in r})
+    return [r for r in table if all(any(_matches(r.get(k), v) for v in vals) for k, vals in conds.items())]

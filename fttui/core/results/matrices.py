@@ -9,6 +9,7 @@ but the pair (like the Llama-2 reference table), each row covered once.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from fttui.core.base import fmt
 from fttui.core.results.document import Table
@@ -27,7 +28,10 @@ MATRIX_PAIRS = (
 )
 
 
-def pick(rows: Sequence[Mapping]) -> Mapping:
+RowT = TypeVar("RowT", bound=Mapping[str, Any])
+
+
+def pick(rows: Sequence[RowT]) -> RowT:
     """Of several rows for one cell: the latest completed, else the latest OOM, else the latest."""
     for want in ("completed", "oom"):
         hit = [r for r in rows if r.get("status") == want]

@@ -177,10 +177,11 @@ def _charts(rows: Sequence[dict], ctx: Ctx, group_by: str | None, baseline: Mapp
         if host:
             for lab, r in zip(bar_labels(host), host):
                 cap = num(r.get("host_ram_total_mb"))
+                rss = num(r.get("peak_host_rss_mb")) or 0.0  # not None: the rows sorted above
                 mem.append(
                     Bar(
                         lab,
-                        num(r.get("peak_host_rss_mb")) / 1024,
+                        rss / 1024,
                         group(r),
                         "OOM" if is_oom(r) else "",
                         None if cap is None else cap / 1024,
@@ -216,7 +217,7 @@ def build_report(
     ``baseline``: a row, or a run id / prefix among ``rows``; ``prices``: :class:`Prices` or a
     plain ``{gpu name: price per card}`` mapping.
     """
-    rows = [dict(r) for r in rows]
+    dicts = [dict(r) for r in rows]
     if group_by is not None and group_by not in COLUMNS:
         close = difflib.get_close_matches(group_by, list(COLUMNS), n=1)
         raise FttuiError(
@@ -224,7 +225,7 @@ def build_report(
         )
     if isinstance(prices, Mapping):
         prices = Prices({str(k): price_value("prices", str(k), v) for k, v in prices.items()})
-    base = find_row(rows, baseline) if isinstance(baseline, str) else (dict(baseline) if baseline else None)
+    base = find_row(dicts, baseline) if isinstance(baseline, str) else (dict(baseline) if baseline else None)
     base_sps = None
     if base is not None:
         base_sps = None if is_oom(base) else num(base.get("samples_per_s"))
@@ -235,11 +236,11 @@ def build_report(
             )
     ctx = Ctx(base_sps, prices)
     statuses: dict[str, int] = {}
-    for r in rows:
+    for r in dicts:
         st = str(r.get("status") or "unknown")
         statuses[st] = statuses.get(st, 0) + 1
     kinds: dict[str, int] = {}
-    for r in rows:
+    for r in dicts:
         kinds[str(r.get("kind") or "run")] = kinds.get(str(r.get("kind") or "run"), 0) + 1
     names = {
         "run": "runs",
@@ -249,7 +250,7 @@ def build_report(
         "watch": "watched processes",
     }
     summary = [
-        f"{len(rows)} rows: "
+        f"{len(dicts)} rows: "
         + ", ".join(f"{n} {names.get(k, k)}" for k, n in sorted(kinds.items()))
         + "; "
         + ", ".join(f"{n} {'out of memory' if s == 'oom' else s}" for s, n in sorted(statuses.items()))
@@ -260,8 +261,8 @@ def build_report(
             f"{base_sps:.3f} samples/s; rel_throughput = samples/s / the baseline's"
         )
     if prices is not None:
-        priced = sorted({gpu_name(r) for r in rows if prices.price_of(gpu_name(r)) is not None})
-        unpriced = sorted({gpu_name(r) or "unknown GPU" for r in rows if prices.price_of(gpu_name(r)) is None})
+        priced = sorted({gpu_name(r) for r in dicts if prices.price_of(gpu_name(r)) is not None})
+        unpriced = sorted({gpu_name(r) or "unknown GPU" for r in dicts if prices.price_of(gpu_name(r)) is None})
         summary.append(
             f"prices{' in ' + prices.unit if prices.unit else ''}"
             f"{' from ' + Path(prices.source).name if prices.source else ''}: per-card price x cards; "
@@ -269,17 +270,17 @@ def build_report(
         )
     if group_by:
         summary.append(f"grouped by {group_by}")
-    tables = [runs_table(rows, ctx, group_by)] if rows else []
-    if rows and group_by:
-        tables.append(groups_table(rows, ctx, group_by))
-    matrices = matrix_tables(rows, group_by)
+    tables = [runs_table(dicts, ctx, group_by)] if dicts else []
+    if dicts and group_by:
+        tables.append(groups_table(dicts, ctx, group_by))
+    matrices = matrix_tables(dicts, group_by)
     if matrices:
         tables.append(Table("matrices", "Matrices", [], [], level=2))
         tables += matrices
-    g = gpus_table(rows, ctx)
+    g = gpus_table(dicts, ctx)
     if g is not None:
         tables.append(g)
-    return Report(rows, tables, _charts(rows, ctx, group_by, base), summary, group_by, base, prices)
+    return Report(dicts, tables, _charts(dicts, ctx, group_by, base), summary, group_by, base, prices)
 
 
 def write_report(report: Report, out_dir: str | Path) -> list[Path]:

@@ -145,7 +145,7 @@ def interconnect_label(
     if num_gpus is not None and num_gpus < 2:
         return ""
     links = nvlink_links
-    total = sum(int(x or 0) for x in links) if isinstance(links, (list, tuple)) else int(links or 0)
+    total = sum(int(x or 0) for x in links) if isinstance(links, Iterable) else int(links or 0)
     if total > 0:
         return "NVLink"
     level = common_ancestor

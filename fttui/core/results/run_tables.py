@@ -69,6 +69,11 @@ def _status(row: Mapping) -> str:
     return (row.get("status") or "") + (f" ({row['oom_kind']})" if row.get("oom_kind") else "")
 
 
+def _version(key: str) -> Callable[[dict], Any]:
+    """The cell of one version column (``key`` of the row's environment and versions)."""
+    return lambda r: versions(r).get(key) or ""
+
+
 def runs_table(rows: Sequence[dict], ctx: Ctx, group_by: str | None) -> Table:
     kinds = {r.get("kind") for r in rows}
     cols: list[tuple[str, Callable[[dict], Any], Callable[[Any], str]]] = []
@@ -103,7 +108,7 @@ def runs_table(rows: Sequence[dict], ctx: Ctx, group_by: str | None) -> Table:
     if ctx.prices is not None:
         cols.append(("samples_per_s_per_price", lambda r: per_price(r, ctx), fmt_sig))
     for k in VERSION_KEYS:
-        cols.append((k, lambda r, k=k: versions(r).get(k) or "", cell_text))
+        cols.append((k, _version(k), cell_text))
     cols.append(("run", lambda r: r.get("run_id") or "", cell_text))
     ordered = list(rows)
     if group_by:
@@ -137,7 +142,7 @@ def groups_table(rows: Sequence[dict], ctx: Ctx, group_by: str) -> Table:
     for g in sorted(groups, key=lambda v: sort_key(group_by, v)):
         members = groups[g]
         done = [m for m in members if m.get("status") == "completed" and num(m.get("samples_per_s")) is not None]
-        best = max(done, key=lambda m: num(m.get("samples_per_s")), default=None)
+        best = max(done, key=lambda m: num(m.get("samples_per_s")) or 0.0, default=None)
         row = [
             dim_text(group_by, g) if g not in (None, "") else "(not recorded)",
             len(members),
@@ -171,7 +176,7 @@ def groups_table(rows: Sequence[dict], ctx: Ctx, group_by: str) -> Table:
 
 
 def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:
-    work: dict[tuple, dict[str, list[dict]]] = {}
+    work: dict[tuple, dict[tuple[str, str], list[dict]]] = {}
     for r in rows:
         if r.get("status") not in ("completed", "oom"):
             continue

@@ -31,6 +31,12 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _figures(event: Any, keys: tuple[str, ...]) -> list[float] | None:
+    """The event's numbers ``keys``, None when one is missing."""
+    values = [v for k in keys if (v := _num(getattr(event, k))) is not None]
+    return values if len(values) == len(keys) else None
+
+
 def step_parts(events: Iterable[Any], warmup_exclude_steps: int = 1) -> dict[str, Any] | None:
     """The step's measured parts (module doc) from a run's typed event records."""
     events = list(events)
@@ -45,8 +51,8 @@ def step_parts(events: Iterable[Any], warmup_exclude_steps: int = 1) -> dict[str
     for a, b in zip(steps, steps[1:]):
         if b.step != a.step + 1 or b.step <= warmup_exclude_steps:
             continue
-        va, vb = [_num(getattr(a, k)) for k in keys], [_num(getattr(b, k)) for k in keys]
-        if None in va or None in vb or vb[1] <= va[1]:
+        va, vb = _figures(a, keys), _figures(b, keys)
+        if va is None or vb is None or vb[1] <= va[1]:
             continue
         n += 1
         dt += vb[0] - va[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from fttui.core.base import fmt
 from fttui.core.base.inert import csv_cell, inert
@@ -43,7 +43,7 @@ def status_cell(row: dict) -> str:
 
 # (header, function of a row -> cell text). Same columns as the reference tables, plus the
 # figures they lacked (tokens padded, host RAM, status).
-REFERENCE_COLUMNS: list[tuple[str, object]] = [
+REFERENCE_COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
     ("model", lambda r: r.get("model") or ""),
     ("dataset", lambda r: r.get("dataset") or ""),
     ("gpu", lambda r: r.get("gpu") or ""),

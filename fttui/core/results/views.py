@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 # Reference-table header -> the stored column it sorts by (numbers sort as numbers).
 SORT_KEYS: dict[str, str] = {
@@ -27,14 +27,15 @@ SORT_KEYS: dict[str, str] = {
 }
 
 
+RowT = TypeVar("RowT", bound=Mapping[str, Any])  # the rows' own type (a dict stays a dict)
+
+
 def distinct(rows: Iterable[Mapping[str, Any]], key: str) -> list[str]:
     """Sorted distinct non-empty values of a column (for filter choices)."""
     return sorted({str(r.get(key)) for r in rows if r.get(key) not in (None, "")})
 
 
-def filter_rows(
-    rows: Sequence[Mapping[str, Any]], model: str | None = None, method: str | None = None
-) -> list[Mapping[str, Any]]:
+def filter_rows(rows: Sequence[RowT], model: str | None = None, method: str | None = None) -> list[RowT]:
     """Rows whose model and method equal the given ones (None = any)."""
     return [
         r
@@ -57,7 +58,7 @@ def _sort_value(row: Mapping[str, Any], column: str) -> tuple[int, Any]:
     return (1, str(v).lower())
 
 
-def sort_rows(rows: Sequence[Mapping[str, Any]], header: str | None, reverse: bool = False) -> list[Mapping[str, Any]]:
+def sort_rows(rows: Sequence[RowT], header: str | None, reverse: bool = False) -> list[RowT]:
     """Rows sorted by a reference-table header (stable; missing values always last)."""
     if not header or header not in SORT_KEYS:
         return list(rows)

@@ -265,6 +265,10 @@ def _check_model(prof: Profile, src: str) -> None:
         conf = json.loads(cfg.read_text())
     except ValueError as e:
         raise ProfileError(src, "model.name_or_path", f"{cfg} is not valid JSON ({e})", None) from None
+    except RecursionError:
+        raise ProfileError(src, "model.name_or_path", f"{cfg} is not valid JSON (nested too deeply)", None) from None
+    if not isinstance(conf, dict):
+        raise ProfileError(src, "model.name_or_path", f"{cfg} is not a JSON object", None)
     if conf.get("auto_map") and not model.trust_remote_code:
         raise ProfileError(
             src,

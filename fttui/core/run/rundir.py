@@ -45,7 +45,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 def read_json(path: Path) -> Any | None:
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 

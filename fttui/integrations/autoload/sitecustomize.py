@@ -58,10 +58,12 @@ def _load_hf():
     name = "_fttui_integrations_hf"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(pkg_dir, "hf.py"))
-    module = importlib.util.module_from_spec(spec)
+    hf_spec = importlib.util.spec_from_file_location(name, os.path.join(pkg_dir, "hf.py"))
+    if hf_spec is None or hf_spec.loader is None:
+        raise ImportError(f"{pkg_dir}: no hf.py to load")
+    module = importlib.util.module_from_spec(hf_spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    hf_spec.loader.exec_module(module)
     return module
 
 
@@ -103,7 +105,14 @@ def _patch(trainer_module) -> None:
     Trainer.train = train_
 
 
-class _Loader:
+TYPE_CHECKING = False  # typing is not imported at every interpreter's start for this
+if TYPE_CHECKING:
+    from importlib.abc import Loader as _LoaderType
+else:
+    _LoaderType = object  # importlib.abc costs its import (importlib.resources); a loader is its methods
+
+
+class _Loader(_LoaderType):
     """The real loader of ``transformers.trainer``, then :func:`_patch`."""
 
     def __init__(self, loader):

@@ -20,6 +20,7 @@ from typing import Any
 
 from fttui.core.base import bounded
 from fttui.core.base.errors import ProfileError
+from fttui.core.base.inert import inert
 from fttui.core.profiles.discovery import check_name, display
 from fttui.core.profiles.files import normalize
 from fttui.core.profiles.foreign.axolotl import read_axolotl
@@ -65,6 +66,8 @@ def read_config(path: str | os.PathLike[str]) -> Mapped:
         raise ProfileError(where, None, f"cannot read: {e}") from None
     except ValueError as e:
         raise ProfileError(where, None, str(e)) from None
+    except RecursionError:
+        raise ProfileError(where, None, "values nested too deeply; not a training config") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}: " if mark is not None else ""
@@ -167,6 +170,7 @@ def profile_toml(mapped: Mapped) -> str:
     if mapped.notes:
         out.append("# Notes:")
         out += [f"#   {n}" for n in mapped.notes]
+    out = [inert(line) for line in out]  # a comment stays one line, whatever a key, value or path holds
     out.append("")
     data = mapped.data
     for key in SCHEMA[TOP]:

@@ -179,6 +179,10 @@ def deepspeed_sharding(m: Mapped, ref: str) -> None:
         conf = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise m.error("deepspeed", f"{display(path)}: not a DeepSpeed JSON config ({e})") from None
+    except RecursionError:
+        raise m.error("deepspeed", f"{display(path)}: not a DeepSpeed JSON config (nested too deeply)") from None
+    if not isinstance(conf, dict):
+        raise m.error("deepspeed", f"{display(path)}: not a DeepSpeed JSON config (not a JSON object)")
     zero = conf.get("zero_optimization") or {}
     if not isinstance(zero, dict):
         raise m.error("deepspeed", f"{display(path)}: zero_optimization must be a JSON object")
