@@ -29,7 +29,7 @@ except ImportError:  # loaded by path where fttui is not installed: the method r
     _spec = _util.spec_from_file_location(
         "_fttui_methods", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "methods.py")
     )
-    _methods = _util.module_from_spec(_spec)  # type: ignore[assignment,arg-type]
+    _methods = _util.module_from_spec(_spec)  # type: ignore[arg-type]
     _sys.modules[_spec.name] = _methods  # type: ignore[union-attr]
     _spec.loader.exec_module(_methods)  # type: ignore[union-attr]
 
