@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from fttui.core.base import paths
 from fttui.core.base.constants import PROBE_STEPS
 from fttui.core.experiments.probe import Prober
-from fttui.core.profiles import load_profile
+from fttui.core.profiles import Profile, load_profile
 from fttui.core.run.events import read_jsonl
 
 
-def one(resolved: dict, param: str, value: int, steps: int, worker: bool = False) -> dict:
+def one(resolved: Profile, param: str, value: int, steps: int, worker: bool = False) -> dict:
     p = Prober(resolved, param=param, lo=value, hi=value, steps=steps)
     try:
         res = p._load(value, "add", value - 1 if value > 1 else None, None) if worker else p._launch(value)

@@ -51,7 +51,9 @@ def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int, r
     from fttui.worker.train import Emitter, make_trainer, setup
 
     t0 = time.perf_counter()
-    profile = json.loads(Path(profile_path).read_text())
+    from fttui.core.profiles.stored import stored_profile
+
+    profile = stored_profile(json.loads(Path(profile_path).read_text()))
     state = {"rank": 0, "emit": Emitter(os.path.join(run_dir, "events.jsonl"), 0), "counters": None}
     su = setup(run_dir, state, profile=profile)
     loaded = time.perf_counter()
@@ -67,8 +69,7 @@ def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int, r
     @find_executable_batch_size(starting_batch_size=start, reduce_batch_size_fn=halve if reduce == "half" else None)
     def train(batch_size):
         prof = trial_profile(su.profile, "batch_size", batch_size, steps)
-        ds = SyntheticDataset(int(prof["data"]["num_samples"]), int(prof["data"]["max_seq_len"]), vocab,
-                              int(prof["train"].get("seed", 42)))
+        ds = SyntheticDataset(int(prof.data.num_samples), int(prof.data.max_seq_len), vocab, int(prof.train.seed))
         trials.append({"value": batch_size, "status": "oom"})
         trainer = make_trainer(su, prof, ds, [])
         try:

@@ -20,6 +20,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fttui.core.profiles import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,11 +39,11 @@ def steady_sps(events_path: Path, warmup: int = 1) -> float:
     return st.snapshot().samples_per_s
 
 
-def run_alone(resolved: dict, home: Path) -> float:
+def run_alone(resolved: Profile, home: Path) -> float:
     from fttui.core.run import launch, rundir
 
     os.environ["FTTUI_HOME"] = str(home)
-    rd = rundir.create(resolved, [], launch.child_env(resolved))
+    rd = rundir.create(resolved.to_dict(), [], launch.child_env(resolved))
     env = dict(os.environ, **launch.child_env(resolved))
     subprocess.run([sys.executable, "-m", "fttui.worker.train", "--run-dir", str(rd.path)], env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)

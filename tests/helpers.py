@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import Profile
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
@@ -126,3 +130,13 @@ def only_run_dir(home: Path) -> Path:
     runs = sorted((home / "runs").iterdir())
     assert len(runs) == 1, runs
     return runs[0]
+
+
+def profile_of(obj) -> Profile:
+    """A test's hand-written profile (a resolved dict, whole or in part, or a ``to_dict()`` changed
+    by the test) as the typed Profile, read as a run's ``profile.json`` is
+    (:func:`fttui.core.profiles.stored.stored_profile`): the one place a test turns a dict into
+    the profile fttui's functions take."""
+    from fttui.core.profiles.stored import stored_profile
+
+    return stored_profile(obj)

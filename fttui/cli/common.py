@@ -71,9 +71,9 @@ def resolve(args) -> dict:
 
     logging.getLogger("fttui.cli").debug(
         "profile %s from %s (%s)%s",
-        resolved.get("name"),
-        resolved.get("source"),
-        resolved.get("origin"),
+        resolved.name,
+        resolved.source,
+        resolved.origin,
         f", overrides {overrides}" if overrides else "",
     )
     return resolved

@@ -35,9 +35,8 @@ def _calibration(args, resolved):
 def _card_size(args, resolved) -> int | None:
     if getattr(args, "gpu_memory", None):
         return _size(args.gpu_memory, "--gpu-memory")
-    from fttui.core.profiles.stored import as_profile
 
-    limit = as_profile(resolved).limits.gpu_memory or ""
+    limit = resolved.limits.gpu_memory or ""
     if limit:
         return _size(limit, "limits.gpu_memory")
     return None
@@ -140,7 +139,7 @@ def cmd_estimate(args, resolve=resolve) -> int:
     if args.json:
         print(json.dumps({**e.to_dict(), "forecast": fc.to_dict() if fc else None}, indent=2))
     else:
-        sys.stdout.write(render_text(e, resolved.get("name", "")))
+        sys.stdout.write(render_text(e, resolved.name))
         if fc is not None:
             print(f"time: {fc.words()}")
     return 0

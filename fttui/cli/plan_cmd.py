@@ -29,13 +29,12 @@ def _say_left_out(resolved, budget, args) -> None:
     run it (its packages are missing), when it would have been planned."""
     from fttui.core.base import shardings
     from fttui.core.experiments.plan import candidates
-    from fttui.core.profiles.stored import as_profile
     from fttui.core.run.extras import uninstalled_shardings
 
     missing = uninstalled_shardings()
     if not missing:
         return
-    prof = as_profile(resolved)
+    prof = resolved
     methods = _methods(args.methods) or [shardings.of(prof.method, prof.sharding)[0]]
     world = budget.ranks_per_node * max(1, int(prof.devices.nodes or 1))
     # the kinds planned do not depend on the batch: one sample per rank is always a valid one
@@ -117,10 +116,7 @@ def cmd_plan(args, resolve=resolve) -> int:
         else f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})"
     )
     fits = sum(o.fits for o in options)
-    print(
-        f"{resolved.get('name')}: {len(options)} setups on {where}, {fits} fit "
-        f"(margin {budget.margin:.0%}); fastest first"
-    )
+    print(f"{resolved.name}: {len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first")
     print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
         print(f"time: {options[0].mfu_source}")

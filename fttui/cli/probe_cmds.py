@@ -149,7 +149,7 @@ def cmd_sweep(args, resolve=resolve) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    text = f"## {resolved.get('name')}: sweep {res.sweep_id}\n\n" + render_rows(res)
+    text = f"## {resolved.name}: sweep {res.sweep_id}\n\n" + render_rows(res)
     matrix = render_matrix(res)
     if matrix:
         text += "\n" + matrix
@@ -162,7 +162,7 @@ def cmd_sweep(args, resolve=resolve) -> int:
             json.dumps(
                 {
                     "sweep_id": res.sweep_id,
-                    "profile": resolved.get("name"),
+                    "profile": resolved.name,
                     "grid": dict(res.grid),
                     "interrupted": res.interrupted,
                     "cells": [

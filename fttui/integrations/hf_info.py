@@ -1,8 +1,8 @@
 """What fttui's Trainer callback (:mod:`fttui.integrations.hf`) reads off the Trainer, the model
 and the process: versions, the model's name, method, shape and parameters, the sharding, peak RSS,
 the OOM kind of an exception; the per-micro-batch counters. Stdlib only (torch when it is already
-imported; the sharding registry, fttui.core.base.shardings, is stdlib too); loaded by path, with that registry,
-into a command's own Python when fttui is not installed there."""
+imported; the sharding and method registries, fttui.core.base.shardings and methods, are stdlib too); loaded by
+path, with those registries, into a command's own Python when fttui is not installed there."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ except ImportError:  # loaded by path where fttui is not installed: the registry
     _shardings = _util.module_from_spec(_spec)
     sys.modules[_spec.name] = _shardings
     _spec.loader.exec_module(_shardings)
+#: the method registry, as the sharding registry loaded it (fttui's, or by path beside it)
+_methods = sys.modules[_shardings.Method.__module__]
 
 __all__ = [
     "Counters",
@@ -289,12 +291,15 @@ def model_name(model) -> str | None:
 
 
 def method(model) -> str:
-    peft = hasattr(model, "peft_config")
-    if getattr(model, "is_loaded_in_4bit", False):
-        return "qlora" if peft else "full"
-    if getattr(model, "is_loaded_in_8bit", False):
-        return "lora-int8" if peft else "full"
-    return "lora" if peft else "full"
+    """The method a model trains with: adapters (peft) on a base bitsandbytes loaded in 4 or 8
+    bits, or on an unquantised one; full fine-tuning without adapters."""
+    if not hasattr(model, "peft_config"):
+        return _methods.Method.FULL.value
+    for bits in (4, 8):
+        kind = _methods.quantised_to(bits)
+        if kind is not None and getattr(model, f"is_loaded_in_{bits}bit", False):
+            return kind.name.value
+    return _methods.Method.LORA.value
 
 
 def sharding(trainer) -> str | None:

@@ -22,6 +22,7 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.base.inert import inert
 
 if TYPE_CHECKING:  # imported where used: the first frame does not wait for the run modules
+    from fttui.core.profiles.typed import Profile
     from fttui.core.run.rundir import RunDir
     from fttui.monitor import GpuSnapshot
     from fttui.tui.host import Host
@@ -46,7 +47,7 @@ class FttuiApp(App[int]):
         Binding("shift+tab", "focus_previous", show=False, priority=True),
     ]
 
-    def __init__(self, launch_profile: dict | None = None, attach: str | None = None, gpu_sampler=None) -> None:
+    def __init__(self, launch_profile: Profile | None = None, attach: str | None = None, gpu_sampler=None) -> None:
         super().__init__()
         self.launch_profile = launch_profile
         self.attach = attach
@@ -97,7 +98,7 @@ class FttuiApp(App[int]):
 
             return GpuSnapshot(available=False, reason=f"GPU sampler failed: {e}")
 
-    def launch_run(self, resolved: dict) -> RunDir:
+    def launch_run(self, resolved: Profile) -> RunDir:
         """Launch a resolved profile (validates first; FttuiError on bad input) and show it."""
         from fttui.core.experiments.quick_forecast import launch_forecast
         from fttui.core.run import launch
@@ -230,7 +231,7 @@ class FttuiApp(App[int]):
                 screen.stop_probe(show=False)
 
 
-def run_app(launch_profile: dict | None = None, attach: str | None = None, gpu_sampler=None) -> int:
+def run_app(launch_profile: Profile | None = None, attach: str | None = None, gpu_sampler=None) -> int:
     """Run the app; returns the exit code (0 normally)."""
     app = FttuiApp(launch_profile=launch_profile, attach=attach, gpu_sampler=gpu_sampler)
     result = app.run()

@@ -24,8 +24,9 @@ def estimate_peaks_mb(config: dict | None) -> tuple[float, ...] | None:
         return None
     try:
         from fttui.core.memory import MIB, estimate
+        from fttui.core.profiles.stored import stored_profile
 
-        peaks = estimate(config).gpu_peak_bytes
+        peaks = estimate(stored_profile(config)).gpu_peak_bytes  # the event's JSON, read as profile.json is
     except Exception:  # EstimateError and whatever a partial profile trips on: no estimate line
         return None
     return tuple(p / MIB for p in peaks) or None

@@ -5,8 +5,7 @@ as text, inert (fttui.tui.plain), never read as markup."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.measure import Measurement
 from rich.text import Text
@@ -52,17 +51,16 @@ class LabelGrid:
                 yield Text.assemble(((label if i == 0 else "").ljust(lw + 1), "bold"), line)
 
 
-def data_lengths(r: Profile | Mapping[str, Any]) -> Text | None:
+def data_lengths(r: Profile) -> Text | None:
     """The data's token lengths after the template and truncation, from ``fttui data``'s cache
     (never tokenised here): percentiles, the truncated share and the histogram's sparkline; a
     file not measured yet says how to measure it; None for synthetic data (every sample
     ``max_seq_len``)."""
     from fttui.core.base.errors import FttuiError
     from fttui.core.data.lengths import sparkline
-    from fttui.core.profiles.stored import as_profile
     from fttui.core.run.datalens import NotCached, data_stats
 
-    p = as_profile(r)
+    p = r
     if (p.data.source or "synthetic") == "synthetic":
         return None
     try:
@@ -81,19 +79,17 @@ def data_lengths(r: Profile | Mapping[str, Any]) -> Text | None:
     )
 
 
-def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
+def profile_details(r: Profile, overrides: dict[str, str]):
     """The details pane of a resolved profile: a label / value grid (the remote-code warning
     first, in words, when the profile runs code it did not ship)."""
     from rich.console import Group
 
     from fttui.core.base import fmt
-    from fttui.core.base.constants import FULL_METHODS
     from fttui.core.profiles import profile_summary
-    from fttui.core.profiles.stored import as_profile
     from fttui.core.profiles.summary import sharding_label
     from fttui.core.run.command import command_text
 
-    p = as_profile(r)
+    p = r
     cmd = command_text(p)
     if cmd is not None:  # shown, in words, before it is launched: like remote code
         t = LabelGrid()
@@ -135,7 +131,7 @@ def profile_details(r: Profile | Mapping[str, Any], overrides: dict[str, str]):
     t.add_row(
         "train", f"{steps}  lr {train.lr}  {train.optimizer}" + ("  grad ckpt" if train.gradient_checkpointing else "")
     )
-    if p.method not in FULL_METHODS:
+    if p.method_kind().adapters:
         t.add_row("lora", f"r {p.lora.r}  alpha {p.lora.alpha}  dropout {p.lora.dropout}")
     if p.limits.gpu_memory or p.limits.host_memory:
         t.add_row("limits", f"gpu {p.limits.gpu_memory or '-'}  host {p.limits.host_memory or '-'}")

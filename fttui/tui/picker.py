@@ -23,6 +23,7 @@ from textual.widgets import Footer, Header, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.base.methods import DEFAULT as DEFAULT_METHOD
 from fttui.core.profiles.fields import METHODS, OVERRIDE_FIELDS, field_values, overrides_from_fields
 from fttui.tui.details import REMOTE_CODE_LINE, profile_details
 from fttui.tui.host import host
@@ -191,7 +192,7 @@ class PickerScreen(PickerActions, Screen):
             value = values.get(fid, "")
             field: Select[str] | Input
             if fid == "method":
-                value = value or "lora"
+                value = value or DEFAULT_METHOD.name.value
                 methods = [*METHODS, value] if value not in METHODS else METHODS
                 field = Select(
                     [(plain(m), m) for m in methods], id="ov-method", allow_blank=False, value=value, compact=True

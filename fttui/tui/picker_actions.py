@@ -89,7 +89,7 @@ class PickerActions(_Screen):
             return
         self._launch(resolved)
 
-    def _launch(self, resolved: dict) -> None:
+    def _launch(self, resolved: Profile) -> None:
         self._store_stale = True
         try:
             host(self).launch_run(resolved)

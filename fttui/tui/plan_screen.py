@@ -8,6 +8,8 @@ the store's rows, the data's lengths) is made in a thread worker; the cards are 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -19,6 +21,9 @@ from fttui.core.base.errors import FttuiError
 from fttui.tui.host import host
 from fttui.tui.plain import plain
 
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import Profile
+
 
 class PlanScreen(Screen):
     BINDINGS = [
@@ -26,7 +31,7 @@ class PlanScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, resolved: dict) -> None:
+    def __init__(self, resolved: Profile) -> None:
         super().__init__()
         self.resolved = resolved
         self.options: list | None = None  # fttui.core.experiments.plan.Option, fastest first
@@ -35,7 +40,7 @@ class PlanScreen(Screen):
         self.described = None  # the setup the words below the table are about
 
     def compose(self) -> ComposeResult:
-        self.sub_title = f"plan: {self.resolved.get('name') or 'profile'}"
+        self.sub_title = f"plan: {self.resolved.name or 'profile'}"
         yield Header()
         yield Static(Text("planning: every setup, its memory and time...", style="dim"), id="plan-head")
         yield DataTable(id="plan-table", cursor_type="row", zebra_stripes=True)
@@ -75,7 +80,7 @@ class PlanScreen(Screen):
         fits = sum(o.fits for o in options)
         self.query_one("#plan-head", Static).update(
             Text.assemble(  # the profile's and the card's names: inert
-                plain(f"{self.resolved.get('name')}: ", "bold"),
+                plain(f"{self.resolved.name}: ", "bold"),
                 plain(f"{len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first"),
             )
         )

@@ -11,7 +11,7 @@ profile's own), with a one-line :class:`FttuiError` for bad input. The screen
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -19,6 +19,9 @@ from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from fttui.core.base.constants import PROBE_PARAMS, PROBE_STEPS
 from fttui.core.base.errors import FttuiError
+
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import LimitSettings
 
 DEFAULT_PARAM = "batch_size"
 DEFAULT_RANGE = (1, 1024)
@@ -40,7 +43,7 @@ class ProbeForm(NamedTuple):
     overrides: dict
 
 
-def compose_form(limits: dict, result=None) -> ComposeResult:
+def compose_form(limits: LimitSettings, result=None) -> ComposeResult:
     """The form's row of fields (ids ``pr-param``, ``pr-lo``, ``pr-hi``, ``pr-steps``,
     ``pr-repeats``, ``pr-data``, ``pr-host``, ``pr-gpu``) and its start button ``pr-start``."""
     res = result
@@ -85,16 +88,16 @@ def compose_form(limits: dict, result=None) -> ComposeResult:
             )
         with Vertical(classes="field field-limit"):
             yield Label("host mem")
-            yield Input(limits.get("host_memory") or "", id="pr-host", placeholder="none", compact=True)
+            yield Input(limits.host_memory or "", id="pr-host", placeholder="none", compact=True)
         with Vertical(classes="field field-limit"):
             yield Label("GPU mem")
-            yield Input(limits.get("gpu_memory") or "", id="pr-gpu", placeholder="none", compact=True)
+            yield Input(limits.gpu_memory or "", id="pr-gpu", placeholder="none", compact=True)
         with Vertical(classes="field field-start"):
             yield Label(" ")
             yield Button("Start (s)", id="pr-start", variant="primary", compact=True)
 
 
-def parse_form(values: dict, limits: dict) -> ProbeForm:
+def parse_form(values: dict, limits: LimitSettings) -> ProbeForm:
     """The form from the fields' values (by field id without ``pr-``: texts, and ``data`` the
     checkbox's bool); ``limits``: the profile's own. FttuiError on bad input."""
     param = values.get("param")
@@ -119,7 +122,7 @@ def parse_form(values: dict, limits: dict) -> ProbeForm:
     overrides = {}
     for fid, key in LIMIT_FIELDS:
         text = values[fid].strip()
-        if text != (limits.get(key) or ""):
+        if text != (getattr(limits, key) or ""):
             overrides[f"limits.{key}"] = text
     return ProbeForm(param, lo, hi, steps, repeats, bool(values.get("data")), overrides)
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -31,7 +30,6 @@ from textual.widgets import Button, Checkbox, DataTable, Footer, Header, Input, 
 
 from fttui.core.base.constants import PROBE_PARAMS
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.tui.host import host
 from fttui.tui.plain import plain
@@ -89,9 +87,9 @@ class ProbeScreen(Screen):
             self.token, self.result, self.error, self.stopped = token, result, error, stopped
 
     # ---------------------------------------------------------------- state
-    def __init__(self, resolved: Profile | Mapping[str, Any], result=None) -> None:
+    def __init__(self, resolved: Profile, result=None) -> None:
         super().__init__()
-        self.resolved = as_profile(resolved)  # the picker's profile with its overrides
+        self.resolved = resolved  # the picker's profile with its overrides
         self.state = ProbeState.IDLE  # the one source of what the screen is doing
         self.prober = None
         self.probe_resolved: dict | None = None  # the profile the probe runs (limits applied)
@@ -375,7 +373,7 @@ class ProbeScreen(Screen):
             w.set_class(k.value == kind, f"-{k.value}")
 
     # ---------------------------------------------------------------- actions
-    def launch_profile(self) -> dict | None:
+    def launch_profile(self) -> Profile | None:
         """The profile a full run at the found value uses (None when there is none): the probed
         profile (the picker's overrides and the probe's memory budgets) and the value, so the run
         answers the same question the probe did ("does it fit on a 24 GB card?"); after a probe

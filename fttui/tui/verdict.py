@@ -6,11 +6,15 @@ after the picker's first frame."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from fttui.core.base.errors import FttuiError
 from fttui.tui.plain import plain
+
+if TYPE_CHECKING:  # the picker's first frame does without the typed profile
+    from fttui.core.profiles.typed import Profile
 
 
 @dataclass
@@ -23,7 +27,7 @@ class MemoryVerdict:
     detail: str = ""
 
 
-def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
+def memory_verdict(resolved: Profile, gpu_snap, rows: list[dict]) -> MemoryVerdict:
     """Predicted peak memory of ``resolved`` (calibrated from the store ``rows`` when some match)
     next to the visible cards of ``gpu_snap`` (or ``limits.gpu_memory`` when set). Never raises:
     a profile the estimator cannot express gives its one-line message."""
@@ -49,9 +53,8 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
         head, f"GPU {fmt_bytes(max(peaks))} per card" + (f" x{n}" if n > 1 else "") + f", host peak {host} ({source})\n"
     )
     limit = None
-    from fttui.core.profiles.stored import as_profile  # on use: the picker's first frame does without it
 
-    limit_text = as_profile(resolved).limits.gpu_memory or ""
+    limit_text = resolved.limits.gpu_memory or ""
     if limit_text:
         from fttui.core.profiles import parse_size
 
@@ -96,16 +99,14 @@ def memory_verdict(resolved: dict, gpu_snap, rows: list[dict]) -> MemoryVerdict:
             else f"the card has {fmt_bytes(budget)}"
         )
         question = f"predicted {fmt_bytes(peak)} per card, {has}: launch anyway? y / n"
-        detail = (
-            f"{resolved.get('name') or 'this profile'} ({source}): the run would likely stop with CUDA out of memory."
-        )
+        detail = f"{resolved.name or 'this profile'} ({source}): the run would likely stop with CUDA out of memory."
         return MemoryVerdict(line1 + line2, False, question, detail)
     peak, budget, what = min(budgets, key=lambda b: b[1] - b[0])
     line2 = Text.assemble(("fits", "bold"), f" (predicted {fmt_bytes(peak)} of {fmt_bytes(budget)}, {what}){missing}")
     return MemoryVerdict(line1 + line2, True)
 
 
-def forecast_line(resolved: dict, gpu_snap, rows: list[dict]) -> Text | None:
+def forecast_line(resolved: Profile, gpu_snap, rows: list[dict]) -> Text | None:
     """The time forecast of ``resolved`` beside its memory estimate (``fttui estimate``'s
     ``time:`` line: the store's ``rows``, the data's cached lengths, the first visible card);
     None when it cannot be made (a command profile, a model without numbers)."""
@@ -114,9 +115,8 @@ def forecast_line(resolved: dict, gpu_snap, rows: list[dict]) -> Text | None:
 
     try:
         card = "cpu"
-        from fttui.core.profiles.stored import as_profile
 
-        if int(as_profile(resolved).devices.gpus or 0):
+        if int(resolved.devices.gpus or 0):
             from fttui.monitor import run_cards
 
             cards = run_cards(gpu_snap)

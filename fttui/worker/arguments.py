@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.oomretry import recovery_saves
 
@@ -46,11 +45,11 @@ def run_kind(run_dir: str) -> str:
     return RunDir(run_dir).kind_and_group()[0]
 
 
-def plan(profile: Profile | dict[str, Any], run_dir: str) -> Plan:
+def plan(profile: Profile, run_dir: str) -> Plan:
     """The :class:`Plan` of this run. A ``profile.json`` without ``train.save`` (written before
     the key existed, or by hand) saves nothing, as runs did then
     (:data:`~fttui.core.profiles.stored.OLD_DEFAULTS`); the other keys take their defaults."""
-    prof = as_profile(profile)
+    prof = profile
     t = prof.train
     kind = run_kind(run_dir)
     measuring = kind in ("probe", "sweep")
@@ -68,11 +67,10 @@ def plan(profile: Profile | dict[str, Any], run_dir: str) -> Plan:
     )
 
 
-def training_args(profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool):
+def training_args(profile: Profile, run_dir: str, world: int, use_cuda: bool):
     """TrainingArguments from the resolved profile."""
     from transformers import TrainingArguments
 
-    profile = as_profile(profile)
     t = profile.train
     precision = t.precision
     optim = t.optimizer or "adamw_torch"  # resolution fills it; a hand-written profile.json may not

@@ -7,6 +7,7 @@ from itertools import repeat
 from typing import Any
 
 from fttui.core.data.records import load_records
+from fttui.core.profiles.typed import DataSettings
 
 from .errors import DataError
 
@@ -165,18 +166,18 @@ def tokenize_record(rec: dict[str, Any], tok, max_seq_len: int) -> dict[str, lis
     return {"input_ids": ids, "labels": labels}
 
 
-def build_dataset(data: dict[str, Any], tok, vocab_size: int, seed: int, records=None):
+def build_dataset(data: DataSettings, tok, vocab_size: int, seed: int, records=None):
     """Dataset from the resolved ``data`` section. Returns ``(dataset, info)``; ``info`` has
     ``name``, ``num_samples``, ``dropped`` (samples with no trainable token after truncation)."""
-    source = data.get("source") or "synthetic"
-    max_len = int(data.get("max_seq_len") or 512)
-    n = int(data.get("num_samples") or 0)
+    source = data.source or "synthetic"
+    max_len = int(data.max_seq_len or 512)
+    n = int(data.num_samples or 0)
     if source == "synthetic":
         if n <= 0:
             n = 256
         return SyntheticDataset(n, max_len, vocab_size, seed), {"name": "synthetic", "num_samples": n, "dropped": 0}
     if records is None:
-        records = load_records(source, data.get("format") or "auto")
+        records = load_records(source, data.format or "auto")
     if n > 0:
         records = records[:n]
     items = []
@@ -197,7 +198,7 @@ def build_dataset(data: dict[str, Any], tok, vocab_size: int, seed: int, records
         items.append(item)
     if not items:
         raise DataError(None, f"{source}: no sample has a response token within max_seq_len={max_len}")
-    return ListDataset(items), {"name": data.get("name") or source, "num_samples": len(items), "dropped": dropped}
+    return ListDataset(items), {"name": data.name or source, "num_samples": len(items), "dropped": dropped}
 
 
 def sample_lengths(dataset) -> list[int] | None:

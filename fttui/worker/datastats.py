@@ -18,17 +18,18 @@ import time
 
 from fttui.core.base.errors import DataError
 from fttui.core.data.records import iter_records
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.stored import stored_profile
+from fttui.core.profiles.typed import Profile
 
 UNTRUNCATED = 1 << 31
 
 
-def measure(profile: dict, progress=None) -> dict:
+def measure(profile: Profile, progress=None) -> dict:
     """``{"lengths": [[index, raw, first_label], ...], "tokenizer": name}`` of the profile's data."""
     from .data import IGNORE, tokenize_record
     from .tokenizer import load_tokenizer
 
-    prof = as_profile(profile)
+    prof = profile
     data = prof.data
     tok = load_tokenizer(prof.model)
     out: list[list[int]] = []
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="where to write the lengths (JSON)")
     args = ap.parse_args(argv)
     with open(args.profile, encoding="utf-8") as f:
-        profile = json.load(f)
+        profile = stored_profile(json.load(f))  # the edge: a resolved profile's JSON
 
     def progress(obj: dict) -> None:
         sys.stderr.write(json.dumps(obj) + "\n")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
 
@@ -21,10 +21,10 @@ def _module_name(model, target) -> str | None:
     return None
 
 
-def lora_config(resolved: Any, model):
+def lora_config(resolved: Profile, model):
     from peft import LoraConfig
 
-    prof = as_profile(resolved)
+    prof = resolved
     lo = prof.lora
     targets = lo.target_modules
     modules = list(targets) if not isinstance(targets, str) else targets if targets == "all-linear" else [targets]
@@ -35,7 +35,7 @@ def lora_config(resolved: Any, model):
         "target_modules": modules,
         "task_type": "CAUSAL_LM",
     }
-    if prof.method == "lora-emb":
+    if prof.method_kind().embeddings:
         # peft-standard way to train whole modules next to the adapters: modules_to_save
         # (a trainable copy of the input embeddings and of the LM head).
         names = []

@@ -27,7 +27,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 
 class LiveTensors(TorchDispatchMode):
@@ -78,7 +78,7 @@ def _storage_keys(tensors) -> set[int]:
     return {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor)}
 
 
-def measure_step(resolved: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+def measure_step(resolved: Profile, seed: int = 0) -> dict[str, Any]:
     """Bytes of one CPU training step of ``resolved`` (every sample at ``max_seq_len``):
     ``params`` (all parameters and buffers), ``optimizer`` (states), ``dynamic_peak`` (the
     largest live amount of everything else: activations, gradients, temporaries) and
@@ -88,7 +88,7 @@ def measure_step(resolved: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     torch.manual_seed(seed)
     model, _info = build_model(resolved)
     model.train()
-    prof = as_profile(resolved)
+    prof = resolved
     b, s = prof.train.batch_size, prof.data.max_seq_len
     ids = torch.randint(0, model.config.vocab_size, (b, s))
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -195,7 +195,7 @@ def check_slope(profile: str, overrides: list[str], lengths: tuple[int, int] = (
         m = measure_step(resolved)
         dyn.append(m["dynamic_peak"])
         act.append(estimate(resolved).host_breakdown["activations"])
-        tokens.append(as_profile(resolved).train.batch_size * n)
+        tokens.append(resolved.train.batch_size * n)
         peaks.append(m["top"])
     d = tokens[1] - tokens[0]
     measured, predicted = (dyn[1] - dyn[0]) / d, (act[1] - act[0]) / d

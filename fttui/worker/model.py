@@ -12,8 +12,6 @@ import contextlib
 import tempfile
 from typing import Any
 
-from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
@@ -67,20 +65,18 @@ def _meta_model(prof: Profile, dtype, attn: str, trust: bool):
     return model
 
 
-def load_base_model(
-    resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0, build: str = WHOLE
-):
+def load_base_model(resolved: Profile, *, use_cuda: bool = False, local_rank: int = 0, build: str = WHOLE):
     """The base causal-LM (quantised for qlora / lora-int8), before PEFT wrapping. ``build``:
     :data:`META` builds it without weights; under :data:`ZERO_INIT` transformers partitions it
     while building it (random weights drawn module by module where DeepSpeed puts them)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    prof = as_profile(resolved)
-    m, method = prof.model, prof.method
-    dtype = torch_dtype(prof.train.precision, method)
+    prof = resolved
+    m = prof.model
+    dtype = torch_dtype(prof.train.precision, prof.method_kind().full)
     attn, trust = m.attn_implementation, m.trust_remote_code
-    qconf = quant_config(method, prof)
+    qconf = quant_config(prof)
     torch.manual_seed(prof.train.seed)
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": trust}
     if build == META:
@@ -150,10 +146,10 @@ def random_on_host(config, *, dtype, attn: str, trust: bool, draw_on=None):
     return model
 
 
-def reentrant_checkpointing(resolved: Profile | dict[str, Any], use_cuda: bool) -> bool:
+def reentrant_checkpointing(resolved: Profile, use_cuda: bool) -> bool:
     """Whether gradient checkpointing runs reentrant: 8-bit LoRA on CUDA (see build_model)."""
-    prof = as_profile(resolved)
-    return bool(use_cuda and prof.method == "lora-int8" and prof.train.gradient_checkpointing)
+    prof = resolved
+    return bool(use_cuda and prof.method_kind().bits == 8 and prof.train.gradient_checkpointing)
 
 
 def enable_checkpointing(model, *, reentrant: bool = False) -> None:
@@ -165,15 +161,15 @@ def enable_checkpointing(model, *, reentrant: bool = False) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
 
 
-def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, local_rank: int = 0, build: str = WHOLE):
+def build_model(resolved: Profile, *, use_cuda: bool = False, local_rank: int = 0, build: str = WHOLE):
     """Model ready for the Trainer (PEFT-wrapped for the LoRA family). Returns ``(model, info)``
     with ``info = {"params_total", "params_trainable", "dtype", "method", "structure", "build"}``
     (``structure``: :func:`model_structure`; ``build``: how this rank built it)."""
-    prof = as_profile(resolved)
-    method, gc = prof.method, prof.train.gradient_checkpointing
+    prof = resolved
+    kind, gc = prof.method_kind(), prof.train.gradient_checkpointing
     model = load_base_model(prof, use_cuda=use_cuda, local_rank=local_rank, build=build)
     model.config.use_cache = False
-    if method in FULL_METHODS:
+    if kind.full:
         for p in model.parameters():
             p.requires_grad_(True)
         if gc:
@@ -181,7 +177,7 @@ def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, l
     else:
         from peft import get_peft_model, prepare_model_for_kbit_training
 
-        if method in KBIT_METHODS and prof.quant.prepare == "peft":
+        if kind.quantised and prof.quant.prepare == "peft":
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
         if gc:
             # bitsandbytes' 8-bit matmul on CUDA keeps its input as an attribute of its autograd
@@ -198,7 +194,7 @@ def build_model(resolved: Profile | dict[str, Any], *, use_cuda: bool = False, l
         "params_total": total,
         "params_trainable": trainable,
         "dtype": dtype,
-        "method": method,
+        "method": prof.method,
         "structure": model_structure(model),
         "build": build,
     }

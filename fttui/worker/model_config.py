@@ -15,26 +15,25 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
-from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
 from fttui.core.base.errors import EstimateError
 from fttui.core.models.numbers import config_numbers
 from fttui.core.profiles.frozen import thaw
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import ModelSettings, Profile
 
 from .errors import ConfigError
 
 __all__ = ["torch_dtype", "compute_dtype", "load_config", "quant_config", "device_map"]
 
 
-def torch_dtype(precision: str, method: str = "full"):
+def torch_dtype(precision: str, full: bool = True):
+    """The dtype the weights load in; ``full``: full fine-tuning (fp16 AMP keeps fp32 weights)."""
     import torch
 
     if precision == "bf16":
         return torch.bfloat16
     if precision == "fp16":
-        return torch.float32 if method in FULL_METHODS else torch.float16
+        return torch.float32 if full else torch.float16
     if precision in ("fp32", "", None):
         return torch.float32
     raise ConfigError(f"train.precision: unknown value {precision!r} (use fp32, fp16 or bf16)")
@@ -46,15 +45,15 @@ def compute_dtype(precision: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
 
 
-def load_config(m: dict[str, Any]):
+def load_config(m: ModelSettings):
     """The transformers config of a ``model.init = "random"`` model: ``model.config`` (a
     config.json or its folder; resolution sets it to the config.json of a model folder or a
     cached hub id given as ``model.name_or_path``) or ``model.arch``, with ``model.arch_config``
     on top. The numbers are the ones the estimator reads (:func:`config_numbers`)."""
     from transformers import AutoConfig
 
-    arch_config = thaw(dict(m.get("arch_config") or {}))  # a typed profile's tables are read-only
-    cfg_path = m.get("config")
+    arch_config = thaw(dict(m.arch_config or {}))  # a typed profile's tables are read-only
+    cfg_path = m.config
     if cfg_path:
         if os.path.isdir(cfg_path):
             cfg_path = os.path.join(cfg_path, "config.json")
@@ -69,7 +68,7 @@ def load_config(m: dict[str, Any]):
             raise ConfigError(f"model.config: {cfg_path}: not a JSON object")
         try:
             # the decoder's numbers (a multimodal config's text_config), without the meta keys
-            model_type, raw = config_numbers(raw, m.get("arch"))
+            model_type, raw = config_numbers(raw, m.arch)
         except EstimateError:
             raise ConfigError(f"model.config: {cfg_path}: no model_type (set model.arch)") from None
         raw.update(arch_config)
@@ -78,7 +77,7 @@ def load_config(m: dict[str, Any]):
             return AutoConfig.for_model(model_type, **raw)
         except ValueError as e:
             raise ConfigError(f"model.config: {cfg_path}: {e}".splitlines()[0]) from None
-    arch = m.get("arch")
+    arch = m.arch
     if not arch:
         raise ConfigError('model.arch: required with model.init = "random" (or set model.config)')
     try:
@@ -87,17 +86,17 @@ def load_config(m: dict[str, Any]):
         raise ConfigError(f"model.arch: {e}".splitlines()[0]) from None
 
 
-def quant_config(method: str, resolved: Any):
-    """The ``BitsAndBytesConfig`` of qlora (4-bit, ``quant`` section) and lora-int8; for a GPTQ /
-    AWQ checkpoint, the loading settings that override its stored ones (a kernel that trains);
-    else None."""
-    if method not in KBIT_METHODS:
-        return _prequant_config(resolved)
+def quant_config(prof: Profile):
+    """The ``BitsAndBytesConfig`` of a k-bit method: qlora (4-bit, ``quant`` section) and lora-int8
+    (8-bit); for a GPTQ / AWQ checkpoint, the loading settings that override its stored ones (a
+    kernel that trains); else None."""
+    method = prof.method_kind()
+    if not method.quantised:
+        return _prequant_config(prof)
     from transformers import BitsAndBytesConfig
 
-    if method == "lora-int8":
+    if method.bits == 8:
         return BitsAndBytesConfig(load_in_8bit=True)
-    prof = as_profile(resolved)
     kwargs = {}
     kind = prof.sharding_kind()
     if kind.zero3 or kind.fsdp:
@@ -119,13 +118,13 @@ def device_map(use_cuda: bool, local_rank: int):
     return {"": local_rank} if use_cuda else "cpu"
 
 
-def _prequant_config(resolved: Any):
+def _prequant_config(prof: Profile):
     """A GPTQ / AWQ checkpoint is loaded with ``backend="auto_trainable"``: GPT-QModel picks
     among its kernels that have a backward (on a GPU the fastest one is not always one of them);
     the rest of its ``quantization_config`` comes from the checkpoint."""
     from fttui.core.models.prequant import PREQUANT_METHODS, checkpoint_quant
 
-    q = checkpoint_quant(as_profile(resolved).model)
+    q = checkpoint_quant(prof.model)
     if q is None or q.method not in PREQUANT_METHODS:
         return None
     from transformers import AwqConfig, GPTQConfig

@@ -35,8 +35,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from fttui.core.base.constants import KBIT_METHODS
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
@@ -52,17 +50,17 @@ M_MMAP_THRESHOLD = -3
 ZERO3_MMAP_THRESHOLD = 128 * 1024
 
 
-def ram_efficient_fsdp(profile: Profile | dict[str, Any]) -> bool:
+def ram_efficient_fsdp(profile: Profile) -> bool:
     """FSDP whose ranks other than the lowest build on the meta device (every method but the
     quantised ones, whose 4-bit parameters accelerate does not broadcast)."""
-    prof = as_profile(profile)
-    return prof.sharding_kind().fsdp and prof.method not in KBIT_METHODS
+    prof = profile
+    return prof.sharding_kind().fsdp and not prof.method_kind().quantised
 
 
-def build_mode(profile: Profile | dict[str, Any], rank: int) -> str:
+def build_mode(profile: Profile, rank: int) -> str:
     """:data:`~.model.ZERO_INIT`, :data:`~.model.META` or :data:`~.model.WHOLE` for this rank."""
-    prof = as_profile(profile)
-    if prof.sharding_kind().zero3 and prof.method not in KBIT_METHODS and prof.deepspeed.zero3_init:
+    prof = profile
+    if prof.sharding_kind().zero3 and not prof.method_kind().quantised and prof.deepspeed.zero3_init:
         return ZERO_INIT
     if ram_efficient_fsdp(prof) and rank != 0:
         return META
@@ -70,13 +68,11 @@ def build_mode(profile: Profile | dict[str, Any], rank: int) -> str:
 
 
 @contextlib.contextmanager
-def build_context(
-    profile: Profile | dict[str, Any], run_dir: str, world: int, use_cuda: bool, rank: int
-) -> Iterator[str]:
+def build_context(profile: Profile, run_dir: str, world: int, use_cuda: bool, rank: int) -> Iterator[str]:
     """The context the model is built in; yields its :func:`build_mode`. Under ZeRO-3 the run's
     ``TrainingArguments`` are created first and kept alive until the build is over (transformers
     holds its DeepSpeed config by a weak reference); the Trainer later creates its own."""
-    prof = as_profile(profile)
+    prof = profile
     mode = build_mode(prof, rank)
     if mode != ZERO_INIT:
         # FSDP on the host: the same freed-block pattern as ZeRO-3 (each parameter received whole

@@ -21,8 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from fttui.core.base import shardings
-from fttui.core.base.constants import KBIT_METHODS
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .errors import ConfigError
@@ -42,13 +40,13 @@ __all__ = [
 ]
 
 
-def sharding_of(profile: Profile | dict[str, Any]) -> str:
+def sharding_of(profile: Profile) -> str:
     """The sharding a profile asks for (a ``profile.json`` of an older run has no ``sharding``
     key: its ``full-zero3-offload`` method is ZeRO-3 offload, anything else none)."""
-    return as_profile(profile).sharding
+    return profile.sharding
 
 
-def kind_of(profile: Profile | dict[str, Any]) -> shardings.Sharding:
+def kind_of(profile: Profile) -> shardings.Sharding:
     """The registry's entry of :func:`sharding_of` (ConfigError for a name it does not know)."""
     kind = shardings.find(sharding_of(profile))
     if kind is None:
@@ -56,19 +54,19 @@ def kind_of(profile: Profile | dict[str, Any]) -> shardings.Sharding:
     return kind
 
 
-def deepspeed_settings(profile: Profile | dict[str, Any]) -> dict[str, Any]:
+def deepspeed_settings(profile: Profile) -> dict[str, Any]:
     """The ``[deepspeed]`` settings (``[zero3]`` in a ``profile.json`` written before sharding)."""
-    return as_profile(profile).deepspeed.to_dict()
+    return profile.deepspeed.to_dict()
 
 
-def deepspeed_config(profile: Profile | dict[str, Any], world_size: int) -> dict[str, Any]:
+def deepspeed_config(profile: Profile, world_size: int) -> dict[str, Any]:
     """The DeepSpeed config of a ``zero*`` sharding: stage 2 or 3; ``-offload`` puts the optimizer
     states (``offload_optimizer``) and, for stage 3, the parameters (``offload_params``) on the
     host, page-locked when ``pin_memory``; ``stage3_max_reuse_distance`` and
     ``stage3_max_live_parameters`` go to stage 3 when set. ``[deepspeed] optimizer``: ``trainer`` (no
     ``optimizer`` section: the Trainer's optimizer is used, DeepSpeed swaps in its CPU Adam when
     the optimizer states are offloaded) or ``deepspeed`` (:func:`deepspeed_optimizer`)."""
-    prof = as_profile(profile)
+    prof = profile
     kind = kind_of(prof)
     if not kind.deepspeed:
         raise ConfigError(
@@ -131,7 +129,7 @@ def deepspeed_optimizer() -> dict[str, Any]:
     return {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
 
 
-def fsdp_arguments(profile: Profile | dict[str, Any]) -> dict[str, Any]:
+def fsdp_arguments(profile: Profile) -> dict[str, Any]:
     """``TrainingArguments`` keys of an ``fsdp*`` sharding: FSDP2, every decoder layer its own
     unit (the model's ``_no_split_modules``), parameters resharded after the forward (full
     sharding of parameters, gradients and optimizer states); ``fsdp-offload`` adds the CPU
@@ -151,7 +149,7 @@ def fsdp_arguments(profile: Profile | dict[str, Any]) -> dict[str, Any]:
             "reshard_after_forward": True,
             "cpu_offload": kind.offload,
             "state_dict_type": "FULL_STATE_DICT",
-            "cpu_ram_efficient_loading": as_profile(profile).method not in KBIT_METHODS,
+            "cpu_ram_efficient_loading": not profile.method_kind().quantised,
         },
     }
 

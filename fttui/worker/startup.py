@@ -17,7 +17,6 @@ from types import ModuleType
 from typing import Any, cast
 
 from fttui.core.base import shardings
-from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.data.records import load_records
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.stored import check_profile as check_stored
@@ -78,7 +77,8 @@ class Emitter:
 
 def needs_bitsandbytes(method: str, optimizer: str | None) -> bool:
     """A k-bit method, or one of bitsandbytes' optimizers (``paged_adamw_32bit``, ``adamw_bnb_8bit``...)."""
-    return method in KBIT_METHODS or shardings.bnb_optimizer(optimizer)
+    kind = shardings.method_of(method)
+    return (kind is not None and kind.quantised) or shardings.bnb_optimizer(optimizer)
 
 
 def unused_packages(method: str, deepspeed: bool, optimizer: str | None, report_to) -> list[str]:
@@ -248,9 +248,9 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
         from .partition import build_context
         from .tokenizer import load_tokenizer
 
-        if method != "full":
+        if profile.method_kind().adapters:
             import peft  # noqa: F401
-        if method in KBIT_METHODS:
+        if profile.method_kind().quantised:
             import bitsandbytes  # noqa: F401
         transformers.utils.logging.disable_progress_bar()
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fttui.core.profiles.typed import ModelSettings
+
 
 class ByteTokenizer:
     """ids = UTF-8 byte + 4; specials pad=0, bos=1, eos=2, unk=3; vocab 260."""
@@ -79,15 +81,15 @@ class HFTokenizer:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
 
-def load_tokenizer(model_section: dict[str, Any]):
+def load_tokenizer(model_section: ModelSettings):
     """``model.tokenizer == "byte"`` -> :class:`ByteTokenizer`; otherwise ``AutoTokenizer`` from the
     tokenizer path (default: ``model.name_or_path``)."""
-    spec = model_section.get("tokenizer")
+    spec = model_section.tokenizer
     if spec is None or spec == "":
-        spec = "byte" if model_section.get("init") == "random" else model_section.get("name_or_path")
+        spec = "byte" if model_section.init == "random" else model_section.name_or_path
     if spec == "byte":
         return ByteTokenizer()
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(spec, trust_remote_code=bool(model_section.get("trust_remote_code")))
+    tok = AutoTokenizer.from_pretrained(spec, trust_remote_code=bool(model_section.trust_remote_code))
     return HFTokenizer(tok)

@@ -6,10 +6,7 @@ the training and probe workers; transformers is imported inside the functions.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fttui.core.base.constants import LONGEST_FIRST_STEPS
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 from .arguments import Plan, plan, training_args
@@ -20,7 +17,7 @@ from .startup import Setup
 __all__ = ["Plan", "plan", "training_args", "make_trainer", "sharding_check_callback"]
 
 
-def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callbacks, eval_dataset=None):
+def make_trainer(su: Setup, profile: Profile, dataset, callbacks, eval_dataset=None):
     """The Trainer for ``dataset`` (no printer: the worker prints; fttui's event callback counts
     its micro-batches once bound to it, :meth:`fttui.integrations.hf.FttuiCallback.bind`).
     The trackers' callbacks (``train.report_to``) come after fttui's, so that at the end of
@@ -31,7 +28,6 @@ def make_trainer(su: Setup, profile: Profile | dict[str, Any], dataset, callback
     from .data import Collator
     from .testhooks import hook_callbacks, slow_collator
 
-    profile = as_profile(profile)
     d = profile.data
     sharding = profile.sharding
     check = sharding_check_callback(sharding)

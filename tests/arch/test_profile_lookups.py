@@ -24,28 +24,24 @@ NAMES = set(SECTIONS) | {shardings.LEGACY_SECTION}
 #: file -> (lookups by a section's name that read no profile, what they read)
 ROW = "a store row's (or a row-like summary's) model column"
 EVENT = "the start event's JSON (its config, the engine's read-back), written by the worker"
-FLAT = "the memory model's flat inputs (memory.inputs.settings: quant and deepspeed as dicts, estimate --json)"
-BELOW = ("fttui.core.models sits below the profile package (it cannot import Profile): the [model] / [data] "
-         "tables of a Profile or of a start event's config")
+INPUTS = "the estimate's report of its inputs (Estimate.inputs, estimate --json: its quant entry)"
+TERM = "the breakdown's lora term (LoRA parameters, gradients and states)"
 NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/cli/estimate_cmd.py": (1, "the estimate's inputs (Estimate.inputs['model'])"),
     "fttui/cli/insight_lines.py": (2, ROW),
     "fttui/cli/live.py": (1, ROW),
     "fttui/cli/profiles_cmd.py": (1, "profile_summary's model column"),
     "fttui/core/experiments/forecast.py": (2, ROW + " and the setup key's"),
-    "fttui/core/memory/estimate.py": (3, FLAT),
-    "fttui/core/memory/inputs.py": (1, FLAT),
-    "fttui/core/memory/sharding.py": (5, FLAT + "; the breakdown's lora term"),
-    "fttui/core/memory/states.py": (2, FLAT + "; the breakdown's lora term"),
-    "fttui/core/models/numbers.py": (1, BELOW),
-    "fttui/core/models/positions.py": (2, BELOW),
+    "fttui/core/memory/estimate.py": (2, INPUTS),
+    "fttui/core/memory/sharding.py": (1, TERM),
+    "fttui/core/memory/states.py": (1, TERM),
     "fttui/core/results/labels.py": (4, ROW),
     "fttui/core/results/matrices.py": (2, ROW),
     "fttui/core/results/run_tables.py": (2, ROW),
     "fttui/core/results/tables.py": (1, ROW),
     "fttui/core/results/terminal.py": (1, ROW),
     "fttui/core/results/views.py": (1, ROW),
-    "fttui/core/run/perf.py": (4, EVENT),
+    "fttui/core/run/perf.py": (5, EVENT),
     "fttui/integrations/hf.py": (1, "the Trainer callback's keyword arguments (kw['model'])"),
     "fttui/tui/details.py": (1, "profile_summary's model column"),
     "fttui/tui/probe_form.py": (1, "the probe form's data toggle (a field's value)"),

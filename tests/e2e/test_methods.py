@@ -48,14 +48,14 @@ def base_params(arch: dict) -> int:
     return vocab * h + layers * per_layer + h + vocab * h  # embed, layers, final norm, lm_head
 
 
-def lora_targets(profile: dict) -> list[str]:
-    t = profile["lora"]["target_modules"]
+def lora_targets(profile) -> list[str]:
+    t = profile.lora.target_modules
     return list(LLAMA_LINEARS) if t == "all-linear" else list(t)
 
 
-def lora_params(profile: dict) -> int:
+def lora_params(profile) -> int:
     """r x (in + out) per adapted linear layer (A is r x in, B is out x r), every decoder layer."""
-    arch, r = profile["model"]["arch_config"], int(profile["lora"]["r"])
+    arch, r = profile.model.arch_config, int(profile.lora.r)
     shapes = linear_shapes(arch)
     return arch["num_hidden_layers"] * sum(r * (shapes[t][0] + shapes[t][1]) for t in lora_targets(profile))
 
@@ -98,7 +98,7 @@ def layer_linears(structure: dict) -> dict[str, str]:
 def test_full_trains_every_parameter(fttui_home):
     prof = load_profile("tiny-full")
     row, start, _ = run_method("tiny-full", fttui_home)
-    arch = prof["model"]["arch_config"]
+    arch = prof.model.arch_config
     assert row["method"] == "full"
     assert row["params_trainable"] == row["params_total"] == base_params(arch)
     st = start["structure"]
@@ -112,7 +112,7 @@ def test_full_trains_every_parameter(fttui_home):
 def test_lora_trains_the_adapters_only(fttui_home):
     prof = load_profile("tiny-lora")
     row, start, _ = run_method("tiny-lora", fttui_home)
-    arch = prof["model"]["arch_config"]
+    arch = prof.model.arch_config
     expected = lora_params(prof)
     assert expected == 2 * 4 * 8 * (64 + 64)  # tiny-lora: 2 layers, q/k/v/o 64 -> 64, r = 8
     assert row["method"] == "lora"
@@ -130,7 +130,7 @@ def test_lora_trains_the_adapters_only(fttui_home):
 def test_lora_emb_trains_embeddings_and_lm_head(fttui_home):
     prof = load_profile("tiny-lora-emb")
     row, start, _ = run_method("tiny-lora-emb", fttui_home)
-    arch = prof["model"]["arch_config"]
+    arch = prof.model.arch_config
     emb = arch["vocab_size"] * arch["hidden_size"]
     assert row["method"] == "lora-emb"
     assert row["params_trainable"] == lora_params(prof) + 2 * emb  # adapters + embeddings + lm_head
@@ -143,7 +143,7 @@ def test_lora_emb_trains_embeddings_and_lm_head(fttui_home):
 def test_qlora_base_is_4bit_and_optimizer_paged(fttui_home):
     prof = load_profile("tiny-qlora")
     row, start, _ = run_method("tiny-qlora", fttui_home)
-    arch = prof["model"]["arch_config"]
+    arch = prof.model.arch_config
     layers = arch["num_hidden_layers"]
     assert row["method"] == "qlora"
     assert row["params_trainable"] == lora_params(prof)
@@ -152,7 +152,7 @@ def test_qlora_base_is_4bit_and_optimizer_paged(fttui_home):
     st = start["structure"]
     q = st["quant"]
     assert q["bits"] == 4 and q["storage_dtype"] == "uint8" and q["weight_class"] == "Params4bit"
-    assert q["quant_type"] == prof["quant"]["type"] == "nf4" and q["double_quant"] is True
+    assert q["quant_type"] == prof.quant.type == "nf4" and q["double_quant"] is True
     assert q["compute_dtype"] == "float32"  # precision fp32 in tiny-qlora
     # Every linear layer of the decoder is 4-bit under a LoRA wrapper; the LM head is not quantised.
     linears = layer_linears(st)
@@ -160,14 +160,14 @@ def test_qlora_base_is_4bit_and_optimizer_paged(fttui_home):
     assert st["modules"]["bnb.Linear4bit"] == st["modules"]["lora.Linear4bit"] == layers * len(LLAMA_LINEARS)
     assert st["linear"]["lm_head"] == "nn.Linear"
     opt = start["optimizer"]
-    assert prof["train"]["optimizer"] == opt["name"] == "paged_adamw_32bit"
+    assert prof.train.optimizer == opt["name"] == "paged_adamw_32bit"
     assert opt["chain"][-1].startswith("bitsandbytes.optim.") and opt["paged"] is True and opt["optim_bits"] == 32
 
 
 def test_lora_int8_base_is_8bit(fttui_home):
     prof = load_profile("tiny-lora-int8")
     row, start, _ = run_method("tiny-lora-int8", fttui_home)
-    arch = prof["model"]["arch_config"]
+    arch = prof.model.arch_config
     assert row["method"] == "lora-int8"
     assert row["params_trainable"] == lora_params(prof)
     assert row["params_total"] == base_params(arch) + lora_params(prof)
@@ -189,11 +189,11 @@ def test_zero3_config_generated_from_profile():
     prof = load_profile("tiny-full-zero3", ["grad_accum=3"])
     for world in (1, 2, 8):
         cfg = deepspeed_config(prof, world)
-        micro = prof["train"]["batch_size"]
+        micro = prof.train.batch_size
         assert cfg["train_micro_batch_size_per_gpu"] == micro and cfg["gradient_accumulation_steps"] == 3
         assert cfg["train_batch_size"] == micro * 3 * world
     z = cfg["zero_optimization"]
-    pin = prof["deepspeed"]["pin_memory"]
+    pin = prof.deepspeed.pin_memory
     assert z["stage"] == 3
     assert z["offload_optimizer"] == {"device": "cpu", "pin_memory": pin}
     assert z["offload_param"] == {"device": "cpu", "pin_memory": pin}
@@ -213,15 +213,15 @@ def test_zero3_offload_runs_on_the_deepspeed_engine(fttui_home):
     argv = json.loads((run_dir / "command.json").read_text())["argv"]
     assert argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--num_gpus=1" in argv
     assert (row["method"], row["sharding"]) == ("full", "zero3-offload")  # read back from the engine
-    assert row["params_trainable"] == row["params_total"] == base_params(prof["model"]["arch_config"])
+    assert row["params_trainable"] == row["params_total"] == base_params(prof.model.arch_config)
     ds = start["deepspeed"]
     assert ds is not None and ds["engine"] == "deepspeed.runtime.engine.DeepSpeedEngine"
     assert start["wrapper"] == ds["engine"]
     assert ds["zero_stage"] == 3
-    pin = prof["deepspeed"]["pin_memory"]
+    pin = prof.deepspeed.pin_memory
     assert ds["offload_optimizer"] == {"device": "cpu", "pin_memory": pin}
     assert ds["offload_param"] == {"device": "cpu", "pin_memory": pin}
-    micro, accum = prof["train"]["batch_size"], prof["train"]["grad_accum"]
+    micro, accum = prof.train.batch_size, prof.train.grad_accum
     assert (ds["micro_batch"], ds["grad_accum"], ds["train_batch_size"]) == (micro, accum, micro * accum * 1)
     # ZeRO-3: every parameter is partitioned, its shard in host memory.
     assert ds["params"] > 0 and ds["params_partitioned"] == ds["params"] and ds["partition_devices"] == ["cpu"]

@@ -106,17 +106,17 @@ def test_eval_loss_is_the_same_four_ways(kept):
         [(e["step"], e["eval_loss"]) for e in evals], rel=1e-6)
     # computed here: the reloaded adapter on the held-out split the worker drew
     prof = rd.profile()
-    d, t = prof["data"], prof["train"]
+    d, t = prof.data, prof.train
     model = PeftModel.from_pretrained(load_base_model(prof), str(rd.path / "output")).eval()
-    tok = load_tokenizer(prof["model"])
-    data, _ = build_dataset(d, tok, model.get_input_embeddings().num_embeddings, int(t["seed"]))
-    _, held = split_eval(data, d["eval_ratio"], int(t["seed"]))
+    tok = load_tokenizer(prof.model)
+    data, _ = build_dataset(d, tok, model.get_input_embeddings().num_embeddings, int(t.seed))
+    _, held = split_eval(data, d.eval_ratio, int(t.seed))
     assert len(held) == 8
-    collate = Collator(tok.pad_token_id, d["max_seq_len"])
+    collate = Collator(tok.pad_token_id, d.max_seq_len)
     losses = []
     with torch.no_grad():
-        for i in range(0, len(held), t["batch_size"]):
-            batch = collate([held[j] for j in range(i, min(i + t["batch_size"], len(held)))])
+        for i in range(0, len(held), t.batch_size):
+            batch = collate([held[j] for j in range(i, min(i + t.batch_size, len(held)))])
             losses.append((float(model(**batch).loss), len(batch["input_ids"])))
     mine = sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
     assert math.isclose(mine, row["eval_loss"], rel_tol=1e-5), (mine, row["eval_loss"])

@@ -56,17 +56,17 @@ async def test_pick_change_batch_launch_complete_and_result_row(fttui_home):
         ol = picker.query_one("#profiles", OptionList)
         assert app.focused is ol
         await pilot.press("home", *["down"] * names.index("tiny-lora"))
-        await until(pilot, lambda: picker.base and picker.base["name"] == "tiny-lora", what="tiny-lora details")
+        await until(pilot, lambda: picker.base and picker.base.name == "tiny-lora", what="tiny-lora details")
         # keyboard only: tab to the batch field, type over it
         await _tab_to(pilot, "ov-batch_size")
         await pilot.press("3", "2")
-        await until(pilot, lambda: picker.resolved and picker.resolved["train"]["batch_size"] == 32,
+        await until(pilot, lambda: picker.resolved and picker.resolved.train.batch_size == 32,
                     what="batch override applied")
         assert "32 x accum 1" in _static_text(app, "#details")
         # and the sequence length, two fields on (batch, accum, seq len): 32 tokens, a quicker run
         await _tab_to(pilot, "ov-max_seq_len")
         await pilot.press("3", "2")
-        await until(pilot, lambda: picker.resolved and picker.resolved["data"]["max_seq_len"] == 32,
+        await until(pilot, lambda: picker.resolved and picker.resolved.data.max_seq_len == 32,
                     what="seq len override applied")
         assert "max_seq_len 32" in _static_text(app, "#details")
         await pilot.press("enter")

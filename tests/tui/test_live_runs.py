@@ -100,7 +100,7 @@ async def test_no_live_run_opens_the_picker_as_before(tmp_path, monkeypatch, fak
         picker = await _picker(pilot, app)
         assert picker.live is None and not picker.query("#live-runs")
         assert app.focused is picker.query_one("#profiles", OptionList)
-        assert picker.base is not None and picker.base["name"] == "demo-lora"
+        assert picker.base is not None and picker.base.name == "demo-lora"
         assert "a" not in app.screen.active_bindings  # no Attach in the footer
         await pilot.press("a")  # nothing to attach: nothing happens
         await pilot.pause()

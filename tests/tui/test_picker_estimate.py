@@ -39,7 +39,7 @@ async def _select(pilot, app, name: str) -> PickerScreen:
                 what="gpus and store read")
     names = [r.name for r in picker.refs]
     picker.query_one("#profiles", OptionList).highlighted = names.index(name)
-    await until(pilot, lambda: picker.base and picker.base["name"] == name, what=f"{name} details")
+    await until(pilot, lambda: picker.base and picker.base.name == name, what=f"{name} details")
     await until(pilot, lambda: picker.verdict is not None, what="estimate")
     await pilot.pause()
     return picker
@@ -74,7 +74,7 @@ async def test_not_fitting_profile_asks_before_launch(fttui_home):
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirmation, third")
         await pilot.press("y")
         await until(pilot, lambda: launched, what="launch")
-        assert [r["name"] for r in launched] == ["llama2-7b-lora"]
+        assert [r.name for r in launched] == ["llama2-7b-lora"]
 
 
 async def test_fitting_profile_launches_without_asking_and_overrides_recompute(fttui_home):
@@ -88,13 +88,13 @@ async def test_fitting_profile_launches_without_asking_and_overrides_recompute(f
         picker.query_one("#ov-batch_size", Input).value = "256"
         await until(pilot, lambda: picker.verdict.fits is False, what="override recomputed")
         assert "does NOT fit" in _text(app, "#estimate")
-        picker.query_one("#ov-batch_size", Input).value = str(picker.base["train"]["batch_size"])
+        picker.query_one("#ov-batch_size", Input).value = str(picker.base.train.batch_size)
         await until(pilot, lambda: picker.verdict.fits is True, what="fits again")
         picker.query_one("#profiles", OptionList).focus()
         await pilot.press("enter")
         await until(pilot, lambda: launched, what="launch")
         assert not isinstance(app.screen, ConfirmScreen)
-        assert [r["name"] for r in launched] == ["qwen-7b-qlora"]
+        assert [r.name for r in launched] == ["qwen-7b-qlora"]
 
 
 async def test_cpu_profile_shows_host_and_launches_without_asking(fttui_home):
@@ -131,7 +131,7 @@ async def test_calibrated_from_the_store_read_once(fttui_home, tmp_path, monkeyp
         assert "calibrated from 2 rows" in _text(app, "#estimate")
         picker.query_one("#ov-batch_size", Input).focus()
         await pilot.press("backspace", "8", "backspace", "2")  # four recomputes
-        await until(pilot, lambda: picker.resolved["train"]["batch_size"] == 2, what="override")
+        await until(pilot, lambda: picker.resolved.train.batch_size == 2, what="override")
         await pilot.press("escape")
         picker = await _select(pilot, app, "demo-lora")
         assert "formula" in _text(app, "#estimate")  # CPU: no matching host rows
@@ -212,7 +212,7 @@ async def test_command_profile_shows_its_command_and_no_estimate(fttui_home, tmp
         await until(pilot, lambda: picker.store_rows is not None, what="store read")
         names = [r.name for r in picker.refs]
         picker.query_one("#profiles", OptionList).highlighted = names.index("my-script")
-        await until(pilot, lambda: picker.base and picker.base["name"] == "my-script", what="details")
+        await until(pilot, lambda: picker.base and picker.base.name == "my-script", what="details")
         await pilot.pause()
         details = _text(app, "#details")
         assert "COMMAND: launching runs this command" in details

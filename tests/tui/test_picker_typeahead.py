@@ -38,7 +38,7 @@ async def test_tab_then_digits_in_one_burst_reach_the_batch_field(fttui_home):
         batch = picker.query_one("#ov-batch_size", Input)
         # list -> details -> batch, then "32" typed over the batch size, all in one read
         _burst(app, "tab", "tab", "3", "2")
-        await until(pilot, lambda: picker.resolved is not None and picker.resolved["train"]["batch_size"] == 32,
+        await until(pilot, lambda: picker.resolved is not None and picker.resolved.train.batch_size == 32,
                     what="batch 32 typed into the batch field")
         assert app.focused is batch and batch.value == "32"
         # and back: shift+tab twice returns to the list before the next key is routed, so the
@@ -46,6 +46,6 @@ async def test_tab_then_digits_in_one_burst_reach_the_batch_field(fttui_home):
         ol = picker.query_one("#profiles", OptionList)
         _burst(app, "shift+tab", "shift+tab", "down")
         await until(pilot, lambda: ol.highlighted == 1 and picker.base is not None
-                    and picker.base["name"] == picker.refs[1].name, what="the down key moved the list")
+                    and picker.base.name == picker.refs[1].name, what="the down key moved the list")
         assert app.focused is ol
         await pilot.pause()

@@ -49,8 +49,8 @@ async def test_plan_screen_is_the_cli_table_and_launches_a_setup(fttui_home):
         await pilot.press("enter")
         await until(pilot, lambda: len(launched) == 1, what="launch")
         run = launched[0]
-        assert (run["train"]["batch_size"], run["train"]["grad_accum"], run["train"]["gradient_checkpointing"],
-                run["sharding"]) == (first.batch_size, first.grad_accum, first.gradient_checkpointing, first.sharding)
+        assert (run.train.batch_size, run.train.grad_accum, run.train.gradient_checkpointing,
+                run.sharding) == (first.batch_size, first.grad_accum, first.gradient_checkpointing, first.sharding)
         # one predicted not to fit asks first; "n" launches nothing
         table.move_cursor(row=table.row_count - 1)
         await pilot.pause()

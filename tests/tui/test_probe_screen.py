@@ -64,7 +64,7 @@ async def _open_probe(pilot, app, name: str) -> ProbeScreen:
     picker = app.screen
     names = [r.name for r in picker.refs]
     await pilot.press("home", *["down"] * names.index(name))
-    await until(pilot, lambda: picker.base and picker.base["name"] == name, what=f"{name} selected")
+    await until(pilot, lambda: picker.base and picker.base.name == name, what=f"{name} selected")
     assert isinstance(app.focused, OptionList)
     await pilot.press("p")
     await until(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen")
@@ -96,7 +96,7 @@ async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path,
     app = FttuiApp()
     async with app.run_test(size=(120, 40)) as pilot:
         scr = await _open_probe(pilot, app, "tail-lora")
-        assert scr.resolved["data"]["max_seq_len"] == 512
+        assert scr.resolved.data.max_seq_len == 512
         assert scr.state == "idle" and "PROBE tail-lora" in _text(app, "#probe-status")
         scr.query_one("#pr-data", Checkbox).value = True
         await _fill(pilot, scr, lo="1", hi="64", steps="1", host=PROBE_LIMIT)
@@ -222,13 +222,13 @@ async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch
         picker = app.screen
         # the picker's overrides go along
         picker.query_one("#ov-max_seq_len", Input).value = "96"
-        await until(pilot, lambda: picker.resolved and picker.resolved["data"]["max_seq_len"] == 96,
+        await until(pilot, lambda: picker.resolved and picker.resolved.data.max_seq_len == 96,
                     what="override")
         picker.query_one("#profiles", OptionList).focus()
         await pilot.press("p")
         await until(pilot, lambda: isinstance(app.screen, ProbeScreen), what="probe screen")
         scr = app.screen
-        assert scr.resolved["data"]["max_seq_len"] == 96
+        assert scr.resolved.data.max_seq_len == 96
         # bad range, bad size: one-line errors, nothing started
         await _fill(pilot, scr, lo="8", hi="4")
         await pilot.press("s")
@@ -254,7 +254,7 @@ async def test_probe_form_errors_and_overrides(fttui_home, tmp_path, monkeypatch
     assert not (fttui_home / "runs").exists()
 
 
-async def _push_probe(pilot, app, resolved: dict) -> ProbeScreen:
+async def _push_probe(pilot, app, resolved) -> ProbeScreen:
     """A probe screen of ``resolved`` on top of the picker, mounted."""
     await until(pilot, lambda: isinstance(app.screen, PickerScreen), what="picker")
     scr = ProbeScreen(resolved)
@@ -310,7 +310,7 @@ async def test_probe_form_repeats_and_data(fttui_home, tmp_path, monkeypatch):
         await until(pilot, lambda: "longest 233" in _text(app, "#probe-boundary"),
                     what="the samples in the boundary panel")
         assert done.query_one("#pr-data", Checkbox).value is True
-        assert done.launch_profile()["train"]["longest_first"] is True
+        assert done.launch_profile().train.longest_first is True
         assert scr.launch_profile() is None  # (no result on the first screen)
     # a profile with synthetic data has no data to probe with: one line, nothing started
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
@@ -336,8 +336,8 @@ async def test_recorded_result_and_launch_profile(fttui_home, tmp_path, monkeypa
         await until(pilot, lambda: "largest" in _text(app, "#probe-boundary"), what="boundary shown")
         assert "largest batch_size that fits:  61" in _text(app, "#probe-boundary")
         prof = scr.launch_profile()  # the profile's own limit (here from the picker) stays
-        assert prof["train"]["batch_size"] == 61 and prof["limits"]["host_memory"] == "150MiB"
-        assert prof["data"]["max_seq_len"] == resolved["data"]["max_seq_len"]
+        assert prof.train.batch_size == 61 and prof.limits.host_memory == "150MiB"
+        assert prof.data.max_seq_len == resolved.data.max_seq_len
         # the cursor sits on the largest clean fit
         table = scr.query_one("#trials", DataTable)
         row = table.get_row_at(table.cursor_row)
@@ -346,7 +346,7 @@ async def test_recorded_result_and_launch_profile(fttui_home, tmp_path, monkeypa
         scr2 = ProbeScreen(resolved, result=probe_result("max_seq_len"))
         app.push_screen(scr2)
         await pilot.pause()
-        assert scr2.launch_profile()["data"]["max_seq_len"] == 61
+        assert scr2.launch_profile().data.max_seq_len == 61
 
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]

@@ -19,12 +19,12 @@ ENTRY = '        Sharding("fsdp-hybrid", label="FSDP hybrid", **_FSDP),\n'
 
 PROBE = """
 import json
-from fttui.core.profiles import Profile, load_profile
+from fttui.core.profiles import load_profile
 from fttui.core.memory import estimate
 from fttui.worker.sharding import fsdp_arguments
 r = load_profile("fake")
 same_family = load_profile("fake", ["sharding=fsdp"])
-print(json.dumps({"sharding": r["sharding"], "launcher": Profile.from_dict(r).launcher(),
+print(json.dumps({"sharding": r.sharding, "launcher": r.launcher(),
                   "fsdp": fsdp_arguments(r)["fsdp"],
                   "host_peak": [estimate(p).host_peak_bytes for p in (r, same_family)]}))
 """

@@ -60,7 +60,7 @@ def test_entries():
 
 
 def test_tiny_llama_matches_tiny_full():
-    tiny = load_profile("tiny-full")["model"]["arch_config"]
+    tiny = load_profile("tiny-full").model.arch_config
     assert dict(ARCHS["tiny-llama"].config) == tiny
 
 
@@ -129,81 +129,81 @@ def test_reference_profile_resolves_to_arch(path):
     text = path.read_text(encoding="utf-8")
     assert "--set model.init=random" in text
     r = load_profile(path.stem)
-    m = r["model"]
-    assert m["init"] == "pretrained" and m["name_or_path"] == raw["model"]["name_or_path"]
-    assert m["arch"] == arch.model_type and m["arch_name"] == arch.name
-    assert m["arch_config"] == dict(arch.config)
-    assert m["trust_remote_code"] is arch.needs_remote_code
+    m = r.model
+    assert m.init == "pretrained" and m.name_or_path == raw["model"]["name_or_path"]
+    assert m.arch == arch.model_type and m.arch_name == arch.name
+    assert m.arch_config == dict(arch.config)
+    assert m.trust_remote_code is arch.needs_remote_code
     if arch.needs_remote_code:
         assert "runs the modelling code" in text
-    assert r["devices"]["gpus"] >= 1  # the rows of several cards (qwen-7b-full, qwen-72b-lora) too
-    assert r["lora"]["target_modules"] == "all-linear" or r["method"] == "full" \
-        or r["method"] == "full-zero3-offload"
-    if r["method"] == "qlora":
-        assert r["train"]["optimizer"] == "paged_adamw_32bit" and r["quant"]["type"] == "nf4"
+    assert r.devices.gpus >= 1  # the rows of several cards (qwen-7b-full, qwen-72b-lora) too
+    assert r.lora.target_modules == "all-linear" or r.method == "full" \
+        or r.method == "full-zero3-offload"
+    if r.method == "qlora":
+        assert r.train.optimizer == "paged_adamw_32bit" and r.quant.type == "nf4"
 
 
 @pytest.mark.parametrize("path", REFERENCE, ids=[p.stem for p in REFERENCE])
 def test_reference_profile_random_init(path):
     arch = ARCHS[_raw(path)["model"]["arch"]]
     r = load_profile(path.stem, ["model.init=random"])
-    m = r["model"]
-    assert m["init"] == "random" and m["tokenizer"] == "byte"  # nothing to download
-    assert m["arch"] == arch.model_type and m["arch_name"] == arch.name
-    assert param_count({"model_type": m["arch"], **m["arch_config"]}) == param_count(arch)
+    m = r.model
+    assert m.init == "random" and m.tokenizer == "byte"  # nothing to download
+    assert m.arch == arch.model_type and m.arch_name == arch.name
+    assert param_count({"model_type": m.arch, **m.arch_config}) == param_count(arch)
     # the same through apply_overrides on the resolved profile, and back
     again = apply_overrides(load_profile(path.stem), {"model.init": "random"})
-    assert again["model"] == m
+    assert again.model == m
     back = apply_overrides(again, ["model.init=pretrained"])
-    assert back["model"]["tokenizer"] == back["model"]["name_or_path"]
-    assert back["model"]["arch_name"] == arch.name
+    assert back.model.tokenizer == back.model.name_or_path
+    assert back.model.arch_name == arch.name
 
 
 def test_reference_profile_settings():
     b = load_profile("baichuan2-qlora")
-    assert (b["data"]["max_seq_len"], b["data"]["num_samples"]) == (1024, 1100)
-    assert (b["lora"]["r"], b["lora"]["alpha"], b["lora"]["dropout"]) == (64, 16, 0.05)
-    assert b["train"]["gradient_checkpointing"] and b["train"]["epochs"] == 1.0
-    assert b["train"]["precision"] == "fp16"
+    assert (b.data.max_seq_len, b.data.num_samples) == (1024, 1100)
+    assert (b.lora.r, b.lora.alpha, b.lora.dropout) == (64, 16, 0.05)
+    assert b.train.gradient_checkpointing and b.train.epochs == 1.0
+    assert b.train.precision == "fp16"
     z = load_profile("baichuan2-full-zero3", ["gpus=2", "batch_size=4"])
-    assert (z["method"], z["sharding"], z["devices"]["gpus"]) == ("full", "zero3-offload", 2)
+    assert (z.method, z.sharding, z.devices.gpus) == ("full", "zero3-offload", 2)
     ll = load_profile("llama2-7b-lora")
-    assert (ll["data"]["max_seq_len"], ll["data"]["num_samples"], ll["train"]["batch_size"]) == (
+    assert (ll.data.max_seq_len, ll.data.num_samples, ll.train.batch_size) == (
         512, 274, 4)
-    assert ll["data"]["source"] == "synthetic" and ll["train"]["precision"] == "fp16"
+    assert ll.data.source == "synthetic" and ll.train.precision == "fp16"
     q = load_profile("qwen-7b-lora")
-    assert (q["data"]["max_seq_len"], q["train"]["batch_size"], q["train"]["precision"]) == (
+    assert (q.data.max_seq_len, q.train.batch_size, q.train.precision) == (
         256, 1, "bf16")
-    assert load_profile("qwen-7b-lora-emb")["method"] == "lora-emb"
+    assert load_profile("qwen-7b-lora-emb").method == "lora-emb"
 
 
 def test_arch_keys_and_overrides():
     # profile-given arch_config keys win over the entry's numbers
     r = load_profile("llama2-7b-lora", ["model.init=random", "model.arch_config.num_hidden_layers=2"])
-    cfg = r["model"]["arch_config"]
+    cfg = r.model.arch_config
     assert cfg["num_hidden_layers"] == 2 and cfg["hidden_size"] == 4096
     # a plain model_type keeps working and leaves arch_name empty
     plain = load_profile("tiny-full")
-    assert plain["model"]["arch"] == "llama" and plain["model"]["arch_name"] is None
+    assert plain.model.arch == "llama" and plain.model.arch_name is None
     assert apply_overrides(plain, []) == plain
     # switching the arch of a resolved profile replaces the previous entry's numbers
     q = apply_overrides(load_profile("baichuan2-lora"), ["model.arch=qwen-7b"])
-    assert q["model"]["arch"] == "qwen2" and q["model"]["arch_name"] == "qwen-7b"
-    assert q["model"]["arch_config"] == dict(ARCHS["qwen-7b"].config)
+    assert q.model.arch == "qwen2" and q.model.arch_name == "qwen-7b"
+    assert q.model.arch_config == dict(ARCHS["qwen-7b"].config)
     n = apply_overrides(load_profile("baichuan2-lora"), ["model.arch=bloom"])
-    assert n["model"]["arch"] == "bloom" and n["model"]["arch_name"] is None
+    assert n.model.arch == "bloom" and n.model.arch_name is None
     # a random-init profile without name_or_path is labelled with the architecture name
     t = load_profile("tiny-full", ["model.arch=qwen-1.8b"])
-    assert t["model"]["name_or_path"] == "qwen-1.8b"
+    assert t.model.name_or_path == "qwen-1.8b"
     assert apply_overrides(t, []) == t
 
 
 @pytest.mark.parametrize("name", ["tiny-full-zero3", "tiny-lora-emb", "tiny-qlora", "tiny-lora-int8"])
 def test_tiny_twins(name):
     r = load_profile(name)
-    assert r["model"]["init"] == "random" and r["devices"]["gpus"] == 0
-    assert r["model"]["arch_config"] == dict(ARCHS["tiny-llama"].config)
-    assert r["train"]["precision"] == "fp32"
-    assert r["method"] == {"tiny-full-zero3": "full", "tiny-lora-emb": "lora-emb",
+    assert r.model.init == "random" and r.devices.gpus == 0
+    assert r.model.arch_config == dict(ARCHS["tiny-llama"].config)
+    assert r.train.precision == "fp32"
+    assert r.method == {"tiny-full-zero3": "full", "tiny-lora-emb": "lora-emb",
                            "tiny-qlora": "qlora", "tiny-lora-int8": "lora-int8"}[name]
-    assert name != "tiny-full-zero3" or r["sharding"] == "zero3-offload"
+    assert name != "tiny-full-zero3" or r.sharding == "zero3-offload"

@@ -16,6 +16,7 @@ from fttui.core.run import command as cmdrun
 from fttui.core.run.logparse import TrainerLogParser, parse_log_dict, split_segments
 from fttui.core.run.oomtext import oom_in_text
 from fttui.core.run.logtee import CALLBACK_MARK
+from tests.helpers import profile_of
 
 
 def _tqdm_output(steps: int, log_every: int = 1, final: bool = True) -> tuple[bytes, list[float]]:
@@ -146,8 +147,8 @@ def test_command_env_and_profile(tmp_path):
     off = cmdrun.command_env(tmp_path / "r", environ={cmdrun.INJECT_ENV: "0"})
     assert off[cmdrun.INJECT_ENV] == "0" and "PYTHONPATH" not in off
     prof = cmdrun.command_profile(["python", "t.py"], cwd=str(tmp_path), host_memory="2GiB")
-    assert prof["name"] == "t" and prof["command"] == {"argv": ["python", "t.py"], "cwd": str(tmp_path)}
-    assert prof["limits"]["host_memory"] == "2GiB"
+    assert prof.name == "t" and prof.command.to_dict() == {"argv": ["python", "t.py"], "cwd": str(tmp_path)}
+    assert prof.limits.host_memory == "2GiB"
     assert cmdrun.command_text(prof) == f"python t.py   (in {tmp_path})"
     assert cmdrun.command_text(load_profile("tiny-lora")) is None
 
@@ -155,11 +156,11 @@ def test_command_env_and_profile(tmp_path):
 def test_row_profile_takes_only_what_the_trainer_told():
     told = {"method": "lora", "sharding": "none", "model": {"name_or_path": "org/m"},
             "train": {"precision": "bf16", "gradient_checkpointing": True}, "devices": {"gpus": 2, "nodes": 1}}
-    row = cmdrun.row_profile({"name": "x", "limits": {"host_memory": "1GiB"}}, told, cards_used=0)
-    assert row["method"] == "lora" and row["model"]["name_or_path"] == "org/m" and row["devices"]["gpus"] == 2
-    assert row["train"]["batch_size"] is None and row.limits.host_memory == "1GiB"
-    bare = cmdrun.row_profile({"name": "x"}, None, cards_used=1)
-    assert bare["method"] is None and bare["train"]["precision"] is None and bare["devices"]["gpus"] == 1
+    row = cmdrun.row_profile(profile_of({"name": "x", "limits": {"host_memory": "1GiB"}}), told, cards_used=0)
+    assert row.method == "lora" and row.model.name_or_path == "org/m" and row.devices.gpus == 2
+    assert row.train.batch_size is None and row.limits.host_memory == "1GiB"
+    bare = cmdrun.row_profile(profile_of({"name": "x"}), None, cards_used=1)
+    assert bare.method is None and bare.train.precision is None and bare.devices.gpus == 1
 
 
 def test_profile_with_a_command(tmp_path):
@@ -167,8 +168,8 @@ def test_profile_with_a_command(tmp_path):
     path = tmp_path / "cmd.toml"
     path.write_text('# fttui run --profile cmd\n[command]\nargv = ["python", "train.py"]\ncwd = "sub"\n')
     resolved = load_profile(str(path))
-    assert resolved["command"] == {"argv": ["python", "train.py"], "cwd": str((tmp_path / "sub").resolve())}
-    assert load_profile("tiny-lora")["command"] == {"argv": None, "cwd": None}
+    assert resolved.command.to_dict() == {"argv": ["python", "train.py"], "cwd": str((tmp_path / "sub").resolve())}
+    assert load_profile("tiny-lora").command.to_dict() == {"argv": None, "cwd": None}
     path.write_text('# fttui run --profile cmd\n[command]\nargv = "python train.py"\n')
     with pytest.raises(ProfileError, match="command.argv"):
         load_profile(str(path))

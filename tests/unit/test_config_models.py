@@ -85,7 +85,7 @@ def test_moe_holds_every_expert(tmp_path):
     # LoRA on every linear layer of Mixtral adapts attention only: the experts are 3-D parameters
     r = load_profile(str(_profile(tmp_path, str(CONFIGS / "mixtral-8x7b"), "lora")), ["lora.target_modules=all-linear"])
     e = estimate(r)
-    h, kv, L, rank = 4096, 1024, 32, r["lora"]["r"]
+    h, kv, L, rank = 4096, 1024, 32, r.lora.r
     assert e.inputs["lora_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert e.inputs["lora_params"] == L * rank * ((h + h) + 2 * (h + kv) + (h + h))
     assert any("routed experts" in n for n in e.notes)
@@ -96,7 +96,7 @@ def test_hub_id_in_a_fake_cache(tmp_path, empty_cache, monkeypatch):
     snap = _cache(empty_cache, repo, CONFIGS / "mistral-7b" / "config.json")
     assert hub_cache_dir() == empty_cache and cached_snapshot(repo) == snap
     r = load_profile(str(_profile(tmp_path, repo)))
-    assert r["model"]["config"] == str(snap / "config.json") and "model.config" in r["derived"]
+    assert r.model.config == str(snap / "config.json") and "model.config" in r.derived
     weights = estimate(r).breakdown["weights"]
     assert abs(weights - 2 * PUBLISHED["mistral-7b"]) / (2 * PUBLISHED["mistral-7b"]) < 0.02
     preflight(r, (1, None))  # cached: nothing to download
@@ -106,13 +106,13 @@ def test_hub_id_in_a_fake_cache(tmp_path, empty_cache, monkeypatch):
     assert cached_snapshot(repo) is None
     _cache(other, repo, CONFIGS / "phi-3-mini" / "config.json")
     again = apply_overrides(r, [])
-    assert again["model"]["config"].startswith(str(other))
+    assert again.model.config.startswith(str(other))
     assert estimate(again).inputs["arch"] == "phi3"
 
 
 def test_hub_id_not_cached_is_caught_before_launch(tmp_path, fttui_home):
     r = load_profile(str(_profile(tmp_path, "mistralai/Mistral-7B-v0.1")))
-    assert r["model"]["config"] is None
+    assert r.model.config is None
     with pytest.raises(ProfileError) as ei:
         preflight(r, (1, None))
     assert ei.value.key == "model.name_or_path"
@@ -189,8 +189,8 @@ def test_random_init_from_a_config_folder(tmp_path):
     path.write_text(f"method = \"full\"\n[model]\nname_or_path = \"{folder}\"\ninit = \"random\"\n"
                     "[devices]\ngpus = 0\n")
     r = load_profile(str(path))
-    assert r["model"]["config"] == str(folder / "config.json") and r["model"]["tokenizer"] == "byte"
-    assert r["model"]["name_or_path"] == str(folder) and apply_overrides(r, []) == r
+    assert r.model.config == str(folder / "config.json") and r.model.tokenizer == "byte"
+    assert r.model.name_or_path == str(folder) and apply_overrides(r, []) == r
     e = estimate(r)
     h, i, L, V = 32, 64, 2, 128
     assert e.inputs["params"] == V * h + L * (h * 32 + 2 * h * 8 + 32 * h + 3 * h * i + 2 * h) + h  # tied, GQA 1
@@ -199,7 +199,7 @@ def test_random_init_from_a_config_folder(tmp_path):
     other.mkdir()
     shutil.copy(CONFIGS / "mistral-7b" / "config.json", other / "config.json")
     again = apply_overrides(r, [f"model.name_or_path={other}"])
-    assert again["model"]["config"] == str(other / "config.json") and estimate(again).inputs["arch"] == "mistral"
+    assert again.model.config == str(other / "config.json") and estimate(again).inputs["arch"] == "mistral"
     # nothing to build from: the error names the ways
     with pytest.raises(ProfileError, match="needs model.arch, model.config or a model folder"):
         apply_overrides(r, [f"model.name_or_path={tmp_path / 'nowhere'}"])
@@ -222,7 +222,7 @@ def test_random_init_of_a_config_transformers_cannot_build(tmp_path):
     # a plain model.arch maps the remote-code model onto a native one (as the ARCHS entries do):
     # the arch's numbers stand, and launching still asks for trust_remote_code
     mapped = load_profile("tiny-full", [f"model.name_or_path={folder}", "model.init=pretrained"])
-    assert mapped["model"]["config"] is None
+    assert mapped.model.config is None
     assert estimate(mapped).inputs["params"] == param_count("tiny-llama")
     with pytest.raises(ProfileError, match="needs remote code"):
         preflight(mapped, (0, "no NVIDIA driver"))

@@ -206,7 +206,7 @@ def test_eager_attention_adds_the_attention_matrix():
 
 
 def test_quantised_weight_bytes():
-    a = E.arch_numbers(load_profile("llama2-7b-qlora"))
+    a = E.arch_numbers(load_profile("llama2-7b-qlora").model)
     linear = a.layers * sum(fi * fo for _n, fi, fo in E._native_linears(a))
     other = a.params - linear
     q4 = estimate(load_profile("llama2-7b-qlora"))
@@ -296,7 +296,7 @@ def test_calibration_recovers_a_known_coefficient():
 
 def test_calibration_from_store_filters_rows():
     r = load_profile("tiny-lora")
-    base = {"model": r["model"]["name_or_path"], "method": "lora", "precision": "fp32",
+    base = {"model": r.model.name_or_path, "method": "lora", "precision": "fp32",
             "gradient_checkpointing": 0, "num_gpus": 0, "status": "completed"}
     rows = [
         {**base, "batch_size": 8, "max_seq_len": 128, "peak_host_rss_mb": 469.2},

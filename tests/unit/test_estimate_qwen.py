@@ -28,7 +28,7 @@ def _total(profile, seq, opt=None, zero3_init=None):
         + ([f"deepspeed.zero3_init={str(zero3_init).lower()}"] if zero3_init is not None else [])
     r = load_profile(profile, sets)
     e = estimate(r, device_bytes=A100)
-    cards = r["devices"]["gpus"] * r["devices"]["nodes"]
+    cards = r.devices.gpus * r.devices.nodes
     return e, max(e.gpu_peak_bytes) * cards, cards
 
 
@@ -37,9 +37,9 @@ def test_profiles_run_the_rows_setup():
             "qwen-7b-lora-multinode": ("lora", "zero2", 2, 2), "qwen-72b-lora": ("lora", "zero3", 4, 1)}
     for name, (method, sharding, gpus, nodes) in want.items():
         r = load_profile(name)
-        assert (r["method"], r["sharding"], r["devices"]["gpus"], r["devices"]["nodes"]) == \
+        assert (r.method, r.sharding, r.devices.gpus, r.devices.nodes) == \
             (method, sharding, gpus, nodes), name
-        assert r["train"]["precision"] == "bf16" and r["train"]["gradient_checkpointing"]
+        assert r.train.precision == "bf16" and r.train.gradient_checkpointing
 
 
 def test_within_15_percent_of_the_rows():
@@ -60,7 +60,7 @@ def test_7b_full_runs_deepspeeds_optimizer_and_lands_near_the_rows():
     half one is freed. The profile says so (``[deepspeed] optimizer = "deepspeed"``); the estimate
     is within 17% of every figure (+16, +10, +2%; with the Trainer's AdamW it was +49, +40, +28%)."""
     r = load_profile("qwen-7b-full")
-    assert r["deepspeed"]["optimizer"] == "deepspeed"
+    assert r.deepspeed.optimizer == "deepspeed"
     for seq, m in zip(LENGTHS, ROWS["qwen-7b-full"]):
         e, total, _cards = _total("qwen-7b-full", seq)
         assert any("DeepSpeed's own Adam" in n for n in e.notes)

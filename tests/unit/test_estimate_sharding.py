@@ -12,7 +12,8 @@ from fttui.core.base.errors import EstimateError, FttuiError
 from fttui.core.memory import estimate
 from fttui.core.memory.inputs import setup
 from fttui.core.memory.sharding import deepspeed_reference, largest_layer_params
-from fttui.core.profiles import load_profile
+from fttui.core.profiles import Profile, load_profile
+from tests.helpers import profile_of
 
 MIB = 1 << 20
 COMM = 2048 * MIB  # CONSTANTS["comm_bytes"]: NCCL + buffers per card when world size > 1
@@ -28,7 +29,7 @@ def _est(profile: str, sharding: str, *sets: str, **extra):
     r["sharding"] = sharding
     for k, v in extra.items():
         r[k] = v
-    return estimate(r)
+    return estimate(profile_of(r))
 
 
 def _numbers(e):
@@ -122,7 +123,7 @@ def test_deepspeed_settings_choose_what_is_offloaded():
     old.pop("deepspeed", None)
     old.update(method="full-zero3-offload", zero3=keep)
     old.pop("sharding", None)
-    assert estimate(old).breakdown == e.breakdown
+    assert estimate(profile_of(old)).breakdown == e.breakdown
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -173,7 +174,7 @@ def test_old_method_reads_as_full_with_zero3_offload():
     old["method"], old["sharding"] = "full-zero3-offload", "none"
     new = load_profile("tiny-full", [*ARCH, "train.precision=bf16", "gpus=2"]).to_dict()
     new["sharding"] = "zero3-offload"
-    a, b = estimate(old), estimate(new)
+    a, b = estimate(profile_of(old)), estimate(profile_of(new))
     assert a.breakdown == b.breakdown and a.host_breakdown == b.host_breakdown
     assert a.inputs["sharding"] == "zero3-offload"
 
@@ -182,15 +183,15 @@ def test_unsupported_sharding_is_one_line():
     r = load_profile("tiny-full").to_dict()
     r["sharding"] = "zero4"
     with pytest.raises(EstimateError) as ei:
-        estimate(r)
+        estimate(profile_of(r))
     msg = str(ei.value)
     assert "\n" not in msg and "'zero4'" in msg and "zero2-offload" in msg and "fsdp" in msg
     r["sharding"], r["method"] = "zero3", "lora-int8"
     with pytest.raises(EstimateError, match="lora-int8 cannot run with sharding zero3.*runs with none, zero2"):
-        estimate(r)
+        estimate(profile_of(r))
     r["method"], r["sharding"] = "full-zero3-offload", "zero2"
     with pytest.raises(EstimateError, match="method full"):
-        estimate(r)
+        estimate(Profile.from_dict(r))  # the name as given: read as a profile.json, it is full + zero2
 
 
 def test_cli_gives_the_estimators_line_and_exit_2():
@@ -199,7 +200,7 @@ def test_cli_gives_the_estimators_line_and_exit_2():
     def resolve(_a):
         r = load_profile("tiny-full").to_dict()
         r["sharding"] = "zero4"
-        return r
+        return profile_of(r)
 
     ns = argparse.Namespace(profile="tiny-full", overrides=[], json=True, max=None, gpu_memory=None,
                             calibrate=False)
@@ -243,7 +244,7 @@ def test_deepspeed_reference_is_deepspeeds_estimator(gpus, nodes):
     for sharding in ("zero2", "zero2-offload", "zero3", "zero3-offload"):
         r = load_profile("qwen-7b-lora", ["method=full", f"gpus={gpus}", f"devices.nodes={nodes}"]).to_dict()
         r["sharding"] = sharding
-        c = setup(r, [])
+        c = setup(profile_of(r), [])
         P = c.a.params
         off = sharding.endswith("offload")
         if sharding.startswith("zero2"):
@@ -268,7 +269,7 @@ def test_model_states_against_deepspeeds_estimator(gpus, nodes):
         r = load_profile("qwen-7b-lora", ["method=full", "train.precision=fp16", f"gpus={gpus}",
                                           f"devices.nodes={nodes}"]).to_dict()
         r["sharding"] = sharding
-        return estimate(r)
+        return estimate(profile_of(r))
 
     e = est("zero2")
     P = e.inputs["params"]
@@ -330,7 +331,7 @@ def test_calibration_uses_rows_of_the_same_sharding():
     from fttui.core.memory import calibration_from_store
 
     r = load_profile("tiny-full", ["sharding=zero2", "devices.cpu_processes=2"])
-    base = {"model": r["model"]["name_or_path"], "method": "full", "precision": "fp32",
+    base = {"model": r.model.name_or_path, "method": "full", "precision": "fp32",
             "gradient_checkpointing": 0, "num_gpus": 0, "status": "completed", "max_seq_len": 128}
     rows = [{**base, "sharding": "zero2", "batch_size": 4, "peak_host_rss_mb": 990.0},
             {**base, "sharding": "zero2", "batch_size": 8, "peak_host_rss_mb": 1010.0},

@@ -17,6 +17,7 @@ from fttui.core.models.archs import ARCHS  # noqa: E402
 from fttui.core.models.flops import flops_per_token, matmul_params, shape_from  # noqa: E402
 from fttui.core.models.numbers import arch_numbers  # noqa: E402
 from fttui.core.profiles import load_profile  # noqa: E402
+from tests.helpers import profile_of  # noqa: E402
 from fttui.core.run import perf  # noqa: E402
 from fttui.core.run.events import StartEvent  # noqa: E402
 from fttui.integrations.hf_info import model_shape  # noqa: E402
@@ -105,7 +106,7 @@ def test_n_is_the_real_parameters_but_the_input_embedding(name):
     shape = shape_from(total, trainable, model_shape(model))
     assert matmul_params(shape, "full").n == direct
     # the worker's shape is the architecture table's: the same N from the profile alone
-    numbers = arch_numbers({"model": {"arch": name}})
+    numbers = arch_numbers(profile_of({"model": {"arch": name}}).model)
     assert (shape.vocab, shape.hidden, shape.layers, shape.attn_dim, shape.tied) == \
         (numbers.vocab, numbers.hidden, numbers.layers, numbers.q_dim, numbers.tied)
     assert numbers.params == total
@@ -113,11 +114,11 @@ def test_n_is_the_real_parameters_but_the_input_embedding(name):
 
 def test_profile_numbers_and_worker_shape_agree_on_tiny_lora():
     prof = load_profile("tiny-lora")
-    cfg = transformers.AutoConfig.for_model(prof["model"]["arch"], **prof["model"]["arch_config"])
+    cfg = transformers.AutoConfig.for_model(prof.model.arch, **prof.model.arch_config)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     total, trainable = count_params(model)
     from_worker = perf.model_shape(StartEvent(**{"params_total": total, "params_trainable": trainable, "model_shape": model_shape(model)}))
-    from_profile = perf.model_shape(StartEvent(**{"params_total": total, "params_trainable": trainable, "config": prof}))
+    from_profile = perf.model_shape(StartEvent(**{"params_total": total, "params_trainable": trainable, "config": prof.to_dict()}))
     assert from_worker == from_profile is not None
 
 

@@ -10,16 +10,17 @@ from fttui.core.experiments.forecast import calibration_rows, forecast, planned_
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import peak_tflops
 from tests.conftest import run_fttui
+from tests.helpers import profile_of
 
 SHAPE = ModelShape(params_total=1_000_000, params_trainable=10_000, vocab=1000, hidden=64, layers=2,
                    attn_dim=64, tied=False)
 
 
 def _profile(batch=8, accum=1, seq=128, gpus=0, method="lora", steps=100):
-    return {"model": {"name_or_path": "m"}, "method": method, "sharding": "none",
-            "train": {"batch_size": batch, "grad_accum": accum, "precision": "bf16" if gpus else "fp32",
-                      "max_steps": steps, "gradient_checkpointing": False},
-            "devices": {"gpus": gpus, "nodes": 1}, "data": {"max_seq_len": seq}}
+    return profile_of({"model": {"name_or_path": "m"}, "method": method, "sharding": "none",
+                       "train": {"batch_size": batch, "grad_accum": accum, "precision": "bf16" if gpus else "fp32",
+                                 "max_steps": steps, "gradient_checkpointing": False},
+                       "devices": {"gpus": gpus, "nodes": 1}, "data": {"max_seq_len": seq}})
 
 
 def _row(run_id, tokens_per_s, fpt, gpu="cpu", batch=8, seq=128, steps=100, fixed=0.0, precision="fp32"):
@@ -33,8 +34,7 @@ def _row(run_id, tokens_per_s, fpt, gpu="cpu", batch=8, seq=128, steps=100, fixe
 
 
 def test_planned_steps_from_epochs_and_max_steps():
-    p = _profile(batch=4, accum=2, steps=-1)
-    p["train"]["epochs"] = 2
+    p = _profile(batch=4, accum=2, steps=-1).with_settings({"train.epochs": 2})
     assert planned_steps(p, samples=100, world=2) == 2 * 7  # ceil(100 / 16) = 7 per epoch
     assert planned_steps(_profile(steps=30), samples=10**6, world=1) == 30
 

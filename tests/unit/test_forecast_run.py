@@ -16,6 +16,7 @@ from fttui.core.run.events import ForecastEvent, parse_event
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.summary import build_row
+from tests.helpers import profile_of
 
 FORECAST = {"event": "forecast", "t": 0.5, "rank": -1, "run_seconds": 11.0, "step_seconds": 0.5,
             "warmup_seconds": 1.0, "steps": 20, "calibrated": True, "mfu_source": "calibrated from 1 row"}
@@ -66,7 +67,7 @@ def test_launch_forecast_words_and_the_brief(fttui_home):
     # a data file whose lengths are not measured: every sample at max_seq_len, said in words
     full = launch_forecast(load_profile("tiny-full", ["train.max_steps=3"]))
     assert full["steps"] == 3 and "data lengths not measured" in full["mfu_source"]
-    assert launch_forecast({"command": {"argv": ["python", "x.py"]}}) is None
+    assert launch_forecast(profile_of({"command": {"argv": ["python", "x.py"]}})) is None
     # fttui ls: a live run's ETA before its first step is the forecast's, marked
     path = rundir.paths.ensure_dir(rundir.paths.runs_dir()) / "20260101-000000-tiny-0001"
     path.mkdir()

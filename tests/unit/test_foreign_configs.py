@@ -77,7 +77,8 @@ def test_printed_toml_loads_back_to_the_same_profile(tmp_path, monkeypatch, path
     saved.write_text(text)
     again = load_profile(saved, TINY)
     skip = {"source", "origin", "overrides", "description"}
-    assert {k: v for k, v in again.items() if k not in skip} == {k: v for k, v in resolved.items() if k not in skip}
+    assert {k: v for k, v in again.to_dict().items() if k not in skip} == \
+        {k: v for k, v in resolved.to_dict().items() if k not in skip}
 
 
 def test_axolotl_local_dataset_and_fsdp(tmp_path):

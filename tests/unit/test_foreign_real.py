@@ -268,7 +268,7 @@ def test_tool_default_optimizer_is_written_with_a_note(tmp_path):
     assert m.data["method"] == "qlora" and m.data["train"]["optimizer"] == "adamw_torch"
     assert "optim not given: LLaMA-Factory's default 'adamw_torch'" in m.notes
     resolved, _ = load_config_profile(lf, ["model.init=random", "model.arch=tiny-llama"])
-    assert resolved["train"]["optimizer"] == "adamw_torch"
+    assert resolved.train.optimizer == "adamw_torch"
     given = tmp_path / "given.yaml"
     given.write_text("model_name_or_path: m\nfinetuning_type: lora\nquantization_bit: 4\noptim: paged_adamw_8bit\n")
     assert read_config(given).data["train"]["optimizer"] == "paged_adamw_8bit"

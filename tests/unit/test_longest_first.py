@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from fttui.core.experiments.trials import Trial, trial_row
 from fttui.core.profiles import load_profile
-from fttui.core.profiles.stored import as_profile
 from fttui.core.results.columns import BY_NAME, RowInputs
 from fttui.core.run.events import parse_event
 from fttui.worker.data import longest_first_order
+from tests.helpers import profile_of
 
 
 def test_the_first_step_carries_the_longest_samples_then_a_shuffle():
@@ -26,13 +26,13 @@ def test_the_first_step_carries_the_longest_samples_then_a_shuffle():
 
 
 def test_longest_first_is_a_profile_key():
-    assert as_profile(load_profile("tiny-full")).train.longest_first is False
-    assert as_profile(load_profile("tiny-full", ["train.longest_first=true"])).train.longest_first is True
+    assert load_profile("tiny-full").train.longest_first is False
+    assert load_profile("tiny-full", ["train.longest_first=true"]).train.longest_first is True
 
 
 def _inputs(events=(), trial=None, profile=None) -> RowInputs:
     return RowInputs(run_id="r", kind="probe" if trial else "run", group_id=None, started_at="", ended_at="",
-                     profile=profile or {}, snap=None, status=None,
+                     profile=profile or profile_of({}), snap=None, status=None,
                      events=tuple(filter(None, map(parse_event, events))), trial=trial)
 
 

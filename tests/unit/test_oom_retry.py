@@ -11,7 +11,6 @@ import pytest
 
 from fttui.core.base.errors import ProfileError
 from fttui.core.profiles import load_profile
-from fttui.core.profiles.stored import as_profile
 from fttui.core.run import rundir
 from fttui.core.run.brief import run_brief
 from fttui.core.run.events import append_jsonl, read_jsonl
@@ -25,7 +24,7 @@ OOM = FinalStatus("oom", 3, None, oom_kind="cpu", error="DefaultCPUAllocator: ca
 
 
 def _prof(**train):
-    return as_profile(load_profile("tiny-lora", [f"train.{k}={json.dumps(v)}" for k, v in train.items()]))
+    return load_profile("tiny-lora", [f"train.{k}={json.dumps(v)}" for k, v in train.items()])
 
 
 # ------------------------------------------------------------------ what is shrunk
@@ -106,8 +105,8 @@ def test_the_message():
 
 
 def test_the_keys_their_defaults_and_one_line_errors():
-    train = load_profile("tiny-lora")["train"]
-    assert (train["on_oom"], train["max_oom_retries"]) == ("fail", 3)
+    train = load_profile("tiny-lora").train
+    assert (train.on_oom, train.max_oom_retries) == ("fail", 3)
     with pytest.raises(ProfileError, match=r"train.on_oom: unknown value 'grow' \(one of: fail, shrink\)"):
         load_profile("tiny-lora", ["train.on_oom=grow"])
     with pytest.raises(ProfileError, match=r"train.max_oom_retries: must be >= 0, got -1"):
@@ -119,7 +118,7 @@ def test_the_flag_sets_the_key_and_is_refused_with_resume_and_commands():
     from fttui.cli.main import main
 
     args = argparse.Namespace(profile="tiny-lora", overrides=[], from_config=None, on_oom="shrink")
-    assert resolve(args)["train"]["on_oom"] == "shrink"
+    assert resolve(args).train.on_oom == "shrink"
     assert main(["run", "--resume", "x", "--on-oom", "shrink", "--headless"]) == 2
     assert main(["run", "--on-oom", "shrink", "--headless", "--", "true"]) == 2
 
@@ -129,7 +128,7 @@ def test_the_flag_sets_the_key_and_is_refused_with_resume_and_commands():
 
 def _failed_run(checkpoint_step: int | None) -> rundir.RunDir:
     resolved = load_profile("tiny-lora", ["train.on_oom=shrink", "train.batch_size=8", "train.grad_accum=2"])
-    rd = rundir.create(resolved, ["python", "-m", "fttui.worker.train"], {}, kind="run")
+    rd = rundir.create(resolved.to_dict(), ["python", "-m", "fttui.worker.train"], {}, kind="run")
     if checkpoint_step is not None:
         ck = rd.path / "output" / f"checkpoint-{checkpoint_step}"
         ck.mkdir(parents=True)
@@ -141,11 +140,11 @@ def _failed_run(checkpoint_step: int | None) -> rundir.RunDir:
 
 def test_the_next_attempt_continues_from_the_last_checkpoint_shrunk():
     rd = _failed_run(4)
-    d = decide(as_profile(rd.profile()), OOM, kind="run", attempt=1, phase=None)
+    d = decide(rd.profile(), OOM, kind="run", attempt=1, phase=None)
     nxt = prepare_next(rd, OOM, d)
     assert nxt.run_id != rd.run_id and nxt.path.parent == rd.path.parent
-    train = nxt.profile()["train"]
-    assert (train["batch_size"], train["grad_accum"], train["on_oom"]) == (4, 4, "shrink")
+    train = nxt.profile().train
+    assert (train.batch_size, train.grad_accum, train.on_oom) == (4, 4, "shrink")
     cmd = nxt.command()
     ck = str(rd.path / "output" / "checkpoint-4")
     assert cmd.argv[-2:] == ["--resume-from", ck]
@@ -155,20 +154,20 @@ def test_the_next_attempt_continues_from_the_last_checkpoint_shrunk():
                               "message": "recovered from OOM at step 7: batch 8 -> 4, accumulation 2 -> 4, "
                                          "from the checkpoint of step 4"}
     # the third attempt names the first of the chain, and continues the second
-    d3 = decide(as_profile(nxt.profile()), OOM, kind="run", attempt=2, phase=None)
+    d3 = decide(nxt.profile(), OOM, kind="run", attempt=2, phase=None)
     third = prepare_next(nxt, OOM, d3)
     assert third.command().attempt["first"] == rd.run_id and third.command().attempt["previous"] == nxt.run_id
     # nxt ran out of memory before a checkpoint of its own: the third continues from the one nxt was given
     assert third.command().resume == {"run_id": nxt.run_id, "checkpoint": ck, "step": 4}
     assert third.command().argv[-2:] == ["--resume-from", ck]
     assert third.command().attempt["message"].endswith("batch 4 -> 2, accumulation 4 -> 8, from the checkpoint of step 4")
-    assert (third.profile()["train"]["batch_size"], third.profile()["train"]["grad_accum"]) == (2, 8)
+    assert (third.profile().train.batch_size, third.profile().train.grad_accum) == (2, 8)
 
 
 def test_without_a_checkpoint_the_next_attempt_starts_over():
     rd = _failed_run(None)
     oom = FinalStatus("oom", 3, None, oom_kind="cpu", error_step=0)
-    nxt = prepare_next(rd, oom, decide(as_profile(rd.profile()), oom, kind="run", attempt=1, phase=None))
+    nxt = prepare_next(rd, oom, decide(rd.profile(), oom, kind="run", attempt=1, phase=None))
     cmd = nxt.command()
     assert "--resume-from" not in cmd.argv
     assert cmd.resume == {"run_id": rd.run_id, "checkpoint": None, "step": 0}
@@ -181,7 +180,7 @@ def test_without_a_checkpoint_the_next_attempt_starts_over():
 
 def test_the_chain_in_the_fold_the_status_line_ls_and_the_rows(capsys):
     rd = _failed_run(4)
-    d = decide(as_profile(rd.profile()), OOM, kind="run", attempt=1, phase=None)
+    d = decide(rd.profile(), OOM, kind="run", attempt=1, phase=None)
     nxt = prepare_next(rd, OOM, d)
     append_jsonl(rd.events_path, {"event": "retry", "t": 2.0, "rank": -1, "source": "supervisor",
                                   "next_run": nxt.run_id, "attempt": 2, "message": "retried as ..."})
@@ -235,11 +234,11 @@ def test_the_kernels_oom_kill_count_makes_a_sigkill_a_host_oom_kill(tmp_path):
     (cg / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")
     assert cgroup.oom_kills(cg) == 1
     resolved = load_profile("tiny-lora", ["train.on_oom=shrink"])
-    rd = rundir.create(resolved, ["python"], {}, kind="run")
+    rd = rundir.create(resolved.to_dict(), ["python"], {}, kind="run")
     snap = RunSnapshot(step=3)
     assert final_status(rd, snap, -9, None).status == "failed"  # a SIGKILL, no evidence: not an OOM
     st = final_status(rd, snap, -9, None, oom_killed=True)
     assert (st.status, st.oom_kind, st.error_step) == ("oom", "host-kill", 3)
     assert st.error == "killed by SIGKILL: the kernel's OOM killer ended a process of the run (its cgroup's memory.events)"
-    d = decide(as_profile(resolved), st, kind="run", attempt=1, phase=None)
+    d = decide(resolved, st, kind="run", attempt=1, phase=None)
     assert d.retry and d.reason == "batch 8 -> 4, accumulation 1 -> 2"

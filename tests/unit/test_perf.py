@@ -122,7 +122,7 @@ def test_flops_per_token_full_and_adapter_formulas():
 
 
 def test_model_shape_from_the_start_event_or_the_profiles_architecture():
-    prof = load_profile("tiny-lora")
+    prof = load_profile("tiny-lora").to_dict()  # the start event's config
     worker = perf.model_shape(StartEvent(params_total=100_000, params_trainable=4_000, config=prof,
                                          model_shape={"vocab": 512, "hidden": 64, "layers": 2, "attn_dim": 64,
                                                       "tied": False}))

@@ -19,7 +19,7 @@ from tests.conftest import run_fttui
 
 
 def _stats(p, micro):
-    return data_stats(dict(p), micro)[0]
+    return data_stats(p, micro)[0]
 
 
 def _plan(profile, budget, **kw):
@@ -175,10 +175,10 @@ def test_cli_json_and_write(tmp_path):
     assert opts and all(need <= set(o) for o in opts)
     assert opts[0]["fits"] and opts[0]["host_peak_gib"] == pytest.approx(opts[0]["host_peak_bytes"] / GIB, abs=1e-3)
     written = load_profile(str(tmp_path / "profiles" / "tiny-planned.toml"))
-    assert written["train"]["batch_size"] == opts[0]["batch_size"]
-    assert written["train"]["grad_accum"] == opts[0]["grad_accum"]
-    assert written["train"]["gradient_checkpointing"] == opts[0]["gradient_checkpointing"]
-    assert written["data"] == load_profile("tiny-lora")["data"]  # everything else from the planned profile
+    assert written.train.batch_size == opts[0]["batch_size"]
+    assert written.train.grad_accum == opts[0]["grad_accum"]
+    assert written.train.gradient_checkpointing == opts[0]["gradient_checkpointing"]
+    assert written.data == load_profile("tiny-lora").data  # everything else from the planned profile
     with pytest.raises(PlanError, match="exists"):
         write_profile("tiny-planned", written, plan(written, Budget(gpus=0, card="cpu"), [], stats_for=_stats)[0],
                       folder=tmp_path / "profiles")

@@ -15,6 +15,7 @@ from fttui.core.memory import estimate
 from fttui.core.models.prequant import checkpoint_quant, cpu_refusal, refusal
 from fttui.core.profiles import load_profile
 from fttui.core.run.preflight import preflight
+from tests.helpers import profile_of
 
 LLAMA2_13B = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
               "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
@@ -31,6 +32,11 @@ def _folder(tmp_path, name: str, quant: dict | None):
     f.mkdir()
     (f / "config.json").write_text(json.dumps(LLAMA2_13B | ({"quantization_config": quant} if quant else {})))
     return f
+
+
+def _model(folder):
+    """A profile's [model] table naming the checkpoint in ``folder``."""
+    return profile_of({"model": {"init": "pretrained", "name_or_path": str(folder)}}).model
 
 
 def _profile(folder, *more: str):
@@ -70,7 +76,7 @@ def test_awq_has_no_group_index(tmp_path):
 
 def test_only_lora_unsharded_trains_a_gptq_checkpoint(tmp_path):
     folder = _folder(tmp_path, "gptq", _gptq(128))
-    model = {"init": "pretrained", "name_or_path": str(folder)}
+    model = _model(folder)
     assert checkpoint_quant(model) == ("gptq", 4, 128, "gptq", True, False)
     assert refusal("lora", model) is None and refusal("lora", model, "none") is None
     for method in ("full", "qlora", "lora-int8", "lora-emb"):
@@ -87,7 +93,7 @@ def test_only_lora_unsharded_trains_a_gptq_checkpoint(tmp_path):
 def test_other_stored_quantisations_stay_refused(tmp_path):
     for q in ({"quant_method": "hqq", "nbits": 4}, {"quant_method": "aqlm"}, {"quant_method": "fp8"}):
         folder = _folder(tmp_path, q["quant_method"], q)
-        why, _fix = refusal("lora", {"init": "pretrained", "name_or_path": str(folder)})
+        why, _fix = refusal("lora", _model(folder))
         assert "does not estimate or train" in why
         with pytest.raises(EstimateError, match="pre-quantized"):
             estimate(_profile(folder))
@@ -105,7 +111,7 @@ def test_a_packing_with_cuda_kernels_only_is_refused_on_cpu_in_one_line(tmp_path
     from fttui.core.run import extras
 
     folder = _folder(tmp_path, "m", quant)
-    q = checkpoint_quant({"init": "pretrained", "name_or_path": str(folder)})
+    q = checkpoint_quant(_model(folder))
     assert (cpu_refusal(q) is None) == cpu_ok
     monkeypatch.setattr(extras, "_installed", lambda name: True)  # the kernel package is there
     prof = load_profile("tiny-lora", ["model.init=pretrained", f"model.name_or_path={folder}", "model.arch=llama",

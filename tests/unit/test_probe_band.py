@@ -41,7 +41,6 @@ class Sim:
 
 def _sim_prober(sim: Sim, lo=1, hi=1024, repeats=0) -> Prober:
     p = Prober(load_profile("tiny-lora", ['limits.host_memory="200MiB"']), lo=lo, hi=hi, repeats=repeats)
-    p.resolved = {**p.resolved}
 
     def fake_load(start, growth, clean_fit, clean_oom, hi=None):  # what fttui.worker.probe does
         p.loads += 1

@@ -62,7 +62,7 @@ def test_probe_over_several_nodes_is_refused_in_one_line():
 def test_trial_overrides_are_a_run_of_steps_at_worst_case_length(param, value):
     resolved = load_profile("tiny-lora", CPU2 + ["grad_accum=3"])
     over = launched.trial_overrides(resolved, param, value, 2)
-    micro = value if param == "batch_size" else resolved["train"]["batch_size"]
+    micro = value if param == "batch_size" else resolved.train.batch_size
     assert over == {("train.batch_size" if param == "batch_size" else "data.max_seq_len"): value,
                     "train.max_steps": 2, "data.source": "synthetic",
                     "data.num_samples": micro * 3 * 2 * 2}  # micro x accum x ranks x steps
@@ -70,7 +70,7 @@ def test_trial_overrides_are_a_run_of_steps_at_worst_case_length(param, value):
 
 def test_positions_cap_comes_from_the_profile():
     resolved = load_profile("tiny-lora", CPU2)
-    cfg = resolved["model"]["arch_config"]
+    cfg = resolved.model.arch_config
     assert launched.positions(resolved) == (int(cfg["max_position_embeddings"])
                                             if cfg.get("max_position_embeddings") else None)
 

@@ -15,6 +15,7 @@ from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.profiles import apply_overrides, load_profile
 from fttui.core.profiles.schema import SCHEMA, TOP, dotted
 from fttui.worker.startup import check_profile
+from tests.helpers import profile_of
 
 
 def _cases():
@@ -62,7 +63,7 @@ def test_every_bounded_key_is_walked():
 def test_schema_and_worker_agree(base, dk, value, ok):
     changes = {**ALSO.get((dk, value), {}), dk: value}
     try:
-        apply_overrides(base, changes)
+        apply_overrides(profile_of(base), changes)
         schema_ok = True
     except ProfileError:
         schema_ok = False
@@ -80,4 +81,4 @@ def test_schema_and_worker_agree(base, dk, value, ok):
 
 def test_max_seq_len_one_is_refused_before_launch(base):
     with pytest.raises(ProfileError, match=r"data.max_seq_len: must be >= 2, got 1"):
-        apply_overrides(base, {"data.max_seq_len": 1})
+        apply_overrides(profile_of(base), {"data.max_seq_len": 1})

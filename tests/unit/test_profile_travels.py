@@ -11,6 +11,7 @@ import json
 import pytest
 
 from fttui.core.profiles import Profile, apply_overrides, load_profile
+from fttui.core.profiles.stored import stored_profile
 from fttui.core.run import rundir
 
 
@@ -30,13 +31,13 @@ def test_load_profile_returns_the_frozen_profile():
     assert type(again) is Profile
     assert (again.train.batch_size, again.train.grad_accum) == (3, 2)
     assert prof.train.grad_accum == 1  # the original is unchanged
-    # the dict form applies the same overrides to the same profile
-    assert apply_overrides(prof.to_dict(), ["grad_accum=2"]) == again
+    # its dict (profile.json), read back at the edge, takes the same overrides to the same profile
+    assert apply_overrides(stored_profile(prof.to_dict()), ["grad_accum=2"]) == again
 
 
 def test_profile_json_is_its_serialisation(tmp_path):
     prof = load_profile("tiny-lora", ["lora.target_modules=q_proj,k_proj"])
-    rd = rundir.create(prof, ["python", "-c", "pass"], {}, run_id="r1")
+    rd = rundir.create(prof.to_dict(), ["python", "-c", "pass"], {}, run_id="r1")
     written = json.loads(rd.profile_path.read_text())
     assert written == json.loads(json.dumps(prof.to_dict()))
     assert written["lora"]["target_modules"] == ["q_proj", "k_proj"]

@@ -76,7 +76,7 @@ def test_section_fields_are_the_schema():
 def test_profile_fields_are_the_resolved_keys():
     resolved = load_profile("tiny-lora")
     fields = dataclasses.fields(Profile)
-    assert [f.name for f in fields] == list(resolved)
+    assert [f.name for f in fields] == list(resolved.to_dict())
     top = {f.name: f.type for f in fields}
     for key, field in SCHEMA[""].items():
         assert top[key] == _expected_type(field), key
@@ -112,7 +112,7 @@ def test_round_trip_after_overrides():
 
 
 def test_frozen():
-    profile = Profile.from_dict(load_profile("tiny-lora"))
+    profile = Profile.from_dict(load_profile("tiny-lora").to_dict())
     with pytest.raises(dataclasses.FrozenInstanceError):
         profile.train.batch_size = 2  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -187,13 +187,14 @@ VARIANTS = [
 def test_derived_figures(overrides):
     for name in ("tiny-lora", "tiny-full"):
         resolved = load_profile(name, overrides)
-        profile = Profile.from_dict(resolved)
-        old = _old_effective(resolved)
+        d = resolved.to_dict()  # the dict the old definitions read
+        profile = Profile.from_dict(d)
+        old = _old_effective(d)
         assert profile.effective_batch() == old == effective_batch(resolved)
-        assert profile.devices.processes_per_node() == _old_processes_per_node(resolved) \
+        assert profile.devices.processes_per_node() == _old_processes_per_node(d) \
             == processes_per_node(resolved)
         assert profile.world_size() == old[2] == world_size(resolved)
-        assert profile.launcher() == _old_launcher(resolved) == choose_launcher(resolved)
+        assert profile.launcher() == _old_launcher(d) == choose_launcher(resolved)
         assert profile_summary(resolved)["effective_batch"] == old[3]
 
 

@@ -75,37 +75,37 @@ def test_bundled_profile_loads(path):
     ref = find_profile(path.stem)
     assert ref.origin == "bundled" and ref.path.resolve() == path.resolve()
     resolved = load_profile(path.stem)
-    assert resolved["name"] == path.stem and resolved["origin"] == "bundled"
-    assert Path(resolved["source"]).resolve() == path.resolve()
+    assert resolved.name == path.stem and resolved.origin == "bundled"
+    assert Path(resolved.source).resolve() == path.resolve()
     for section, fields in SCHEMA.items():
-        target = resolved if section == "" else resolved[section]
+        target = resolved.to_dict() if section == "" else resolved.to_dict()[section]
         assert set(fields) <= set(target), section
     json.dumps(resolved.to_dict())  # written as profile.json
-    if resolved["data"]["source"] != "synthetic":
-        assert Path(resolved["data"]["source"]).is_file()
-    assert resolved["model"]["name_or_path"]
+    if resolved.data.source != "synthetic":
+        assert Path(resolved.data.source).is_file()
+    assert resolved.model.name_or_path
     summary = profile_summary(resolved)
     assert summary["name"] == path.stem and summary["effective_batch"] >= 1
-    if "(reference:" in resolved["description"]:  # a benchmark: measured, its weights not kept
-        assert resolved["train"]["save"] == "none", f"{path.name}: add save = \"none\" under [train]"
+    if "(reference:" in resolved.description:  # a benchmark: measured, its weights not kept
+        assert resolved.train.save == "none", f"{path.name}: add save = \"none\" under [train]"
 
 
 def test_tiny_profiles_content():
     full = load_profile("tiny-full")
-    assert full["method"] == "full" and full["model"]["init"] == "random"
-    assert full["model"]["arch_config"]["vocab_size"] >= 260
-    assert full["model"]["tokenizer"] == "byte"
-    assert full["data"]["name"] == "tiny-instruct"
-    lines = Path(full["data"]["source"]).read_text(encoding="utf-8").splitlines()
+    assert full.method == "full" and full.model.init == "random"
+    assert full.model.arch_config["vocab_size"] >= 260
+    assert full.model.tokenizer == "byte"
+    assert full.data.name == "tiny-instruct"
+    lines = Path(full.data.source).read_text(encoding="utf-8").splitlines()
     assert 200 <= len(lines) <= 300
     for line in lines:
         record = json.loads(line)
         assert set(record) == {"instruction", "input", "output"}
         assert record["instruction"] and record["output"]
     lora = load_profile("tiny-lora")
-    assert lora["method"] == "lora" and lora["data"]["source"] == "synthetic"
-    assert lora["data"]["num_samples"] == 1024 and lora["train"]["batch_size"] == 8
-    assert lora["model"]["arch_config"] == full["model"]["arch_config"]
+    assert lora.method == "lora" and lora.data.source == "synthetic"
+    assert lora.data.num_samples == 1024 and lora.train.batch_size == 8
+    assert lora.model.arch_config == full.model.arch_config
 
 
 def test_tiny_chat_data():
@@ -198,13 +198,13 @@ num_hidden_layers = 4
 batch_size = 2
 """)
     resolved = load_profile(str(child))
-    assert resolved["name"] == "child" and resolved["origin"] == "path"
-    assert resolved["description"] == "base" and resolved["method"] == "lora"
-    assert resolved["train"]["batch_size"] == 2 and resolved["train"]["lr"] == 1e-3
-    assert resolved["model"]["arch_config"] == {"hidden_size": 64, "num_hidden_layers": 4}
+    assert resolved.name == "child" and resolved.origin == "path"
+    assert resolved.description == "base" and resolved.method == "lora"
+    assert resolved.train.batch_size == 2 and resolved.train.lr == 1e-3
+    assert resolved.model.arch_config == {"hidden_size": 64, "num_hidden_layers": 4}
     # a relative path is taken from the folder of the file that set it
-    assert Path(resolved["data"]["source"]) == (base_dir / "data" / "d.jsonl").resolve()
-    assert resolved["data"]["name"] == "d" and resolved["data"]["max_seq_len"] == 64
+    assert Path(resolved.data.source) == (base_dir / "data" / "d.jsonl").resolve()
+    assert resolved.data.name == "d" and resolved.data.max_seq_len == 64
 
 
 def test_extends_by_name_prefers_sibling_then_discovery(isolated):
@@ -213,18 +213,18 @@ def test_extends_by_name_prefers_sibling_then_discovery(isolated):
     write(folder / "a.toml", 'extends = "base"\n[train]\nbatch_size = 3\n')
     write(folder / "b.toml", 'extends = "tiny-lora"\n[train]\nbatch_size = 5\n')
     a = load_profile(str(folder / "a.toml"))
-    assert a["train"]["lr"] == 0.5 and a["method"] == "full" and a["train"]["batch_size"] == 3
+    assert a.train.lr == 0.5 and a.method == "full" and a.train.batch_size == 3
     b = load_profile(str(folder / "b.toml"))  # bundled tiny-lora, which extends tiny-full
-    assert b["method"] == "lora" and b["train"]["batch_size"] == 5
-    assert b["model"]["arch_config"]["vocab_size"] == 512
+    assert b.method == "lora" and b.train.batch_size == 5
+    assert b.model.arch_config["vocab_size"] == 512
 
 
 def test_profile_extending_its_namesake(isolated):
     write(isolated / "work" / "profiles" / "tiny-lora.toml",
           'extends = "tiny-lora"\n[train]\nbatch_size = 1\n')
     resolved = load_profile("tiny-lora")
-    assert resolved["origin"] == "project" and resolved["train"]["batch_size"] == 1
-    assert resolved["lora"]["r"] == 8
+    assert resolved.origin == "project" and resolved.train.batch_size == 1
+    assert resolved.lora.r == 8
 
 
 def test_extends_itself(isolated):
@@ -245,27 +245,27 @@ def test_overrides_dotted_and_aliases():
         "lora.target_modules=q_proj, v_proj", "train.gradient_checkpointing=true",
         'train.optimizer="adafactor"', "limits.gpu_memory=24GiB",
     ])
-    t = r["train"]
-    assert (t["batch_size"], t["grad_accum"], t["lr"], t["epochs"]) == (8, 2, 1e-4, 2.0)
-    assert isinstance(t["epochs"], float) and isinstance(t["batch_size"], int)
-    assert t["max_steps"] == 5 and t["precision"] == "bf16" and t["gradient_checkpointing"] is True
-    assert t["optimizer"] == "adafactor"
-    assert r["data"]["max_seq_len"] == 64 and r["data"]["num_samples"] == 10
-    assert r["devices"]["gpus"] == 2 and r["description"] == "hello world"
-    assert r["model"]["arch_config"]["hidden_size"] == 32
-    assert r["model"]["arch_config"]["num_hidden_layers"] == 2
-    assert r["lora"]["target_modules"] == ["q_proj", "v_proj"]
-    assert r["limits"]["gpu_memory"] == "24GiB"
-    assert "train.batch_size=8" in r["overrides"] and "train.lr=1e-4" in r["overrides"]
+    t = r.train
+    assert (t.batch_size, t.grad_accum, t.lr, t.epochs) == (8, 2, 1e-4, 2.0)
+    assert isinstance(t.epochs, float) and isinstance(t.batch_size, int)
+    assert t.max_steps == 5 and t.precision == "bf16" and t.gradient_checkpointing is True
+    assert t.optimizer == "adafactor"
+    assert r.data.max_seq_len == 64 and r.data.num_samples == 10
+    assert r.devices.gpus == 2 and r.description == "hello world"
+    assert r.model.arch_config["hidden_size"] == 32
+    assert r.model.arch_config["num_hidden_layers"] == 2
+    assert r.lora.target_modules == ["q_proj", "v_proj"]
+    assert r.limits.gpu_memory == "24GiB"
+    assert "train.batch_size=8" in r.overrides and "train.lr=1e-4" in r.overrides
     assert profile_summary(r)["effective_batch"] == 8 * 2 * 2
 
 
 def test_override_values_keep_the_schema_type():
     r = load_profile("tiny-full", {"model.name_or_path": "1234", "train.lr": 3, "batch_size": "2",
                                    "lora.target_modules": '["a", "b"]'})
-    assert r["model"]["name_or_path"] == "1234"  # a str key keeps the text
-    assert r["train"]["lr"] == 3.0 and r["train"]["batch_size"] == 2
-    assert r["lora"]["target_modules"] == ["a", "b"]
+    assert r.model.name_or_path == "1234"  # a str key keeps the text
+    assert r.train.lr == 3.0 and r.train.batch_size == 2
+    assert r.lora.target_modules == ["a", "b"]
 
 
 def test_aliases_point_at_schema_keys():
@@ -298,8 +298,8 @@ def test_bad_overrides(override, key, hint):
 def test_override_data_source_relative_to_cwd(isolated):
     write(isolated / "work" / "mine.jsonl", '{"instruction": "a", "input": "", "output": "b"}\n')
     r = load_profile("tiny-lora", ["data.source=mine.jsonl"])
-    assert Path(r["data"]["source"]) == (isolated / "work" / "mine.jsonl").resolve()
-    assert r["data"]["name"] == "mine"
+    assert Path(r.data.source) == (isolated / "work" / "mine.jsonl").resolve()
+    assert r.data.name == "mine"
     with pytest.raises(ProfileError, match="data file not found: mien.jsonl.*did you mean 'mine.jsonl'"):
         load_profile("tiny-lora", ["data.source=mien.jsonl"])
     with pytest.raises(ProfileError, match="data.source: data file not found.*current folder"):
@@ -310,19 +310,19 @@ def test_override_data_source_relative_to_cwd(isolated):
 
 def test_apply_overrides_rederives():
     base = load_profile("tiny-full")
-    assert base["train"]["optimizer"] == "adamw_torch"
+    assert base.train.optimizer == "adamw_torch"
     q = apply_overrides(base, ["method=qlora", "data.source=synthetic"])
-    assert q["train"]["optimizer"] == "paged_adamw_32bit"
-    assert q["data"]["name"] == "synthetic" and q["data"]["num_samples"] == 256
-    assert q["name"] == "tiny-full" and q["origin"] == "bundled"
+    assert q.train.optimizer == "paged_adamw_32bit"
+    assert q.data.name == "synthetic" and q.data.num_samples == 256
+    assert q.name == "tiny-full" and q.origin == "bundled"
     back = apply_overrides(q, {"method": "lora"})
-    assert back["train"]["optimizer"] == "adamw_torch"
+    assert back.train.optimizer == "adamw_torch"
     pinned = apply_overrides(base, ["train.optimizer=sgd", "method=qlora"])
-    assert pinned["train"]["optimizer"] == "sgd"
+    assert pinned.train.optimizer == "sgd"
     named = apply_overrides(base, ["model.init=pretrained", "model.name_or_path=gpt2",
                                    "model.tokenizer=gpt2"])
-    assert named["model"]["name_or_path"] == "gpt2"
-    assert base["train"]["batch_size"] == 4  # the input is not changed
+    assert named.model.name_or_path == "gpt2"
+    assert base.train.batch_size == 4  # the input is not changed
     assert apply_overrides(base, []) == base
     with pytest.raises(ProfileError, match="train.batch_size"):
         apply_overrides(base, {"batch_size": -1})
@@ -331,9 +331,9 @@ def test_apply_overrides_rederives():
 def test_qlora_optimizer_default_and_tokenizer_default(isolated):
     path = write(isolated / "q.toml", 'method = "qlora"\n[model]\nname_or_path = "org/model"\n')
     r = load_profile(str(path))
-    assert r["train"]["optimizer"] == "paged_adamw_32bit"
-    assert r["model"]["tokenizer"] == "org/model"  # hub ids stay as they are
-    assert r["data"]["source"] == "synthetic" and r["data"]["num_samples"] == 256
+    assert r.train.optimizer == "paged_adamw_32bit"
+    assert r.model.tokenizer == "org/model"  # hub ids stay as they are
+    assert r.data.source == "synthetic" and r.data.num_samples == 256
 
 
 def test_local_model_paths_resolve_from_profile_folder(isolated):
@@ -342,13 +342,13 @@ def test_local_model_paths_resolve_from_profile_folder(isolated):
     write(folder / "cfg" / "config.json", "{}")
     write(folder / "a.toml", '[model]\nname_or_path = "models/m"\n')
     r = load_profile(str(folder / "a.toml"))
-    assert Path(r["model"]["name_or_path"]) == (folder / "models" / "m").resolve()
-    assert r["model"]["tokenizer"] == r["model"]["name_or_path"]
+    assert Path(r.model.name_or_path) == (folder / "models" / "m").resolve()
+    assert r.model.tokenizer == r.model.name_or_path
     assert profile_summary(r)["model"] == "m"
     write(folder / "b.toml", '[model]\ninit = "random"\nconfig = "cfg/config.json"\n')
     r = load_profile(str(folder / "b.toml"))
-    assert Path(r["model"]["config"]) == (folder / "cfg" / "config.json").resolve()
-    assert r["model"]["name_or_path"] == "cfg" and r["model"]["tokenizer"] == "byte"
+    assert Path(r.model.config) == (folder / "cfg" / "config.json").resolve()
+    assert r.model.name_or_path == "cfg" and r.model.tokenizer == "byte"
     write(folder / "c.toml", '[model]\nname_or_path = "./models/missing"\n')
     with pytest.raises(ProfileError, match="model.name_or_path: not found"):
         load_profile(str(folder / "c.toml"))
@@ -358,7 +358,7 @@ def test_methods_all_valid():
     assert set(METHODS) == SUPPORTED_METHODS and len(METHODS) == 6
     for method in METHODS:
         r = load_profile("tiny-full", [f"method={method}"])
-        assert (r["method"], r["sharding"]) == (("full", "zero3-offload") if method == "full-zero3-offload"
+        assert (r.method, r.sharding) == (("full", "zero3-offload") if method == "full-zero3-offload"
                                                 else (method, "none"))
 
 
@@ -414,10 +414,10 @@ def test_discovery_precedence(isolated, monkeypatch):
     assert "notes" not in refs
     # the user tiny-lora extends tiny-full: the project's (first in discovery) is used
     r = load_profile("tiny-lora")
-    assert r["origin"] == "user" and r["method"] == "lora" and r["train"]["batch_size"] == 1
-    assert load_profile("only-user")["origin"] == "user"
+    assert r.origin == "user" and r.method == "lora" and r.train.batch_size == 1
+    assert load_profile("only-user").origin == "user"
     # a path to a discovered file keeps its origin
-    assert load_profile(str(project / "only-project.toml"))["origin"] == "project"
+    assert load_profile(str(project / "only-project.toml")).origin == "project"
 
 
 def test_discovery_in_repo_labels_bundled(monkeypatch):
@@ -426,7 +426,7 @@ def test_discovery_in_repo_labels_bundled(monkeypatch):
     assert {r.name for r in refs} >= {"tiny-full", "tiny-lora"}
     assert {r.origin for r in refs} == {"bundled"}
     assert len({r.path.resolve() for r in refs}) == len(refs)
-    assert load_profile("profiles/tiny-full.toml")["origin"] == "bundled"
+    assert load_profile("profiles/tiny-full.toml").origin == "bundled"
 
 
 def test_unknown_profile_name():

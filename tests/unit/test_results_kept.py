@@ -26,13 +26,13 @@ from fttui.core.run.summary import kept_figures
 
 
 def test_keep_keys_defaults_and_normal_forms():
-    train = load_profile("tiny-lora")["train"]
-    assert (train["save"], train["save_steps"], train["output_dir"], train["eval_steps"], train["report_to"]) == \
+    train = load_profile("tiny-lora").train
+    assert (train.save, train.save_steps, train.output_dir, train.eval_steps, train.report_to) == \
         ("end", 100, None, 0, [])
-    assert load_profile("tiny-lora")["data"]["eval_ratio"] == 0.0
+    assert load_profile("tiny-lora").data.eval_ratio == 0.0
     for given, want in (("tensorboard", ["tensorboard"]), ("tensorboard, mlflow,tensorboard", ["tensorboard", "mlflow"]),
                         ("none", []), ("[]", []), ('["wandb"]', ["wandb"])):
-        assert load_profile("tiny-lora", [f"train.report_to={given}"])["train"]["report_to"] == want, given
+        assert load_profile("tiny-lora", [f"train.report_to={given}"]).train.report_to == want, given
 
 
 @pytest.mark.parametrize("override,message", [
@@ -78,7 +78,7 @@ def test_schema_5_store_gains_the_kept_columns(tmp_path):
 
 
 def _run(name: str = "tiny-lora", *, status: str | None = "cancelled", kind: str = "run") -> rundir.RunDir:
-    rd = rundir.create(load_profile(name), ["python", "-m", "fttui.worker.train"], {}, kind=kind)
+    rd = rundir.create(load_profile(name).to_dict(), ["python", "-m", "fttui.worker.train"], {}, kind=kind)
     if status:
         rundir.write_json_atomic(rd.status_path, {"status": status})
     return rd

@@ -362,8 +362,8 @@ def test_schema_3_store_migrates_and_keeps_every_row(tmp_path):
 
 
 # ------------------------------------------------------------------ preflight
-def _resolved(**over) -> dict:
-    return load_profile("tiny-lora", [f"{k}={v}" for k, v in over.items()]).to_dict()
+def _resolved(**over):
+    return load_profile("tiny-lora", [f"{k}={v}" for k, v in over.items()])
 
 
 @pytest.mark.parametrize("over,ok", [
@@ -385,11 +385,10 @@ def test_batch_against_the_data(over, ok):
 
 
 def test_batch_against_a_data_file():
-    r = _resolved(batch_size=30)
-    r["data"] = {**r["data"], "source": "x.jsonl", "num_samples": 0}
+    r = _resolved(batch_size=30).with_settings({"data.source": "x.jsonl", "data.num_samples": 0})
     with pytest.raises(ProfileError, match="the data has 20 samples .use batch_size at most 20, or a larger data file"):
         _check_batch(r, "p.toml", 20)
-    r["data"]["num_samples"] = 10
+    r = r.with_settings({"data.num_samples": 10})
     with pytest.raises(ProfileError, match="at most 10, or more data.num_samples, up to the file's 20"):
         _check_batch(r, "p.toml", 20)
     _check_batch(_resolved(batch_size=20), "p.toml", 20)

@@ -36,7 +36,13 @@ def make_run(run_id: str, *, steps: int = 12, total: int = 20, ranks: int = 1, s
     (path / "profile.json").write_text(json.dumps({"name": "demo-lora", "train": {"warmup_exclude_steps": 1}}))
     (path / "command.json").write_text(json.dumps({"argv": ["x"], "created": T0 - 3, "kind": "run"}))
     if pid is not None:
-        (path / "supervisor.json").write_text(json.dumps({"pid": pid, "pgid": 0, "started": T0}))
+        try:  # a supervisor records who it is (its start ticks and boot): a bare pid is not trusted
+            from fttui.core.run.guard import identity
+
+            ident = identity(pid)
+        except Exception:  # a pid that is gone
+            ident = None
+        (path / "supervisor.json").write_text(json.dumps({"pid": pid, "pgid": 0, "started": T0, "id": ident}))
     if events:
         lines = [{"event": "launch", "t": T0, "rank": -1}]
         lines += [{"event": "start", "t": T0 + 5, "rank": r, "total_steps": total} for r in range(ranks)]

@@ -18,6 +18,7 @@ from fttui.core.run.launch import build_command
 from fttui.core.run.preflight import preflight
 from fttui.worker.sharding import deepspeed_config, fsdp_arguments, sharding_of
 from tests.conftest import run_fttui
+from tests.helpers import profile_of
 
 PAIRS = [(m, s) for m in METHODS if m != ZERO3_OFFLOAD for s in SHARDINGS]
 
@@ -27,9 +28,9 @@ def test_every_method_with_every_sharding_loads_or_names_what_runs(method, shard
     sets = [f"method={method}", f"sharding={sharding}"]
     if method in SHARDING_METHODS[sharding]:
         r = load_profile("tiny-lora", sets)
-        assert (r["method"], r["sharding"]) == (method, sharding)
-        prof = Profile.from_dict(r)
-        assert prof.sharding == sharding and prof.to_dict() == r
+        assert (r.method, r.sharding) == (method, sharding)
+        prof = Profile.from_dict(r.to_dict())
+        assert prof.sharding == sharding and prof.to_dict() == r.to_dict() and prof == r
         expected = {"none": "python"}.get(sharding, "deepspeed" if sharding.startswith("zero") else "torchrun")
         assert prof.launcher() == expected
         return
@@ -55,30 +56,31 @@ def test_matrix_is_what_the_docs_say():
 
 def test_full_zero3_offload_is_full_with_zero3_offload():
     r = load_profile("tiny-full-zero3")
-    assert (r["method"], r["sharding"]) == ("full", "zero3-offload")
-    assert Profile.from_dict(r).launcher() == "deepspeed"
+    assert (r.method, r.sharding) == ("full", "zero3-offload")
+    assert r.launcher() == "deepspeed"
     # the method given on the command line, on a profile without sharding
     r = load_profile("tiny-full", ["method=full-zero3-offload"])
-    assert (r["method"], r["sharding"]) == ("full", "zero3-offload")
+    assert (r.method, r.sharding) == ("full", "zero3-offload")
     # re-resolving keeps it; a sharding given explicitly wins over the alias
     again = apply_overrides(r, ["batch_size=4"])
-    assert (again["method"], again["sharding"]) == ("full", "zero3-offload")
+    assert (again.method, again.sharding) == ("full", "zero3-offload")
     r = load_profile("tiny-full-zero3", ["sharding=zero2"])
-    assert (r["method"], r["sharding"]) == ("full", "zero2")
+    assert (r.method, r.sharding) == ("full", "zero2")
     # a run folder's profile.json written before sharding reads the same way
     old = {"method": ZERO3_OFFLOAD, "zero3": {"offload_optimizer": True, "offload_params": False,
                                                "pin_memory": False}, "devices": {"gpus": 0}}
     prof = Profile.from_partial(old)
     assert prof.sharding_asked() == "zero3-offload" and prof.launcher() == "deepspeed"
     assert prof.deepspeed.offload_params is False
-    assert sharding_of(old) == "zero3-offload"
-    assert profile_summary({**load_profile("tiny-full"), "method": ZERO3_OFFLOAD})["sharding"] == "zero3-offload"
+    assert sharding_of(profile_of(old)) == "zero3-offload"
+    legacy = load_profile("tiny-full").with_settings({"method": ZERO3_OFFLOAD})
+    assert profile_summary(legacy)["sharding"] == "zero3-offload"
 
 
 def test_set_sharding_and_bad_values():
     r = load_profile("tiny-full", ["sharding=zero2"])
-    assert r["sharding"] == "zero2" and r["overrides"] == ["sharding=zero2"]
-    assert load_profile("tiny-full")["sharding"] == "none"  # every resolved profile has the key
+    assert r.sharding == "zero2" and r.overrides == ["sharding=zero2"]
+    assert load_profile("tiny-full").sharding == "none"  # every resolved profile has the key
     with pytest.raises(ProfileError) as ei:
         load_profile("tiny-full", ["sharding=zero4"])
     assert ei.value.key == "sharding" and "zero3" in str(ei.value)
@@ -93,9 +95,9 @@ def test_zero3_section_is_the_old_name_of_deepspeed(tmp_path):
     f = tmp_path / "mine.toml"
     f.write_text('# fttui run --profile mine.toml\nextends = "tiny-full-zero3"\n[zero3]\noffload_params = false\n')
     r = load_profile(f)
-    assert "zero3" not in r and r["deepspeed"]["offload_params"] is False
-    assert r["deepspeed"]["offload_optimizer"] is True
-    assert load_profile("tiny-full-zero3", ["zero3.offload_params=false"])["deepspeed"]["offload_params"] is False
+    assert "zero3" not in r.to_dict() and r.deepspeed.offload_params is False
+    assert r.deepspeed.offload_optimizer is True
+    assert load_profile("tiny-full-zero3", ["zero3.offload_params=false"]).deepspeed.offload_params is False
     both = tmp_path / "both.toml"
     both.write_text('extends = "tiny-full"\n[zero3]\npin_memory = false\n[deepspeed]\npin_memory = true\n')
     with pytest.raises(ProfileError) as ei:
@@ -219,5 +221,5 @@ def test_bundled_profiles_still_load_and_start_with_their_command():
     for f in sorted(root.glob("*.toml")):
         assert f.read_text().splitlines()[0] == f"# fttui run --profile {f.stem}", f.name
         r = load_profile(f.stem)
-        assert r["sharding"] in SHARDINGS and r["method"] != ZERO3_OFFLOAD
+        assert r.sharding in SHARDINGS and r.method != ZERO3_OFFLOAD
         json.dumps(r.to_dict())

@@ -7,7 +7,7 @@ import pytest
 
 from fttui.core.base import fmt, shardings
 from fttui.core.base.constants import METHODS, SHARDINGS
-from fttui.core.profiles import Profile, load_profile
+from fttui.core.profiles import load_profile
 from fttui.core.run.extras import needed_extras
 
 # (family, stage, offload, needs CUDA, launchers, label): what the code said before the registry
@@ -58,8 +58,8 @@ def test_unknown_names():
 def test_launcher_and_extra_follow_the_entry(name):
     k = shardings.get(name)
     method = k.methods[0]
-    prof = Profile.from_dict(load_profile("tiny-lora", [f"method={method}", f"sharding={name}", "devices.gpus=0",
-                                                        "devices.cpu_processes=2"]))
+    prof = load_profile("tiny-lora", [f"method={method}", f"sharding={name}", "devices.gpus=0",
+                                      "devices.cpu_processes=2"])
     assert prof.sharding_kind() is k
     assert prof.launcher() == (k.launchers[0] if k.launchers else "torchrun")
     assert needed_extras(method, name) == ["train", *([k.extra] if k.extra else [])]  # method is full

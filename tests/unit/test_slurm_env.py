@@ -8,6 +8,7 @@ import pytest
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.run.allocation import Allocation, gpus_on_node, job_port, read_allocation, with_allocation
+from tests.helpers import profile_of
 from fttui.core.run.slurmend import job_verdict, node_verdict
 from fttui.core.run.slurmnode import node_run_id
 from fttui.core.run.status import FinalStatus
@@ -27,10 +28,10 @@ def test_a_gpu_step_gives_rank_nodes_gpus_and_a_job_port():
     assert alloc == Allocation(job_id="4242", nodes=4, node_rank=1, node_name="gpu02", nodelist="gpu[01-04]",
                                gpus_per_node=8, restart=0)
     assert alloc.port == job_port("4242") == 20000 + 4242
-    prof = with_allocation({"devices": {"gpus": 1, "nodes": 1, "node_rank": 0, "main_addr": "127.0.0.1",
-                                        "main_port": 29500, "cpu_processes": 1, "launcher": "auto"}},
+    prof = with_allocation(profile_of({"devices": {"gpus": 1, "nodes": 1, "node_rank": 0, "main_addr": "127.0.0.1",
+                                                   "main_port": 29500, "cpu_processes": 1, "launcher": "auto"}}),
                            alloc, "10.1.0.1")
-    assert prof["devices"] == {"gpus": 8, "nodes": 4, "node_rank": 1, "main_addr": "10.1.0.1",
+    assert prof.devices.to_dict() == {"gpus": 8, "nodes": 4, "node_rank": 1, "main_addr": "10.1.0.1",
                                "main_port": 24242, "cpu_processes": 1, "launcher": "auto"}
 
 
@@ -55,8 +56,8 @@ def test_no_gpu_from_slurm_keeps_the_profiles_count():
     env = {k: v for k, v in STEP.items() if k != "SLURM_GPUS_ON_NODE"}
     alloc = read_allocation(env)
     assert alloc.gpus_per_node is None
-    prof = with_allocation({"devices": {"gpus": 0, "cpu_processes": 2}}, alloc, "gpu01")
-    assert prof["devices"]["gpus"] == 0 and prof["devices"]["cpu_processes"] == 2
+    prof = with_allocation(profile_of({"devices": {"gpus": 0, "cpu_processes": 2}}), alloc, "gpu01")
+    assert prof.devices.gpus == 0 and prof.devices.cpu_processes == 2
 
 
 def test_heterogeneous_job_is_refused_in_one_line():

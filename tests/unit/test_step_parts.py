@@ -11,6 +11,7 @@ from fttui.core.experiments.forecast import forecast
 from fttui.core.experiments.stepmodel import pass_flops, row_parts, step_model
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.profiles import load_profile
+from tests.helpers import profile_of
 from fttui.core.results.stepparts import step_parts
 from fttui.core.run import rundir
 from fttui.core.run.events import parse_event
@@ -102,10 +103,10 @@ def test_one_row_with_its_floor_forecasts_other_sizes(tmp_path):
     assert model.seconds_per_flop == pytest.approx(S_PER_FLOP, rel=1e-3)
     assert model.fixed_step_s == pytest.approx(FIXED_STEP, rel=1e-3) and "pass floor measured" in model.words
     for batch, seq, accum in ((2, 64, 1), (16, 256, 1), (8, 96, 4)):
-        prof = {"model": {"name_or_path": "m"}, "method": "lora", "sharding": "none",
-                "train": {"batch_size": batch, "grad_accum": accum, "precision": "fp32", "max_steps": 10,
-                          "gradient_checkpointing": False}, "devices": {"gpus": 0, "nodes": 1},
-                "data": {"max_seq_len": seq}}
+        prof = profile_of({"model": {"name_or_path": "m"}, "method": "lora", "sharding": "none",
+                           "train": {"batch_size": batch, "grad_accum": accum, "precision": "fp32", "max_steps": 10,
+                                     "gradient_checkpointing": False}, "devices": {"gpus": 0, "nodes": 1},
+                           "data": {"max_seq_len": seq}})
         f = forecast(prof, SHAPE, samples=1000, fed_tokens_per_sample=seq, real_tokens_per_sample=seq,
                      rows=[stored], card="cpu", cards=1)
         want = FIXED_STEP + accum * _pass_s(batch, seq)
@@ -124,10 +125,10 @@ def test_the_row_forecasts_its_own_run(tmp_path):
               "sharding": "none", "precision": "fp32", "gpu": "cpu", "world_size": 1, "grad_accum": 2,
               "steps": 20, "duration_s": events[-1]["train_time"], "tokens_padded": events[-2]["tokens_padded"],
               "tokens_padded_per_s": 1000.0, "flops_per_token": 1e6, "step_fit": fit}
-    prof = {"model": {"name_or_path": "m"}, "method": "lora", "sharding": "none",
-            "train": {"batch_size": 4, "grad_accum": 2, "precision": "fp32", "max_steps": 20,
-                      "gradient_checkpointing": False}, "devices": {"gpus": 0, "nodes": 1},
-            "data": {"max_seq_len": 128}}
+    prof = profile_of({"model": {"name_or_path": "m"}, "method": "lora", "sharding": "none",
+                       "train": {"batch_size": 4, "grad_accum": 2, "precision": "fp32", "max_steps": 20,
+                                 "gradient_checkpointing": False}, "devices": {"gpus": 0, "nodes": 1},
+                       "data": {"max_seq_len": 128}})
     fed = fit["tokens"] / 4
     f = forecast(prof, SHAPE, samples=1000, fed_tokens_per_sample=fed, real_tokens_per_sample=fed,
                  rows=[stored], card="cpu", cards=1, attn_len=fit["tokens_x_len"] / fit["tokens"])

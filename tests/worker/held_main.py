@@ -27,7 +27,7 @@ def main() -> int:
     from fttui.worker.sharding import held_tensors, sharding_info
 
     vocab = su.model.get_input_embeddings().num_embeddings
-    dataset, _ = build_dataset(su.profile["data"], su.tok, vocab, 42, records=su.records)
+    dataset, _ = build_dataset(su.profile.data, su.tok, vocab, 42, records=su.records)
     trainer = make_trainer(su, su.profile, dataset, [])
     trainer.train()
     out = {"rank": rank, "held": held_tensors(trainer), "sharding": sharding_info(trainer)}

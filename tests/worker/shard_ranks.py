@@ -77,13 +77,13 @@ class LiveStorages(TorchDispatchMode):
         return out
 
 
-def ds_config(r: dict, world: int) -> dict:
+def ds_config(r, world: int) -> dict:
     """The DeepSpeed config the worker hands the Trainer (:func:`fttui.worker.sharding.deepspeed_config`),
     with the values the Trainer fills in for its ``auto`` keys (transformers.integrations.deepspeed:
     bucket sizes from the hidden size, ``gradient_clipping`` = ``max_grad_norm``)."""
     from fttui.worker.sharding import deepspeed_config
 
-    h = int(r["model"]["arch_config"]["hidden_size"])
+    h = int(r.model.arch_config["hidden_size"])
     auto = {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h),
             "stage3_param_persistence_threshold": 10 * h}
     conf = deepspeed_config(r, world)
@@ -98,7 +98,7 @@ def ds_config(r: dict, world: int) -> dict:
     return conf
 
 
-def wrap(model, r: dict, sharding: str, world: int):
+def wrap(model, r, sharding: str, world: int):
     """(forward-backward-step function, the module whose parameters the rank holds)."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     if sharding.startswith("zero"):
@@ -138,11 +138,10 @@ def wrap(model, r: dict, sharding: str, world: int):
 
 
 def measure(case: dict, world: int) -> int:
-    r = load_profile(case["profile"], case["overrides"]).to_dict()
-    r["sharding"] = case["sharding"]
+    r = load_profile(case["profile"], case["overrides"]).with_settings({"sharding": case["sharding"]})
     torch.manual_seed(0)
-    b, s = int(r["train"]["batch_size"]), int(r["data"]["max_seq_len"])
-    ids = torch.randint(0, int(r["model"]["arch_config"]["vocab_size"]), (b, s))
+    b, s = int(r.train.batch_size), int(r.data.max_seq_len)
+    ids = torch.randint(0, int(r.model.arch_config["vocab_size"]), (b, s))
     live = LiveStorages({ids.untyped_storage()._cdata})
     with live:
         model, _info = build_model(r)

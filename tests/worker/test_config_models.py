@@ -102,8 +102,8 @@ def test_random_init_from_a_config_folder_trains(tmp_path):
         "[data]\nmax_seq_len = 16\nnum_samples = 8\n[train]\nbatch_size = 2\nmax_steps = 3\n"
         "[devices]\ngpus = 0\n")
     r = load_profile(str(profile))
-    assert r["model"]["config"] == str(folder / "config.json") and "model.config" in r["derived"]
-    assert r["model"]["arch"] is None and r["model"]["tokenizer"] == "byte"
+    assert r.model.config == str(folder / "config.json") and "model.config" in r.derived
+    assert r.model.arch is None and r.model.tokenizer == "byte"
     run_dir = write_run_dir(tmp_path, r)
     proc = run_worker(run_dir, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("deepspeed")
 from fttui.core.memory import estimate  # noqa: E402
 from fttui.core.profiles import load_profile  # noqa: E402
+from tests.helpers import profile_of  # noqa: E402
 
 from .conftest import REPO, worker_env  # noqa: E402
 
@@ -53,7 +54,7 @@ NOT_MODEL = ("process", "cuda_runtime", "model_load")
 def predicted_per_rank(profile: str, sharding: str, sets: list[str]) -> float:
     r = load_profile(profile, [*sets, f"devices.cpu_processes={RANKS}"]).to_dict()
     r["sharding"] = sharding
-    host = estimate(r).host_breakdown
+    host = estimate(profile_of(r)).host_breakdown
     return sum(v for k, v in host.items() if k not in NOT_MODEL) / RANKS
 
 

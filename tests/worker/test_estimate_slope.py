@@ -48,8 +48,8 @@ def test_per_token_slope_matches_live_tensors(profile, sets, ckpt_bytes):
     # the checkpoints at the peak, one per decoder layer in the residual's dtype: the first
     # layer's input is the embedding's output, the others the previous layer's (``add``)
     r = load_profile(profile, ARCH + sets)
-    a = r["model"]["arch_config"]
-    tokens = int(r["train"]["batch_size"]) * LENGTHS[1]
+    a = r.model.arch_config
+    tokens = int(r.train.batch_size) * LENGTHS[1]
     dtype = {4: "float32", 2: "bfloat16"}[ckpt_bytes]
     held = sum(n for op, dt, n in c["peaks"][1] if op in ("add", "embedding") and dt == dtype)
     assert held >= a["num_hidden_layers"] * tokens * a["hidden_size"] * ckpt_bytes, c["peaks"][1]

@@ -11,6 +11,8 @@ from fttui.core.base.errors import DataError
 from fttui.worker.data import split_eval
 from fttui.worker.trainer import plan
 
+from tests.helpers import profile_of
+
 from .conftest import make_profile
 
 
@@ -29,15 +31,15 @@ def _profile(**train):
 ])
 def test_plan_by_kind(tmp_path, kind, save, evaluates, report_to):
     (tmp_path / "command.json").write_text(json.dumps({"argv": [], "kind": kind}))
-    keep = plan(_profile(), str(tmp_path))
+    keep = plan(profile_of(_profile()), str(tmp_path))
     assert (keep.kind, keep.save, keep.eval, keep.report_to) == (kind, save, evaluates, report_to)
     assert keep.output_dir == str(tmp_path / "output") and keep.save_steps == 7
 
 
 def test_plan_of_a_profile_without_the_keys_saves_nothing(tmp_path):
-    keep = plan(make_profile(), str(tmp_path))  # no command.json: a run
+    keep = plan(profile_of(make_profile()), str(tmp_path))  # no command.json: a run
     assert (keep.kind, keep.save, keep.eval, keep.report_to) == ("run", "none", False, [])
-    assert plan(_profile(output_dir="/elsewhere"), str(tmp_path)).output_dir == "/elsewhere"
+    assert plan(profile_of(_profile(output_dir="/elsewhere")), str(tmp_path)).output_dir == "/elsewhere"
 
 
 def test_split_eval_holds_out_a_seeded_fraction():
@@ -69,9 +71,9 @@ def test_recovery_checkpoints_under_on_oom_shrink(tmp_path, kind, save, on_oom, 
     (tmp_path / "command.json").write_text(json.dumps({"argv": [], "kind": kind}))
     prof = _profile(save=save, on_oom=on_oom, eval_steps=0)
     prof["data"]["eval_ratio"] = 0.0
-    keep = plan(prof, str(tmp_path))
+    keep = plan(profile_of(prof), str(tmp_path))
     assert keep.recovery is recovery
-    args = training_args(prof, str(tmp_path), 1, False)
+    args = training_args(profile_of(prof), str(tmp_path), 1, False)
     saves = recovery or (save == "steps" and kind == "run")
     assert (str(args.save_strategy.value), args.save_steps, args.save_total_limit) == \
         ("steps" if saves else "no", 7, 1 if recovery else None)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import profile_of
+
 from .conftest import REPO, TINY_ARCH, make_profile, read_events, worker_env, write_run_dir
 
 
@@ -144,7 +146,7 @@ def test_deepspeeds_optimizer_is_named_and_holds_the_estimated_states(tmp_path):
         assert (s["ran"], s["kind"], s["zero_stage"], s["distributed_type"]) == ("zero3", "deepspeed", 3, "DEEPSPEED")
         assert s["offload_optimizer"] == s["offload_param"] == "none"
         assert s["params_local"] == pytest.approx(s["params"] / 2, rel=0.02)
-    e = estimate(prof)
+    e = estimate(profile_of(prof))
     T = e.inputs["params"]
     # the estimate's per-rank optimizer states: fp32 masters (4 B) + Adam's m and v (8 B) per
     # element of the rank's partition; the optimizer's own state is the m and v

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import profile_of
+
 from .conftest import TINY_ARCH, make_profile, read_events, run_worker, write_run_dir
 from .gptq_pack import save_gptq_checkpoint
 
@@ -60,8 +62,7 @@ def test_lora_trains_a_prequantized_checkpoint_and_the_estimate_counts_its_int4_
     from safetensors.torch import load_file
 
     from fttui.core.memory import estimate
-    from fttui.core.profiles.stored import as_profile
-
+    
     folder, _deq, fmt = gptq_checkpoint
     quant_inputs, lora_class = FORMATS[fmt]
     prof = make_profile(**{"method": "lora", "train.precision": "bf16", "data.num_samples": 8,
@@ -80,7 +81,7 @@ def test_lora_trains_a_prequantized_checkpoint_and_the_estimate_counts_its_int4_
     q = start["structure"]["quant"]
     assert q["bits"] == 4 and q["group_size"] == GROUP and q["packed_linears"] == 7 * TINY_ARCH["num_hidden_layers"]
     assert start["structure"]["modules"][lora_class] == 3 * TINY_ARCH["num_hidden_layers"]
-    est = estimate(as_profile(prof).with_settings({"devices.gpus": 1}))
+    est = estimate(profile_of(prof).with_settings({"devices.gpus": 1}))
     assert est.to_dict()["inputs"]["quant"] == quant_inputs
     # the estimate's weights: the packed linears + scales / zeros / g_idx + the bf16 rest, against
     # the bytes of the worker's model (its few small kernel buffers and the rotary table aside)

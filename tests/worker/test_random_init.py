@@ -48,14 +48,17 @@ def test_8bit_lora_checkpoints_reentrant_on_cuda_only():
     from fttui.worker.model import reentrant_checkpointing
     from fttui.worker.trainer import training_args
 
+    from tests.helpers import profile_of
+
     from .conftest import make_profile
 
     gc = {"train.gradient_checkpointing": True}
-    assert reentrant_checkpointing(make_profile(method="lora-int8", **gc), use_cuda=True)
-    assert not reentrant_checkpointing(make_profile(method="lora-int8", **gc), use_cuda=False)
-    assert not reentrant_checkpointing(make_profile(method="lora-int8"), use_cuda=True)
-    assert not reentrant_checkpointing(make_profile(method="qlora", **gc), use_cuda=True)
-    args = training_args(make_profile(method="lora-int8", **gc), "/nonexistent-run-dir", world=1, use_cuda=False)
+    assert reentrant_checkpointing(profile_of(make_profile(method="lora-int8", **gc)), use_cuda=True)
+    assert not reentrant_checkpointing(profile_of(make_profile(method="lora-int8", **gc)), use_cuda=False)
+    assert not reentrant_checkpointing(profile_of(make_profile(method="lora-int8")), use_cuda=True)
+    assert not reentrant_checkpointing(profile_of(make_profile(method="qlora", **gc)), use_cuda=True)
+    args = training_args(profile_of(make_profile(method="lora-int8", **gc)), "/nonexistent-run-dir", world=1,
+                         use_cuda=False)
     assert args.ddp_find_unused_parameters is None
 
 

@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fttui.worker.data import Collator, SyntheticDataset  # noqa: E402
+from tests.helpers import profile_of  # noqa: E402
 
 
 def _slow_path(batch, pad_id, width):
@@ -48,6 +49,6 @@ def test_shorter_samples_still_pad_and_mask():
 def test_the_trainer_does_not_log_every_step(tmp_path, tiny_profile):
     from fttui.worker.trainer import training_args
 
-    args = training_args(tiny_profile(), str(tmp_path), 1, False)
+    args = training_args(profile_of(tiny_profile()), str(tmp_path), 1, False)
     # the step events carry loss and lr; the Trainer's own per-step log was pure overhead
     assert str(getattr(args.logging_strategy, "value", args.logging_strategy)) == "no"

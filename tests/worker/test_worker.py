@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fttui.core.run.launch import free_port
+from tests.helpers import profile_of
 
 from .conftest import REPO, TINY_ARCH, make_profile, read_events, run_worker, worker_env, write_run_dir
 
@@ -175,7 +176,7 @@ def test_tokenize_and_collate():
 def test_lora_emb_trains_embeddings():
     from fttui.worker.model import build_model
 
-    model, info = build_model(make_profile(method="lora-emb"))
+    model, info = build_model(profile_of(make_profile(method="lora-emb")))
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert any("embed_tokens" in n for n in trainable) and any("lm_head" in n for n in trainable)
     v, h = TINY_ARCH["vocab_size"], TINY_ARCH["hidden_size"]
@@ -185,7 +186,7 @@ def test_lora_emb_trains_embeddings():
 def test_lora_all_linear_count():
     from fttui.worker.model import build_model
 
-    _, info = build_model(make_profile(**{"lora.target_modules": "all-linear", "lora.r": 4}))
+    _, info = build_model(profile_of(make_profile(**{"lora.target_modules": "all-linear", "lora.r": 4})))
     every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert info["params_trainable"] == _lora_expected(TINY_ARCH, 4, every)  # lm_head excluded by peft
 
@@ -195,13 +196,13 @@ def test_quantized_bases():
 
     from fttui.worker.model import build_model
 
-    full_total = build_model(make_profile(method="full"))[1]["params_total"]
+    full_total = build_model(profile_of(make_profile(method="full")))[1]["params_total"]
     lora_n = _lora_expected(TINY_ARCH, 8, ["q_proj", "v_proj"])
-    model, info = build_model(make_profile(method="qlora"))
+    model, info = build_model(profile_of(make_profile(method="qlora")))
     attn = model.base_model.model.model.layers[0].self_attn
     assert isinstance(attn.q_proj.base_layer, bnb.nn.Linear4bit) and isinstance(attn.k_proj, bnb.nn.Linear4bit)
     assert info["params_total"] == full_total + lora_n and info["params_trainable"] == lora_n  # real, unpacked count
-    model, info = build_model(make_profile(method="lora-int8"))
+    model, info = build_model(profile_of(make_profile(method="lora-int8")))
     attn = model.base_model.model.model.layers[0].self_attn
     assert isinstance(attn.v_proj.base_layer, bnb.nn.Linear8bitLt)
     assert info["params_total"] == full_total + lora_n and info["params_trainable"] == lora_n
@@ -217,7 +218,7 @@ def test_kbit_prepare_peft_or_none():
     for prepare, want in (("peft", torch.float32), ("none", torch.bfloat16)):
         prof = make_profile(method="qlora", **{"train.precision": "bf16"})
         prof["quant"] = {**(prof.get("quant") or {}), "prepare": prepare}
-        model, _info = build_model(prof)
+        model, _info = build_model(profile_of(prof))
         base = model.base_model.model
         assert base.get_input_embeddings().weight.dtype == want, prepare
         assert base.model.norm.weight.dtype == want, prepare
@@ -235,7 +236,7 @@ def test_pretrained_local_dir(tmp_path):
     ref.save_pretrained(tmp_path / "m")
     prof = make_profile(method="full")
     prof["model"].update(init="pretrained", name_or_path=str(tmp_path / "m"), arch=None, arch_config={})
-    model, info = build_model(prof)
+    model, info = build_model(profile_of(prof))
     assert info["params_total"] == info["params_trainable"] == sum(p.numel() for p in ref.parameters())
     assert torch.equal(model.model.embed_tokens.weight, ref.model.embed_tokens.weight)
 
@@ -243,8 +244,8 @@ def test_pretrained_local_dir(tmp_path):
 def test_deepspeed_config():
     from fttui.worker.model import deepspeed_config
 
-    cfg = deepspeed_config(make_profile(**{"method": "full-zero3-offload", "train.batch_size": 2,
-                                           "train.grad_accum": 3, "train.precision": "bf16"}), 4)
+    cfg = deepspeed_config(profile_of(make_profile(**{"method": "full-zero3-offload", "train.batch_size": 2,
+                                                      "train.grad_accum": 3, "train.precision": "bf16"})), 4)
     assert cfg["train_batch_size"] == 24 and cfg["train_micro_batch_size_per_gpu"] == 2
     assert cfg["gradient_accumulation_steps"] == 3 and cfg["bf16"]["enabled"] and not cfg["fp16"]["enabled"]
     z = cfg["zero_optimization"]

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from fttui.core.base import shardings
+from fttui.core.base import methods, shardings
 
-# Fine-tuning methods, in the order the views list them; the legacy names of a method under a
-# sharding kind (``full-zero3-offload``: ``full`` under ZeRO-3 offload) come from the registry.
-METHODS: tuple[str, ...] = ("full", *shardings.LEGACY_METHODS, "lora", "lora-emb", "qlora", "lora-int8")
-FULL_METHODS: tuple[str, ...] = ("full", *shardings.LEGACY_METHODS)
-LORA_METHODS: tuple[str, ...] = ("lora", "lora-emb", "qlora", "lora-int8")
-KBIT_METHODS: tuple[str, ...] = ("qlora", "lora-int8")
+# The names a profile's ``method`` may hold, in the order the views list them: the method
+# registry's (:mod:`fttui.core.base.methods` declares each method once), with the legacy names of
+# a method under a sharding kind (``full-zero3-offload``: ``full`` under ZeRO-3 offload) from the
+# sharding registry after full fine-tuning's.
+METHODS: tuple[str, ...] = (
+    *(k.name.value for k in methods.KINDS.values() if k.full),
+    *shardings.LEGACY_METHODS,
+    *(k.name.value for k in methods.KINDS.values() if not k.full),
+)
 #: the sharding kinds' names (:mod:`fttui.core.base.shardings` declares each kind once)
 SHARDINGS: tuple[str, ...] = shardings.NAMES
 #: sharding -> the methods it runs, and the legacy method name (both read off the registry)
@@ -70,9 +73,6 @@ MAX_SAMPLE_BYTES = 4 << 20
 
 __all__ = [
     "METHODS",
-    "FULL_METHODS",
-    "LORA_METHODS",
-    "KBIT_METHODS",
     "SHARDINGS",
     "SHARDING_METHODS",
     "ZERO3_OFFLOAD",

@@ -41,12 +41,6 @@ __all__ = [
     "StalledEvent",
     "ResumedEvent",
     "FaultEvent",
-    "ProbeStartEvent",
-    "TrialStartEvent",
-    "TrialEvent",
-    "ProbeCapEvent",
-    "ProbeGuessEvent",
-    "ProbeEndEvent",
     "RECORDS",
 ]
 
@@ -125,7 +119,7 @@ class Event:
 _KINDS: dict[type, dict[str, tuple[type, ...]]] = {}
 #: the Python types a JSON value may have for a declared annotation (``None`` always fits)
 _ANNOTATIONS: dict[str, tuple[type, ...]] = {
-    "int | None": (int,),
+    "int | None": (int, float),  # a count written as 4000.0 is still a count
     "float | None": (int, float),
     "str | None": (str,),
     "bool | None": (bool,),
@@ -133,7 +127,7 @@ _ANNOTATIONS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "dict[str, Any] | None": (dict,),
     "list[float] | None": (list,),
-    "int | str | None": (int, str),
+    "int | str | None": (int, float, str),
 }
 
 
@@ -458,88 +452,8 @@ class FaultEvent(Event):
     failed_t: float | None = None
 
 
-# ---------------------------------------------------------------------------- the probe worker's
-@dataclass(frozen=True, kw_only=True)
-class ProbeStartEvent(Event):
-    """The probe worker's process loaded its model (fttui/worker/probe.py) and climbs ``param``
-    from ``start`` to ``hi``."""
-
-    EVENT: ClassVar[str] = "probe_start"
-    SPARSE: ClassVar[bool] = True
-    param: str | None = None
-    start: int | None = None
-    hi: int | None = None
-    growth: str | None = None
-    params_total: int | None = None
-    params_trainable: int | None = None
-    limits: dict[str, Any] | None = None
-    env: dict[str, Any] | None = None
-    setup_time: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialStartEvent(Event):
-    """A trial of ``value`` begins (``clean``: no OOM in this process before; ``fresh``: its first)."""
-
-    EVENT: ClassVar[str] = "trial_start"
-    SPARSE: ClassVar[bool] = True
-    value: int | None = None
-    clean: bool | None = None
-    fresh: bool | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialEvent(Event):
-    """A trial's result: ``status`` ``fit`` or ``oom``, its peaks, speed and headroom."""
-
-    EVENT: ClassVar[str] = "trial"
-    SPARSE: ClassVar[bool] = True
-    value: int | None = None
-    status: str | None = None
-    clean: bool | None = None
-    fresh: bool | None = None
-    oom_kind: str | None = None
-    message: str | None = None
-    steps: int | None = None
-    step_time: float | None = None
-    samples_per_s: float | None = None
-    tokens_per_s: float | None = None
-    peak_torch_reserved_mb: list[float] | None = None
-    peak_host_rss_mb: float | None = None
-    headroom_mb: float | None = None
-    longest_seq: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeCapEvent(Event):
-    """The probed range ends at ``hi`` (``max_seq_len`` above the model's positions)."""
-
-    EVENT: ClassVar[str] = "probe_cap"
-    SPARSE: ClassVar[bool] = True
-    hi: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeGuessEvent(Event):
-    """After the first OOM, the bisection's bounds (a guide for the next fresh process)."""
-
-    EVENT: ClassVar[str] = "probe_guess"
-    SPARSE: ClassVar[bool] = True
-    largest_fit: int | None = None
-    smallest_oom: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeEndEvent(Event):
-    """The probe worker's process is done: the bounds it found."""
-
-    EVENT: ClassVar[str] = "probe_end"
-    SPARSE: ClassVar[bool] = True
-    largest_fit: int | None = None
-    smallest_oom: int | None = None
-
-
-#: event kind -> its record (a kind not here reads as :class:`UnknownEvent`)
+#: event kind -> its record (a kind not here reads as :class:`UnknownEvent`); the probe worker's
+#: kinds join from :mod:`fttui.core.base.probe_records` where fttui is installed
 RECORDS: dict[str, type[Event]] = {
     c.EVENT: c
     for c in (
@@ -561,11 +475,5 @@ RECORDS: dict[str, type[Event]] = {
         StalledEvent,
         ResumedEvent,
         FaultEvent,
-        ProbeStartEvent,
-        TrialStartEvent,
-        TrialEvent,
-        ProbeCapEvent,
-        ProbeGuessEvent,
-        ProbeEndEvent,
     )
 }

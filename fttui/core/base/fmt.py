@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 
-from fttui.core.base import shardings
+from fttui.core.base import methods, shardings
 
 
 def duration(seconds: float | None) -> str:
@@ -46,13 +46,8 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}%"
 
 
-METHOD_LABELS = {
-    "full": "full",
-    "lora": "lora",
-    "lora-emb": "lora (+emb)",
-    "qlora": "qlora",
-    "lora-int8": "lora (int8)",
-}
+#: method -> its label (the registry's), in the registry's order
+METHOD_LABELS = {k.name.value: k.label for k in methods.KINDS.values()}
 
 #: sharding kind -> its label (the registry's), in the registry's order
 SHARDING_LABELS = {k.name: k.label for k in shardings.KINDS.values()}
@@ -72,10 +67,11 @@ def method_label(method: str | None, sharding: str | None = None, *, optimizer: 
     if method is None:
         return ""
     if method in shardings.LEGACY_METHODS:  # the stored name of full + ZeRO-3 offload before schema 5
-        method, sharding = "full", sharding or shardings.LEGACY_METHODS[method].name
-    label = METHOD_LABELS.get(method, method)
-    if method == "qlora" and optimizer and optimizer.startswith("paged"):
-        label = "qlora (paged)"
+        method, sharding = methods.Method.FULL.value, sharding or shardings.LEGACY_METHODS[method].name
+    kind = methods.find(method)
+    label = method if kind is None else kind.label
+    if kind is not None and kind.optimizer and optimizer and optimizer.startswith("paged"):
+        label = f"{kind.label} (paged)"  # qlora's paged AdamW
     extra = sharding_label(sharding)
     if not extra:
         return label

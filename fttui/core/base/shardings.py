@@ -9,8 +9,9 @@ needs, and the method name that meant it before ``sharding`` was a key of its ow
 (``fttui.worker.sharding``) and, when its memory is not one of an existing family's, the memory
 model's term (``fttui.core.memory.sharding``); docs/architecture.md, "Sharding kinds".
 
-Stdlib only and no fttui import: ``fttui.integrations.hf_info`` loads this file by path into a
-Python where fttui may not be installed.
+Stdlib only; its one fttui import is the method registry (``fttui.core.base.methods``, stdlib
+only too): ``fttui.integrations.hf_info`` loads this file by path into a Python where fttui may not
+be installed, and this file then loads the registry beside it by path.
 """
 
 from __future__ import annotations
@@ -18,18 +19,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+try:
+    from fttui.core.base import methods as _methods
+except ImportError:  # loaded by path where fttui is not installed: the method registry by path too
+    import importlib.util as _util
+    import os as _os
+    import sys as _sys
+
+    _spec = _util.spec_from_file_location(
+        "_fttui_methods", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "methods.py")
+    )
+    _methods = _util.module_from_spec(_spec)  # type: ignore[arg-type]
+    _sys.modules[_spec.name] = _methods  # type: ignore[union-attr]
+    _spec.loader.exec_module(_methods)  # type: ignore[union-attr]
+
+Method = _methods.Method
+MethodKind = _methods.MethodKind
+
 #: families: one process per card (DDP when several), DeepSpeed ZeRO, PyTorch FSDP
 DDP, DEEPSPEED, FSDP = "ddp", "deepspeed", "fsdp"
 
-# The methods each kind runs (docs/launchers.md, "Which method with which sharding"). ZeRO-2
-# partitions only what trains (gradients, optimizer states), so the frozen, quantised base of
-# qlora / lora-int8 is left as it is. ZeRO-3 and FSDP shard the parameters themselves: the
-# libraries do that for 4-bit weights when they are stored in a float dtype
-# (bnb_4bit_quant_storage, which the worker sets to the compute dtype; fttui.worker.model_config),
-# so qlora runs there (not with ZeRO-3's parameter offload); 8-bit weights cannot be sharded.
-_EVERY_METHOD = ("full", "lora", "lora-emb", "qlora", "lora-int8")
-_UNQUANTISED = ("full", "lora", "lora-emb")
-_FOUR_BIT = (*_UNQUANTISED, "qlora")
+# The methods each kind runs (docs/launchers.md, "Which method with which sharding"), read off
+# the method registry. ZeRO-2 partitions only what trains (gradients, optimizer states), so the
+# frozen, quantised base of the k-bit methods is left as it is. ZeRO-3 and FSDP shard the
+# parameters themselves: the libraries do that for 4-bit weights when they are stored in a float
+# dtype (bnb_4bit_quant_storage, which the worker sets to the compute dtype;
+# fttui.worker.model_config), so the 4-bit method runs there (not with ZeRO-3's parameter
+# offload); 8-bit weights cannot be sharded.
+_EVERY_METHOD: tuple[Method, ...] = tuple(_methods.KINDS)
+_UNQUANTISED: tuple[Method, ...] = tuple(m for m, k in _methods.KINDS.items() if not k.quantised)
+_FOUR_BIT: tuple[Method, ...] = tuple(m for m, k in _methods.KINDS.items() if k.bits in (None, 4))
 
 
 @dataclass(frozen=True)
@@ -50,7 +69,7 @@ class Sharding:
     offload: bool = False
     needs_cuda: bool = False
     launchers: tuple[str, ...] = ()
-    methods: tuple[str, ...] = _EVERY_METHOD
+    methods: tuple[Method, ...] = _EVERY_METHOD
     label: str = ""
     extra: str | None = None
     packages: tuple[str, ...] = ()
@@ -148,8 +167,14 @@ def of(method: str | None, sharding: str | None) -> tuple[str | None, str]:
     missing (a ``profile.json`` or row written before it) is none."""
     legacy = LEGACY_METHODS.get(method or "")
     if legacy is not None:
-        return "full", sharding if sharding and sharding != NONE.name else legacy.name
+        return Method.FULL.value, sharding if sharding and sharding != NONE.name else legacy.name
     return method, sharding or NONE.name
+
+
+def method_of(name: str | None) -> MethodKind | None:
+    """The method registry's entry of a method name, a legacy one (``full-zero3-offload``) read
+    as its method (``full``); ``None`` for an unknown name (or none)."""
+    return _methods.find(of(name, None)[0])
 
 
 def asked(profile: object) -> Sharding | None:
@@ -196,6 +221,8 @@ __all__ = [
     "KINDS",
     "LEGACY_METHODS",
     "LEGACY_SECTION",
+    "Method",
+    "MethodKind",
     "NAMES",
     "NONE",
     "Sharding",
@@ -204,6 +231,7 @@ __all__ = [
     "find",
     "from_engine",
     "get",
+    "method_of",
     "names",
     "of",
     "runs_with",

@@ -35,12 +35,19 @@ from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.linefit import line_fit
+from fttui.core.base.methods import Method
 from fttui.core.experiments.stepmodel import step_model
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import peak_tflops
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
-DEFAULT_MFU = {"full": 0.35, "lora": 0.30, "lora-emb": 0.30, "qlora": 0.20, "lora-int8": 0.12}
+DEFAULT_MFU: dict[str, float] = {
+    Method.FULL: 0.35,
+    Method.LORA: 0.30,
+    Method.LORA_EMB: 0.30,
+    Method.QLORA: 0.20,
+    Method.LORA_INT8: 0.12,
+}
 DEFAULT_CPU_FLOPS = 5e9  # per training process, fp32, when no CPU row calibrates
 #: a forward and backward pass's own cost per decoder layer (the operators' overhead, whatever the
 #: work), when no row calibrates: the pass floors measured on tiny 2-layer Llamas (docs/forecast.md,
@@ -119,9 +126,9 @@ def offload_bytes(e: Any) -> tuple[float, float]:
     )
 
 
-def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
+def planned_steps(profile: Profile, samples: int, world: int) -> int:
     """Optimizer steps the Trainer will run: ``max_steps`` when > 0, else epochs x batches."""
-    t = as_profile(profile).train
+    t = profile.train
     max_steps = int(t.max_steps or -1)
     if max_steps > 0:
         return max_steps
@@ -130,8 +137,7 @@ def planned_steps(profile: Mapping[str, Any], samples: int, world: int) -> int:
     return max(1, math.ceil(float(t.epochs or 1.0) * per_epoch))
 
 
-def _setup_key(profile: Mapping[str, Any]) -> dict[str, Any]:
-    p = as_profile(profile)
+def _setup_key(p: Profile) -> dict[str, Any]:
     return {
         "model": p.model.name_or_path,
         "method": p.method,
@@ -174,7 +180,7 @@ def _closeness(row: Mapping[str, Any], key: Mapping[str, Any]) -> int:
 
 
 def calibration_rows(
-    profile: Mapping[str, Any], rows: Iterable[Mapping[str, Any]], card: str
+    profile: Profile, rows: Iterable[Mapping[str, Any]], card: str
 ) -> tuple[list[Mapping[str, Any]], int]:
     """The completed rows nearest to the profile on ``card`` (``"cpu"`` or an NVML name; rows of
     other cards of known peak count on a GPU), with their closeness (15: same model, method,
@@ -242,7 +248,7 @@ def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | 
 
 
 def forecast(
-    profile: Mapping[str, Any],
+    profile: Profile,
     shape: ModelShape,
     *,
     samples: int,
@@ -262,16 +268,16 @@ def forecast(
     ``link_bytes``: :func:`offload_bytes`, the host copies of an offloading sharding, timed at
     :data:`HOST_LINK_BYTES_PER_S` unless the calibrating rows ran the same sharding (their rate
     has them already)."""
-    p = as_profile(profile)
+    p = profile
     t = p.train
     world = max(1, cards) * max(1, int(p.devices.nodes or 1))
     method = str(p.method)
     precision = str(t.precision or "fp32")
     gc = bool(t.gradient_checkpointing)
     fpt = flops_per_token(shape, method, attn_len or fed_tokens_per_sample, gc).total
-    accum = max(1, int(t.get("grad_accum") or 1))
-    per_step = int(t.get("batch_size") or 1) * accum
-    pass_flops = int(t.get("batch_size") or 1) * fed_tokens_per_sample * fpt
+    accum = max(1, int(t.grad_accum or 1))
+    per_step = int(t.batch_size or 1) * accum
+    pass_flops = int(t.batch_size or 1) * fed_tokens_per_sample * fpt
     steps = planned_steps(profile, samples, world)
     chosen, score = calibration_rows(profile, rows, card)
     peak = None if card == RANKS_CPU else peak_tflops(card, precision)
@@ -353,13 +359,13 @@ def forecast(
     )
 
 
-def profile_shape(profile: Mapping[str, Any], inputs: Mapping[str, Any]) -> ModelShape:
+def profile_shape(profile: Profile, inputs: Mapping[str, Any]) -> ModelShape:
     """The model's shape before launch: the architecture's numbers and the estimate's counts."""
     from fttui.core.models.numbers import arch_numbers
 
-    a = arch_numbers(profile)
+    a = arch_numbers(profile.model)
     params, lora = int(inputs.get("params") or a.params), int(inputs.get("lora_params") or 0)
-    full = profile.get("method") == "full"
+    full = profile.method_kind().full
     return ModelShape(
         params_total=params + (0 if full else lora),
         params_trainable=params if full else lora,
@@ -372,7 +378,7 @@ def profile_shape(profile: Mapping[str, Any], inputs: Mapping[str, Any]) -> Mode
 
 
 def profile_forecast(
-    profile: Mapping[str, Any],
+    profile: Profile,
     inputs: Mapping[str, Any],
     rows: Iterable[Mapping[str, Any]],
     card: str,
@@ -392,7 +398,7 @@ def profile_forecast(
     fed = stats.random_order["fed_tokens"] / max(1, stats.samples)
     real = stats.random_order["real_tokens"] / max(1, stats.samples)
     attn = stats.random_order.get("fed_tokens_x_len", 0) / max(1, stats.random_order["fed_tokens"])
-    dev = as_profile(profile).devices
+    dev = profile.devices
     cards = int(dev.gpus or 0) or int(dev.cpu_processes or 1)
     price = prices.price_of(card) if prices is not None else None
     return forecast(
@@ -411,10 +417,10 @@ def profile_forecast(
     )
 
 
-def run_card(profile: Mapping[str, Any]) -> str:
+def run_card(profile: Profile) -> str:
     """The card a profile will run on: ``"cpu"`` without GPUs, else the first visible card's NVML
     name (``"unknown GPU"`` when none is visible here)."""
-    if not int(as_profile(profile).devices.gpus or 0):
+    if not int(profile.devices.gpus or 0):
         return RANKS_CPU
     from fttui.monitor import make_gpu_sampler, run_cards
 

@@ -35,7 +35,7 @@ from fttui.core.experiments.headroom import Headroom, trial_headroom
 from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import apply_overrides
 from fttui.core.profiles.schema import SYNTHETIC
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.run import launch
 from fttui.core.run.events import ErrorEvent, EventTail, StepEvent, read_events
 from fttui.core.run.row_figures import host_figures, sharding_read_back
@@ -49,15 +49,14 @@ from fttui.core.run.summary import final_status
 STOP_WAIT_S = 30.0
 
 
-def needs_launch(resolved: dict) -> bool:
+def needs_launch(resolved: Profile) -> bool:
     """Whether the probe must launch each trial: several processes, or a sharding."""
-    prof = as_profile(resolved)
-    return prof.world_size() > 1 or prof.sharding_kind().sharded
+    return resolved.world_size() > 1 or resolved.sharding_kind().sharded
 
 
-def check_probe(resolved: dict) -> None:
+def check_probe(resolved: Profile) -> None:
     """One line when a launched probe cannot run this profile."""
-    nodes = as_profile(resolved).devices.nodes
+    nodes = resolved.devices.nodes
     if nodes > 1:
         raise FttuiError(
             f"the probe runs on one machine, the profile has devices.nodes = {nodes}: every node "
@@ -70,10 +69,10 @@ def max_launches(lo: int, hi: int) -> int:
     return hi.bit_length() + (hi - lo + 1).bit_length() + 2
 
 
-def positions(resolved: dict) -> int | None:
+def positions(resolved: Profile) -> int | None:
     """The model's ``max_position_embeddings`` when the profile states it (the longest
     ``max_seq_len`` a trial can ask for)."""
-    cfg = as_profile(resolved).model.arch_config
+    cfg = resolved.model.arch_config
     try:
         n = int(cfg.get("max_position_embeddings") or 0)
     except (TypeError, ValueError):
@@ -81,14 +80,14 @@ def positions(resolved: dict) -> int | None:
     return n or None
 
 
-def trial_overrides(resolved: dict, param: str, value: int, steps: int, data: bool = False) -> dict:
+def trial_overrides(resolved: Profile, param: str, value: int, steps: int, data: bool = False) -> dict:
     """The settings of one trial on top of the profile: the probed value, ``steps`` optimizer
     steps, synthetic samples (each ``max_seq_len`` tokens), exactly enough of them for the steps
     on every rank; with ``data``, the profile's own data with its longest samples in the first
     step (``train.longest_first``)."""
     if data:
         return {PROBE_PARAMS[param]: int(value), "train.max_steps": int(steps), "train.longest_first": True}
-    prof = as_profile(resolved)
+    prof = resolved
     micro = int(value) if param == "batch_size" else prof.train.batch_size
     accum = prof.train.grad_accum
     return {
@@ -110,7 +109,7 @@ class LaunchedTrial:
 
     def __init__(
         self,
-        resolved: dict,
+        resolved: Profile,
         param: str,
         value: int,
         steps: int,
@@ -122,7 +121,7 @@ class LaunchedTrial:
     ):
         self.param, self.value, self.load = param, int(value), load
         self.resolved = apply_overrides(resolved, trial_overrides(resolved, param, value, steps, data))
-        self.prof = as_profile(self.resolved)
+        self.prof = self.resolved
         self.rd = launch.prepare(self.resolved, run_id=run_id, kind="probe", group=group)
         self.guard: subprocess.Popen | None = None
         self.leader: int | None = None  # the log writer: leader of the training's process group

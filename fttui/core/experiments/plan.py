@@ -24,7 +24,6 @@ from fttui.core.base.units import GIB, fmt_bytes
 from fttui.core.data.lengths import DataStats
 from fttui.core.experiments.forecast import RANKS_CPU, duration_words, forecast, offload_bytes, profile_shape
 from fttui.core.memory import COMPONENTS, CONSTANTS, HOST_COMPONENTS, Estimate, estimate
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
     "candidates",
     "plan",
     "plan_table",
-    "profile_dict",
     "variant",
 ]
 
@@ -119,13 +117,8 @@ class Option:
         return d
 
 
-def profile_dict(profile: Profile | Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved profile as a plain dict of dicts (a typed ``Profile`` or a resolved dict)."""
-    return as_profile(profile).to_dict()
-
-
 def variant(
-    profile: Profile | Mapping[str, Any],
+    profile: Profile,
     method: str,
     sharding: str,
     micro: int,
@@ -143,7 +136,7 @@ def variant(
     }
     if gpus is not None:
         changes["devices.gpus"] = int(gpus)
-    return as_profile(profile).with_settings(changes)
+    return profile.with_settings(changes)
 
 
 def _divisors(n: int) -> list[int]:
@@ -219,7 +212,7 @@ def _verdict(e: Estimate, budget: Budget) -> str | None:
     return None
 
 
-def _check_weights(profile: Mapping[str, Any], budget: Budget, methods: Sequence[str]) -> None:
+def _check_weights(profile: Profile, budget: Budget, methods: Sequence[str]) -> None:
     """A card smaller than the model's weights spread over every card fits no setup: bad input."""
     if not budget.gpus or not budget.gpu_bytes:
         return
@@ -228,7 +221,7 @@ def _check_weights(profile: Mapping[str, Any], budget: Budget, methods: Sequence
         e = estimate(variant(profile, method, shardings.NONE.name, 1, 1, True, budget.gpus))
         w = e.breakdown.get("weights") or 0
         least = w if least is None else min(least, w)
-    world = budget.ranks_per_node * max(1, int(as_profile(profile).devices.nodes or 1))
+    world = budget.ranks_per_node * max(1, int(profile.devices.nodes or 1))
     if least and budget.gpu_bytes * world < least:
         flag = "--gpu-memory-limit (limits.gpu_memory)" if budget.gpu_cap else "--gpu-memory"
         raise PlanError(
@@ -238,13 +231,13 @@ def _check_weights(profile: Mapping[str, Any], budget: Budget, methods: Sequence
 
 
 def plan(
-    profile: Mapping[str, Any],
+    profile: Profile,
     budget: Budget,
     rows: Iterable[Mapping[str, Any]],
     *,
     effective_batch: int | None = None,
     methods: Sequence[str] | None = None,
-    stats_for: Callable[[Mapping[str, Any], int], DataStats],
+    stats_for: Callable[[Profile, int], DataStats],
     price_per_card_hour: float | None = None,
     price_unit: str = "",
     left_out: Sequence[str] = (),
@@ -253,7 +246,7 @@ def plan(
     ``stats_for(profile, micro_batch)``: the data's lengths at a micro batch
     (:func:`fttui.core.run.datalens.data_stats`). ``left_out``: sharding kinds not to plan (their
     packages are not installed: :func:`fttui.core.run.extras.uninstalled_shardings`)."""
-    base = as_profile(profile)
+    base = profile
     nodes = max(1, int(base.devices.nodes or 1))
     on_gpu = budget.gpus > 0
     if not on_gpu:

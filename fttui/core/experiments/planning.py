@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from fttui.core.base.errors import SizeError
 from fttui.core.base.units import MIB, parse_size
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["machine_budget", "run_plan", "verify", "write_profile", "PlanError"]
 
@@ -46,7 +46,7 @@ def _host_total() -> int | None:
 
 
 def machine_budget(
-    profile: Mapping[str, Any],
+    profile: Profile,
     *,
     gpus: int | None = None,
     gpu_memory: str | None = None,
@@ -62,8 +62,7 @@ def machine_budget(
     ``host_memory_limit`` per process above the imported stack (default: the profile's
     ``limits.host_memory``), else the node's RAM. ``cards``: the cards seen here (the app's
     sampler's ``run_cards``), else read now."""
-    prof = as_profile(profile)
-    dev, limits = prof.devices, prof.limits
+    dev, limits = profile.devices, profile.limits
     n = int(dev.gpus or 0) if gpus is None else int(gpus)
     if n < 0:
         raise PlanError(f"--gpus {n}: give 0 (CPU) or more cards")
@@ -103,7 +102,7 @@ def machine_budget(
 
 
 def run_plan(
-    profile: Mapping[str, Any],
+    profile: Profile,
     budget: Budget,
     *,
     effective_batch: int | None = None,
@@ -123,9 +122,9 @@ def run_plan(
 
     unmeasured: list[bool] = []
 
-    def stats_for(p: Mapping[str, Any], micro: int):
+    def stats_for(p: Profile, micro: int):
         try:
-            return data_stats(dict(p), micro, tokenise=tokenise)[0]
+            return data_stats(p, micro, tokenise=tokenise)[0]
         except NotCached:
             worst = worst_case(p)
             if worst is None:
@@ -165,7 +164,7 @@ def _toml_value(v: Any) -> str:
 
 def write_profile(
     name: str,
-    base: Mapping[str, Any],
+    base: Profile,
     option: Option,
     folder: str | os.PathLike[str] = "profiles",
     gpus: int | None = None,
@@ -177,7 +176,7 @@ def write_profile(
     path = Path(folder) / f"{name}.toml"
     if path.exists():
         raise PlanError(f"--write {name}: {path} exists; choose another name")
-    parent = base.get("name") or ""
+    parent = base.name or ""
     lines = [
         f"# fttui run --profile {name}",
         f"# written by fttui plan: {option.label()}",
@@ -203,7 +202,7 @@ START_WAIT_S = 600.0
 
 
 def verify(
-    profile: Mapping[str, Any],
+    profile: Profile,
     options: Sequence[Option],
     k: int,
     budget: Budget,
@@ -227,7 +226,7 @@ def verify(
 
     if k < 1:
         raise PlanError(f"--verify {k}: give the number of setups to run, 1 or more")
-    prof = as_profile(profile)
+    prof = profile
     longest = int(data_stats(prof, 1)[0].tokens["max"])
     group = rundir.new_run_id(f"plan-{prof.name or 'profile'}")
     world = budget.ranks_per_node * max(1, int(prof.devices.nodes or 1))

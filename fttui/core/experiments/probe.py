@@ -67,7 +67,7 @@ from fttui.core.experiments.boundary import band, next_check
 from fttui.core.experiments.probe_start import predicted_start
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
 from fttui.core.profiles.schema import SYNTHETIC
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 from fttui.core.run import launch, rundir
 from fttui.core.run.events import (
     ErrorEvent,
@@ -87,7 +87,7 @@ SEQ_EXTRA_LOADS = 3
 class Prober:
     def __init__(
         self,
-        resolved: dict,
+        resolved: Profile,
         param: str = "batch_size",
         lo: int = 1,
         hi: int = 1024,
@@ -106,7 +106,7 @@ class Prober:
             raise FttuiError("--repeats must be >= 0")
         self.repeats = repeats
         self.data = data
-        if data and (as_profile(resolved).data.source or SYNTHETIC) == SYNTHETIC:
+        if data and (resolved.data.source or SYNTHETIC) == SYNTHETIC:
             raise FttuiError(
                 "--data: the profile's data.source is synthetic; name a data file (data.source) or probe without --data"
             )
@@ -118,7 +118,7 @@ class Prober:
         # Said up front: the search, then two values next to the boundary checked again.
         search = MAX_LOADS + (SEQ_EXTRA_LOADS if param == "max_seq_len" else 0)
         self.max_loads = (launched.max_launches(lo, hi) if self.launched else search) + 2 * repeats
-        self.resolved = as_profile(resolved)  # the typed profile (a test's dict read as profile.json is)
+        self.resolved = resolved
         self.param, self.lo, self.hi, self.steps = param, lo, hi, steps
         self.start = max(lo, min(hi, start)) if start else lo
         self.on_trial = on_trial or (lambda t: None)
@@ -208,7 +208,7 @@ class Prober:
     def _samples(self) -> str:
         """What the trials train on, in words; with ``data``, reads the data's lengths (tokenised
         once and cached, as ``fttui data`` does) into ``self.order``."""
-        prof = as_profile(self.resolved)  # a Profile (a test may swap in its dict)
+        prof = self.resolved
         seq = prof.data.max_seq_len
         if not self.data:
             return f"samples: synthetic, every one {seq} tokens (the worst case)"
@@ -318,7 +318,7 @@ class Prober:
         env_add["FTTUI_PARENT_PID"] = str(os.getpid())
         if self.order is not None:
             argv += ["--data-order", str(paths.runs_dir() / rid / "data-order.json")]
-        rd = rundir.create(prof, argv, env_add, run_id=rid, kind="probe", group=self.probe_id)
+        rd = rundir.create(prof.to_dict(), argv, env_add, run_id=rid, kind="probe", group=self.probe_id)
         if self.order is not None:
             (rd.path / "data-order.json").write_text(json.dumps(self.order, separators=(",", ":")))
         self.on_log(f"load {k}: {self.param} from {start} ({'x2' if growth == 'mul' else '+1 steps'})")
@@ -340,7 +340,7 @@ class Prober:
 
         host = HostSampler(self.proc.pid)
         gpu = make_gpu_sampler()
-        n_cards = as_profile(prof).devices.gpus  # the probe's process uses the first visible card(s)
+        n_cards = prof.devices.gpus  # the probe's process uses the first visible card(s)
         tail = EventTail(rd.events_path)
         out: dict = {"trials": [], "guess": None, "model_oom": False}
         window_start: float | None = None
@@ -425,10 +425,10 @@ class Prober:
         self.trial = trial
         if self.stopped:
             trial.stop()
-        procs = as_profile(self.resolved).world_size()
+        procs = self.resolved.world_size()
         self.on_log(
             f"trial {k}: {self.param}={value}, a fresh launch of {procs} "
-            f"process{'es' if procs != 1 else ''} ({as_profile(trial.resolved).launcher()})"
+            f"process{'es' if procs != 1 else ''} ({trial.resolved.launcher()})"
         )
         try:
             t, model_oom = trial.run(self.on_log)

@@ -8,18 +8,18 @@ import sqlite3
 
 from fttui.core.base.errors import EstimateError, FttuiError
 from fttui.core.base.units import parse_size
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 # What the estimator raises on a profile it cannot express: EstimateError, or an arch_config
 # whose numbers are missing (KeyError), not numbers (TypeError, ValueError) or zero.
 _NOT_ESTIMABLE = (EstimateError, KeyError, TypeError, ValueError, ZeroDivisionError)
 
 
-def predicted_start(resolved: dict, param: str, lo: int, hi: int) -> tuple[int | None, str]:
+def predicted_start(resolved: Profile, param: str, lo: int, hi: int) -> tuple[int | None, str]:
     """Where the probe starts: the estimator's largest fitting value on the GPU budget
     (``limits.gpu_memory`` or the first visible card), calibrated from the store when it can be;
     None on a CPU profile (a host budget is address space, which the estimator does not model)."""
-    prof = as_profile(resolved)
+    prof = resolved
     if prof.devices.gpus == 0:
         return None, "CPU profile: starting at the low end of the range"
     from fttui.core.memory import calibration_from_store, solve_max

@@ -12,14 +12,14 @@ from dataclasses import replace
 from typing import Any
 
 from fttui.core.experiments.forecast import Forecast, offload_bytes, profile_forecast, run_card
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["quick_forecast", "launch_forecast", "worst_case", "NOT_MEASURED"]
 
 NOT_MEASURED = "data lengths not measured: every sample at max_seq_len (`fttui data` measures them)"
 
 
-def quick_forecast(profile: Mapping[str, Any], e: Any, rows: Iterable[Mapping[str, Any]], card: str) -> Forecast:
+def quick_forecast(profile: Profile, e: Any, rows: Iterable[Mapping[str, Any]], card: str) -> Forecast:
     """:func:`~fttui.core.experiments.forecast.profile_forecast` of ``profile`` (``e``: its memory
     estimate) from the cached lengths, else the worst case (said in ``mfu_source``); raises what
     the forecast cannot get past."""
@@ -36,11 +36,11 @@ def quick_forecast(profile: Mapping[str, Any], e: Any, rows: Iterable[Mapping[st
         return replace(fc, mfu_source=f"{fc.mfu_source}; {NOT_MEASURED}")
 
 
-def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict[str, Any] | None:
+def launch_forecast(profile: Profile, card: str | None = None) -> dict[str, Any] | None:
     """The forecast a launch records (the ``forecast`` event: the run's first ETA, the row's
     ``forecast_s``); None for a command profile or when anything it needs is missing: a run is
     never held back by its forecast."""
-    if as_profile(profile).command.argv:
+    if profile.command.argv:
         return None
     try:
         from fttui.core.base import paths
@@ -65,12 +65,11 @@ def launch_forecast(profile: Mapping[str, Any], card: str | None = None) -> dict
     }
 
 
-def worst_case(profile: Mapping[str, Any]) -> dict[str, Any] | None:
+def worst_case(profile: Profile) -> Profile | None:
     """The profile as synthetic data of as many samples as its JSONL file has records (lines),
     every one ``max_seq_len`` long: the forecast's worst case when the lengths are not measured;
     None when the count is not cheap (not a JSONL file, or over 64 MiB)."""
-    prof = as_profile(profile)
-    source, n = str(prof.data.source or ""), int(prof.data.num_samples or 0)
+    source, n = str(profile.data.source or ""), int(profile.data.num_samples or 0)
     if n <= 0:
         try:
             if not source.endswith(".jsonl") or os.path.getsize(source) > 64 * 1024 * 1024:
@@ -79,4 +78,4 @@ def worst_case(profile: Mapping[str, Any]) -> dict[str, Any] | None:
                 n = sum(1 for line in f if line.strip())
         except OSError:
             return None
-    return prof.with_settings({"data.source": "synthetic", "data.num_samples": n})
+    return profile.with_settings({"data.source": "synthetic", "data.num_samples": n})

@@ -82,7 +82,7 @@ class Sweeper:
             self._cell_profile(settings)
             self.cells.append(Cell(settings))
 
-    def _cell_profile(self, settings: dict[str, int]) -> dict:
+    def _cell_profile(self, settings: dict[str, int]) -> Profile:
         over = {ALIASES.get(k, k): v for k, v in settings.items()}
         if self.steps:
             over["train.max_steps"] = self.steps

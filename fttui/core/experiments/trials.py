@@ -12,7 +12,6 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.columns import RowInputs, fold_row
 from fttui.core.results.row_inputs import Cards, GpuFigures, HostFigures, RunFigures
@@ -115,13 +114,13 @@ def parse_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def trial_row(t: Trial, resolved: Profile | dict, probe_id: str, param: str, index: int, data: bool = False) -> dict:
+def trial_row(t: Trial, resolved: Profile, probe_id: str, param: str, index: int, data: bool = False) -> dict:
     """The store row of one trial (``kind = "probe"``, ``recorded_by = "probe"``; the one row
     builder, :func:`fttui.core.results.columns.fold_row`); ``index`` counts the probe's trials from
     1. Its stated settings are the profile's with the trial's value and the worst-case synthetic
     data (with ``data``: the data set's name, its longest samples); its measured figures are the
     trial's."""
-    prof = as_profile(resolved)
+    prof = resolved
     p = prof.with_settings(
         {
             "train.batch_size" if param == "batch_size" else "data.max_seq_len": t.value,

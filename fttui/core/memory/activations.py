@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fttui.core.base.constants import FULL_METHODS, KBIT_METHODS
 from fttui.core.memory.inputs import Setup
 from fttui.core.memory.linears import _native_linears, _real_linears
 from fttui.core.models.numbers import ArchNumbers
@@ -162,21 +161,21 @@ def activation_peak(c: Setup, loss_extra: float = 0.0, layer_extra: float = 0.0)
     MLP gradients, and the last layer's attention backward. ``loss_extra`` / ``layer_extra``:
     what else is live in the loss's phase / in a decoder layer's backward (FSDP's gathered
     units), taken into the choice of the largest phase and returned as its third figure."""
-    a, s, method, ab, wb, rb = c.a, c.s, c.method, c.ab, c.wb, c.rb
+    a, p, method, ab, wb, rb = c.a, c.p, c.method, c.ab, c.wb, c.rb
     V, h, L = a.vocab, a.hidden, a.layers
-    b, seq = s["batch_size"], s["max_seq_len"]
-    r, drop = s["lora_r"], s["lora_dropout"]
-    eager = eager_attention(a, s["attn_implementation"])
+    b, seq = p.train.batch_size, p.data.max_seq_len
+    r, drop = p.lora.r, float(p.lora.dropout)
+    eager = eager_attention(a, p.model.attn_implementation)
     dt = LayerDtypes(
         ab=ab,
         wb=wb,
-        lin_out=4 if method in KBIT_METHODS and ab == 2 and wb == 4 else ab,
+        lin_out=4 if method.quantised and ab == 2 and wb == 4 else ab,
         # the CPU kernel's mask has the adapter's dtype: fp32 (peft), or the half
         # dtype when DeepSpeed cast the whole module
         mask=1 if c.on_gpu else (ab if c.deepspeed else 4),
-        full=method in FULL_METHODS,
+        full=method.full,
     )
-    pretrained = s["init"] == "pretrained"
+    pretrained = p.model.init == "pretrained"
     linears = (_real_linears(a) if pretrained else None) or _native_linears(a)
     layer_tok = layer_act_per_token(a, dt, c.lora_mods, r, drop, eager, linears)
     # the loss (transformers' ForCausalLMLoss): logits in the compute dtype, an fp32 copy and
@@ -184,7 +183,7 @@ def activation_peak(c: Setup, loss_extra: float = 0.0, layer_extra: float = 0.0)
     # dense NLL gradient and the log-softmax gradient (fp32 each): 12 bytes per vocabulary
     # entry, the larger of the two phases (the logits themselves are dropped with the outputs
     # before the backward). Plus the final norm (fp32 input) and the output layer's input.
-    head_in = (dt.wb + (ab if dt.autocast else 0)) * h if (dt.full or method == "lora-emb") else 0
+    head_in = (dt.wb + (ab if dt.autocast else 0)) * h if method.trains_embeddings else 0
     logits_peak = 12 * V + 4 * h + head_in
     att_elem = attn_elem_bytes(ab) if eager else 0
     # the backward through a layer's MLP holds three gradients of the intermediate size (of
@@ -197,7 +196,7 @@ def activation_peak(c: Setup, loss_extra: float = 0.0, layer_extra: float = 0.0)
     elems = b * a.heads * seq * seq if eager else 0
     att_grad = (8 if ab == 4 else 6) if eager else 0
     mlp_saved = (3 + (1 if dt.full else 0)) * dt.lin_out * a.inter if a.model_type != "bloom" else 0
-    if s["gradient_checkpointing"]:
+    if p.train.gradient_checkpointing:
         ckpt = L * rb * h
         # phase 1: loss and its backward (all checkpoints + logits); phase 2: backward through
         # one recomputed layer (checkpoints + one layer + its transient gradients; with an fp32

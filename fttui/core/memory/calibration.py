@@ -19,8 +19,8 @@ from fttui.core.base.errors import EstimateError
 from fttui.core.base.units import MIB
 from fttui.core.memory.breakdown import Calibration, Estimate
 from fttui.core.memory.estimate import estimate
-from fttui.core.memory.inputs import _with, settings, sharding_of
-from fttui.core.profiles.stored import as_profile
+from fttui.core.memory.inputs import _with, sharding_of
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["calibrate", "calibration_from_store"]
 
@@ -64,7 +64,7 @@ def _context(rows: list[Mapping[str, Any]]) -> float | None:
     return diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
 
 
-def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) -> Calibration:
+def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Profile) -> Calibration:
     """Fit the per-token activation coefficient through measured rows of one profile.
 
     Each row needs ``batch_size``, ``max_seq_len`` and a measured peak: ``peak_gpu_mem_mb`` (a
@@ -72,7 +72,7 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
     of the model (weights, states, context, ...) and the attention-matrix term are subtracted;
     the rest is fitted as ``k x tokens`` by least squares through the origin
     (``k = sum(x y) / sum(x^2)``). The allocator overhead on activations is part of ``k``."""
-    metric = "gpu" if as_profile(resolved).devices.gpus > 0 else "host"
+    metric = "gpu" if resolved.devices.gpus > 0 else "host"
     rows = list(rows)
     context = _context(rows) if metric == "gpu" else None
     xs: list[float] = []
@@ -98,20 +98,19 @@ def calibrate(rows: Iterable[Mapping[str, Any]], resolved: Mapping[str, Any]) ->
     return Calibration(per_token_bytes=k, rows=len(xs), metric=metric, residual_rel=rms, context_bytes=context)
 
 
-def calibration_from_store(resolved: Mapping[str, Any], store_rows: Iterable[Mapping[str, Any]]) -> Calibration | None:
+def calibration_from_store(resolved: Profile, store_rows: Iterable[Mapping[str, Any]]) -> Calibration | None:
     """Calibrate from the results-store rows (runs, probe trials, sweep cells) of the same model,
     method, sharding, precision and gradient checkpointing as ``resolved`` that finished without
     running out of memory and carry a memory figure; ``None`` when there is none. A row without
     a sharding ran unsharded; method ``full-zero3-offload`` is ``full`` with ``zero3-offload``."""
-    s = settings(resolved)
     method, sharding = sharding_of(resolved)
     want = {
-        "model": as_profile(resolved).model.name_or_path,
+        "model": resolved.model.name_or_path,
         "method": method,
-        "precision": s["precision"],
-        "gradient_checkpointing": int(s["gradient_checkpointing"]),
+        "precision": resolved.train.precision,
+        "gradient_checkpointing": int(resolved.train.gradient_checkpointing),
     }
-    metric = "gpu" if s["gpus"] > 0 else "host"
+    metric = "gpu" if resolved.devices.gpus > 0 else "host"
     picked = []
     for row in store_rows:
         if row.get("status") in ("oom", "failed", "cancelled"):

@@ -1,7 +1,8 @@
 """Predict peak GPU memory per card and host memory of a run before launching it (pure Python).
 
-``estimate(resolved) -> Estimate`` reads a resolved profile (``fttui.core.profiles``) and the
-architecture numbers (``fttui.core.models.numbers``) and adds up, per card, step by step:
+``estimate(profile) -> Estimate`` reads a resolved, typed profile
+(:class:`fttui.core.profiles.typed.Profile`) and the architecture numbers
+(``fttui.core.models.numbers``) and adds up, per card, step by step:
 
 * weights, gradients, optimizer states, LoRA parameters and quantisation buffers
   (:mod:`fttui.core.memory.states`; per rank under DeepSpeed ZeRO / FSDP, with what the
@@ -20,18 +21,16 @@ Calibration against measured rows is in :mod:`fttui.core.memory.calibration`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.units import GIB, MIB
 from fttui.core.memory.activations import activation_peak
 from fttui.core.memory.breakdown import COMPONENTS, CONSTANTS, HOST_COMPONENTS, Calibration, Estimate
 from fttui.core.memory.host import host_terms
-from fttui.core.memory.inputs import Setup, setup
+from fttui.core.memory.inputs import Setup, settings, setup
 from fttui.core.memory.sharding import Working, sharded_states, step_temporaries
 from fttui.core.memory.states import norm_head, trainable_states
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["estimate"]
 
@@ -45,7 +44,7 @@ def _dynamic(
     # with checkpointing the caching allocator keeps about the checkpoints' size again in
     # blocks it cannot reuse (measured on an H100: reserved - allocated = 0.8-1.4 x the
     # checkpoints over six Llama-2-7B settings, against 0.1-0.3 of the activations without)
-    ckpt_bytes = c.a.layers * 2 * c.a.hidden * c.tokens if c.s["gradient_checkpointing"] else 0.0
+    ckpt_bytes = c.a.layers * 2 * c.a.hidden * c.tokens if c.p.train.gradient_checkpointing else 0.0
     if calibration is not None:
         act = calibration.per_token_bytes * c.tokens + att_bytes
         alloc_on_act = 0.0
@@ -57,8 +56,8 @@ def _dynamic(
     if c.kind.sharded:
         step_tmp = step_temporaries(c)
     else:
-        step_tmp = (P * wb if method == "full" else 0) + c.lora_params * 4
-        if method == "lora-emb":
+        step_tmp = (P * wb if method.full else 0) + c.lora_params * 4
+        if method.embeddings:
             step_tmp += (c.embed + c.head) * wb  # the trainable embedding / output-layer copies
     dyn = max(act, step_tmp)
     bd["activations"] = dyn
@@ -83,8 +82,8 @@ def _framework(c: Setup, bd: dict[str, float], calibration: Calibration | None) 
             if c.kind.sharded
             else (
                 c.lora_params * 4
-                + (P * wb if method == "full" else 0)
-                + ((c.embed + c.head) * wb if method == "lora-emb" else 0)
+                + (P * wb if method.full else 0)
+                + ((c.embed + c.head) * wb if method.embeddings else 0)
             )
         )
         bd["communication"] += CONSTANTS["comm_bytes"] + ddp_copy
@@ -153,20 +152,20 @@ def _cap_allocator(bd: dict[str, float], device_bytes: int, whole: float = 0.0) 
     bd["allocator"] = max(0.0, min(bd["allocator"], max(device_bytes, whole) - allocated))
 
 
-def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
+def _inputs(c: Setup) -> dict[str, Any]:
     """The settings an estimate was made for, as :meth:`Estimate.to_dict` reports them."""
-    inputs = dict(c.s.items())
+    inputs = settings(c.p)
     if c.prequant is not None:  # a GPTQ / AWQ checkpoint: its config.json's storage, not [quant]
         q = c.prequant
         inputs.update(quant={"type": q.method, "bits": q.bits, "group_size": q.group_size, "format": q.fmt})
-    elif c.method not in KBIT_METHODS:
+    elif not c.method.quantised:
         inputs["quant"] = None  # the profile's [quant] defaults quantise nothing in this run
-    elif c.method == "lora-int8":
+    elif c.method.bits == 8:
         # bitsandbytes LLM.int8(); [quant]'s 4-bit keys do not apply
-        inputs["quant"] = {"type": "int8", **{k: v for k, v in c.s["quant"].items() if k == "prepare"}}
+        inputs["quant"] = {"type": "int8", "prepare": c.p.quant.prepare}
     inputs.update(
         {
-            "model": as_profile(resolved).model.name_or_path,
+            "model": c.p.model.name_or_path,
             "arch": c.a.arch_name or c.a.model_type,
             "params": c.a.params,
             "lora_params": c.lora_params,
@@ -174,7 +173,7 @@ def _inputs(c: Setup, resolved: Mapping[str, Any]) -> dict[str, Any]:
             "sharding": c.sharding,
             "ranks": c.world,
             "lora_modules": [n for n, _fi, _fo in c.lora_mods],
-            "profile": resolved.get("name"),
+            "profile": c.p.name or None,
         }
     )
     return inputs
@@ -190,19 +189,17 @@ def _final_notes(c: Setup, calibration: Calibration | None, notes: list[str]) ->
             f"calibrated from {calibration.rows} measured rows "
             f"({calibration.per_token_bytes / 1024:.1f} KiB per token{ctx})",
         )
-    if c.s["nodes"] > 1:
+    if c.p.devices.nodes > 1:
         notes.append(
             f"per-card figures for one node; every node is the same ({c.world} ranks "
-            f"= {c.s['nodes']} nodes x {c.per_node}); host figures per node"
+            f"= {c.p.devices.nodes} nodes x {c.per_node}); host figures per node"
         )
 
 
-def estimate(
-    resolved: Mapping[str, Any], calibration: Calibration | None = None, device_bytes: int | None = None
-) -> Estimate:
+def estimate(profile: Profile, calibration: Calibration | None = None, device_bytes: int | None = None) -> Estimate:
     """Predict peak GPU memory per card and the host peak of a resolved profile."""
     notes: list[str] = []
-    c = setup(resolved, notes)
+    c = setup(profile, notes)
     if c.kind.sharded and c.world == 1:
         notes.append(
             f"sharding {c.sharding} over 1 process shards nothing: every state stays whole on it "
@@ -245,9 +242,10 @@ def estimate(
     host_load = host_terms(c, bd, host_bd)
     load_card = 0
     if c.on_gpu:
-        gpu_peak = [int(sum(card.values()))] * c.s["gpus"]
-        if others is not None and c.s["gpus"] > 1:
-            gpu_peak[1:] = [int(round(sum(others.values())))] * (c.s["gpus"] - 1)
+        gpus = c.p.devices.gpus
+        gpu_peak = [int(sum(card.values()))] * gpus
+        if others is not None and gpus > 1:
+            gpu_peak[1:] = [int(round(sum(others.values())))] * (gpus - 1)
             notes.append(
                 "per-card peaks differ: only the lowest rank's card builds the whole model "
                 "(the breakdown is that card's)"
@@ -259,7 +257,7 @@ def estimate(
     host = {k: int(round(v)) for k, v in host_bd.items()}
     _final_notes(c, calibration, notes)
     return Estimate(
-        inputs=_inputs(c, resolved),
+        inputs=_inputs(c),
         breakdown=card,
         gpu_peak_bytes=gpu_peak,
         host_breakdown=host,

@@ -10,7 +10,6 @@ host memory.
 
 from __future__ import annotations
 
-from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.memory.breakdown import CONSTANTS
 from fttui.core.memory.inputs import Setup
 from fttui.core.memory.sharding import zero3_init
@@ -25,15 +24,15 @@ def _load_copy(c: Setup, weights: float) -> float:
     reads the checkpoint or draws the random weights (on the host, on its card when it has one),
     the other ranks build on the meta device. Else every rank builds the whole model.
     ``weights``: the weights term of one card (a GPTQ / AWQ checkpoint's packed bytes as stored)."""
-    s, method, P = c.s, c.method, c.a.params
-    kbit = method in KBIT_METHODS
-    pretrained = s["init"] == "pretrained"
+    method, P = c.method, c.a.params
+    kbit = method.quantised
+    pretrained = c.p.model.init == "pretrained"
     load_b = c.wb
     if kbit and not pretrained:
         load_b = {"bf16": 2, "fp16": 2}.get(c.precision, 4)  # a k-bit random init in the compute dtype
     if c.deepspeed:
         # the dtype the worker loads in under DeepSpeed (fp32 for fp16 full training), cast later
-        load_b = {"bf16": 2, "fp16": 4 if method == "full" else 2}.get(c.precision, 4)
+        load_b = {"bf16": 2, "fp16": 4 if method.full else 2}.get(c.precision, 4)
     if c.prequant is not None and pretrained:
         # loaded with a device_map: one checkpoint shard at a time on the host, and a GPTQ / AWQ
         # checkpoint stores its packed weights (on an H100: a 1.1B AWQ checkpoint of 0.73 GiB,
@@ -48,7 +47,7 @@ def _load_copy(c: Setup, weights: float) -> float:
         return P * c.wb  # rank 0 only
     if not c.on_gpu:
         return 0.0  # CPU training: the loaded weights are the trained ones (counted below)
-    if s["init"] == "random" and not c.kind.sharded and not kbit:
+    if c.p.model.init == "random" and not c.kind.sharded and not kbit:
         return 0.0  # random weights are drawn on the card (fttui.worker.model)
     # from_pretrained (and the random init of k-bit methods and of DeepSpeed without zero.Init,
     # drawn on the card and kept on the host, which the library moves, partitions or quantises)

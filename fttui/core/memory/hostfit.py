@@ -12,13 +12,10 @@ refused: CUDA's own pinned allocations are not held to that limit on every syste
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from fttui.core.base.units import fmt_bytes
 from fttui.core.memory.breakdown import Estimate
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 __all__ = ["CLOSE", "PINNED", "HostFit", "host_check", "host_fit", "pinned_bytes"]
@@ -40,14 +37,11 @@ def pinned_bytes(est: Estimate, pin_memory: bool) -> int:
     return int(host.get("offload_pinned_buffers", 0) + (sum(host.get(k, 0) for k in PINNED) if pin_memory else 0))
 
 
-def host_fit(
-    resolved: Profile | Mapping[str, Any], est: Estimate, available: tuple[int, str] | None, memlock: int | None
-) -> HostFit | None:
-    """The verdict for ``resolved`` (its estimate ``est``) against ``available`` (bytes, and what
+def host_fit(prof: Profile, est: Estimate, available: tuple[int, str] | None, memlock: int | None) -> HostFit | None:
+    """The verdict for ``prof`` (its estimate ``est``) against ``available`` (bytes, and what
     they are: ``"MemAvailable"``, ``"cgroup memory.max"``) and ``memlock`` (RLIMIT_MEMLOCK in
     bytes, ``None`` for unlimited); ``None`` for a sharding that offloads nothing, or nothing to
     compare with."""
-    prof = as_profile(resolved)
     kind = prof.sharding_kind()
     if not kind.offload or available is None:
         return None
@@ -79,16 +73,16 @@ def host_fit(
     return HostFit(True, warning, warning or f"{head} fits the {fmt_bytes(avail)} available here ({what})")
 
 
-def host_check(resolved: Profile | Mapping[str, Any]) -> HostFit | None:
-    """:func:`host_fit` of ``resolved`` on this machine now (its estimate by the formula); ``None``
+def host_check(prof: Profile) -> HostFit | None:
+    """:func:`host_fit` of ``prof`` on this machine now (its estimate by the formula); ``None``
     when the sharding offloads nothing or the estimate cannot be made (the worker then says why)."""
-    if not as_profile(resolved).sharding_kind().offload:
+    if not prof.sharding_kind().offload:
         return None
     from fttui.core.memory.estimate import estimate
     from fttui.monitor.host import host_available, memlock_limit
 
     try:
-        est = estimate(resolved)
+        est = estimate(prof)
     except Exception:  # EstimateError, a field the formula trips on: no verdict, never a crash
         return None
-    return host_fit(resolved, est, host_available(), memlock_limit())
+    return host_fit(prof, est, host_available(), memlock_limit())

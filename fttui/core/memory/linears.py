@@ -9,11 +9,8 @@ ChatGLM and Qwen v1 (:func:`_real_linears`), and :func:`lora_modules`, which res
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from fttui.core.models.numbers import ArchNumbers, arch_numbers
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["lora_modules"]
 
@@ -68,7 +65,7 @@ def _real_linears(a: ArchNumbers) -> list[tuple[str, int, int]] | None:
 
 
 def lora_modules(
-    resolved: Mapping[str, Any], a: ArchNumbers | None = None, notes: list[str] | None = None
+    prof: Profile, a: ArchNumbers | None = None, notes: list[str] | None = None
 ) -> list[tuple[str, int, int]]:
     """The (name, in, out) linear layers of one decoder layer that LoRA adapts.
 
@@ -77,10 +74,9 @@ def lora_modules(
     ``c_attn``) the original's modules are used; with ``random`` the native mapping's. A name of
     the other naming is mapped onto the layer it stands for (``q_proj`` on Baichuan: the q part
     of ``W_pack``; ``W_pack`` on the native mapping: q, k and v)."""
-    a = a or arch_numbers(resolved)
+    a = a or arch_numbers(prof.model)
     native = _native_linears(a)
     real = _real_linears(a)
-    prof = as_profile(resolved)
     pretrained = prof.model.init == "pretrained"
     layers = real if (real is not None and pretrained) else native
     other = native if layers is not native else (real or [])

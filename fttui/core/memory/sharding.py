@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.base.units import GIB
 from fttui.core.memory.inputs import DTYPE_BYTES, Setup
 from fttui.core.memory.linears import _native_linears
@@ -75,9 +74,9 @@ def ds_buckets(hidden: int) -> dict[str, int]:
 
 def trainable_params(c: Setup) -> int:
     """``T``: the parameters that have gradients and optimizer states."""
-    if c.method == "full":
+    if c.method.full:
         return c.a.params
-    return c.lora_params + ((c.embed + c.head) if c.method == "lora-emb" else 0)
+    return c.lora_params + ((c.embed + c.head) if c.method.embeddings else 0)
 
 
 def largest_layer_params(c: Setup) -> int:
@@ -92,7 +91,7 @@ def deepspeed_reference(c: Setup, factor: float = 1.5) -> tuple[float, float]:
     ``estimate_zero3_model_states_mem_needs`` (``zero_init=False``: fttui builds the model
     before DeepSpeed), with ``additional_buffer_factor``; restated here so that the estimate
     stays torch-free (tests/unit/test_estimate_sharding.py checks it against DeepSpeed's)."""
-    P, n, nodes = c.a.params, c.per_node, c.s["nodes"]
+    P, n, nodes = c.a.params, c.per_node, c.p.devices.nodes
     gpus = n * nodes
     off_o, off_p = _offloads(c)
     if c.kind.stage == 2:
@@ -114,24 +113,24 @@ def _opt_bytes(optimizer: str, param_bytes: int) -> float:
 def _offloads(c: Setup) -> tuple[bool, bool]:
     """(optimizer states offloaded, parameters offloaded) to the host: under DeepSpeed what the
     ``[deepspeed]`` settings move (parameters at stage 3 only), under FSDP everything."""
-    kind, z = c.kind, c.s["deepspeed"]
+    kind, z = c.kind, c.p.deepspeed
     if not kind.offload:
         return False, False
     if kind.deepspeed:
-        return bool(z["offload_optimizer"]), kind.zero3 and bool(z["offload_params"])
+        return bool(z.offload_optimizer), kind.zero3 and bool(z.offload_params)
     return True, True
 
 
 def deepspeed_owns_optimizer(c: Setup) -> bool:
     """``[deepspeed] optimizer = "deepspeed"`` under a ZeRO sharding: DeepSpeed's own Adam steps
     (fused on the card, in place; its CPU Adam when the states are offloaded)."""
-    return c.deepspeed and c.s["deepspeed"]["optimizer"] == "deepspeed"
+    return c.deepspeed and c.p.deepspeed.optimizer == "deepspeed"
 
 
 def zero3_init(c: Setup) -> bool:
     """ZeRO-3 builds the model inside zero.Init (``[deepspeed] zero3_init``, default true), unless
     the base is quantised (transformers builds no quantised model there)."""
-    return c.zero3 and c.method not in KBIT_METHODS and bool(c.s["deepspeed"]["zero3_init"])
+    return c.zero3 and not c.method.quantised and bool(c.p.deepspeed.zero3_init)
 
 
 def step_temporaries(c: Setup) -> float:
@@ -145,7 +144,7 @@ def step_temporaries(c: Setup) -> float:
     t = trainable_params(c) / c.world
     if c.deepspeed:
         return 4 * t
-    return t * (c.wb if c.method == "full" else 4)
+    return t * (c.wb if c.method.full else 4)
 
 
 def _unsharded(c: Setup, notes: list[str]) -> tuple[float, float, float, float]:
@@ -153,13 +152,13 @@ def _unsharded(c: Setup, notes: list[str]) -> tuple[float, float, float, float]:
     whole model as the run holds it before sharding. DeepSpeed casts the whole module, adapters
     included, to the half dtype; FSDP keeps the dtypes the model was built with (peft's adapters
     fp32). Other trainable: every parameter (``full``) or ``lora-emb``'s embedding copies."""
-    if c.method == "full":
+    if c.method.full:
         return 0.0, 0.0, c.a.params * c.wb, 0.0
     tmp = dict.fromkeys(("weights", "gradients", "optimizer_states", "lora", "quantisation"), 0.0)
     scratch: list[str] = []  # its optimizer note is the unsharded one; the sharded note follows
     _adapters(c, tmp, scratch)
     notes += [n for n in scratch if not n.startswith("optimizer ")]
-    emb = (c.embed + c.head) if c.method == "lora-emb" else 0
+    emb = (c.embed + c.head) if c.method.embeddings else 0
     adapter_b = DTYPE_BYTES[c.precision] if c.deepspeed else 4
     return tmp["weights"] - emb * c.wb, c.lora_params * adapter_b, emb * c.wb, tmp["quantisation"]
 
@@ -171,10 +170,13 @@ def _zero3_gathered(c: Setup) -> float:
     around the turn from forward to backward up to that many elements stay gathered; plus the
     prefetch bucket, which never prefetches past ``stage3_max_live_parameters`` gathered
     elements. In the half dtype, on every phase of the step."""
-    a, ds = c.a, c.s["deepspeed"]
+    a, ds = c.a, c.p.deepspeed
     reuse, live = (
-        DEEPSPEED_DEFAULTS[k] if ds.get(k) is None else int(ds[k])
-        for k in ("stage3_max_reuse_distance", "stage3_max_live_parameters")
+        DEEPSPEED_DEFAULTS[k] if v is None else int(v)
+        for k, v in (
+            ("stage3_max_reuse_distance", ds.stage3_max_reuse_distance),
+            ("stage3_max_live_parameters", ds.stage3_max_live_parameters),
+        )
     )
     prefetch = min(ds_buckets(a.hidden)["stage3_prefetch_bucket_size"], live)
     return c.wb * (min(a.params, reuse) + prefetch)
@@ -206,7 +208,7 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float], no
     if c.deepspeed:
         hb = DTYPE_BYTES[c.precision]
         # fp32 master partition (4) + the optimizer's states on it (Adam m and v: 8)
-        ob = 4 + _opt_bytes(c.s["optimizer"], 4)
+        ob = 4 + _opt_bytes(c.optimizer, 4)
         # the gradient partition in the half dtype + its fp32 copy for the step (torch AdamW);
         # DeepSpeed's own Adam: the fp32 copy is made as the half partition is freed
         ds_opt = deepspeed_owns_optimizer(c)
@@ -280,7 +282,7 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float], no
                 "ZeRO-3 builds the model inside zero.Init: each module partitioned as it is built "
                 "(from_pretrained: rank 0 reads the checkpoint on the host); no card holds the whole model"
             )
-        if c.method == "full":
+        if c.method.full:
             gpu, cpu = deepspeed_reference(c)
             notes.append(
                 f"DeepSpeed's own estimator (model states, additional_buffer_factor 1.5, "
@@ -289,8 +291,8 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float], no
             )
         return Working(gathered=_zero3_gathered(c), whole=whole) if c.zero3 else Working()
     # FSDP, full shard: parameters, gradients and optimizer states partitioned over the ranks
-    gp = c.wb if c.method == "full" else 4
-    ob = _opt_bytes(c.s["optimizer"], gp)
+    gp = c.wb if c.method.full else 4
+    ob = _opt_bytes(c.optimizer, gp)
     if off_p:
         host_bd["offload_param_partitions"] = (frozen + train_b) * node_share
         host_bd["offload_gradients"] = gp * T * node_share
@@ -301,7 +303,7 @@ def sharded_states(c: Setup, bd: dict[str, float], host_bd: dict[str, float], no
         bd["optimizer_states"] = ob * T / N
     # the root unit's gradients (embeddings, output layer: when they train) stay unsharded until
     # the end of the backward
-    root_train = (c.embed + c.head) if c.method in ("full", "lora-emb") else 0
+    root_train = (c.embed + c.head) if c.method.trains_embeddings else 0
     bd["gradients"] += root_train * gp
     notes.append(
         f"FSDP full shard over {N} rank(s): parameters, gradients and optimizer states "

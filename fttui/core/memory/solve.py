@@ -7,13 +7,13 @@ are :data:`fttui.core.base.constants.PROBE_PARAMS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from fttui.core.base.errors import EstimateError
 from fttui.core.memory.breakdown import Calibration, Estimate
 from fttui.core.memory.estimate import estimate
 from fttui.core.memory.inputs import PARAMS, _with
+from fttui.core.profiles.typed import Profile
 
 __all__ = ["solve_max"]
 
@@ -23,7 +23,7 @@ def _peak(e: Estimate) -> int:
 
 
 def solve_max(
-    resolved: Mapping[str, Any],
+    resolved: Profile,
     param: str,
     device_bytes: int,
     *,

@@ -10,12 +10,9 @@ the sources of each figure are in docs/estimate.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from fttui.core.base.constants import KBIT_METHODS
 from fttui.core.memory.inputs import DTYPE_BYTES, Setup
 from fttui.core.memory.linears import _native_linears
+from fttui.core.profiles.typed import QuantSettings
 
 __all__ = ["norm_head", "trainable_states"]
 
@@ -34,19 +31,20 @@ def _optimizer_bytes_per_param(optimizer: str, param_bytes: int) -> tuple[float,
     return 2.0 * param_bytes, "two states in the parameter dtype (torch AdamW)"
 
 
-def _quant_bytes(n: int, method: str, quant: Mapping[str, Any]) -> tuple[float, float]:
-    """(weight bytes, constant bytes) of ``n`` quantised parameters (bitsandbytes storage)."""
-    if method == "lora-int8":
+def _quant_bytes(n: int, bits: int, quant: QuantSettings) -> tuple[float, float]:
+    """(weight bytes, constant bytes) of ``n`` parameters quantised to ``bits`` bits
+    (bitsandbytes storage)."""
+    if bits == 8:
         return float(n), 0.0  # row scales are added per output row by the caller
     # 4-bit: two values per byte; one fp32 absmax per block of 64; double quantisation stores
     # the absmax as 8-bit with one fp32 scale per 256 blocks (QLoRA paper: 0.127 bit/param).
-    consts = n / 64 * 1 + n / (64 * 256) * 4 if quant["double_quant"] else n / 64 * 4
+    consts = n / 64 * 1 + n / (64 * 256) * 4 if quant.double_quant else n / 64 * 4
     return n / 2, consts
 
 
 def _full(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     """Full fine-tuning: weights, gradients and optimizer states of every parameter."""
-    P, wb, opt = c.a.params, c.wb, c.s["optimizer"]
+    P, wb, opt = c.a.params, c.wb, c.optimizer
     bd["weights"] = P * wb
     if wb == 4 and c.half:
         # autocast keeps half copies of the matmul weights from forward to backward
@@ -80,14 +78,14 @@ def _prequant(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     qc = a.layers * sum(consts(fi, fo) for fi, fo in per_layer) + sum(consts(fi, fo) for fi, fo in head)
     bd["weights"] = (c.lin_total + head_params) * bits / 8 + qc + (c.other - head_params) * wb
     layer_lin = sum(fi * fo for fi, fo in per_layer)
-    kept = layer_lin if c.s["gradient_checkpointing"] else c.lin_total
+    kept = layer_lin if c.p.train.gradient_checkpointing else c.lin_total
     largest = max(fi * fo for fi, fo in (*per_layer, *head))
     bd["quantisation"] = kept * wb + largest * (4 + wb)
     notes.append(
         f"{q.method.upper()} {bits}-bit checkpoint (group size {q.group_size}), read from its "
         f"config.json: packed weights, scales and zeros under weights; the dequantised copies the "
         "torch kernel keeps for the backward "
-        f"({'one layer, recomputed' if c.s['gradient_checkpointing'] else 'every layer'})"
+        f"({'one layer, recomputed' if c.p.train.gradient_checkpointing else 'every layer'})"
         " under quantisation"
     )
 
@@ -95,13 +93,13 @@ def _prequant(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
 def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     """LoRA methods: frozen (possibly quantised) weights, the adapters and their states, and the
     trainable embedding copies of ``lora-emb``."""
-    a, s, method, wb, ab = c.a, c.s, c.method, c.wb, c.ab
-    opt = s["optimizer"]
+    a, method, wb, ab = c.a, c.method, c.wb, c.ab
+    opt = c.optimizer
     if c.prequant is not None:
         _prequant(c, bd, notes)
-    elif method in KBIT_METHODS:
-        qw, qc = _quant_bytes(c.lin_total, method, s["quant"])
-        if method == "lora-int8":
+    elif method.bits is not None:
+        qw, qc = _quant_bytes(c.lin_total, method.bits, c.p.quant)
+        if method.bits == 8:
             qc = a.layers * sum(fo for _n, _fi, fo in _native_linears(a)) * 4  # fp32 row scales
         bd["weights"] = qw + c.other * wb
         # constants + one dequantised matrix in the compute dtype (bnb matmul) in flight
@@ -116,7 +114,7 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
                 "k-bit under fp16/bf16 autocast: the half copy of the fp32 output "
                 "layer kept for its backward counted under weights"
             )
-        if method == "qlora" and wb == 4:
+        if method.bits == 4 and wb == 4:
             # measured tensor by tensor (tests/worker/test_estimate_slope.py): the layer inputs
             # that gradient checkpointing keeps are fp32, twice those of an fp16 model
             notes.append(
@@ -128,7 +126,7 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
             )
     else:
         bd["weights"] = a.params * wb
-    if method == "lora-emb":
+    if method.embeddings:
         # modules_to_save: trainable copies of the input embedding and the output layer
         emb_train = c.embed + c.head
         bd["weights"] += emb_train * wb
@@ -144,7 +142,7 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
 def norm_head(c: Setup, bd: dict[str, float], notes: list[str]) -> float:
     """Baichuan2's NormHead copy: counted under weights, or (ZeRO-3) returned as working set."""
     extra_head = 0.0
-    if c.a.arch_name == "baichuan2-7b" and c.s["init"] == "pretrained":
+    if c.a.arch_name == "baichuan2-7b" and c.p.model.init == "pretrained":
         # NormHead (remote code) normalises the output matrix every training step: one copy in
         # the head's dtype, plus its autocast half copy, kept for the backward
         if c.zero3:
@@ -158,7 +156,7 @@ def norm_head(c: Setup, bd: dict[str, float], notes: list[str]) -> float:
 def trainable_states(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     """Fill the static terms of ``bd`` of an unsharded run (``sharding = "none"``; sharded runs:
     :func:`fttui.core.memory.sharding.sharded_states`)."""
-    if c.method == "full":
+    if c.method.full:
         _full(c, bd, notes)
     else:
         _adapters(c, bd, notes)

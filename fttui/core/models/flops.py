@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fttui.core.base.constants import FULL_METHODS
+from fttui.core.base import shardings
 
 __all__ = ["ModelShape", "MatmulParams", "FlopsPerToken", "matmul_params", "flops_per_token", "shape_from"]
 
@@ -73,12 +73,13 @@ def matmul_params(shape: ModelShape, method: str) -> MatmulParams:
     input embedding (a lookup: no multiply) and of the output layer (whose multiply replaces the
     frozen one's)."""
     e = shape.embedding
-    if method in FULL_METHODS:
+    kind = shardings.method_of(method)
+    if kind is not None and kind.full:
         n = shape.params_total - (0 if shape.tied else e)
         return MatmulParams(n, n, e)
     frozen = shape.params_total - shape.params_trainable
     trained = shape.params_trainable
-    if method == "lora-emb":
+    if kind is not None and kind.embeddings:
         if shape.tied:  # one shared trainable copy: the lookup and the output multiply
             frozen -= e
         else:

@@ -1,5 +1,6 @@
-"""The numbers of a model's architecture (sizes, heads, parameter count) from a resolved profile,
-as the estimator and the activation model read them. Pure Python: no torch, no transformers.
+"""The numbers of a model's architecture (sizes, heads, parameter count) from a resolved profile's
+``[model]`` table (:class:`ModelTable`: the typed profile's, read by attribute), as the estimator
+and the activation model read them. Pure Python: no torch, no transformers.
 
 Where the numbers come from, first that applies:
 
@@ -17,12 +18,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fttui.core.base.errors import EstimateError
 from fttui.core.models.archs import ARCHS, resolve_config
 from fttui.core.models.hfconfig import ConfigReadError, download_command, is_hub_id, read_config
 from fttui.core.models.layouts import LayoutError, layout
+
+
+class ModelTable(Protocol):
+    """A resolved profile's ``[model]`` table, read by attribute: what
+    ``fttui.core.profiles.typed.ModelSettings`` (above this package, which cannot import it) is."""
+
+    @property
+    def name_or_path(self) -> str | None: ...
+    @property
+    def init(self) -> str: ...
+    @property
+    def arch(self) -> str | None: ...
+    @property
+    def config(self) -> str | None: ...
+    @property
+    def arch_config(self) -> Mapping[str, Any]: ...
+    @property
+    def arch_name(self) -> str | None: ...
+
 
 #: keys of a config.json that are not architecture numbers
 _META = ("model_type", "architectures", "transformers_version", "_name_or_path", "auto_map")
@@ -75,11 +95,11 @@ def config_numbers(raw: Mapping[str, Any], fallback_type: str | None = None) -> 
     return str(model_type), {k: v for k, v in cfg.items() if k not in _META}
 
 
-def _entry_of(m: Mapping[str, Any]) -> str | None:
-    name = m.get("arch_name") or (m.get("arch") if m.get("arch") in ARCHS else None)
-    if name is None and isinstance(m.get("name_or_path"), str):
+def _entry_of(m: ModelTable) -> str | None:
+    name = m.arch_name or (m.arch if m.arch in ARCHS else None)
+    if name is None and isinstance(m.name_or_path, str):
         for entry in ARCHS.values():  # a pretrained profile without arch: the entry of its hub id
-            if entry.hub_id == m["name_or_path"]:
+            if entry.hub_id == m.name_or_path:
                 name = entry.name
     return name
 
@@ -91,30 +111,30 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def model_numbers(m: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+def model_numbers(m: ModelTable) -> tuple[str, dict[str, Any], str | None]:
     """``(model_type, config numbers, ARCHS entry or None)`` of a resolved ``[model]`` table."""
     name = _entry_of(m)
-    arch_config = {k: _plain(v) for k, v in (m.get("arch_config") or {}).items() if v is not None}
-    if m.get("config"):
+    arch_config = {k: _plain(v) for k, v in (m.arch_config or {}).items() if v is not None}
+    if m.config:
         try:
-            raw = read_config(m["config"])
+            raw = read_config(m.config)
         except ConfigReadError as e:
             raise EstimateError(f"model.config: {e}") from None
-        model_type, cfg = config_numbers(raw, m.get("arch"))
+        model_type, cfg = config_numbers(raw, m.arch)
         own = ARCHS[name] if name else None
         if own is None or model_type == own.model_type or model_type not in own.own_model_types:
-            if m.get("init") == "random":
+            if m.init == "random":
                 cfg.update(arch_config)
             return model_type, cfg, name if own is not None and model_type == own.model_type else None
     if name is not None:
         model_type, cfg = resolve_config(name)
         cfg.update(arch_config)
         return model_type, cfg, name
-    if m.get("arch"):
-        return str(m["arch"]), arch_config, None
-    where = m.get("name_or_path")
+    if m.arch:
+        return str(m.arch), arch_config, None
+    where = m.name_or_path
     hint = ""
-    if m.get("init", "pretrained") == "pretrained" and isinstance(where, str) and is_hub_id(where):
+    if m.init == "pretrained" and isinstance(where, str) and is_hub_id(where):
         hint = f"; {where} is not in the local Hugging Face cache ({download_command(where)})"
     raise EstimateError(
         "the estimator needs the architecture numbers: give a model folder or a cached hub "
@@ -123,9 +143,9 @@ def model_numbers(m: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None
     )
 
 
-def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
-    """The numbers of the profile's architecture (see the module text for where they come from)."""
-    m = resolved.get("model") or {}
+def arch_numbers(m: ModelTable) -> ArchNumbers:
+    """The numbers of a profile's architecture, from its ``[model]`` table (see the module text for
+    where they come from)."""
     model_type, cfg, name = model_numbers(m)
     try:
         lay = layout(model_type, cfg)
@@ -155,4 +175,4 @@ def arch_numbers(resolved: Mapping[str, Any]) -> ArchNumbers:
     )
 
 
-__all__ = ["ArchNumbers", "arch_numbers", "config_numbers", "model_numbers"]
+__all__ = ["ArchNumbers", "ModelTable", "arch_numbers", "config_numbers", "model_numbers"]

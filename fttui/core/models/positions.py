@@ -10,9 +10,12 @@ refuses before launch. ``rope_scaling`` with a ``factor`` extends the covered le
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from fttui.core.base.errors import EstimateError, ProfileError
+
+if TYPE_CHECKING:
+    from fttui.core.models.numbers import ModelTable
 
 __all__ = ["LEARNED_POSITIONS", "Positions", "positions", "check_positions", "position_warning"]
 
@@ -23,6 +26,21 @@ _KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_l
 _OWN_KEY = {"gpt2": "n_positions", "gpt_bigcode": "n_positions", "chatglm": "seq_length"}
 
 
+class _Data(Protocol):
+    @property
+    def max_seq_len(self) -> int: ...
+
+
+class Sequences(Protocol):
+    """What the checks read of a resolved profile (``fttui.core.profiles.typed.Profile``, above
+    this package): its ``[model]`` table and ``data.max_seq_len``."""
+
+    @property
+    def model(self) -> ModelTable: ...
+    @property
+    def data(self) -> _Data: ...
+
+
 class Positions(NamedTuple):
     limit: int  # the longest sequence the positions cover (rope_scaling's factor included)
     key: str  # the config key it comes from
@@ -30,7 +48,7 @@ class Positions(NamedTuple):
     learned: bool
 
 
-def positions(model: Mapping[str, Any]) -> Positions | None:
+def positions(model: ModelTable) -> Positions | None:
     """The positions of a resolved ``[model]`` table's architecture; ``None`` when its numbers are
     not known here (no config.json, a hub model not in the cache) or give no length."""
     from fttui.core.models.numbers import model_numbers
@@ -54,16 +72,16 @@ def positions(model: Mapping[str, Any]) -> Positions | None:
     return None
 
 
-def _over(resolved: Mapping[str, Any]) -> tuple[int, Positions] | None:
+def _over(resolved: Sequences) -> tuple[int, Positions] | None:
     try:
-        n = int((resolved.get("data") or {}).get("max_seq_len") or 0)
+        n = int(resolved.data.max_seq_len or 0)
     except (TypeError, ValueError):
         return None
-    pos = positions(resolved.get("model") or {})
+    pos = positions(resolved.model)
     return (n, pos) if pos is not None and n > pos.limit else None
 
 
-def check_positions(resolved: Mapping[str, Any], src: str) -> None:
+def check_positions(resolved: Sequences, src: str) -> None:
     """ProfileError (one line) when ``data.max_seq_len`` is past a learned position table."""
     over = _over(resolved)
     if over is not None and over[1].learned:
@@ -77,7 +95,7 @@ def check_positions(resolved: Mapping[str, Any], src: str) -> None:
         )
 
 
-def position_warning(resolved: Mapping[str, Any]) -> str | None:
+def position_warning(resolved: Sequences) -> str | None:
     """The warning for a ``data.max_seq_len`` past the positions of a model that can run there
     (rotary, ALiBi), else ``None``."""
     over = _over(resolved)

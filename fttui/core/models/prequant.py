@@ -13,17 +13,20 @@ the estimator's and the preflight's errors and ``profiles --from``'s notes), or 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+import os
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fttui.core.base import shardings
+from fttui.core.base import methods, shardings
+
+if TYPE_CHECKING:
+    from fttui.core.models.numbers import ModelTable
 
 __all__ = ["CheckpointQuant", "PREQUANT_METHODS", "TRAINS_WITH", "checkpoint_quant", "cpu_refusal", "refusal"]
 
 #: stored quantisations fttui trains as stored (GPT-QModel's kernels, through transformers)
 PREQUANT_METHODS = ("gptq", "awq")
 #: the method that trains them (LoRA beside the frozen int weights)
-TRAINS_WITH = "lora"
+TRAINS_WITH = methods.Method.LORA
 #: packings with a GPT-QModel kernel that runs on the CPU (its torch kernels): GPTQ's own
 #: formats and AWQ's GEMM layout; the others (marlin, exllama, AWQ GEMV / GEMV-fast) need CUDA
 _CPU_FORMATS = {"gptq": ("gptq", "gptq_v2"), "awq": ("gemm",)}
@@ -38,12 +41,12 @@ class CheckpointQuant(NamedTuple):
     lm_head: bool = False  # the output layer is quantised too
 
 
-def _config(model: Mapping[str, Any]) -> dict[str, Any] | None:
+def _config(model: ModelTable) -> dict[str, Any] | None:
     from fttui.core.models.hfconfig import ConfigReadError, find_config, read_config
 
-    path = model.get("config")
-    if not path and model.get("init", "pretrained") == "pretrained" and model.get("name_or_path"):
-        path = find_config(str(model["name_or_path"]))
+    path: str | os.PathLike[str] | None = model.config
+    if not path and model.init == "pretrained" and model.name_or_path:
+        path = find_config(str(model.name_or_path))
     if not path:
         return None
     try:
@@ -56,10 +59,10 @@ def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def checkpoint_quant(model: Mapping[str, Any]) -> CheckpointQuant | None:
+def checkpoint_quant(model: ModelTable) -> CheckpointQuant | None:
     """How a resolved ``[model]`` table's checkpoint stores its weights, when its config.json
     says they are quantised; ``None`` otherwise (random init reads no checkpoint)."""
-    if model.get("init", "pretrained") != "pretrained":
+    if model.init != "pretrained":
         return None
     cfg = _config(model)
     q = (cfg or {}).get("quantization_config")
@@ -87,18 +90,18 @@ def checkpoint_quant(model: Mapping[str, Any]) -> CheckpointQuant | None:
     )
 
 
-def refusal(method: str, model: Mapping[str, Any], sharding: str | None = None) -> tuple[str, str] | None:
+def refusal(method: str, model: ModelTable, sharding: str | None = None) -> tuple[str, str] | None:
     """``(why, what to do)`` when the checkpoint's stored quantisation does not go with
     ``method`` (and ``sharding``, when given); ``None`` when it does or the checkpoint is not
     quantised."""
     q = checkpoint_quant(model)
     if q is None:
         return None
-    name = model.get("name_or_path") or model.get("config")
+    name = model.name_or_path or model.config
     bits = f"{q.bits}-bit " if q.bits else ""
     if q.method == "bitsandbytes":
-        fits = {4: "qlora", 8: "lora-int8"}.get(q.bits or 0)
-        if fits is None or method == fits:
+        fits = methods.quantised_to(q.bits)
+        if fits is None or method == fits.name:
             return None
         return (
             f"{name} stores its weights {bits}quantised by bitsandbytes (its config.json), which method "

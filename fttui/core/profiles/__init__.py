@@ -54,7 +54,6 @@ _WHERE = {
     "TrainSettings": ".typed",
     "Zero3Settings": ".typed",
     "SUPPORTED_METHODS": ".values",
-    "as_profile": ".stored",
     "check_profile": ".stored",
     "stored_profile": ".stored",
 }

@@ -4,9 +4,12 @@ becomes dotted profile overrides (no I/O, no Rich, no Textual)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fttui.core.base.constants import METHODS
+
+if TYPE_CHECKING:  # the app's first frame does without the typed profile
+    from fttui.core.profiles.typed import Profile
 
 # The settings people change between runs: (field id, dotted profile key, label).
 OVERRIDE_FIELDS: list[tuple[str, str, str]] = [
@@ -18,17 +21,15 @@ OVERRIDE_FIELDS: list[tuple[str, str, str]] = [
 ]
 
 
-def profile_value(resolved: Mapping[str, Any], dotted: str) -> Any:
-    """``resolved["train"]["batch_size"]`` for ``"train.batch_size"`` (None if absent)."""
+def profile_value(resolved: Profile, dotted: str) -> Any:
+    """``resolved.train.batch_size`` for ``"train.batch_size"`` (None if absent)."""
     cur: Any = resolved
     for part in dotted.split("."):
-        if not isinstance(cur, Mapping) or part not in cur:
-            return None
-        cur = cur[part]
+        cur = getattr(cur, part, None)
     return cur
 
 
-def field_values(resolved: Mapping[str, Any]) -> dict[str, str]:
+def field_values(resolved: Profile) -> dict[str, str]:
     """The override fields' current values in a resolved profile, as text."""
     out = {}
     for fid, dotted, _label in OVERRIDE_FIELDS:
@@ -37,7 +38,7 @@ def field_values(resolved: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def overrides_from_fields(resolved: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, str]:
+def overrides_from_fields(resolved: Profile, values: Mapping[str, str]) -> dict[str, str]:
     """Dotted overrides (``{"train.batch_size": "16"}``) for the fields whose text differs from
     the resolved profile. Empty fields mean "as in the profile". Values stay text: the profile
     loader parses them (TOML literals) and reports bad ones as one-line errors."""
@@ -50,12 +51,10 @@ def overrides_from_fields(resolved: Mapping[str, Any], values: Mapping[str, str]
     return out
 
 
-def effective_batch(resolved: Mapping[str, Any]) -> tuple[int, int, int, int]:
+def effective_batch(resolved: Profile) -> tuple[int, int, int, int]:
     """(micro batch, grad accumulation, processes, effective batch): see
     :meth:`~fttui.core.profiles.typed.Profile.effective_batch`."""
-    from fttui.core.profiles.typed import Profile  # on use: the app's first frame does without it
-
-    return Profile.from_partial(resolved).effective_batch()
+    return resolved.effective_batch()
 
 
 __all__ = ["OVERRIDE_FIELDS", "METHODS", "profile_value", "field_values", "overrides_from_fields", "effective_batch"]

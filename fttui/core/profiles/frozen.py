@@ -1,14 +1,16 @@
 """The frozen values of a typed profile (:mod:`fttui.core.profiles.typed`): lists held as
-tuples, tables as read-only mappings, and the read access by key that makes a section or the
-profile read as the resolved dict does (``prof["train"]["batch_size"]``, ``.get``, ``in``), for
-code and tests written against the dict."""
+tuples, tables as read-only mappings, and what the section dataclasses and the profile share
+(:class:`FrozenRecord`: equality, hashing, conversion to the resolved dict). A profile and its
+sections are read by attribute only (``prof.train.batch_size``): they are no mappings, so a
+line of profile code always knows which shape it holds; the resolved dict exists at the edges
+(``to_dict`` / ``from_dict``: TOML resolution, ``profile.json``)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
-from collections.abc import Mapping as MappingABC
+from collections.abc import Mapping
 from dataclasses import fields
+from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
@@ -38,9 +40,12 @@ def freeze(value: Any) -> Any:
 
 
 def thaw(value: Any) -> Any:
-    """The inverse of :func:`freeze` (a resolved dict holds lists, never tuples)."""
-    if isinstance(value, Readable):
+    """The inverse of :func:`freeze` (a resolved dict holds lists, never tuples; a name of a
+    registry, such as a ``Method``, its plain string)."""
+    if isinstance(value, FrozenRecord):
         return value.to_dict()
+    if isinstance(value, Enum):
+        return value.value
     if isinstance(value, (tuple, list)):
         return [thaw(v) for v in value]
     if isinstance(value, (MappingProxyType, dict)):
@@ -68,17 +73,14 @@ def check_keys(cls: Any, values: Mapping[str, Any], where: str) -> None:
         raise ValueError(f"not a resolved profile: {where}: " + "; ".join(parts))
 
 
-class Readable:
-    """Read access by key, as the resolved dict gives it (``prof["train"]["batch_size"]``,
-    ``.get``, ``in``, ``{**prof}``), so that code still written against the dict reads the
-    typed object too; the values are the frozen ones (tuples, read-only mappings). Equal to
-    another object of its type with equal fields, and to a mapping equal to its ``to_dict()``."""
+class FrozenRecord:
+    """A frozen dataclass of profile values (a section, the profile): equal to another object of
+    its type with equal fields, hashable, and convertible to its part of the resolved dict. No
+    access by key: its fields are its attributes."""
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Readable):
+        if isinstance(other, FrozenRecord):
             return type(self) is type(other) and all(getattr(self, n) == getattr(other, n) for n in names(self))
-        if isinstance(other, MappingABC):
-            return self.to_dict() == {k: thaw(v) for k, v in other.items()}
         return NotImplemented
 
     def __ne__(self, other: object) -> bool:
@@ -91,34 +93,5 @@ class Readable:
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def __getitem__(self, key: str) -> Any:
-        if key not in names(self):
-            raise KeyError(key)
-        return getattr(self, key)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key) if key in names(self) else default
-
-    def __contains__(self, key: object) -> bool:
-        return key in names(self)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(names(self))
-
-    def __len__(self) -> int:
-        return len(names(self))
-
-    def keys(self) -> list[str]:
-        return names(self)
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(n, getattr(self, n)) for n in names(self)]
-
-    def values(self) -> list[Any]:
-        return [getattr(self, n) for n in names(self)]
-
-
-MappingABC.register(Readable)  # isinstance(prof, Mapping): it reads as the resolved dict does
-
-
-__all__ = ["FrozenList", "Readable", "check_keys", "freeze", "names", "thaw"]
+__all__ = ["FrozenList", "FrozenRecord", "check_keys", "freeze", "names", "thaw"]

@@ -319,22 +319,19 @@ def load_profile(
 
 
 def apply_overrides(
-    resolved: Profile | Mapping[str, Any],
+    resolved: Profile,
     overrides: Iterable[str] | Mapping[str, Any],
 ) -> Profile:
-    """Apply overrides to an already resolved profile (a Profile, or its dict) and validate
-    again; returns a new Profile.
+    """Apply overrides to an already resolved profile and validate again; returns a new Profile.
 
-    Values derived from other keys (listed in ``resolved["derived"]``: the tokenizer, data name,
+    Values derived from other keys (listed in ``resolved.derived``: the tokenizer, data name,
     qlora optimizer...) are derived again unless overridden themselves.
     """
-    if isinstance(resolved, Profile):
-        resolved = resolved.to_dict()
-    derived = set(resolved.get("derived", ()))
-    source = str(resolved.get("source") or "")
+    derived = set(resolved.derived)
+    source = str(resolved.source or "")
     leaf: Any = Path(source) if source else None
     data: dict[str, Any] = {}
-    for key, value in resolved.items():
+    for key, value in resolved.to_dict().items():  # resolved again from its dict, as a file is
         if key in META_KEYS or value is None:
             continue
         if key in SECTIONS and isinstance(value, dict):
@@ -343,15 +340,15 @@ def apply_overrides(
             data[key] = value
     raw = normalize(data, display(leaf))
     origins = {dotted(s, k): leaf for s, keys in raw.items() for k in keys}
-    log = list(resolved.get("overrides", ()))
+    log = list(resolved.overrides)
     apply_overrides_to(raw, origins, overrides, log)
     return Profile.from_dict(
         _finalize(
             raw,
             origins,
-            name=str(resolved.get("name", "")),
+            name=str(resolved.name),
             source=source,
-            origin=str(resolved.get("origin", "path")),
+            origin=str(resolved.origin),
             leaf=leaf,
             log=log,
         )

@@ -3,19 +3,18 @@
 :data:`SCHEMA` (section -> key -> :class:`Field`) is the one description of a profile; the
 names around it (sections, ``--set`` aliases, path keys, the meta keys a resolved profile adds)
 are read off it. Pure data: no I/O, nothing that checks or resolves (see ``values`` and
-``resolve``). The methods come from :mod:`fttui.core.base.constants`.
+``resolve``). The methods come from :mod:`fttui.core.base.constants` (the method registry's names).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from fttui.core.base import shardings
+from fttui.core.base import methods, shardings
 from fttui.core.base.constants import METHODS, SHARDINGS
 
 SYNTHETIC = "synthetic"
 SYNTHETIC_DEFAULT_SAMPLES = 256
-QLORA_DEFAULT_OPTIMIZER = "paged_adamw_32bit"
 OVERRIDE = "--set"  # the "file" that override errors name
 
 
@@ -44,7 +43,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     TOP: {
         "description": Field("str", ""),
         "extends": Field("str", None),
-        "method": Field("str", "lora", METHODS),
+        "method": Field("str", methods.DEFAULT.name.value, METHODS),
         # how states are spread over ranks, orthogonal to the method (docs/launchers.md)
         "sharding": Field("str", shardings.NONE.name, SHARDINGS),
     },
@@ -215,11 +214,13 @@ ALL_KEYS: tuple[str, ...] = tuple(dotted(s, k) for s, keys in SCHEMA.items() for
 
 
 def default_optimizer(method: str | None, sharding: str | None) -> str:
-    """``train.optimizer`` when the profile leaves it out: QLoRA's paged AdamW, except where the
-    sharding's optimizer does not step plain tensors (FSDP: bitsandbytes' optimizers cannot step
-    its DTensor shards), and torch's AdamW for everything else."""
+    """``train.optimizer`` when the profile leaves it out: the method's own (QLoRA's paged AdamW),
+    except where the sharding's optimizer does not step plain tensors (FSDP: bitsandbytes'
+    optimizers cannot step its DTensor shards), and torch's AdamW for everything else."""
     kind = shardings.find(shardings.of(method, sharding)[1]) or shardings.NONE
-    return QLORA_DEFAULT_OPTIMIZER if method == "qlora" and kind.steps_plain_tensors else "adamw_torch"
+    entry = shardings.method_of(method)
+    own = entry.optimizer if entry is not None else None
+    return own if own and kind.steps_plain_tensors else "adamw_torch"
 
 
 __all__ = [
@@ -229,7 +230,6 @@ __all__ = [
     "METHODS",
     "OVERRIDE",
     "PATH_KEYS",
-    "QLORA_DEFAULT_OPTIMIZER",
     "default_optimizer",
     "SCHEMA",
     "SECTIONS",

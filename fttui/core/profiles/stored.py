@@ -8,8 +8,9 @@ where the shapes older runs wrote are normalised.
   then; every other missing key takes the schema's default and keys that are no setting (a watch
   run's ``watch``, the old ``_kind``) are left out.
 
-:func:`as_profile` is what the worker's and the memory model's entry points call: a Profile is
-passed through as it is, a dict (a test's hand-written profile, an older caller) is read here.
+It is one of the edges where a dict becomes a Profile (with TOML resolution,
+:mod:`fttui.core.profiles.resolve`, and the ``--from`` configs, :mod:`fttui.core.profiles.foreign`);
+past them every function takes the Profile itself.
 """
 
 from __future__ import annotations
@@ -56,9 +57,4 @@ def check_profile(profile: Profile, file: str) -> None:
             check_value(section, key, values[key], file)
 
 
-def as_profile(profile: Profile | Mapping[str, Any]) -> Profile:
-    """``profile`` itself when it is a Profile, else :func:`stored_profile` of it."""
-    return profile if isinstance(profile, Profile) else stored_profile(profile)
-
-
-__all__ = ["OLD_DEFAULTS", "as_profile", "check_profile", "stored_profile"]
+__all__ = ["OLD_DEFAULTS", "check_profile", "stored_profile"]

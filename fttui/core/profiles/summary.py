@@ -1,23 +1,22 @@
 """The one-line figures of a profile that ``fttui profiles`` and the picker show.
 
-:func:`profile_summary` reads a resolved dict (model label, method, batch, devices, data); its
-effective batch is :meth:`fttui.core.profiles.typed.Profile.effective_batch`, the one definition.
+:func:`profile_summary` reads a resolved profile (model label, method, batch, devices, data);
+its effective batch is :meth:`fttui.core.profiles.typed.Profile.effective_batch`, the one
+definition.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fttui.core.profiles.typed import Profile
 
 
-def sharding_label(resolved: Mapping[str, Any]) -> str:
+def sharding_label(prof: Profile) -> str:
     """The sharding in words: ``zero3-offload (DeepSpeed ZeRO-3; optimizer states, parameters on
     the host)``, ``none (DDP over 2 processes)``..."""
-    prof = Profile.from_partial(resolved)
     kind, ds = prof.sharding_kind(), prof.deepspeed
     if not kind.sharded:
         procs = prof.world_size()
@@ -34,28 +33,27 @@ def sharding_label(resolved: Mapping[str, Any]) -> str:
     )
 
 
-def profile_summary(resolved: Mapping[str, Any]) -> dict[str, Any]:
+def profile_summary(prof: Profile) -> dict[str, Any]:
     """The figures ``fttui profiles`` shows for one resolved profile."""
-    model, data = resolved["model"], resolved["data"]
-    train, devices = resolved["train"], resolved["devices"]
-    label = str(model["name_or_path"])
+    model, data, train, devices = prof.model, prof.data, prof.train, prof.devices
+    label = str(model.name_or_path)
     if os.path.isabs(label):
         label = Path(label).name
     return {
-        "name": resolved.get("name", ""),
-        "description": resolved.get("description", ""),
+        "name": prof.name,
+        "description": prof.description,
         "model": label,
-        "method": resolved["method"],
-        "sharding": Profile.from_partial(resolved).sharding_asked(),
-        "batch_size": train["batch_size"],
-        "grad_accum": train["grad_accum"],
-        "gpus": devices["gpus"],
-        "nodes": devices["nodes"],
-        "effective_batch": Profile.from_partial(resolved).effective_batch().effective,
-        "max_seq_len": data["max_seq_len"],
-        "dataset": data["name"],
-        "source": resolved.get("source", ""),
-        "origin": resolved.get("origin", ""),
+        "method": prof.method,
+        "sharding": prof.sharding_asked(),
+        "batch_size": train.batch_size,
+        "grad_accum": train.grad_accum,
+        "gpus": devices.gpus,
+        "nodes": devices.nodes,
+        "effective_batch": prof.effective_batch().effective,
+        "max_seq_len": data.max_seq_len,
+        "dataset": data.name,
+        "source": prof.source,
+        "origin": prof.origin,
     }
 
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Self
 
 from fttui.core.base import shardings
-from fttui.core.profiles.frozen import Readable, check_keys, freeze, names, thaw
+from fttui.core.profiles.frozen import FrozenRecord, check_keys, freeze, names, thaw
 from fttui.core.profiles.schema import OVERRIDE, SCHEMA, TOP
 
 
-class _Section(Readable):
+class _Section(FrozenRecord):
     """What the section dataclasses share: conversion from and to their part of the dict."""
 
     SECTION: ClassVar[str]
@@ -208,7 +208,7 @@ class BatchFigures(NamedTuple):
 
 
 @dataclass(frozen=True, eq=False)
-class Profile(Readable):
+class Profile(FrozenRecord):
     """A resolved profile; the fields are in the resolved dict's key order."""
 
     name: str
@@ -302,6 +302,15 @@ class Profile(Readable):
         """The sharding this profile asks for; a ``profile.json`` written before sharding says
         ``method = "full-zero3-offload"`` instead, which is ``zero3-offload``."""
         return shardings.of(self.method, self.sharding)[1]
+
+    def method_kind(self) -> shardings.MethodKind:
+        """The method registry's entry of ``method`` (:mod:`fttui.core.base.methods`; a legacy
+        ``full-zero3-offload`` is ``full``); KeyError for an unknown name (a command run's row
+        profile, whose Trainer did not say, has none)."""
+        kind = shardings.method_of(self.method)
+        if kind is None:
+            raise KeyError(self.method)
+        return kind
 
     def sharding_kind(self) -> shardings.Sharding:
         """The registry's entry of :meth:`sharding_asked` (KeyError for an unknown name)."""

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 
 #: the rendezvous port of job J is PORT_BASE + J % PORT_SPAN: below Linux's ephemeral ports
@@ -151,7 +150,7 @@ def rendezvous_addr(alloc: Allocation) -> str:
     return node_addr(names[0]) or names[0]
 
 
-def with_allocation(resolved: Profile | Mapping[str, Any], alloc: Allocation, main_addr: str) -> Profile:
+def with_allocation(resolved: Profile, alloc: Allocation, main_addr: str) -> Profile:
     """The resolved profile with the allocation's ``devices`` settings: nodes, this node's rank,
     the rendezvous address and port and, when Slurm gave GPUs, the GPUs per node (the profile's
     own ``devices.gpus`` otherwise)."""
@@ -163,7 +162,7 @@ def with_allocation(resolved: Profile | Mapping[str, Any], alloc: Allocation, ma
     }
     if alloc.gpus_per_node:
         changes["devices.gpus"] = alloc.gpus_per_node
-    return as_profile(resolved).with_settings(changes)
+    return resolved.with_settings(changes)
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.stored import as_profile
+from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
 
 __all__ = [
@@ -97,7 +97,7 @@ def command_profile(
     timeout; the rest is the schema's defaults, which nothing reads (a command states no model,
     data or batch: the row takes those from the Trainer's events, or leaves them unknown,
     :func:`row_profile`)."""
-    return as_profile(
+    return stored_profile(
         {
             "name": name or command_name(argv),
             "source": "",
@@ -110,15 +110,15 @@ def command_profile(
     )
 
 
-def command_of(resolved: Profile | Mapping[str, Any] | None) -> dict[str, Any] | None:
+def command_of(resolved: Profile | None) -> dict[str, Any] | None:
     """The profile's ``[command]`` (``argv``, ``cwd``) when it holds a command, else ``None``."""
     if resolved is None:
         return None
-    cmd = as_profile(resolved).command
+    cmd = resolved.command
     return {"argv": list(cmd.argv), "cwd": cmd.cwd} if cmd.argv else None
 
 
-def command_text(resolved: Profile | Mapping[str, Any]) -> str | None:
+def command_text(resolved: Profile) -> str | None:
     """What a profile's command runs, as a shell would show it, with its folder: the line the
     picker shows before launching it; ``None`` for a profile without a command."""
     cmd = command_of(resolved)
@@ -144,13 +144,12 @@ def command_env(
     return env
 
 
-def row_profile(prof: Profile | Mapping[str, Any], start_config: dict[str, Any] | None, cards_used: int) -> Profile:
+def row_profile(prof: Profile, start_config: dict[str, Any] | None, cards_used: int) -> Profile:
     """The profile a command run's row is built from: the run's name and limits, and what the
     Trainer told (its start event's ``config``, the JSON the integration sent: model, method,
     sharding, precision, GPUs per node); ``None`` for what nobody stated (a command never states
     the schema's defaults). ``cards_used``: the cards the command's processes had memory on (the
     GPUs when the Trainer did not say)."""
-    prof = as_profile(prof)
 
     def told(section: str) -> Mapping[str, Any]:
         value = cfg.get(section)

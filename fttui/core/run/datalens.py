@@ -18,14 +18,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from fttui.core.base import paths
 from fttui.core.base.errors import FttuiError
 from fttui.core.data.lengths import DataStats, SampleLength, summarise
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import ModelSettings, Profile
 
 TEMPLATE_VERSION = 1  # bump when fttui.worker.data.tokenize_record changes what it emits
@@ -146,12 +144,11 @@ def _tokenise(profile: Profile, out: Path, progress: Progress | None) -> None:
 
 
 def lengths(
-    profile: Profile | Mapping[str, Any], progress: Progress | None = None, tokenise: bool = True
+    profile: Profile, progress: Progress | None = None, tokenise: bool = True
 ) -> tuple[list[SampleLength], bool | None]:
     """Every record's length and whether it came from the cache (None: synthetic data, its own
     ``num_samples`` samples of exactly ``max_seq_len`` tokens, nothing tokenised). With
     ``tokenise=False`` a file not in the cache is not tokenised: :class:`NotCached`."""
-    profile = as_profile(profile)
     data = profile.data
     source = data.source or "synthetic"
     if source == "synthetic":
@@ -177,14 +174,13 @@ def lengths(
 
 
 def data_stats(
-    profile: Profile | Mapping[str, Any],
+    profile: Profile,
     batch_size: int | None = None,
     progress: Progress | None = None,
     tokenise: bool = True,
 ) -> tuple[DataStats, bool | None]:
     """``fttui data``'s figures at the profile's ``max_seq_len`` and batch size (or ``batch_size``);
     ``tokenise=False``: from the cache only (:class:`NotCached` when the file is not in it)."""
-    profile = as_profile(profile)
     samples, hit = lengths(profile, progress, tokenise)
     bs = int(batch_size or profile.train.batch_size or 1)
     return summarise(samples, int(profile.data.max_seq_len), bs, int(profile.train.seed)), hit

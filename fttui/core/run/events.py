@@ -56,10 +56,6 @@ try:
         LaunchEvent,
         MemoryWarningEvent,
         PhaseEvent,
-        ProbeCapEvent,
-        ProbeEndEvent,
-        ProbeGuessEvent,
-        ProbeStartEvent,
         ResumedEvent,
         RetryEvent,
         SaveEvent,
@@ -67,9 +63,15 @@ try:
         StartEvent,
         StepEvent,
         TrackerEvent,
+        UnknownEvent,
+    )
+    from fttui.core.base.probe_records import (
+        ProbeCapEvent,
+        ProbeEndEvent,
+        ProbeGuessEvent,
+        ProbeStartEvent,
         TrialEvent,
         TrialStartEvent,
-        UnknownEvent,
     )
     from fttui.core.base.redact import mask
     from fttui.core.run.jsonl import JsonlTail, parse_line, read_head_tail, read_jsonl

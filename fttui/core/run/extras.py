@@ -11,15 +11,14 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
-from fttui.core.base import shardings
-from fttui.core.base.constants import KBIT_METHODS
+from fttui.core.base import methods, shardings
 from fttui.core.base.errors import FttuiError
 from fttui.core.models.prequant import PREQUANT_METHODS
 
 #: extra -> the import names it provides.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("torch", "transformers", "peft", "accelerate"),
-    "qlora": ("bitsandbytes",),
+    **{k.extra: k.packages for k in methods.KINDS.values() if k.extra},  # the k-bit methods' extra
     # GPTQ / AWQ checkpoints trained as stored: transformers' GPTQ loader needs optimum, both
     # loaders GPT-QModel's kernels (and peft finds GPT-QModel only beside optimum)
     "gptq": ("gptqmodel", "optimum"),
@@ -36,8 +35,9 @@ def needed_extras(method: str, sharding: str | None = None, *, prequant: str | N
     machine that trains; ``prequant``: the stored quantisation of its checkpoint (``gptq``,
     ``awq``: :func:`fttui.core.models.prequant.checkpoint_quant`), when it has one."""
     out = ["train"]
-    if method in KBIT_METHODS:
-        out.append("qlora")
+    entry = shardings.method_of(method)
+    if entry is not None and entry.extra:
+        out.append(entry.extra)
     if prequant in PREQUANT_METHODS:
         out.append("gptq")
     kind = shardings.find(shardings.of(method, sharding)[1])

@@ -24,7 +24,6 @@ from typing import Any
 
 from fttui.core.base import shardings
 from fttui.core.base.errors import FttuiError, ProfileError
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.trackers import missing_tracker
 from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
@@ -57,11 +56,11 @@ def free_port(preferred: int | None = None) -> int:
 
 
 def build_command(
-    profile: Profile | dict, run_dir: Path, python: str | None = None, resume_from: str | None = None
+    profile: Profile, run_dir: Path, python: str | None = None, resume_from: str | None = None
 ) -> list[str]:
     """The argv of the training command for this (resolved) profile; ``resume_from``: the
     checkpoint folder the worker continues from (``fttui run --resume``)."""
-    prof = as_profile(profile)
+    prof = profile
     py = python or sys.executable
     dev = prof.devices
     nproc = dev.processes_per_node()
@@ -159,14 +158,14 @@ def check_launcher(prof: Profile, launcher: str) -> None:
     )
 
 
-def child_env(profile: Profile | dict) -> dict[str, str]:
+def child_env(profile: Profile) -> dict[str, str]:
     """Environment variables added to the training processes (recorded in command.json)."""
     env = {
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     }
-    prof = as_profile(profile)
+    prof = profile
     on_cpu = prof.devices.gpus == 0
     if prof.limits.host_memory:
         # Fewer malloc arenas make a host-memory boundary steadier between processes.
@@ -215,12 +214,12 @@ def child_env(profile: Profile | dict) -> dict[str, str]:
     return env
 
 
-def check_rendezvous(profile: Profile | dict) -> None:
+def check_rendezvous(profile: Profile) -> None:
     """Several machines: node 0 hosts the rendezvous store on ``main_port`` (all interfaces), so
     the port must be free there; a clash would otherwise surface as a DistNetworkError
     (EADDRINUSE) after the training stack has loaded. Other nodes connect and wait for node 0
     (up to torchrun's rendezvous timeout, 10 minutes)."""
-    prof = as_profile(profile)
+    prof = profile
     dev = prof.devices
     nodes = dev.nodes
     if nodes <= 1 or prof.launcher() == "python" or dev.node_rank != 0:
@@ -236,20 +235,20 @@ def check_rendezvous(profile: Profile | dict) -> None:
         )
 
 
-def validate_before_launch(profile: Profile | dict, gpu_count: tuple[int, str | None] | None = None) -> None:
+def validate_before_launch(profile: Profile, gpu_count: tuple[int, str | None] | None = None) -> None:
     """Checks that need no torch and must fail before anything is written."""
     from fttui.core.run.preflight import preflight
 
-    prof = as_profile(profile)
+    prof = profile
     preflight(prof, gpu_count)
     check_trackers(prof)
     check_rendezvous(prof)
 
 
-def check_trackers(profile: Profile | dict) -> None:
+def check_trackers(profile: Profile) -> None:
     """Every tracker of ``train.report_to`` can run here (its package is installed), else one
     line naming the pip package; nothing is imported."""
-    prof = as_profile(profile)
+    prof = profile
     missing = missing_tracker(prof.train.report_to)
     if missing is not None:
         name, what = missing
@@ -268,7 +267,7 @@ def with_output_dir(profile: Profile) -> Profile:
 
 
 def prepare(
-    resolved: Profile | dict,
+    resolved: Profile,
     run_id: str | None = None,
     gpu_count: tuple[int, str | None] | None = None,
     *,
@@ -284,20 +283,20 @@ def prepare(
 
     if command_of(resolved) is not None:  # fttui run -- CMD, or a profile's [command]
         return prepare_command(resolved, run_id, group=group)
-    prof = as_profile(resolved)  # the run's typed profile, from here on
+    prof = resolved  # the run's typed profile, from here on
     validate_before_launch(prof, gpu_count)
     prof = with_output_dir(prof)
     rid = run_id or rundir.new_run_id(prof.name or "run")
     run_path = rundir.paths.runs_dir() / rid
     argv = build_command(prof, run_path, resume_from=resume.checkpoint if resume else None)
-    rd = rundir.create(prof, argv, child_env(prof), run_id=rid, kind=kind, group=group)
+    rd = rundir.create(prof.to_dict(), argv, child_env(prof), run_id=rid, kind=kind, group=group)
     if resume is not None:
         resumed = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}
         rd.write_command(replace(rd.command() or CommandFile(), resume=resumed))
     return rd
 
 
-def prepare_command(resolved: Profile | dict, run_id: str | None = None, *, group: str | None = None) -> rundir.RunDir:
+def prepare_command(resolved: Profile, run_id: str | None = None, *, group: str | None = None) -> rundir.RunDir:
     """The run directory of a command run (:mod:`fttui.core.run.command`): the command checked
     (not empty, its program found) and its folder fixed (the profile's ``command.cwd``, else the
     current folder) before anything is written; ``command.json`` gets ``kind = "command"``,
@@ -307,7 +306,7 @@ def prepare_command(resolved: Profile | dict, run_id: str | None = None, *, grou
     from fttui.core.base.units import parse_size
     from fttui.core.run import command as cmdrun
 
-    prof = as_profile(resolved)
+    prof = resolved
     cwd = os.path.abspath(os.path.expanduser(str(prof.command.cwd or os.getcwd())))
     if not os.path.isdir(cwd):
         raise FttuiError(f"command folder not found: {cwd}")
@@ -326,7 +325,7 @@ def prepare_command(resolved: Profile | dict, run_id: str | None = None, *, grou
     prof = prof.with_settings({"command.argv": argv, "command.cwd": cwd})
     rid = run_id or rundir.new_run_id(prof.name or cmdrun.KIND)
     env = cmdrun.command_env(rundir.paths.runs_dir() / rid, host_limit=host_limit is not None)
-    rd = rundir.create(prof, argv, env, run_id=rid, kind=cmdrun.KIND, group=group)
+    rd = rundir.create(prof.to_dict(), argv, env, run_id=rid, kind=cmdrun.KIND, group=group)
     rd.write_command(replace(rd.command() or CommandFile(), cwd=cwd, host_limit_bytes=host_limit))
     return rd
 
@@ -349,7 +348,7 @@ def start_supervisor(rd: rundir.RunDir) -> int:
 
 
 def launch(
-    resolved: Profile | dict,
+    resolved: Profile,
     run_id: str | None = None,
     gpu_count: tuple[int, str | None] | None = None,
     *,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 from fttui.core.run.events import AttemptEvent, RetryEvent
 from fttui.core.run.runfiles import CommandFile
@@ -112,7 +113,7 @@ def attempt_event(rd: rundir.RunDir) -> AttemptEvent | None:
 
 
 def decide(
-    profile: Any, final: FinalStatus, *, kind: str, attempt: int, phase: str | None, slurm: bool = False
+    profile: Profile, final: FinalStatus, *, kind: str, attempt: int, phase: str | None, slurm: bool = False
 ) -> Decision:
     """The supervisor's choice when attempt ``attempt`` of a run ended with ``final``.
 
@@ -156,7 +157,7 @@ def recovery_message(oom_step: int | None, s: Shrink, from_step: int) -> str:
     return f"recovered from OOM {where}: {s.words()}, {start}"
 
 
-def recovery_saves(profile: Any, kind: str) -> bool:
+def recovery_saves(profile: Profile, kind: str) -> bool:
     """The run saves checkpoints for recovery only: ``on_oom = "shrink"`` in a run that would keep
     none (``save`` ``end`` or ``none``). A probe or sweep never saves."""
     return kind == "run" and profile.train.on_oom == "shrink" and profile.train.save != "steps"
@@ -215,20 +216,19 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
 
 
 def after_oom(
-    rd: rundir.RunDir, profile: Any, status: FinalStatus, snap: Any
+    rd: rundir.RunDir, profile: Profile | None, status: FinalStatus, snap: Any
 ) -> tuple[FinalStatus, rundir.RunDir | None, RetryEvent | None]:
     """The supervisor's step when its run ended with ``status`` (the run's ``profile.json`` and
     last snapshot): ``(status, next run, retry event)``. An OOM that is retried gets the next
     attempt's directory (:func:`prepare_next`), the ``retry`` event to write and an error that
     names it (``...; retried as RUN (attempt 2: batch 8 -> 4, accumulation 2 -> 4)``); one that is
     not says why (``...; not retried: ...``); any other status comes back as it is."""
-    from fttui.core.profiles.stored import as_profile
 
     if status.status != "oom" or profile is None:
         return status, None, None
     command = rd.command()
     decision = decide(
-        as_profile(profile),
+        profile,
         status,
         kind=rd.kind_and_group()[0],
         attempt=int(attempt_of(rd).get("n") or 1),

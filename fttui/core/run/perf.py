@@ -64,9 +64,10 @@ def model_shape(start: StartEvent) -> ModelShape | None:
     shape = shape_from(total, trainable, start.model_shape)
     if shape is None and isinstance(start.config, Mapping):
         from fttui.core.models.numbers import arch_numbers
+        from fttui.core.profiles.typed import ModelSettings
 
         try:
-            a = arch_numbers(start.config)
+            a = arch_numbers(ModelSettings.from_partial(start.config.get("model")))
         except Exception:  # no architecture numbers in the profile: no shape, no MFU
             return None
         shape = shape_from(

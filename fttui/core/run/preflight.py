@@ -13,7 +13,6 @@ from fttui.core.models.hfconfig import cached_snapshot, download_command, hub_ca
 from fttui.core.models.positions import check_positions
 from fttui.core.models.prequant import checkpoint_quant, cpu_refusal, refusal
 from fttui.core.profiles.schema import OVERRIDE, SYNTHETIC
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.extras import missing_extra
 
@@ -39,9 +38,9 @@ def visible_gpu_count() -> tuple[int, str | None]:
     return n, None
 
 
-def preflight(profile: Profile | dict, gpu_count: tuple[int, str | None] | None = None) -> None:
+def preflight(profile: Profile, gpu_count: tuple[int, str | None] | None = None) -> None:
     """Every check below names the profile's file; a key that ``--set`` gave is named as such."""
-    prof = as_profile(profile)
+    prof = profile
     src = prof.source or prof.name or "profile"
     try:
         _preflight(prof, src, gpu_count)
@@ -202,10 +201,9 @@ def _check_data(prof: Profile) -> int | None:
         raise DataError(None, str(e), "fix the data file or point data.source at another one") from None
 
 
-def _check_batch(prof: Profile | dict, src: str, records: int | None) -> None:
+def _check_batch(prof: Profile, src: str, records: int | None) -> None:
     """One step of every process must fit in the data: micro batch x world size <= samples.
     A larger batch would run one short step and record a batch it never ran."""
-    prof = as_profile(prof)
     micro, asked = prof.train.batch_size, prof.data.num_samples
     samples = asked if records is None else (min(asked, records) if asked > 0 else records)
     ws = prof.world_size()

@@ -167,12 +167,7 @@ def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | No
 def needs_recovery(rd: rundir.RunDir) -> bool:
     """The run has no final status, its supervisor started and is gone, and nothing of the
     training is running any more."""
-    return (
-        not rd.has_status()
-        and rd.supervisor() is not None
-        and not rd.supervisor_alive()
-        and not rd.training_alive()
-    )
+    return not rd.has_status() and rd.supervisor() is not None and not rd.supervisor_alive() and not rd.training_alive()
 
 
 def _stored_final(rd: rundir.RunDir) -> FinalStatus | None:

@@ -381,7 +381,7 @@ class RunDir:
 
 
 def create(
-    resolved: Profile | dict,
+    resolved: dict[str, Any],
     argv: list[str],
     env: dict[str, str],
     run_id: str | None = None,
@@ -389,11 +389,11 @@ def create(
     kind: str = "run",
     group: str | None = None,
 ) -> RunDir:
-    """Create the run directory with the resolved profile (``profile.json`` is
-    :meth:`Profile.to_dict`; a watch run's is a plain dict) and the command. ``kind`` (``run``,
+    """Create the run directory with ``profile.json`` (``resolved``: a profile's
+    :meth:`Profile.to_dict`, or a watch run's plain dict) and the command. ``kind`` (``run``,
     ``probe``, ``sweep``) and ``group`` (the probe or sweep id) are launch arguments, not profile
     settings: they are kept in command.json."""
-    resolved = thaw(resolved)  # a Profile's to_dict(); read-only tables in a plain dict as dicts
+    resolved = thaw(resolved)  # read-only tables in a plain dict as dicts
     root = paths.ensure_dir(paths.runs_dir())
     rid = run_id or new_run_id(resolved.get("name", "run"))
     path = root / rid

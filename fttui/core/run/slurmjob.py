@@ -22,13 +22,11 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.profiles.stored import as_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 
@@ -97,10 +95,10 @@ def check_options(opts: SubmitOptions) -> None:
             )
 
 
-def job_profile(resolved: Profile | Mapping[str, Any], opts: SubmitOptions, run_path: Path) -> Profile:
+def job_profile(resolved: Profile, opts: SubmitOptions, run_path: Path) -> Profile:
     """The profile each node runs: ``devices.nodes``, the GPUs per node asked for, and the
     job's output folder (every node's, on the shared filesystem) unless the profile names one."""
-    prof = as_profile(resolved)
+    prof = resolved
     changes: dict[str, Any] = {"devices.nodes": opts.nodes, "devices.node_rank": 0}
     if opts.gpus_per_node is not None:
         changes["devices.gpus"] = opts.gpus_per_node
@@ -178,7 +176,7 @@ def submit(resolved: Profile, opts: SubmitOptions) -> rundir.RunDir:
             "(set SLURM_CONF when the cluster's configuration is not in /etc)"
         )
     argv = ["sbatch", "--parsable", SCRIPT]
-    rd = rundir.create(prof, argv, {}, run_id=run_path.name, kind=KIND)
+    rd = rundir.create(prof.to_dict(), argv, {}, run_id=run_path.name, kind=KIND)
     script = rd.path / SCRIPT
     script.write_text(text)
     os.chmod(script, 0o700)

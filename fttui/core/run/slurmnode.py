@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 
 from fttui.core.base.errors import FttuiError
+from fttui.core.profiles.typed import Profile
 from fttui.core.run import launch, rundir
 from fttui.core.run.allocation import Allocation, rendezvous_addr, with_allocation
 from fttui.core.run.resume import Resume, last_checkpoint
@@ -32,7 +33,7 @@ def node_run_id(job_run: str, alloc: Allocation) -> str:
     return f"{job_run}-r{alloc.restart}-n{alloc.node_rank}" if alloc.restart else f"{job_run}-n{alloc.node_rank}"
 
 
-def earlier_checkpoint(job_run: str, alloc: Allocation, resolved: dict) -> Resume | None:
+def earlier_checkpoint(job_run: str, alloc: Allocation, resolved: Profile) -> Resume | None:
     """The latest checkpoint an earlier attempt of this job saved (node 0 holds the lowest rank,
     which reports saves), or ``None``."""
     for restart in range(alloc.restart - 1, -1, -1):
@@ -59,13 +60,13 @@ def hand_started_prefix(alloc: Allocation, profile_name: str) -> str:
     return f"{stamp}-{safe}-slurm{alloc.job_id}"
 
 
-def start_node(resolved: dict, alloc: Allocation, job_run: str | None = None) -> rundir.RunDir:
+def start_node(resolved: Profile, alloc: Allocation, job_run: str | None = None) -> rundir.RunDir:
     """Prepare this node's run directory; the caller starts its supervisor (in the foreground:
     the task Slurm tracks, signals and ends)."""
     addr = rendezvous_addr(alloc)
     prof = with_allocation(resolved, alloc, addr)
     if job_run is None:
-        job_run = hand_started_prefix(alloc, str(resolved.get("name") or "run"))
+        job_run = hand_started_prefix(alloc, str(resolved.name or "run"))
         group = f"slurm-{alloc.job_id}"
     else:
         group = job_run

@@ -29,7 +29,7 @@ from fttui.core.profiles.foreign.llamafactory import read_llamafactory
 from fttui.core.profiles.overrides import apply_overrides_to
 from fttui.core.profiles.resolve import _finalize
 from fttui.core.profiles.schema import SCHEMA, TOP, dotted
-from fttui.core.profiles.typed import Profile
+from fttui.core.profiles.typed import ModelSettings, Profile
 from fttui.core.profiles.values import toml_literal
 
 __all__ = ["Mapped", "ORIGIN", "load_config_profile", "profile_toml", "read_config", "unmapped_line", "with_overrides"]
@@ -100,7 +100,9 @@ def _stored_quantisation(mapped: Mapped) -> None:
 
     name = str((mapped.data.get("model") or {}).get("name_or_path") or "")
     beside = mapped.path.parent / name
-    model = {"init": "pretrained", "name_or_path": str(beside) if name and beside.is_dir() else name}
+    model = ModelSettings.from_partial(
+        {"init": "pretrained", "name_or_path": str(beside) if name and beside.is_dir() else name}
+    )
     stored = refusal(str(mapped.data.get("method")), model)
     if stored is not None:
         mapped.notes.append(f"{stored[0]}: `fttui estimate` and `fttui run` refuse it ({stored[1]})")
