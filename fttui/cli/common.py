@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.fmt import rel_path
+
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import Profile
 
 __all__ = ["add_profile_args", "resolve", "is_tty", "gpus_given"]
 
@@ -40,7 +44,7 @@ def is_tty() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb"
 
 
-def resolve(args) -> dict:
+def resolve(args) -> Profile:
     from fttui.core.profiles import load_profile
 
     overrides = list(getattr(args, "overrides", []) or [])

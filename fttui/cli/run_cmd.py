@@ -15,10 +15,14 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fttui.cli.common import add_profile_args, is_tty
 from fttui.cli.common import resolve as resolve_profile
 from fttui.core.base.errors import FttuiError
+
+if TYPE_CHECKING:
+    from fttui.core.profiles.typed import Profile
 
 
 def resume_of(args):
@@ -79,7 +83,7 @@ def command_of(args) -> list[str] | None:
     return check_command(cmd, os.getcwd())
 
 
-def run_node(args, resolve: Callable) -> int | None:
+def run_node(args, resolve: Callable[..., Profile]) -> int | None:
     """Inside a Slurm job step (``srun``, one task per node): prepare this node's run from the
     allocation (:mod:`fttui.core.run.slurmnode`) and become its supervisor, the task Slurm
     signals and waits for. ``None`` outside any job step."""
@@ -127,7 +131,7 @@ def run_node(args, resolve: Callable) -> int | None:
     return 1  # not reached
 
 
-def cmd_run(args, resolve: Callable | None = None, is_tty: Callable[[], bool] = is_tty) -> int:
+def cmd_run(args, resolve: Callable[..., Profile] | None = None, is_tty: Callable[[], bool] = is_tty) -> int:
     from fttui.core.run import launch
 
     node = run_node(args, resolve or resolve_profile)

@@ -92,7 +92,7 @@ class ProbeScreen(Screen):
         self.resolved = resolved  # the picker's profile with its overrides
         self.state = ProbeState.IDLE  # the one source of what the screen is doing
         self.prober = None
-        self.probe_resolved: dict | None = None  # the profile the probe runs (limits applied)
+        self.probe_resolved: Profile | None = None  # the profile the probe runs (limits applied)
         self.result = result
         self.trials: list = list(result.trials) if result is not None else []
         self.log_line = ""

@@ -50,9 +50,12 @@ def _meta_model(prof: Profile, dtype, attn: str, trust: bool):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     m = prof.model
-    config = (
-        load_config(m) if m.init == "random" else AutoConfig.from_pretrained(m.name_or_path, trust_remote_code=trust)
-    )
+    if m.init == "random":
+        config = load_config(m)
+    elif not m.name_or_path:  # as load_base_model says for the whole model
+        raise ConfigError("model.name_or_path: required")
+    else:
+        config = AutoConfig.from_pretrained(m.name_or_path, trust_remote_code=trust)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn, trust_remote_code=trust)
     made: dict[int, Any] = {}  # tied parameters stay one parameter

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict, overload
 
 try:
     from fttui.core.base import methods as _methods
@@ -29,9 +30,11 @@ except ImportError:  # loaded by path where fttui is not installed: the method r
     _spec = _util.spec_from_file_location(
         "_fttui_methods", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "methods.py")
     )
-    _methods = _util.module_from_spec(_spec)  # type: ignore[arg-type]
-    _sys.modules[_spec.name] = _methods  # type: ignore[union-attr]
-    _spec.loader.exec_module(_methods)  # type: ignore[union-attr]
+    if _spec is None or _spec.loader is None:
+        raise ImportError("fttui's method registry (methods.py) is not beside shardings.py") from None
+    _methods = _util.module_from_spec(_spec)
+    _sys.modules[_spec.name] = _methods
+    _spec.loader.exec_module(_methods)
 
 Method = _methods.Method
 MethodKind = _methods.MethodKind
@@ -111,8 +114,31 @@ class Sharding:
         return self.name
 
 
-_ZERO = dict(family=DEEPSPEED, launchers=("deepspeed", "torchrun"), extra="zero3", packages=("deepspeed",))
-_FSDP = dict(family=FSDP, launchers=("torchrun", "accelerate"), methods=_FOUR_BIT)
+class _ZeroFields(TypedDict):
+    """The fields the DeepSpeed ZeRO kinds share (``Sharding(..., **_ZERO)``), typed as
+    :class:`Sharding`'s; their methods differ by stage, so each kind gives its own."""
+
+    family: str
+    launchers: tuple[str, ...]
+    extra: str | None
+    packages: tuple[str, ...]
+
+
+class _FsdpFields(TypedDict):
+    """The fields the FSDP kinds share (``Sharding(..., **_FSDP)``), typed as :class:`Sharding`'s."""
+
+    family: str
+    launchers: tuple[str, ...]
+    methods: tuple[Method, ...]
+
+
+_ZERO: _ZeroFields = {
+    "family": DEEPSPEED,
+    "launchers": ("deepspeed", "torchrun"),
+    "extra": "zero3",
+    "packages": ("deepspeed",),
+}
+_FSDP: _FsdpFields = {"family": FSDP, "launchers": ("torchrun", "accelerate"), "methods": _FOUR_BIT}
 
 #: every kind, in the order the views list them; the first is the default (no sharding)
 KINDS: dict[str, Sharding] = {
@@ -161,6 +187,10 @@ def names(family: str | None = None) -> tuple[str, ...]:
     return tuple(k.name for k in KINDS.values() if family is None or k.family == family)
 
 
+@overload
+def of(method: str, sharding: str | None) -> tuple[str, str]: ...
+@overload
+def of(method: str | None, sharding: str | None) -> tuple[str | None, str]: ...
 def of(method: str | None, sharding: str | None) -> tuple[str | None, str]:
     """(method, sharding) with a legacy method normalised: ``full-zero3-offload`` is ``full``
     under ``zero3-offload`` (a sharding given as well, other than none, is kept); ``sharding``

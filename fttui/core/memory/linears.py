@@ -84,7 +84,7 @@ def lora_modules(
     if targets == "all-linear":
         return list(layers)
     if isinstance(targets, str):
-        targets = [targets]
+        targets = (targets,)
     chosen: list[tuple[str, int, int]] = []
     for t in targets:
         t = str(t).rsplit(".", 1)[-1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fttui.core.memory.inputs import DTYPE_BYTES, Setup
 from fttui.core.memory.linears import _native_linears
+from fttui.core.models.prequant import CheckpointQuant
 from fttui.core.profiles.typed import QuantSettings
 
 __all__ = ["norm_head", "trainable_states"]
@@ -58,14 +59,14 @@ def _full(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     notes.append(f"optimizer {opt}: {why}")
 
 
-def _prequant(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
+def _prequant(c: Setup, q: CheckpointQuant, bd: dict[str, float], notes: list[str]) -> None:
     """A GPTQ / AWQ checkpoint trained as stored (GPT-QModel's torch kernels): the linears'
     packed ints with one fp16 scale and one packed zero per group of input rows per output
     (GPTQ: an int32 group index per input row), the rest in the compute dtype, never upcast.
     The kernel dequantises a linear's weight to the activation dtype for each matmul and
     autograd keeps that copy for the backward: every layer's without gradient checkpointing,
     one layer's (the one recomputed) with it; plus the int32 codes of one linear in flight."""
-    a, q, wb = c.a, c.prequant, c.wb
+    a, wb = c.a, c.wb
     bits = q.bits or 4
     per_layer = [(fi, fo) for _n, fi, fo in _native_linears(a)]
     head = [(a.hidden, a.vocab)] if q.lm_head and c.head else []  # a quantised output layer
@@ -96,7 +97,7 @@ def _adapters(c: Setup, bd: dict[str, float], notes: list[str]) -> None:
     a, method, wb, ab = c.a, c.method, c.wb, c.ab
     opt = c.optimizer
     if c.prequant is not None:
-        _prequant(c, bd, notes)
+        _prequant(c, c.prequant, bd, notes)
     elif method.bits is not None:
         qw, qc = _quant_bytes(c.lin_total, method.bits, c.p.quant)
         if method.bits == 8:

@@ -239,10 +239,13 @@ class Profile(FrozenRecord):
         if "command" not in resolved:
             resolved = {**resolved, "command": CommandSettings.from_partial({}).to_dict()}
         check_keys(cls, resolved, "top level")
-        return cls(**{
+        # the field values by name, each section's converted by its type (checked by check_keys
+        # and the sections' own from_dict): what from_partial builds, so typed as it is
+        values: dict[str, Any] = {
             n: SECTION_TYPES[n].from_dict(v) if n in SECTION_TYPES else freeze(v)
             for n, v in ((n, resolved[n]) for n in names(cls))
-        })  # fmt: skip
+        }
+        return cls(**values)
 
     @classmethod
     def from_partial(cls, resolved: Mapping[str, Any]) -> Profile:
