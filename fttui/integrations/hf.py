@@ -33,6 +33,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from transformers import TrainerCallback
@@ -42,7 +43,10 @@ def _by_path(name: str, *parts: str):
     """A stdlib-only module of fttui loaded from its file (fttui not importable in this Python)."""
     if name in sys.modules:
         return sys.modules[name]
-    spec = _util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), *parts))
+    path = os.path.join(os.path.dirname(__file__), *parts)
+    spec = _util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"fttui: cannot load {path}", name=name, path=path)
     module = _util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
@@ -100,7 +104,7 @@ def _find_trainer():
         from transformers import Trainer
     except Exception:
         return None
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(12):
         if frame is None:
             return None
@@ -177,7 +181,12 @@ class FttuiCallback(TrainerCallback):
             counted("reading a micro-batch's length", lambda: c.feeding(inputs))
             begun = c.pass_begin()
             loss = step_fn(model, inputs, *args, **kwargs)
-            counted("counting a micro-batch", lambda: (c.pass_end(begun), c.add(inputs, loss)))
+
+            def count() -> None:
+                c.pass_end(begun)
+                c.add(inputs, loss)
+
+            counted("counting a micro-batch", count)
             return loss
 
         def get_batch_samples(*args, **kwargs):
@@ -191,13 +200,19 @@ class FttuiCallback(TrainerCallback):
         trainer.get_batch_samples = get_batch_samples
         return True
 
+    def _path(self, name: str) -> str:
+        """A file of the run directory (the callback is active only with one)."""
+        if self.run_dir is None:
+            raise RuntimeError("fttui callback: no run directory")
+        return os.path.join(self.run_dir, name)
+
     def _emit(self, record) -> dict[str, Any]:
         import dataclasses
 
         # the pid tells two processes that claim one rank apart (fttui.core.run.ranks)
         record = dataclasses.replace(record, t=time.time(), rank=self.rank, pid=os.getpid(), source=self.via)
         try:
-            return _ev.write_event(os.path.join(self.run_dir, "events.jsonl"), record)
+            return _ev.write_event(self._path("events.jsonl"), record)
         except Exception as e:
             if self.strict:
                 raise
@@ -239,7 +254,7 @@ class FttuiCallback(TrainerCallback):
         self.t0 = self.mark_t = time.perf_counter()
         self.total_steps = int(state.max_steps)
         if self.mark and self.rank == 0:
-            with open(os.path.join(self.run_dir, CALLBACK_MARK), "w", encoding="utf-8") as f:
+            with open(self._path(CALLBACK_MARK), "w", encoding="utf-8") as f:
                 json.dump({"pid": os.getpid(), "via": self.via, "t": time.time()}, f)
         if self.first_step:
             self._emit(_ev.PhaseEvent(phase="first-step"))
@@ -258,7 +273,7 @@ class FttuiCallback(TrainerCallback):
         fields["resumed_step"] = int(state.global_step)
         # the memory before the first batch (a launched probe bounds the batches' share with it)
         fields["vm_mb"] = _info.proc_memory().get("vm_mb")
-        if self.on_cuda:
+        if self.on_cuda and torch is not None:
             fields["torch_reserved_mb"] = round(torch.cuda.memory_reserved() / 2**20, 1)
         if model is not None and "model_shape" not in fields:
             try:
@@ -449,7 +464,7 @@ def report_error(trainer, exc: BaseException) -> None:
                 oom_kind=kind,
                 message=(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
                 step=int(getattr(state, "global_step", 0) or 0),
-                longest_seq=cb.c.fed_seq() if hasattr(cb, "c") else None,
+                longest_seq=cb.c.fed_seq() if cb is not None and hasattr(cb, "c") else None,
                 traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:],
             ),
         )

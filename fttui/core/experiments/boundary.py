@@ -101,12 +101,14 @@ def growth_per_value(trials: list[Trial]) -> float | None:
     # one launched fit: what its batches added, per value, is at least the growth so far (fixed
     # costs of a step count in it): for a linear growth a prediction from it is not above the boundary
     bounds = [
-        t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None and t.steps_mb and t.value > 0
+        (t.value, mb)
+        for t in trials
+        if t.fresh and t.status == "fit" and t.headroom_mb is not None and (mb := t.steps_mb) and t.value > 0
     ]
     if bounds:
-        t = max(bounds, key=lambda t: t.value)
-        return t.steps_mb / t.value
-    pts = [(t.value, _peak(t)) for t in trials if t.status == "fit" and _peak(t) is not None]
+        value, mb = max(bounds, key=lambda b: b[0])
+        return mb / value
+    pts = [(t.value, p) for t in trials if t.status == "fit" and (p := _peak(t)) is not None]
     if len({v for v, _ in pts}) < 2:
         return None
     mx = sum(v for v, _ in pts) / len(pts)
@@ -121,14 +123,14 @@ def predicted(trials: list[Trial], below: int | None = None) -> int | None:
     headroom (below ``below`` when given), or None."""
     g = growth_per_value(trials)
     fits = [
-        t
+        (t.value, h)
         for t in trials
-        if t.fresh and t.status == "fit" and t.headroom_mb is not None and (below is None or t.value < below)
+        if t.fresh and t.status == "fit" and (h := t.headroom_mb) is not None and (below is None or t.value < below)
     ]
     if g is None or not fits:
         return None
-    best = max(fits, key=lambda t: t.value)
-    return best.value + max(0, math.floor(best.headroom_mb / g + 1e-6))
+    value, head = max(fits, key=lambda f: f[0])
+    return value + max(0, math.floor(head / g + 1e-6))
 
 
 def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
@@ -148,16 +150,20 @@ def next_check(trials: list[Trial], low: int, ceil: int) -> int | None:
         return max(p, low + 1)
     if not any(t.fresh and t.status == "oom" and t.value == ceil for t in trials):
         return ceil - 1  # the range's end, no OOM seen there: check the end itself
-    best = max(
-        (t for t in trials if t.fresh and t.status == "fit" and t.headroom_mb is not None and t.value < ceil),
-        key=lambda t: t.value,
+    best, best_head = max(
+        (
+            (t.value, h)
+            for t in trials
+            if t.fresh and t.status == "fit" and (h := t.headroom_mb) is not None and t.value < ceil
+        ),
+        key=lambda f: f[0],
     )
-    head = max(0.0, best.headroom_mb)
+    head = max(0.0, best_head)
     # from the third fresh OOM above that fit on, each doubles what ceil is taken to have needed
     # (regula falsi's Illinois rule): a sharp kink is not walked down a few values per load
-    misses = sum(1 for t in trials if t.fresh and t.status == "oom" and best.value < t.value)
+    misses = sum(1 for t in trials if t.fresh and t.status == "oom" and best < t.value)
     over = OVERSHOOT_MB * 2 ** max(0, misses - 2)
-    x = best.value + math.floor((ceil - best.value) * head / (head + over))
+    x = best + math.floor((ceil - best) * head / (head + over))
     return min(ceil - 1, max(low + 1, x))
 
 

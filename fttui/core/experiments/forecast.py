@@ -287,12 +287,16 @@ def forecast(
         same_card = str(chosen[0].get("gpu")) == card
         model = step_model(chosen, shape, method, overlap=card != RANKS_CPU) if score == 15 and same_card else None
         fit = _fit_fixed(chosen) if score == 15 and model is None else None
+        # calibration_rows keeps the rows with a rate, on a GPU those of a card of known peak: none is left out
         if card == RANKS_CPU or peak is None:
-            rate = sum(_row_rate(r) for r in chosen) / len(chosen)  # type: ignore[misc]
+            rates = [row_flops for r in chosen if (row_flops := _row_rate(r)) is not None]
+            rate = sum(rates) / len(rates)
         else:
             mfus = [
-                _row_rate(r) / (peak_tflops(str(r.get("gpu")), r.get("precision")) * 1e12)  # type: ignore
+                row_flops / (row_peak * 1e12)
                 for r in chosen
+                if (row_flops := _row_rate(r)) is not None
+                and (row_peak := peak_tflops(str(r.get("gpu")), r.get("precision"))) is not None
             ]
             mfu = sum(mfus) / len(mfus)
             rate = mfu * peak * 1e12

@@ -83,7 +83,7 @@ def trial_headroom(events: Iterable[Event], world_size: int) -> Headroom:
     per = [rank_headroom(starts[r], ends[r], reserved.get(r)) for r in ranks]
     if any(h.headroom_mb is None for h in per):
         return Headroom(None)
-    return min(per, key=lambda h: h.headroom_mb)
+    return min(per, key=lambda h: h.headroom_mb or 0.0)  # none is None (checked above)
 
 
 __all__ = ["Headroom", "rank_headroom", "trial_headroom"]

@@ -255,7 +255,7 @@ def plan(
     t = base.train
     if effective_batch is None:
         effective_batch = int(t.batch_size or 1) * int(t.grad_accum or 1) * world
-    methods = list(methods or [shardings.of(base.method, base.sharding)[0]])
+    methods = list(methods or [shardings.of(base.method, base.sharding)[0] or base.method])
     rows = list(rows)
     _check_weights(base, budget, methods)
     card = budget.card if on_gpu else RANKS_CPU

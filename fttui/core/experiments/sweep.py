@@ -19,7 +19,7 @@ from fttui.core.run import launch, rundir
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[int]]]:
-    grid = []
+    grid: list[tuple[str, list[int]]] = []
     for spec in specs:
         key, sep, vals = spec.partition("=")
         key = key.strip()

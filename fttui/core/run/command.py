@@ -128,13 +128,13 @@ def command_text(resolved: Profile) -> str | None:
 
 
 def command_env(
-    run_dir: Path, *, inject: bool = True, host_limit: bool = False, environ: dict[str, str] | None = None
+    run_dir: Path, *, inject: bool = True, host_limit: bool = False, environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The variables added to the command's environment (recorded in ``command.json``)."""
-    environ = os.environ if environ is None else environ
+    outer: Mapping[str, str] = os.environ if environ is None else environ
     env = {"PYTHONUNBUFFERED": "1", RUN_DIR_ENV: str(run_dir)}
-    if inject and environ.get(INJECT_ENV, "1") != "0":
-        prev = environ.get("PYTHONPATH")
+    if inject and outer.get(INJECT_ENV, "1") != "0":
+        prev = outer.get("PYTHONPATH")
         env["PYTHONPATH"] = str(autoload_dir()) + (os.pathsep + prev if prev else "")
     else:
         env[INJECT_ENV] = "0"

@@ -32,12 +32,13 @@ def _by_path(name: str, *parts: str) -> Any:
 
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts)
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"fttui: cannot load {path}", name=name, path=path)
+    module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return module
 
 

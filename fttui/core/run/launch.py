@@ -363,9 +363,9 @@ def launch(
     (:func:`fttui.core.experiments.quick_forecast.launch_forecast`), once the profile is valid
     (bad input writes nothing, not even a cache), recorded as the run's first event."""
     rd = prepare(resolved, run_id, gpu_count, kind=kind, group=group, resume=resume)
-    forecast = forecast() if forecast is not None else None
-    if forecast:
-        write_event(rd.events_path, ForecastEvent(source="launch", **forecast))
+    fields = forecast() if forecast is not None else None
+    if fields:
+        write_event(rd.events_path, ForecastEvent(source="launch", **fields))
     start_supervisor(rd)
     return rd
 

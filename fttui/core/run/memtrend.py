@@ -216,7 +216,7 @@ def warnings(
         where: str, figure: str, r: RankMemory, t: Trend, headroom: float | None, slope: float | None = None
     ) -> None:
         s = t.slope if slope is None else slope
-        if not t.rising or s is None:
+        if not t.rising or s is None or headroom is None:
             return
         n = _steps(headroom, s)
         if n is not None and n <= reach:
@@ -233,7 +233,7 @@ def warnings(
     # lowest creeping rank's)
     creeping = [r for r in ranks.values() if r.rss.rising and r.rss.slope]
     if host_available_mb is not None and creeping:
-        growth = sum(r.rss.slope for r in creeping)
+        growth = sum(r.rss.slope or 0.0 for r in creeping)  # every creeping rank has a slope
         add(
             "host",
             "RSS" if len(creeping) == 1 else f"RSS (+{len(creeping) - 1} ranks)",

@@ -81,8 +81,8 @@ def model_shape(start: StartEvent) -> ModelShape | None:
 def _settings(snap: RunSnapshot) -> tuple[str | None, str | None, bool, int | None]:
     """(method, precision, gradient checkpointing, GPUs per node) of the run's profile."""
     cfg = snap.config or {}
-    train = cfg.get("train") if isinstance(cfg.get("train"), dict) else {}
-    dev = cfg.get("devices") if isinstance(cfg.get("devices"), dict) else {}
+    train = t if isinstance(t := cfg.get("train"), dict) else {}
+    dev = d if isinstance(d := cfg.get("devices"), dict) else {}
     method = cfg.get("method") if isinstance(cfg.get("method"), str) else None
     precision = train.get("precision") if isinstance(train.get("precision"), str) else None
     return method, precision, bool(train.get("gradient_checkpointing")), to_int(dev.get("gpus"))

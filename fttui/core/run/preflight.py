@@ -128,7 +128,7 @@ def _check_stack(prof: Profile, src: str, gpus: int, n_visible: int) -> None:
             f"sharding {sharding}"
             if by_kind
             else f"{'an' if stored.method == 'awq' else 'a'} {stored.method.upper()} checkpoint"
-            if extra == "gptq"
+            if extra == "gptq" and stored is not None  # the gptq extra is asked for a stored quantization only
             else f"method {method}"
         )
         raise ProfileError(
@@ -145,7 +145,7 @@ def _check_stack(prof: Profile, src: str, gpus: int, n_visible: int) -> None:
             f'use sharding = "{kind.without_offload()}" on CPU ranks',
         )
     on_cpu = stored is not None and (gpus == 0 or n_visible == 0)
-    why = cpu_refusal(stored) if on_cpu else None
+    why = cpu_refusal(stored) if on_cpu and stored is not None else None
     if why:
         raise ProfileError(
             src,

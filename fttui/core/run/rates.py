@@ -121,12 +121,14 @@ def rates(ranks: Iterable[RankProgress]) -> Rates:
             ref is not None
             and cur is not None
             and cur.step > ref.step
-            and rate(0.0, 0.0, cur.train_time, ref.train_time) is not None
+            and cur.train_time is not None
+            and ref.train_time is not None
+            and rate(0.0, 0.0, cur.train_time, ref.train_time) is not None  # time passed
         ):
             steady_s.append(rate(cur.samples, ref.samples, cur.train_time, ref.train_time))
             steady_t.append(rate(cur.tokens, ref.tokens, cur.train_time, ref.train_time))
             steady_tp.append(rate(cur.tokens_padded, ref.tokens_padded, cur.train_time, ref.train_time))
-            sps.append((cur.train_time - ref.train_time) / (cur.step - ref.step))  # type: ignore[operator]
+            sps.append((cur.train_time - ref.train_time) / (cur.step - ref.step))
         else:
             steady = False
             steady_s.append(a_s)

@@ -56,8 +56,8 @@ def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
 
     for attempt in range(5):
         try:
-            with Store() as store:
-                store.put(row)
+            with Store() as db:
+                db.put(row)
             return True
         except Exception as e:  # any failure (sqlite, disk, a bad value): retry, then go on to status.json
             print(

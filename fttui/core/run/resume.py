@@ -48,8 +48,8 @@ def last_checkpoint(rd: rundir.RunDir) -> tuple[str, int] | None:
             found.append((int(m.group(1)), str(path)))
     if not found:
         return None
-    step, path = max(found)
-    return path, step
+    step, latest = max(found)
+    return latest, step
 
 
 def find_run(ref: str) -> rundir.RunDir:

@@ -133,9 +133,9 @@ def script_text(resolved: Profile, opts: SubmitOptions, run_path: Path, python: 
     ]
     if opts.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={opts.gpus_per_node}")
-    for flag, value in (("partition", opts.partition), ("time", opts.time), ("account", opts.account)):
-        if value:
-            lines.append(f"#SBATCH --{flag}={q(value)}")
+    for flag, setting in (("partition", opts.partition), ("time", opts.time), ("account", opts.account)):
+        if setting:
+            lines.append(f"#SBATCH --{flag}={q(setting)}")
     lines += [f"#SBATCH {q(a)}" for a in opts.sbatch_args]
     lines += [
         "",

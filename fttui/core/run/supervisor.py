@@ -50,6 +50,7 @@ from fttui.core.run.recover import finish
 from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
+from fttui.core.run.status import FinalStatus
 from fttui.core.run.summary import final_status
 from fttui.monitor import HostSampler, make_gpu_sampler
 
@@ -76,7 +77,7 @@ class Supervisor:
         self.fault: str | None = None  # a write that failed (disk full): the run ends failed with it
         self.fault_t: float | None = None  # when that write failed
         self.report_r: int | None = None
-        self.final = None
+        self.final: FinalStatus | None = None
         self.state = RunState.for_profile(self.profile)
         self.next_run: rundir.RunDir | None = None  # the attempt that continues this run (oomretry)
 

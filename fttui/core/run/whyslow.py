@@ -122,7 +122,7 @@ class SpeedFold:
         for i, g in enumerate(gpu["gpus"]):
             if not isinstance(g, dict):
                 continue
-            idx = g.get("index") if isinstance(g.get("index"), int) else i
+            idx = n if isinstance(n := g.get("index"), int) else i
             c = self.cards.setdefault(idx, CardSpeed(idx))
             c.samples += 1
             util = num(g.get("util_pct"))
