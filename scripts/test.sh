@@ -12,6 +12,12 @@ export FTTUI_TEST_RUN=1
 # Lint and format (ruff, configured in pyproject.toml) of fttui/: a new error fails the suite.
 .venv/bin/ruff check --no-cache fttui || { echo "test.sh: ruff check fttui found problems" >&2; exit 1; }
 .venv/bin/ruff format --no-cache --check fttui || { echo "test.sh: ruff format would change fttui (run: .venv/bin/ruff format fttui)" >&2; exit 1; }
+# The type check (mypy, configured in pyproject.toml; about 35 CPU-s cold, most of it reading
+# torch's and transformers' types) runs beside the tests and is reported after them: a type
+# error fails the suite as a failing test does.
+typelog=$(mktemp)
+.venv/bin/mypy >"$typelog" 2>&1 &
+mypy_pid=$!
 # The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
 .venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }
 # A DeepSpeed op build killed in an earlier run leaves a lock that would hang every DeepSpeed test.
@@ -22,6 +28,14 @@ clear_stale_locks(pathlib.Path(os.environ.get("TORCH_EXTENSIONS_DIR") or pathlib
 # --durations: the slowest tests close the output (what CI prints of it), for the next cut
 .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=30 "$@"
 rc=$?
+if wait "$mypy_pid"; then
+  echo "test.sh: mypy: $(tail -n 1 "$typelog")"
+else
+  cat "$typelog" >&2
+  echo "test.sh: mypy found type errors (scripts/typecheck.sh runs it alone)" >&2
+  [ "$rc" = 0 ] && rc=1
+fi
+rm -f "$typelog"
 if [ "$rc" = 5 ]; then
   echo "test.sh: no tests ran: that is a failure" >&2
   exit 1
