@@ -26,8 +26,10 @@ import time
 
 import psutil
 
+from fttui.core.base.envnumbers import env_float
+
 #: Seconds between SIGTERM and SIGKILL when the trial is stopped.
-GRACE_S = float(os.environ.get("FTTUI_KILL_GRACE", "5"))
+GRACE_S = env_float("FTTUI_KILL_GRACE", 5.0)
 TICK_S = 0.2
 
 

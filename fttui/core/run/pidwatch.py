@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from fttui.core.base.constants import WATCHED
+from fttui.core.base.envnumbers import env_float
 from fttui.core.base.errors import FttuiError
 from fttui.core.run import guard, rundir
 from fttui.core.run.events import LaunchEvent, StartEvent, write_event
@@ -36,7 +37,7 @@ from fttui.monitor import HostSampler, make_gpu_sampler
 
 __all__ = ["WATCHED", "check_pid", "start_watch", "watch"]  # end_watch: fttui.core.run.recover
 
-TICK_S = float(os.environ.get("FTTUI_SAMPLE_INTERVAL", "0.5"))
+TICK_S = env_float("FTTUI_SAMPLE_INTERVAL", 0.5)
 
 
 def check_pid(pid: int) -> psutil.Process:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from fttui.core.base.envnumbers import env_float
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.run import cgroup, guard, oomretry, rundir
 from fttui.core.run.events import (
@@ -54,8 +55,8 @@ from fttui.core.run.status import FinalStatus
 from fttui.core.run.summary import final_status
 from fttui.monitor import HostSampler, make_gpu_sampler
 
-TICK_S = float(os.environ.get("FTTUI_SAMPLE_INTERVAL", "0.5"))
-GRACE_S = float(os.environ.get("FTTUI_KILL_GRACE", "10"))
+TICK_S = env_float("FTTUI_SAMPLE_INTERVAL", 0.5)
+GRACE_S = env_float("FTTUI_KILL_GRACE", 10.0)
 
 
 class Supervisor:
@@ -69,8 +70,8 @@ class Supervisor:
         self.cgroup: Path | None = None  # the run's own cgroup, where one can be made
         self.oom_kills = 0  # its processes the kernel's OOM killer ended (memory.events)
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
-        self.stall_fixed = float(os.environ.get("FTTUI_STALL_TIMEOUT", self.profile.monitor.stall_timeout_s or 0))
-        self.stall_floor = float(os.environ.get("FTTUI_STALL_FLOOR", guard.STALL_FLOOR_S))
+        self.stall_fixed = env_float("FTTUI_STALL_TIMEOUT", float(self.profile.monitor.stall_timeout_s or 0))
+        self.stall_floor = env_float("FTTUI_STALL_FLOOR", float(guard.STALL_FLOOR_S))
         self.step_times: list[tuple[int, float]] = []
         self.stalled = False
         self.ever_stalled: str | None = None  # the stall's message
