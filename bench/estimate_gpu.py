@@ -60,6 +60,10 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
     ("kbit", "llama2-7b lora int8 b4 s512", "llama2-7b-lora-int8", ["batch_size=4", "max_seq_len=512", *LLAMA_REF], 11.1 * GB),
     ("kbit", "llama2-7b qlora b4 s512, quant.prepare=none", "llama2-7b-qlora",
      ["batch_size=4", "max_seq_len=512", *LLAMA_REF, "quant.prepare=none"], 7.63 * GB),
+    # QLoRA at long sequences against Qwen's own table (one A100, batch 1, accumulation 8, GC,
+    # flash attention 2: 16.9 / 23.5 GB at 4,096 / 8,192 tokens; tests/unit/test_prequant.py)
+    ("kbit-long", "qwen-7b qlora b1 s4096 GC", "qwen-7b-qlora", ["max_seq_len=4096"], 16.9 * GB),
+    ("kbit-long", "qwen-7b qlora b1 s8192 GC", "qwen-7b-qlora", ["max_seq_len=8192"], 23.5 * GB),
     ("kbit-small", "qwen-1.8b qlora (profile: b1 x 256, GC)", "qwen-1.8b-qlora", [], None),
     ("kbit-small", "qwen-1.8b qlora b8 s1024 GC", "qwen-1.8b-qlora", ["batch_size=8", "max_seq_len=1024"], None),
     ("kbit-small", "qwen-1.8b lora-int8 b8 s1024 GC", "qwen-1.8b-qlora",
@@ -181,7 +185,7 @@ def md_row(m: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "kbit-small", "zero3", "shard", "qshard", "all"])
+    ap.add_argument("--group", default="all", choices=["ref", "modern", "kbit", "kbit-long", "kbit-small", "zero3", "shard", "qshard", "all"])
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="fttui-estimate-gpu-"))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")

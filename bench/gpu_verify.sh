@@ -4,7 +4,7 @@
 #   bash bench/gpu_verify.sh OUT_DIR [STEP...]        (default steps: env visible kbit shard app)
 #
 # (also: qlora / int8 for one of kbit's two runs, kbit32 for QLoRA at batch 32, prepare-none for
-# QLoRA with quant.prepare = "none", fsdp / zero3-offload for one of shard's, shard3 for ZeRO-3
+# QLoRA with quant.prepare = "none", qlong for Qwen-7B QLoRA at 4,096 and 8,192 tokens against Qwen's table, fsdp / zero3-offload for one of shard's, shard3 for ZeRO-3
 # without offload, ds-optim for ZeRO-3 with DeepSpeed's own optimizer, qfsdp / qzero3 for Llama-2-7B
 # QLoRA under FSDP / ZeRO-3 on one card, awq for GPTQ's and AWQ's pre-quantized LoRA on the card
 # (bench/gptq_gpu.py: .whl/gptq/ wheels), probe for the probe's boundary on the card with fresh runs
@@ -178,6 +178,7 @@ if [ $GPU_OK = 1 ]; then
   has ds-optim && step shard-zero3-ds-optim 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "DeepSpeed's optimizer"
   has qfsdp && step qlora-fsdp 170 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "QLoRA under FSDP, one card"
   has qzero3 && step qlora-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "QLoRA under ZeRO-3, one card"
+  has qlong && step qlora-long 330 "$PY" bench/estimate_gpu.py --out "$W" --timeout 150 --steps 2 --group kbit-long
   has prepare-none && step kbit-qlora-prepare-none 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "quant.prepare=none"
   has awq && step awq 170 "$PY" bench/gptq_gpu.py "$W/gptq" --formats awq
   has probe && step probe 220 probe_step
