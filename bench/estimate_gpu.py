@@ -64,6 +64,8 @@ SETTINGS: list[tuple[str, str, str, list[str], float | None]] = [
     # flash attention 2: 16.9 / 23.5 GB at 4,096 / 8,192 tokens; tests/unit/test_prequant.py)
     ("kbit-long", "qwen-7b qlora b1 s4096 GC", "qwen-7b-qlora", ["max_seq_len=4096"], 16.9 * GB),
     ("kbit-long", "qwen-7b qlora b1 s8192 GC", "qwen-7b-qlora", ["max_seq_len=8192"], 23.5 * GB),
+    ("kbit-long", "qwen-7b qlora b1 s8192 GC, quant.prepare=none", "qwen-7b-qlora",
+     ["max_seq_len=8192", "quant.prepare=none"], 23.5 * GB),
     ("kbit-small", "qwen-1.8b qlora (profile: b1 x 256, GC)", "qwen-1.8b-qlora", [], None),
     ("kbit-small", "qwen-1.8b qlora b8 s1024 GC", "qwen-1.8b-qlora", ["batch_size=8", "max_seq_len=1024"], None),
     ("kbit-small", "qwen-1.8b lora-int8 b8 s1024 GC", "qwen-1.8b-qlora",

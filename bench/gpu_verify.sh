@@ -178,7 +178,7 @@ if [ $GPU_OK = 1 ]; then
   has ds-optim && step shard-zero3-ds-optim 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "DeepSpeed's optimizer"
   has qfsdp && step qlora-fsdp 170 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "QLoRA under FSDP, one card"
   has qzero3 && step qlora-zero3 200 "$PY" bench/estimate_gpu.py --out "$W" --timeout 170 --only "QLoRA under ZeRO-3, one card"
-  has qlong && step qlora-long 330 "$PY" bench/estimate_gpu.py --out "$W" --timeout 150 --steps 2 --group kbit-long
+  has qlong && step qlora-long 330 "$PY" bench/estimate_gpu.py --out "$W" --timeout 150 --steps 2 --only "qwen-7b qlora b1 s"
   has prepare-none && step kbit-qlora-prepare-none 180 "$PY" bench/estimate_gpu.py --out "$W" --timeout 140 --only "quant.prepare=none"
   has awq && step awq 170 "$PY" bench/gptq_gpu.py "$W/gptq" --formats awq
   has probe && step probe 220 probe_step
