@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from fttui.core.base.event_records import EndEvent, EvalEvent, Event, StepEvent
+from fttui.core.run.snapshot import to_int
 
 __all__ = ["TrainerLogParser", "split_segments", "parse_log_dict", "SOURCE_LOG"]
 
@@ -90,7 +91,7 @@ class TrainerLogParser:
         self.emitted = 0  # the latest step written
         self.pending: tuple[int, float] | None = None  # (step, t) shown by the bar, not yet written
         self.log: dict[str, float] | None = None  # a loss dict waiting for the bar that names its step
-        self.tokens: float | None = None
+        self.tokens: int | None = None  # the Trainer's count of input tokens, as last logged
         self.ended = False
 
     # ------------------------------------------------------------------ input
@@ -145,7 +146,7 @@ class TrainerLogParser:
 
     def _on_dict(self, logs: dict[str, float], t: float) -> list[Event]:
         if "num_input_tokens_seen" in logs:
-            self.tokens = logs["num_input_tokens_seen"]
+            self.tokens = to_int(logs["num_input_tokens_seen"])
         if "eval_loss" in logs:
             step = max(self.emitted, self.pending[0] if self.pending else 0)
             ev = EvalEvent(
@@ -164,7 +165,7 @@ class TrainerLogParser:
                 step=self.emitted or None,
                 train_time=runtime,
                 samples=round(sps * runtime) if sps is not None else None,
-                tokens=self.tokens,  # type: ignore[arg-type]  # the Trainer's count, printed as a number
+                tokens=self.tokens,
                 extra={} if loss is None else {"train_loss": loss},
             )
             self.ended = True
@@ -204,7 +205,7 @@ class TrainerLogParser:
             loss=logs.get("loss"),
             lr=logs.get("learning_rate"),
             train_time=max(0.0, t - self.t0) if self.t0 is not None else None,
-            tokens=logs.get("num_input_tokens_seen"),  # type: ignore[arg-type]  # printed as a number
+            tokens=to_int(logs.get("num_input_tokens_seen")),  # the Trainer's count, printed as a number
             extra={} if grad_norm is None else {"grad_norm": grad_norm},
         )
         return [self._stamp(ev, t)]
