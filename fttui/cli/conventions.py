@@ -168,7 +168,9 @@ def run_json(rd, attempts: list[str] | None = None) -> str:
     ``attempts``: the run ids of a chain that recovered from out of memory, first to last."""
     import json
 
-    doc = {"run_id": rd.run_id, "run_dir": str(rd.path), "status": rd.status(), "row": rd.row()}
+    final = rd.final_status()
+    status = final.to_dict() if final is not None else None
+    doc = {"run_id": rd.run_id, "run_dir": str(rd.path), "status": status, "row": rd.row()}
     return json.dumps(doc | ({"attempts": attempts} if attempts else {}), indent=1, default=str)
 
 

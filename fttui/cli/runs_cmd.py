@@ -90,7 +90,7 @@ def cmd_cancel(args) -> int:
     start = time.monotonic()
     killed = False
     while time.monotonic() - start < 60:
-        if rd.status() is not None or not rd.is_live():
+        if rd.has_status() or not rd.is_live():
             break
         if not killed and time.monotonic() - start > 10 and not rd.supervisor_alive():
             from fttui.core.run.cgroup import end_run
@@ -99,13 +99,13 @@ def cmd_cancel(args) -> int:
             killed = bool(end_run(rd)) or killed  # and all of the run's cgroup, where it has one
         time.sleep(0.2)
     recover(rd)  # no-op unless the supervisor was gone: then the row is written here
-    st = rd.status() or {}
+    st = rd.final_status()
     if getattr(args, "json", False):
         from fttui.cli.conventions import run_json
 
         print(run_json(rd))
     else:
-        print(f"{rd.run_id}: {st.get('status', 'still stopping')}")
+        print(f"{rd.run_id}: {st.status if st is not None else 'still stopping'}")
     return 0 if st else 1
 
 

@@ -85,12 +85,12 @@ def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
     waited for a short while; 128 + signum."""
     rd.request_cancel()
     deadline = time.monotonic() + wait_s
-    while rd.status() is None and time.monotonic() < deadline:
+    while not rd.has_status() and time.monotonic() < deadline:
         if rd.supervisor() is not None and not rd.supervisor_alive():
             break  # the watcher is gone without its status: the next command that looks writes it
         time.sleep(0.1)
     name = signal.Signals(signum).name
-    state = "stopped" if rd.status() is not None else f"stopping: fttui attach {rd.run_id}"
+    state = "stopped" if rd.has_status() else f"stopping: fttui attach {rd.run_id}"
     _say(f"\nfttui: {name}: the watch is {state} (the watched process is not touched)", sys.stderr)
     return 128 + signum
 
@@ -131,10 +131,10 @@ def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -
         signal.signal(signal.SIGINT, old)
     if ended.signum is not None:
         return _stop_on_signal(rd, ended.signum)
-    st = rd.status() or {}
+    st = rd.final_status()
     _say(
-        f"{st.get('status', 'lost').upper()}: {st.get('error') or 'the watcher is gone without a status'}"
-        + ("; summary row saved" if st.get("row_saved") else ""),
+        f"{st.status.upper() if st else 'LOST'}: {(st.error if st else None) or 'the watcher is gone without a status'}"
+        + ("; summary row saved" if st and st.row_saved else ""),
         sys.stdout,
     )
     return 0 if st else 1

@@ -68,9 +68,9 @@ class RunScreen(Screen):
         self._refreshing = False
 
     @property
-    def final(self) -> dict | None:
-        """The run's final status (status.json's object) once the supervisor wrote it."""
-        return None if self._final is None else self._final.to_dict()
+    def final(self) -> FinalStatus | None:
+        """The run's final status (``status.json``) once the supervisor wrote it."""
+        return self._final
 
     def _ended(self) -> bool:
         return self._final is not None

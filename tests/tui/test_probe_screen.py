@@ -159,7 +159,7 @@ async def test_probe_live_boundary_then_run_at_found_value(fttui_home, tmp_path,
         assert prof["train"]["batch_size"] == lf and prof["train"]["longest_first"] is True
         assert prof["limits"]["host_memory"] == PROBE_LIMIT  # same budget: the answer holds for the run
         await until(pilot, lambda: run.final is not None, timeout=600, what="run end", step=0.25)
-        assert run.final["status"] == "completed", run.final
+        assert run.final.status == "completed", run.final
         await pilot.press("escape")  # back on the probe screen, the result still there
         await until(pilot, lambda: app.screen is scr, what="probe screen again")
         synth, above = await asyncio.to_thread(synth.result), await asyncio.to_thread(above.result)

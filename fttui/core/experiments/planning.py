@@ -245,14 +245,15 @@ def verify(
         rd = launch.launch(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
         started = time.monotonic()
         try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
-            while rd.status() is None and (
+            while not rd.has_status() and (
                 rd.is_live() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
             ):
                 time.sleep(0.3)
         except KeyboardInterrupt:
             rd.request_cancel()
             raise
-        status = (rd.status() or {}).get("status", "failed")
+        final = rd.final_status()
+        status = final.status if final is not None else "failed"
         res = {
             "setup": o.label(),
             "settings": o.settings(),

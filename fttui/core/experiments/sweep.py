@@ -101,13 +101,13 @@ class Sweeper:
                 rd = launch.launch(self._cell_profile(cell.settings), kind="sweep", group=self.sweep_id)
                 self.current = rd
                 cell.run_id = rd.run_id
-                while rd.status() is None:
+                while not rd.has_status():
                     if not rd.is_live():
                         break
                     time.sleep(0.3)
                 self.current = None
-                st = rd.status() or {"status": "failed"}
-                cell.status = st.get("status", "failed")
+                st = rd.final_status()
+                cell.status = st.status if st is not None else "failed"
                 cell.row = rd.row()
                 if cell.status == "oom":
                     oom_cells.append(cell.settings)
@@ -127,7 +127,7 @@ class Sweeper:
             return
         rd.request_cancel()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and rd.status() is None and rd.is_live():
+        while time.monotonic() < deadline and not rd.has_status() and rd.is_live():
             time.sleep(0.2)
 
 

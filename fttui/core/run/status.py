@@ -11,8 +11,8 @@ the CLI's live lines and the app's status bar both print it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
 
 from fttui.core.base.constants import FINAL_STATUSES
 from fttui.core.run.phases import mmss, phase_text
@@ -32,7 +32,9 @@ class FinalStatus:
     """How a run ended (``status.json``). ``status`` is one of ``FINAL_STATUSES`` when the
     supervisor wrote it ("" when a file lacks it); ``signal`` is the signal's name
     ("SIGKILL"); ``error`` the message shown after the status; ``row_saved`` and ``ended`` are
-    set by the supervisor once the summary row is stored."""
+    set by the supervisor once the summary row is stored. ``extra``: the keys of the file this
+    record does not declare (a Slurm job directory's ``slurm_state`` and ``nodes``), written back
+    as they were."""
 
     status: str
     returncode: int | None = None
@@ -43,6 +45,20 @@ class FinalStatus:
     error_rank: int | None = None
     row_saved: bool | None = None
     ended: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    #: the keys ``from_dict`` reads (the others go to ``extra``)
+    _KEYS: ClassVar[tuple[str, ...]] = (
+        "status",
+        "returncode",
+        "signal",
+        "oom_kind",
+        "error",
+        "error_step",
+        "error_rank",
+        "row_saved",
+        "ended",
+    )
 
     @classmethod
     def from_dict(cls, d: Any) -> FinalStatus | None:
@@ -63,6 +79,7 @@ class FinalStatus:
             error_rank=to_int(d.get("error_rank") if d.get("error_rank") is not None else detail.get("rank")),
             row_saved=saved if isinstance(saved, bool) else None,
             ended=num(d.get("ended")),
+            extra={k: v for k, v in d.items() if k not in cls._KEYS},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,7 +98,7 @@ class FinalStatus:
             out["row_saved"] = self.row_saved
         if self.ended is not None:
             out["ended"] = self.ended
-        return out
+        return {**out, **self.extra}
 
 
 class StatusLine(NamedTuple):
