@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
 from fttui.core.run.rundir import RunDir
+from fttui.core.run.runfiles import SlurmJobFile, SlurmNodeJob
+from fttui.core.run.status import FinalStatus
 
 #: how long after Slurm ended the job its nodes' statuses may take to appear (a supervisor's grace)
 SETTLE_S = 120.0
@@ -21,11 +24,23 @@ SETTLE_S = 120.0
 
 def job_dir_of(rd: RunDir) -> RunDir:
     """The job directory of a node's run (``fttui submit``'s), else the run itself."""
-    job_run = (rd.slurm() or {}).get("job_run")
+    node = rd.slurm_node()
+    job_run = node.job_run if node is not None else None
     if rd.is_slurm_job() or not job_run:
         return rd
     job = RunDir(rd.path.parent / job_run)
     return job if job.exists() else rd
+
+
+def _job_id(rd: RunDir) -> str | None:
+    """The Slurm job id of a job directory or of a node's run (``None`` before sbatch answered)."""
+    sl = rd.slurm()
+    return sl.job_id if sl is not None else None
+
+
+def _as_dict(record: SlurmNodeJob | SlurmJobFile | FinalStatus | None) -> dict[str, Any] | None:
+    """A run file's record as the file holds it, for a JSON document; ``None`` for none."""
+    return record.to_dict() if record is not None else None
 
 
 def _members(job: RunDir) -> list[RunDir]:
@@ -45,7 +60,8 @@ def settle(job: RunDir, timeout: float = SETTLE_S) -> bool:
     while time.monotonic() < deadline:
         recover_all([*_members(job), job] if job.is_slurm_job() else [job])
         # a job directory gets its status once every node's has one (their rows stored first)
-        if job.status() is not None and (job.is_slurm_job() or (job.status() or {}).get("row_saved")):
+        st = job.final_status()
+        if st is not None and (job.is_slurm_job() or st.row_saved):
             return True
         time.sleep(1.0)
     return False
@@ -53,8 +69,9 @@ def settle(job: RunDir, timeout: float = SETTLE_S) -> bool:
 
 def summary(job: RunDir) -> list[str]:
     """The job's verdict and one line per node's row."""
-    st = job.status() or {}
-    lines = [f"job {job.run_id}: {st.get('status', 'not finished')}" + (f" ({st['error']})" if st.get("error") else "")]
+    st = job.final_status()
+    said = st.status if st is not None else "not finished"
+    lines = [f"job {job.run_id}: {said}" + (f" ({st.error})" if st is not None and st.error else "")]
     total = 0
     for r in _members(job):
         row = r.row() or {}
@@ -76,10 +93,12 @@ def job_json(job: RunDir) -> str:
         {
             "run_id": job.run_id,
             "run_dir": str(job.path),
-            "slurm": job.slurm(),
-            "status": job.status(),
+            "slurm": _as_dict(job.slurm()),
+            "status": _as_dict(job.final_status()),
             "nodes": [
-                {"run_id": r.run_id, "status": r.status(), "row": r.row()} for r in _members(job) if r is not job
+                {"run_id": r.run_id, "status": _as_dict(r.final_status()), "row": r.row()}
+                for r in _members(job)
+                if r is not job
             ],
         },
         indent=1,
@@ -92,7 +111,7 @@ def cancel_job(rd: RunDir, as_json: bool) -> int:
 
     job = job_dir_of(rd)
     slurmjob.cancel(job)
-    print(f"cancelling Slurm job {(job.slurm() or {}).get('job_id')} ({job.run_id}): scancel ...", file=sys.stderr)
+    print(f"cancelling Slurm job {_job_id(job)} ({job.run_id}): scancel ...", file=sys.stderr)
     done = settle(job)
     if as_json:
         print(job_json(job))
@@ -112,13 +131,13 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
     from fttui.core.run.watch import RunFollower
 
     job = job_dir_of(rd)
-    jid = (job.slurm() or {}).get("job_id")
+    jid = _job_id(job)
     _out(f"fttui: Slurm job {jid}, run {job.run_id} ({job.path})", as_json)
     said: str | None = None
     followers: dict[str, RunFollower] = {}
     printed: dict[str, str] = {}
     try:
-        while job.status() is None:
+        while not job.has_status():
             label = job.state_label()
             if label != said:
                 said = label
@@ -128,12 +147,12 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
                     continue
                 f = followers.setdefault(r.run_id, RunFollower(r))
                 snap = f.poll()
-                cmd = r.command()
-                node = (cmd.slurm if cmd is not None else None) or {}
+                node = r.slurm_node()
                 text = progress_line(snap) if snap.step else snap.status
                 if printed.get(r.run_id) != text:
                     printed[r.run_id] = text
-                    _out(f"node {node.get('node_rank')} ({node.get('node')}): {text}", as_json)
+                    rank, name = (node.node_rank, node.node) if node is not None else (None, None)
+                    _out(f"node {rank} ({name}): {text}", as_json)
             from fttui.core.run.brief import is_live_label
 
             if not is_live_label(label):
@@ -148,7 +167,8 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
     else:
         for line in summary(job):
             print(line, flush=True)
-    return EXIT_CODES.get(str((job.status() or {}).get("status")), EXIT_ERROR)
+    final = job.final_status()
+    return EXIT_CODES.get(str(final.status if final is not None else None), EXIT_ERROR)
 
 
 __all__ = ["attach_job", "cancel_job", "settle", "summary", "job_dir_of", "job_json"]

@@ -64,7 +64,8 @@ def cmd_submit(args, resolve: Callable = resolve) -> int:
         print(text, end="")
         return 0
     rd = slurmjob.submit(resolved, opts)
-    job = (rd.slurm() or {}).get("job_id")
+    sl = rd.slurm()
+    job = sl.job_id if sl is not None else None
     if args.json:
         print(json.dumps({"job_id": job, "run_id": rd.run_id, "run_dir": str(rd.path)}))
     else:

@@ -148,19 +148,19 @@ def test_the_next_attempt_continues_from_the_last_checkpoint_shrunk():
     cmd = nxt.command()
     ck = str(rd.path / "output" / "checkpoint-4")
     assert cmd.argv[-2:] == ["--resume-from", ck]
-    assert cmd.resume == {"run_id": rd.run_id, "checkpoint": ck, "step": 4}
-    assert cmd.attempt == {"n": 2, "first": rd.run_id, "previous": rd.run_id, "oom_step": 7, "oom_kind": "cpu",
+    assert cmd.resume.to_dict() == {"run_id": rd.run_id, "checkpoint": ck, "step": 4}
+    assert cmd.attempt.to_dict() == {"n": 2, "first": rd.run_id, "previous": rd.run_id, "oom_step": 7, "oom_kind": "cpu",
                               "from_step": 4, "batch": [8, 4], "accum": [2, 4],
                               "message": "recovered from OOM at step 7: batch 8 -> 4, accumulation 2 -> 4, "
                                          "from the checkpoint of step 4"}
     # the third attempt names the first of the chain, and continues the second
     d3 = decide(nxt.profile(), OOM, kind="run", attempt=2, phase=None)
     third = prepare_next(nxt, OOM, d3)
-    assert third.command().attempt["first"] == rd.run_id and third.command().attempt["previous"] == nxt.run_id
+    assert third.command().attempt.first == rd.run_id and third.command().attempt.previous == nxt.run_id
     # nxt ran out of memory before a checkpoint of its own: the third continues from the one nxt was given
-    assert third.command().resume == {"run_id": nxt.run_id, "checkpoint": ck, "step": 4}
+    assert third.command().resume.to_dict() == {"run_id": nxt.run_id, "checkpoint": ck, "step": 4}
     assert third.command().argv[-2:] == ["--resume-from", ck]
-    assert third.command().attempt["message"].endswith("batch 4 -> 2, accumulation 4 -> 8, from the checkpoint of step 4")
+    assert third.command().attempt.message.endswith("batch 4 -> 2, accumulation 4 -> 8, from the checkpoint of step 4")
     assert (third.profile().train.batch_size, third.profile().train.grad_accum) == (2, 8)
 
 
@@ -170,9 +170,9 @@ def test_without_a_checkpoint_the_next_attempt_starts_over():
     nxt = prepare_next(rd, oom, decide(rd.profile(), oom, kind="run", attempt=1, phase=None))
     cmd = nxt.command()
     assert "--resume-from" not in cmd.argv
-    assert cmd.resume == {"run_id": rd.run_id, "checkpoint": None, "step": 0}
-    assert cmd.attempt["message"].startswith("recovered from OOM at step 1: ")
-    assert cmd.attempt["message"].endswith("from the start: no checkpoint yet")
+    assert cmd.resume.to_dict() == {"run_id": rd.run_id, "checkpoint": None, "step": 0}
+    assert cmd.attempt.message.startswith("recovered from OOM at step 1: ")
+    assert cmd.attempt.message.endswith("from the start: no checkpoint yet")
 
 
 # ------------------------------------------------------------------ the chain, as every view reads it
@@ -186,7 +186,7 @@ def test_the_chain_in_the_fold_the_status_line_ls_and_the_rows(capsys):
                                   "next_run": nxt.run_id, "attempt": 2, "message": "retried as ..."})
     rundir.write_json_atomic(rd.status_path, OOM.to_dict())
     append_jsonl(nxt.events_path, attempt_event(nxt).to_dict())
-    msg = nxt.command().attempt["message"]
+    msg = nxt.command().attempt.message
     ev = read_jsonl(nxt.events_path)[0]
     assert (ev["event"], ev["attempt"], ev["first"], ev["message"]) == ("attempt", 2, rd.run_id, msg)
 

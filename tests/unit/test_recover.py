@@ -111,7 +111,7 @@ def test_the_supervisor_is_known_by_its_start_ticks_not_a_boot_time_that_steps(f
     from fttui.core.run.guard import identity
 
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
-    ct, me = psutil.Process().create_time(), identity(os.getpid())
+    ct, me = psutil.Process().create_time(), identity(os.getpid()).to_dict()
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct - 1.0})
     assert rd.supervisor_alive() and rd.is_live()  # the step of one second: the same process
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct - 1.0, "id": me})
@@ -158,7 +158,7 @@ def test_cancel_never_signals_a_group_whose_leader_is_another_process(tmp_path):
     try:
         rd = RunDir(tmp_path / "run")
         rd.path.mkdir()
-        real = guard.identity(other.pid)
+        real = guard.identity(other.pid).to_dict()
         for recorded in ({**real, "start_ticks": real["start_ticks"] - 7}, {**real, "boot_id": "another-boot"}):
             rd.supervisor_path.write_text(json.dumps({"pid": 999999999, "create_time": 1.0, "train_pgid": other.pid,
                                                       "train_id": recorded}))
@@ -180,18 +180,18 @@ def test_cancel_never_signals_a_group_whose_leader_is_another_process(tmp_path):
 def test_the_run_files_write_what_they_always_held(tmp_path):
     """command.json, supervisor.json and exit.json as records (fttui.core.run.runfiles): the keys
     they always held are written (null included), the others only when set, an unknown key kept."""
-    from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
+    from fttui.core.run.runfiles import ExitFile, ProcessId, ResumeFrom, SupervisorFile
 
     rd = rundir.RunDir(tmp_path)
-    rd.write_supervisor(SupervisorFile(pid=1, pgid=1, started=2.0, create_time=1.5, id={"start_ticks": 3}))
+    rd.write_supervisor(SupervisorFile(pid=1, pgid=1, started=2.0, create_time=1.5, id=ProcessId(start_ticks=3)))
     assert json.loads(rd.supervisor_path.read_text()) == {"pid": 1, "pgid": 1, "started": 2.0, "create_time": 1.5,
-                                                          "id": {"start_ticks": 3}, "cgroup": None}
+                                                          "id": {"start_ticks": 3, "boot_id": None}, "cgroup": None}
     rd.write_exit(ExitFile(returncode=-9, t=3.0, pid=None))
     assert json.loads(rd.exit_path.read_text()) == {"returncode": -9, "t": 3.0, "pid": None}
     rd.command_path.write_text(json.dumps({"argv": ["x"], "kind": None, "group": None, "newer": 1, "cwd": 7}))
     cmd = rd.command()
     assert (cmd.argv, cmd.kind, cmd.cwd, cmd.extra) == (["x"], "run", None, {"newer": 1})  # tolerant, kept
-    rd.write_command(replace(cmd, resume={"run_id": "r", "checkpoint": None, "step": 0}))
+    rd.write_command(replace(cmd, resume=ResumeFrom(run_id="r", checkpoint=None, step=0)))
     assert json.loads(rd.command_path.read_text()) == {"argv": ["x"], "env": {}, "created": None, "kind": "run",
                                                        "group": None, "newer": 1,
                                                        "resume": {"run_id": "r", "checkpoint": None, "step": 0}}
@@ -235,7 +235,7 @@ def test_a_damaged_status_file_is_put_back_from_the_stored_row(fttui_home, statu
     rd = _run_dir(fttui_home, end=True, exit_rc=0)
     assert recover(rd).status == "completed"
     rd.status_path.write_text(status)
-    assert rd.status() is None and rd.final_status() is None
+    assert not rd.has_status() and rd.final_status() is None
     assert recover(rd) is None  # the stored row is the record: status.json written again from it
     assert rd.final_status() is not None and rd.final_status().status == "completed"
 

@@ -39,7 +39,7 @@ def make_run(run_id: str, *, steps: int = 12, total: int = 20, ranks: int = 1, s
         try:  # a supervisor records who it is (its start ticks and boot): a bare pid is not trusted
             from fttui.core.run.guard import identity
 
-            ident = identity(pid)
+            ident = identity(pid).to_dict()
         except Exception:  # a pid that is gone
             ident = None
         (path / "supervisor.json").write_text(json.dumps({"pid": pid, "pgid": 0, "started": T0, "id": ident}))

@@ -145,12 +145,13 @@ def test_a_nodes_row_is_folded_with_slurms_verdict():
     from fttui.core.profiles import load_profile
     from fttui.core.run import rundir
     from fttui.core.run.events import LaunchEvent, StartEvent, StepEvent, write_event
+    from fttui.core.run.runfiles import SlurmNodeJob
     from fttui.core.run.summary import build_row, replay, settled_row
 
     timeout = JobState("2", "TIMEOUT", time_limit="1:00", source="sacct -c")
     node = {"job_id": "2", "job_run": "x", "node_rank": 1, "node": "n2", "nodes": 2, "restart": 0}
     rd = rundir.create(load_profile("tiny-lora"), ["python", "-m", "fttui.worker.train"], {})
-    rd.write_command(replace(rd.command(), slurm={**node, "rendezvous": "n1:29500"}))
+    rd.write_command(replace(rd.command(), slurm=SlurmNodeJob.from_dict({**node, "rendezvous": "n1:29500"})))
     write_event(rd.events_path, LaunchEvent(t=1.0, rank=-1, source="supervisor", pid=1))
     write_event(rd.events_path, StartEvent(t=2.0, rank=0, source="worker", world_size=1, config={}, env={"x": 1}))
     for step in (1, 2):

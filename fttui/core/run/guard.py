@@ -19,6 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from fttui.core.run.runfiles import ProcessId
+
 #: The space a run directory keeps back for its verdict (status, row, the last events).
 RESERVE_BYTES = 1 << 20
 RESERVE_NAME = ".reserve"
@@ -93,23 +95,23 @@ def boot_id() -> str | None:
         return None
 
 
-def identity(pid: int) -> dict:
+def identity(pid: int) -> ProcessId:
     """What is recorded beside a pid: its start time and the boot."""
-    return {"start_ticks": start_ticks(pid), "boot_id": boot_id()}
+    return ProcessId(start_ticks=start_ticks(pid), boot_id=boot_id())
 
 
-def same_process(pid: int, recorded: dict | None) -> bool | None:
+def same_process(pid: int, recorded: ProcessId | None) -> bool | None:
     """``pid`` is the process recorded (``identity``) then: True, False (another process has that
     pid, or the machine rebooted), None (no such process now, or nothing recorded to compare)."""
-    if not isinstance(recorded, dict) or recorded.get("start_ticks") is None:
+    if recorded is None or recorded.start_ticks is None:
         return None
     boot = boot_id()
-    if recorded.get("boot_id") and boot and recorded["boot_id"] != boot:
+    if recorded.boot_id and boot and recorded.boot_id != boot:
         return False
     now = start_ticks(pid)
     if now is None:
         return None
-    return now == recorded["start_ticks"]
+    return now == recorded.start_ticks
 
 
 #: No step for this long is a stall whatever the step time (``monitor.stall_timeout_s`` = 0).

@@ -29,7 +29,7 @@ from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 from fttui.core.run.events import ForecastEvent, write_event
 from fttui.core.run.resume import Resume
-from fttui.core.run.runfiles import CommandFile
+from fttui.core.run.runfiles import CommandFile, ResumeFrom
 
 WORKER_MODULE = "fttui.worker.train"
 
@@ -291,7 +291,7 @@ def prepare(
     argv = build_command(prof, run_path, resume_from=resume.checkpoint if resume else None)
     rd = rundir.create(prof.to_dict(), argv, child_env(prof), run_id=rid, kind=kind, group=group)
     if resume is not None:
-        resumed = {"run_id": resume.run_id, "checkpoint": resume.checkpoint, "step": resume.step}
+        resumed = ResumeFrom(run_id=resume.run_id, checkpoint=resume.checkpoint, step=resume.step)
         rd.write_command(replace(rd.command() or CommandFile(), resume=resumed))
     return rd
 

@@ -26,7 +26,7 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 from fttui.core.run.events import AttemptEvent, RetryEvent
-from fttui.core.run.runfiles import CommandFile
+from fttui.core.run.runfiles import Attempt, CommandFile, ResumeFrom
 from fttui.core.run.status import FinalStatus
 
 __all__ = [
@@ -84,31 +84,31 @@ def shrink(micro: int, accum: int) -> Shrink | None:
     return Shrink(micro, accum, new, accum * (micro // new))
 
 
-def attempt_of(rd: rundir.RunDir) -> dict[str, Any]:
-    """``command.json``'s ``attempt`` (``n``, ``first``, ...) of a run started to recover; ``{}``
+def attempt_of(rd: rundir.RunDir) -> Attempt | None:
+    """``command.json``'s ``attempt`` (``n``, ``first``, ...) of a run started to recover; ``None``
     for a first attempt."""
     cmd = rd.command()
-    return dict(cmd.attempt or {}) if cmd is not None else {}
+    return cmd.attempt if cmd is not None else None
 
 
 def attempt_event(rd: rundir.RunDir) -> AttemptEvent | None:
     """The first event of a run started to recover (its supervisor writes it), from its
     ``command.json``; ``None`` for a first attempt."""
     a = attempt_of(rd)
-    if not a:
+    if a is None:
         return None
     return AttemptEvent(
         rank=-1,
         source="supervisor",
-        attempt=a.get("n"),
-        first=a.get("first"),
-        previous=a.get("previous"),
-        oom_step=a.get("oom_step"),
-        oom_kind=a.get("oom_kind"),
-        from_step=a.get("from_step"),
-        batch=a.get("batch"),
-        accum=a.get("accum"),
-        message=a.get("message"),
+        attempt=a.n,
+        first=a.first,
+        previous=a.previous,
+        oom_step=a.oom_step,
+        oom_kind=a.oom_kind,
+        from_step=a.from_step,
+        batch=a.batch,
+        accum=a.accum,
+        message=a.message,
     )
 
 
@@ -172,7 +172,7 @@ def _started_from(rd: rundir.RunDir) -> tuple[str, int] | None:
 
     cmd = rd.command()
     given = cmd.resume if cmd is not None else None
-    ck, step = (given.get("checkpoint"), given.get("step")) if given is not None else (None, None)
+    ck, step = (given.checkpoint, given.step) if given is not None else (None, None)
     return (ck, step) if isinstance(ck, str) and isinstance(step, int) and is_checkpoint(Path(ck)) else None
 
 
@@ -194,23 +194,24 @@ def prepare_next(rd: rundir.RunDir, final: FinalStatus, decision: Decision) -> r
     kind, group = rd.kind_and_group()
     done = final.error_step
     oom_step = done + 1 if isinstance(done, int) else None
-    first = attempt_of(rd).get("first") or rd.run_id
+    before = attempt_of(rd)
+    first = (before.first if before is not None else None) or rd.run_id
     nxt = launch.prepare(resolved, kind=kind, group=group, resume=resume)
     command = nxt.command() or CommandFile()
     if resume is None:  # from the start: the row still names the attempt it continues
-        command = replace(command, resume={"run_id": rd.run_id, "checkpoint": None, "step": 0})
+        command = replace(command, resume=ResumeFrom(run_id=rd.run_id, checkpoint=None, step=0))
     from_step = found[1] if found else 0
-    attempt = {
-        "n": decision.attempt,
-        "first": first,
-        "previous": rd.run_id,
-        "oom_step": oom_step,
-        "oom_kind": final.oom_kind,
-        "from_step": from_step,
-        "batch": [s.micro, s.new_micro],
-        "accum": [s.accum, s.new_accum],
-        "message": recovery_message(oom_step, s, from_step),
-    }
+    attempt = Attempt(
+        n=decision.attempt,
+        first=first,
+        previous=rd.run_id,
+        oom_step=oom_step,
+        oom_kind=final.oom_kind,
+        from_step=from_step,
+        batch=[s.micro, s.new_micro],
+        accum=[s.accum, s.new_accum],
+        message=recovery_message(oom_step, s, from_step),
+    )
     nxt.write_command(replace(command, attempt=attempt))
     return nxt
 
@@ -227,13 +228,14 @@ def after_oom(
     if status.status != "oom" or profile is None:
         return status, None, None
     command = rd.command()
+    before = attempt_of(rd)
     decision = decide(
         profile,
         status,
         kind=rd.kind_and_group()[0],
-        attempt=int(attempt_of(rd).get("n") or 1),
+        attempt=(before.n if before is not None else None) or 1,
         phase=snap.phase,
-        slurm=bool(command is not None and command.slurm),
+        slurm=command is not None and command.slurm is not None,
     )
     nxt = None
     if decision.retry:

@@ -287,7 +287,8 @@ def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
     if job.live and own is not None and not rd.is_slurm_job():
         from fttui.core.run.slurmend import requeued  # an earlier attempt of a requeued job is over
 
-        job = requeued(str(job.job_id), int((rd.slurm() or {}).get("restart") or 0)) or job
+        node = rd.slurm_node()
+        job = requeued(str(job.job_id), (node.restart if node is not None else None) or 0) or job
     if job.live or not _lock(rd):
         return None
     try:
@@ -326,10 +327,11 @@ def _settle_job(rd: rundir.RunDir, job) -> FinalStatus | None:
     from fttui.core.run.slurmjob import job_nodes, restart_of
 
     nodes = job_nodes(rd)
-    if any(r.status() is None for r in nodes):
+    if not all(r.has_status() for r in nodes):
         return None
     last = max((restart_of(r) for r in nodes), default=0)  # a requeued job's verdict is its last attempt's
-    statuses = [str((r.status() or {}).get("status")) for r in nodes if restart_of(r) == last]
+    finals = [r.final_status() for r in nodes if restart_of(r) == last]
+    statuses = [str(f.status if f is not None else None) for f in finals]
     status = replace(job_verdict(job, statuses), ended=time.time())
     rundir.write_json_atomic(
         rd.status_path, {**status.to_dict(), "slurm_state": job.state, "nodes": [r.run_id for r in nodes]}

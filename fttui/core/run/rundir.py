@@ -17,7 +17,7 @@ from fttui.core.base.redact import mask
 from fttui.core.profiles.frozen import thaw
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
-from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
+from fttui.core.run.runfiles import CommandFile, ExitFile, ProcessId, SlurmJobFile, SlurmNodeJob, SupervisorFile
 from fttui.core.run.status import FinalStatus
 
 log = logging.getLogger(__name__)
@@ -79,13 +79,13 @@ def pid_alive(pid: int | None) -> bool:
 CREATE_TIME_SLACK_S = 2.0
 
 
-def process_matches(pid: int | None, create_time: float | None, ident: dict | None = None) -> bool:
+def process_matches(pid: int | None, create_time: float | None, ident: ProcessId | None = None) -> bool:
     """``pid`` is alive and is the process started then: its start in clock ticks on this boot
     (``ident``, :func:`fttui.core.run.guard.identity`) where recorded, else (older run
     directories) its ``create_time`` within :data:`CREATE_TIME_SLACK_S`."""
     if not isinstance(pid, int) or not pid_alive(pid):
         return False
-    if isinstance(ident, dict) and ident.get("start_ticks") is not None:
+    if ident is not None and ident.start_ticks is not None:
         from fttui.core.run.guard import same_process
 
         return same_process(pid, ident) is not False
@@ -225,15 +225,18 @@ class RunDir:
     def write_supervisor(self, sup: SupervisorFile) -> None:
         write_json_atomic(self.supervisor_path, sup.to_dict())
 
-    def slurm(self) -> dict | None:
+    def slurm_node(self) -> SlurmNodeJob | None:
+        """A Slurm node's run: ``command.json``'s ``slurm`` (:mod:`fttui.core.run.slurmnode`);
+        ``None`` for any other run."""
+        cmd = self.command()
+        return cmd.slurm if cmd is not None else None
+
+    def slurm(self) -> SlurmNodeJob | SlurmJobFile | None:
         """The Slurm job this directory belongs to: a node's run (``command.json``'s ``slurm``,
         :mod:`fttui.core.run.slurmnode`) or a submitted job (``slurm.json``,
         :mod:`fttui.core.run.slurmjob`); ``None`` for a run of this machine alone."""
-        cmd = self.command()
-        found: Any = cmd.slurm if cmd is not None else None
-        if found is None:
-            found = read_json(self.path / "slurm.json")
-        return found if isinstance(found, dict) else None
+        node = self.slurm_node()
+        return node if node is not None else SlurmJobFile.from_dict(read_json(self.path / "slurm.json"))
 
     def is_slurm_job(self) -> bool:
         """A job directory of ``fttui submit`` (its nodes' runs are directories of their own)."""
@@ -243,13 +246,13 @@ class RunDir:
         """Slurm's :class:`~fttui.monitor.slurm.JobState` of the job this directory belongs to;
         ``None`` when it is no Slurm job's, not submitted yet, unknown to Slurm, or there is no
         Slurm client here."""
-        job = (self.slurm() or {}).get("job_id")
-        if not job:
+        job = self.slurm()
+        if job is None or not job.job_id:
             return None
         from fttui.monitor.slurm import SlurmUnavailable, job_state
 
         try:
-            return job_state(job)
+            return job_state(job.job_id)
         except SlurmUnavailable:
             return None
 
@@ -260,17 +263,17 @@ class RunDir:
         sl = self.slurm()
         if sl is None:
             return None
-        if not sl.get("job_id"):  # fttui submit has not had sbatch's answer yet
+        if not sl.job_id:  # fttui submit has not had sbatch's answer yet
             return None
         from fttui.monitor.slurm import SlurmUnavailable, job_state
 
         try:
-            st = job_state(sl["job_id"])
+            st = job_state(sl.job_id)
         except SlurmUnavailable:
             return None
         return bool(st is not None and st.live)
 
-    def status(self) -> dict | None:
+    def _status_json(self) -> dict | None:
         """``status.json`` as written (``None`` while the run is live, and when the file is no
         object with a text ``status``: a damaged file reads as a missing one, which recovery puts
         back from the stored row)."""
@@ -280,11 +283,12 @@ class RunDir:
     def has_status(self) -> bool:
         """A readable final status is written (a damaged ``status.json`` is none: recovery
         writes it again, from the stored row when there is one)."""
-        return self.status() is not None
+        return self._status_json() is not None
 
     def final_status(self) -> FinalStatus | None:
-        """``status.json`` read as the run-status contract (``None`` while the run is live)."""
-        return FinalStatus.from_dict(self.status())
+        """``status.json`` read as the run-status contract (``None`` while the run is live, and
+        when the file is no object with a text ``status``)."""
+        return FinalStatus.from_dict(self._status_json())
 
     def row(self) -> dict[str, Any] | None:
         """``row.json``: the summary row as its supervisor (or recovery) folded it, the store's
@@ -317,7 +321,7 @@ class RunDir:
         pgid = sup.train_pgid if sup is not None else None
         if sup is None or pgid is None or pgid <= 1 or self.exit_path.exists():
             return False
-        if not sup.train_id:  # nothing says which group it was: it may be anyone's now (issue 36:
+        if sup.train_id is None:  # nothing says which group it was: it may be anyone's now (issue 36:
             return False  # `fttui cancel` of a copied run directory signalled an unrelated group)
         from fttui.core.run.guard import same_process
 
@@ -345,9 +349,9 @@ class RunDir:
         return self.supervisor_alive() or self.training_alive()
 
     def state_label(self) -> str:
-        st = self.status()
-        if st:
-            return st.get("status", "unknown")
+        st = self.final_status()
+        if st is not None:
+            return st.status
         if self.is_slurm_job():
             job = self.slurm_state()
             if job is not None:

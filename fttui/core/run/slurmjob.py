@@ -29,6 +29,7 @@ from typing import Any
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
+from fttui.core.run.runfiles import SlurmJobFile
 
 KIND = "slurm"
 SCRIPT = "job.sbatch"
@@ -191,16 +192,10 @@ def submit(resolved: Profile, opts: SubmitOptions) -> rundir.RunDir:
         err = (proc.stderr or proc.stdout).strip().splitlines()
         raise FttuiError(f"sbatch refused the job: {err[-1] if err else f'exit {proc.returncode}'}")
     job_id, _, cluster = out[-1].partition(";")
-    rundir.write_json_atomic(
-        rd.path / "slurm.json",
-        {
-            "job_id": job_id,
-            "cluster": cluster or None,
-            "submitted": time.time(),
-            "nodes": opts.nodes,
-            "script": str(script),
-        },
+    job = SlurmJobFile(
+        job_id=job_id, cluster=cluster or None, submitted=time.time(), nodes=opts.nodes, script=str(script)
     )
+    rundir.write_json_atomic(rd.path / "slurm.json", job.to_dict())
     return rd
 
 
@@ -223,8 +218,8 @@ def job_nodes(rd: rundir.RunDir) -> list[rundir.RunDir]:
 
 def restart_of(rd: rundir.RunDir) -> int:
     """The attempt of a requeued job a node's run belongs to (0: the first)."""
-    cmd = rd.command()
-    return int(((cmd.slurm if cmd is not None else None) or {}).get("restart") or 0)
+    node = rd.slurm_node()
+    return (node.restart if node is not None else None) or 0
 
 
 def node0(rd: rundir.RunDir) -> rundir.RunDir | None:
@@ -236,7 +231,8 @@ def node0(rd: rundir.RunDir) -> rundir.RunDir | None:
 def cancel(rd: rundir.RunDir) -> None:
     """``scancel`` the job of a job directory or of a node's run (Slurm signals every node's
     step; each supervisor stops its tree and writes its status)."""
-    job = (rd.slurm() or {}).get("job_id")
+    sl = rd.slurm()
+    job = sl.job_id if sl is not None else None
     if not job:
         raise FttuiError(f"run {rd.run_id}: no Slurm job id yet (sbatch has not answered)")
     try:

@@ -26,7 +26,7 @@ from fttui.core.profiles.typed import Profile
 from fttui.core.run import launch, rundir
 from fttui.core.run.allocation import Allocation, rendezvous_addr, with_allocation
 from fttui.core.run.resume import Resume, last_checkpoint
-from fttui.core.run.runfiles import CommandFile
+from fttui.core.run.runfiles import CommandFile, SlurmNodeJob
 
 
 def node_run_id(job_run: str, alloc: Allocation) -> str:
@@ -78,17 +78,17 @@ def start_node(resolved: Profile, alloc: Allocation, job_run: str | None = None)
             f"(restart {alloc.restart}) was started twice"
         )
     rd = launch.prepare(prof, rid, kind="run", group=group, resume=resume)
-    slurm = {
-        "job_id": alloc.job_id,
-        "job_run": job_run,
-        "node_rank": alloc.node_rank,
-        "node": alloc.node_name,
-        "nodes": alloc.nodes,
-        "nodelist": alloc.nodelist,
-        "restart": alloc.restart,
-        "main_addr": addr,
-        "main_port": alloc.port,
-    }
+    slurm = SlurmNodeJob(
+        job_id=alloc.job_id,
+        job_run=job_run,
+        node_rank=alloc.node_rank,
+        node=alloc.node_name,
+        nodes=alloc.nodes,
+        nodelist=alloc.nodelist,
+        restart=alloc.restart,
+        main_addr=addr,
+        main_port=alloc.port,
+    )
     rd.write_command(replace(rd.command() or CommandFile(), slurm=slurm))
     return rd
 

@@ -274,7 +274,7 @@ def row_inputs(
         host=host_figures(snap),
         perf=row_perf(snap, cards, gpus_asked > 0),
         kept=kept_figures(rd, events),
-        slurm=SlurmFacts.of(slurm, slurm_job) if slurm is not None else None,
+        slurm=SlurmFacts.of(slurm.to_dict(), slurm_job) if slurm is not None else None,
     )
     return RowInputs(
         run_id=rd.run_id,
@@ -319,7 +319,7 @@ def kept_figures(rd: rundir.RunDir, events: list[Event]) -> Kept:
     :func:`fttui.core.run.launch.prepare`), the latest evaluation (``eval`` events) and what it
     saved (``save`` events), from the lowest rank that reported them."""
     cmd = rd.command()
-    resume = (cmd.resume if cmd is not None else None) or {}
+    resume = cmd.resume if cmd is not None else None
     evals = [e for e in events if isinstance(e, EvalEvent) and isinstance(e.step, int) and _is_num(e.eval_loss)]
     last_eval = max(evals, key=lambda e: (e.step, -int(e.rank or 0), e.t or 0), default=None)
     saves = [e for e in events if isinstance(e, SaveEvent) and isinstance(e.path, str)]
@@ -333,8 +333,8 @@ def kept_figures(rd: rundir.RunDir, events: list[Event]) -> Kept:
     elif checkpoints:
         output_dir = os.path.dirname(str(checkpoints[-1].path))
     return Kept(
-        resumed_from=resume.get("run_id") if isinstance(resume.get("run_id"), str) else None,
-        resumed_step=resume.get("step") if isinstance(resume.get("step"), int) else None,
+        resumed_from=resume.run_id if resume is not None else None,
+        resumed_step=resume.step if resume is not None else None,
         eval_loss=float(last_eval.eval_loss) if last_eval is not None and last_eval.eval_loss is not None else None,
         eval_step=last_eval.step if last_eval is not None else None,
         output_dir=output_dir,
