@@ -11,6 +11,7 @@ import psutil
 
 if TYPE_CHECKING:
     from fttui.core.profiles.typed import Profile
+    from fttui.core.run.sample_records import Sample
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
@@ -140,3 +141,13 @@ def profile_of(obj) -> Profile:
     from fttui.core.profiles.stored import stored_profile
 
     return stored_profile(obj)
+
+
+def sample_of(obj) -> Sample:
+    """A test's hand-written ``samples.jsonl`` line (``{"t", "gpu", "host"}``) as the record the
+    folds take, read as a line of the file is (:meth:`fttui.core.run.sample_records.Sample.from_dict`)."""
+    from fttui.core.run.sample_records import Sample
+
+    rec = Sample.from_dict(obj)
+    assert rec is not None, obj
+    return rec

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fttui.cli.live import training_line
 from fttui.core.profiles.foreign import profile_toml, read_config
+from fttui.core.run.sample_records import Sample
 from fttui.core.run.state import RunState
 from fttui.tui.run_panels import summary_title
 
@@ -57,7 +58,7 @@ def test_host_figures_are_named_where_shown(tmp_path):
 
     st = RunState()
     st.apply({"event": "step", "t": 2.0, "rank": 0, "step": 1, "samples": 4, "train_time": 1.0})
-    st.apply_sample({"t": 2.0, "host": HostSnapshot(tree_rss_mb=542.0, tree_nprocs=2).to_dict()})
+    st.apply_sample(Sample(t=2.0, host=HostSnapshot(tree_rss_mb=542.0, tree_nprocs=2)))
     assert "tree RSS 542 MB" in progress_line(st.snapshot()) and "host RSS" not in progress_line(st.snapshot())
     run = tmp_path / "20260101-000000-x-0000"
     run.mkdir()

@@ -7,7 +7,9 @@ import math
 import random
 
 from fttui.core.run.memtrend import MemPoint, theil_sen, trend, warnings, rank_memory
+from fttui.core.run.sample_records import Sample
 from fttui.core.run.state import RunState
+from fttui.monitor import HostSnapshot
 
 
 def _step(step: int, rank: int = 0, **mem) -> dict:
@@ -15,8 +17,8 @@ def _step(step: int, rank: int = 0, **mem) -> dict:
             "samples": step * 4, "train_time": step * 0.5, **mem}
 
 
-def _sample(total_mb: float, used_mb: float, t: float = 999.0) -> dict:
-    return {"t": t, "host": {"ram_total_mb": total_mb, "ram_used_mb": used_mb}}
+def _sample(total_mb: float, used_mb: float, t: float = 999.0) -> Sample:
+    return Sample(t=t, host=HostSnapshot(ram_total_mb=total_mb, ram_used_mb=used_mb))
 
 
 def steady(step: int, rng: random.Random) -> dict:

@@ -20,9 +20,11 @@ from fttui.core.results import store as store_mod
 from fttui.core.results.store import Store
 from fttui.core.run import perf, rundir
 from fttui.core.run.events import StartEvent
+from fttui.core.run.sample_records import Sample, read_samples
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus, status_line
 from fttui.core.run.summary import build_row
+from tests.helpers import sample_of
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 RTX4090_BF16 = 165.2e12  # NVIDIA's dense BF16 (FP32 accumulate) peak, written out once here
@@ -82,13 +84,13 @@ def _fold(events=(), samples=()) -> RunState:
     for e in events:
         st.apply(e)
     for s in samples:
-        st.apply_sample(s)
+        st.apply_sample(s if isinstance(s, Sample) else sample_of(s))
     return st
 
 
 def _row(rd: rundir.RunDir, status: str = "completed", **kw) -> dict:
     st = _fold([json.loads(x) for x in rd.events_path.read_text().splitlines()],
-               [json.loads(x) for x in rd.samples_path.read_text().splitlines()])
+               list(read_samples(rd.samples_path)))
     return build_row(rd, st.snapshot(), FinalStatus(status, 0, None), t_launch=1.0, t_end=10.0, **kw)
 
 
@@ -174,7 +176,7 @@ def _two_rank_run(tmp, prof, tokens=(4000.0, 3000.0), steps=5, retries=None, fra
 def test_live_mfu_per_card_from_the_ranks_steady_tokens(tmp_path):
     prof = _profile("gpus=2")
     rd, ev = _two_rank_run(tmp_path, prof)
-    snap = _fold(ev, [json.loads(x) for x in rd.samples_path.read_text().splitlines()]).snapshot()
+    snap = _fold(ev, list(read_samples(rd.samples_path))).snapshot()
     seq = (5 * 4000 + 5 * 3000) / (2 * 5 * 8)  # mean non-padding tokens per sample
     assert snap.flops_per_token == pytest.approx(_lora_fpt(seq))
     assert [c.index for c in snap.cards] == [0, 1] and [c.ranks for c in snap.cards] == [(0,), (1,)]
@@ -248,7 +250,7 @@ def test_cpu_run_has_no_card_figures(tmp_path):
 def test_allocator_retries_warn_live_and_in_the_row(tmp_path, fttui_home):
     prof = _profile("gpus=2")
     rd, ev = _two_rank_run(tmp_path, prof, steps=4, retries={(3, 1): 3, (4, 1): 3})
-    samples = [json.loads(x) for x in rd.samples_path.read_text().splitlines()]
+    samples = list(read_samples(rd.samples_path))
     before = _fold([e for e in ev if e.get("step", 0) <= 2], samples).snapshot()
     assert before.near_oom is False and [c.alloc_retries for c in before.cards] == [0, 0]
     snap = _fold(ev, samples).snapshot()
@@ -313,7 +315,7 @@ def test_headless_and_rich_lines_show_mfu_and_the_warning(tmp_path):
 
     prof = _profile("gpus=2")
     rd, ev = _two_rank_run(tmp_path, prof, steps=4, retries={(3, 1): 2, (4, 1): 2})
-    snap = _fold(ev, [json.loads(x) for x in rd.samples_path.read_text().splitlines()]).snapshot()
+    snap = _fold(ev, list(read_samples(rd.samples_path))).snapshot()
     pcts = [f"{100 * c.mfu:.1f}%" if 100 * c.mfu < 10 else f"{100 * c.mfu:.0f}%" for c in snap.cards]
     assert f"MFU {pcts[0]} {pcts[1]}" in progress_line(snap)
     line = near_oom_line(snap)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from fttui.cli.live import phase_lines
 from fttui.core.run.phases import PHASES, mmss, phase_text
+from fttui.core.run.sample_records import Sample
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus, status_line
+from fttui.monitor import HostSnapshot
 
 T0 = 1_000_000.0
 
@@ -16,9 +18,9 @@ def phase(name: str, t: float, rank: int = 0) -> dict:
     return {"event": "phase", "phase": name, "t": T0 + t, "rank": rank, "source": "worker"}
 
 
-def sample(t: float, build: int | None = 0) -> dict:
-    host = {"ram_used_mb": 1000.0, "tree_rss_mb": 300.0, "tree_nprocs": 2, "build_rss_mb": 0.0, "build_nprocs": build}
-    return {"t": T0 + t, "host": host}
+def sample(t: float, build: int | None = 0) -> Sample:
+    host = HostSnapshot(ram_used_mb=1000.0, tree_rss_mb=300.0, tree_nprocs=2, build_rss_mb=0.0, build_nprocs=build)
+    return Sample(t=T0 + t, host=host)
 
 
 def step(n: int, t: float) -> dict:
@@ -26,13 +28,13 @@ def step(n: int, t: float) -> dict:
             "tokens": 1024 * n, "tokens_padded": 1024 * n, "train_time": 0.1 * n, "loss": 1.0}
 
 
-def fold(*items: dict) -> RunState:
+def fold(*items: dict | Sample) -> RunState:
     st = RunState()
     for it in items:
-        if "event" in it:
-            st.apply(it)
-        else:
+        if isinstance(it, Sample):
             st.apply_sample(it)
+        else:
+            st.apply(it)
     return st
 
 

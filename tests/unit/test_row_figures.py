@@ -26,10 +26,11 @@ from fttui.core.run import rundir
 from fttui.core.run.preflight import _check_batch
 from fttui.core.run.events import parse_event
 from fttui.core.run.row_figures import samples_per_step
+from fttui.core.run.sample_records import Sample, read_samples
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.summary import build_row
-from fttui.monitor import HostSampler
+from fttui.monitor import HostSampler, HostSnapshot
 from fttui.monitor.host import is_build_process
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -72,7 +73,7 @@ def _row(rd: rundir.RunDir, cuda_visible: str | None = None, status: str = "comp
     st = RunState()
     for e in _read(rd.events_path):
         st.apply(e)
-    for s in _read(rd.samples_path):
+    for s in read_samples(rd.samples_path):
         st.apply_sample(s)
     return build_row(rd, st.snapshot(), FinalStatus(status, 0, None), t_launch=1.0, t_end=10.0,
                      cuda_visible=cuda_visible)
@@ -111,7 +112,7 @@ def test_host_figure_falls_back_to_the_tree_before_the_first_step(tmp_path):
 def test_state_folds_the_build_peak():
     st = RunState()
     for v in (10.0, 2500.0, 0.0):
-        st.apply_sample({"t": 1.0, "host": {"tree_rss_mb": 3000.0, "build_rss_mb": v}})
+        st.apply_sample(Sample(t=1.0, host=HostSnapshot(tree_rss_mb=3000.0, build_rss_mb=v)))
     assert st.snapshot().host_peak_build_rss_mb == 2500.0
 
 

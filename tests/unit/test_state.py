@@ -6,9 +6,11 @@ import dataclasses
 
 import pytest
 
+from fttui.core.run.sample_records import Sample
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.state import RunState
 from fttui.monitor import GpuSnapshot, HostSnapshot
+from tests.helpers import sample_of
 
 T0 = 1000.0
 
@@ -224,9 +226,12 @@ def test_tolerates_junk():
                {"event": "start"}, {"event": "end"}, {"event": "error"}, {"event": "exit"},
                {"event": "step", "step": 1, "samples": "many", "train_time": None, "t": "late"}]:
         st.apply(ev)  # type: ignore[arg-type]
-    st.apply_sample({})
-    st.apply_sample({"gpu": "x", "host": 3})
+    assert Sample.from_dict({}) is None and Sample.from_dict({"t": "late"}) is None
+    junk = Sample.from_dict({"t": 1.0, "gpu": "x", "host": 3})
+    assert junk == Sample(t=1.0)
+    st.apply_sample(junk)
     st.apply_sample(None)  # type: ignore[arg-type]
+    st.apply_sample({"t": 2.0})  # type: ignore[arg-type]
     s = st.snapshot()
     assert s.step == 1 and s.samples_per_s is None and s.eta_s is None
 
@@ -238,14 +243,14 @@ def test_duplicate_step_lines_are_ignored():
 
 
 def gpu_sample(t, used, proc, rss, ram):
-    return {
+    return sample_of({
         "t": t,
         "gpu": {"available": True, "reason": None, "driver": "550", "cuda": "12.4", "gpus": [
             {"index": 0, "name": "G", "uuid": "u0", "mem_used_mb": used[0], "mem_total_mb": 24000.0, "util_pct": 90.0, "power_w": 300.0, "temp_c": 60.0, "proc_mem_mb": proc[0]},
             {"index": 1, "name": "G", "uuid": "u1", "mem_used_mb": used[1], "mem_total_mb": 24000.0, "util_pct": 90.0, "power_w": 300.0, "temp_c": 60.0, "proc_mem_mb": proc[1]},
         ]},
         "host": {"ram_used_mb": ram, "ram_total_mb": 64000.0, "swap_used_mb": 0.0, "swap_total_mb": 0.0, "tree_rss_mb": rss, "tree_nprocs": 3, "tree_cpu_pct": 150.0},
-    }
+    })
 
 
 def test_peaks_from_samples():
@@ -271,7 +276,7 @@ def test_peaks_from_samples():
 
 def test_unavailable_gpu_sample():
     st = RunState()
-    st.apply_sample({"t": 1.0, "gpu": {"available": False, "reason": "NVML library not found: no NVIDIA driver", "gpus": []}, "host": {"ram_used_mb": 1.0}})
+    st.apply_sample(sample_of({"t": 1.0, "gpu": {"available": False, "reason": "NVML library not found: no NVIDIA driver", "gpus": []}, "host": {"ram_used_mb": 1.0}}))
     s = st.snapshot()
     assert s.gpu is not None and s.gpu.available is False and "NVML" in s.gpu.reason
     assert s.gpu_peak_used_mb == {}

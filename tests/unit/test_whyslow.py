@@ -10,9 +10,10 @@ import types
 from pathlib import Path
 
 from fttui.core.run.events import StepEvent
+from fttui.core.run.sample_records import Sample
 from fttui.core.run.state import RunState
 from fttui.core.run.whyslow import SpeedFold, causes, why_slow
-from fttui.monitor import FakeGpuSampler, GpuSampler, GpuSnapshot
+from fttui.monitor import FakeGpuSampler, GpuInfo, GpuSampler, GpuSnapshot
 from fttui.monitor.snapshots import throttle_names
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -90,7 +91,7 @@ def _run(steps, *, wait=0.0, step_time=0.5, slow_every=0, gpus_file=None, gpus=2
             st.apply({"event": "step", "t": float(s), "rank": rank, "step": s, "total_steps": steps,
                       "samples": 4 * s, "train_time": s * step_time, "step_time": t, "data_wait_s": wait})
         if sampler is not None:
-            st.apply_sample({"t": float(s), "gpu": sampler.sample(pids=[1]).to_dict()})
+            st.apply_sample(Sample(t=float(s), gpu=sampler.sample(pids=[1])))
     return st.snapshot()
 
 
@@ -118,7 +119,7 @@ def test_idle_card_is_weaker_than_the_data_wait():
     fold = SpeedFold()
     fold.on_step(StepEvent(step_time=1.0, data_wait_s=0.3), 2)
     fold.training = True
-    fold.on_sample({"gpu": {"gpus": [{"index": 0, "util_pct": 40.0}]}})
+    fold.on_sample(Sample(t=0.0, gpu=GpuSnapshot(available=True, gpus=(GpuInfo(index=0, util_pct=40.0),))))
     for s in range(3, 10):
         fold.on_step(StepEvent(step_time=1.0, data_wait_s=0.3), s)
     found = causes(fold.fields())

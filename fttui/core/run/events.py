@@ -229,7 +229,9 @@ def encode_line(obj: dict[str, Any]) -> bytes:
 
 def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     """Append ``obj`` as one line with a single ``os.write`` on an O_APPEND descriptor (a resource
-    sample of ``samples.jsonl``; an event goes through its record, :func:`write_event`).
+    sample of ``samples.jsonl``, through its record's
+    :func:`fttui.core.run.sample_records.append_sample`; an event goes through its record,
+    :func:`write_event`).
 
     Lines written this way by several processes never interleave (the write is one syscall on an
     append-mode descriptor). The file is created with mode 0o600 if missing.

@@ -10,6 +10,7 @@ from typing import Any
 
 from fttui.core.base.event_records import MemoryWarningEvent, StepEvent
 from fttui.core.run.memtrend import DEFAULT_HORIZON, MemPoint, RankSeries, WarnedOnce, warnings
+from fttui.core.run.sample_records import Sample
 from fttui.core.run.snapshot import to_int
 from fttui.monitor import GpuSnapshot, HostSnapshot, num
 
@@ -45,10 +46,8 @@ class MemoryFold:
         self.gpu_peak_used: dict[int, float] = {}
         self.gpu_peak_proc: dict[int, float] = {}
         self.host_peaks: dict[str, float] = {}  # host sample key -> its largest value
-        self._gpu_raw: dict[str, Any] | None = None
-        self._host_raw: dict[str, Any] | None = None
-        self._gpu_obj: GpuSnapshot | None = None
-        self._host_obj: HostSnapshot | None = None
+        self.gpu: GpuSnapshot | None = None  # the latest GPU sample
+        self.host: HostSnapshot | None = None  # the latest host sample
 
     def on_step(self, ev: StepEvent, rank: int) -> None:
         for key, peaks in self.rank_peaks.items():
@@ -72,42 +71,30 @@ class MemoryFold:
         if isinstance(ev.message, str) and self.warned is None:
             self.warned = ev.message  # the first: the row keeps the one warned of first
 
-    def on_sample(self, sample: dict[str, Any]) -> None:
-        gpu = sample.get("gpu")
-        if isinstance(gpu, dict):
-            self._gpu_raw, self._gpu_obj = gpu, None
-            gpus = gpu.get("gpus")
-            if isinstance(gpus, list):
-                for i, g in enumerate(gpus):
-                    if not isinstance(g, dict):
-                        continue
-                    idx = to_int(g.get("index"))
-                    idx = i if idx is None else idx
-                    for key, peaks in (("mem_used_mb", self.gpu_peak_used), ("proc_mem_mb", self.gpu_peak_proc)):
-                        v = num(g.get(key))
-                        if v is not None and v > peaks.get(idx, -math.inf):
-                            peaks[idx] = v
-        host = sample.get("host")
-        if isinstance(host, dict):
-            self._host_raw, self._host_obj = host, None
+    def on_sample(self, sample: Sample) -> None:
+        gpu, host = sample.gpu, sample.host
+        if gpu is not None:
+            self.gpu = gpu
+            for g in gpu.gpus:
+                for used, peaks in ((g.mem_used_mb, self.gpu_peak_used), (g.proc_mem_mb, self.gpu_peak_proc)):
+                    if used is not None and used > peaks.get(g.index, -math.inf):
+                        peaks[g.index] = used
+        if host is not None:
+            self.host = host
             for key in _HOST_PEAKS:
-                v = num(host.get(key))
+                v = num(getattr(host, key))
                 if v is not None and v > self.host_peaks.get(key, -math.inf):
                     self.host_peaks[key] = v
 
     def fields(self) -> dict[str, Any]:
-        if self._gpu_obj is None and self._gpu_raw is not None:
-            self._gpu_obj = GpuSnapshot.from_dict(self._gpu_raw)
-        if self._host_obj is None and self._host_raw is not None:
-            self._host_obj = HostSnapshot.from_dict(self._host_raw)
         out: dict[str, Any] = {field: dict(self.rank_peaks[key]) for key, field in _RANK_PEAKS.items()}
         out.update({field: self.host_peaks.get(key) for key, field in _HOST_PEAKS.items()})
         out["host_hwm_unread"] = to_int(out["host_hwm_unread"])
         out.update(
             gpu_peak_used_mb=dict(self.gpu_peak_used),
             gpu_peak_proc_mb=dict(self.gpu_peak_proc),
-            gpu=self._gpu_obj,
-            host=self._host_obj,
+            gpu=self.gpu,
+            host=self.host,
             rank_memory=self.series.ranks(),
         )
         return out

@@ -1,8 +1,8 @@
 """Reading JSON-lines files (``events.jsonl``, ``samples.jsonl``) that other processes append
 to: a tolerant incremental reader, a whole-file reader and a reader of a long file's two ends.
 Only stdlib. Lines as JSON objects: an event line becomes its typed record in
-:mod:`fttui.core.run.events` (which re-exports these), a resource sample is read as it is;
-docs/architecture.md, "Monitor core".
+:mod:`fttui.core.run.events` (which re-exports these), a resource sample its record in
+:mod:`fttui.core.run.sample_records`; docs/architecture.md, "Monitor core".
 """
 
 from __future__ import annotations

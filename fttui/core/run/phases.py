@@ -12,10 +12,8 @@ views print. Pure and stdlib only: elapsed times come from the events' and sampl
 
 from __future__ import annotations
 
-from typing import Any
-
 from fttui.core.base.event_records import PhaseEvent
-from fttui.monitor import num
+from fttui.monitor import HostSnapshot
 
 __all__ = [
     "PHASES",
@@ -105,10 +103,10 @@ class PhaseFold:
                 self._event_t = t if self._event_t is None else max(self._event_t, t)
         self._record(t)
 
-    def on_sample(self, host: dict[str, Any], t: float | None) -> None:
+    def on_sample(self, host: HostSnapshot, t: float | None) -> None:
         if self._ended:
             return
-        n = num(host.get("build_nprocs"))
+        n = host.build_nprocs
         if n is None or (t is not None and self._event_t is not None and t <= self._event_t):
             return
         if n > 0:

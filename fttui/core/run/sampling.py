@@ -1,26 +1,26 @@
 """One resource sample of a run's process tree, as every sampler of a run writes it (the
 supervisor, a probe, a launched probe trial, a watch): the tree's host figures and its cards,
-appended to ``samples.jsonl``; and the per-card peak of the run's own memory over samples."""
+appended to ``samples.jsonl`` as its record (:class:`fttui.core.run.sample_records.Sample`);
+and the per-card peak of the run's own memory over samples."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
-from fttui.core.run.events import append_jsonl
+from fttui.core.run.sample_records import Sample, append_sample
 from fttui.monitor import GpuSnapshot, run_cards
 
 __all__ = ["fold_card_peaks", "take_sample"]
 
 
-def take_sample(host, gpu, samples_path: Path) -> tuple[dict[str, Any], GpuSnapshot]:
+def take_sample(host, gpu, samples_path: Path) -> tuple[Sample, GpuSnapshot]:
     """Sample ``host`` (a HostSampler) and, for the tree's pids, ``gpu``; append the sample to
-    ``samples_path``; returns the sample and the GPU snapshot."""
+    ``samples_path``; returns the sample record and the GPU snapshot."""
     h = host.sample()
     g = gpu.sample(host.tree_pids())
-    sample = {"t": time.time(), "gpu": g.to_dict(), "host": h.to_dict()}
-    append_jsonl(samples_path, sample)
+    sample = Sample(t=time.time(), gpu=g, host=h)
+    append_sample(samples_path, sample)
     return sample, g
 
 

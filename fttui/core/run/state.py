@@ -43,6 +43,7 @@ from fttui.core.run.fold_progress import ProgressFold
 from fttui.core.run.fold_verdict import STATUS_ORDER, VerdictFold
 from fttui.core.run.memtrend import DEFAULT_HORIZON
 from fttui.core.run.perf import with_perf
+from fttui.core.run.sample_records import Sample
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
 from fttui.core.run.whyslow import SpeedFold, why_slow
@@ -73,7 +74,7 @@ _FOLDED = (
 
 class RunState:
     """Fold the event records of ``events.jsonl`` (``apply``: it ``match``es on the record's type)
-    and ``samples.jsonl`` objects (``apply_sample``) into a ``RunSnapshot`` (``snapshot()``);
+    and the sample records of ``samples.jsonl`` (``apply_sample``) into a ``RunSnapshot`` (``snapshot()``);
     ``set_final`` folds the supervisor's ``status.json``. Tolerates unknown kinds, missing keys
     and events from several ranks (``rank``, default 0)."""
 
@@ -100,7 +101,7 @@ class RunState:
         horizon = profile.monitor.oom_warn_steps if profile is not None else DEFAULT_HORIZON
         return cls(warmup_exclude_steps=_int(value, 1), history=history, oom_warn_steps=_int(horizon, DEFAULT_HORIZON))
 
-    def replay(self, events: Iterable[Event | Mapping[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> RunState:
+    def replay(self, events: Iterable[Event | Mapping[str, Any]], samples: Iterable[Sample] = ()) -> RunState:
         """Fold every event, then every sample; returns the fold."""
         self.apply_all(events)
         for sample in samples:
@@ -172,18 +173,17 @@ class RunState:
             self.verdict.set_final(final)
 
     # ------------------------------------------------------------------ samples
-    def apply_sample(self, sample: dict[str, Any]) -> None:
-        if not isinstance(sample, dict):
+    def apply_sample(self, sample: Sample) -> None:
+        """Fold one sample record (:func:`fttui.core.run.sample_records.read_samples`'s)."""
+        if not isinstance(sample, Sample):
             return
         self._samples_seen += 1
-        tf = num(sample.get("t"))
-        if tf is not None and (self._last_t is None or tf > self._last_t):
-            self._last_t = tf
+        if self._last_t is None or sample.t > self._last_t:
+            self._last_t = sample.t
         self.memory.on_sample(sample)
         self.speed.on_sample(sample)
-        host = sample.get("host")
-        if isinstance(host, dict):
-            self.verdict.phases.on_sample(host, num(sample.get("t")))
+        if sample.host is not None:
+            self.verdict.phases.on_sample(sample.host, sample.t)
 
     # ------------------------------------------------------------------ snapshot
     @property

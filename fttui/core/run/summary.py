@@ -13,7 +13,7 @@ from fttui.core.profiles.stored import stored_profile
 from fttui.core.results.columns import RowInputs, fold_row, rounded
 from fttui.core.results.row_inputs import Cards, Kept, RunFigures, SlurmFacts
 from fttui.core.run import rundir
-from fttui.core.run.events import EvalEvent, Event, LaunchEvent, SaveEvent, read_events, read_jsonl
+from fttui.core.run.events import EvalEvent, Event, LaunchEvent, SaveEvent, read_events
 from fttui.core.run.perf import row_perf
 from fttui.core.run.ranks import clash_mismatch
 from fttui.core.run.resume import is_checkpoint
@@ -26,6 +26,7 @@ from fttui.core.run.row_figures import (
     sharding_read_back,
     stated_sharding,
 )
+from fttui.core.run.sample_records import read_samples
 from fttui.core.run.snapshot import RunSnapshot, to_int
 from fttui.core.run.status import FinalStatus
 
@@ -354,7 +355,7 @@ def replay(rd: rundir.RunDir):
     """The run's fold (:class:`fttui.core.run.state.RunState`) of every event and sample it left."""
     from fttui.core.run.state import RunState
 
-    return RunState.for_profile(rd.profile()).replay(read_events(rd.events_path), read_jsonl(rd.samples_path))
+    return RunState.for_profile(rd.profile()).replay(read_events(rd.events_path), read_samples(rd.samples_path))
 
 
 def launch_time(events: list[Event]) -> float | None:

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 
 from fttui.core.run.events import Event, EventTail, RetryEvent, read_events
-from fttui.core.run.jsonl import JsonlTail
 from fttui.core.run.rundir import RunDir
+from fttui.core.run.sample_records import SampleTail
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
 
@@ -19,7 +19,7 @@ class RunFollower:
         self.rd = rd
         self.state = RunState.for_profile(rd.profile())
         self.events = EventTail(rd.events_path)
-        self.samples = JsonlTail(rd.samples_path)
+        self.samples = SampleTail(rd.samples_path)
         self.final: FinalStatus | None = None  # status.json, once the supervisor wrote it
         self.new_events: list[Event] = []
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from fttui.core.base.event_records import StepEvent
+from fttui.core.run.sample_records import Sample
 from fttui.monitor import num
 
 __all__ = ["MIN_SHARE", "OUTLIER_FACTOR", "SLOWING", "Cause", "CardSpeed", "SpeedFold", "Speed", "causes", "why_slow"]
@@ -115,28 +115,23 @@ class SpeedFold:
             self.wait += min(w, t)
             self.wait_time += t
 
-    def on_sample(self, sample: dict[str, Any]) -> None:
-        gpu = sample.get("gpu")
-        if not self.training or not isinstance(gpu, dict) or not isinstance(gpu.get("gpus"), list):
+    def on_sample(self, sample: Sample) -> None:
+        gpu = sample.gpu
+        if not self.training or gpu is None:
             return
-        for i, g in enumerate(gpu["gpus"]):
-            if not isinstance(g, dict):
-                continue
-            idx = n if isinstance(n := g.get("index"), int) else i
-            c = self.cards.setdefault(idx, CardSpeed(idx))
+        for g in gpu.gpus:
+            c = self.cards.setdefault(g.index, CardSpeed(g.index))
             c.samples += 1
-            util = num(g.get("util_pct"))
-            if util is not None:
-                c.util_sum, c.util_n = c.util_sum + util, c.util_n + 1
-            clock, top = num(g.get("sm_clock_mhz")), num(g.get("sm_clock_max_mhz"))
+            if g.util_pct is not None:
+                c.util_sum, c.util_n = c.util_sum + g.util_pct, c.util_n + 1
+            clock, top = g.sm_clock_mhz, g.sm_clock_max_mhz
             if clock is not None and top:
                 c.clock_sum, c.clock_n = c.clock_sum + min(1.0, clock / top), c.clock_n + 1
                 c.sm_clock_mhz, c.sm_clock_max_mhz = clock, top
-            for r in g.get("throttle") or ():
-                if isinstance(r, str):
-                    c.reasons[r] = c.reasons.get(r, 0) + 1
+            for r in g.throttle:
+                c.reasons[r] = c.reasons.get(r, 0) + 1
             for key in ("power_cap_w", "power_w", "temp_c"):
-                v = num(g.get(key))
+                v = getattr(g, key)
                 if v is not None:
                     setattr(c, key, v)
 
