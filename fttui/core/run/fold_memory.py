@@ -100,8 +100,9 @@ class MemoryFold:
         return out
 
     def warnings(self, snap_fields: dict[str, Any], total_steps: int | None, step: int | None) -> dict[str, Any]:
-        """The snapshot's memory warnings: the trends' (soonest first), else the first event's."""
-        host = snap_fields.get("host")
+        """The snapshot's memory warnings: the trends' (soonest first), else the first event's
+        (the host memory left: the latest host sample's)."""
+        host = self.host
         avail = None
         if host is not None and host.ram_total_mb is not None and host.ram_used_mb is not None:
             avail = host.ram_total_mb - host.ram_used_mb
