@@ -36,7 +36,7 @@ from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import apply_overrides
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
-from fttui.core.run import launch
+from fttui.core.run import launch, proctree
 from fttui.core.run.events import ErrorEvent, EventTail, StepEvent, read_events
 from fttui.core.run.row_figures import host_figures, sharding_read_back
 from fttui.core.run.runfiles import CommandFile, ExitFile
@@ -44,8 +44,9 @@ from fttui.core.run.sampling import fold_card_peaks, take_sample
 from fttui.core.run.state import RunState
 from fttui.core.run.summary import final_status
 
-#: How long a stopped trial's guard gets to stop its tree (its own grace is 5 s) before it is
-#: killed, and the training's group with it.
+#: How long a stopped trial's guard gets to stop its tree (its own grace is
+#: :data:`fttui.core.run.proctree.GRACE_S`, 10 s) before it is killed, and the training's group
+#: with it.
 STOP_WAIT_S = 30.0
 
 
@@ -185,13 +186,9 @@ class LaunchedTrial:
         except subprocess.TimeoutExpired:
             pass
         for pgid in (guard.pid, self.leader):
-            try:
-                if pgid:
-                    os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            proctree.signal_group(pgid, signal.SIGKILL)
         try:
-            guard.wait(timeout=5)
+            guard.wait(timeout=proctree.KILLED_WAIT_S)
         except subprocess.TimeoutExpired:
             pass
 

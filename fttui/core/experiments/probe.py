@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -68,7 +67,7 @@ from fttui.core.experiments.probe_start import predicted_start
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
-from fttui.core.run import launch, rundir
+from fttui.core.run import launch, proctree, rundir
 from fttui.core.run.events import (
     ErrorEvent,
     EventTail,
@@ -447,18 +446,8 @@ class Prober:
         if trial is not None:
             trial.stop(wait=wait)
         proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                return
-            try:
-                proc.wait(timeout=5)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if proc is not None:
+            proctree.stop_group(proc)  # SIGTERM, SIGKILL after the grace period
 
     def stop(self) -> None:
         """Stop the probe: no further trial starts and the running one is stopped (a launched

@@ -10,9 +10,9 @@ command (torchrun, DeepSpeed's) starting the ranks. It prints the log writer's p
 
 End of file on stdin means the probe wants the trial stopped, or is gone (killed with SIGKILL
 too: the kernel closes its end of the pipe): the whole tree is stopped, SIGTERM to the group and
-to every process seen in it, SIGKILL after a grace period. When the training ends first, what it
-left behind is stopped the same way. This process writes nothing to the store: the probe records
-the trial.
+to every process seen in it, SIGKILL after the grace period (:data:`fttui.core.run.proctree.GRACE_S`,
+the run's). When the training ends first, what it left behind is stopped the same way. This
+process writes nothing to the store: the probe records the trial.
 """
 
 from __future__ import annotations
@@ -22,66 +22,37 @@ import select
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 
-from fttui.core.base.envnumbers import env_float
+from fttui.core.run import proctree
 
-#: Seconds between SIGTERM and SIGKILL when the trial is stopped.
-GRACE_S = env_float("FTTUI_KILL_GRACE", 5.0)
 TICK_S = 0.2
 
 
-class Tree:
+class Tree(proctree.Tree):
     """The processes of a trial: its group and every descendant seen while it ran."""
 
     def __init__(self, leader: subprocess.Popen):
-        self.leader = leader
-        self.seen: dict[int, psutil.Process] = {}
+        super().__init__(leader)
 
-    def remember(self) -> None:
-        try:
-            root = psutil.Process(self.leader.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        for p in procs:
-            self.seen.setdefault(p.pid, p)
-
-    def alive(self) -> list[psutil.Process]:
-        out = []
-        for p in self.seen.values():
+    def remember(self, procs=None) -> None:
+        """The leader and its descendants now (``procs``: these instead)."""
+        if procs is None:
+            if self.leader is None:
+                return
             try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
+                root = psutil.Process(self.leader.pid)
+                procs = [root, *root.children(recursive=True)]
             except psutil.Error:
-                pass
-        return out
+                return
+        super().remember(procs)
 
-    def signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.leader.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in self.alive():
-            try:
-                p.send_signal(sig)
-            except psutil.Error:
-                pass
-
-    def stop(self) -> None:
-        """SIGTERM everything, SIGKILL what is left after the grace period."""
+    def stop(self, grace=None, after_kill=None) -> None:
+        """SIGTERM everything, SIGKILL what is left after the grace period
+        (:data:`fttui.core.run.proctree.GRACE_S`)."""
         self.remember()
-        self.signal(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
-        while time.monotonic() < deadline and (self.leader.poll() is None or self.alive()):
-            time.sleep(0.1)
-        self.signal(signal.SIGKILL)
-        try:
-            self.leader.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        super().stop(grace, after_kill)
 
 
 def _stdin_closed(fd: int, timeout: float) -> bool:

@@ -1,6 +1,7 @@
 """The run's own cgroup (cgroup v2), where one can be made: every process of the training, a
 ``setsid`` daemon included, is in it, and ending the run ends all of it with ``cgroup.kill``, even
-after the supervisor itself died (issue 28 item 3). Stdlib only.
+after the supervisor itself died (issue 28 item 3). Stdlib only (the signals are sent by
+:mod:`fttui.core.run.proctree`).
 
 - :func:`create` makes ``fttui-RUN_ID`` under the supervisor's own cgroup when the cgroup v2
   hierarchy is writable there (root without systemd; a subtree systemd delegated to the user);
@@ -23,6 +24,7 @@ import signal
 import time
 from pathlib import Path
 
+from fttui.core.run.proctree import signal_pids
 from fttui.core.run.runfiles import SupervisorFile
 
 PREFIX = "fttui-"
@@ -116,15 +118,7 @@ def members(path: Path) -> list[int]:
 
 def signal_members(path: Path | None, sig: int, exclude: int | None = None) -> int:
     """Send ``sig`` to every process in the cgroup (``exclude`` left out); how many were sent it."""
-    sent = 0
-    for pid in members(path) if path else []:
-        if pid != exclude:
-            try:
-                os.kill(pid, sig)
-                sent += 1
-            except (ProcessLookupError, PermissionError):
-                pass
-    return sent
+    return signal_pids(members(path) if path else [], sig, exclude)
 
 
 def _write(path: Path, text: str) -> bool:

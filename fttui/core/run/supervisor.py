@@ -34,7 +34,7 @@ import psutil
 
 from fttui.core.base.envnumbers import env_float
 from fttui.core.profiles.stored import stored_profile
-from fttui.core.run import cgroup, guard, oomretry, rundir
+from fttui.core.run import cgroup, guard, oomretry, proctree, rundir
 from fttui.core.run.events import (
     CancelEvent,
     Event,
@@ -56,7 +56,6 @@ from fttui.core.run.summary import final_status
 from fttui.monitor import HostSampler, make_gpu_sampler
 
 TICK_S = env_float("FTTUI_SAMPLE_INTERVAL", 0.5)
-GRACE_S = env_float("FTTUI_KILL_GRACE", 10.0)
 
 
 class Supervisor:
@@ -66,7 +65,8 @@ class Supervisor:
         self.command = self.rd.command() or CommandFile()
         self.cancel_reason: str | None = None
         self.child: subprocess.Popen | None = None
-        self.seen: dict[int, psutil.Process] = {}
+        # the training's group (its leader once started), every process seen in it, its cgroup
+        self.tree = proctree.Tree(extra=self._cgroup_members)
         self.cgroup: Path | None = None  # the run's own cgroup, where one can be made
         self.oom_kills = 0  # its processes the kernel's OOM killer ended (memory.events)
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
@@ -102,78 +102,33 @@ class Supervisor:
             procs = psutil.Process().children(recursive=True)
         except psutil.Error:
             return
+        self.tree.remember(procs)
         for p in procs:
-            self.seen.setdefault(p.pid, p)
             try:
                 if p.pid != self.child.pid and p.ppid() == os.getpid() and p.status() == psutil.STATUS_ZOMBIE:
                     os.waitpid(p.pid, os.WNOHANG)  # an orphan of the run re-parented here
             except (psutil.Error, ChildProcessError, OSError):
                 pass
 
-    def _alive_tracked(self) -> list[psutil.Process]:
-        alive = []
-        for p in self.seen.values():
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(p)
-            except psutil.Error:
-                pass
-        return alive
-
-    def _any_alive(self) -> bool:
-        return bool(self._alive_tracked() or (self.cgroup and cgroup.members(self.cgroup)))
-
-    def _signal_all(self, sig: int) -> None:
-        cgroup.signal_members(self.cgroup, sig)  # every process of the run, where it has a cgroup
-        if self.child:
-            try:
-                os.killpg(self.child.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for p in self._alive_tracked():
-            try:
-                p.send_signal(sig)
-            except psutil.Error:
-                pass
+    def _cgroup_members(self) -> list[int]:
+        return cgroup.members(self.cgroup) if self.cgroup else []
 
     def stop_tree(self) -> None:
-        """SIGTERM the whole tree, SIGKILL what is left after the grace period."""
+        """SIGTERM the whole tree (the training's group, every process seen in it, the run's
+        cgroup), SIGKILL what is left after the grace period (:data:`proctree.GRACE_S`)."""
         self._remember_tree()
-        self._signal_all(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
-        while time.monotonic() < deadline:
-            if self.child and self.child.poll() is None:
-                time.sleep(0.1)
-                continue
-            if not self._any_alive():
-                break
-            time.sleep(0.1)
-        self._signal_all(signal.SIGKILL)
-        self._end_cgroup()
-        if self.child:
-            try:
-                self.child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+        self.tree.stop(after_kill=self._end_cgroup)
 
     def reap_leftovers(self) -> None:
         """After the main training process ended, nothing it started may stay behind."""
         self._remember_tree()
-        left = self._any_alive()
-        if self.child:
-            try:
-                os.killpg(self.child.pid, 0)
-                group_alive = True
-            except (ProcessLookupError, PermissionError):
-                group_alive = False
-        else:
-            group_alive = False
-        if left or group_alive:
-            self._signal_all(signal.SIGTERM)
-            deadline = time.monotonic() + min(GRACE_S, 5)
-            while time.monotonic() < deadline and self._any_alive():
-                time.sleep(0.1)
-            self._signal_all(signal.SIGKILL)
+        if self.tree.any_alive() or self.tree.group_alive():
+            self.tree.signal(signal.SIGTERM)
+            # the training has ended: what it left gets the grace period, at most 5 s
+            deadline = time.monotonic() + min(proctree.GRACE_S, 5)
+            while time.monotonic() < deadline and self.tree.any_alive():
+                time.sleep(proctree.POLL_S)
+            self.tree.signal(signal.SIGKILL)
         self._end_cgroup()
 
     def _end_cgroup(self) -> None:
@@ -253,6 +208,7 @@ class Supervisor:
                 close_fds=True,
                 pass_fds=(report_w,),
             )
+            self.tree.leader = self.child
         except OSError as e:
             self._end_cgroup()
             self._finish(None, t_launch, error=f"could not start {argv[0]}: {e}", reserve=reserve)
