@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
+from fttui.core.run.cancel import request_cancel
 from fttui.core.run.rundir import RunDir
 
 __all__ = ["DETACH_WINDOW_S", "CtrlC"]
@@ -61,7 +62,7 @@ class CtrlC:
         if self.state != "pending" or time.monotonic() < self.deadline:
             return
         self.state = "sending"
-        rd.request_cancel()
+        request_cancel(rd)
         self.state = "sent"
         print("fttui: cancel sent: the run is stopping", file=sys.stderr, flush=True)
         if self.detach_when_sent:

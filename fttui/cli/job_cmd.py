@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
+from fttui.core.run import liveness
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.runfiles import SlurmJobFile, SlurmNodeJob
 from fttui.core.run.status import FinalStatus
@@ -138,7 +139,7 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
     printed: dict[str, str] = {}
     try:
         while not job.has_status():
-            label = job.state_label()
+            label = liveness.state_label(job)
             if label != said:
                 said = label
                 _out(f"slurm job {jid}: {label}", as_json)

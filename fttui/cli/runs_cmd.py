@@ -59,18 +59,18 @@ def cmd_ls(args) -> int:
 
 
 def _find_run(run: str | None, live_only: bool = False):
-    from fttui.core.run import rundir
+    from fttui.core.run import liveness
 
-    rd = rundir.find(run)
+    rd = liveness.find(run)
     if rd is None:
         raise FttuiError(f"no run matches {run!r}" if run else "no runs yet")
-    if live_only and not rd.is_live():
+    if live_only and not liveness.is_live(rd):
         from fttui.core.run.watch import attempts
 
         last = attempts(rd)[-1]  # a run that ran out of memory and is continued: its live attempt
-        if last.is_live():
+        if liveness.is_live(last):
             return last
-        raise FttuiError(f"run {rd.run_id} is not live ({rd.state_label()})")
+        raise FttuiError(f"run {rd.run_id} is not live ({liveness.state_label(rd)})")
     return rd
 
 
@@ -78,6 +78,8 @@ def cmd_cancel(args) -> int:
     import signal
     import time
 
+    from fttui.core.run import liveness, proctree
+    from fttui.core.run.cancel import request_cancel, signal_training
     from fttui.core.run.recover import recover
 
     rd = _find_run(args.run, live_only=True)
@@ -85,17 +87,17 @@ def cmd_cancel(args) -> int:
         from fttui.cli.job_cmd import cancel_job
 
         return cancel_job(rd, bool(getattr(args, "json", False)))
-    rd.request_cancel()
+    request_cancel(rd)
     print(f"cancelling {rd.run_id} ...", file=sys.stderr)
     start = time.monotonic()
     killed = False
     while time.monotonic() - start < 60:
-        if rd.has_status() or not rd.is_live():
+        if rd.has_status() or not liveness.is_live(rd):
             break
-        if not killed and time.monotonic() - start > 10 and not rd.supervisor_alive():
+        if not killed and time.monotonic() - start > proctree.GRACE_S and not liveness.supervisor_alive(rd):
             from fttui.core.run.cgroup import end_run
 
-            killed = rd.signal_training(signal.SIGKILL)  # no supervisor to escalate: do it here
+            killed = signal_training(rd, signal.SIGKILL)  # no supervisor to escalate: do it here
             killed = bool(end_run(rd)) or killed  # and all of the run's cgroup, where it has one
         time.sleep(0.2)
     recover(rd)  # no-op unless the supervisor was gone: then the row is written here

@@ -80,13 +80,16 @@ def _say(text: str, stream) -> bool:
 
 
 def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
+    from fttui.core.run import liveness
+    from fttui.core.run.cancel import request_cancel
+
     """The foreground watch ended by a signal (SIGTERM, SIGHUP; SIGPIPE: its output is gone): its
     watcher is asked to stop (the ``cancel`` file: the watched process is never signalled) and
     waited for a short while; 128 + signum."""
-    rd.request_cancel()
+    request_cancel(rd)
     deadline = time.monotonic() + wait_s
     while not rd.has_status() and time.monotonic() < deadline:
-        if rd.supervisor() is not None and not rd.supervisor_alive():
+        if rd.supervisor() is not None and not liveness.supervisor_alive(rd):
             break  # the watcher is gone without its status: the next command that looks writes it
         time.sleep(0.1)
     name = signal.Signals(signum).name
@@ -96,6 +99,7 @@ def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
 
 
 def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -> int:
+    from fttui.core.run.cancel import request_cancel
     from fttui.core.run.watch import RunFollower
 
     follower, last = RunFollower(rd), 0.0
@@ -105,7 +109,7 @@ def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -
     def on_int(_s, _f):
         stop["n"] += 1
         if stop["n"] == 1:
-            rd.request_cancel()  # the watcher stops; the watched process is never signalled
+            request_cancel(rd)  # the watcher stops; the watched process is never signalled
             _say("\nfttui: stopping the watch (the watched process is not touched)", sys.stderr)
         else:
             raise KeyboardInterrupt

@@ -168,10 +168,12 @@ class FttuiApp(App[int]):
 
     # ---------------------------------------------------------------- actions
     def live_runs(self) -> list[RunDir]:
+        from fttui.core.run import liveness
+
         out = []
         for rd in self.runs:
             try:
-                if rd.exists() and rd.is_live():
+                if rd.exists() and liveness.is_live(rd):
                     out.append(rd)
             except OSError:
                 pass
@@ -183,6 +185,7 @@ class FttuiApp(App[int]):
             self.stop_probes()
             self.exit(self.exit_code)
             return
+        from fttui.core.run.cancel import request_cancel
         from fttui.tui.dialogs import QuitScreen
 
         def done(choice: str | None) -> None:
@@ -191,7 +194,7 @@ class FttuiApp(App[int]):
             if choice == "stop":
                 for rd in live:
                     try:
-                        rd.request_cancel()
+                        request_cancel(rd)
                     except OSError:
                         pass
                 self.exit(self.exit_code)

@@ -17,6 +17,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
+from fttui.core.run.cancel import request_cancel
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.status import FinalStatus, StatusLine, status_line
@@ -196,7 +197,7 @@ class RunScreen(Screen):
         def done(ok: bool | None) -> None:
             if ok:
                 try:
-                    self.rd.request_cancel()
+                    request_cancel(self.rd)
                 except OSError as e:
                     self.notify(f"cancel failed: {e}", severity="error", markup=False)
                     return

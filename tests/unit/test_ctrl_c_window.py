@@ -21,6 +21,12 @@ class FakeRun:
             self.during()  # a Ctrl-C that comes while the cancel is written
 
 
+@pytest.fixture(autouse=True)
+def _cancel_is_the_fake_runs(monkeypatch):
+    """CtrlC sends the cancel through fttui.core.run.cancel.request_cancel: here the fake run's."""
+    monkeypatch.setattr("fttui.cli.ctrl_c.request_cancel", lambda rd: rd.request_cancel())
+
+
 def test_a_second_ctrl_c_within_the_window_withdraws_the_cancel():
     ctrl, rd = CtrlC(True, window=60), FakeRun()
     ctrl.on_int(signal.SIGINT, None)

@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from fttui.core.results.store import Store
-from fttui.core.run import rundir
+from fttui.core.run import liveness, rundir
+from fttui.core.run.cancel import request_cancel, signal_training
 from fttui.core.run.events import read_jsonl
 from fttui.core.run.recover import needs_recovery, recover, recover_all
 
@@ -48,7 +49,7 @@ def _run_dir(home, *, end: bool, exit_rc: int | None, steps: int = 3, cancel: bo
     if exit_rc is not None:
         rundir.write_json_atomic(rd.exit_path, {"returncode": exit_rc, "t": t0 + 3 + steps, "pid": 1})
     if cancel:
-        rd.request_cancel()
+        request_cancel(rd)
     return rd
 
 
@@ -66,7 +67,7 @@ def _row(rd) -> dict:
 ])
 def test_verdict(fttui_home, end, exit_rc, cancel, status):
     rd = _run_dir(fttui_home, end=end, exit_rc=exit_rc, cancel=cancel)
-    assert needs_recovery(rd) and not rd.is_live()
+    assert needs_recovery(rd) and not liveness.is_live(rd)
     st = recover(rd)
     assert st is not None and st.status == status and st.row_saved
     row = _row(rd)
@@ -98,9 +99,9 @@ def test_a_reused_pid_is_not_the_supervisor(fttui_home):
     me = psutil.Process()
     # This test process is alive, but it is not the supervisor that started at another time.
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": me.create_time() - 50})
-    assert not rd.supervisor_alive() and not rd.is_live()
+    assert not liveness.supervisor_alive(rd) and not liveness.is_live(rd)
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": me.create_time()})
-    assert rd.supervisor_alive() and rd.is_live() and rd.state_label() == "running"
+    assert liveness.supervisor_alive(rd) and liveness.is_live(rd) and liveness.state_label(rd) == "running"
     assert recover(rd) is None  # live: nothing to finish
 
 
@@ -113,15 +114,15 @@ def test_the_supervisor_is_known_by_its_start_ticks_not_a_boot_time_that_steps(f
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
     ct, me = psutil.Process().create_time(), identity(os.getpid()).to_dict()
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct - 1.0})
-    assert rd.supervisor_alive() and rd.is_live()  # the step of one second: the same process
+    assert liveness.supervisor_alive(rd) and liveness.is_live(rd)  # the step of one second: the same process
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct - 1.0, "id": me})
-    assert rd.supervisor_alive()
+    assert liveness.supervisor_alive(rd)
     other = {**me, "start_ticks": me["start_ticks"] - 5}  # a pid reused 50 ms after
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct, "id": other})
-    assert not rd.supervisor_alive() and not rd.is_live()
+    assert not liveness.supervisor_alive(rd) and not liveness.is_live(rd)
     rundir.write_json_atomic(rd.supervisor_path, {"pid": os.getpid(), "create_time": ct,
                                                   "id": {**me, "boot_id": "another boot"}})
-    assert not rd.supervisor_alive()
+    assert not liveness.supervisor_alive(rd)
 
 
 def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_home):
@@ -131,11 +132,12 @@ def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_hom
         from fttui.core.run.guard import identity
 
         rd.write_supervisor(replace(rd.supervisor(), train_pgid=child.pid, train_id=identity(child.pid)))
-        assert rd.training_alive() and rd.is_live() and rd.state_label() == "running (unsupervised)"
+        assert liveness.training_alive(rd) and liveness.is_live(rd)
+        assert liveness.state_label(rd) == "running (unsupervised)"
         assert recover(rd) is None
-        rd.request_cancel()  # no supervisor: the cancel goes to the training's group
+        request_cancel(rd)  # no supervisor: the cancel goes to the training's group
         assert child.wait(timeout=10) == -15
-        assert not rd.is_live()
+        assert not liveness.is_live(rd)
         assert recover(rd).status == "cancelled"
     finally:
         child.kill()
@@ -162,14 +164,14 @@ def test_cancel_never_signals_a_group_whose_leader_is_another_process(tmp_path):
         for recorded in ({**real, "start_ticks": real["start_ticks"] - 7}, {**real, "boot_id": "another-boot"}):
             rd.supervisor_path.write_text(json.dumps({"pid": 999999999, "create_time": 1.0, "train_pgid": other.pid,
                                                       "train_id": recorded}))
-            assert not rd.training_alive()
-            rd.request_cancel()
-            assert rd.signal_training(signal.SIGTERM) is False
+            assert not liveness.training_alive(rd)
+            request_cancel(rd)
+            assert signal_training(rd, signal.SIGTERM) is False
             assert other.poll() is None, "an unrelated process group was signalled"
         rd.supervisor_path.write_text(json.dumps({"pid": 999999999, "create_time": 1.0, "train_pgid": other.pid,
                                                   "train_id": real}))
-        assert rd.training_alive()
-        rd.request_cancel()
+        assert liveness.training_alive(rd)
+        request_cancel(rd)
         assert other.wait(timeout=60) == -signal.SIGTERM
     finally:
         if other.poll() is None:
@@ -209,8 +211,8 @@ def test_cancel_never_signals_a_group_whose_leader_was_not_recorded(fttui_home):
     try:
         rundir.write_json_atomic(rd.supervisor_path, {"pid": _dead_pid(), "train_pgid": victim.pid})
         os.unlink(rd.exit_path) if rd.exit_path.exists() else None
-        assert not rd.training_alive() and not rd.is_live()
-        assert rd.signal_training(15) is False
+        assert not liveness.training_alive(rd) and not liveness.is_live(rd)
+        assert signal_training(rd, 15) is False
         run_fttui("cancel", rd.run_id)
         time.sleep(0.5)
         assert victim.poll() is None, "fttui signalled a process group that was not its run's"
@@ -225,7 +227,7 @@ def test_a_supervisor_pid_that_cannot_be_its_own_is_not_live(fttui_home, pid):
     supervisor; the run is recovered, never shown running forever."""
     rd = _run_dir(fttui_home, end=True, exit_rc=0)
     rundir.write_json_atomic(rd.supervisor_path, {"pid": pid})
-    assert not rd.supervisor_alive() and not rd.is_live()
+    assert not liveness.supervisor_alive(rd) and not liveness.is_live(rd)
     st = recover(rd)
     assert st is not None and st.status == "completed"
 

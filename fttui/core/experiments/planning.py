@@ -221,7 +221,8 @@ def verify(
 
     from fttui.core.experiments.quick_forecast import launch_forecast
     from fttui.core.profiles import apply_overrides
-    from fttui.core.run import launch, rundir
+    from fttui.core.run import launch, liveness, rundir
+    from fttui.core.run.cancel import request_cancel
     from fttui.core.run.datalens import data_stats
 
     if k < 1:
@@ -246,11 +247,11 @@ def verify(
         started = time.monotonic()
         try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
             while not rd.has_status() and (
-                rd.is_live() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
+                liveness.is_live(rd) if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
             ):
                 time.sleep(0.3)
         except KeyboardInterrupt:
-            rd.request_cancel()
+            request_cancel(rd)
             raise
         final = rd.final_status()
         status = final.status if final is not None else "failed"

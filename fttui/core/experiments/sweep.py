@@ -15,7 +15,8 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.profiles import ALIASES, apply_overrides
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.tables import to_markdown
-from fttui.core.run import launch, rundir
+from fttui.core.run import launch, liveness, rundir
+from fttui.core.run.cancel import request_cancel
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[int]]]:
@@ -102,7 +103,7 @@ class Sweeper:
                 self.current = rd
                 cell.run_id = rd.run_id
                 while not rd.has_status():
-                    if not rd.is_live():
+                    if not liveness.is_live(rd):
                         break
                     time.sleep(0.3)
                 self.current = None
@@ -125,9 +126,9 @@ class Sweeper:
         rd = self.current
         if rd is None:
             return
-        rd.request_cancel()
+        request_cancel(rd)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not rd.has_status() and rd.is_live():
+        while time.monotonic() < deadline and not rd.has_status() and liveness.is_live(rd):
             time.sleep(0.2)
 
 

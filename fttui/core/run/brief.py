@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fttui.core.base import fmt
+from fttui.core.run import liveness
 from fttui.core.run.events import read_events_window
 from fttui.core.run.rundir import RunDir, list_runs
 from fttui.core.run.state import RunState
@@ -29,7 +30,7 @@ __all__ = ["RunBrief", "run_brief", "live_briefs", "is_live_label", "HEAD_BYTES"
 
 @dataclass(frozen=True)
 class RunBrief:
-    """What a list shows about one run. ``state`` is ``RunDir.state_label()`` ("running",
+    """What a list shows about one run. ``state`` is ``liveness.state_label(rd)`` ("running",
     "running (unsupervised)", a final status, "lost"); ``started`` is epoch seconds."""
 
     run_id: str
@@ -115,7 +116,7 @@ def run_brief(rd: RunDir, state: str | None = None) -> RunBrief:
         path=rd.path,
         profile=str(name or "?"),
         kind=kind,
-        state=state if state is not None else rd.state_label(),
+        state=state if state is not None else liveness.state_label(rd),
         step=snap.step,
         total_steps=snap.total_steps,
         eta_s=snap.eta_s,
@@ -141,7 +142,7 @@ def live_briefs(runs: list[RunDir] | None = None) -> list[RunBrief]:
         try:
             if rd.status_path.exists():
                 continue
-            label = rd.state_label()
+            label = liveness.state_label(rd)
             if is_live_label(label):
                 out.append(run_brief(rd, label))
         except OSError:

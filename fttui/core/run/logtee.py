@@ -42,7 +42,8 @@ from fttui.core.base.redact import Redactor, split_long
 from fttui.core.run.events import write_event
 from fttui.core.run.guard import write_error
 from fttui.core.run.logparse import split_segments
-from fttui.core.run.rundir import RunDir, group_members
+from fttui.core.run.proctree import group_members
+from fttui.core.run.rundir import RunDir
 from fttui.core.run.runfiles import ExitFile
 
 #: Written in the run directory by fttui's Trainer callback (fttui.integrations.hf) when it

@@ -27,7 +27,7 @@ import psutil
 from fttui.core.base.constants import WATCHED
 from fttui.core.base.envnumbers import env_float
 from fttui.core.base.errors import FttuiError
-from fttui.core.run import guard, rundir
+from fttui.core.run import guard, liveness, rundir
 from fttui.core.run.events import LaunchEvent, StartEvent, write_event
 from fttui.core.run.recover import end_watch
 from fttui.core.run.runfiles import SupervisorFile
@@ -128,7 +128,7 @@ def watch(rd: rundir.RunDir) -> int:
     state = RunState()
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - float(spec.get("create_time") or 0)) >= rundir.CREATE_TIME_SLACK_S:
+        if abs(proc.create_time() - float(spec.get("create_time") or 0)) >= liveness.CREATE_TIME_SLACK_S:
             raise psutil.NoSuchProcess(pid)  # the pid was reused between the check and now
     except psutil.Error:
         proc = None

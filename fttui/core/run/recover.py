@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 
 from fttui.core.base.constants import WATCHED
-from fttui.core.run import rundir
+from fttui.core.run import liveness, rundir
 from fttui.core.run.events import ExitEvent, StalledEvent, read_events, write_event
 from fttui.core.run.state import RunState
 from fttui.core.run.status import FinalStatus
@@ -167,7 +167,12 @@ def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | No
 def needs_recovery(rd: rundir.RunDir) -> bool:
     """The run has no final status, its supervisor started and is gone, and nothing of the
     training is running any more."""
-    return not rd.has_status() and rd.supervisor() is not None and not rd.supervisor_alive() and not rd.training_alive()
+    return (
+        not rd.has_status()
+        and rd.supervisor() is not None
+        and not liveness.supervisor_alive(rd)
+        and not liveness.training_alive(rd)
+    )
 
 
 def _stored_final(rd: rundir.RunDir) -> FinalStatus | None:
@@ -279,7 +284,7 @@ def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
     own = rd.final_status()
     if own is not None and (own.row_saved or rd.is_slurm_job()):
         return None
-    job = rd.slurm_state()
+    job = liveness.slurm_state(rd)
     if job is None:  # no Slurm client here (a finished node's row is stored as it is), or Slurm forgot the job
         if own is not None and not have_slurm() and not rd.is_slurm_job():
             return _store_settled(rd, own, None)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.typed import Profile
-from fttui.core.run import rundir
+from fttui.core.run import liveness, rundir
 from fttui.core.run.events import SaveEvent, read_events
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -74,7 +74,7 @@ def plan_resume(ref: str) -> Resume:
     prof = rd.profile()
     if prof is None:
         raise FttuiError(f"--resume {rd.run_id}: its profile.json is missing or unreadable")
-    if rd.is_live():
+    if liveness.is_live(rd):
         raise FttuiError(f"--resume {rd.run_id}: the run is still running; `fttui cancel {rd.run_id}` first")
     found = last_checkpoint(rd)
     if found is None:

@@ -1,4 +1,6 @@
-"""Run directories: layout, creation, discovery and liveness (see docs/architecture.md)."""
+"""Run directories: layout, creation, discovery, and reading and writing their files (see
+docs/architecture.md). Whether a run is live (its processes, Slurm) is :mod:`fttui.core.run.liveness`;
+cancelling one is :mod:`fttui.core.run.cancel`."""
 
 from __future__ import annotations
 
@@ -6,8 +8,8 @@ import json
 import logging
 import os
 import secrets
-import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,77 +55,6 @@ def read_json(path: Path) -> Any | None:
 def new_run_id(profile_name: str) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in profile_name)[:48]
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}-{secrets.token_hex(2)}"
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 1 < pid <= 1 << 22:
-        return False  # 0, 1, -1 (kill(-1, 0) asks about every process), 10^20 (OverflowError)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) counts as dead.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-#: How far two readings of one process's start time (psutil's ``create_time``) may differ: it is
-#: the boot time of ``/proc/stat``, whole seconds that the kernel derives anew at each read and
-#: that step by one now and then, plus the start in clock ticks; a run's CLI once took its live
-#: supervisor for a dead one across such a step (and reported it gone without a status).
-CREATE_TIME_SLACK_S = 2.0
-
-
-def process_matches(pid: int | None, create_time: float | None, ident: ProcessId | None = None) -> bool:
-    """``pid`` is alive and is the process started then: its start in clock ticks on this boot
-    (``ident``, :func:`fttui.core.run.guard.identity`) where recorded, else (older run
-    directories) its ``create_time`` within :data:`CREATE_TIME_SLACK_S`."""
-    if not isinstance(pid, int) or not pid_alive(pid):
-        return False
-    if ident is not None and ident.start_ticks is not None:
-        from fttui.core.run.guard import same_process
-
-        return same_process(pid, ident) is not False
-    if not isinstance(create_time, (int, float)):
-        return False  # nothing says which process it was: a live pid may be anyone's (pid 1, a reused one)
-    import psutil
-
-    try:
-        return abs(psutil.Process(pid).create_time() - create_time) < CREATE_TIME_SLACK_S
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True
-
-
-def group_members(pgid: int, exclude: int | None = None) -> list:
-    """The live (not zombie) processes of process group ``pgid``, ``exclude`` (a pid) left out."""
-    import psutil
-
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.pid != exclude and os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (psutil.Error, OSError):
-            pass
-    return out
-
-
-def group_alive(pgid: int) -> bool:
-    """Some process of process group ``pgid`` is alive (zombies count as gone)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return bool(group_members(pgid))
 
 
 class RunDir:
@@ -242,37 +173,6 @@ class RunDir:
         """A job directory of ``fttui submit`` (its nodes' runs are directories of their own)."""
         return self.kind_and_group()[0] == "slurm"
 
-    def slurm_state(self):
-        """Slurm's :class:`~fttui.monitor.slurm.JobState` of the job this directory belongs to;
-        ``None`` when it is no Slurm job's, not submitted yet, unknown to Slurm, or there is no
-        Slurm client here."""
-        job = self.slurm()
-        if job is None or not job.job_id:
-            return None
-        from fttui.monitor.slurm import SlurmUnavailable, job_state
-
-        try:
-            return job_state(job.job_id)
-        except SlurmUnavailable:
-            return None
-
-    def _slurm_live(self) -> bool | None:
-        """Whether the job still runs or waits, as Slurm says (a node's processes may be on
-        another machine: their pids mean nothing here); ``None`` when this is no Slurm job's or
-        there is no Slurm client to ask."""
-        sl = self.slurm()
-        if sl is None:
-            return None
-        if not sl.job_id:  # fttui submit has not had sbatch's answer yet
-            return None
-        from fttui.monitor.slurm import SlurmUnavailable, job_state
-
-        try:
-            st = job_state(sl.job_id)
-        except SlurmUnavailable:
-            return None
-        return bool(st is not None and st.live)
-
     def _status_json(self) -> dict | None:
         """``status.json`` as written (``None`` while the run is live, and when the file is no
         object with a text ``status``: a damaged file reads as a missing one, which recovery puts
@@ -307,81 +207,12 @@ class RunDir:
     def write_exit(self, info: ExitFile) -> None:
         write_json_atomic(self.exit_path, info.to_dict())
 
-    def supervisor_alive(self) -> bool:
-        """The supervisor of supervisor.json is running: its pid is alive and was started when
-        the supervisor was (a pid reused by another process does not count)."""
-        sup = self.supervisor()
-        return sup is not None and process_matches(sup.pid, sup.create_time, sup.id)
-
-    def training_alive(self) -> bool:
-        """The training's process group (supervisor.json's ``train_pgid``) still has a process and
-        its log writer has not recorded an exit. The group's leader is checked against its start
-        time and boot (``train_id``): after a reboot or a reused pid, another group is not it."""
-        sup = self.supervisor()
-        pgid = sup.train_pgid if sup is not None else None
-        if sup is None or pgid is None or pgid <= 1 or self.exit_path.exists():
-            return False
-        if sup.train_id is None:  # nothing says which group it was: it may be anyone's now (issue 36:
-            return False  # `fttui cancel` of a copied run directory signalled an unrelated group)
-        from fttui.core.run.guard import same_process
-
-        # None: the leader is gone (its group's other processes keep the id: never reused while
-        # they live)
-        if same_process(pgid, sup.train_id) is False:
-            return False
-        return group_alive(pgid)
-
-    def is_live(self) -> bool:
-        """No final status yet and someone is at work: the supervisor, or (when it died) the
-        training it started."""
-        if self.has_status():
-            return False
-        slurm_live = self._slurm_live()
-        if slurm_live is not None:
-            return slurm_live
-        sup = self.supervisor()
-        if sup is None:
-            # Created but the supervisor has not written its pid yet: live for a short while.
-            try:
-                return time.time() - self.path.stat().st_mtime < 30
-            except OSError:
-                return False
-        return self.supervisor_alive() or self.training_alive()
-
-    def state_label(self) -> str:
-        st = self.final_status()
-        if st is not None:
-            return st.status
-        if self.is_slurm_job():
-            job = self.slurm_state()
-            if job is not None:
-                return job.label() if job.live else f"ended ({job.state})"
-        if not self.is_live():
-            return "lost"
-        if self.slurm() is not None:  # a Slurm node's supervisor may be on another machine: Slurm said it runs
-            return "running"
-        return "running" if self.supervisor() is None or self.supervisor_alive() else "running (unsupervised)"
-
-    def request_cancel(self) -> None:
-        """Ask the supervisor to stop the run (it polls for this file); when the supervisor is
-        gone and the training runs on, send SIGTERM to the training's process group."""
+    def write_cancel(self) -> None:
+        """The ``cancel`` file, which asks the supervisor to stop the run (it polls for it);
+        :func:`fttui.core.run.cancel.request_cancel` also signals the training when the supervisor
+        is gone."""
         fd = os.open(self.cancel_path, os.O_WRONLY | os.O_CREAT, 0o600)
         os.close(fd)
-        if not self.supervisor_alive():
-            self.signal_training(signal.SIGTERM)
-
-    def signal_training(self, sig: int) -> bool:
-        """Send ``sig`` to the training's process group (supervisor.json's ``train_pgid``) while
-        it runs; ``True`` when it was sent."""
-        sup = self.supervisor()
-        pgid = sup.train_pgid if sup is not None else None
-        if pgid is None or pgid <= 1 or not self.training_alive():
-            return False
-        try:
-            os.killpg(pgid, sig)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
 
 
 def create(
@@ -418,9 +249,10 @@ def list_runs() -> list[RunDir]:
     return sorted(runs, key=lambda r: r.run_id)
 
 
-def find(run: str | None) -> RunDir | None:
-    """A run by id, id prefix or path; None = the latest live run, else the latest run.
-    FttuiError (one line listing them) when a prefix matches several runs."""
+def find(run: str | None, live: Callable[[RunDir], bool] | None = None) -> RunDir | None:
+    """A run by id, id prefix or path; None = the latest run for which ``live`` holds (the latest
+    live run: :func:`fttui.core.run.liveness.find`), else the latest run. FttuiError (one line
+    listing them) when a prefix matches several runs."""
     if run:
         p = Path(run)
         if p.is_dir() and (p / "profile.json").exists():
@@ -437,7 +269,7 @@ def find(run: str | None) -> RunDir | None:
             raise FttuiError(f"{run!r} matches {len(matches)} runs: {shown}{more}; give more of the id")
         return None
     runs = list_runs()
-    live = [r for r in runs if r.is_live()]
-    if live:
-        return live[-1]
+    chosen = [r for r in runs if live(r)] if live is not None else []
+    if chosen:
+        return chosen[-1]
     return runs[-1] if runs else None

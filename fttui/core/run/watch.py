@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from fttui.core.run import liveness
 from fttui.core.run.events import Event, EventTail, RetryEvent, read_events
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.sample_records import SampleTail
@@ -27,7 +28,7 @@ class RunFollower:
         """Read what is new; returns the current snapshot."""
         if self.final is None:
             self.final = self.rd.final_status()
-        if self.final is None and not self.rd.is_live():
+        if self.final is None and not liveness.is_live(self.rd):
             # The supervisor died and the training has ended since: finish the run here.
             from fttui.core.run.recover import recover
 
@@ -51,7 +52,7 @@ class RunFollower:
         written since the last poll is read first: a run that just finished is not lost."""
         if self.final is None:
             self.final = self.rd.final_status()
-        return self.final is None and not self.rd.is_live()
+        return self.final is None and not liveness.is_live(self.rd)
 
 
 def next_attempt(rd: RunDir, run_id: str | None) -> RunDir | None:
