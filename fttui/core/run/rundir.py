@@ -19,7 +19,7 @@ from fttui.core.base.redact import mask
 from fttui.core.profiles.frozen import thaw
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
-from fttui.core.run.runfiles import CommandFile, ExitFile, ProcessId, SlurmJobFile, SlurmNodeJob, SupervisorFile
+from fttui.core.run.runfiles import CommandFile, ExitFile, SlurmJobFile, SlurmNodeJob, SupervisorFile
 from fttui.core.run.status import FinalStatus
 
 log = logging.getLogger(__name__)
