@@ -17,7 +17,7 @@ from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
 from fttui.core.run import liveness
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.runfiles import SlurmJobFile, SlurmNodeJob
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 
 #: how long after Slurm ended the job its nodes' statuses may take to appear (a supervisor's grace)
 SETTLE_S = 120.0

@@ -20,7 +20,8 @@ from textual.widgets import Footer, Header
 from fttui.core.run.cancel import request_cancel
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.snapshot import RunSnapshot
-from fttui.core.run.status import FinalStatus, StatusLine, status_line
+from fttui.core.run.status import StatusLine, status_line
+from fttui.core.run.statusfile import FinalStatus
 from fttui.tui.host import host
 from fttui.tui.run_panels import (
     GpuGrid,

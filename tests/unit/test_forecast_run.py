@@ -14,7 +14,7 @@ from fttui.core.run import rundir
 from fttui.core.run.brief import run_brief
 from fttui.core.run.events import ForecastEvent, parse_event
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.core.run.summary import build_row
 from tests.helpers import profile_of
 

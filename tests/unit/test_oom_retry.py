@@ -16,7 +16,8 @@ from fttui.core.run.brief import run_brief
 from fttui.core.run.events import append_jsonl, read_jsonl
 from fttui.core.run.oomretry import Decision, attempt_event, decide, prepare_next, recovery_message, shrink
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus, status_line
+from fttui.core.run.statusfile import FinalStatus
+from fttui.core.run.status import status_line
 from fttui.core.run.summary import build_row
 from fttui.core.run.watch import attempts
 

@@ -22,7 +22,8 @@ from fttui.core.run import perf, rundir
 from fttui.core.run.events import StartEvent
 from fttui.core.run.sample_records import Sample, read_samples
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus, status_line
+from fttui.core.run.statusfile import FinalStatus
+from fttui.core.run.status import status_line
 from fttui.core.run.summary import build_row
 from tests.helpers import sample_of
 

@@ -8,7 +8,8 @@ from fttui.core.run.phases import PHASES, mmss, phase_text
 from fttui.core.run.sample_records import Sample
 from fttui.core.run.snapshot import RunSnapshot
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus, status_line
+from fttui.core.run.statusfile import FinalStatus
+from fttui.core.run.status import status_line
 from fttui.monitor import HostSnapshot
 
 T0 = 1_000_000.0

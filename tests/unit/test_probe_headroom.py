@@ -75,7 +75,7 @@ def test_end_event_writes_its_memory_only_where_measured():
 
 def test_an_oom_trial_has_no_headroom(monkeypatch, fttui_home):
     """LaunchedTrial._trial fills the headroom for a fit only."""
-    from fttui.core.run.status import FinalStatus
+    from fttui.core.run.statusfile import FinalStatus
 
     events = _host_rank(0, 900, 850, 880) + _host_rank(1, 910, 860, 895.5)
     monkeypatch.setattr(launched, "read_events", lambda path: [parse_event(e) for e in events])

@@ -28,7 +28,7 @@ from fttui.core.run.events import parse_event
 from fttui.core.run.row_figures import samples_per_step
 from fttui.core.run.sample_records import Sample, read_samples
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.core.run.summary import build_row
 from fttui.monitor import HostSampler, HostSnapshot
 from fttui.monitor.host import is_build_process

@@ -11,7 +11,7 @@ from fttui.core.run.allocation import Allocation, gpus_on_node, job_port, read_a
 from tests.helpers import profile_of
 from fttui.core.run.slurmend import job_verdict, node_verdict
 from fttui.core.run.slurmnode import node_run_id
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.monitor.slurm import JobState, expand_hostlist, parse_sacct, parse_squeue
 
 # what srun gives task 1 of a 4-node job with 8 GPUs per node (Slurm 22.05 names)

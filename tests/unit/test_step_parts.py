@@ -16,7 +16,7 @@ from fttui.core.results.stepparts import step_parts
 from fttui.core.run import rundir
 from fttui.core.run.events import parse_event
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.core.run.summary import build_row
 
 SHAPE = ModelShape(params_total=10**6, params_trainable=10**4, vocab=1000, hidden=64, layers=2, attn_dim=64,

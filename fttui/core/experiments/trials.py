@@ -17,7 +17,7 @@ from fttui.core.results.columns import RowInputs, fold_row
 from fttui.core.results.row_inputs import Cards, GpuFigures, HostFigures, RunFigures
 from fttui.core.run.row_figures import stated_sharding
 from fttui.core.run.snapshot import RunSnapshot
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 
 
 @dataclass

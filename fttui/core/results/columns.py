@@ -57,7 +57,7 @@ class RowInputs:
     """What a row is folded from. ``profile``: the run's typed profile (the stated settings; a
     probe trial's with its value; a command run's holds only what its Trainer told, ``None``
     elsewhere: :func:`fttui.core.run.command.row_profile`); ``snap``: the run's snapshot (a trial's figures as
-    one); ``status``: its :class:`~fttui.core.run.status.FinalStatus` (a Slurm node's: with the
+    one); ``status``: its :class:`~fttui.core.run.statusfile.FinalStatus` (a Slurm node's: with the
     scheduler's verdict); ``events``: its event records (:mod:`fttui.core.base.event_records`,
     parsed once by :mod:`fttui.core.run.events`); ``figures``: the figures the run layer measures
     with the run's cards (:class:`~fttui.core.results.row_inputs.RunFigures`: cards, GPU and host

@@ -10,7 +10,7 @@ from typing import Any
 from fttui.core.base.event_records import AttemptEvent, ErrorEvent, EvalEvent, ExitEvent, RetryEvent, SaveEvent
 from fttui.core.run.phases import PhaseFold
 from fttui.core.run.snapshot import to_int
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.monitor import num
 
 __all__ = ["VerdictFold", "STATUS_ORDER"]

@@ -27,7 +27,7 @@ from fttui.core.profiles.typed import Profile
 from fttui.core.run import rundir
 from fttui.core.run.events import AttemptEvent, RetryEvent
 from fttui.core.run.runfiles import Attempt, CommandFile, ResumeFrom
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 
 __all__ = [
     "RETRIED_KINDS",

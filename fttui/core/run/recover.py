@@ -28,7 +28,7 @@ from fttui.core.base.constants import WATCHED
 from fttui.core.run import liveness, rundir
 from fttui.core.run.events import ExitEvent, StalledEvent, read_events, write_event
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.core.run.summary import build_row, final_status, launch_time, replay, settled_row
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from fttui.core.profiles.frozen import thaw
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.runfiles import CommandFile, ExitFile, SlurmJobFile, SlurmNodeJob, SupervisorFile
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.monitor.slurm import JobState
 
 CANCELLED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "REQUEUED"})

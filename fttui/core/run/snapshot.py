@@ -11,15 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fttui.monitor import GpuSnapshot, HostSnapshot, num
+from fttui.core.run.statusfile import to_int
+from fttui.monitor import GpuSnapshot, HostSnapshot
 
 __all__ = ["RunSnapshot", "CardPerf", "to_int", "sum_known", "rate"]
-
-
-def to_int(value: Any) -> int | None:
-    """An int from any finite number (or numeric string); ``None`` for anything else."""
-    f = num(value)
-    return None if f is None else int(f)
 
 
 def sum_known(values: list[float | None]) -> float | None:

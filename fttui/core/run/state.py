@@ -45,7 +45,7 @@ from fttui.core.run.memtrend import DEFAULT_HORIZON
 from fttui.core.run.perf import with_perf
 from fttui.core.run.sample_records import Sample
 from fttui.core.run.snapshot import RunSnapshot, to_int
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.core.run.whyslow import SpeedFold, why_slow
 from fttui.monitor import num
 

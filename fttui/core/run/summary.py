@@ -28,7 +28,7 @@ from fttui.core.run.row_figures import (
 )
 from fttui.core.run.sample_records import read_samples
 from fttui.core.run.snapshot import RunSnapshot, to_int
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 
 if TYPE_CHECKING:
     from fttui.monitor.slurm import JobState

@@ -51,7 +51,7 @@ from fttui.core.run.recover import finish
 from fttui.core.run.runfiles import CommandFile, ExitFile, SupervisorFile
 from fttui.core.run.sampling import take_sample
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 from fttui.core.run.summary import final_status
 from fttui.monitor import HostSampler, make_gpu_sampler
 

@@ -10,7 +10,7 @@ from fttui.core.run.events import Event, EventTail, RetryEvent, read_events
 from fttui.core.run.rundir import RunDir
 from fttui.core.run.sample_records import SampleTail
 from fttui.core.run.state import RunState
-from fttui.core.run.status import FinalStatus
+from fttui.core.run.statusfile import FinalStatus
 
 
 class RunFollower:
