@@ -24,7 +24,7 @@ from fttui.core.base import paths
 from fttui.core.base.constants import PROBE_STEPS
 from fttui.core.experiments.probe import Prober
 from fttui.core.profiles import Profile, load_profile
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 
 
 def one(resolved: Profile, param: str, value: int, steps: int, worker: bool = False) -> dict:

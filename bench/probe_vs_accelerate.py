@@ -97,7 +97,7 @@ def accelerate_worker(profile_path: str, run_dir: str, steps: int, start: int, r
 # ---------------------------------------------------------------------------------------------
 # orchestration (imports fttui.core only)
 def _child_env(resolved: dict) -> dict[str, str]:
-    from fttui.core.run import launch
+    from fttui.core.run.launching import launch
 
     env = dict(os.environ)
     env.update(launch.child_env(resolved))

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def steady_sps(events_path: Path, warmup: int = 1) -> float:
-    from fttui.core.run.events import read_jsonl
-    from fttui.core.run.state import RunState
+    from fttui.core.run.files.events import read_jsonl
+    from fttui.core.run.fold.state import RunState
 
     st = RunState(warmup_exclude_steps=warmup)
     for e in read_jsonl(events_path):
@@ -40,7 +40,8 @@ def steady_sps(events_path: Path, warmup: int = 1) -> float:
 
 
 def run_alone(resolved: Profile, home: Path) -> float:
-    from fttui.core.run import launch, rundir
+    from fttui.core.run.launching import launch
+    from fttui.core.run.files import rundir
 
     os.environ["FTTUI_HOME"] = str(home)
     rd = rundir.create(resolved.to_dict(), [], launch.child_env(resolved))

@@ -21,7 +21,7 @@ mypy_pid=$!
 # The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
 .venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }
 # A DeepSpeed op build killed in an earlier run leaves a lock that would hang every DeepSpeed test.
-.venv/bin/python -c 'import os, pathlib; from fttui.core.run.oplocks import clear_stale_locks
+.venv/bin/python -c 'import os, pathlib; from fttui.core.run.launching.oplocks import clear_stale_locks
 clear_stale_locks(pathlib.Path(os.environ.get("TORCH_EXTENSIONS_DIR") or pathlib.Path.home() / ".cache/torch_extensions"), print)'
 # Three workers on two cores: many end-to-end tests wait (for a scheduler, a timeout, a process to
 # end) and a third worker fills those waits; the DeepSpeed and Slurm tests keep their own groups.

@@ -11,7 +11,7 @@ import psutil
 
 if TYPE_CHECKING:
     from fttui.core.profiles.typed import Profile
-    from fttui.core.run.sample_records import Sample
+    from fttui.core.run.files.sample_records import Sample
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
@@ -99,7 +99,7 @@ def end_leftovers(folder: Path, grace: float) -> list[str]:
             cmd = p.cmdline()
             if cmd and os.path.basename(cmd[0]) == "ninja":
                 build_dirs.add(p.cwd())
-            for mod in ("fttui.core.run.supervisor", "fttui.core.run.logtee"):
+            for mod in ("fttui.core.run.supervising.supervisor", "fttui.core.run.supervising.logtee"):
                 if mod in cmd and cmd.index(mod) + 1 < len(cmd):
                     run_dirs.add(cmd[cmd.index(mod) + 1])
             lines.append(f"pid {p.pid}: {' '.join(cmd)[:300]}")
@@ -109,8 +109,8 @@ def end_leftovers(folder: Path, grace: float) -> list[str]:
     psutil.wait_procs(left, timeout=10)
     for d in build_dirs:
         Path(d, "lock").unlink(missing_ok=True)
-    from fttui.core.run.cgroup import end_run
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.processes.cgroup import end_run
+    from fttui.core.run.files.rundir import RunDir
 
     for d in run_dirs:
         end_run(RunDir(d))
@@ -145,8 +145,8 @@ def profile_of(obj) -> Profile:
 
 def sample_of(obj) -> Sample:
     """A test's hand-written ``samples.jsonl`` line (``{"t", "gpu", "host"}``) as the record the
-    folds take, read as a line of the file is (:meth:`fttui.core.run.sample_records.Sample.from_dict`)."""
-    from fttui.core.run.sample_records import Sample
+    folds take, read as a line of the file is (:meth:`fttui.core.run.files.sample_records.Sample.from_dict`)."""
+    from fttui.core.run.files.sample_records import Sample
 
     rec = Sample.from_dict(obj)
     assert rec is not None, obj

@@ -179,7 +179,7 @@ def follow_as_json(rd, follow) -> int:
     stdout: a script reads one JSON document whatever the run printed."""
     import contextlib
 
-    from fttui.core.run.watch import attempts
+    from fttui.core.run.control.watch import attempts
 
     with contextlib.redirect_stdout(sys.stderr):
         code = follow()

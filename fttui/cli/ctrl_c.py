@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
-from fttui.core.run.cancel import request_cancel
-from fttui.core.run.rundir import RunDir
+from fttui.core.run.files.rundir import RunDir
+from fttui.core.run.processes.cancel import request_cancel
 
 __all__ = ["DETACH_WINDOW_S", "CtrlC"]
 

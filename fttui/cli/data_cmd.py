@@ -1,6 +1,6 @@
 """`fttui data`: the profile's data after the template and truncation, tokenised with its tokenizer.
 
-Figures from :func:`fttui.core.run.datalens.data_stats` (definitions in
+Figures from :func:`fttui.core.experiments.datalens.data_stats` (definitions in
 :mod:`fttui.core.data.lengths`); a progress bar on a terminal while a large file is tokenised.
 """
 
@@ -104,7 +104,7 @@ def _ended_cleanly():
 
 def cmd_data(args, resolve=resolve) -> int:
     from fttui.core.data.records import check_file
-    from fttui.core.run.datalens import data_stats, tokenizer_spec
+    from fttui.core.experiments.datalens import data_stats, tokenizer_spec
 
     profile = resolve(args)
     if args.batch_size is not None and args.batch_size < 1:

@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
-from fttui.core.run import liveness
-from fttui.core.run.rundir import RunDir
-from fttui.core.run.runfiles import SlurmJobFile, SlurmNodeJob
-from fttui.core.run.statusfile import FinalStatus
+from fttui.core.run.files.rundir import RunDir
+from fttui.core.run.files.runfiles import SlurmJobFile, SlurmNodeJob
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.processes import liveness
 
 #: how long after Slurm ended the job its nodes' statuses may take to appear (a supervisor's grace)
 SETTLE_S = 120.0
@@ -45,7 +45,7 @@ def _as_dict(record: SlurmNodeJob | SlurmJobFile | FinalStatus | None) -> dict[s
 
 
 def _members(job: RunDir) -> list[RunDir]:
-    from fttui.core.run.slurmjob import job_nodes
+    from fttui.core.run.slurm.slurmjob import job_nodes
 
     if job.is_slurm_job():
         return job_nodes(job)
@@ -55,7 +55,7 @@ def _members(job: RunDir) -> list[RunDir]:
 def settle(job: RunDir, timeout: float = SETTLE_S) -> bool:
     """Wait until Slurm says the job is over and every node's run (and the job directory) has
     its status with Slurm's cause; ``True`` when it did within ``timeout``."""
-    from fttui.core.run.recover import recover_all
+    from fttui.core.run.supervising.recover import recover_all
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -108,7 +108,7 @@ def job_json(job: RunDir) -> str:
 
 
 def cancel_job(rd: RunDir, as_json: bool) -> int:
-    from fttui.core.run import slurmjob
+    from fttui.core.run.slurm import slurmjob
 
     job = job_dir_of(rd)
     slurmjob.cancel(job)
@@ -129,7 +129,7 @@ def _out(line: str, as_json: bool) -> None:
 def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
     """Follow a Slurm job in plain lines until it is over (Ctrl-C detaches; the job goes on)."""
     from fttui.cli.live import progress_line
-    from fttui.core.run.watch import RunFollower
+    from fttui.core.run.control.watch import RunFollower
 
     job = job_dir_of(rd)
     jid = _job_id(job)
@@ -154,7 +154,7 @@ def attach_job(rd: RunDir, as_json: bool = False, interval: float = 2.0) -> int:
                     printed[r.run_id] = text
                     rank, name = (node.node_rank, node.node) if node is not None else (None, None)
                     _out(f"node {rank} ({name}): {text}", as_json)
-            from fttui.core.run.brief import is_live_label
+            from fttui.core.run.control.brief import is_live_label
 
             if not is_live_label(label):
                 break

@@ -11,14 +11,14 @@ from fttui.cli.insight_lines import insight_lines
 from fttui.core.base import fmt
 from fttui.core.base.constants import EXIT_CODES, EXIT_ERROR, EXIT_INTERRUPTED
 from fttui.core.base.inert import inert, output_line
-from fttui.core.run.insight import memory_picture, picture_text, speed_text
-from fttui.core.run.perf import mfu_text
-from fttui.core.run.phases import mmss, phase_text
-from fttui.core.run.ranks import clash_text
-from fttui.core.run.row_figures import host_measure_text
-from fttui.core.run.rundir import RunDir
-from fttui.core.run.status import status_line
-from fttui.core.run.watch import RunFollower, next_attempt
+from fttui.core.run.control.watch import RunFollower, next_attempt
+from fttui.core.run.files.rundir import RunDir
+from fttui.core.run.fold.insight import memory_picture, picture_text, speed_text
+from fttui.core.run.fold.perf import mfu_text
+from fttui.core.run.fold.phases import mmss, phase_text
+from fttui.core.run.fold.ranks import clash_text
+from fttui.core.run.fold.status import status_line
+from fttui.core.run.row.row_figures import host_measure_text
 from fttui.monitor import cards_run_first
 
 # The Rich view's colour of each status kind (status_line's kind); the others are cyan.
@@ -45,7 +45,7 @@ def progress_line(snap) -> str:
 
 
 def near_oom_line(snap) -> str | None:
-    """The headless warning when a card comes close to an OOM (fttui.core.run.perf), else None:
+    """The headless warning when a card comes close to an OOM (fttui.core.run.fold.perf), else None:
     ``NEAR OOM: GPU 2: 3 allocator retries (lowest headroom 812 MB, threshold 4.0 GB)``."""
     if not snap.near_oom:
         return None

@@ -29,7 +29,7 @@ def _say_left_out(resolved, budget, args) -> None:
     run it (its packages are missing), when it would have been planned."""
     from fttui.core.base import shardings
     from fttui.core.experiments.plan import candidates
-    from fttui.core.run.extras import uninstalled_shardings
+    from fttui.core.run.launching.extras import uninstalled_shardings
 
     missing = uninstalled_shardings()
     if not missing:

@@ -14,7 +14,7 @@ def cmd_results(args, is_tty=is_tty) -> int:
     from fttui.core.base import paths
     from fttui.core.results import tables
     from fttui.core.results.store import Store
-    from fttui.core.run.recover import recover_all
+    from fttui.core.run.supervising.recover import recover_all
 
     logging.getLogger("fttui.cli").debug("results store %s", paths.store_path())
     recover_all()

@@ -2,11 +2,11 @@
 command given after ``--``) and watch it.
 
 ``fttui run [--headless] [--name NAME] -- CMD ARGS...`` supervises the command as a profile run
-(:mod:`fttui.core.run.command`): it takes no profile, ``--set``, ``--from`` or ``--resume``; the
+(:mod:`fttui.core.run.launching.command`): it takes no profile, ``--set``, ``--from`` or ``--resume``; the
 command and its program are checked before anything is written.
 
 ``--resume RUN`` (a run id or unique prefix) launches a new run with the profile RUN ran with,
-continuing from RUN's last checkpoint (:mod:`fttui.core.run.resume`); it takes no ``--profile``,
+continuing from RUN's last checkpoint (:mod:`fttui.core.run.launching.resume`); it takes no ``--profile``,
 ``--from``, ``--set`` or memory limit, since the resumed run's profile is the one that ran."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def resume_of(args):
-    """The :class:`~fttui.core.run.resume.Resume` of ``--resume RUN``, or None without it."""
+    """The :class:`~fttui.core.run.launching.resume.Resume` of ``--resume RUN``, or None without it."""
     if getattr(args, "resume", None) is None:
         return None
     given = [
@@ -43,7 +43,7 @@ def resume_of(args):
     ]
     if given:
         raise FttuiError(f"--resume runs the profile the run ran with; leave out {', '.join(given)}")
-    from fttui.core.run.resume import plan_resume
+    from fttui.core.run.launching.resume import plan_resume
 
     return plan_resume(args.resume)
 
@@ -78,18 +78,18 @@ def command_of(args) -> list[str] | None:
             "a command's GPU memory cannot be capped from outside it: leave out --gpu-memory-limit "
             "(torch.cuda.set_per_process_memory_fraction in the script does it)"
         )
-    from fttui.core.run.command import check_command
+    from fttui.core.run.launching.command import check_command
 
     return check_command(cmd, os.getcwd())
 
 
 def run_node(args, resolve: Callable[..., Profile]) -> int | None:
     """Inside a Slurm job step (``srun``, one task per node): prepare this node's run from the
-    allocation (:mod:`fttui.core.run.slurmnode`) and become its supervisor, the task Slurm
+    allocation (:mod:`fttui.core.run.slurm.slurmnode`) and become its supervisor, the task Slurm
     signals and waits for. ``None`` outside any job step."""
     import sys
 
-    from fttui.core.run.allocation import read_allocation
+    from fttui.core.run.slurm.allocation import read_allocation
 
     alloc = read_allocation(os.environ)
     job = getattr(args, "job", None)
@@ -105,8 +105,8 @@ def run_node(args, resolve: Callable[..., Profile]) -> int | None:
             "inside a Slurm job step fttui runs a profile (--profile, or --job from fttui submit); "
             "a command or --resume is run outside Slurm"
         )
-    from fttui.core.run import rundir
-    from fttui.core.run.slurmnode import start_node
+    from fttui.core.run.files import rundir
+    from fttui.core.run.slurm.slurmnode import start_node
 
     if job:
         job_rd = rundir.RunDir(rundir.paths.runs_dir() / job)
@@ -127,12 +127,12 @@ def run_node(args, resolve: Callable[..., Profile]) -> int | None:
         flush=True,
     )
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "fttui.core.run.supervisor", str(rd.path)])
+    os.execv(sys.executable, [sys.executable, "-m", "fttui.core.run.supervising.supervisor", str(rd.path)])
     return 1  # not reached
 
 
 def cmd_run(args, resolve: Callable[..., Profile] | None = None, is_tty: Callable[[], bool] = is_tty) -> int:
-    from fttui.core.run import launch
+    from fttui.core.run.launching import launch
 
     node = run_node(args, resolve or resolve_profile)
     if node is not None:
@@ -140,7 +140,7 @@ def cmd_run(args, resolve: Callable[..., Profile] | None = None, is_tty: Callabl
     command = command_of(args)
     resume = resume_of(args)
     if command is not None:
-        from fttui.core.run.command import command_profile
+        from fttui.core.run.launching.command import command_profile
 
         resume = None
         resolved = command_profile(

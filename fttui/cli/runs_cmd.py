@@ -12,9 +12,9 @@ from fttui.core.base.errors import FttuiError
 
 def cmd_ls(args) -> int:
     from fttui.core.results.tables import to_text
-    from fttui.core.run import rundir
-    from fttui.core.run.brief import run_brief
-    from fttui.core.run.recover import recover_all
+    from fttui.core.run.control.brief import run_brief
+    from fttui.core.run.files import rundir
+    from fttui.core.run.supervising.recover import recover_all
 
     runs = rundir.list_runs()
     recover_all(runs)  # runs whose supervisor died get their row now that their training ended
@@ -59,13 +59,13 @@ def cmd_ls(args) -> int:
 
 
 def _find_run(run: str | None, live_only: bool = False):
-    from fttui.core.run import liveness
+    from fttui.core.run.processes import liveness
 
     rd = liveness.find(run)
     if rd is None:
         raise FttuiError(f"no run matches {run!r}" if run else "no runs yet")
     if live_only and not liveness.is_live(rd):
-        from fttui.core.run.watch import attempts
+        from fttui.core.run.control.watch import attempts
 
         last = attempts(rd)[-1]  # a run that ran out of memory and is continued: its live attempt
         if liveness.is_live(last):
@@ -78,9 +78,9 @@ def cmd_cancel(args) -> int:
     import signal
     import time
 
-    from fttui.core.run import liveness, proctree
-    from fttui.core.run.cancel import request_cancel, signal_training
-    from fttui.core.run.recover import recover
+    from fttui.core.run.processes import liveness, proctree
+    from fttui.core.run.processes.cancel import request_cancel, signal_training
+    from fttui.core.run.supervising.recover import recover
 
     rd = _find_run(args.run, live_only=True)
     if rd.slurm() is not None:  # a Slurm job, or a node's run of one: scancel, then Slurm's end
@@ -95,7 +95,7 @@ def cmd_cancel(args) -> int:
         if rd.has_status() or not liveness.is_live(rd):
             break
         if not killed and time.monotonic() - start > proctree.GRACE_S and not liveness.supervisor_alive(rd):
-            from fttui.core.run.cgroup import end_run
+            from fttui.core.run.processes.cgroup import end_run
 
             killed = signal_training(rd, signal.SIGKILL)  # no supervisor to escalate: do it here
             killed = bool(end_run(rd)) or killed  # and all of the run's cgroup, where it has one
@@ -115,7 +115,7 @@ def cmd_attach(args, is_tty=is_tty) -> int:
     rd = _find_run(args.run)
     as_json = bool(getattr(args, "json", False))
     if rd.is_slurm_job():
-        from fttui.core.run.slurmjob import node0
+        from fttui.core.run.slurm.slurmjob import node0
 
         zero = node0(rd)
         if (

@@ -1,4 +1,4 @@
-"""`fttui submit`: a profile as one Slurm batch job over N nodes (:mod:`fttui.core.run.slurmjob`).
+"""`fttui submit`: a profile as one Slurm batch job over N nodes (:mod:`fttui.core.run.slurm.slurmjob`).
 
 Prints the Slurm job id and the run id (``--json``: both and the job's directory); ``--dry-run``
 prints the batch script and writes nothing. `fttui ls`, `attach` and `cancel` follow the job.
@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_submit(args, resolve: Callable = resolve) -> int:
-    from fttui.core.run import slurmjob
+    from fttui.core.run.slurm import slurmjob
 
     opts = slurmjob.SubmitOptions(
         nodes=args.nodes,

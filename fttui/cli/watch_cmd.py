@@ -80,8 +80,8 @@ def _say(text: str, stream) -> bool:
 
 
 def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
-    from fttui.core.run import liveness
-    from fttui.core.run.cancel import request_cancel
+    from fttui.core.run.processes import liveness
+    from fttui.core.run.processes.cancel import request_cancel
 
     """The foreground watch ended by a signal (SIGTERM, SIGHUP; SIGPIPE: its output is gone): its
     watcher is asked to stop (the ``cancel`` file: the watched process is never signalled) and
@@ -99,8 +99,8 @@ def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
 
 
 def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -> int:
-    from fttui.core.run.cancel import request_cancel
-    from fttui.core.run.watch import RunFollower
+    from fttui.core.run.control.watch import RunFollower
+    from fttui.core.run.processes.cancel import request_cancel
 
     follower, last = RunFollower(rd), 0.0
     ended = ended or EndSignals()
@@ -145,7 +145,7 @@ def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -
 
 
 def cmd_watch(args, is_tty=is_tty) -> int:
-    from fttui.core.run.pidwatch import start_watch
+    from fttui.core.run.supervising.pidwatch import start_watch
 
     if args.detach or (not args.headless and is_tty() and os.environ.get("FTTUI_NO_APP") != "1"):
         rd = start_watch(args.pid, args.name, args.record)  # FttuiError (exit 2) before anything is written

@@ -12,11 +12,11 @@ training time, peak CUDA memory and retries, peak RSS), ``eval``, ``save`` (chec
 ``end``. Without the variable it does nothing, so the line can stay in a script run without
 fttui. fttui's own training worker reports its runs with this same callback (its ``start`` event
 says what the worker knows of its profile: ``start=``), so a script and the worker write the same
-events, built as the typed records of :mod:`fttui.core.run.events` and serialised there. Commands fttui runs get the
-same callback without the line (docs/commands.md): fttui's
+events, built as the typed records of :mod:`fttui.core.run.files.events` and serialised there.
+Commands fttui runs get the same callback without the line (docs/commands.md): fttui's
 ``sitecustomize`` (:mod:`fttui.integrations.autoload`) adds it to every ``transformers.Trainer``.
 
-Stdlib and transformers only, and of fttui's core only :mod:`fttui.core.run.events` (stdlib
+Stdlib and transformers only, and of fttui's core only :mod:`fttui.core.run.files.events` (stdlib
 only, with the records, the mask and the line reader it loads): the automatic hook loads this
 file into the command's own Python, where fttui may not be importable; then its siblings and the
 events module are loaded by path. Whatever fails in here is written to
@@ -54,10 +54,10 @@ def _by_path(name: str, *parts: str):
 
 
 try:
-    from fttui.core.run import events as _ev
+    from fttui.core.run.files import events as _ev
     from fttui.integrations import hf_info as _info
 except ImportError:  # loaded by path into a Python where fttui is not installed
-    _ev = _by_path("_fttui_events", os.pardir, "core", "run", "events.py")
+    _ev = _by_path("_fttui_events", os.pardir, "core", "run", "files", "events.py")
     _info = _by_path("_fttui_hf_info", "hf_info.py")
 
 __all__ = ["FttuiCallback", "attach", "report_error", "RUN_DIR_ENV", "CALLBACK_MARK"]
@@ -209,7 +209,7 @@ class FttuiCallback(TrainerCallback):
     def _emit(self, record) -> dict[str, Any]:
         import dataclasses
 
-        # the pid tells two processes that claim one rank apart (fttui.core.run.ranks)
+        # the pid tells two processes that claim one rank apart (fttui.core.run.fold.ranks)
         record = dataclasses.replace(record, t=time.time(), rank=self.rank, pid=os.getpid(), source=self.via)
         try:
             return _ev.write_event(self._path("events.jsonl"), record)

@@ -23,7 +23,7 @@ from fttui.core.base.inert import inert
 
 if TYPE_CHECKING:  # imported where used: the first frame does not wait for the run modules
     from fttui.core.profiles.typed import Profile
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.files.rundir import RunDir
     from fttui.monitor import GpuSnapshot
     from fttui.tui.host import Host
 
@@ -101,7 +101,7 @@ class FttuiApp(App[int]):
     def launch_run(self, resolved: Profile) -> RunDir:
         """Launch a resolved profile (validates first; FttuiError on bad input) and show it."""
         from fttui.core.experiments.quick_forecast import launch_forecast
-        from fttui.core.run import launch
+        from fttui.core.run.launching import launch
 
         rd = launch.launch(resolved, forecast=lambda: launch_forecast(resolved))
         self.show_run(rd)
@@ -131,7 +131,7 @@ class FttuiApp(App[int]):
 
     def on_mount(self) -> None:
         if self.attach:
-            from fttui.core.run.rundir import RunDir
+            from fttui.core.run.files.rundir import RunDir
 
             self.call_after_refresh(self.start_bookkeeping)  # after the first frame
             self.show_run(RunDir(self.attach))
@@ -145,7 +145,7 @@ class FttuiApp(App[int]):
                 self.push_screen(PickerScreen(error=str(e)))
 
     def start_bookkeeping(self) -> None:
-        """Finish the runs whose supervisor died (fttui.core.run.recover), once, in a thread
+        """Finish the runs whose supervisor died (fttui.core.run.supervising.recover), once, in a thread
         worker; called after the first frame, never before it."""
         if self._bookkeeping_started:
             return
@@ -154,7 +154,7 @@ class FttuiApp(App[int]):
 
     def _finish_orphans_now(self) -> None:
         """Write the rows of runs whose supervisor died and whose training has ended since."""
-        from fttui.core.run.recover import recover_all
+        from fttui.core.run.supervising.recover import recover_all
 
         done = recover_all()
         if done:
@@ -168,7 +168,7 @@ class FttuiApp(App[int]):
 
     # ---------------------------------------------------------------- actions
     def live_runs(self) -> list[RunDir]:
-        from fttui.core.run import liveness
+        from fttui.core.run.processes import liveness
 
         out = []
         for rd in self.runs:
@@ -185,7 +185,7 @@ class FttuiApp(App[int]):
             self.stop_probes()
             self.exit(self.exit_code)
             return
-        from fttui.core.run.cancel import request_cancel
+        from fttui.core.run.processes.cancel import request_cancel
         from fttui.tui.dialogs import QuitScreen
 
         def done(choice: str | None) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from rich.text import Text
 
 from fttui.core.base import fmt
-from fttui.core.run.insight import memory_picture, picture_text, speed_text, throttle_text
-from fttui.core.run.perf import mfu_text
-from fttui.core.run.snapshot import CardPerf, RunSnapshot
+from fttui.core.run.fold.insight import memory_picture, picture_text, speed_text, throttle_text
+from fttui.core.run.fold.perf import mfu_text
+from fttui.core.run.fold.snapshot import CardPerf, RunSnapshot
 from fttui.monitor import GpuInfo
 
 __all__ = ["estimate_peaks_mb", "insight_lines", "perf_line", "perf_subtitle"]

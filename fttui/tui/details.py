@@ -58,7 +58,7 @@ def data_lengths(r: Profile) -> Text | None:
     ``max_seq_len``)."""
     from fttui.core.base.errors import FttuiError
     from fttui.core.data.lengths import sparkline
-    from fttui.core.run.datalens import NotCached, data_stats
+    from fttui.core.experiments.datalens import NotCached, data_stats
 
     p = r
     if (p.data.source or "synthetic") == "synthetic":
@@ -87,7 +87,7 @@ def profile_details(r: Profile, overrides: dict[str, str]):
     from fttui.core.base import fmt
     from fttui.core.profiles import profile_summary
     from fttui.core.profiles.summary import sharding_label
-    from fttui.core.run.command import command_text
+    from fttui.core.run.launching.command import command_text
 
     p = r
     cmd = command_text(p)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from textual.dom import DOMNode
 
     from fttui.core.profiles.typed import Profile
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.files.rundir import RunDir
     from fttui.monitor import GpuSnapshot
 
 

@@ -3,7 +3,7 @@ fttui processes or an earlier session), newest first, with its profile, state, s
 ETA and start time. Enter (or `a` anywhere on the picker) attaches: the run screen of that run.
 
 The pane is mounted only when there is a live run, after the picker's first frame; the listing
-(``fttui.core.run.brief.live_briefs``: a ``stat`` per finished run, both ends of events.jsonl
+(``fttui.core.run.control.brief.live_briefs``: a ``stat`` per finished run, both ends of events.jsonl
 per live one) runs in a thread worker.
 """
 
@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
-from fttui.core.run.brief import RunBrief
+from fttui.core.run.control.brief import RunBrief
 from fttui.tui.plain import plain
 
 COLUMNS = ("run", "profile", "state", "step", "ETA", "started")

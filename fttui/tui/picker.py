@@ -212,9 +212,9 @@ class PickerScreen(PickerActions, Screen):
 
     @work(thread=True, exclusive=True, group="picker-live-runs", exit_on_error=False)
     def _list_live_runs(self) -> None:
-        """Every live run on disk (fttui.core.run.brief), then the app's bookkeeping of the lost
+        """Every live run on disk (fttui.core.run.control.brief), then the app's bookkeeping of the lost
         ones: both after the first frame, in this thread."""
-        from fttui.core.run.brief import live_briefs
+        from fttui.core.run.control.brief import live_briefs
 
         briefs = live_briefs()
         # typed as Textual's parameter is (a value or an awaitable): mypy reads a coroutine function
@@ -254,11 +254,11 @@ class PickerScreen(PickerActions, Screen):
         b = self.live.selected() if self.live is not None else None
         if b is None:
             return
-        from fttui.core.run.rundir import RunDir
+        from fttui.core.run.files.rundir import RunDir
 
         rd = RunDir(b.path)
         if b.kind == "slurm":  # a Slurm job: node 0's run screen once it runs, Slurm's state before
-            from fttui.core.run.slurmjob import node0
+            from fttui.core.run.slurm.slurmjob import node0
 
             node = node0(rd)
             if node is None:
@@ -269,7 +269,7 @@ class PickerScreen(PickerActions, Screen):
     # ------------------------------------------------------------------ memory estimate
     def _update_estimate(self) -> None:
         """The estimate of the selection with its overrides (pure arithmetic: cheap)."""
-        from fttui.core.run.command import command_of
+        from fttui.core.run.launching.command import command_of
 
         w = self.query_one("#estimate", Static)
         if self.store_rows is None or self.resolved is None or command_of(self.resolved) is not None:

@@ -5,12 +5,12 @@ Textual's reactive idiom: every panel has a ``snapshot`` var (bound to ``RunScre
 ``RunSnapshot``. The status bar also watches the facts only the screen knows (the run directory
 is gone, the supervisor is lost, a cancel was asked); the GPU panels watch ``area`` (the screen's
 size) to choose between cards and one line per GPU. Display only: the status text is
-fttui.core.run.status.status_line's, the figures are the snapshot's.
+fttui.core.run.fold.status.status_line's, the figures are the snapshot's.
 
 GPUs: when the run's CUDA_VISIBLE_DEVICES names cards (the sample's ``visible``), those come
 first, marked ``*run``, and show run / device / total memory; the other cards follow, unmarked.
 Each card's last line is its headroom (``free``, total minus device used) and, on the run's
-cards, MFU and the allocator's retries (fttui.core.run.perf, docs/performance.md): ``MFU 41%
+cards, MFU and the allocator's retries (fttui.core.run.fold.perf, docs/performance.md): ``MFU 41%
 free 18.7 GB  retries 0``, red with ``NEAR OOM`` in the card's title when the card is close to an
 OOM. In the one-line-per-GPU table, the table's subtitle carries MFU and the warning.
 """
@@ -32,9 +32,9 @@ from textual.widgets import Sparkline, Static
 from fttui.core.base import fmt
 from fttui.core.base.constants import FINAL_STATUSES
 from fttui.core.base.fmt import fraction
-from fttui.core.run.row_figures import host_measure_text
-from fttui.core.run.snapshot import CardPerf, RunSnapshot
-from fttui.core.run.status import RUNNING, status_line
+from fttui.core.run.fold.snapshot import CardPerf, RunSnapshot
+from fttui.core.run.fold.status import RUNNING, status_line
+from fttui.core.run.row.row_figures import host_measure_text
 from fttui.monitor import GpuInfo, cards_run_first
 from fttui.tui.card_insight import estimate_peaks_mb, insight_lines, perf_line, perf_subtitle
 from fttui.tui.plain import plain

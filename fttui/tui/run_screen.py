@@ -1,4 +1,4 @@
-"""Run screen: live panels of one run, fed by fttui.core.run.watch.RunFollower twice a second.
+"""Run screen: live panels of one run, fed by fttui.core.run.control.watch.RunFollower twice a second.
 
 The screen polls the run directory and assigns what it learnt to its vars (``snap``, the run's
 ``RunSnapshot``; ``gone``, ``lost``, ``cancel_requested``; ``area``, its size); each panel
@@ -17,11 +17,11 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from fttui.core.run.cancel import request_cancel
-from fttui.core.run.rundir import RunDir
-from fttui.core.run.snapshot import RunSnapshot
-from fttui.core.run.status import StatusLine, status_line
-from fttui.core.run.statusfile import FinalStatus
+from fttui.core.run.files.rundir import RunDir
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.fold.snapshot import RunSnapshot
+from fttui.core.run.fold.status import StatusLine, status_line
+from fttui.core.run.processes.cancel import request_cancel
 from fttui.tui.host import host
 from fttui.tui.run_panels import (
     GpuGrid,
@@ -38,7 +38,7 @@ from fttui.tui.widgets import LogTail
 if TYPE_CHECKING:
     from textual.timer import Timer
 
-    from fttui.core.run.watch import RunFollower
+    from fttui.core.run.control.watch import RunFollower
 
 POLL_S = 0.5
 # Between polls, a stat() of events.jsonl this often: a new event (a step, the end, an error)
@@ -97,7 +97,7 @@ class RunScreen(Screen):
         yield Footer()
 
     async def on_mount(self) -> None:
-        from fttui.core.run.watch import RunFollower
+        from fttui.core.run.control.watch import RunFollower
 
         self.sub_title = self.rd.run_id
         self.query_one("#log").border_title = "train.log"
@@ -152,7 +152,7 @@ class RunScreen(Screen):
             return
         self._events_sig = self._events_signature()
         if self.follower is None:
-            from fttui.core.run.watch import RunFollower
+            from fttui.core.run.control.watch import RunFollower
 
             self.follower = RunFollower(self.rd)
         try:
@@ -174,8 +174,8 @@ class RunScreen(Screen):
 
     def _follow_next_attempt(self) -> None:
         """A run that ran out of memory and is continued by another attempt (``train.on_oom =
-        "shrink"``, fttui.core.run.oomretry): this screen gives way to the next attempt's."""
-        from fttui.core.run.watch import next_attempt
+        "shrink"``, fttui.core.run.launching.oomretry): this screen gives way to the next attempt's."""
+        from fttui.core.run.control.watch import next_attempt
 
         nxt = next_attempt(self.rd, getattr(self.snap, "retried_as", None))
         if nxt is None or not self.is_current:

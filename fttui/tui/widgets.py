@@ -1,6 +1,6 @@
 """Widgets and Rich renderables shared by the screens.
 
-Everything here is display only: it turns snapshots (fttui.core.run.snapshot.RunSnapshot,
+Everything here is display only: it turns snapshots (fttui.core.run.fold.snapshot.RunSnapshot,
 fttui.monitor.GpuSnapshot) into text. Bars are drawn with block characters so they read
 without colour (NO_COLOR). Names (a card's, a driver's) and labels come from outside: they are
 shown inert, never as markup (fttui.tui.plain, issue 36).
@@ -22,7 +22,7 @@ from textual.widgets import Static
 from fttui.core.base import fmt
 from fttui.core.base.fmt import fraction
 from fttui.core.base.inert import inert
-from fttui.core.run.insight import power_text
+from fttui.core.run.fold.insight import power_text
 from fttui.tui.plain import plain
 
 FULL, EMPTY = "█", "░"

@@ -12,7 +12,7 @@ import os
 from typing import Any, NamedTuple
 
 from fttui.core.profiles.typed import Profile
-from fttui.core.run.oomretry import recovery_saves
+from fttui.core.run.launching.oomretry import recovery_saves
 
 from .errors import ConfigError, one_line
 from .model import reentrant_checkpointing
@@ -34,13 +34,13 @@ class Plan(NamedTuple):
     eval_steps: int  # 0 = at the end only
     report_to: list[str]
     # checkpoints every save_steps for train.on_oom = "shrink" alone (save is end or none): only
-    # the latest is kept, and removed when training completes (fttui.core.run.oomretry)
+    # the latest is kept, and removed when training completes (fttui.core.run.launching.oomretry)
     recovery: bool = False
 
 
 def run_kind(run_dir: str) -> str:
     """The launch's kind (``run``, ``probe``, ``sweep``) from ``command.json``; ``run`` without one."""
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.files.rundir import RunDir
 
     return RunDir(run_dir).kind_and_group()[0]
 

@@ -37,7 +37,7 @@ __all__ = [
     "plain_arch_list",
 ]
 
-FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launch.child_env under a host limit
+FIXED_LAYOUT_ENV = "FTTUI_FIXED_LAYOUT"  # set by fttui.core.run.launching.launch.child_env under a host limit
 _ADDR_NO_RANDOMIZE = 0x0040000
 
 

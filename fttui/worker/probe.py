@@ -78,7 +78,7 @@ def trial_profile(profile: Profile, param: str, value: int, steps: int, data: bo
 def longest_samples(su, order: list[list[int]], seq: int, k: int) -> list[dict[str, list[int]]]:
     """The ``k`` longest samples of the profile's data at ``max_seq_len = seq`` (tokenised and
     truncated as a run does), from ``order``: ``[index, raw tokens, first response token]`` of
-    every record, longest first (fttui.core.run.datalens, the lengths ``fttui data`` caches).
+    every record, longest first (fttui.core.experiments.datalens, the lengths ``fttui data`` caches).
     A sample with no response token within ``seq`` is left out, as a run drops it."""
     from .data import tokenize_record
 

@@ -22,9 +22,9 @@ from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.stored import check_profile as check_stored
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
-from fttui.core.run.events import record, write_event
-from fttui.core.run.oplocks import clear_stale_locks
-from fttui.core.run.phases import LOADING_MODEL
+from fttui.core.run.files.events import record, write_event
+from fttui.core.run.fold.phases import LOADING_MODEL
+from fttui.core.run.launching.oplocks import clear_stale_locks
 
 from .errors import ConfigError
 from .limits import (
@@ -66,7 +66,7 @@ class Emitter:
     """Writes the worker's own events (phases, errors, saves, trackers; the training's events are
     the Trainer callback's) with the common keys ``event``, ``t``, ``rank``, ``source="worker"``,
     through their records (one line, one ``os.write`` on an O_APPEND descriptor:
-    :func:`fttui.core.run.events.write_event`)."""
+    :func:`fttui.core.run.files.events.write_event`)."""
 
     def __init__(self, path: str, rank: int) -> None:
         self.path, self.rank = path, int(rank)
@@ -221,7 +221,7 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
         su.records = load_records(d.source, d.format)
 
     emit = state.get("emit")
-    if emit is not None:  # the startup phase (fttui.core.run.phases): imports, tokenizer, model
+    if emit is not None:  # the startup phase (fttui.core.run.fold.phases): imports, tokenizer, model
         emit("phase", phase=LOADING_MODEL)
     kind = profile.sharding_kind()
     sharding = kind.name

@@ -3,9 +3,9 @@ them (docs/reliability.md, docs/performance.md); unset, they do nothing.
 
 * ``FTTUI_TEST_LEAK_MB=N``: every optimizer step keeps N MiB more (a tensor, written so that its
   pages are resident, on the model's device, never freed): memory that creeps until the run runs
-  out of it. The creep warning (fttui.core.run.memtrend) must come before the OOM.
+  out of it. The creep warning (fttui.core.run.fold.memtrend) must come before the OOM.
 * ``FTTUI_TEST_SLOW_DATA_S=S``: every batch the data loader collates takes S seconds longer: an
-  input pipeline the card waits for. The why-slow line (fttui.core.run.whyslow) must name it.
+  input pipeline the card waits for. The why-slow line (fttui.core.run.fold.whyslow) must name it.
 """
 
 from __future__ import annotations

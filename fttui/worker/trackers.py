@@ -3,7 +3,7 @@ training ends.
 
 transformers' own callbacks log the Trainer's figures (loss, learning rate, evaluation); at
 ``on_train_end`` :class:`RowToTrackers` adds fttui's row as it stands then
-(:func:`fttui.core.run.summary.row_so_far`: the worker's events and the supervisor's samples so
+(:func:`fttui.core.run.row.summary.row_so_far`: the worker's events and the supervisor's samples so
 far; the stored row, written by the supervisor once the processes exit, adds the exit and the
 last samples) through the writer or run that transformers' callback holds:
 

@@ -25,9 +25,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from fttui.core.run.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
-from fttui.core.run.rundir import RunDir
-from fttui.core.run.summary import row_so_far
+from fttui.core.run.files.rundir import RunDir
+from fttui.core.run.fold.phases import BUILDING_OPS, FIRST_STEP, PREPARING_DATA
+from fttui.core.run.row.summary import row_so_far
 
 from .errors import EXIT_BAD_INPUT, EXIT_OK, WorkerInputError, classify, exit_code_for, one_line
 from .limits import fixed_address_layout
@@ -141,8 +141,8 @@ def _drop_recovery_checkpoints(run_dir: str, log) -> None:
     with ``save`` ``end`` or ``none``): training completed, so they go (the row names none)."""
     import shutil
 
-    from fttui.core.run.events import SaveEvent, read_events
-    from fttui.core.run.resume import is_checkpoint
+    from fttui.core.run.files.events import SaveEvent, read_events
+    from fttui.core.run.launching.resume import is_checkpoint
 
     for ev in read_events(os.path.join(run_dir, "events.jsonl")):
         path = ev.path if isinstance(ev, SaveEvent) and ev.kind == "checkpoint" else None

@@ -1,7 +1,7 @@
 """Stopping a process tree is written once (issue 38): ``os.killpg`` and ``os.kill`` are called
-in one module of fttui, :mod:`fttui.core.run.proctree`, and ``RunDir`` only reads and writes files:
-``rundir.py`` neither signals a process nor asks Slurm (that is :mod:`fttui.core.run.liveness`
-and :mod:`fttui.core.run.cancel`)."""
+in one module of fttui, :mod:`fttui.core.run.processes.proctree`, and ``RunDir`` only reads and writes files:
+``rundir.py`` neither signals a process nor asks Slurm (that is :mod:`fttui.core.run.processes.liveness`
+and :mod:`fttui.core.run.processes.cancel`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
 FTTUI = ROOT / "fttui"
-PROCTREE = "fttui/core/run/proctree.py"
-RUNDIR = "fttui/core/run/rundir.py"
+PROCTREE = "fttui/core/run/processes/proctree.py"
+RUNDIR = "fttui/core/run/files/rundir.py"
 SIGNALLERS = {"kill", "killpg"}
 
 
@@ -67,20 +67,20 @@ def test_rundir_neither_signals_nor_runs_commands_nor_asks_slurm():
     imported = _imports(tree)
     forbidden = {"signal", "subprocess", "fttui.monitor.slurm", "fttui.monitor"} & imported
     assert not forbidden, f"{RUNDIR} imports {sorted(forbidden)}"
-    for name in ("fttui.core.run.proctree", "fttui.core.run.liveness", "fttui.core.run.cancel"):
+    for name in ("fttui.core.run.processes.proctree", "fttui.core.run.processes.liveness", "fttui.core.run.processes.cancel"):
         assert name not in imported, f"{RUNDIR} imports {name}: it reads and writes files only"
 
 
 def test_rundir_reaches_neither_slurm_nor_the_process_tree_through_its_imports():
     graph = grimp.build_graph("fttui", include_external_packages=False, cache_dir=None)
-    reached = graph.find_upstream_modules("fttui.core.run.rundir")
-    for name in ("fttui.monitor.slurm", "fttui.core.run.proctree", "fttui.core.run.liveness", "fttui.core.run.cancel"):
-        chain = graph.find_shortest_chain(importer="fttui.core.run.rundir", imported=name) if name in reached else None
-        assert chain is None, f"fttui.core.run.rundir imports {name}: {' -> '.join(chain)}"
+    reached = graph.find_upstream_modules("fttui.core.run.files.rundir")
+    for name in ("fttui.monitor.slurm", "fttui.core.run.processes.proctree", "fttui.core.run.processes.liveness", "fttui.core.run.processes.cancel"):
+        chain = graph.find_shortest_chain(importer="fttui.core.run.files.rundir", imported=name) if name in reached else None
+        assert chain is None, f"fttui.core.run.files.rundir imports {name}: {' -> '.join(chain)}"
 
 
 def test_the_rundir_record_has_no_signalling_or_slurm_methods():
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.files.rundir import RunDir
 
     for name in ("request_cancel", "signal_training", "is_live", "state_label", "slurm_state", "training_alive"):
-        assert not hasattr(RunDir, name), f"RunDir.{name}: liveness and cancel are fttui.core.run.liveness / cancel"
+        assert not hasattr(RunDir, name), f"RunDir.{name}: liveness and cancel are fttui.core.run.processes.liveness / cancel"

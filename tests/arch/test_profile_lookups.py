@@ -41,7 +41,7 @@ NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/core/results/tables.py": (1, ROW),
     "fttui/core/results/terminal.py": (1, ROW),
     "fttui/core/results/views.py": (1, ROW),
-    "fttui/core/run/perf.py": (3, EVENT),
+    "fttui/core/run/fold/perf.py": (3, EVENT),
     "fttui/integrations/hf.py": (1, "the Trainer callback's keyword arguments (kw['model'])"),
     "fttui/tui/details.py": (1, "profile_summary's model column"),
     "fttui/tui/probe_form.py": (1, "the probe form's data toggle (a field's value)"),

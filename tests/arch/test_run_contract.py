@@ -1,7 +1,7 @@
 """The run directory is a typed contract (issue 37): events are typed records parsed once, in one
 module; nothing else reads an event's kind off a dict, writes an event as a raw dict or reads
 the events file's lines itself; so are the resource samples of ``samples.jsonl`` (their record
-is :class:`fttui.core.run.sample_records.Sample`); folds take records, not dicts; a row is
+is :class:`fttui.core.run.files.sample_records.Sample`); folds take records, not dicts; a row is
 folded from complete inputs (nothing patches it afterwards). Counted over fttui/ with the AST, so
 that it cannot come back (docs/architecture.md, "Run directory", "Events")."""
 
@@ -12,25 +12,25 @@ import dataclasses
 from pathlib import Path
 
 from fttui.core.base import event_records
-from fttui.core.run import events
+from fttui.core.run.files import events
 from fttui.monitor import GpuInfo, HostSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the one module that turns event lines into records (and records into lines)
-PARSER = "fttui/core/run/events.py"
+PARSER = "fttui/core/run/files/events.py"
 #: the records themselves: their one serialisation (``to_dict``) and tolerant reading (``from_dict``)
 RECORDS = "fttui/core/base/event_records.py"
 #: the JSON-lines primitives the parsers read with
-LINES = "fttui/core/run/jsonl.py"
+LINES = "fttui/core/run/files/jsonl.py"
 #: the one module that turns sample lines into records and records into lines (samples.jsonl)
-SAMPLES = "fttui/core/run/sample_records.py"
+SAMPLES = "fttui/core/run/files/sample_records.py"
 #: a sample's parts, the GPU and host snapshots: their one serialisation and tolerant reading
 SNAPSHOTS = "fttui/monitor/snapshots.py"
 #: where the run directory's paths are named
-RUNDIR = "fttui/core/run/rundir.py"
+RUNDIR = "fttui/core/run/files/rundir.py"
 #: the fold that also takes a parsed object (a test's or a script's hand-made event) and has it
 #: read by the parser first
-FOLD = "fttui/core/run/state.py"
+FOLD = "fttui/core/run/fold/state.py"
 
 
 def _sources():
@@ -84,7 +84,7 @@ def _calls(tree: ast.AST, names: set[str]):
 
 def test_one_module_parses_event_lines():
     """Outside the parser, no JSON-lines primitive is pointed at an events file and no event
-    object is turned into its record: readers get records from :mod:`fttui.core.run.events`."""
+    object is turned into its record: readers get records from :mod:`fttui.core.run.files.events`."""
     primitives = {"read_jsonl", "JsonlTail", "parse_line", "read_head_tail"}
     lines = [
         f"{rel}:{node.lineno}: {name}"
@@ -185,7 +185,7 @@ def test_one_module_reads_and_writes_sample_lines():
     """Outside :data:`SAMPLES`, no JSON-lines primitive is pointed at a samples file, a run
     directory's ``samples_path`` goes to the samples reader, tail or writer only (no
     ``open(rd.samples_path)``, no ``read_text``), and no sample object is turned into its record:
-    readers get :class:`~fttui.core.run.sample_records.Sample` records, each line parsed once."""
+    readers get :class:`~fttui.core.run.files.sample_records.Sample` records, each line parsed once."""
     primitives = [
         f"{rel}:{node.lineno}: {name}"
         for rel, tree in _sources()

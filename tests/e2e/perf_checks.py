@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 
 
 def cpu_perf_is_reported(run_dir, stdout: str, row: dict) -> None:

@@ -6,7 +6,7 @@ on tests/e2e/test_methods.py's ZeRO-3 run."""
 
 from __future__ import annotations
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 
 
 def tiny_phases_are_said(run_dir, stdout: str) -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
-from fttui.core.run.proctree import group_alive
+from fttui.core.run.files.events import read_jsonl
+from fttui.core.run.processes.proctree import group_alive
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.e2e.shared_runs import home_env, shared_home
 from tests.helpers import only_run_dir, processes_mentioning, wait_for

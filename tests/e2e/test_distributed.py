@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fttui.core.base.errors import ProfileError
-from fttui.core.run.events import read_jsonl
-from fttui.core.run.launch import build_command, check_rendezvous, child_env, free_port
+from fttui.core.run.files.events import read_jsonl
+from fttui.core.run.launching.launch import build_command, check_rendezvous, child_env, free_port
 from fttui.core.profiles import load_profile
 from tests.conftest import run_fttui
 from tests.helpers import processes_mentioning, wait_for

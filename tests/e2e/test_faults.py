@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from fttui.core.results.store import Store
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.e2e.shared_runs import home_env, shared_home
@@ -51,7 +51,7 @@ def _steps(run_dir) -> int:
 def _worker(run_dir) -> psutil.Process:
     # The training process itself, not its log writer (whose command line carries the training's).
     procs = [p for p in processes_mentioning(str(run_dir))
-             if "fttui.worker.train" in " ".join(p.cmdline()) and "fttui.core.run.logtee" not in p.cmdline()]
+             if "fttui.worker.train" in " ".join(p.cmdline()) and "fttui.core.run.supervising.logtee" not in p.cmdline()]
     assert procs, "no training process"
     return procs[0]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from tests.conftest import run_fttui
 from tests.helpers import processes_mentioning
 

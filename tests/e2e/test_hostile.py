@@ -77,7 +77,7 @@ def _detach_command(tmp_path, home, **env) -> Path:
 
 
 def _events(run_dir: Path, name: str) -> list[dict]:
-    from fttui.core.run.events import read_jsonl
+    from fttui.core.run.files.events import read_jsonl
 
     return [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") == name]
 
@@ -89,8 +89,8 @@ def test_a_hung_step_is_stalled_by_default_from_the_runs_own_step_time(tmp_path,
     try:  # the step hangs for 10 min: a failure below must not leave the run behind
         stalled = wait_for(lambda: _events(run_dir, "stalled"), timeout=120, what="the stalled event")[0]
         assert stalled["message"].startswith("no step for ") and "(usual step 0." in stalled["message"]
-        from fttui.core.run.state import RunState
-        from fttui.core.run.status import status_line
+        from fttui.core.run.fold.state import RunState
+        from fttui.core.run.fold.status import status_line
 
         state = RunState()
         for e in _events(run_dir, "step") + _events(run_dir, "stalled"):
@@ -173,7 +173,7 @@ def test_a_setsid_daemon_dies_with_the_run(tmp_path, fttui_home, how):
 
 def _no_cgroup_here() -> str | None:
     """Why a run gets no cgroup of its own on this machine (None: it gets one)."""
-    from fttui.core.run import cgroup
+    from fttui.core.run.processes import cgroup
 
     path, why = cgroup.create(f"test-{os.getpid()}")
     if path is None:
@@ -191,7 +191,7 @@ def test_a_daemon_in_the_runs_cgroup_is_ended_after_the_supervisor_was_killed(tm
     why = _no_cgroup_here()
     if why:
         pytest.skip(f"NOT TESTED: the run's cgroup cannot be made on this machine: {why}")
-    from fttui.core.run import cgroup
+    from fttui.core.run.processes import cgroup
 
     pid_file = tmp_path / "daemon.pid"
     run_dir = _detach_command(tmp_path, fttui_home, MODE="daemon", DAEMON_PID=str(pid_file), HOLD="1")

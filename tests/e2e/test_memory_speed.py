@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from tests.conftest import fttui_env, run_fttui
 from tests.helpers import only_run_dir
 

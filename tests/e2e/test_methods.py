@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from fttui.core.profiles import load_profile
 from tests.conftest import run_fttui
 from tests.e2e.phase_checks import zero3_phases_are_said

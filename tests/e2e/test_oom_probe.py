@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from fttui.core.experiments.probe import MAX_LOADS, SEQ_EXTRA_LOADS, Prober
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import only_run_dir, processes_mentioning, wait_for

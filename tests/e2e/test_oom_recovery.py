@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
-from fttui.core.run.rundir import RunDir
+from fttui.core.run.files.events import read_jsonl
+from fttui.core.run.files.rundir import RunDir
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.helpers import processes_mentioning, wait_for
 
@@ -56,8 +56,8 @@ def test_on_oom_shrink_resumes_with_half_the_batch_to_the_weights_of_a_run_at_th
 
     from fttui.cli.main import main
     from fttui.core.results.store import Store
-    from fttui.core.run import launch
-    from fttui.core.run.resume import Resume
+    from fttui.core.run.launching import launch
+    from fttui.core.run.launching.resume import Resume
 
     data = _data(tmp_path / "long-later.jsonl")
     cli = subprocess.Popen(
@@ -141,7 +141,7 @@ def test_a_host_oom_kill_is_recovered_and_cancel_of_the_first_attempt_stops_the_
     wait_for(lambda: any(e.get("event") == "save" for e in read_jsonl(first.events_path)), timeout=300,
              interval=0.1, what="the first checkpoint")
     workers = [p for p in processes_mentioning(str(first.path))
-               if "fttui.worker.train" in " ".join(p.cmdline()) and "fttui.core.run.logtee" not in p.cmdline()]
+               if "fttui.worker.train" in " ".join(p.cmdline()) and "fttui.core.run.supervising.logtee" not in p.cmdline()]
     assert workers, "no training process"
     workers[0].send_signal(9)
     wait_for(lambda: first.status_path.exists(), timeout=120, what="the first attempt's status")

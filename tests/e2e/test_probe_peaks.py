@@ -9,7 +9,7 @@ activations (0.64 MiB each) higher than the others, an environment a few bytes l
 peak above the base by up to 1.9 MiB (48.566, 49.336, 47.414 MiB with 0, 2 and 8 bytes more), and
 over 316..328 tokens the peak went up and down by up to 0.9 MiB from one length to the next
 (docs/bench-probe.md); the launcher now sets ``PYTHONMALLOC=malloc`` and ``MALLOC_TOP_PAD_=0``
-under a host limit (fttui.core.run.launch.child_env). Nothing here depends on timing: a budget
+under a host limit (fttui.core.run.launching.launch.child_env). Nothing here depends on timing: a budget
 of 1 GiB lets every trial fit, and only the peaks are compared.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from fttui.core.base import paths
 from fttui.core.experiments.probe import Prober
 from fttui.core.profiles import load_profile
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 
 pytestmark = pytest.mark.e2e
 

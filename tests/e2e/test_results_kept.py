@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from fttui.core.results.store import Store
-from fttui.core.run.events import read_jsonl
-from fttui.core.run.rundir import RunDir
+from fttui.core.run.files.events import read_jsonl
+from fttui.core.run.files.rundir import RunDir
 from tests.conftest import fttui_env, run_fttui
 from tests.helpers import wait_for
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from tests.conftest import ROOT, fttui_env, run_fttui
 from tests.e2e.perf_checks import cpu_perf_is_reported
 from tests.e2e.phase_checks import tiny_phases_are_said

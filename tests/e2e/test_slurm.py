@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.allocation import job_port
-from fttui.core.run.events import read_jsonl
-from fttui.core.run.launch import free_port
+from fttui.core.run.slurm.allocation import job_port
+from fttui.core.run.files.events import read_jsonl
+from fttui.core.run.launching.launch import free_port
 from fttui.worker.testhooks import SLOW_DATA_ENV
 from tests import slurm_cluster
 from tests.conftest import fttui_env, run_fttui

@@ -13,7 +13,7 @@ import pytest
 
 from fttui.core.base import paths
 from fttui.core.results.store import Store
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from tests.conftest import run_fttui
 from tests.helpers import processes_mentioning, wait_for
 

@@ -113,7 +113,7 @@ def test_bad_pid_is_one_line_exit_2_and_writes_nothing(fttui_home, pid, words):
 
 def test_another_users_process_is_refused(monkeypatch):
     from fttui.core.base.errors import FttuiError
-    from fttui.core.run import pidwatch
+    from fttui.core.run.supervising import pidwatch
 
     other = os.getuid() + 4242  # as another (non-root) user sees this test's parent process
     monkeypatch.setattr(pidwatch.os, "getuid", lambda: other)

@@ -46,7 +46,7 @@ def write_run(run_id: str, *, status: str | None = "completed", gpus: int = 2, s
     (rd / "profile.json").write_text(json.dumps(prof))
     ident = None
     if live_pid:  # a supervisor records who it is (start ticks and boot): a bare pid is not trusted
-        from fttui.core.run.guard import identity
+        from fttui.core.run.processes.guard import identity
 
         ident = identity(live_pid).to_dict()
     (rd / "supervisor.json").write_text(json.dumps({"pid": live_pid or 0, "pgid": 0, "started": T0, "id": ident}))

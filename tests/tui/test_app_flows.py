@@ -7,7 +7,7 @@ import shutil
 import pytest
 from textual.widgets import DataTable, Input, OptionList
 
-from fttui.core.run.rundir import RunDir
+from fttui.core.run.files.rundir import RunDir
 from fttui.tui.app import FttuiApp
 from fttui.tui.dialogs import ConfirmScreen, QuitScreen
 from fttui.tui.help import HelpScreen

@@ -19,7 +19,7 @@ t_import = time.perf_counter() - t0
 # what the screens import lazily
 import fttui.tui.picker, fttui.tui.run_screen, fttui.tui.results, fttui.tui.dialogs, fttui.tui.help
 import fttui.tui.probe_screen, fttui.core.experiments.probe
-import fttui.core.run.launch, fttui.core.run.preflight, fttui.core.profiles, fttui.core.run.watch, fttui.core.results.store
+import fttui.core.run.launching.launch, fttui.core.run.launching.preflight, fttui.core.profiles, fttui.core.run.control.watch, fttui.core.results.store
 import fttui.core.results.tables, fttui.core.results.report, fttui.cli.live, fttui.monitor
 import fttui.core.data.records, fttui.worker.errors  # what preflight loads to check a data file
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))

@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import DataTable
 
 from fttui.core.base import paths
-from fttui.core.run.events import read_jsonl
+from fttui.core.run.files.events import read_jsonl
 from fttui.tui.app import FttuiApp
 from fttui.tui.picker import PickerScreen
 from tests.helpers import processes_mentioning, wait_for

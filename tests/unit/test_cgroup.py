@@ -1,4 +1,4 @@
-"""The run's cgroup (fttui.core.run.cgroup): finding the cgroup v2 folder, refusing a recorded
+"""The run's cgroup (fttui.core.run.processes.cgroup): finding the cgroup v2 folder, refusing a recorded
 path that is not the run's, and ending every process in it, with ``cgroup.kill`` and without."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run import cgroup
-from fttui.core.run.runfiles import SupervisorFile
+from fttui.core.run.processes import cgroup
+from fttui.core.run.files.runfiles import SupervisorFile
 
 MOUNTINFO = """\
 24 30 0:22 / /sys rw,nosuid shared:7 - sysfs sysfs rw

@@ -12,10 +12,10 @@ import pytest
 
 from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.profiles import load_profile
-from fttui.core.run import command as cmdrun
-from fttui.core.run.logparse import TrainerLogParser, parse_log_dict, split_segments
-from fttui.core.run.oomtext import oom_in_text
-from fttui.core.run.logtee import CALLBACK_MARK
+from fttui.core.run.launching import command as cmdrun
+from fttui.core.run.supervising.logparse import TrainerLogParser, parse_log_dict, split_segments
+from fttui.core.run.row.oomtext import oom_in_text
+from fttui.core.run.supervising.logtee import CALLBACK_MARK
 from tests.helpers import profile_of
 
 
@@ -237,7 +237,7 @@ def test_full_disk_log_is_reported_once_and_the_output_still_drained(tmp_path):
     import threading
 
     from fttui.core.base.redact import Redactor
-    from fttui.core.run.logtee import Reporter, _pump
+    from fttui.core.run.supervising.logtee import Reporter, _pump
 
     r, w = os.pipe()
     report = Reporter(w)

@@ -17,7 +17,7 @@ from fttui.core.memory import estimate
 from fttui.core.models.archs import ARCHS, param_count
 from fttui.core.models.hfconfig import cached_snapshot, causal_lm_types, download_command, hub_cache_dir
 from fttui.core.profiles import apply_overrides, load_profile
-from fttui.core.run.preflight import preflight
+from fttui.core.run.launching.preflight import preflight
 
 from ..conftest import fttui_env, run_fttui
 

@@ -23,7 +23,7 @@ class FakeRun:
 
 @pytest.fixture(autouse=True)
 def _cancel_is_the_fake_runs(monkeypatch):
-    """CtrlC sends the cancel through fttui.core.run.cancel.request_cancel: here the fake run's."""
+    """CtrlC sends the cancel through fttui.core.run.processes.cancel.request_cancel: here the fake run's."""
     monkeypatch.setattr("fttui.cli.ctrl_c.request_cancel", lambda rd: rd.request_cancel())
 
 

@@ -1,4 +1,4 @@
-"""fttui.core.run.events: incremental JSON-lines reader and atomic appender."""
+"""fttui.core.run.files.events: incremental JSON-lines reader and atomic appender."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import multiprocessing
 import os
 import stat
 
-from fttui.core.run.events import EV_STEP, JsonlTail, append_jsonl, read_jsonl
+from fttui.core.run.files.events import EV_STEP, JsonlTail, append_jsonl, read_jsonl
 
 
 def _write(path, data: bytes, mode: str = "ab") -> None:
@@ -167,7 +167,7 @@ def test_concurrent_appends_never_interleave(tmp_path):
 def test_a_record_of_a_kind_with_a_kind_field(tmp_path):
     """``record`` and the worker's Emitter take the event's kind positionally: an error's or a
     save's own ``kind`` field is a field (a worker that could not write its error was silent)."""
-    from fttui.core.run.events import ErrorEvent, SaveEvent, read_events, record
+    from fttui.core.run.files.events import ErrorEvent, SaveEvent, read_events, record
     from fttui.worker.startup import Emitter
 
     assert record("error", kind="oom", message="x").kind == "oom"

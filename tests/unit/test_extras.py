@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fttui.core.run.extras import EXTRAS, MissingExtraError, check_extras, needed_extras
+from fttui.core.run.launching.extras import EXTRAS, MissingExtraError, check_extras, needed_extras
 
 
 def _without(*names: str):
@@ -52,7 +52,7 @@ def test_everything_installed_here_passes():
 def test_preflight_names_the_missing_extra_before_launch(monkeypatch, fttui_home):
     from fttui.core.base.errors import ProfileError
     from fttui.core.profiles import load_profile
-    from fttui.core.run import extras, launch
+    from fttui.core.run.launching import extras, launch
 
     monkeypatch.setattr(extras, "_installed", lambda name: name != "bitsandbytes")
     with pytest.raises(ProfileError) as e:

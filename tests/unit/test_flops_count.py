@@ -18,8 +18,8 @@ from fttui.core.models.flops import flops_per_token, matmul_params, shape_from  
 from fttui.core.models.numbers import arch_numbers  # noqa: E402
 from fttui.core.profiles import load_profile  # noqa: E402
 from tests.helpers import profile_of  # noqa: E402
-from fttui.core.run import perf  # noqa: E402
-from fttui.core.run.events import StartEvent  # noqa: E402
+from fttui.core.run.fold import perf  # noqa: E402
+from fttui.core.run.files.events import StartEvent  # noqa: E402
 from fttui.integrations.hf_info import model_shape  # noqa: E402
 from fttui.worker.structure import count_params  # noqa: E402
 
@@ -127,7 +127,7 @@ def test_step_event_reads_the_allocator_once_per_step(monkeypatch, tmp_path):
     peaks, from one ``torch.cuda.memory_stats()`` call (the peaks used to cost two)."""
     from types import SimpleNamespace
 
-    from fttui.core.run.events import read_jsonl
+    from fttui.core.run.files.events import read_jsonl
     from fttui.integrations.hf import FttuiCallback
 
     calls = []

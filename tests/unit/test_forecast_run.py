@@ -10,12 +10,12 @@ import pytest
 from fttui.core.base import fmt
 from fttui.core.experiments.quick_forecast import launch_forecast
 from fttui.core.profiles import load_profile
-from fttui.core.run import rundir
-from fttui.core.run.brief import run_brief
-from fttui.core.run.events import ForecastEvent, parse_event
-from fttui.core.run.state import RunState
-from fttui.core.run.statusfile import FinalStatus
-from fttui.core.run.summary import build_row
+from fttui.core.run.files import rundir
+from fttui.core.run.control.brief import run_brief
+from fttui.core.run.files.events import ForecastEvent, parse_event
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.row.summary import build_row
 from tests.helpers import profile_of
 
 FORECAST = {"event": "forecast", "t": 0.5, "rank": -1, "run_seconds": 11.0, "step_seconds": 0.5,

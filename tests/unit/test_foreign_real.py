@@ -14,7 +14,7 @@ from fttui.core.base.errors import EstimateError, ProfileError
 from fttui.core.memory import estimate
 from fttui.core.profiles import load_profile
 from fttui.core.profiles.foreign import load_config_profile, read_config
-from fttui.core.run.preflight import preflight
+from fttui.core.run.launching.preflight import preflight
 
 LLAMA3 = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 128256, "hidden_size": 4096,
           "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -52,7 +52,7 @@ def test_awq_checkpoint_is_estimated_as_stored_never_as_bf16(tmp_path, monkeypat
     config.json says AWQ: the estimate counts its 4-bit weights (issue 22), the preflight names
     the kernel package's extra when it is missing; a stored quantisation fttui does not read
     (HQQ) is refused by the mapping's note, the estimate and the preflight."""
-    from fttui.core.run import extras
+    from fttui.core.run.launching import extras
 
     awq = _model(tmp_path, "Llama-3-8B-AWQ", {"quant_method": "awq", "bits": 4, "group_size": 128,
                                               "version": "gemm", "zero_point": True})

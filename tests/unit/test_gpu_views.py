@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fttui.cli.live import gpu_part, progress_line
-from fttui.core.run.snapshot import RunSnapshot
+from fttui.core.run.fold.snapshot import RunSnapshot
 from fttui.monitor import FAKE_GPUS_ENV, FakeGpuSampler, GpuInfo, GpuSnapshot
 
 DATA = Path(__file__).resolve().parent.parent / "data"

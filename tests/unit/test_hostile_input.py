@@ -65,7 +65,7 @@ def test_runs_as_a_file_is_one_line(fttui_home):
 def test_a_finished_row_is_never_overwritten_from_a_partial_run_dir(fttui_home):
     """A finished run's status.json deleted: `fttui ls` puts it back from the stored row instead
     of storing a new row with an unknown status."""
-    from fttui.core.run.recover import recover
+    from fttui.core.run.supervising.recover import recover
 
     run = fttui_home / "runs" / "20260101-000000-x-abcd"
     run.mkdir(parents=True)
@@ -73,7 +73,7 @@ def test_a_finished_row_is_never_overwritten_from_a_partial_run_dir(fttui_home):
     (run / "supervisor.json").write_text(json.dumps({"pid": 999999999, "create_time": 1.0}))
     with Store() as s:
         s.put({"run_id": run.name, "status": "completed", "steps": 40, "samples_per_s": 12.5})
-    assert recover(__import__("fttui.core.run.rundir", fromlist=["RunDir"]).RunDir(run)) is None
+    assert recover(__import__("fttui.core.run.files.rundir", fromlist=["RunDir"]).RunDir(run)) is None
     with Store() as s:
         row = s.get(run.name)
     assert row["status"] == "completed" and row["steps"] == 40 and row["samples_per_s"] == 12.5

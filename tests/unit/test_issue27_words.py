@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fttui.cli.live import training_line
 from fttui.core.profiles.foreign import profile_toml, read_config
-from fttui.core.run.sample_records import Sample
-from fttui.core.run.state import RunState
+from fttui.core.run.files.sample_records import Sample
+from fttui.core.run.fold.state import RunState
 from fttui.tui.run_panels import summary_title
 
 
@@ -53,7 +53,7 @@ def test_host_figures_are_named_where_shown(tmp_path):
     import json
 
     from fttui.cli.live import progress_line, summary_lines
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.files.rundir import RunDir
     from fttui.monitor import HostSnapshot
 
     st = RunState()
@@ -81,7 +81,7 @@ def test_max_seq_len_past_the_model_positions(tmp_path):
     from fttui.core.base.errors import ProfileError
     from fttui.core.models.positions import check_positions, position_warning
     from fttui.core.profiles import load_profile
-    from fttui.core.run.preflight import preflight
+    from fttui.core.run.launching.preflight import preflight
 
     ok = load_profile("tiny-lora", ["data.max_seq_len=512"])
     assert position_warning(ok) is None

@@ -1,6 +1,6 @@
-"""Environment fttui adds to training processes (fttui.core.run.launch.child_env)."""
+"""Environment fttui adds to training processes (fttui.core.run.launching.launch.child_env)."""
 
-from fttui.core.run.launch import child_env
+from fttui.core.run.launching.launch import child_env
 from fttui.core.profiles import load_profile
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fttui.core.experiments.trials import Trial, trial_row
 from fttui.core.profiles import load_profile
 from fttui.core.results.columns import BY_NAME, RowInputs
-from fttui.core.run.events import parse_event
+from fttui.core.run.files.events import parse_event
 from fttui.worker.data import longest_first_order
 from tests.helpers import profile_of
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import random
 
-from fttui.core.run.memtrend import MemPoint, theil_sen, trend, warnings, rank_memory
-from fttui.core.run.sample_records import Sample
-from fttui.core.run.state import RunState
+from fttui.core.run.fold.memtrend import MemPoint, theil_sen, trend, warnings, rank_memory
+from fttui.core.run.files.sample_records import Sample
+from fttui.core.run.fold.state import RunState
 from fttui.monitor import HostSnapshot
 
 

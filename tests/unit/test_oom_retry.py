@@ -11,15 +11,15 @@ import pytest
 
 from fttui.core.base.errors import ProfileError
 from fttui.core.profiles import load_profile
-from fttui.core.run import rundir
-from fttui.core.run.brief import run_brief
-from fttui.core.run.events import append_jsonl, read_jsonl
-from fttui.core.run.oomretry import Decision, attempt_event, decide, prepare_next, recovery_message, shrink
-from fttui.core.run.state import RunState
-from fttui.core.run.statusfile import FinalStatus
-from fttui.core.run.status import status_line
-from fttui.core.run.summary import build_row
-from fttui.core.run.watch import attempts
+from fttui.core.run.files import rundir
+from fttui.core.run.control.brief import run_brief
+from fttui.core.run.files.events import append_jsonl, read_jsonl
+from fttui.core.run.launching.oomretry import Decision, attempt_event, decide, prepare_next, recovery_message, shrink
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.fold.status import status_line
+from fttui.core.run.row.summary import build_row
+from fttui.core.run.control.watch import attempts
 
 OOM = FinalStatus("oom", 3, None, oom_kind="cpu", error="DefaultCPUAllocator: can't allocate memory", error_step=6)
 
@@ -225,9 +225,9 @@ def test_the_chain_in_the_fold_the_status_line_ls_and_the_rows(capsys):
 def test_the_kernels_oom_kill_count_makes_a_sigkill_a_host_oom_kill(tmp_path):
     """A SIGKILL is the OOM killer's when the run's cgroup counted one (``memory.events``), even
     without a host budget and with no sample near the host's total: it is then retried."""
-    from fttui.core.run import cgroup
-    from fttui.core.run.snapshot import RunSnapshot
-    from fttui.core.run.summary import final_status
+    from fttui.core.run.processes import cgroup
+    from fttui.core.run.fold.snapshot import RunSnapshot
+    from fttui.core.run.row.summary import final_status
 
     cg = tmp_path / "fttui-run"
     cg.mkdir()

@@ -1,4 +1,4 @@
-"""Stale DeepSpeed op build locks (fttui/core/run/oplocks.py): a lock left by a killed build is
+"""Stale DeepSpeed op build locks (fttui/core/run/launching/oplocks.py): a lock left by a killed build is
 removed before DeepSpeed loads its ops (else the run waits on it forever); a build that is
 running (a process works in its folder) or has just started keeps its lock."""
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 import time
 
-from fttui.core.run.oplocks import clear_stale_locks, stale_locks
+from fttui.core.run.launching.oplocks import clear_stale_locks, stale_locks
 
 
 def _lock(folder, age_s: float):

@@ -18,13 +18,14 @@ from fttui.core.models.peaks import PEAKS, find_peak, peak_tflops
 from fttui.core.profiles import load_profile
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import Store
-from fttui.core.run import perf, rundir
-from fttui.core.run.events import StartEvent
-from fttui.core.run.sample_records import Sample, read_samples
-from fttui.core.run.state import RunState
-from fttui.core.run.statusfile import FinalStatus
-from fttui.core.run.status import status_line
-from fttui.core.run.summary import build_row
+from fttui.core.run.fold import perf
+from fttui.core.run.files import rundir
+from fttui.core.run.files.events import StartEvent
+from fttui.core.run.files.sample_records import Sample, read_samples
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.fold.status import status_line
+from fttui.core.run.row.summary import build_row
 from tests.helpers import sample_of
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -4,12 +4,12 @@ first step), the status texts and the headless lines (a real run's: tests/e2e/ph
 from __future__ import annotations
 
 from fttui.cli.live import phase_lines
-from fttui.core.run.phases import PHASES, mmss, phase_text
-from fttui.core.run.sample_records import Sample
-from fttui.core.run.snapshot import RunSnapshot
-from fttui.core.run.state import RunState
-from fttui.core.run.statusfile import FinalStatus
-from fttui.core.run.status import status_line
+from fttui.core.run.fold.phases import PHASES, mmss, phase_text
+from fttui.core.run.files.sample_records import Sample
+from fttui.core.run.fold.snapshot import RunSnapshot
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.fold.status import status_line
 from fttui.monitor import HostSnapshot
 
 T0 = 1_000_000.0

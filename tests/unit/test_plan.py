@@ -14,7 +14,7 @@ from fttui.core.experiments.plan import Budget, PlanError, candidates, plan, var
 from fttui.core.experiments.planning import write_profile
 from fttui.core.memory import CONSTANTS, estimate
 from fttui.core.profiles import load_profile
-from fttui.core.run.datalens import data_stats
+from fttui.core.experiments.datalens import data_stats
 from tests.conftest import run_fttui
 
 
@@ -128,7 +128,7 @@ def test_kinds_this_installation_cannot_run_are_left_out(monkeypatch):
     preflight refuses) and the CLI says which kinds it left out and the extra to install."""
     import importlib.util
 
-    from fttui.core.run.extras import uninstalled_shardings
+    from fttui.core.run.launching.extras import uninstalled_shardings
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fttui.core.run.events import parse_event
-from fttui.core.run.row_figures import mismatch
-from fttui.core.run.state import RunState
+from fttui.core.run.files.events import parse_event
+from fttui.core.run.row.row_figures import mismatch
+from fttui.core.run.fold.state import RunState
 
 
 def _snap(events):

@@ -14,7 +14,7 @@ from fttui.core.base.errors import EstimateError, ProfileError
 from fttui.core.memory import estimate
 from fttui.core.models.prequant import checkpoint_quant, cpu_refusal, refusal
 from fttui.core.profiles import load_profile
-from fttui.core.run.preflight import preflight
+from fttui.core.run.launching.preflight import preflight
 from tests.helpers import profile_of
 
 LLAMA2_13B = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
@@ -108,7 +108,7 @@ def test_other_stored_quantisations_stay_refused(tmp_path):
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv_fast"}, False),
 ])
 def test_a_packing_with_cuda_kernels_only_is_refused_on_cpu_in_one_line(tmp_path, monkeypatch, quant, cpu_ok):
-    from fttui.core.run import extras
+    from fttui.core.run.launching import extras
 
     folder = _folder(tmp_path, "m", quant)
     q = checkpoint_quant(_model(folder))
@@ -127,7 +127,7 @@ def test_a_packing_with_cuda_kernels_only_is_refused_on_cpu_in_one_line(tmp_path
 
 
 def test_the_kernel_package_is_named_before_launch(tmp_path, monkeypatch):
-    from fttui.core.run import extras
+    from fttui.core.run.launching import extras
 
     folder = _folder(tmp_path, "gptq", _gptq(128))
     monkeypatch.setattr(extras, "_installed", lambda name: name != "gptqmodel")

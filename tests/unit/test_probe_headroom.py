@@ -13,7 +13,7 @@ from fttui.core.experiments.headroom import Headroom
 from fttui.core.experiments.probe import Prober
 from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import load_profile
-from fttui.core.run.events import EndEvent, StartEvent, parse_event
+from fttui.core.run.files.events import EndEvent, StartEvent, parse_event
 
 MIB = 2**20
 
@@ -75,13 +75,13 @@ def test_end_event_writes_its_memory_only_where_measured():
 
 def test_an_oom_trial_has_no_headroom(monkeypatch, fttui_home):
     """LaunchedTrial._trial fills the headroom for a fit only."""
-    from fttui.core.run.statusfile import FinalStatus
+    from fttui.core.run.files.statusfile import FinalStatus
 
     events = _host_rank(0, 900, 850, 880) + _host_rank(1, 910, 860, 895.5)
     monkeypatch.setattr(launched, "read_events", lambda path: [parse_event(e) for e in events])
     resolved = load_profile("tiny-lora", ["gpus=0", "devices.cpu_processes=2"])
     t = launched.LaunchedTrial(resolved, "batch_size", 4, 1, run_id="p-load1", group="p", load=1)
-    from fttui.core.run.state import RunState
+    from fttui.core.run.fold.state import RunState
 
     snap = RunState().snapshot()
     fit = t._trial(FinalStatus("completed"), snap, {})

@@ -12,7 +12,7 @@ import pytest
 
 from fttui.core.profiles import Profile, apply_overrides, load_profile
 from fttui.core.profiles.stored import stored_profile
-from fttui.core.run import rundir
+from fttui.core.run.files import rundir
 
 
 @pytest.fixture(autouse=True)

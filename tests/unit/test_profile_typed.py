@@ -22,7 +22,7 @@ from fttui.core.profiles import (
 )
 from fttui.core.profiles.fields import effective_batch
 from fttui.core.profiles.typed import SECTION_TYPES
-from fttui.core.run.topology import choose_launcher, processes_per_node, world_size
+from fttui.core.run.launching.topology import choose_launcher, processes_per_node, world_size
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((ROOT / "profiles").glob("*.toml"))

@@ -1,4 +1,4 @@
-"""Finishing a run whose supervisor died (fttui.core.run.recover) on hand-made run directories:
+"""Finishing a run whose supervisor died (fttui.core.run.supervising.recover) on hand-made run directories:
 the verdict, the once-only write, and the supervisor's identity by pid and start time."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import psutil
 import pytest
 
 from fttui.core.results.store import Store
-from fttui.core.run import liveness, rundir
-from fttui.core.run.cancel import request_cancel, signal_training
-from fttui.core.run.events import read_jsonl
-from fttui.core.run.recover import needs_recovery, recover, recover_all
+from fttui.core.run.processes import liveness
+from fttui.core.run.files import rundir
+from fttui.core.run.processes.cancel import request_cancel, signal_training
+from fttui.core.run.files.events import read_jsonl
+from fttui.core.run.supervising.recover import needs_recovery, recover, recover_all
 
 
 def _dead_pid() -> int:
@@ -109,7 +110,7 @@ def test_the_supervisor_is_known_by_its_start_ticks_not_a_boot_time_that_steps(f
     """/proc/stat's boot time is whole seconds derived anew at each read: psutil's create_time of
     one process can step by a second between two readers. A supervisor recorded with its start
     ticks on this boot is matched by them; one recorded before (create_time only) within 2 s."""
-    from fttui.core.run.guard import identity
+    from fttui.core.run.processes.guard import identity
 
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
     ct, me = psutil.Process().create_time(), identity(os.getpid()).to_dict()
@@ -129,7 +130,7 @@ def test_a_live_training_group_keeps_the_run_live_without_a_supervisor(fttui_hom
     rd = _run_dir(fttui_home, end=False, exit_rc=None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
-        from fttui.core.run.guard import identity
+        from fttui.core.run.processes.guard import identity
 
         rd.write_supervisor(replace(rd.supervisor(), train_pgid=child.pid, train_id=identity(child.pid)))
         assert liveness.training_alive(rd) and liveness.is_live(rd)
@@ -153,8 +154,8 @@ def test_cancel_never_signals_a_group_whose_leader_is_another_process(tmp_path):
     import subprocess
     import sys
 
-    from fttui.core.run import guard
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.processes import guard
+    from fttui.core.run.files.rundir import RunDir
 
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     try:
@@ -180,9 +181,9 @@ def test_cancel_never_signals_a_group_whose_leader_is_another_process(tmp_path):
 
 
 def test_the_run_files_write_what_they_always_held(tmp_path):
-    """command.json, supervisor.json and exit.json as records (fttui.core.run.runfiles): the keys
+    """command.json, supervisor.json and exit.json as records (fttui.core.run.files.runfiles): the keys
     they always held are written (null included), the others only when set, an unknown key kept."""
-    from fttui.core.run.runfiles import ExitFile, ProcessId, ResumeFrom, SupervisorFile
+    from fttui.core.run.files.runfiles import ExitFile, ProcessId, ResumeFrom, SupervisorFile
 
     rd = rundir.RunDir(tmp_path)
     rd.write_supervisor(SupervisorFile(pid=1, pgid=1, started=2.0, create_time=1.5, id=ProcessId(start_ticks=3)))

@@ -15,11 +15,11 @@ from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.profiles import load_profile
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import Store
-from fttui.core.run import rundir
+from fttui.core.run.files import rundir
 from fttui.core.results.row_inputs import Kept
-from fttui.core.run.events import append_jsonl, parse_event
-from fttui.core.run.resume import plan_resume
-from fttui.core.run.summary import kept_figures
+from fttui.core.run.files.events import append_jsonl, parse_event
+from fttui.core.run.launching.resume import plan_resume
+from fttui.core.run.row.summary import kept_figures
 
 
 # ------------------------------------------------------------------ profile keys

@@ -40,8 +40,8 @@ import json, os, sys, types
 sys.modules["transformers"] = types.SimpleNamespace(TrainerCallback=type("TrainerCallback", (), {}))
 from types import SimpleNamespace
 from fttui.core.results.store import Store
-from fttui.core.run.rundir import RunDir
-from fttui.core.run.summary import row_so_far
+from fttui.core.run.files.rundir import RunDir
+from fttui.core.run.row.summary import row_so_far
 from fttui.integrations.hf import FttuiCallback
 
 run_dir = sys.argv[1]

@@ -22,14 +22,14 @@ from fttui.core.profiles import load_profile
 from fttui.core.results import store as store_mod
 from fttui.core.results.store import Store
 from fttui.core.results.tables import reference_table
-from fttui.core.run import rundir
-from fttui.core.run.preflight import _check_batch
-from fttui.core.run.events import parse_event
-from fttui.core.run.row_figures import samples_per_step
-from fttui.core.run.sample_records import Sample, read_samples
-from fttui.core.run.state import RunState
-from fttui.core.run.statusfile import FinalStatus
-from fttui.core.run.summary import build_row
+from fttui.core.run.files import rundir
+from fttui.core.run.launching.preflight import _check_batch
+from fttui.core.run.files.events import parse_event
+from fttui.core.run.row.row_figures import samples_per_step
+from fttui.core.run.files.sample_records import Sample, read_samples
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.row.summary import build_row
 from fttui.monitor import HostSampler, HostSnapshot
 from fttui.monitor.host import is_build_process
 

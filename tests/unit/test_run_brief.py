@@ -1,4 +1,4 @@
-"""fttui.core.run.brief: step, total, ETA, start time and liveness of synthetic run directories."""
+"""fttui.core.run.control.brief: step, total, ETA, start time and liveness of synthetic run directories."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import time
 import pytest
 
 from fttui.core.base import paths
-from fttui.core.run import brief
-from fttui.core.run.brief import live_briefs, run_brief
-from fttui.core.run.events import read_jsonl
-from fttui.core.run.jsonl import read_head_tail
-from fttui.core.run.rundir import RunDir, list_runs
-from fttui.core.run.state import RunState
+from fttui.core.run.control import brief
+from fttui.core.run.control.brief import live_briefs, run_brief
+from fttui.core.run.files.events import read_jsonl
+from fttui.core.run.files.jsonl import read_head_tail
+from fttui.core.run.files.rundir import RunDir, list_runs
+from fttui.core.run.fold.state import RunState
 
 T0 = 1_700_000_000.0
 
@@ -37,7 +37,7 @@ def make_run(run_id: str, *, steps: int = 12, total: int = 20, ranks: int = 1, s
     (path / "command.json").write_text(json.dumps({"argv": ["x"], "created": T0 - 3, "kind": "run"}))
     if pid is not None:
         try:  # a supervisor records who it is (its start ticks and boot): a bare pid is not trusted
-            from fttui.core.run.guard import identity
+            from fttui.core.run.processes.guard import identity
 
             ident = identity(pid).to_dict()
         except Exception:  # a pid that is gone

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from fttui.core.run import rundir
-from fttui.core.run.runfiles import (
+from fttui.core.run.files import rundir
+from fttui.core.run.files.runfiles import (
     Attempt,
     CommandFile,
     ProcessId,

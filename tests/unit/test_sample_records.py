@@ -1,11 +1,11 @@
-"""samples.jsonl's record (fttui.core.run.sample_records): the line as every sampler writes it,
+"""samples.jsonl's record (fttui.core.run.files.sample_records): the line as every sampler writes it,
 read back once into a Sample, tolerant of damaged lines (issue 37)."""
 
 from __future__ import annotations
 
 import json
 
-from fttui.core.run.sample_records import Sample, SampleTail, append_sample, read_samples
+from fttui.core.run.files.sample_records import Sample, SampleTail, append_sample, read_samples
 from fttui.monitor import GpuInfo, GpuSnapshot, HostSnapshot
 
 GPU = GpuSnapshot(available=True, driver="550", cuda="12.4",

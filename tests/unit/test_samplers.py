@@ -266,7 +266,7 @@ def test_host_sampler_is_cheap():
 def test_no_ui_or_torch_imports():
     code = (
         "import sys\n"
-        "import fttui.core.run.events, fttui.core.run.state, fttui.monitor\n"
+        "import fttui.core.run.files.events, fttui.core.run.fold.state, fttui.monitor\n"
         "from fttui.monitor import GpuSampler, HostSampler\n"
         "GpuSampler().sample(); HostSampler(None).sample()\n"
         "bad = [m for m in ('textual', 'rich', 'torch', 'transformers') if m in sys.modules]\n"

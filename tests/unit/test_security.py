@@ -56,7 +56,7 @@ def test_redactor_masks_secret_env_values_and_token_shapes():
 
 def test_store_and_run_files_are_private(fttui_home, tmp_path):
     from fttui.core.base import paths
-    from fttui.core.run import rundir
+    from fttui.core.run.files import rundir
 
     with Store() as s:
         s.put({"run_id": "x", "status": "completed"})
@@ -117,7 +117,7 @@ def test_long_line_cut_never_splits_a_secret():
     import io
     import threading
 
-    from fttui.core.run.logtee import _pump
+    from fttui.core.run.supervising.logtee import _pump
 
     secret = "SEKRETLONGLINE"
     for pad in (65536 - 30, 65536 - 12, 128 * 1024 - 5, 128 * 1024 + 3):

@@ -14,8 +14,8 @@ from fttui.core.base.constants import METHODS, SHARDING_METHODS, SHARDINGS, ZERO
 from fttui.core.base.errors import ProfileError
 from fttui.core.profiles import Profile, apply_overrides, load_profile
 from fttui.core.profiles.summary import profile_summary, sharding_label
-from fttui.core.run.launch import build_command
-from fttui.core.run.preflight import preflight
+from fttui.core.run.launching.launch import build_command
+from fttui.core.run.launching.preflight import preflight
 from fttui.worker.sharding import deepspeed_config, fsdp_arguments, sharding_of
 from tests.conftest import run_fttui
 from tests.helpers import profile_of

@@ -8,7 +8,7 @@ import pytest
 from fttui.core.base import fmt, shardings
 from fttui.core.base.constants import METHODS, SHARDINGS
 from fttui.core.profiles import load_profile
-from fttui.core.run.extras import needed_extras
+from fttui.core.run.launching.extras import needed_extras
 
 # (family, stage, offload, needs CUDA, launchers, label): what the code said before the registry
 BEFORE = {

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from fttui.core.base.errors import FttuiError
-from fttui.core.run.allocation import Allocation, gpus_on_node, job_port, read_allocation, with_allocation
+from fttui.core.run.slurm.allocation import Allocation, gpus_on_node, job_port, read_allocation, with_allocation
 from tests.helpers import profile_of
-from fttui.core.run.slurmend import job_verdict, node_verdict
-from fttui.core.run.slurmnode import node_run_id
-from fttui.core.run.statusfile import FinalStatus
+from fttui.core.run.slurm.slurmend import job_verdict, node_verdict
+from fttui.core.run.slurm.slurmnode import node_run_id
+from fttui.core.run.files.statusfile import FinalStatus
 from fttui.monitor.slurm import JobState, expand_hostlist, parse_sacct, parse_squeue
 
 # what srun gives task 1 of a 4-node job with 8 GPUs per node (Slurm 22.05 names)
@@ -143,10 +143,10 @@ def test_a_nodes_row_is_folded_with_slurms_verdict():
     from dataclasses import replace
 
     from fttui.core.profiles import load_profile
-    from fttui.core.run import rundir
-    from fttui.core.run.events import LaunchEvent, StartEvent, StepEvent, write_event
-    from fttui.core.run.runfiles import SlurmNodeJob
-    from fttui.core.run.summary import build_row, replay, settled_row
+    from fttui.core.run.files import rundir
+    from fttui.core.run.files.events import LaunchEvent, StartEvent, StepEvent, write_event
+    from fttui.core.run.files.runfiles import SlurmNodeJob
+    from fttui.core.run.row.summary import build_row, replay, settled_row
 
     timeout = JobState("2", "TIMEOUT", time_limit="1:00", source="sacct -c")
     node = {"job_id": "2", "job_run": "x", "node_rank": 1, "node": "n2", "nodes": 2, "restart": 0}
@@ -184,7 +184,7 @@ def test_a_profile_run_in_a_job_step_resolves_its_profile(monkeypatch):
     import os
 
     from fttui.cli import run_cmd
-    from fttui.core.run import slurmnode
+    from fttui.core.run.slurm import slurmnode
 
     for key, value in STEP.items():
         monkeypatch.setenv(key, value)

@@ -20,7 +20,7 @@ def test_a_control_character_in_an_option_is_refused_in_one_line(fttui_home, opt
     arg = f"{option}=--qos={value}" if option == "--sbatch-arg" else f"{option}={value}"
     if "\x00" in value:  # no argv can carry a NUL: the options' own check, in process
         from fttui.core.base.errors import FttuiError
-        from fttui.core.run.slurmjob import SubmitOptions, check_options
+        from fttui.core.run.slurm.slurmjob import SubmitOptions, check_options
 
         field = option.lstrip("-").replace("-", "_")
         opts = SubmitOptions(nodes=2, **({"sbatch_args": (f"--qos={value}",)} if field == "sbatch_arg"
@@ -45,7 +45,7 @@ def test_a_profile_name_with_a_newline_never_reaches_the_script(fttui_home, tmp_
 
     from fttui.core.base.errors import FttuiError
     from fttui.core.profiles import load_profile
-    from fttui.core.run.slurmjob import SubmitOptions, script_text
+    from fttui.core.run.slurm.slurmjob import SubmitOptions, script_text
 
     prof = load_profile("tiny-lora")
     odd = prof.with_settings({}).__class__.from_dict(prof.to_dict() | {"name": "x\ntouch PWNED"})

@@ -1,4 +1,4 @@
-"""fttui.core.run.state.RunState: a pure fold of events and samples (hand-computed figures)."""
+"""fttui.core.run.fold.state.RunState: a pure fold of events and samples (hand-computed figures)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from fttui.core.run.sample_records import Sample
-from fttui.core.run.snapshot import RunSnapshot
-from fttui.core.run.state import RunState
+from fttui.core.run.files.sample_records import Sample
+from fttui.core.run.fold.snapshot import RunSnapshot
+from fttui.core.run.fold.state import RunState
 from fttui.monitor import GpuSnapshot, HostSnapshot
 from tests.helpers import sample_of
 
@@ -286,8 +286,8 @@ def test_unavailable_gpu_sample():
 def test_eval_and_checkpoint_events_fold_like_the_row(tmp_path):
     """The live view's evaluation loss and checkpoint step are the row's (summary.kept_figures),
     computed from the same events two ways."""
-    from fttui.core.run.rundir import RunDir
-    from fttui.core.run.summary import kept_figures
+    from fttui.core.run.files.rundir import RunDir
+    from fttui.core.run.row.summary import kept_figures
 
     events = [
         {"event": "eval", "t": 3.0, "rank": 0, "step": 10, "eval_loss": 2.5},
@@ -303,7 +303,7 @@ def test_eval_and_checkpoint_events_fold_like_the_row(tmp_path):
         st.apply(e)
     snap = st.snapshot()
     (tmp_path / "command.json").write_text("{}")
-    from fttui.core.run.events import parse_event
+    from fttui.core.run.files.events import parse_event
 
     kept = kept_figures(RunDir(tmp_path), [parse_event(e) for e in events])
     assert (snap.eval_loss, snap.eval_step) == (2.25, 20) == (kept.eval_loss, kept.eval_step)
@@ -313,8 +313,8 @@ def test_eval_and_checkpoint_events_fold_like_the_row(tmp_path):
 def test_two_processes_claiming_one_rank_are_two_slots():
     """Steps of two processes that both say rank 0 (their pids differ) are both counted and the
     clash is flagged (issue 27.2); one process's duplicate lines are still dropped."""
-    from fttui.core.run.state import RunState
-    from fttui.core.run.status import status_line
+    from fttui.core.run.fold.state import RunState
+    from fttui.core.run.fold.status import status_line
 
     st = RunState()
     for pid in (11, 12):

@@ -13,11 +13,11 @@ from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.profiles import load_profile
 from tests.helpers import profile_of
 from fttui.core.results.stepparts import step_parts
-from fttui.core.run import rundir
-from fttui.core.run.events import parse_event
-from fttui.core.run.state import RunState
-from fttui.core.run.statusfile import FinalStatus
-from fttui.core.run.summary import build_row
+from fttui.core.run.files import rundir
+from fttui.core.run.files.events import parse_event
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.row.summary import build_row
 
 SHAPE = ModelShape(params_total=10**6, params_trainable=10**4, vocab=1000, hidden=64, layers=2, attn_dim=64,
                    tied=False)

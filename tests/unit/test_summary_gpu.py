@@ -9,7 +9,7 @@ import json
 
 def _summary(tmp_path, **row):
     from fttui.cli.live import summary_lines
-    from fttui.core.run.rundir import RunDir
+    from fttui.core.run.files.rundir import RunDir
 
     run = tmp_path / "20261125-221058-tiny-lora-9091"
     run.mkdir()

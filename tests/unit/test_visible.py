@@ -151,7 +151,7 @@ def test_preflight_counts_cards_named_by_uuid(monkeypatch):
     """Preflight's count of usable cards resolves UUIDs too (a UUID list is not 'all cards')."""
     from pathlib import Path
 
-    from fttui.core.run.preflight import visible_gpu_count
+    from fttui.core.run.launching.preflight import visible_gpu_count
 
     shared = Path(__file__).resolve().parents[1] / "data" / "fake_gpus_shared.json"
     monkeypatch.setenv("FTTUI_FAKE_GPUS", str(shared))

@@ -9,10 +9,10 @@ import sys
 import types
 from pathlib import Path
 
-from fttui.core.run.events import StepEvent
-from fttui.core.run.sample_records import Sample
-from fttui.core.run.state import RunState
-from fttui.core.run.whyslow import SpeedFold, causes, why_slow
+from fttui.core.run.files.events import StepEvent
+from fttui.core.run.files.sample_records import Sample
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.fold.whyslow import SpeedFold, causes, why_slow
 from fttui.monitor import FakeGpuSampler, GpuInfo, GpuSampler, GpuSnapshot
 from fttui.monitor.snapshots import throttle_names
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.launch import free_port
+from fttui.core.run.launching.launch import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

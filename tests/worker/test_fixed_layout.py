@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from fttui.core.profiles import load_profile
-from fttui.core.run.launch import child_env
+from fttui.core.run.launching.launch import child_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ADDR_NO_RANDOMIZE = 0x0040000

@@ -65,7 +65,7 @@ def test_split_eval_holds_out_a_seeded_fraction():
 ])
 def test_recovery_checkpoints_under_on_oom_shrink(tmp_path, kind, save, on_oom, recovery):
     """train.on_oom = "shrink" saves a resumable checkpoint every save_steps for the next attempt
-    (fttui.core.run.oomretry): the latest only when the run would keep none."""
+    (fttui.core.run.launching.oomretry): the latest only when the run would keep none."""
     from fttui.worker.arguments import training_args
 
     (tmp_path / "command.json").write_text(json.dumps({"argv": [], "kind": kind}))

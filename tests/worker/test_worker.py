@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fttui.core.run.launch import free_port
+from fttui.core.run.launching.launch import free_port
 from tests.helpers import profile_of
 
 from .conftest import REPO, TINY_ARCH, make_profile, read_events, run_worker, worker_env, write_run_dir

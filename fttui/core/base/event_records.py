@@ -6,11 +6,11 @@ fttui's): kept, never dropped.
 A record is one line: :meth:`Event.to_dict` is its one serialisation and :meth:`Event.from_dict`
 its tolerant reading (a missing key reads as ``None``, or the field's default; a key the record
 does not declare is kept in ``extra`` and written back). Turning lines into records, and records
-into lines, is :mod:`fttui.core.run.events`'s (the one module that parses event lines); folds
+into lines, is :mod:`fttui.core.run.files.events`'s (the one module that parses event lines); folds
 ``match`` on these classes. docs/architecture.md, "Events".
 
 Stdlib only, importing nothing of fttui: fttui's Trainer callback loads it by path (through
-:mod:`fttui.core.run.events`) into a command's own Python, and the results layer (the row's
+:mod:`fttui.core.run.files.events`) into a command's own Python, and the results layer (the row's
 figures) reads the records too.
 """
 
@@ -52,7 +52,7 @@ _DEFAULTS: dict[type, dict[str, Any]] = {}  # a record's fields (but extra) and 
 class Event:
     """What every event line has: ``t`` (unix time), ``rank`` (global rank; -1 for the
     supervisor's), ``pid`` (the writing process, written by fttui's Trainer callback: two processes
-    claiming one rank, :mod:`fttui.core.run.ranks`), ``source`` (``worker``, ``supervisor``,
+    claiming one rank, :mod:`fttui.core.run.fold.ranks`), ``source`` (``worker``, ``supervisor``,
     ``callback``, ``injected``, ``log``, ``launch``, ``recovery``, ``watch``), and ``extra``: the
     line's keys this record does not declare (kept, written back)."""
 
@@ -146,7 +146,7 @@ def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class UnknownEvent(Event):
     """A kind this fttui has no record for (a newer fttui's): its name (set by
-    :func:`fttui.core.run.events.parse_event`, which reads the kind) and every key kept."""
+    :func:`fttui.core.run.files.events.parse_event`, which reads the kind) and every key kept."""
 
     name: str = ""
 
@@ -166,7 +166,7 @@ class UnknownEvent(Event):
 # ---------------------------------------------------------------------------- the training's
 @dataclass(frozen=True, kw_only=True)
 class PhaseEvent(Event):
-    """A startup phase begins (:mod:`fttui.core.run.phases`)."""
+    """A startup phase begins (:mod:`fttui.core.run.fold.phases`)."""
 
     EVENT: ClassVar[str] = "phase"
     phase: str | None = None
@@ -230,10 +230,10 @@ class StepEvent(Event):
     peak_rss_mb: float | None = None
     #: the process's peak address space so far (VmPeak): what a host limit (RLIMIT_AS) is held against
     peak_vm_mb: float | None = None
-    # now, at the step's end (the trend: fttui.core.run.memtrend): the caching allocator's
+    # now, at the step's end (the trend: fttui.core.run.fold.memtrend): the caching allocator's
     # allocated and reserved memory, the card's free memory (cudaMemGetInfo), the process's RSS,
     # virtual size and address-space limit (RLIMIT_AS, limits.host_memory); the step's seconds
-    # spent fetching its batches (the input pipeline, fttui.core.run.whyslow)
+    # spent fetching its batches (the input pipeline, fttui.core.run.fold.whyslow)
     torch_alloc_mb: float | None = None
     torch_reserved_mb: float | None = None
     cuda_free_mb: float | None = None
@@ -359,7 +359,7 @@ class ExitEvent(Event):
 @dataclass(frozen=True, kw_only=True)
 class AttemptEvent(Event):
     """Supervisor, first line of a run started to recover from an out of memory
-    (:mod:`fttui.core.run.oomretry`): this run is attempt ``attempt`` of the chain begun by
+    (:mod:`fttui.core.run.launching.oomretry`): this run is attempt ``attempt`` of the chain begun by
     ``first``, continuing ``previous``, which ran out of memory in step ``oom_step``; the micro
     batch and accumulation went ``batch`` -> ``accum`` (``[before, after]`` each), from the
     checkpoint of step ``from_step`` (0: from the start); ``message`` says it in words."""
@@ -391,7 +391,7 @@ class RetryEvent(Event):
 @dataclass(frozen=True, kw_only=True)
 class MemoryWarningEvent(Event):
     """The supervisor saw a rank's memory rise at a steady rate that reaches its limit within the
-    warning horizon (fttui.core.run.memtrend): ``where`` ``card`` or ``host``, ``figure``
+    warning horizon (fttui.core.run.fold.memtrend): ``where`` ``card`` or ``host``, ``figure``
     (``reserved``, ``allocated``, ``rss``, ``address space``), ``slope_mb`` per step, ``steps_left``
     to the limit, ``headroom_mb`` left, at ``step`` of rank ``of_rank``; ``message`` in words."""
 

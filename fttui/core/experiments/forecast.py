@@ -391,12 +391,12 @@ def profile_forecast(
     tokenise: bool = True,
     link_bytes: tuple[float, float] = (0.0, 0.0),
 ) -> Forecast:
-    """The forecast of a resolved profile: its data's real lengths (:mod:`fttui.core.run.datalens`,
+    """The forecast of a resolved profile: its data's real lengths (:mod:`fttui.core.experiments.datalens`,
     synthetic data: ``max_seq_len``), its cards (``card``: ``"cpu"`` or the NVML name of the cards it
     will run on), the store's ``rows``; ``prices`` (:class:`fttui.core.results.prices.Prices`)
     prices a card-hour. ``tokenise=False``: a data file whose lengths are not cached raises
-    :class:`fttui.core.run.datalens.NotCached` instead of being tokenised."""
-    from fttui.core.run.datalens import data_stats
+    :class:`fttui.core.experiments.datalens.NotCached` instead of being tokenised."""
+    from fttui.core.experiments.datalens import data_stats
 
     stats, _cached = data_stats(profile, batch_size, tokenise=tokenise)
     fed = stats.random_order["fed_tokens"] / max(1, stats.samples)

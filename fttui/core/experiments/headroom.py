@@ -1,7 +1,7 @@
 """A launched trial's headroom, from its ranks' own events: what lets a launched probe predict.
 
 Every rank of a training run writes, at its end, what its budget needs (the ``end`` event of
-:mod:`fttui.core.run.events`): its peak address space (VmPeak) and, on a GPU, its peak reserved
+:mod:`fttui.core.run.files.events`): its peak address space (VmPeak) and, on a GPU, its peak reserved
 memory and its card's total; its ``start`` event has the ``limits`` the worker applied and its
 memory when training began. The headroom of one rank is what the one-process probe computes for
 its process (fttui.worker.probe.headroom_mb):
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from fttui.core.run.events import EndEvent, Event, StartEvent, StepEvent
+from fttui.core.run.files.events import EndEvent, Event, StartEvent, StepEvent
 
 MIB = 2**20
 

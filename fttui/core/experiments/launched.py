@@ -2,11 +2,11 @@
 
 A profile with several ranks (``devices.gpus`` or ``devices.cpu_processes`` > 1) or a sharding
 other than ``none`` cannot be probed inside one process: each trial is a fresh launch of all
-ranks, with the command ``fttui run`` would start (:func:`fttui.core.run.launch.prepare`: the
+ranks, with the command ``fttui run`` would start (:func:`fttui.core.run.launching.launch.prepare`: the
 same checks, the same launcher, argv and environment), the probed setting set for the trial, a
 few steps of worst-case synthetic samples (every sample ``max_seq_len`` tokens; ``probe --data``:
 the profile's data, its longest samples in the first step). The trial is
-the run's own verdict (:func:`fttui.core.run.summary.final_status`, the classification every
+the run's own verdict (:func:`fttui.core.run.row.summary.final_status`, the classification every
 run gets): ``completed`` is a fit, ``oom`` on any rank is the trial's OOM, anything else stops
 the probe with the trial's log.
 
@@ -36,16 +36,17 @@ from fttui.core.experiments.trials import Trial
 from fttui.core.profiles import apply_overrides
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
-from fttui.core.run import launch, proctree
-from fttui.core.run.events import ErrorEvent, EventTail, StepEvent, read_events
-from fttui.core.run.row_figures import host_figures, sharding_read_back
-from fttui.core.run.runfiles import CommandFile, ExitFile
-from fttui.core.run.sampling import fold_card_peaks, take_sample
-from fttui.core.run.state import RunState
-from fttui.core.run.summary import final_status
+from fttui.core.run.files.events import ErrorEvent, EventTail, StepEvent, read_events
+from fttui.core.run.files.runfiles import CommandFile, ExitFile
+from fttui.core.run.files.sampling import fold_card_peaks, take_sample
+from fttui.core.run.fold.state import RunState
+from fttui.core.run.launching import launch
+from fttui.core.run.processes import proctree
+from fttui.core.run.row.row_figures import host_figures, sharding_read_back
+from fttui.core.run.row.summary import final_status
 
 #: How long a stopped trial's guard gets to stop its tree (its own grace is
-#: :data:`fttui.core.run.proctree.GRACE_S`, 10 s) before it is killed, and the training's group
+#: :data:`fttui.core.run.processes.proctree.GRACE_S`, 10 s) before it is killed, and the training's group
 #: with it.
 STOP_WAIT_S = 30.0
 

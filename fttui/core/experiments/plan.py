@@ -244,8 +244,8 @@ def plan(
 ) -> list[Option]:
     """Every setup of ``profile`` on ``budget``'s cards, fitting ones first by predicted time.
     ``stats_for(profile, micro_batch)``: the data's lengths at a micro batch
-    (:func:`fttui.core.run.datalens.data_stats`). ``left_out``: sharding kinds not to plan (their
-    packages are not installed: :func:`fttui.core.run.extras.uninstalled_shardings`)."""
+    (:func:`fttui.core.experiments.datalens.data_stats`). ``left_out``: sharding kinds not to plan (their
+    packages are not installed: :func:`fttui.core.run.launching.extras.uninstalled_shardings`)."""
     base = profile
     nodes = max(1, int(base.devices.nodes or 1))
     on_gpu = budget.gpus > 0

@@ -114,11 +114,11 @@ def run_plan(
     now when not cached; with ``tokenise=False`` the app's screen takes an unmeasured file at
     ``max_seq_len`` per sample and says so); ``prices``
     (:class:`fttui.core.results.prices.Prices`) prices a card-hour. The kinds this installation
-    cannot run (:func:`fttui.core.run.extras.uninstalled_shardings`) are left out."""
+    cannot run (:func:`fttui.core.run.launching.extras.uninstalled_shardings`) are left out."""
+    from fttui.core.experiments.datalens import NotCached, data_stats
     from fttui.core.experiments.quick_forecast import NOT_MEASURED, worst_case
     from fttui.core.results.store import Store
-    from fttui.core.run.datalens import NotCached, data_stats
-    from fttui.core.run.extras import uninstalled_shardings
+    from fttui.core.run.launching.extras import uninstalled_shardings
 
     unmeasured: list[bool] = []
 
@@ -219,11 +219,13 @@ def verify(
     import time
     from functools import partial
 
+    from fttui.core.experiments.datalens import data_stats
     from fttui.core.experiments.quick_forecast import launch_forecast
     from fttui.core.profiles import apply_overrides
-    from fttui.core.run import launch, liveness, rundir
-    from fttui.core.run.cancel import request_cancel
-    from fttui.core.run.datalens import data_stats
+    from fttui.core.run.files import rundir
+    from fttui.core.run.launching import launch
+    from fttui.core.run.processes import liveness
+    from fttui.core.run.processes.cancel import request_cancel
 
     if k < 1:
         raise PlanError(f"--verify {k}: give the number of setups to run, 1 or more")

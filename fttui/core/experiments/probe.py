@@ -67,8 +67,8 @@ from fttui.core.experiments.probe_start import predicted_start
 from fttui.core.experiments.trials import ProbeResult, Trial, parse_range, trial_cells, trial_row
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
-from fttui.core.run import launch, proctree, rundir
-from fttui.core.run.events import (
+from fttui.core.run.files import rundir
+from fttui.core.run.files.events import (
     ErrorEvent,
     EventTail,
     ProbeCapEvent,
@@ -76,7 +76,9 @@ from fttui.core.run.events import (
     TrialEvent,
     TrialStartEvent,
 )
-from fttui.core.run.sampling import fold_card_peaks, take_sample
+from fttui.core.run.files.sampling import fold_card_peaks, take_sample
+from fttui.core.run.launching import launch
+from fttui.core.run.processes import proctree
 
 MAX_LOADS = 4  # model loads of a one-process batch-size probe without repeats
 #: growth in sequence length is not linear (attention): its prediction may need two more checks
@@ -211,7 +213,7 @@ class Prober:
         seq = prof.data.max_seq_len
         if not self.data:
             return f"samples: synthetic, every one {seq} tokens (the worst case)"
-        from fttui.core.run import datalens
+        from fttui.core.experiments import datalens
 
         samples, _hit = datalens.lengths(self.resolved)
         ordered = sorted(samples, key=lambda s: (-s.raw, s.index))

@@ -23,7 +23,7 @@ def quick_forecast(profile: Profile, e: Any, rows: Iterable[Mapping[str, Any]], 
     """:func:`~fttui.core.experiments.forecast.profile_forecast` of ``profile`` (``e``: its memory
     estimate) from the cached lengths, else the worst case (said in ``mfu_source``); raises what
     the forecast cannot get past."""
-    from fttui.core.run.datalens import NotCached
+    from fttui.core.experiments.datalens import NotCached
 
     rows = list(rows)
     try:

@@ -15,8 +15,10 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.profiles import ALIASES, apply_overrides
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.tables import to_markdown
-from fttui.core.run import launch, liveness, rundir
-from fttui.core.run.cancel import request_cancel
+from fttui.core.run.files import rundir
+from fttui.core.run.launching import launch
+from fttui.core.run.processes import liveness
+from fttui.core.run.processes.cancel import request_cancel
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[int]]]:

@@ -4,13 +4,13 @@
 
 The probe (fttui.core.experiments.launched) starts this process with its stdin a pipe whose other
 end only the probe holds. It starts the trial's training command the way the supervisor starts a
-run's: under the log writer (:mod:`fttui.core.run.logtee`, which writes ``train.log`` and
+run's: under the log writer (:mod:`fttui.core.run.supervising.logtee`, which writes ``train.log`` and
 ``exit.json``), as the leader of the training's own process group, with the launcher of the
 command (torchrun, DeepSpeed's) starting the ranks. It prints the log writer's pid on one line.
 
 End of file on stdin means the probe wants the trial stopped, or is gone (killed with SIGKILL
 too: the kernel closes its end of the pipe): the whole tree is stopped, SIGTERM to the group and
-to every process seen in it, SIGKILL after the grace period (:data:`fttui.core.run.proctree.GRACE_S`,
+to every process seen in it, SIGKILL after the grace period (:data:`fttui.core.run.processes.proctree.GRACE_S`,
 the run's). When the training ends first, what it left behind is stopped the same way. This
 process writes nothing to the store: the probe records the trial.
 """
@@ -25,7 +25,7 @@ import sys
 
 import psutil
 
-from fttui.core.run import proctree
+from fttui.core.run.processes import proctree
 
 TICK_S = 0.2
 
@@ -50,7 +50,7 @@ class Tree(proctree.Tree):
 
     def stop(self, grace=None, after_kill=None) -> None:
         """SIGTERM everything, SIGKILL what is left after the grace period
-        (:data:`fttui.core.run.proctree.GRACE_S`)."""
+        (:data:`fttui.core.run.processes.proctree.GRACE_S`)."""
         self.remember()
         super().stop(grace, after_kill)
 
@@ -75,7 +75,7 @@ def run(run_dir: str, argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     leader = subprocess.Popen(
-        [sys.executable, "-m", "fttui.core.run.logtee", run_dir, "--", *argv],
+        [sys.executable, "-m", "fttui.core.run.supervising.logtee", run_dir, "--", *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

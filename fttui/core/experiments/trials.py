@@ -15,9 +15,9 @@ from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.columns import RowInputs, fold_row
 from fttui.core.results.row_inputs import Cards, GpuFigures, HostFigures, RunFigures
-from fttui.core.run.row_figures import stated_sharding
-from fttui.core.run.snapshot import RunSnapshot
-from fttui.core.run.statusfile import FinalStatus
+from fttui.core.run.files.statusfile import FinalStatus
+from fttui.core.run.fold.snapshot import RunSnapshot
+from fttui.core.run.row.row_figures import stated_sharding
 
 
 @dataclass

@@ -71,7 +71,7 @@ def host_terms(c: Setup, bd: dict[str, float], host_bd: dict[str, float]) -> flo
         for k in ("weights", "gradients", "optimizer_states", "lora", "activations", "communication"):
             host_bd[k] = bd[k] * procs
         # no caching allocator on the host: glibc returns big blocks (fttui sets the mmap
-        # threshold for CPU runs, fttui.core.run.launch), so no allocator overhead is added
+        # threshold for CPU runs, fttui.core.run.launching.launch), so no allocator overhead is added
         host_bd["activations"] += bd["quantisation"] * procs
     # what exists during the load too: under zero.Init the parameter partitions are built as the
     # model is (offloaded to the host, or on CPU ranks the weights themselves)

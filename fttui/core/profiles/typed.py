@@ -7,7 +7,7 @@ keeps them in step), plus the top-level keys and the meta keys the resolver adds
 (``profile.json``) without changing a value: lists are held as tuples and tables as read-only
 mappings (:mod:`fttui.core.profiles.frozen`), and come back as lists and dicts. The derived figures
 (processes per node, world size, effective batch, launcher) are defined here once;
-``fttui.core.run.topology``, the picker's ``effective_batch`` and ``profile_summary`` call them.
+``fttui.core.run.launching.topology``, the picker's ``effective_batch`` and ``profile_summary`` call them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The summary row, declared once: every figure (column) of a run's, a probe trial's or a sweep
 cell's row with its name, SQL type, unit, label and how it is folded from what the run left.
 
-:func:`fold_row` is the one row builder: :func:`fttui.core.run.summary.build_row` (a run, any
+:func:`fold_row` is the one row builder: :func:`fttui.core.run.row.summary.build_row` (a run, any
 kind) and :func:`fttui.core.experiments.trials.trial_row` (a probe trial) both hand it a
 :class:`RowInputs`. Everything else that names row columns derives from :data:`FIGURES`: the
 store's columns and JSON columns (:mod:`fttui.core.results.store`), the trackers' parameters
@@ -56,10 +56,10 @@ __all__ = [
 class RowInputs:
     """What a row is folded from. ``profile``: the run's typed profile (the stated settings; a
     probe trial's with its value; a command run's holds only what its Trainer told, ``None``
-    elsewhere: :func:`fttui.core.run.command.row_profile`); ``snap``: the run's snapshot (a trial's figures as
-    one); ``status``: its :class:`~fttui.core.run.statusfile.FinalStatus` (a Slurm node's: with the
+    elsewhere: :func:`fttui.core.run.launching.command.row_profile`); ``snap``: the run's snapshot (a trial's figures as
+    one); ``status``: its :class:`~fttui.core.run.files.statusfile.FinalStatus` (a Slurm node's: with the
     scheduler's verdict); ``events``: its event records (:mod:`fttui.core.base.event_records`,
-    parsed once by :mod:`fttui.core.run.events`); ``figures``: the figures the run layer measures
+    parsed once by :mod:`fttui.core.run.files.events`); ``figures``: the figures the run layer measures
     with the run's cards (:class:`~fttui.core.results.row_inputs.RunFigures`: cards, GPU and host
     memory, per-card performance, what the run kept, the sharding that ran, Slurm's facts),
     complete before the fold; ``trial``: set for a probe trial."""
@@ -131,7 +131,7 @@ def _snap(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowI
 
 
 def _speed(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
-    """A figure of the snapshot's speed (fttui.core.run.whyslow.Speed); ``None`` when unknown."""
+    """A figure of the snapshot's speed (fttui.core.run.fold.whyslow.Speed); ``None`` when unknown."""
 
     def fold(c: RowInputs) -> Any:
         value = getattr(getattr(c.snap, "speed", None), attr, None)
@@ -177,7 +177,7 @@ def _model(c: RowInputs) -> Any:
 
 
 def _forecast(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
-    """A figure of the launch's time forecast (the ``forecast`` event, fttui.core.run.events)."""
+    """A figure of the launch's time forecast (the ``forecast`` event, fttui.core.run.files.events)."""
 
     def fold(c: RowInputs) -> Any:
         ev = next((e for e in c.events if isinstance(e, ForecastEvent)), None)
@@ -188,7 +188,7 @@ def _forecast(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[
 
 
 def _last_attempt(c: RowInputs) -> AttemptEvent | None:
-    """The run's last ``attempt`` event (a run started to recover from an OOM, fttui.core.run.oomretry)."""
+    """The run's last ``attempt`` event (a run started to recover from an OOM, fttui.core.run.launching.oomretry)."""
     return next((e for e in reversed(c.events) if isinstance(e, AttemptEvent)), None)
 
 

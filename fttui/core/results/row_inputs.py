@@ -5,11 +5,11 @@ scheduler's verdict included, so that nothing patches a row afterwards.
 
 * :class:`Cards`: the run's cards (names in CUDA order, how many, what connects them);
 * :class:`GpuFigures`, :class:`HostFigures`: per card device used, the run's own, total memory
-  and its source; the host's peak and what it sums (:mod:`fttui.core.run.row_figures`);
-* :class:`PerfFigures`: per card allocator retries, lowest headroom, MFU (:mod:`fttui.core.run.perf`);
-* :class:`Kept`: what the run kept (:func:`fttui.core.run.summary.kept_figures`);
+  and its source; the host's peak and what it sums (:mod:`fttui.core.run.row.row_figures`);
+* :class:`PerfFigures`: per card allocator retries, lowest headroom, MFU (:mod:`fttui.core.run.fold.perf`);
+* :class:`Kept`: what the run kept (:func:`fttui.core.run.row.summary.kept_figures`);
 * :class:`SlurmFacts`: a Slurm node's job and, once the job is over, Slurm's final state (the
-  scheduler's verdict is the row's status: :func:`fttui.core.run.slurmend.node_verdict`).
+  scheduler's verdict is the row's status: :func:`fttui.core.run.slurm.slurmend.node_verdict`).
 
 Each field is named after the row's column it gives. Pure, stdlib only.
 """
