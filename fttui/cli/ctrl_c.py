@@ -8,7 +8,6 @@ import sys
 import time
 
 from fttui.core.run.files.rundir import RunDir
-from fttui.core.run.processes.cancel import request_cancel
 
 __all__ = ["DETACH_WINDOW_S", "CtrlC"]
 
@@ -62,7 +61,9 @@ class CtrlC:
         if self.state != "pending" or time.monotonic() < self.deadline:
             return
         self.state = "sending"
-        request_cancel(rd)
+        from fttui.core.run.control.executors import executor_for
+
+        executor_for(rd).cancel()
         self.state = "sent"
         print("fttui: cancel sent: the run is stopping", file=sys.stderr, flush=True)
         if self.detach_when_sent:

@@ -108,10 +108,10 @@ def job_json(job: RunDir) -> str:
 
 
 def cancel_job(rd: RunDir, as_json: bool) -> int:
-    from fttui.core.run.slurm import slurmjob
+    from fttui.core.run.slurm.executor import SlurmJob
 
     job = job_dir_of(rd)
-    slurmjob.cancel(job)
+    SlurmJob(rd=job).cancel()
     print(f"cancelling Slurm job {_job_id(job)} ({job.run_id}): scancel ...", file=sys.stderr)
     done = settle(job)
     if as_json:

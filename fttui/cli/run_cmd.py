@@ -132,8 +132,6 @@ def run_node(args, resolve: Callable[..., Profile]) -> int | None:
 
 
 def cmd_run(args, resolve: Callable[..., Profile] | None = None, is_tty: Callable[[], bool] = is_tty) -> int:
-    from fttui.core.run.launching import launch
-
     node = run_node(args, resolve or resolve_profile)
     if node is not None:
         return node
@@ -162,8 +160,15 @@ def cmd_run(args, resolve: Callable[..., Profile] | None = None, is_tty: Callabl
             print(f"fttui: warning: {warning}", file=sys.stderr, flush=True)
         check_host(resolved)
     from fttui.core.experiments.quick_forecast import launch_forecast
+    from fttui.core.run.launching.executors import CommandRun, LocalRun
 
-    rd = launch.launch(resolved, resume=resume, forecast=lambda: launch_forecast(resolved))
+    forecast = lambda: launch_forecast(resolved)  # noqa: E731
+    ex = (
+        CommandRun(profile=resolved, forecast=forecast)
+        if command is not None
+        else LocalRun(resolved, resume=resume, forecast=forecast)
+    )
+    rd = ex.start()
     if app:  # a resumed run or a command: launched here, followed in the app
         from fttui.tui.app import run_app
 

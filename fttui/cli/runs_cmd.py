@@ -78,21 +78,24 @@ def cmd_cancel(args) -> int:
     import signal
     import time
 
+    from fttui.core.run.control.executors import executor_for
     from fttui.core.run.processes import liveness, proctree
-    from fttui.core.run.processes.cancel import request_cancel, signal_training
+    from fttui.core.run.processes.cancel import signal_training
+    from fttui.core.run.slurm.executor import SlurmJob
     from fttui.core.run.supervising.recover import recover
 
     rd = _find_run(args.run, live_only=True)
-    if rd.slurm() is not None:  # a Slurm job, or a node's run of one: scancel, then Slurm's end
+    ex = executor_for(rd)
+    if isinstance(ex, SlurmJob):  # a Slurm job, or a node's run of one: scancel, then Slurm's end
         from fttui.cli.job_cmd import cancel_job
 
         return cancel_job(rd, bool(getattr(args, "json", False)))
-    request_cancel(rd)
+    ex.cancel()
     print(f"cancelling {rd.run_id} ...", file=sys.stderr)
     start = time.monotonic()
     killed = False
     while time.monotonic() - start < 60:
-        if rd.has_status() or not liveness.is_live(rd):
+        if ex.final_state() is not None or not ex.alive():
             break
         if not killed and time.monotonic() - start > proctree.GRACE_S and not liveness.supervisor_alive(rd):
             from fttui.core.run.processes.cgroup import end_run
@@ -101,7 +104,7 @@ def cmd_cancel(args) -> int:
             killed = bool(end_run(rd)) or killed  # and all of the run's cgroup, where it has one
         time.sleep(0.2)
     recover(rd)  # no-op unless the supervisor was gone: then the row is written here
-    st = rd.final_status()
+    st = ex.final_state()
     if getattr(args, "json", False):
         from fttui.cli.conventions import run_json
 

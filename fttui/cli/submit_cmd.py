@@ -63,7 +63,9 @@ def cmd_submit(args, resolve: Callable = resolve) -> int:
         _prof, _path, text = slurmjob.prepare_job(resolved, opts)
         print(text, end="")
         return 0
-    rd = slurmjob.submit(resolved, opts)
+    from fttui.core.run.slurm.executor import SlurmJob
+
+    rd = SlurmJob(resolved, opts).start()
     sl = rd.slurm()
     job = sl.job_id if sl is not None else None
     if args.json:

@@ -80,13 +80,13 @@ def _say(text: str, stream) -> bool:
 
 
 def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
-    from fttui.core.run.processes import liveness
-    from fttui.core.run.processes.cancel import request_cancel
-
     """The foreground watch ended by a signal (SIGTERM, SIGHUP; SIGPIPE: its output is gone): its
     watcher is asked to stop (the ``cancel`` file: the watched process is never signalled) and
     waited for a short while; 128 + signum."""
-    request_cancel(rd)
+    from fttui.core.run.processes import liveness
+    from fttui.core.run.supervising.pidwatch import AttachedPid
+
+    AttachedPid(rd=rd).cancel()
     deadline = time.monotonic() + wait_s
     while not rd.has_status() and time.monotonic() < deadline:
         if rd.supervisor() is not None and not liveness.supervisor_alive(rd):
@@ -100,7 +100,7 @@ def _stop_on_signal(rd, signum: int, wait_s: float = 3.0) -> int:
 
 def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -> int:
     from fttui.core.run.control.watch import RunFollower
-    from fttui.core.run.processes.cancel import request_cancel
+    from fttui.core.run.supervising.pidwatch import AttachedPid
 
     follower, last = RunFollower(rd), 0.0
     ended = ended or EndSignals()
@@ -109,7 +109,7 @@ def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -
     def on_int(_s, _f):
         stop["n"] += 1
         if stop["n"] == 1:
-            request_cancel(rd)  # the watcher stops; the watched process is never signalled
+            AttachedPid(rd=rd).cancel()  # the watcher stops; the watched process is never signalled
             _say("\nfttui: stopping the watch (the watched process is not touched)", sys.stderr)
         else:
             raise KeyboardInterrupt
@@ -145,10 +145,11 @@ def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -
 
 
 def cmd_watch(args, is_tty=is_tty) -> int:
-    from fttui.core.run.supervising.pidwatch import start_watch
+    from fttui.core.run.supervising.pidwatch import AttachedPid
 
+    watch = AttachedPid(args.pid, args.name, args.record)
     if args.detach or (not args.headless and is_tty() and os.environ.get("FTTUI_NO_APP") != "1"):
-        rd = start_watch(args.pid, args.name, args.record)  # FttuiError (exit 2) before anything is written
+        rd = watch.start()  # FttuiError (exit 2) before anything is written
         if args.detach:  # the watch goes on in the background, until the process ends or fttui cancel
             print(rd.run_id)
             return 0
@@ -156,7 +157,7 @@ def cmd_watch(args, is_tty=is_tty) -> int:
 
         return run_app(attach=str(rd.path))
     with EndSignals() as ended:  # the foreground watch: SIGTERM and SIGHUP end its watcher too
-        rd = start_watch(args.pid, args.name, args.record)
+        rd = watch.start()
         return _follow(rd, args.pid, ended=ended)
 
 

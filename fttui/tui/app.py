@@ -101,9 +101,9 @@ class FttuiApp(App[int]):
     def launch_run(self, resolved: Profile) -> RunDir:
         """Launch a resolved profile (validates first; FttuiError on bad input) and show it."""
         from fttui.core.experiments.quick_forecast import launch_forecast
-        from fttui.core.run.launching import launch
+        from fttui.core.run.launching.executors import LocalRun
 
-        rd = launch.launch(resolved, forecast=lambda: launch_forecast(resolved))
+        rd = LocalRun(resolved, forecast=lambda: launch_forecast(resolved)).start()
         self.show_run(rd)
         return rd
 
@@ -185,7 +185,7 @@ class FttuiApp(App[int]):
             self.stop_probes()
             self.exit(self.exit_code)
             return
-        from fttui.core.run.processes.cancel import request_cancel
+        from fttui.core.run.control.executors import executor_for
         from fttui.tui.dialogs import QuitScreen
 
         def done(choice: str | None) -> None:
@@ -194,8 +194,8 @@ class FttuiApp(App[int]):
             if choice == "stop":
                 for rd in live:
                     try:
-                        request_cancel(rd)
-                    except OSError:
+                        executor_for(rd).cancel()  # a Slurm job's: scancel, as `fttui cancel`
+                    except (OSError, FttuiError):
                         pass
                 self.exit(self.exit_code)
             elif choice == "detach":

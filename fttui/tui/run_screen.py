@@ -21,7 +21,6 @@ from fttui.core.run.files.rundir import RunDir
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.snapshot import RunSnapshot
 from fttui.core.run.fold.status import StatusLine, status_line
-from fttui.core.run.processes.cancel import request_cancel
 from fttui.tui.host import host
 from fttui.tui.run_panels import (
     GpuGrid,
@@ -197,9 +196,12 @@ class RunScreen(Screen):
 
         def done(ok: bool | None) -> None:
             if ok:
+                from fttui.core.base.errors import FttuiError
+                from fttui.core.run.control.executors import executor_for
+
                 try:
-                    request_cancel(self.rd)
-                except OSError as e:
+                    executor_for(self.rd).cancel()  # a Slurm job's: scancel, as `fttui cancel`
+                except (OSError, FttuiError) as e:
                     self.notify(f"cancel failed: {e}", severity="error", markup=False)
                     return
                 self.cancel_requested = True

@@ -1,22 +1,28 @@
 """The code's shape, checked: import layers (import-linter contracts in pyproject.toml), no import
 cycle between modules or between packages (every import counted: inside functions and under
-TYPE_CHECKING too), bench/ only above fttui/, and no module over 320 logical lines."""
+TYPE_CHECKING too), bench/ only above fttui/, no package of more than 24 modules, and no module
+that reaches into most of its package (issue 38: a rule that splits by meaning, not by size)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import tokenize
+from collections import Counter
 from pathlib import Path
 
 import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: A size guide (never a reason to trim a file: split it by meaning): Python's logical lines, a
-#: statement over several lines counting once, comments and blank lines not at all, so that the
-#: formatter's line breaks change nothing. 320 is where 400 physical lines stood before ruff format.
-MAX_LOGICAL_LINES = 320
+#: A package of more modules holds more than one concern (the worker's 24 modules, one concern:
+#: the training process, is the most a package holds): split it into packages by what they own.
+MAX_PACKAGE_MODULES = 24
+#: Fan-out: how many modules of its own package a module imports. One that reaches into most of its
+#: package holds several of its ideas (a summary that folded, judged and classified in one place
+#: imported 12 of its 43 siblings before issue 38). The composition roots (the worker's training
+#: loop, the report) import 9; a new module past this number is split by what it does. Size is no
+#: rule: a long module of one idea stays whole (docs/architecture.md, "Size and shape").
+MAX_SIBLING_IMPORTS = 10
 
 
 @pytest.fixture(scope="module")
@@ -97,15 +103,21 @@ def test_bench_only_imports_fttui():
         assert "import bench" not in text and "from bench" not in text, path
 
 
-def logical_lines(path: Path) -> int:
-    with open(path, "rb") as f:
-        return sum(1 for tok in tokenize.tokenize(f.readline) if tok.type == tokenize.NEWLINE)
+def test_no_package_holds_more_than_one_concern_s_modules():
+    counts = Counter(str(p.parent.relative_to(ROOT)) for p in (ROOT / "fttui").rglob("*.py") if p.name != "__init__.py")
+    assert {d: n for d, n in counts.items() if n > MAX_PACKAGE_MODULES} == {}
 
 
-def test_no_module_over_the_size_guide():
-    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "fttui").rglob("*.py"))
-            if (n := logical_lines(p)) > MAX_LOGICAL_LINES}
-    assert long == {}
+def sibling_imports(graph: grimp.ImportGraph, module: str) -> set[str]:
+    """The modules of ``module``'s own package that it imports directly (inside functions too)."""
+    package = module.rsplit(".", 1)[0]
+    return {m for m in graph.find_modules_directly_imported_by(module)
+            if m.rsplit(".", 1)[0] == package and m != package}
+
+
+def test_no_module_reaches_into_most_of_its_package(graph):
+    wide = {m: sorted(s) for m in graph.modules if len(s := sibling_imports(graph, m)) > MAX_SIBLING_IMPORTS}
+    assert wide == {}
 
 
 def test_import_contracts():

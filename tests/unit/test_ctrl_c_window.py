@@ -15,7 +15,7 @@ class FakeRun:
     def __init__(self, during=None) -> None:
         self.cancels, self.during = 0, during
 
-    def request_cancel(self) -> None:
+    def cancel(self) -> None:
         self.cancels += 1
         if self.during is not None:
             self.during()  # a Ctrl-C that comes while the cancel is written
@@ -23,8 +23,9 @@ class FakeRun:
 
 @pytest.fixture(autouse=True)
 def _cancel_is_the_fake_runs(monkeypatch):
-    """CtrlC sends the cancel through fttui.core.run.processes.cancel.request_cancel: here the fake run's."""
-    monkeypatch.setattr("fttui.cli.ctrl_c.request_cancel", lambda rd: rd.request_cancel())
+    """CtrlC sends the cancel through the run's executor (fttui.core.run.control.executors): here
+    the fake run is its own."""
+    monkeypatch.setattr("fttui.core.run.control.executors.executor_for", lambda rd: rd)
 
 
 def test_a_second_ctrl_c_within_the_window_withdraws_the_cancel():

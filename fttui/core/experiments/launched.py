@@ -37,8 +37,10 @@ from fttui.core.profiles import apply_overrides
 from fttui.core.profiles.schema import SYNTHETIC
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.files.events import ErrorEvent, EventTail, StepEvent, read_events
+from fttui.core.run.files.rundir import RunDir
 from fttui.core.run.files.runfiles import CommandFile, ExitFile
 from fttui.core.run.files.sampling import fold_card_peaks, take_sample
+from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.launching import launch
 from fttui.core.run.processes import proctree
@@ -107,7 +109,14 @@ def _r(x, nd):
 class LaunchedTrial:
     """One trial: prepare its run directory (``kind = "probe"``, ``group`` = the probe), launch,
     sample and fold its events until it ends, then judge it (:meth:`run`). :meth:`stop` may be
-    called from any thread."""
+    called from any thread.
+
+    It is the probe trial's executor (:class:`~fttui.core.run.processes.executor.Executor`):
+    :meth:`start` starts its guard (:mod:`fttui.core.experiments.trial_guard`, which owns the
+    tree and stops it through :mod:`fttui.core.run.processes.proctree`), :meth:`alive` is the
+    guard's life, :meth:`cancel` closes the guard's pipe (the guard stops the tree), and
+    :meth:`final_state` is the run's own verdict once :meth:`run` has judged it (the trial writes
+    no ``status.json``: the probe records it)."""
 
     def __init__(
         self,
@@ -128,10 +137,11 @@ class LaunchedTrial:
         self.guard: subprocess.Popen | None = None
         self.leader: int | None = None  # the log writer: leader of the training's process group
         self.stopped = False
+        self._final: FinalStatus | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self) -> RunDir:
         cmd = self.rd.command() or CommandFile()
         env = dict(os.environ)
         env.update(cmd.env)
@@ -139,7 +149,7 @@ class LaunchedTrial:
         with self._lock:
             if self.stopped:
                 log.close()
-                return
+                return self.rd
             try:
                 self.guard = subprocess.Popen(
                     [
@@ -164,6 +174,21 @@ class LaunchedTrial:
             self.leader = int(line.strip())
         except ValueError:
             self.leader = None
+        return self.rd
+
+    def alive(self) -> bool:
+        """The trial's guard still runs (it outlives the training only to stop what is left)."""
+        guard = self.guard
+        return guard is not None and guard.poll() is None
+
+    def cancel(self) -> None:
+        """Ask the guard to stop the trial's tree and return at once (:meth:`stop` without the
+        wait)."""
+        self.stop(wait=False)
+
+    def final_state(self) -> FinalStatus | None:
+        """The run's verdict as :meth:`run` judged it; ``None`` before (or when it was stopped)."""
+        return self._final
 
     def stop(self, wait: bool = True) -> None:
         """Stop the trial's processes: the guard stops the tree. ``wait``: until it has (if it
@@ -229,6 +254,7 @@ class LaunchedTrial:
         ex = rd.exit_info() or ExitFile()
         snap = state.snapshot()
         fs = final_status(rd, snap, ex.returncode, None, ex.error or None)
+        self._final = fs
         if fs.status not in ("completed", "oom"):
             raise FttuiError(
                 f"probe trial {self.load} ({self.param}={self.value}) {fs.status}: "

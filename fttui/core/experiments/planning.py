@@ -223,9 +223,7 @@ def verify(
     from fttui.core.experiments.quick_forecast import launch_forecast
     from fttui.core.profiles import apply_overrides
     from fttui.core.run.files import rundir
-    from fttui.core.run.launching import launch
-    from fttui.core.run.processes import liveness
-    from fttui.core.run.processes.cancel import request_cancel
+    from fttui.core.run.launching.executors import LocalRun
 
     if k < 1:
         raise PlanError(f"--verify {k}: give the number of setups to run, 1 or more")
@@ -245,17 +243,18 @@ def verify(
         }
         over["devices.gpus" if budget.gpus else "devices.cpu_processes"] = budget.ranks_per_node
         run = apply_overrides(profile, over)
-        rd = launch.launch(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
+        ex = LocalRun(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
+        rd = ex.start()
         started = time.monotonic()
         try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
-            while not rd.has_status() and (
-                liveness.is_live(rd) if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
+            while ex.final_state() is None and (
+                ex.alive() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
             ):
                 time.sleep(0.3)
         except KeyboardInterrupt:
-            request_cancel(rd)
+            ex.cancel()
             raise
-        final = rd.final_status()
+        final = ex.final_state()
         status = final.status if final is not None else "failed"
         res = {
             "setup": o.label(),

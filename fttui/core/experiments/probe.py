@@ -446,7 +446,10 @@ class Prober:
     def _kill(self, wait: bool = True) -> None:
         trial = self.trial
         if trial is not None:
-            trial.stop(wait=wait)
+            if wait:
+                trial.stop()
+            else:
+                trial.cancel()  # the thread that runs the probe waits for its end
         proc = self.proc
         if proc is not None:
             proctree.stop_group(proc)  # SIGTERM, SIGKILL after the grace period

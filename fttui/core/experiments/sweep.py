@@ -16,9 +16,7 @@ from fttui.core.profiles import ALIASES, apply_overrides
 from fttui.core.profiles.typed import Profile
 from fttui.core.results.tables import to_markdown
 from fttui.core.run.files import rundir
-from fttui.core.run.launching import launch
-from fttui.core.run.processes import liveness
-from fttui.core.run.processes.cancel import request_cancel
+from fttui.core.run.launching.executors import LocalRun
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[int]]]:
@@ -76,7 +74,7 @@ class Sweeper:
         self.steps = steps
         self.on_cell = on_cell or (lambda c: None)
         self.sweep_id = rundir.new_run_id(f"sweep-{resolved.name or 'profile'}")
-        self.current: rundir.RunDir | None = None
+        self.current: LocalRun | None = None  # the cell's run while it runs
         # validate every cell's settings before running any
         self.cells = []
         keys = [k for k, _ in grid]
@@ -101,15 +99,16 @@ class Sweeper:
                     cell.status, cell.skipped_because = "skipped", blocker
                     self.on_cell(cell)
                     continue
-                rd = launch.launch(self._cell_profile(cell.settings), kind="sweep", group=self.sweep_id)
-                self.current = rd
+                run = LocalRun(self._cell_profile(cell.settings), kind="sweep", group=self.sweep_id)
+                rd = run.start()
+                self.current = run
                 cell.run_id = rd.run_id
-                while not rd.has_status():
-                    if not liveness.is_live(rd):
+                while run.final_state() is None:
+                    if not run.alive():
                         break
                     time.sleep(0.3)
                 self.current = None
-                st = rd.final_status()
+                st = run.final_state()
                 cell.status = st.status if st is not None else "failed"
                 cell.row = rd.row()
                 if cell.status == "oom":
@@ -125,12 +124,12 @@ class Sweeper:
         return res
 
     def cancel_current(self, timeout: float = 60) -> None:
-        rd = self.current
-        if rd is None:
+        run = self.current
+        if run is None:
             return
-        request_cancel(rd)
+        run.cancel()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not rd.has_status() and liveness.is_live(rd):
+        while time.monotonic() < deadline and run.final_state() is None and run.alive():
             time.sleep(0.2)
 
 

@@ -33,10 +33,17 @@ from fttui.core.run.files.runfiles import SupervisorFile
 from fttui.core.run.files.sampling import take_sample
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.processes import guard, liveness
+from fttui.core.run.processes.executor import DirectoryRun
 from fttui.core.run.supervising.recover import end_watch
 from fttui.monitor import HostSampler, make_gpu_sampler
 
-__all__ = ["WATCHED", "check_pid", "start_watch", "watch"]  # end_watch: fttui.core.run.supervising.recover
+__all__ = [
+    "WATCHED",
+    "AttachedPid",
+    "check_pid",
+    "start_watch",
+    "watch",
+]  # end_watch: fttui.core.run.supervising.recover
 
 TICK_S = env_float("FTTUI_SAMPLE_INTERVAL", 0.5)
 
@@ -102,6 +109,28 @@ def start_watch(pid: int, name: str | None = None, record: bool = False) -> rund
     finally:
         log.close()
     return rd
+
+
+class AttachedPid(DirectoryRun):
+    """The executor of a watched process (``fttui watch --pid PID``): fttui did not start it and
+    never signals it. :meth:`start` checks the pid and starts the watcher; :meth:`cancel` asks the
+    watcher to stop (the ``cancel`` file), which ends the watch and records its row while the
+    process runs on."""
+
+    def __init__(
+        self, pid: int | None = None, name: str | None = None, record: bool = False, rd: rundir.RunDir | None = None
+    ) -> None:
+        super().__init__(rd)
+        self.pid, self.name, self.record = pid, name, record
+
+    def start(self) -> rundir.RunDir:
+        if self.pid is None:
+            raise ValueError("AttachedPid: a pid to start watching")
+        self.rd = start_watch(self.pid, self.name, self.record)
+        return self.rd
+
+    def cancel(self) -> None:
+        self._dir().write_cancel()  # the watched process is never signalled
 
 
 def _alive(proc: psutil.Process) -> bool:
