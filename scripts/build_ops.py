@@ -30,6 +30,14 @@ def main() -> int:
     acc = get_accelerator()
     if acc.device_name() != "cpu":
         return 0
+    # A build killed earlier (an interrupted setup or suite) left its lock: every later build of
+    # that op would wait on it forever, this one first (fttui.core.run.launching.oplocks)
+    import os
+    from pathlib import Path
+
+    from fttui.core.run.launching.oplocks import clear_stale_locks
+
+    clear_stale_locks(Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache/torch_extensions"), print)
     for name in OPS:
         t0 = time.monotonic()
         try:
