@@ -250,7 +250,8 @@ def environment() -> dict[str, Any]:
 
 
 def model_shape(model) -> dict[str, Any] | None:
-    """``vocab``, ``hidden``, ``layers``, ``attn_dim``, ``tied`` from the model's (text) config:
+    """``vocab``, ``hidden``, ``layers``, ``attn_dim``, ``tied`` from the model's (text) config,
+    and for a mixture of experts ``experts``, ``top_k``, ``expert_inter``, ``sparse_layers``:
     what fttui's FLOPs per token need (the same reading as fttui's worker)."""
     cfg = getattr(model, "config", None)
     if cfg is not None and callable(getattr(cfg, "get_text_config", None)):
@@ -272,13 +273,35 @@ def model_shape(model) -> dict[str, Any] | None:
     if None in (vocab, hidden, layers, heads):
         return None
     head_dim = first("head_dim", "kv_channels") or hidden // heads
-    return {
+    shape: dict[str, Any] = {
         "vocab": vocab,
         "hidden": hidden,
         "layers": layers,
         "attn_dim": heads * head_dim,
         "tied": bool(getattr(cfg, "tie_word_embeddings", False)),
     }
+    shape.update(_moe_shape(cfg, first, layers))
+    return shape
+
+
+def _moe_shape(cfg, first, layers: int) -> dict[str, int]:
+    """A mixture of experts' ``experts`` (routed, per sparse layer), ``top_k`` (per token),
+    ``expert_inter`` (one expert's width) and ``sparse_layers``, read with the keys of
+    fttui.core.models.layouts: every layer sparse but Qwen-MoE's ``mlp_only_layers`` and the
+    layers off its ``decoder_sparse_step`` (and DeepSeek's ``first_k_dense_replace``); empty for
+    a dense model."""
+    experts = first("num_local_experts", "num_experts", "n_routed_experts")
+    top_k = first("num_experts_per_tok", "moe_top_k")
+    expert_inter = first("moe_intermediate_size", "intermediate_size")
+    if experts is None or top_k is None or expert_inter is None or top_k > experts:
+        return {}
+    step = first("decoder_sparse_step") or 1
+    dense_only = set(getattr(cfg, "mlp_only_layers", None) or ())
+    first_dense = first("first_k_dense_replace") or 0
+    sparse = sum(1 for i in range(first_dense, layers) if i not in dense_only and (i + 1) % step == 0)
+    if not sparse:
+        return {}
+    return {"experts": experts, "top_k": top_k, "expert_inter": expert_inter, "sparse_layers": sparse}
 
 
 def model_name(model) -> str | None:

@@ -91,6 +91,43 @@ def test_gradient_checkpointing_counts_the_layers_forward_again():
     assert recompute_run <= recompute_counted
 
 
+#: tiny mixtures of experts: Mixtral (every layer sparse), Qwen2-MoE (a shared expert and its
+#: gate; layer 1 dense by mlp_only_layers), Qwen3-MoE (every second layer sparse)
+MOE = {
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=2),
+    "qwen2_moe": dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=64,
+                      shared_expert_intermediate_size=128, num_hidden_layers=3, mlp_only_layers=[1]),
+    "qwen3_moe": dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=64, num_hidden_layers=4,
+                      decoder_sparse_step=2, head_dim=32),
+}
+
+
+@pytest.mark.parametrize("model_type", list(MOE))
+def test_moe_formula_counts_the_experts_a_token_goes_through(model_type):
+    """PyTorch counts the multiplies of the top-k experts each token is routed to (the eager
+    experts loop; transformers 5's grouped kernels are invisible to the flop counter), the router
+    and the shared expert: the formula's count, up to the norm weights and biases."""
+    torch.manual_seed(0)
+    numbers = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                   num_key_value_heads=2, **MOE[model_type])
+    cfg = transformers.AutoConfig.for_model(model_type, **numbers, attn_implementation="eager",
+                                            experts_implementation="eager")
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    measured, formula, norms = _measured_and_formula(model, "full")
+    biases = 6.0 * sum(p.numel() for n, p in model.named_parameters() if n.endswith(".bias"))
+    assert formula - norms - biases <= measured <= formula, (measured, formula)
+    assert measured == pytest.approx(formula, rel=0.005)
+    # the worker's shape is the profile's: the same MoE numbers from the config alone
+    shape = model_shape(model)
+    assert shape["sparse_layers"] == {"mixtral": 2, "qwen2_moe": 2, "qwen3_moe": 2}[model_type]
+    prof = profile_of({"model": {"arch": model_type, "arch_config": numbers}})
+    total, trainable = count_params(model)
+    from_worker = perf.model_shape(StartEvent(params_total=total, params_trainable=trainable, model_shape=shape))
+    from_profile = perf.model_shape(StartEvent(params_total=total, params_trainable=trainable, config=prof.to_dict()))
+    assert from_worker == from_profile is not None and from_worker.idle_experts > 0
+    assert arch_numbers(prof.model).params == total
+
+
 @pytest.mark.parametrize("name", ["qwen-1.8b", "bloom-2b6", "chatglm3-6b", "baichuan2-7b"])
 def test_n_is_the_real_parameters_but_the_input_embedding(name):
     arch = ARCHS[name]

@@ -213,6 +213,35 @@ def test_row_mfu_two_ways(tmp_path, fttui_home):
     assert _row(rd, cuda_visible="0,1", recorded_by="recovered")["recorded_by"] == "recovered"
 
 
+def test_moe_start_event_counts_the_routed_experts_live_and_in_the_row(tmp_path, fttui_home):
+    """The same run with 8 experts (top-2, width 512) in every layer on top of its own weights:
+    the 6 idle ones multiply nothing, so FLOPs per token, live MFU and the row's MFU are the dense
+    run's (an MoE start event's ``experts``, ``top_k``, ``expert_inter``, ``sparse_layers``)."""
+    prof = _profile("gpus=2")
+    (tmp_path / "dense").mkdir()
+    dense_rd, dense_ev = _two_rank_run(tmp_path / "dense", prof)
+    experts = L * 8 * 3 * H * 512  # every expert held; the frozen base
+    routed = L * 2 * 3 * H * 512  # what a token goes through: counted as extra dense work below
+    moe_shape = dict(SHAPE, experts=8, top_k=2, expert_inter=512, sparse_layers=L)
+    (tmp_path / "moe").mkdir()
+    ev = [dict(e, params_total=TOTAL + experts, model_shape=moe_shape) if e["event"] == "start" else e
+          for e in dense_ev]
+    moe_rd = _run_dir(tmp_path / "moe", prof, ev, [json.loads(x) for x in dense_rd.samples_path.read_text().splitlines()])
+    dense = _fold(dense_ev, list(read_samples(dense_rd.samples_path))).snapshot()
+    moe = _fold(ev, list(read_samples(moe_rd.samples_path))).snapshot()
+    seq = (5 * 4000 + 5 * 3000) / (2 * 5 * 8)
+    assert moe.flops_per_token == pytest.approx(_lora_fpt(seq) + 4 * routed)  # frozen: forward and input gradients
+    assert moe.cards[0].mfu == pytest.approx(8000.0 * moe.flops_per_token / RTX4090_BF16)
+    assert moe.cards[0].mfu / dense.cards[0].mfu == pytest.approx(moe.flops_per_token / dense.flops_per_token)
+    row = _row(moe_rd, cuda_visible="0,1")
+    assert row["flops_per_token"] == round(moe.flops_per_token)
+    assert row["mfu"] == [pytest.approx(m * moe.flops_per_token / dense.flops_per_token, rel=1e-3)
+                          for m in _row(dense_rd, cuda_visible="0,1")["mfu"]]
+    # an older start event (no MoE numbers) counts every expert, as before
+    old = [dict(e, params_total=TOTAL + experts) if e["event"] == "start" else e for e in dense_ev]
+    assert _fold(old).snapshot().flops_per_token == pytest.approx(moe.flops_per_token + 4 * (experts - routed))
+
+
 def test_unknown_card_or_mig_slice_has_no_mfu(tmp_path):
     prof = _profile("gpus=1")
     frame = [dict(_frames("fake_gpus.json")[0][0], name="NVIDIA Hypothetical X1")]

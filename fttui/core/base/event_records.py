@@ -190,6 +190,10 @@ class StartEvent(Event):
     num_samples: int | None = None
     precision: str | None = None
     resumed_step: int | None = None
+    #: what FLOPs per token need (fttui.core.models.flops.shape_from): ``vocab``, ``hidden``,
+    #: ``layers``, ``attn_dim``, ``tied``; a mixture of experts adds ``experts`` (routed, per
+    #: sparse layer), ``top_k``, ``expert_inter`` (one expert's width) and ``sparse_layers``
+    #: (an event without them, a dense model's or an older fttui's, is counted as dense)
     model_shape: dict[str, Any] | None = None
     env: dict[str, Any] | None = None
     #: the rank's memory when training begins (the model built, no batch fed yet), MiB: its

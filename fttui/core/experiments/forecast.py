@@ -370,6 +370,7 @@ def profile_shape(profile: Profile, inputs: Mapping[str, Any]) -> ModelShape:
     a = arch_numbers(profile.model)
     params, lora = int(inputs.get("params") or a.params), int(inputs.get("lora_params") or 0)
     full = profile.method_kind().full
+    moe = a.experts and a.sparse_layers
     return ModelShape(
         params_total=params + (0 if full else lora),
         params_trainable=params if full else lora,
@@ -378,6 +379,10 @@ def profile_shape(profile: Profile, inputs: Mapping[str, Any]) -> ModelShape:
         layers=a.layers,
         attn_dim=a.q_dim,
         tied=a.tied,
+        experts=a.experts if moe else 0,
+        top_k=a.top_k if moe else 0,
+        expert_inter=a.expert_inter if moe else 0,
+        sparse_layers=a.sparse_layers,
     )
 
 

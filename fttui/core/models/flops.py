@@ -6,6 +6,10 @@ Counted per token, in multiply-adds x 2, for a decoder-only transformer:
   embedding table (a lookup, no multiply). The output layer counts, tied to the embedding or not
   (its multiply runs either way: ``vocab x hidden`` weights). Norm weights and biases are in it
   too (a rounding error). Adapters and ``lora-emb``'s trainable copies are in it as they run.
+  A mixture of experts: a token runs through ``top_k`` of a sparse layer's ``experts`` routed
+  experts, so the others' weights (``(experts - top_k) x 3 x hidden x expert_inter`` per sparse
+  layer: gate, up and down) are left out of ``N`` and ``N_trained``; the router
+  (``hidden x experts``) and a shared expert run for every token and stay in.
 * forward: ``2 N`` plus the attention scores and their weighted sum,
   ``4 L a s`` (``L`` layers, ``a`` = heads x head size, ``s`` tokens in the sequence). The full
   ``s x s`` score matrix is counted, as PaLM's and Megatron-LM's MFU do (a causal kernel that
@@ -19,7 +23,8 @@ Counted per token, in multiply-adds x 2, for a decoder-only transformer:
   figure counts work the hardware repeats (PaLM calls that hardware FLOPs; see the docs).
 
 Pure Python: the numbers come from the worker's ``start`` event (``params_total``,
-``params_trainable``, ``model_shape``) or from :mod:`fttui.core.models.numbers`.
+``params_trainable``, ``model_shape``: with ``experts``, ``top_k``, ``expert_inter`` and
+``sparse_layers`` for a mixture of experts) or from :mod:`fttui.core.models.numbers`.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ class ModelShape:
 
     ``params_total`` / ``params_trainable``: the real counts of the model as trained (adapters and
     ``lora-emb``'s copies included; the worker's ``start`` event). ``attn_dim``: heads x head size
-    (the width of the score and weighted-sum multiplies; grouped-query K/V heads do not change it)."""
+    (the width of the score and weighted-sum multiplies; grouped-query K/V heads do not change it).
+    A mixture of experts: ``experts`` routed experts per sparse layer, ``top_k`` of them per token,
+    each a gated MLP of width ``expert_inter``, in ``sparse_layers`` of the layers (0: dense)."""
 
     params_total: int
     params_trainable: int
@@ -48,11 +55,24 @@ class ModelShape:
     layers: int
     attn_dim: int
     tied: bool
+    experts: int = 0
+    top_k: int = 0
+    expert_inter: int = 0
+    sparse_layers: int = 0
 
     @property
     def embedding(self) -> int:
         """The input embedding table (= the output layer's weights): ``vocab x hidden``."""
         return self.vocab * self.hidden
+
+    @property
+    def idle_experts(self) -> int:
+        """The weights of the routed experts a token does not go through, over the sparse layers:
+        ``sparse_layers x (experts - top_k) x 3 x hidden x expert_inter`` (0: a dense model, or
+        MoE numbers that do not fit together)."""
+        if self.sparse_layers <= 0 or self.expert_inter <= 0 or not 0 < self.top_k <= self.experts:
+            return 0
+        return self.sparse_layers * (self.experts - self.top_k) * 3 * self.hidden * self.expert_inter
 
 
 @dataclass(frozen=True)
@@ -71,13 +91,16 @@ def matmul_params(shape: ModelShape, method: str) -> MatmulParams:
     ``params_total`` and run as the output multiply). Adapter methods: the frozen base (total minus
     trainable) without its input embedding, plus the adapters. ``lora-emb`` trains copies of the
     input embedding (a lookup: no multiply) and of the output layer (whose multiply replaces the
-    frozen one's)."""
+    frozen one's). A mixture of experts leaves out the experts a token is not routed to
+    (:attr:`ModelShape.idle_experts`): of the model under full methods, of the frozen base under
+    adapters (the experts are frozen there)."""
     e = shape.embedding
+    idle = shape.idle_experts
     kind = shardings.method_of(method)
     if kind is not None and kind.full:
-        n = shape.params_total - (0 if shape.tied else e)
+        n = shape.params_total - (0 if shape.tied else e) - idle
         return MatmulParams(n, n, e)
-    frozen = shape.params_total - shape.params_trainable
+    frozen = shape.params_total - shape.params_trainable - idle
     trained = shape.params_trainable
     if kind is not None and kind.embeddings:
         if shape.tied:  # one shared trainable copy: the lookup and the output multiply
@@ -135,7 +158,9 @@ def shape_from(params_total: Any, params_trainable: Any, numbers: Mapping[str, A
     """A :class:`ModelShape` from the parameter counts and the architecture numbers (``vocab``,
     ``hidden``, ``layers``, ``attn_dim``, ``tied``: the worker's ``model_shape``, or the keys of
     :class:`fttui.core.models.numbers.ArchNumbers` ``vocab``, ``hidden``, ``layers``, ``q_dim``);
-    ``None`` when one is missing."""
+    ``None`` when one is missing. The mixture-of-experts numbers (``experts``, ``top_k``,
+    ``expert_inter``, ``sparse_layers``) are optional: a ``model_shape`` without them (a dense
+    model, or an event of an older fttui) is counted as dense."""
     if not isinstance(numbers, Mapping):
         return None
     total, trainable = _int(params_total), _int(params_trainable)
@@ -145,4 +170,5 @@ def shape_from(params_total: Any, params_trainable: Any, numbers: Mapping[str, A
         return None
     if total <= 0:
         return None
-    return ModelShape(total, trainable, vocab, hidden, layers, attn, bool(numbers.get("tied")))
+    moe = [max(0, _int(numbers.get(k)) or 0) for k in ("experts", "top_k", "expert_inter", "sparse_layers")]
+    return ModelShape(total, trainable, vocab, hidden, layers, attn, bool(numbers.get("tied")), *moe)

@@ -54,7 +54,8 @@ class ArchNumbers:
     width + shared expert); ``experts``: routed experts per MoE layer (0: dense);
     ``linear_params``: weights of the decoder layers' linear modules; ``note``: what the
     numbers leave out (an inexact layout), or ""; ``shared_inter``: the width of an MoE
-    layer's shared expert (0: none)."""
+    layer's shared expert (0: none); ``expert_inter``: one routed expert's width;
+    ``sparse_layers``: how many layers are MoE."""
 
     model_type: str
     vocab: int
@@ -72,10 +73,31 @@ class ArchNumbers:
     linear_params: int = 0
     note: str = ""
     shared_inter: int = 0
+    expert_inter: int = 0
+    sparse_layers: int = 0
 
     @property
     def q_dim(self) -> int:
         return self.heads * self.head_dim
+
+    def shape_numbers(self) -> dict[str, Any]:
+        """What FLOPs per token need, keyed as the worker's ``model_shape``
+        (:func:`fttui.core.models.flops.shape_from`); the MoE numbers only for a mixture of experts."""
+        numbers: dict[str, Any] = {
+            "vocab": self.vocab,
+            "hidden": self.hidden,
+            "layers": self.layers,
+            "attn_dim": self.q_dim,
+            "tied": self.tied,
+        }
+        if self.experts and self.sparse_layers:
+            numbers.update(
+                experts=self.experts,
+                top_k=self.top_k,
+                expert_inter=self.expert_inter,
+                sparse_layers=self.sparse_layers,
+            )
+        return numbers
 
     @property
     def kv_dim(self) -> int:
@@ -172,6 +194,8 @@ def arch_numbers(m: ModelTable) -> ArchNumbers:
         lay.linear_params(),
         lay.note,
         lay.shared_inter,
+        lay.expert_inter,
+        lay.sparse_layers,
     )
 
 

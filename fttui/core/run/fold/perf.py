@@ -70,11 +70,7 @@ def model_shape(start: StartEvent) -> ModelShape | None:
             a = arch_numbers(ModelSettings.from_partial(start.config.get("model")))
         except Exception:  # no architecture numbers in the profile: no shape, no MFU
             return None
-        shape = shape_from(
-            total,
-            trainable,
-            {"vocab": a.vocab, "hidden": a.hidden, "layers": a.layers, "attn_dim": a.q_dim, "tied": a.tied},
-        )
+        shape = shape_from(total, trainable, a.shape_numbers())
     return shape
 
 
