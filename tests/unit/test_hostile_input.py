@@ -53,6 +53,8 @@ def test_a_broken_store_is_one_line(fttui_home, how, says):
     proc = run_fttui("results", env=fttui_env())
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and says in proc.stderr, proc.stderr
+    if how in ("corrupt", "folder"):  # the exact command that moves it aside (issue 40 item 4)
+        assert f"mv {path} {path}.damaged" in proc.stderr, proc.stderr
 
 
 def test_runs_as_a_file_is_one_line(fttui_home):

@@ -103,7 +103,12 @@ class EstimateError(FttuiError, ValueError):
 
 
 class StoreError(FttuiError):
-    """The results store cannot be opened, migrated or written."""
+    """The results store cannot be opened, migrated or written. ``lasting``: retrying will not
+    help (the file is corrupt, read-only, a folder, of a newer fttui): it needs a person."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 __all__ = [

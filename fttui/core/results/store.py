@@ -74,7 +74,9 @@ class Store:
         paths.ensure_dir(self.path.parent)
         if self.path.is_dir():
             raise StoreError(
-                f"{self.path}: is a folder, not a results store; move it aside (fttui then starts a new store)"
+                f"{self.path}: is a folder, not a results store; move it aside (fttui then starts a new store):"
+                f" {mend_command(self.path)}",
+                lasting=True,
             )
         fresh = not self.path.exists()
         try:
@@ -95,13 +97,15 @@ class Store:
         text = str(e)
         if "readonly" in text or "read-only" in text:
             return StoreError(
-                f"{self.path}: read-only ({text}); make it writable (chmod u+w) or set FTTUI_HOME to another folder"
+                f"{self.path}: read-only ({text}); make it writable (chmod u+w) or set FTTUI_HOME to another folder",
+                lasting=True,
             )
         corrupt = isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
         if corrupt or "malformed" in text:
             return StoreError(
                 f"{self.path}: not a readable results store ({text}: corrupt or truncated); move it "
-                "aside (fttui then starts a new one) or restore a copy"
+                f"aside (fttui then starts a new one): {mend_command(self.path)}; or restore a copy",
+                lasting=True,
             )
         return StoreError(f"{self.path}: {text}")
 
@@ -130,7 +134,8 @@ class Store:
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path}: schema version {version} is newer than this fttui ({SCHEMA_VERSION}): upgrade fttui"
+                    f"{self.path}: schema version {version} is newer than this fttui ({SCHEMA_VERSION}): upgrade fttui",
+                    lasting=True,
                 )
             for i in range(version, SCHEMA_VERSION):
                 for stmt in MIGRATIONS[i].split(";"):
@@ -165,9 +170,9 @@ class Store:
         row = coerce_row(mask(dict(row)))  # the one secret mask, and every value as declared
         unknown = set(row) - set(COLUMNS)
         if unknown:
-            raise StoreError(f"unknown result columns: {sorted(unknown)}")
+            raise StoreError(f"unknown result columns: {sorted(unknown)}", lasting=True)
         if not row.get("run_id"):
-            raise StoreError("a result row needs a run_id")
+            raise StoreError("a result row needs a run_id", lasting=True)
         keys = list(row)
         values = [_encode(k, row[k]) for k in keys]
         sql = f"INSERT OR REPLACE INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' for _ in keys)})"
@@ -224,6 +229,21 @@ class Store:
             return [_decode(r) for r in self.conn.execute(sql, args)]
         except sqlite3.Error as e:
             raise self._error(e) from None
+
+
+def mend_command(path: Path) -> str:
+    """The shell command that moves a damaged store aside, its journal files with it (a stale
+    ``-wal`` left beside a new store would be replayed into it): ``mv /h/results.sqlite
+    /h/results.sqlite.damaged``; each file gets the first free ``.damaged``, ``.damaged-2``, ..."""
+    import shlex
+
+    files = [path] + [p for p in (path.with_name(path.name + x) for x in ("-wal", "-shm")) if p.exists()]
+    suffix = ".damaged"
+    n = 1
+    while any(f.with_name(f.name + suffix).exists() for f in files):
+        n += 1
+        suffix = f".damaged-{n}"
+    return " && ".join(f"mv {shlex.quote(str(f))} {shlex.quote(str(f) + suffix)}" for f in files)
 
 
 def _encode(key: str, value: Any) -> Any:
