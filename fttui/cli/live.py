@@ -114,7 +114,8 @@ def gpu_part(gpu) -> str:
 
 def summary_lines(rd: RunDir) -> list[str]:
     """The lines printed when a run ended: its status, then what the row knows, in groups; a
-    group the row knows nothing of (a command that reported no training) is left out."""
+    group the row knows nothing of (a command that reported no training) is left out. The last
+    says so when the results store did not take the row (``ROW NOT SAVED ...``)."""
     raw = _row(rd)
     if not raw:
         return [f"run {rd.run_id}: no summary row"]
@@ -156,6 +157,11 @@ def summary_lines(rd: RunDir) -> list[str]:
     if row.get("error"):
         lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
     lines.append(f"  run dir {rd.path}")
+    from fttui.core.run.supervising.recover import unsaved_line
+
+    unsaved = unsaved_line(rd)  # the store did not take the row: where it is, how to mend the store
+    if unsaved:
+        lines.append(unsaved)
     return lines
 
 
