@@ -111,3 +111,19 @@ def test_a_corrupt_store_is_not_retried(fttui_home):
     assert save_row({**ROW, "run_id": rd.run_id}, rd) is False
     assert time.monotonic() - t0 < 2.0
     assert rd.row()["run_id"] == rd.run_id
+
+
+def test_the_apps_status_line_says_the_row_was_not_saved():
+    """The app's status bar (status_line's ``detail``) says it; the CLI's status line stays
+    ``COMPLETED``, its summary ending with the ``ROW NOT SAVED`` line."""
+    from fttui.core.run.files.statusfile import FinalStatus
+    from fttui.core.run.fold.state import RunState
+    from fttui.core.run.fold.status import ROW_NOT_SAVED, status_line
+
+    state = RunState()
+    state.set_final(FinalStatus("completed", 0, row_saved=False))
+    snap = state.snapshot()
+    assert status_line(snap, detail=True).text == f"COMPLETED; {ROW_NOT_SAVED}"
+    assert status_line(snap).text == "COMPLETED"
+    state.set_final(FinalStatus("completed", 0, row_saved=True))
+    assert status_line(state.snapshot(), detail=True).text == "COMPLETED"

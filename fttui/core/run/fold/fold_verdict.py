@@ -104,6 +104,7 @@ class VerdictFold:
             final=final is not None,
             message=(final.error if final else None) or err.get("message"),
             oom_kind=(final.oom_kind if final else None) or err.get("oom_kind"),
+            row_saved=final.row_saved if final else None,
             eval_loss=self.eval[1] if self.eval else None,
             eval_step=self.eval[0] if self.eval else None,
             checkpoint_step=self.checkpoint_step,

@@ -70,6 +70,7 @@ class RunSnapshot:
     final: bool = False  # the supervisor's final status (status.json) is folded in
     message: str | None = None  # the status's message: the final error, else the event error's
     oom_kind: str | None = None  # the final status's OOM kind, else the OOM event's
+    row_saved: bool | None = None  # the final status's: False when the results store did not take the row
     # progress
     step: int | None = None
     total_steps: int | None = None

@@ -27,6 +27,11 @@ class StatusLine(NamedTuple):
 
 GONE = StatusLine("RUN DIRECTORY DELETED: nothing more to show (the run may still be going)", "failed")
 LOST = StatusLine("LOST: the supervisor is gone without writing a status", "failed")
+#: what the app's status bar adds when the results store did not take a finished run's row
+ROW_NOT_SAVED = (
+    "ROW NOT SAVED in the results store: kept in the run's row.json, stored once the store opens"
+    " (`fttui results` names the fix)"
+)
 CANCELLING = StatusLine("CANCELLING: waiting for the supervisor to stop the run", "cancelled")
 
 
@@ -38,7 +43,8 @@ def status_line(
     ``gone``: the run directory was deleted; ``lost``: the supervisor died without a final
     status; ``cancelling``: this view asked for a cancel (the last two only count while the
     snapshot has no final status). ``detail`` (the app's status bar) also says that a starting
-    run is loading the model and at which step a failed run failed. Once the worker or the
+    run is loading the model, at which step a failed run failed and that the results store did
+    not take a finished run's row (``snap.row_saved`` false: :data:`ROW_NOT_SAVED`). Once the worker or the
     samples name a startup phase (``snap.phase``), every view shows it until the first step:
     ``STARTING: building ops (01:12)``, the time since the phase began (``snap.phase_since``) up
     to the latest time the state has seen (``snap.last_t``). A running run close to an OOM on a
@@ -80,6 +86,8 @@ def status_line(
         text = st.upper()
     if detail and st == "failed" and snap.error and snap.error.get("step") is not None:
         text += f" (step {snap.error['step']})"
+    if detail and snap.final and snap.row_saved is False:  # the CLI's summary ends with its own line
+        text += f"; {ROW_NOT_SAVED}"
     clash = clash_text(snap.rank_clash)
     if clash:  # two processes claimed one rank (fttui.core.run.fold.ranks): every view says so
         text += f", {clash}" if text == st.upper() else f"; {clash}"
