@@ -75,7 +75,7 @@ try:
         TrialStartEvent,
     )
     from fttui.core.base.redact import mask
-    from fttui.core.run.files.jsonl import JsonlTail, parse_line, read_head_tail, read_jsonl
+    from fttui.core.run.files.jsonl import JsonlTail, RecordTail, parse_line, read_head_tail, read_jsonl
 except ImportError:  # loaded by path (fttui's Trainer callback in a command's Python): its stdlib siblings too
     _kinds = _by_path("_fttui_event_records", os.pardir, os.pardir, "base", "event_records.py")
     globals().update({n: getattr(_kinds, n) for n in _kinds.__all__})
@@ -186,28 +186,12 @@ def read_events_window(path: str | os.PathLike[str], head_bytes: int, tail_bytes
     return _records(read_head_tail(path, head_bytes, tail_bytes))
 
 
-class EventTail:
+class EventTail(RecordTail[Event]):
     """The event records another process appended to an events file since the last
-    :meth:`read_new` (:class:`~fttui.core.run.files.jsonl.JsonlTail`'s tolerance: a partial last line
-    waits for its newline, corrupt lines are skipped and counted in ``corrupt``, a file that
-    shrank or was replaced is read again from the start)."""
+    :meth:`read_new` (:class:`~fttui.core.run.files.jsonl.RecordTail`)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.lines = JsonlTail(path)
-
-    @property
-    def path(self) -> str:
-        return self.lines.path
-
-    @property
-    def corrupt(self) -> int:
-        return self.lines.corrupt
-
-    def reset(self) -> None:
-        self.lines.reset()
-
-    def read_new(self) -> list[Event]:
-        return _records(self.lines.read_new())
+        super().__init__(path, _records)
 
 
 def write_event(path: str | os.PathLike[str], rec: Event, *, sparse: bool = False) -> dict[str, Any]:

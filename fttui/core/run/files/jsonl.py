@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
 
-__all__ = ["JsonlTail", "read_jsonl", "read_head_tail", "parse_line"]
+R = TypeVar("R")
+
+__all__ = ["JsonlTail", "RecordTail", "read_jsonl", "read_head_tail", "parse_line"]
 
 _READ_CHUNK = 1 << 20
 
@@ -158,3 +161,28 @@ def read_head_tail(path: str | os.PathLike[str], head_bytes: int, tail_bytes: in
             if obj is not None:
                 out.append(obj)
     return out
+
+
+class RecordTail(Generic[R]):
+    """The records another process appended to a JSON-lines file since the last :meth:`read_new`,
+    each line made a record by ``parse`` (:class:`JsonlTail`'s tolerance: a partial last line
+    waits for its newline, corrupt lines are skipped and counted in ``corrupt``, a file that shrank
+    or was replaced is read again from the start). The event and sample tails are its two kinds."""
+
+    def __init__(self, path: str | os.PathLike[str], parse: Callable[[list[dict[str, Any]]], Iterable[R]]) -> None:
+        self.lines = JsonlTail(path)
+        self._parse = parse
+
+    @property
+    def path(self) -> str:
+        return self.lines.path
+
+    @property
+    def corrupt(self) -> int:
+        return self.lines.corrupt
+
+    def reset(self) -> None:
+        self.lines.reset()
+
+    def read_new(self) -> list[R]:
+        return list(self._parse(self.lines.read_new()))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fttui.core.run.files.events import append_jsonl
-from fttui.core.run.files.jsonl import JsonlTail, read_jsonl
+from fttui.core.run.files.jsonl import RecordTail, read_jsonl
 from fttui.monitor import GpuSnapshot, HostSnapshot, num
 
 __all__ = ["Sample", "SampleTail", "append_sample", "read_samples"]
@@ -79,25 +79,9 @@ def read_samples(path: str | os.PathLike[str]) -> Iterator[Sample]:
     return _records(read_jsonl(path))
 
 
-class SampleTail:
+class SampleTail(RecordTail[Sample]):
     """The sample records another process appended to a samples file since the last
-    :meth:`read_new` (:class:`~fttui.core.run.files.jsonl.JsonlTail`'s tolerance: a partial last line
-    waits for its newline, corrupt lines are skipped and counted in ``corrupt``, a file that
-    shrank or was replaced is read again from the start)."""
+    :meth:`read_new` (:class:`~fttui.core.run.files.jsonl.RecordTail`)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.lines = JsonlTail(path)
-
-    @property
-    def path(self) -> str:
-        return self.lines.path
-
-    @property
-    def corrupt(self) -> int:
-        return self.lines.corrupt
-
-    def reset(self) -> None:
-        self.lines.reset()
-
-    def read_new(self) -> list[Sample]:
-        return list(_records(self.lines.read_new()))
+        super().__init__(path, _records)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -30,6 +29,7 @@ from fttui.core.run.files import rundir
 from fttui.core.run.files.events import ForecastEvent, write_event
 from fttui.core.run.files.runfiles import CommandFile, ResumeFrom
 from fttui.core.run.launching.resume import Resume
+from fttui.core.run.processes import proctree
 
 WORKER_MODULE = "fttui.worker.train"
 
@@ -333,19 +333,8 @@ def prepare_command(resolved: Profile, run_id: str | None = None, *, group: str 
 
 def start_supervisor(rd: rundir.RunDir) -> int:
     """Start the supervisor in its own session; it outlives this process."""
-    log = os.fdopen(os.open(rd.path / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fttui.core.run.supervising.supervisor", str(rd.path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        log.close()
-    return proc.pid
+    argv = [sys.executable, "-m", "fttui.core.run.supervising.supervisor", str(rd.path)]
+    return proctree.start_daemon(argv, rd.path / "supervisor.log")
 
 
 def launch(

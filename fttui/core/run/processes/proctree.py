@@ -26,6 +26,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fttui.core.base.envnumbers import env_float
@@ -220,6 +221,20 @@ def stop_group(proc: subprocess.Popen, grace: float | None = None) -> None:
             continue
 
 
+def start_daemon(argv: list[str], log_path: Path) -> int:
+    """Start ``argv`` in a session of its own (it outlives this process, a closed terminal and a
+    dropped SSH connection), stdin closed, its output appended to ``log_path`` (mode 0600);
+    returns its pid. The supervisor and a pid's watcher start this way."""
+    log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True
+        )
+    finally:
+        log.close()
+    return proc.pid
+
+
 __all__ = [
     "GRACE_S",
     "KILLED_WAIT_S",
@@ -232,4 +247,5 @@ __all__ = [
     "alive",
     "Tree",
     "stop_group",
+    "start_daemon",
 ]

@@ -17,7 +17,6 @@ attach``, the app, ``fttui ls``).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from fttui.core.run.files.events import LaunchEvent, StartEvent, write_event
 from fttui.core.run.files.runfiles import SupervisorFile
 from fttui.core.run.files.sampling import take_sample
 from fttui.core.run.fold.state import RunState
-from fttui.core.run.processes import guard, liveness
+from fttui.core.run.processes import guard, liveness, proctree
 from fttui.core.run.processes.executor import DirectoryRun
 from fttui.core.run.supervising.recover import end_watch
 from fttui.monitor import HostSampler, make_gpu_sampler
@@ -96,18 +95,9 @@ def start_watch(pid: int, name: str | None = None, record: bool = False) -> rund
         "watch": {"pid": pid, "create_time": proc.create_time(), "record": bool(record), "cmdline": argv},
     }
     rd = rundir.create(resolved, argv, {}, kind="watch")
-    log = os.fdopen(os.open(rd.path / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
-    try:
-        subprocess.Popen(
-            [sys.executable, "-m", "fttui.core.run.supervising.pidwatch", str(rd.path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        log.close()
+    proctree.start_daemon(
+        [sys.executable, "-m", "fttui.core.run.supervising.pidwatch", str(rd.path)], rd.path / "supervisor.log"
+    )
     return rd
 
 
