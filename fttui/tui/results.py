@@ -3,6 +3,10 @@
 ``b`` marks the row under the cursor as the baseline (again on it: clear): a ``rel`` column then
 shows each row's samples/s relative to it, as ``fttui report --baseline`` computes it. ``w``
 writes that report (tables, CSVs, charts) of the visible rows into ``exports/report-<time>/``.
+
+While the screen is open it looks at the store file every :data:`REFRESH_S` seconds and, when
+the file changed, reloads its rows (a row a finishing run adds shows up without reopening the
+screen); the filters, the sort, the baseline and the row under the cursor stay.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from fttui.tui.host import host
 from fttui.tui.plain import plain
 
 REL = "rel"
+REFRESH_S = 1.0  # how often the open screen looks whether the store file changed
 BASE_MARK = "*"  # after the baseline's rel cell, and in the info line
 
 # (reference-table header, label shown): the columns people compare runs by, the most compared
@@ -56,6 +61,21 @@ _OWN = {
     "world_size": tables.setting_cell("world_size"),
     "run": lambda r: str(r.get("run_id") or ""),
 }
+
+
+def store_stamp(path: Path) -> tuple:
+    """What changes when a row lands in (or leaves) the SQLite store at ``path``: the modification
+    time and size of the file and of its write-ahead log (a commit appends to the log; a
+    checkpoint writes the file). A cheap stat, no SQLite open."""
+    out: list[tuple[int, int] | None] = []
+    for p in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = p.stat()
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
 def _mem(row: dict, cell: str) -> str:
@@ -130,6 +150,7 @@ class ResultsScreen(Screen):
         self.baseline: dict | None = None  # the marked row
         self.rel: dict[str, str] | None = None  # run id -> rel cell, while a baseline is marked
         self.last_report: Path | None = None  # report.md of the last report written
+        self._stamp: tuple | None = None  # the store file's stamp when its rows were last read
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -146,25 +167,62 @@ class ResultsScreen(Screen):
         self.sub_title = "results"
         self.load()
         self.query_one(DataTable).focus()
+        self.set_interval(REFRESH_S, self._check_store)
 
-    def load(self) -> None:
+    def _read_rows(self, quiet: bool = False) -> list[dict] | None:
+        """The stored rows; None (with a notice unless ``quiet``) when the store cannot be read."""
+        from fttui.core.base import paths
         from fttui.core.results.store import Store
 
+        self._stamp = store_stamp(paths.store_path())  # before reading: a write during it is seen next time
         try:
             with Store() as store:
-                self.all_rows = store.rows()
+                return store.rows()
         except (FttuiError, sqlite3.Error, OSError) as e:  # a broken store must not take the app down
-            self.all_rows = []
-            self.notify(f"results store: {e}", severity="error", markup=False)
+            if not quiet:
+                self.notify(f"results store: {e}", severity="error", markup=False)
+            return None
+
+    def _check_store(self) -> None:
+        """Reload when the store file changed since its rows were read, and the rows did."""
+        from fttui.core.base import paths
+
+        if store_stamp(paths.store_path()) == self._stamp:
+            return
+        rows = self._read_rows(quiet=True)  # a store that cannot be read was told when the screen opened
+        if rows is not None and rows != self.all_rows:
+            self.load(rows)
+
+    def load(self, rows: list[dict] | None = None) -> None:
+        """Show ``rows`` (default: read the store), keeping the filters, the sort, the baseline and
+        the row under the cursor."""
+        if rows is None:
+            rows = self._read_rows()
+        self.all_rows = rows or []
+        t = self.query_one(DataTable)
+        keep_row = None
+        if self.shown_rows and t.row_count:
+            keep_row = self.shown_rows[min(t.cursor_coordinate.row, len(self.shown_rows) - 1)].get("run_id")
         models = distinct(self.all_rows, "model")
         methods = distinct(self.all_rows, "method")
-        self.query_one("#f-model", Select).set_options([(plain(m), m) for m in models])
-        self.query_one("#f-method", Select).set_options([(plain(fmt.method_label(m)), m) for m in methods])
+        for sel_id, options in (
+            ("#f-model", [(plain(m), m) for m in models]),
+            ("#f-method", [(plain(fmt.method_label(m)), m) for m in methods]),
+        ):
+            select = self.query_one(sel_id, Select)
+            chosen = select.value
+            select.set_options(options)  # this clears the choice: put it back while it is still offered
+            if chosen is not Select.NULL and any(v == chosen for _, v in options):
+                select.value = chosen
         if self.baseline is not None:
             base = next((r for r in self.all_rows if r.get("run_id") == self.baseline.get("run_id")), None)
             if base is None or not self._set_baseline(base):
                 self._set_baseline(None)
         self.fill()
+        if keep_row is not None:
+            ids = [r.get("run_id") for r in self.shown_rows]
+            if keep_row in ids:
+                t.cursor_coordinate = t.cursor_coordinate._replace(row=ids.index(keep_row))
 
     def _filter_value(self, sel_id: str) -> str | None:
         v = self.query_one(sel_id, Select).value

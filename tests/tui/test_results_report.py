@@ -122,3 +122,43 @@ async def test_delete_a_row_after_a_confirm(fttui_home):
         await until(pilot, lambda: OOM not in [r["run_id"] for r in scr.shown_rows], what="the row gone")
         with Store() as s:
             assert s.get(OOM) is None and s.get(BASE) is not None
+
+
+async def test_a_row_stored_while_the_screen_is_open_shows_up(fttui_home):
+    """A row another process stores while the results screen is open appears within 2 s, the
+    sort, the filter and the row under the cursor kept (issue 40 item 6)."""
+    import time
+
+    from textual.widgets import Select
+
+    from fttui.core.results.store import Store
+    from tests.tui.fixtures import make_row
+
+    fill_store()
+    new = "20231114-221720-demo-lora-0005"
+    app = FttuiApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        scr = await _results(pilot, app)
+        table = scr.query_one(DataTable)
+        scr.query_one("#f-method", Select).value = "lora"
+        await until(pilot, lambda: len(scr.shown_rows) == 2, what="the lora rows")
+        table.cursor_coordinate = table.cursor_coordinate._replace(column=scr.headers.index("samples_per_s"))
+        await pilot.press("s")
+        await pilot.press("s")  # descending
+        await until(pilot, lambda: scr.sort_reverse, what="sorted descending")
+        await _to_row(pilot, scr, BASE)  # 12.5 samples/s: the second of the two
+        with Store() as st:
+            st.put(make_row(new, samples_per_s=30.0, started="2023-11-14T22:17:20"))  # sorts first
+            st.put(make_row("20231114-221820-demo-qlora-0006", method="qlora", started="2023-11-14T22:18:20"))
+        t0 = time.monotonic()
+        await until(pilot, lambda: new in [r["run_id"] for r in scr.shown_rows], timeout=5, what="the new row")
+        assert time.monotonic() - t0 < 2.0
+        await pilot.pause()
+        assert [r["run_id"] for r in scr.shown_rows] == [new, FASTER, BASE]  # the filter and the sort kept
+        assert len(scr.all_rows) == 6 and scr.sort_header == "samples_per_s" and scr.sort_reverse
+        assert scr.shown_rows[table.cursor_coordinate.row]["run_id"] == BASE  # the cursor on its row
+        assert scr.headers[table.cursor_coordinate.column] == "samples_per_s"
+        # nothing changed: nothing reloaded
+        shown = scr.shown_rows
+        await pilot.pause(1.5)
+        assert scr.shown_rows is shown
