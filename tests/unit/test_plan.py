@@ -183,3 +183,12 @@ def test_cli_json_and_write(tmp_path):
         write_profile("tiny-planned", written, plan(written, Budget(gpus=0, card="cpu"), [], stats_for=_stats)[0],
                       folder=tmp_path / "profiles")
 
+
+
+def test_the_piped_table_has_no_trailing_spaces():
+    """`fttui plan`'s table, piped: no line ends in spaces (issue 40 item 7c)."""
+    r = run_fttui("plan", "--profile", "tiny-lora")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) > 3 and lines[1].startswith("#")
+    assert [line for line in lines if line != line.rstrip()] == []

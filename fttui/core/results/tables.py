@@ -92,8 +92,8 @@ def to_text(headers: list[str], body: list[list[str]]) -> str:
     headers = [inert(h) for h in headers]
     body = [[inert(c) for c in r] for r in body]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in body]  # no trailing spaces
     return "\n".join(out) + "\n"
 
 
