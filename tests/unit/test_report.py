@@ -294,11 +294,26 @@ def test_write_report_charts_and_csv(rows, prices_toml, tmp_path):
         assert list(csv.reader(io.StringIO((out / f"{slug}.csv").read_text(encoding="utf-8"))))
 
 
+def _legend(spec) -> set[str]:
+    """The legend entries the chart of ``spec`` draws."""
+    from fttui.core.results import charts
+
+    legend = charts.figure(spec).axes[0].get_legend()
+    return {t.get_text() for t in legend.get_texts()} if legend else set()
+
+
+def test_the_gpu_memory_chart_names_the_card_memory_line(rows):
+    mem = next(c for c in report.build_report(rows).charts if c.name == "memory")
+    assert "GPU" in mem.title and "card memory" in _legend(mem)
+
+
 def test_memory_chart_falls_back_to_host_memory_on_cpu(rows, tmp_path):
     cpu = report.filter_rows(rows, ["gpu=cpu"])
     rep = report.build_report(cpu)
     mem = next(c for c in rep.charts if c.name == "memory")
     assert "host" in mem.title and all(b.capacity == pytest.approx(7900 / 1024) for b in mem.bars)
+    # the machine's RAM line is named as the host's RAM, not a card's memory (issue 40 item 7d)
+    assert _legend(mem) >= {"host RAM (total)"} and "card memory" not in _legend(mem)
     paths = report.write_report(rep, tmp_path / "cpu")
     assert (tmp_path / "cpu" / "memory.png").read_bytes()[:8] == PNG_SIGNATURE
     assert {p.name for p in paths} >= {"report.md", "runs.csv", "throughput.png"}

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fttui.core.base.inert import inert
 from fttui.core.results.tables import csv_lines
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # Colour-blind-safe palette (Okabe-Ito), then matplotlib's defaults for more groups.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -26,7 +30,7 @@ class Bar:
     value: float | None  # None: nothing to draw (OOM, no figure)
     group: str = ""
     note: str = ""  # text drawn at the end of the bar ("OOM", "no price", ...)
-    capacity: float | None = None  # memory chart: the card's total memory (same unit as value)
+    capacity: float | None = None  # memory chart: the card's (or host's) total memory, value's unit
     oom: bool = False
     run_id: str = ""
 
@@ -38,6 +42,7 @@ class ChartSpec:
     xlabel: str
     bars: list[Bar] = field(default_factory=list)
     kind: str = "bars"  # bars | memory
+    capacity_label: str = "card memory"  # memory chart: the legend's name of the capacity line
     reference: float | None = None  # a vertical line (the baseline's 1.0 in the relative chart)
     reference_label: str = ""
     group_label: str = ""  # legend title
@@ -78,10 +83,12 @@ def render(spec: ChartSpec, path: str | Path) -> Path:
     from matplotlib import rc_context
 
     with rc_context({"text.parse_math": False, "text.usetex": False}):
-        return _render(spec, Path(path))
+        figure(spec).savefig(Path(path), format="png")
+    return Path(path)
 
 
-def _render(spec: ChartSpec, path: Path) -> Path:
+def figure(spec: ChartSpec) -> Figure:
+    """The matplotlib figure of ``spec`` (on an Agg canvas), drawn, not saved."""
     from matplotlib.artist import Artist
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -143,7 +150,7 @@ def _render(spec: ChartSpec, path: Path) -> Path:
     if any(b.oom for b in bars):
         handles.append(Patch(facecolor=OOM_COLOUR, alpha=0.55, hatch="//", label="out of memory"))
     if spec.kind == "memory" and any(b.capacity for b in bars):
-        handles.append(Line2D([], [], color="#222222", linewidth=2, label="card memory"))
+        handles.append(Line2D([], [], color="#222222", linewidth=2, label=spec.capacity_label))
     if spec.reference is not None and spec.reference_label:
         handles.append(Line2D([], [], color="#555555", linestyle="--", label=spec.reference_label))
     if handles:
@@ -160,5 +167,4 @@ def _render(spec: ChartSpec, path: Path) -> Path:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
     if spec.footnote:
         fig.text(0.01, 0.005, inert(spec.footnote), fontsize=7, color="#555555", ha="left", va="bottom")
-    fig.savefig(path, format="png")
-    return path
+    return fig

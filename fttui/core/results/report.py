@@ -192,10 +192,11 @@ def _charts(rows: Sequence[dict], ctx: Ctx, group_by: str | None, baseline: Mapp
             charts.append(
                 ChartSpec(
                     "memory",
-                    "Peak host memory (RSS of the training processes) against RAM",
+                    "Peak host memory (RSS of the training processes) against the host's RAM",
                     "GB",
                     mem,
                     kind="memory",
+                    capacity_label="host RAM (total)",
                     group_label=colour_key,
                     value_format="{:.1f} GB",
                 )
