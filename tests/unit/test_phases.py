@@ -199,3 +199,26 @@ def test_a_later_worker_phase_ends_a_build_seen_in_samples_read_before_it():
     st.apply_sample(sample(57, build=1))
     assert st.snapshot().phase == "building-ops" and st.snapshot().phase_since == T0 + 56
     assert [p for p, _ in st.snapshot().phase_history] == ["building-ops", "first-step", "building-ops"]
+
+
+def test_a_command_run_says_it_runs_not_that_it_loads_a_model():
+    """A user command's run (``fttui run -- CMD``) has none of the worker's model phases: launched,
+    with no training reported, every view says it runs (issue 40 item 7b); a Trainer's start and
+    steps read as any run's."""
+    from fttui.core.run.launching.command import command_profile
+
+    st = RunState.for_profile(command_profile(["python", "-c", "print('hi')"], cwd="/"))
+    snap = st.snapshot()
+    assert snap.command
+    for detail in (True, False):
+        assert status_line(snap, detail=detail).text == "STARTING: launching the command"
+    st.apply({"event": "launch", "t": T0, "rank": -1, "pid": 5, "source": "supervisor"})
+    st.apply_sample(sample(3))
+    for detail in (True, False):
+        line = status_line(st.snapshot(), detail=detail)
+        assert line.text == "RUNNING: the command runs; no training step reported yet" and line.kind == "running"
+    st.apply({"event": "start", "t": T0 + 4, "rank": 0, "total_steps": 4, "world_size": 1})
+    st.apply(step(1, 5))
+    assert status_line(st.snapshot(), detail=True).text == "RUNNING"
+    # a profile's run (no command) still says the model is loading
+    assert not RunState.for_profile(None).snapshot().command

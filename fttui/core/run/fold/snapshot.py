@@ -64,6 +64,7 @@ class CardPerf:
 class RunSnapshot:
     # status
     status: str = "starting"
+    command: bool = False  # a user command's run (profile.command.argv): none of the worker's model phases
     error: dict[str, Any] | None = None  # {kind, oom_kind, message, step, rank} from the events
     returncode: int | None = None
     signal: int | None = None

@@ -79,8 +79,13 @@ class RunState:
     and events from several ranks (``rank``, default 0)."""
 
     def __init__(
-        self, warmup_exclude_steps: int = 1, history: int = 240, oom_warn_steps: int = DEFAULT_HORIZON
+        self,
+        warmup_exclude_steps: int = 1,
+        history: int = 240,
+        oom_warn_steps: int = DEFAULT_HORIZON,
+        command: bool = False,
     ) -> None:
+        self.command = command  # a user command's run: it reports no model phases of its own
         self.warmup_exclude_steps = int(warmup_exclude_steps)
         self.history = max(1, int(history))
         self.progress = ProgressFold(self.warmup_exclude_steps, self.history)
@@ -96,10 +101,16 @@ class RunState:
         """The fold of a run of ``profile`` (``RunDir.profile()``: typed, or ``None`` when the run
         has none): its ``train.warmup_exclude_steps`` steps are left out of the steady rates (1
         without a profile, or when it says something that is no integer); its
-        ``monitor.oom_warn_steps`` is the memory creep warning's horizon."""
+        ``monitor.oom_warn_steps`` is the memory creep warning's horizon; a profile with a
+        ``command.argv`` makes the fold of a user command's run (``RunSnapshot.command``)."""
         value = profile.train.warmup_exclude_steps if profile is not None else 1
         horizon = profile.monitor.oom_warn_steps if profile is not None else DEFAULT_HORIZON
-        return cls(warmup_exclude_steps=_int(value, 1), history=history, oom_warn_steps=_int(horizon, DEFAULT_HORIZON))
+        return cls(
+            warmup_exclude_steps=_int(value, 1),
+            history=history,
+            oom_warn_steps=_int(horizon, DEFAULT_HORIZON),
+            command=bool(profile is not None and profile.command.argv),
+        )
 
     def replay(self, events: Iterable[Event | Mapping[str, Any]], samples: Iterable[Sample] = ()) -> RunState:
         """Fold every event, then every sample; returns the fold."""
@@ -202,6 +213,7 @@ class RunState:
                 **progress,
                 **memory,
                 speed=self.speed.fields(),
+                command=self.command,
                 last_t=self._last_t,
                 wall_elapsed=wall,
                 events=self._events,

@@ -44,7 +44,10 @@ def status_line(
     status; ``cancelling``: this view asked for a cancel (the last two only count while the
     snapshot has no final status). ``detail`` (the app's status bar) also says that a starting
     run is loading the model, at which step a failed run failed and that the results store did
-    not take a finished run's row (``snap.row_saved`` false: :data:`ROW_NOT_SAVED`). Once the worker or the
+    not take a finished run's row (``snap.row_saved`` false: :data:`ROW_NOT_SAVED`). A user
+    command's run (``snap.command``) has no model phases of fttui's: once launched and until it
+    reports a training start it reads ``RUNNING: the command runs; no training step reported
+    yet``. Once the worker or the
     samples name a startup phase (``snap.phase``), every view shows it until the first step:
     ``STARTING: building ops (01:12)``, the time since the phase began (``snap.phase_since``) up
     to the latest time the state has seen (``snap.last_t``). A running run close to an OOM on a
@@ -67,6 +70,10 @@ def status_line(
             return CANCELLING
         if snap.phase and st in ("starting", "running") and snap.step is None:
             return StatusLine(f"STARTING: {phase_text(snap.phase)} ({phase_elapsed(snap)})", RUNNING)
+        if snap.command and st == "starting":  # fttui's worker is not there to load a model
+            if snap.started_t is None:
+                return StatusLine("STARTING: launching the command", RUNNING)
+            return StatusLine("RUNNING: the command runs; no training step reported yet", RUNNING)
         if detail and st == "starting":
             return StatusLine("STARTING: loading the model", RUNNING)
     msg = snap.message or ""
