@@ -147,7 +147,7 @@ def cmd_estimate(args, resolve=resolve) -> int:
 
 def _forecast(args, resolved, e):
     """The time and cost forecast (None for a command profile or a model without numbers)."""
-    from fttui.core.experiments.forecast import offload_bytes, profile_forecast, run_card
+    from fttui.core.experiments.forecast import RANKS_CPU, offload_bytes, profile_forecast, run_card
     from fttui.core.results.store import Store
 
     prices = None
@@ -158,11 +158,31 @@ def _forecast(args, resolved, e):
     with Store() as store:
         rows = store.rows()
     card = run_card(resolved)
+    named = getattr(args, "card", None)
+    if named:
+        if card == RANKS_CPU:
+            raise FttuiError(
+                f"--card {named}: {resolved.name} runs on CPU processes (devices.gpus = 0); "
+                "--set devices.gpus=1 estimates it on one card"
+            )
+        card = named
     if prices is not None and prices.price_of(card) is None:
         raise FttuiError(
             f"--prices {args.prices}: no price for {card!r} (it has: {', '.join(sorted(prices.table)) or 'none'})"
         )
     return profile_forecast(resolved, e.inputs, rows, card, prices, link_bytes=offload_bytes(e))
+
+
+def card_help() -> str:
+    """``--card``'s help: what it names, and the cards whose peak rate fttui knows."""
+    from fttui.core.models.peaks import PEAKS
+
+    names = ", ".join(n.removeprefix("NVIDIA ").removeprefix("GeForce ").removeprefix("Tesla ") for n in PEAKS)
+    return (
+        "the card a GPU profile will run on, for the time forecast and --prices (default: this machine's "
+        f"first GPU); fttui knows the peak rates of: {names} (case, spaces and hyphens do not matter; "
+        "another card is timed only from stored rows of it)"
+    )
 
 
 def add_parser(sub) -> None:
@@ -180,4 +200,5 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="price of one card-hour per GPU name (the report's price file): the forecast's cost",
     )
+    p.add_argument("--card", metavar="NAME", help=card_help())
     p.set_defaults(handler=cmd_estimate)

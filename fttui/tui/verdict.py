@@ -110,17 +110,18 @@ def forecast_line(resolved: Profile, gpu_snap, rows: list[dict]) -> Text | None:
     """The time forecast of ``resolved`` beside its memory estimate (``fttui estimate``'s
     ``time:`` line: the store's ``rows``, the data's cached lengths, the first visible card);
     None when it cannot be made (a command profile, a model without numbers)."""
+    from fttui.core.experiments.forecast import NO_CARD, RANKS_CPU
     from fttui.core.experiments.quick_forecast import quick_forecast
     from fttui.core.memory import estimate
 
     try:
-        card = "cpu"
+        card = RANKS_CPU
 
         if int(resolved.devices.gpus or 0):
             from fttui.monitor import run_cards
 
             cards = run_cards(gpu_snap)
-            card = str(cards[0].name) if cards and cards[0].name else "unknown GPU"
+            card = str(cards[0].name) if cards and cards[0].name else NO_CARD
         fc = quick_forecast(resolved, estimate(resolved), rows, card)
     except (FttuiError, KeyError, TypeError, ValueError, OSError, ZeroDivisionError):
         return None

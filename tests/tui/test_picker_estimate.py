@@ -218,3 +218,16 @@ async def test_command_profile_shows_its_command_and_no_estimate(fttui_home, tmp
         assert "COMMAND: launching runs this command" in details
         assert "python train.py --epochs 1" in details
         assert picker.verdict is None and not picker.query_one("#estimate").display
+
+
+async def test_gpu_profile_without_a_card_says_how_to_name_one(fttui_home, tmp_path):
+    """No card visible: the picker's time line of a GPU profile says so and how to name the card,
+    with no hours from a CPU's default rate (issue 40 item 7a)."""
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(tmp_path / "no-gpus.json")))  # no file: no card
+    app.launch_run = lambda resolved: None
+    async with app.run_test(size=(120, 40)) as pilot:
+        picker = await _select(pilot, app, "llama2-7b-lora")
+        await until(pilot, lambda: picker.forecast is not None, what="the time line")
+        line = picker.forecast.plain
+        assert line.startswith("time: not forecast for the ") and "no GPU is visible here and no card is named" in line
+        assert "--card NAME" in line and "GFLOP/s" not in line and " h " not in line

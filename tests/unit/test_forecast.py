@@ -144,3 +144,46 @@ def test_accumulation_pays_the_fixed_cost_per_micro_batch():
                     real_tokens_per_sample=128, rows=rows, card="cpu", cards=1)
     assert one.fixed_seconds == pytest.approx(0.05, rel=1e-3)
     assert four.step_seconds - one.step_seconds == pytest.approx(3 * 0.05, rel=1e-3)
+
+
+def test_a_gpu_profile_of_no_known_card_gets_no_hours_from_a_cpu_default():
+    """No card visible or named, or a card of no known peak, and no row of it: no time at all
+    (a CPU's default rate says nothing of a card); the words say so and how to name the card
+    (issue 40 item 7a). A card of known peak and a CPU profile are timed as before."""
+    from fttui.core.experiments.forecast import NO_CARD
+
+    kw = dict(samples=800, fed_tokens_per_sample=128, real_tokens_per_sample=128, rows=[], cards=1)
+    f = forecast(_profile(gpus=1), SHAPE, card=NO_CARD, **kw)
+    assert f.run_seconds is None and f.step_seconds is None and f.flop_rate is None and not f.calibrated
+    assert f.words() == (
+        "not forecast for the 100 steps: no GPU is visible here and no card is named; name the card the run will "
+        "use with --card NAME (`fttui estimate --help` lists the cards fttui knows)"
+    )
+    assert "GFLOP/s" not in f.words() and " h " not in f.words()
+    g = forecast(_profile(gpus=1), SHAPE, card="Imaginary Card 9000", price_per_card_hour=2.0, **kw)
+    assert g.run_seconds is None and g.cost is None
+    assert g.words().startswith("not forecast for the 100 steps: fttui knows no peak rate of 'Imaginary Card 9000'")
+    # a row of that card times it (its own rate), a known card and the CPU by their defaults
+    row = _row("x", 1000.0, flops_per_token(SHAPE, "lora", 128).total, gpu="Imaginary Card 9000", precision="bf16")
+    assert forecast(_profile(gpus=1), SHAPE, card="Imaginary Card 9000", **{**kw, "rows": [row]}).run_seconds
+    assert forecast(_profile(gpus=1), SHAPE, card="NVIDIA H100 80GB HBM3", **kw).run_seconds
+    assert forecast(_profile(), SHAPE, card="cpu", **kw).run_seconds
+
+
+def test_estimate_without_a_card_names_how_to_give_one(tmp_path):
+    """`fttui estimate` of a GPU profile on a machine with no card: the plain line, no hours;
+    `--card` names the card; the launch's forecast (the first ETA) is none rather than made up."""
+    from tests.conftest import fttui_env
+
+    env = {**fttui_env(), "FTTUI_FAKE_GPUS": str(tmp_path / "no-gpus.json")}  # no file: no card visible
+    out = run_fttui("estimate", "--profile", "llama2-7b-lora", env=env, check=True).stdout
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("time: not forecast for the ") and "no GPU is visible here and no card is named" in line
+    assert "--card NAME" in line and "fttui estimate --help" in line and " h " not in line + " "
+    fc = json.loads(run_fttui("estimate", "--profile", "llama2-7b-lora", "--json", env=env, check=True).stdout)
+    assert fc["forecast"]["run_seconds"] is None
+    named = run_fttui("estimate", "--profile", "llama2-7b-lora", "--card", "H100 80GB HBM3", env=env, check=True)
+    assert named.stdout.strip().splitlines()[-1].startswith("time: 69 steps x ")
+    assert "H100 80GB HBM3" in run_fttui("estimate", "--help", env=env, check=True).stdout.replace("\n", " ")
+    cpu = run_fttui("estimate", "--profile", "tiny-lora", "--card", "T4", env=env)
+    assert cpu.returncode == 2 and "runs on CPU processes" in cpu.stderr

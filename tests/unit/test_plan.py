@@ -4,6 +4,7 @@ estimates; every verdict and figure checked against the estimator and the foreca
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -192,3 +193,20 @@ def test_the_piped_table_has_no_trailing_spaces():
     lines = r.stdout.splitlines()
     assert len(lines) > 3 and lines[1].startswith("#")
     assert [line for line in lines if line != line.rstrip()] == []
+
+
+def test_a_plan_on_no_named_card_shows_no_times(tmp_path):
+    """No card visible or named: no hours from a CPU's default rate; the table's times are '-'
+    and the lines say why and how to name the card (issue 40 item 7a)."""
+    from tests.conftest import fttui_env
+
+    env = {**fttui_env(), "FTTUI_FAKE_GPUS": str(tmp_path / "no-gpus.json")}  # no file: no card visible
+    r = run_fttui("plan", "--profile", "llama2-7b-lora", "--gpu-memory", "80GiB", env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert re.match(r"llama2-7b-lora: \d+ setups on 1 GPU of no named card, ", lines[0])
+    assert lines[0].endswith("fitting setups first, simplest first (no time to order by)")
+    at = lines[1].index(" time ") + 1  # the column's start
+    assert {line[at:].split()[0] for line in lines[2:-1]} == {"-"}
+    assert lines[-1].startswith("time: not forecast: no GPU is visible here and no card is named; name the card")
+    assert " h " not in r.stdout

@@ -22,7 +22,9 @@ rows also give the warm-up: their training time beyond steps x their steady step
 steps), added once. Without a matching row: a stated default MFU on a card of known peak, a stated default rate on a
 CPU, and
 a stated default fixed cost per pass and decoder layer (:data:`DEFAULT_PASS_S_PER_LAYER`): the words
-say "uncalibrated".
+say "uncalibrated". A GPU profile with neither (no card visible or named, or a card of no known peak,
+and no row of it) gets no time at all (``step_seconds`` and ``run_seconds`` None): a CPU's default
+rate says nothing of a card; the words say what is missing and how to name the card.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from fttui.core.base.linefit import line_fit
 from fttui.core.base.methods import Method
 from fttui.core.experiments.stepmodel import step_model
 from fttui.core.models.flops import ModelShape, flops_per_token
-from fttui.core.models.peaks import peak_tflops
+from fttui.core.models.peaks import find_peak, peak_tflops
 from fttui.core.profiles.typed import Profile
 
 DEFAULT_MFU: dict[str, float] = {
@@ -58,18 +60,24 @@ DEFAULT_PASS_S_PER_LAYER = {"cpu": 1.9e-3, "gpu": 5.4e-3}
 #: (PCIe 4.0 x16: 32 GB/s raw, about 20 in practice), not measured on this project's machines
 HOST_LINK_BYTES_PER_S = 20e9
 RANKS_CPU = "cpu"
+#: the card of a GPU profile when no GPU is visible here and none is named (``--card``)
+NO_CARD = "unknown GPU"
+#: how to name the card a GPU run will use, said wherever a forecast lacks it
+NAME_THE_CARD = "name the card the run will use with --card NAME (`fttui estimate --help` lists the cards fttui knows)"
+#: the start of ``mfu_source`` when no time is forecast (the rest says why)
+UNTIMED = "not forecast: "
 
 
 @dataclass(frozen=True)
 class Forecast:
-    step_seconds: float
-    run_seconds: float
+    step_seconds: float | None  # None: no time can be told (a GPU profile of no known card: mfu_source says why)
+    run_seconds: float | None
     steps: int
     tokens: int  # real (non-padding) tokens the run trains on
     fed_tokens_per_sample: float
     flops_per_token: float
     mfu: float | None
-    flop_rate: float  # FLOP/s per training process
+    flop_rate: float | None  # FLOP/s per training process (None with no time)
     fixed_seconds: float  # per micro batch (forward and backward)
     step_fixed_seconds: float  # per optimizer step, outside the passes (measured rows only)
     warmup_seconds: float  # once per run, beyond steps x step_seconds (the calibrating rows')
@@ -83,6 +91,8 @@ class Forecast:
         return asdict(self)
 
     def words(self) -> str:
+        if self.run_seconds is None or self.step_seconds is None:
+            return f"not forecast for the {self.steps} steps: {self.mfu_source.removeprefix(UNTIMED)}"
         took = duration_words(self.run_seconds)
         cost = f", {self.cost:,.2f} {self.cost_unit}".rstrip() if self.cost is not None else ""
         mfu = f"MFU {self.mfu:.0%}, " if self.mfu is not None else ""
@@ -183,9 +193,11 @@ def calibration_rows(
     profile: Profile, rows: Iterable[Mapping[str, Any]], card: str
 ) -> tuple[list[Mapping[str, Any]], int]:
     """The completed rows nearest to the profile on ``card`` (``"cpu"`` or an NVML name; rows of
-    other cards of known peak count on a GPU), with their closeness (15: same model, method,
+    other cards of known peak count on a GPU of known peak, scaled by the peaks; a card of no known
+    peak is calibrated by its own rows only), with their closeness (15: same model, method,
     sharding and precision)."""
     key = _setup_key(profile)
+    card_peak = None if card == RANKS_CPU else peak_tflops(card, key["precision"])
     usable = []
     for r in rows:
         if r.get("status") != "completed" or r.get("kind") not in ("run", "sweep", None):
@@ -196,7 +208,9 @@ def calibration_rows(
         if card == RANKS_CPU:
             if rgpu != RANKS_CPU:
                 continue
-        elif rgpu == RANKS_CPU or peak_tflops(rgpu, r.get("precision")) is None:
+        elif rgpu == RANKS_CPU or (
+            rgpu != card and (card_peak is None or peak_tflops(rgpu, r.get("precision")) is None)
+        ):
             continue
         same_card = rgpu == card
         usable.append(((1 if same_card else 0), _closeness(r, key), r))
@@ -323,10 +337,19 @@ def forecast(
         rate = mfu * peak * 1e12
         source = f"uncalibrated: default MFU {mfu:.0%} for {method} (no stored row to calibrate from)"
         calibrated = False
+    elif card != RANKS_CPU:  # no rate to tell a card's time by: none is made up from a CPU's
+        return _untimed(
+            card,
+            precision,
+            steps,
+            steps * per_step * world * real_tokens_per_sample,
+            fed_tokens_per_sample,
+            fpt,
+            price_unit,
+        )
     else:
         rate = DEFAULT_CPU_FLOPS
-        what = "CPU" if card == RANKS_CPU else f"{card} (no peak rate known)"
-        source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on {what} (no stored row)"
+        source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on CPU (no stored row)"
         calibrated = False
     if not chosen:
         per_layer = DEFAULT_PASS_S_PER_LAYER["cpu" if card == RANKS_CPU else "gpu"]
@@ -359,6 +382,45 @@ def forecast(
         calibrated=calibrated,
         rows=[str(r.get("run_id")) for r in chosen],
         cost=None if cost is None else float(f"{cost:.6g}"),
+        cost_unit=price_unit,
+    )
+
+
+def no_rate_words(card: str, precision: str) -> str:
+    """Why a GPU profile's time is not forecast on ``card`` (no calibrating row, no known peak)."""
+    if card == NO_CARD:
+        return f"{UNTIMED}no GPU is visible here and no card is named; {NAME_THE_CARD}"
+    rate = "peak rate" if find_peak(card) is None else f"{precision} peak rate"
+    return (
+        f"{UNTIMED}fttui knows no {rate} of {card!r} and the store has no row of it to calibrate from "
+        "(a run on it stores one; `fttui estimate --help` lists the cards fttui knows)"
+    )
+
+
+def _untimed(
+    card: str,
+    precision: str,
+    steps: int,
+    tokens: float,
+    fed_tokens_per_sample: float,
+    fpt: float,
+    price_unit: str,
+) -> Forecast:
+    return Forecast(
+        step_seconds=None,
+        run_seconds=None,
+        steps=steps,
+        tokens=int(round(tokens)),
+        fed_tokens_per_sample=round(fed_tokens_per_sample, 2),
+        flops_per_token=round(fpt, 1),
+        mfu=None,
+        flop_rate=None,
+        fixed_seconds=0.0,
+        step_fixed_seconds=0.0,
+        warmup_seconds=0.0,
+        mfu_source=no_rate_words(card, precision),
+        calibrated=False,
+        cost=None,
         cost_unit=price_unit,
     )
 
@@ -428,11 +490,11 @@ def profile_forecast(
 
 def run_card(profile: Profile) -> str:
     """The card a profile will run on: ``"cpu"`` without GPUs, else the first visible card's NVML
-    name (``"unknown GPU"`` when none is visible here)."""
+    name (:data:`NO_CARD` when none is visible here)."""
     if not int(profile.devices.gpus or 0):
         return RANKS_CPU
     from fttui.monitor import make_gpu_sampler, run_cards
 
     with make_gpu_sampler() as sampler:
         cards = run_cards(sampler.sample())
-    return str(cards[0].name) if cards and cards[0].name else "unknown GPU"
+    return str(cards[0].name) if cards and cards[0].name else NO_CARD

@@ -14,6 +14,7 @@ Pure: the store's rows, the data's lengths and the budget are handed in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -84,8 +85,8 @@ class Option:
     breaks: str | None
     gpu_peak_bytes: int | None  # the largest card's peak (None on CPU)
     host_peak_bytes: int  # the node's
-    step_seconds: float
-    run_seconds: float
+    step_seconds: float | None  # None: no time forecast (a card of no known rate: mfu_source says why)
+    run_seconds: float | None
     steps: int
     cost: float | None
     cost_unit: str
@@ -309,7 +310,8 @@ def plan(
     def order(o: Option) -> tuple:
         kind = shardings.get(o.sharding)
         # equal forecasts (no row tells a sharding's speed apart): the simpler setup first
-        return (not o.fits, o.run_seconds, kind.offload, kind.sharded, o.gradient_checkpointing, o.grad_accum)
+        took = o.run_seconds if o.run_seconds is not None else math.inf
+        return (not o.fits, took, kind.offload, kind.sharded, o.gradient_checkpointing, o.grad_accum)
 
     return sorted(out, key=order)
 
@@ -332,7 +334,7 @@ def plan_table(options: Sequence[Option]) -> list[list[str]]:
                 "on" if o.gradient_checkpointing else "off",
                 fmt_bytes(o.gpu_peak_bytes) if o.gpu_peak_bytes is not None else "-",
                 fmt_bytes(o.host_peak_bytes),
-                duration_words(o.run_seconds),
+                duration_words(o.run_seconds) if o.run_seconds is not None else "-",
                 f"{o.cost:,.2f}" if o.cost is not None else "-",
                 "yes" if o.fits else f"no: {o.breaks}",
             ]

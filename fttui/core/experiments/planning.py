@@ -16,6 +16,7 @@ from typing import Any
 
 from fttui.core.base.errors import SizeError
 from fttui.core.base.units import MIB, parse_size
+from fttui.core.experiments.forecast import NO_CARD
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
 from fttui.core.profiles.typed import Profile
 
@@ -89,7 +90,7 @@ def machine_budget(
         gpu_bytes = int(here[0].mem_total_mb * MIB)
     else:
         raise PlanError("no card visible here to read its memory: give --gpu-memory SIZE (e.g. 24GiB)")
-    name = card or (str(here[0].name) if here and here[0].name else "unknown GPU")
+    name = card or (str(here[0].name) if here and here[0].name else NO_CARD)
     return Budget(
         gpus=n,
         card=name,

@@ -38,8 +38,8 @@ def quick_forecast(profile: Profile, e: Any, rows: Iterable[Mapping[str, Any]], 
 
 def launch_forecast(profile: Profile, card: str | None = None) -> dict[str, Any] | None:
     """The forecast a launch records (the ``forecast`` event: the run's first ETA, the row's
-    ``forecast_s``); None for a command profile or when anything it needs is missing: a run is
-    never held back by its forecast."""
+    ``forecast_s``); None for a command profile, a GPU profile of no known card rate (no time to
+    tell) or when anything it needs is missing: a run is never held back by its forecast."""
     if profile.command.argv:
         return None
     try:
@@ -54,6 +54,8 @@ def launch_forecast(profile: Profile, card: str | None = None) -> dict[str, Any]
         fc = quick_forecast(profile, estimate(profile), rows, card or run_card(profile))
     except Exception as e:  # a forecast it cannot make is left out, never an error
         logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)
+        return None
+    if fc.run_seconds is None:  # no card rate: no first ETA rather than a made-up one
         return None
     return {
         "run_seconds": fc.run_seconds,
