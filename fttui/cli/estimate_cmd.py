@@ -91,7 +91,7 @@ def render_text(e, title: str = "") -> str:
     lines.append(
         f"calibrated from {e.calibration.rows} measured rows"
         if e.calibration
-        else "not calibrated (formula; `--calibrate` uses this profile's measured rows)"
+        else "memory from the formula, not calibrated (`--calibrate` fits it to this profile's measured rows)"
     )
     for n in e.notes:
         lines.append(f"note: {n}")

@@ -142,10 +142,14 @@ def summary_lines(rd: RunDir) -> list[str]:
             f"  samples/s {row.get('samples_per_s')} (steady; whole run {row.get('samples_per_s_avg')})"
             f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded"
         )
+    trained, wall = fmt.duration(raw.get("duration_s")), fmt.duration(raw.get("wall_s")) or "-"
     lines.append(
-        f"  duration {fmt.duration(raw.get('duration_s')) or '-'} training,"
-        f" {fmt.duration(raw.get('wall_s')) or '-'} wall"
-        f"  peak host RSS {fmt.mb(raw.get('peak_host_rss_mb'))}"
+        (
+            f"  duration {trained} training, {wall} wall"
+            if trained
+            else f"  duration {wall} wall (no training time reported)"
+        )
+        + f"  peak host RSS {fmt.mb(raw.get('peak_host_rss_mb'))}"
         f" ({host_measure_text(raw.get('host_measure')) or 'measure unknown'};"
         f" tree {fmt.mb(raw.get('peak_tree_rss_mb'))} sampled)"
         f"  peak GPU {_gpu_peaks(row)}"
@@ -172,14 +176,14 @@ def _gpu_peaks(row: dict) -> str:
     used = [x for x in row.get("peak_gpu_mem_mb") or [] if x is not None]
     own = [x for x in row.get("peak_gpu_proc_mb") or [] if x is not None]
     if not used:
-        return "- MB"
+        return "memory not measured"
     text = f"{';'.join(f'{x:.0f}' for x in used)} MB"
     return f"{text} device, {';'.join(f'{x:.0f}' for x in own)} MB this run" if own else text
 
 
 def perf_summary(row: dict) -> str | None:
     """``  MFU 41% 40% per card (1.49e+10 FLOPs/token)  lowest headroom 9.3 GB 14.1 GB  allocator
-    retries 0 0``, with ``NEAR OOM`` when a card came close; a CPU run's only ``  7.06e+05
+    retries 0 0``, with ``NEAR OOM`` when a card came close; a CPU run's only ``  model 7.06e+05
     FLOPs/token``; None when the row has none of these."""
 
     def per_card(key: str, show) -> str:
@@ -189,7 +193,7 @@ def perf_summary(row: dict) -> str | None:
     fpt = row.get("flops_per_token")
     fpt = f"{fpt:.3g} FLOPs/token" if isinstance(fpt, (int, float)) else None
     if not isinstance(row.get("mfu"), list):  # no card (CPU run): the model's figure only
-        return None if fpt is None else f"  {fpt}"
+        return None if fpt is None else f"  model {fpt}"
     text = f"  MFU {per_card('mfu', mfu_text)} per card" + (f" ({fpt})" if fpt else "")
     if isinstance(row.get("min_headroom_mb"), list):
         text += f"  lowest headroom {per_card('min_headroom_mb', fmt.mb)}"

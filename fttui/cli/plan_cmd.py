@@ -44,8 +44,7 @@ def _say_left_out(resolved, budget, args) -> None:
 
 
 def cmd_plan(args, resolve=resolve) -> int:
-    from fttui.core.experiments.forecast import NO_CARD
-    from fttui.core.experiments.plan import HEADERS, plan_table
+    from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
     from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
     from fttui.core.results.tables import to_text
 
@@ -111,17 +110,7 @@ def cmd_plan(args, resolve=resolve) -> int:
             )
         )
         return 0
-    where = (
-        f"{budget.gpus} x {budget.card}"
-        if budget.gpus and budget.card != NO_CARD
-        else f"{budget.gpus} GPU{'s' if budget.gpus > 1 else ''} of no named card"
-        if budget.gpus
-        else f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})"
-    )
-    fits = sum(o.fits for o in options)
-    timed = any(o.run_seconds is not None for o in options)
-    order = "fastest first" if timed else "fitting setups first, simplest first (no time to order by)"
-    print(f"{resolved.name}: {len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); {order}")
+    print(f"{resolved.name}: {plan_summary(options, budget)}")
     print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
         print(f"time: {options[0].mfu_source}")

@@ -69,19 +69,13 @@ class PlanScreen(Screen):
         self.query_one("#plan-head", Static).update(plain(f"cannot plan: {error}", "bold", lines=True))
 
     def _show(self, budget, options: list) -> None:
-        from fttui.core.experiments.plan import HEADERS, plan_table
+        from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
 
         self.budget, self.options = budget, options
-        where = (
-            f"{budget.gpus} x {budget.card}"
-            if budget.gpus
-            else f"CPU ({budget.ranks_per_node} process{'es' if budget.ranks_per_node > 1 else ''})"
-        )
-        fits = sum(o.fits for o in options)
         self.query_one("#plan-head", Static).update(
             Text.assemble(  # the profile's and the card's names: inert
                 plain(f"{self.resolved.name}: ", "bold"),
-                plain(f"{len(options)} setups on {where}, {fits} fit (margin {budget.margin:.0%}); fastest first"),
+                plain(plan_summary(options, budget)),
             )
         )
         table = self.query_one("#plan-table", DataTable)

@@ -78,12 +78,14 @@ def test_gpu_rows_of_another_card_carry_their_mfu():
 def test_uncalibrated_says_so():
     f = forecast(_profile(gpus=1), SHAPE, samples=8, fed_tokens_per_sample=128, real_tokens_per_sample=128,
                  rows=[], card="NVIDIA H100 80GB HBM3", cards=1)
-    assert not f.calibrated and f.mfu_source.startswith("uncalibrated: default MFU")
+    assert not f.calibrated and f.mfu_source.startswith("uncalibrated: no stored run to calibrate from, so a default MFU")
+    assert f.words().endswith("(uncalibrated: no stored run to calibrate from, so a default MFU of 30% for lora and "
+                              "10.8 ms fixed per micro batch, 5.4 ms per layer)")
     f = forecast(_profile(), SHAPE, samples=8, fed_tokens_per_sample=128, real_tokens_per_sample=128,
                  rows=[], card="cpu", cards=1)
     assert f.mfu is None and "uncalibrated" in f.mfu_source and "CPU" in f.mfu_source
     # the stated default fixed cost per pass: 1.9 ms per layer on CPU ranks, 5.4 ms on a card
-    assert f.fixed_seconds == pytest.approx(2 * 1.9e-3) and "3.8 ms per micro batch fixed" in f.mfu_source
+    assert f.fixed_seconds == pytest.approx(2 * 1.9e-3) and "and 3.8 ms fixed per micro batch" in f.mfu_source
     flops = 8 * 128 * flops_per_token(SHAPE, "lora", 128).total
     assert f.step_seconds == pytest.approx(flops / 5e9 + 2 * 1.9e-3, rel=1e-4)
 

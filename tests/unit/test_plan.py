@@ -204,7 +204,7 @@ def test_a_plan_on_no_named_card_shows_no_times(tmp_path):
     r = run_fttui("plan", "--profile", "llama2-7b-lora", "--gpu-memory", "80GiB", env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert re.match(r"llama2-7b-lora: \d+ setups on 1 GPU of no named card, ", lines[0])
+    assert re.match(r"llama2-7b-lora: \d+ setups on 1 GPU of no named card; \d+ fit, keeping 5% of each memory budget free; ", lines[0])
     assert lines[0].endswith("fitting setups first, simplest first (no time to order by)")
     at = lines[1].index(" time ") + 1  # the column's start
     assert {line[at:].split()[0] for line in lines[2:-1]} == {"-"}

@@ -27,7 +27,7 @@ def test_peak_without_per_process_figures_and_without_a_card(tmp_path):
                 if "peak GPU" in ln)
     assert line.endswith("peak GPU 16705 MB")
     (tmp_path / "cpu").mkdir()
-    assert "peak GPU - MB" in _summary(tmp_path / "cpu", peak_gpu_mem_mb=[])
+    assert "peak GPU memory not measured" in _summary(tmp_path / "cpu", peak_gpu_mem_mb=[])
 
 
 def test_a_row_without_a_tree_peak_says_so(tmp_path):

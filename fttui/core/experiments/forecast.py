@@ -66,6 +66,8 @@ NO_CARD = "unknown GPU"
 NAME_THE_CARD = "name the card the run will use with --card NAME (`fttui estimate --help` lists the cards fttui knows)"
 #: the start of ``mfu_source`` when no time is forecast (the rest says why)
 UNTIMED = "not forecast: "
+#: the start of ``mfu_source`` when no row calibrates the forecast (the defaults it rests on follow)
+UNCALIBRATED = "uncalibrated: no stored run to calibrate from, so "
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class Forecast:
             return f"not forecast for the {self.steps} steps: {self.mfu_source.removeprefix(UNTIMED)}"
         took = duration_words(self.run_seconds)
         cost = f", {self.cost:,.2f} {self.cost_unit}".rstrip() if self.cost is not None else ""
-        mfu = f"MFU {self.mfu:.0%}, " if self.mfu is not None else ""
+        mfu = f"MFU {self.mfu:.0%}, " if self.mfu is not None and self.calibrated else ""  # else: said as a default
         return f"{self.steps} steps x {self.step_seconds:.3g} s = {took}{cost} ({mfu}{self.mfu_source})"
 
 
@@ -335,7 +337,7 @@ def forecast(
     elif peak is not None:
         mfu = DEFAULT_MFU.get(method, 0.3)
         rate = mfu * peak * 1e12
-        source = f"uncalibrated: default MFU {mfu:.0%} for {method} (no stored row to calibrate from)"
+        source = f"{UNCALIBRATED}a default MFU of {mfu:.0%} for {method}"
         calibrated = False
     elif card != RANKS_CPU:  # no rate to tell a card's time by: none is made up from a CPU's
         return _untimed(
@@ -349,12 +351,12 @@ def forecast(
         )
     else:
         rate = DEFAULT_CPU_FLOPS
-        source = f"uncalibrated: default {rate / 1e9:g} GFLOP/s per process on CPU (no stored row)"
+        source = f"{UNCALIBRATED}a default {rate / 1e9:g} GFLOP/s per CPU process"
         calibrated = False
     if not chosen:
         per_layer = DEFAULT_PASS_S_PER_LAYER["cpu" if card == RANKS_CPU else "gpu"]
         fixed = per_layer * max(1, shape.layers)
-        source += f", default {fixed * 1e3:.3g} ms per micro batch fixed ({per_layer * 1e3:g} ms per layer)"
+        source += f" and {fixed * 1e3:.3g} ms fixed per micro batch, {per_layer * 1e3:g} ms per layer"
     step_s = model.step_seconds(pass_flops, accum) if model is not None else accum * (pass_flops / rate + fixed)
     if model is not None and mfu is not None and peak:
         mfu = accum * pass_flops / step_s / (peak * 1e12)  # what the rows' MFU measures: whole steps

@@ -23,7 +23,7 @@ from fttui.core.base import shardings
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.units import GIB, fmt_bytes
 from fttui.core.data.lengths import DataStats
-from fttui.core.experiments.forecast import RANKS_CPU, duration_words, forecast, offload_bytes, profile_shape
+from fttui.core.experiments.forecast import NO_CARD, RANKS_CPU, duration_words, forecast, offload_bytes, profile_shape
 from fttui.core.memory import COMPONENTS, CONSTANTS, HOST_COMPONENTS, Estimate, estimate
 from fttui.core.profiles.typed import Profile
 
@@ -314,6 +314,24 @@ def plan(
         return (not o.fits, took, kind.offload, kind.sharded, o.gradient_checkpointing, o.grad_accum)
 
     return sorted(out, key=order)
+
+
+def plan_summary(options: Sequence[Option], budget: Budget) -> str:
+    """The line above the plan's table (after the profile's name), the CLI's and the app's:
+    ``8 setups on CPU (1 process); 8 fit, keeping 5% of each memory budget free; fastest first``."""
+    if not budget.gpus:
+        n = budget.ranks_per_node
+        where = f"CPU ({n} process{'es' if n > 1 else ''})"
+    elif budget.card == NO_CARD:
+        where = f"{budget.gpus} GPU{'s' if budget.gpus > 1 else ''} of no named card"
+    else:
+        where = f"{budget.gpus} x {budget.card}"
+    fits = sum(o.fits for o in options)
+    timed = any(o.run_seconds is not None for o in options)
+    order = "fastest first" if timed or not options else "fitting setups first, simplest first (no time to order by)"
+    return (
+        f"{len(options)} setups on {where}; {fits} fit, keeping {budget.margin:.0%} of each memory budget free; {order}"
+    )
 
 
 #: the plan's table: the CLI prints it, the app's plan screen shows it

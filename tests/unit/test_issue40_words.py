@@ -1,0 +1,53 @@
+"""The lines a user reads after `fttui estimate`, `fttui plan` and a headless run, each a plain
+sentence (issue 40 item 7): the memory line, the uncalibrated time line, the plan's heading and
+the run summary's duration, GPU and FLOPs figures."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_fttui
+
+
+def test_estimate_of_a_cpu_profile_reads_plainly():
+    out = run_fttui("estimate", "--profile", "tiny-lora", check=True).stdout
+    lines = out.splitlines()
+    assert [ln for ln in lines if ln != ln.rstrip()] == []  # no trailing spaces (item 7c)
+    assert "memory from the formula, not calibrated (`--calibrate` fits it to this profile's measured rows)" in lines
+    time = lines[-1]
+    assert time.startswith("time: 128 steps x ")
+    assert time.endswith(" (uncalibrated: no stored run to calibrate from, so a default 5 GFLOP/s per CPU process "
+                         "and 3.8 ms fixed per micro batch, 1.9 ms per layer)")
+    assert time.count("(") == 1  # one aside, not parentheses inside parentheses
+
+
+def test_plan_heading_says_what_the_margin_is():
+    lines = run_fttui("plan", "--profile", "tiny-lora", check=True).stdout.splitlines()
+    assert lines[0].startswith("tiny-lora: 8 setups on CPU (1 process); 8 fit, keeping 5% of each memory budget "
+                               "free; fastest first")
+    assert lines[-1].startswith("time: uncalibrated: no stored run to calibrate from, so a default 5 GFLOP/s")
+
+
+def _summary(tmp_path, **row) -> list[str]:
+    from fttui.cli.live import summary_lines
+    from fttui.core.run.files.rundir import RunDir
+
+    run = tmp_path / "20261128-020928-python-9b8b"
+    run.mkdir()
+    (run / "row.json").write_text(json.dumps({"run_id": run.name, "status": "completed", **row}))
+    return summary_lines(RunDir(run))
+
+
+def test_a_command_runs_summary_says_no_training_time_and_no_gpu_figure(tmp_path):
+    """A command that reported no training: its wall time alone, said so; no GPU figure is
+    'not measured', not '- MB'."""
+    lines = _summary(tmp_path, wall_s=6.0, peak_host_rss_mb=37.0, host_measure="processes", peak_gpu_mem_mb=[])
+    line = next(ln for ln in lines if "wall" in ln)
+    assert line.startswith("  duration 00:06 wall (no training time reported)  peak host RSS 37 MB")
+    assert line.endswith("  peak GPU memory not measured") and "- MB" not in line
+
+
+def test_a_cpu_runs_flops_figure_is_named(tmp_path):
+    lines = _summary(tmp_path, duration_s=5.0, wall_s=16.0, flops_per_token=7.06e5, steps=3)
+    assert "  duration 00:05 training, 00:16 wall  peak host RSS" in "\n".join(lines)
+    assert "  model 7.06e+05 FLOPs/token" in lines
