@@ -317,22 +317,23 @@ def forecast(
             mfu = sum(mfus) / len(mfus)
             rate = mfu * peak * 1e12
         how = {
-            15: "same model, method, sharding and precision",
-            14: "same model, method and sharding",
-            12: "same model and method",
-        }.get(score, "nearest setup")
-        where = "this card" if same_card else f"{chosen[0].get('gpu')} rows scaled by peak"
-        source = f"calibrated from {len(chosen)} row{'s' if len(chosen) != 1 else ''} ({how}; {where})"
+            15: "the same model, method, sharding and precision",
+            14: "the same model, method and sharding",
+            12: "the same model and method",
+        }.get(score, "the nearest setup")
+        here = "CPU" if card == RANKS_CPU else "this card"
+        where = here if same_card else f"{chosen[0].get('gpu')}, scaled by peak rates"
+        source = f"calibrated from {len(chosen)} stored run{'s' if len(chosen) != 1 else ''} of {how} on {where}"
         if model is not None:
             rate, fixed, warm = 1.0 / model.seconds_per_flop, model.fixed_pass_s, model.warmup_s
-            source += f", {model.words}"
+            source += f"; {model.words}"
         elif fit is not None:
             rate, fixed = 1.0 / fit[0], fit[1]
-            source += f", fixed {fixed:.3g} s per micro batch {fit[2]}"
+            source += f"; fixed {fixed:.3g} s per micro batch {fit[2]}"
         else:
-            source += ", no fixed cost per micro batch (one size measured)"
+            source += "; no fixed cost per micro batch: one size measured"
         if warm:
-            source += f", warm-up {warm:.3g} s"
+            source += f"; warm-up {warm:.3g} s"
         calibrated = True
     elif peak is not None:
         mfu = DEFAULT_MFU.get(method, 0.3)

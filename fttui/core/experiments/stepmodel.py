@@ -160,9 +160,9 @@ def step_model(
     if fit is not None and fit[0] > 0:
         s_per_flop, fixed_pass = fit[0], max(0.0, fit[1])
         how = (
-            f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (the pass floor{'s' if floors > 1 else ''} measured)"
+            f"{fixed_pass * 1e3:.3g} ms fixed per micro batch as the pass floor{'s' if floors > 1 else ''} measured it"
             if floors
-            else f"{fixed_pass * 1e3:.3g} ms per micro batch fixed (fitted over the rows' sizes)"
+            else f"{fixed_pass * 1e3:.3g} ms fixed per micro batch, fitted over the rows' sizes"
         )
     else:
         s_per_flop = sum(t for _, t in points) / sum(f for f, _ in points)
