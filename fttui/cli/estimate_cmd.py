@@ -165,7 +165,9 @@ def _forecast(args, resolved, e):
                 f"--card {named}: {resolved.name} runs on CPU processes (devices.gpus = 0); "
                 "--set devices.gpus=1 estimates it on one card"
             )
-        card = named
+        from fttui.core.models.peaks import card_named
+
+        card = card_named(named)  # a card of no known peak: timed from its stored rows only
     if prices is not None and prices.price_of(card) is None:
         raise FttuiError(
             f"--prices {args.prices}: no price for {card!r} (it has: {', '.join(sorted(prices.table)) or 'none'})"
@@ -181,7 +183,8 @@ def card_help() -> str:
     return (
         "the card a GPU profile will run on, for the time forecast and --prices (default: this machine's "
         f"first GPU); fttui knows the peak rates of: {names} (case, spaces and hyphens do not matter; "
-        "another card is timed only from stored rows of it)"
+        "a short name such as 4090 names the one card it is short for; another card is timed only from "
+        "stored rows of it)"
     )
 
 

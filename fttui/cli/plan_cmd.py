@@ -46,6 +46,7 @@ def _say_left_out(resolved, budget, args) -> None:
 def cmd_plan(args, resolve=resolve) -> int:
     from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
     from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
+    from fttui.core.models.peaks import card_named
     from fttui.core.results.tables import to_text
 
     resolved = resolve(args)
@@ -56,7 +57,7 @@ def cmd_plan(args, resolve=resolve) -> int:
         gpus=args.gpus,
         gpu_memory=args.gpu_memory,
         host_memory_limit=args.host_memory_limit,
-        card=args.card,
+        card=card_named(args.card) if args.card else None,
         margin=args.margin,
     )
     prices = None

@@ -51,3 +51,20 @@ def test_a_cpu_runs_flops_figure_is_named(tmp_path):
     lines = _summary(tmp_path, duration_s=5.0, wall_s=16.0, flops_per_token=7.06e5, steps=3)
     assert "  duration 00:05 training, 00:16 wall  peak host RSS" in "\n".join(lines)
     assert "  model 7.06e+05 FLOPs/token" in lines
+
+
+def test_a_card_named_short_is_the_one_card_it_names_or_one_line(fttui_home):
+    """`--card H100` names three cards fttui knows: one line listing them, exit 2; `--card 4090`
+    names one: its forecast is the full name's (a new user types the short name)."""
+    from fttui.core.models.peaks import card_named
+
+    assert card_named("4090") == "NVIDIA GeForce RTX 4090" and card_named("h100 pcie") == "NVIDIA H100 PCIe"
+    assert card_named("RTX 5090") == "RTX 5090"  # not in the table: timed from its stored rows only
+    for cmd in (["estimate", "--profile", "llama2-7b-lora"], ["plan", "--profile", "tiny-lora", "--gpus", "1",
+                                                              "--gpu-memory", "80GiB"]):
+        out = run_fttui(*cmd, "--card", "H100")
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert "--card H100: 3 cards fttui knows match it (H100 80GB HBM3, H100 PCIe, H100 NVL)" in out.stderr
+    short = run_fttui("estimate", "--profile", "llama2-7b-lora", "--card", "4090", check=True).stdout
+    full = run_fttui("estimate", "--profile", "llama2-7b-lora", "--card", "NVIDIA GeForce RTX 4090", check=True).stdout
+    assert short.splitlines()[-1] == full.splitlines()[-1] and short.splitlines()[-1].startswith("time: 69 steps x ")

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from fttui.core.base.errors import FttuiError
+
 __all__ = ["Peak", "PEAKS", "peak_tflops", "find_peak", "PRECISIONS"]
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -96,6 +98,29 @@ def find_peak(name: str | None) -> Peak | None:
     if not isinstance(name, str) or not name.strip():
         return None
     return PEAKS.get(name) or _BY_KEY.get(_key(name))
+
+
+def cards_matching(name: str) -> list[str]:
+    """The table's cards (NVML names) whose name holds ``name`` as a user shortens it (``H100``,
+    ``4090``, ``a100 80gb``; case, spaces, hyphens and the vendor words do not matter); the one
+    card when ``name`` is a full name."""
+    exact = find_peak(name)
+    if exact is not None:
+        return [exact.name]
+    key = _key(name)
+    return [p.name for p in _TABLE if key and key in _key(p.name)]
+
+
+def card_named(name: str, flag: str = "--card") -> str:
+    """The card a user names (``--card``): the table's full name when ``name`` is one or is
+    short for exactly one (``4090``, ``h100 pcie``); FttuiError in one line when it is short for
+    several (``H100``: three); ``name`` itself for a card the table does not hold (timed from stored
+    rows of it only)."""
+    known = cards_matching(name)
+    if len(known) > 1:
+        shown = ", ".join(n.removeprefix("NVIDIA ") for n in known)
+        raise FttuiError(f"{flag} {name}: {len(known)} cards fttui knows match it ({shown}); name one")
+    return known[0] if known else name
 
 
 def peak_tflops(name: str | None, precision: str | None) -> float | None:
