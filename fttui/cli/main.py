@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "profiles_cmd",
     "results_cmd",
     "runs_cmd",
+    "stacks_cmd",
     "probe_cmds",
     "report_cmd",
     "data_cmd",

@@ -60,7 +60,7 @@ except ImportError:  # loaded by path into a Python where fttui is not installed
     _ev = _by_path("_fttui_events", os.pardir, "core", "run", "files", "events.py")
     _info = _by_path("_fttui_hf_info", "hf_info.py")
 
-__all__ = ["FttuiCallback", "attach", "report_error", "RUN_DIR_ENV", "CALLBACK_MARK"]
+__all__ = ["FttuiCallback", "attach", "report_error", "register_stacks", "RUN_DIR_ENV", "CALLBACK_MARK"]
 
 #: The run directory the events go to (set by ``fttui run``).
 RUN_DIR_ENV = "FTTUI_RUN_DIR"
@@ -89,6 +89,39 @@ def log_failure(run_dir: str | None, what: str, exc: BaseException) -> None:
                 f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     except Exception:
         pass
+
+
+#: The folder of the run directory where each rank's Python stacks go on SIGUSR1 (``fttui stacks``).
+STACKS_DIR = "stacks"
+_STACKS_MARK = "_fttui_stacks_file"  # on the faulthandler module: one registration per process
+
+
+def register_stacks(run_dir: str | None, rank: int | None = None) -> str | None:
+    """Dump every thread's Python stack to ``RUN_DIR/stacks/rank-R-pid-P.txt`` (appended) when
+    this process gets SIGUSR1 (``fttui stacks``, issue 39 item 2); the file's path, or ``None``:
+    no run directory, a SIGUSR1 handler the script installed (left as it is), already registered
+    (its path), or a failure (logged; never raises)."""
+    try:
+        import faulthandler
+        import signal
+
+        if not run_dir or not hasattr(signal, "SIGUSR1"):
+            return None
+        done = getattr(faulthandler, _STACKS_MARK, None)
+        if done is not None:
+            return str(done.name)
+        if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+            return None  # the user's own handler stays
+        rank = _rank() if rank is None else rank
+        folder = os.path.join(run_dir, STACKS_DIR)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        f = open(os.path.join(folder, f"rank-{rank}-pid-{os.getpid()}.txt"), "a", encoding="utf-8")  # noqa: SIM115
+        faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
+        setattr(faulthandler, _STACKS_MARK, f)  # kept open (and alive) for the process's life
+        return f.name
+    except Exception as e:
+        log_failure(run_dir, "registering the stack dump (SIGUSR1)", e)
+        return None
 
 
 def _rank() -> int:
@@ -237,6 +270,7 @@ class FttuiCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kw):
         if not self.run_dir or not os.path.isdir(self.run_dir):
             return
+        register_stacks(self.run_dir)  # `fttui stacks`: this rank's Python stack on SIGUSR1
         try:
             trainer = self.trainer or _find_trainer()
             if trainer is not None and not self.bind(trainer):

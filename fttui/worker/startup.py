@@ -200,6 +200,9 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     su.t_boot = time.perf_counter()
     su.run_dir = run_dir
     su.rank = state["rank"]
+    from fttui.integrations.hf import register_stacks
+
+    register_stacks(run_dir, su.rank)  # `fttui stacks`: this rank's Python stack on SIGUSR1, from the start
     su.world = world = env_int("WORLD_SIZE", default=1)
     su.local_rank = local_rank = env_int("LOCAL_RANK", default=0)
     local_world = env_int("LOCAL_WORLD_SIZE", default=world)

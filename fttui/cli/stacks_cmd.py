@@ -1,0 +1,33 @@
+"""`fttui stacks RUN`: where each rank of a live run is, from its Python stack (issue 39 item 2)."""
+
+from __future__ import annotations
+
+import sys
+
+from fttui.core.base.errors import FttuiError
+
+
+def cmd_stacks(args) -> int:
+    from fttui.cli.runs_cmd import _find_run
+    from fttui.core.run.control import stacks
+
+    try:
+        rd = _find_run(args.run, live_only=True)
+    except FttuiError as e:
+        print(f"fttui: {e}", file=sys.stderr)
+        return 2
+    ranks = stacks.ask(rd.path)
+    if not ranks:
+        print(f"fttui: run {rd.run_id} has no rank that started training yet", file=sys.stderr)
+        return 2
+    for r in ranks:
+        print(r.line())
+    print(f"the stacks (every thread): {rd.path / stacks.STACKS_DIR}")
+    return 0 if all(r.answered for r in ranks) else 1
+
+
+def add_parser(sub) -> None:
+    """The subcommand ``stacks``: its arguments and handler."""
+    p = sub.add_parser("stacks", help="each rank's Python stack of a live run (where a hang is)")
+    p.add_argument("run", nargs="?", help="run id or prefix (default: the latest live run)")
+    p.set_defaults(handler=cmd_stacks)

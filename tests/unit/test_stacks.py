@@ -1,0 +1,111 @@
+"""`fttui stacks`: parsing a real faulthandler dump, the SIGUSR1 hook, asking a process (issue 39 item 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fttui.core.run.control import stacks
+from fttui.integrations import hf
+
+# A process that sets fttui's hook up, starts a helper thread and sleeps in a known function.
+SLEEPER = """
+import sys, threading, time
+sys.path.insert(0, sys.argv[2])
+from fttui.integrations.hf import register_stacks
+path = register_stacks(sys.argv[1], 3)
+
+def helper_waits():
+    time.sleep(120)
+
+def deep_in_the_loop():
+    print(path, flush=True)
+    time.sleep(120)
+
+threading.Thread(target=helper_waits, daemon=True).start()
+deep_in_the_loop()
+"""
+
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _sleeper(run_dir: Path) -> tuple[subprocess.Popen, Path]:
+    p = subprocess.Popen([sys.executable, "-c", SLEEPER, str(run_dir), ROOT], stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    assert line, "the sleeper did not start"
+    return p, Path(line)
+
+
+def _dump(tmp_path: Path) -> str:
+    p, path = _sleeper(tmp_path)
+    try:
+        os.kill(p.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "deep_in_the_loop" not in path.read_text():
+            time.sleep(0.05)
+        time.sleep(0.1)
+        return path.read_text()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_parse_a_real_dump(tmp_path):
+    text = _dump(tmp_path)
+    threads = stacks.parse_dump(text)
+    assert len(threads) >= 2, text
+    main = stacks.main_thread(threads)
+    assert main is not None and main.frames[-1].function == "<module>"
+    frame = stacks.main_frame(text)
+    assert frame is not None, text
+    assert frame.function == "deep_in_the_loop" and frame.file == "<string>" and frame.line == 12, text
+    assert any(t.frames and t.frames[0].function == "helper_waits" for t in threads)
+    assert frame.text() == "<string>:12 in deep_in_the_loop"
+
+
+def test_parse_handles_no_frames_and_unknown_lines():
+    text = 'Stack (most recent call first):\n  <no Python frame>\n'
+    assert stacks.main_frame(text) is None
+    text = 'Current thread 0x00007f00 (most recent call first):\n  File "a.py", line ??? in f\n  ...\n'
+    f = stacks.main_frame(text)
+    assert f == stacks.Frame("a.py", None, "f") and f.text() == "a.py:? in f"
+    assert stacks.parse_dump("") == [] and stacks.main_frame("garbage") is None
+
+
+def test_hook_file_mode_and_the_users_handler(tmp_path):
+    p, path = _sleeper(tmp_path)
+    p.kill()
+    p.wait()
+    assert path == tmp_path / "stacks" / f"rank-3-pid-{p.pid}.txt"
+    assert (tmp_path / "stacks").stat().st_mode & 0o777 == 0o700
+    code = ("import signal, sys; sys.path.insert(0, sys.argv[2]); signal.signal(signal.SIGUSR1, lambda *a: None);"
+            "from fttui.integrations.hf import register_stacks; print(register_stacks(sys.argv[1]))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), ROOT], capture_output=True, text=True)
+    assert out.stdout.strip() == "None" and not (tmp_path / "b").exists()
+    assert hf.register_stacks(None) is None
+
+
+def test_ask_a_process_then_a_stopped_one(tmp_path):
+    p, path = _sleeper(tmp_path)
+    try:
+        ev = {"event": "start", "t": time.time(), "rank": 3, "pid": p.pid}
+        (tmp_path / "events.jsonl").write_text(json.dumps(ev) + "\n")
+        assert stacks.ranks_of(tmp_path) == {3: p.pid}
+        [r] = stacks.ask(tmp_path)
+        assert r.answered and r.frame is not None and r.frame.function == "deep_in_the_loop", path.read_text()
+        assert r.line() == f"rank 3 (pid {p.pid}): <string>:12 in deep_in_the_loop"
+        os.kill(p.pid, signal.SIGSTOP)
+        [r] = stacks.ask(tmp_path, wait_s=0.5)
+        assert not r.answered and r.stopped
+        assert r.line() == f"rank 3 (pid {p.pid}): did not answer: stopped (SIGSTOP)"
+        os.kill(p.pid, signal.SIGCONT)
+    finally:
+        p.kill()
+        p.wait()
+    [r] = stacks.ask(tmp_path, wait_s=0.2)
+    assert r.gone and "not running" in r.line()
