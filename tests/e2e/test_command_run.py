@@ -95,6 +95,8 @@ def test_plain_trainer_script_gets_the_callback_injected(tmp_path, fttui_home):
     assert "{'loss':" in (run_dir / "train.log").read_text()
     phases = [e["phase"] for e in _events(run_dir, "phase")]
     assert phases == ["loading-model", "first-step"]
+    pid = _events(run_dir, "start")[0]["pid"]  # `fttui stacks`: the callback set the SIGUSR1 dump up
+    assert [p.name for p in (run_dir / "stacks").iterdir()] == [f"rank-0-pid-{pid}.txt"]
 
 
 def test_one_line_callback_without_injection(tmp_path, fttui_home):
@@ -240,6 +242,8 @@ def test_torchrun_two_cpu_ranks(torchrun_run):
     state, row, run_dir = torchrun_run["state"], torchrun_run["row"], torchrun_run["run_dir"]
     assert state["world_size"] == 2
     assert {e["rank"] for e in _events(run_dir, "step")} == {0, 1}
+    ranks = {e["rank"]: e["pid"] for e in _events(run_dir, "start")}  # each rank's SIGUSR1 dump file
+    assert sorted(p.name for p in (run_dir / "stacks").iterdir()) == [f"rank-{r}-pid-{ranks[r]}.txt" for r in (0, 1)]
     assert row["world_size"] == 2 and row["steps"] == state["global_step"] == 6
     assert row["samples"] == state["global_step"] * BATCH * ACCUM * 2
     m = state["metrics"]

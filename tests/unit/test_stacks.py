@@ -69,7 +69,7 @@ def test_parse_a_real_dump(tmp_path):
 
 
 def test_parse_handles_no_frames_and_unknown_lines():
-    text = 'Stack (most recent call first):\n  <no Python frame>\n'
+    text = "Stack (most recent call first):\n  <no Python frame>\n"
     assert stacks.main_frame(text) is None
     text = 'Current thread 0x00007f00 (most recent call first):\n  File "a.py", line ??? in f\n  ...\n'
     f = stacks.main_frame(text)
@@ -83,8 +83,10 @@ def test_hook_file_mode_and_the_users_handler(tmp_path):
     p.wait()
     assert path == tmp_path / "stacks" / f"rank-3-pid-{p.pid}.txt"
     assert (tmp_path / "stacks").stat().st_mode & 0o777 == 0o700
-    code = ("import signal, sys; sys.path.insert(0, sys.argv[2]); signal.signal(signal.SIGUSR1, lambda *a: None);"
-            "from fttui.integrations.hf import register_stacks; print(register_stacks(sys.argv[1]))")
+    code = (
+        "import signal, sys; sys.path.insert(0, sys.argv[2]); signal.signal(signal.SIGUSR1, lambda *a: None);"
+        "from fttui.integrations.hf import register_stacks; print(register_stacks(sys.argv[1]))"
+    )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), ROOT], capture_output=True, text=True)
     assert out.stdout.strip() == "None" and not (tmp_path / "b").exists()
     assert hf.register_stacks(None) is None
@@ -109,3 +111,19 @@ def test_ask_a_process_then_a_stopped_one(tmp_path):
         p.wait()
     [r] = stacks.ask(tmp_path, wait_s=0.2)
     assert r.gone and "not running" in r.line()
+
+
+def test_main_thread_of_a_module_run_with_python_m():
+    text = (
+        "Thread 0x0001 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+        '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n\n'
+        "Current thread 0x0002 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+        '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n\n'
+        "Thread 0x0003 (most recent call first):\n"
+        '  File "/x/train.py", line 7 in training_step\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+        '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
+    )
+    assert stacks.main_frame(text) == stacks.Frame("/x/train.py", 7, "training_step")

@@ -66,9 +66,13 @@ def parse_dump(text: str) -> list[Thread]:
 
 def main_thread(threads: list[Thread]) -> Thread | None:
     """The main thread of a dump: the one whose outermost frame is a module's (a script's
-    ``<module>``), else the thread that got the signal, else the first."""
+    ``<module>``), else one not started by :mod:`threading` (``python -m``: runpy's frames), else
+    the thread that got the signal, else the first."""
     for t in threads:
         if t.frames and t.frames[-1].function == "<module>":
+            return t
+    for t in threads:
+        if t.frames and not (t.frames[-1].function == "_bootstrap" and t.frames[-1].file.endswith("threading.py")):
             return t
     return next((t for t in threads if t.current), threads[0] if threads else None)
 
