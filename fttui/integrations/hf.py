@@ -56,9 +56,11 @@ def _by_path(name: str, *parts: str):
 try:
     from fttui.core.run.files import events as _ev
     from fttui.integrations import hf_info as _info
+    from fttui.integrations import stackdump as _stk
 except ImportError:  # loaded by path into a Python where fttui is not installed
     _ev = _by_path("_fttui_events", os.pardir, "core", "run", "files", "events.py")
     _info = _by_path("_fttui_hf_info", "hf_info.py")
+    _stk = _by_path("_fttui_stackdump", "stackdump.py")
 
 __all__ = ["FttuiCallback", "attach", "report_error", "register_stacks", "RUN_DIR_ENV", "CALLBACK_MARK"]
 
@@ -91,37 +93,10 @@ def log_failure(run_dir: str | None, what: str, exc: BaseException) -> None:
         pass
 
 
-#: The folder of the run directory where each rank's Python stacks go on SIGUSR1 (``fttui stacks``).
-STACKS_DIR = "stacks"
-_STACKS_MARK = "_fttui_stacks_file"  # on the faulthandler module: one registration per process
-
-
 def register_stacks(run_dir: str | None, rank: int | None = None) -> str | None:
-    """Dump every thread's Python stack to ``RUN_DIR/stacks/rank-R-pid-P.txt`` (appended) when
-    this process gets SIGUSR1 (``fttui stacks``, issue 39 item 2); the file's path, or ``None``:
-    no run directory, a SIGUSR1 handler the script installed (left as it is), already registered
-    (its path), or a failure (logged; never raises)."""
-    try:
-        import faulthandler
-        import signal
-
-        if not run_dir or not hasattr(signal, "SIGUSR1"):
-            return None
-        done = getattr(faulthandler, _STACKS_MARK, None)
-        if done is not None:
-            return str(done.name)
-        if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
-            return None  # the user's own handler stays
-        rank = _rank() if rank is None else rank
-        folder = os.path.join(run_dir, STACKS_DIR)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        f = open(os.path.join(folder, f"rank-{rank}-pid-{os.getpid()}.txt"), "a", encoding="utf-8")  # noqa: SIM115
-        faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
-        setattr(faulthandler, _STACKS_MARK, f)  # kept open (and alive) for the process's life
-        return f.name
-    except Exception as e:
-        log_failure(run_dir, "registering the stack dump (SIGUSR1)", e)
-        return None
+    """``fttui stacks``: this process's Python stacks on SIGUSR1 (:mod:`fttui.integrations.stackdump`);
+    a failure is logged, never raised."""
+    return _stk.register(run_dir, rank, lambda e: log_failure(run_dir, "registering the stack dump (SIGUSR1)", e))
 
 
 def _rank() -> int:

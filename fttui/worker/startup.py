@@ -200,9 +200,10 @@ def setup(run_dir: str, state: dict[str, Any], profile: Profile | None = None) -
     su.t_boot = time.perf_counter()
     su.run_dir = run_dir
     su.rank = state["rank"]
-    from fttui.integrations.hf import register_stacks
+    from fttui.integrations.stackdump import register as register_stacks  # stdlib only
 
-    register_stacks(run_dir, su.rank)  # `fttui stacks`: this rank's Python stack on SIGUSR1, from the start
+    # `fttui stacks`: this rank's Python stack on SIGUSR1, from before the stack is imported
+    register_stacks(run_dir, su.rank, lambda e: print(f"fttui: no stack dump on SIGUSR1 ({e!r})", flush=True))
     su.world = world = env_int("WORLD_SIZE", default=1)
     su.local_rank = local_rank = env_int("LOCAL_RANK", default=0)
     local_world = env_int("LOCAL_WORLD_SIZE", default=world)

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 from fttui.core.run.control import stacks
-from fttui.integrations import hf
+from fttui.integrations import stackdump
 
 # A process that sets fttui's hook up, starts a helper thread and sleeps in a known function.
 SLEEPER = """
 import sys, threading, time
 sys.path.insert(0, sys.argv[2])
-from fttui.integrations.hf import register_stacks
+from fttui.integrations.stackdump import register as register_stacks
 path = register_stacks(sys.argv[1], 3)
 
 def helper_waits():
@@ -85,11 +85,12 @@ def test_hook_file_mode_and_the_users_handler(tmp_path):
     assert (tmp_path / "stacks").stat().st_mode & 0o777 == 0o700
     code = (
         "import signal, sys; sys.path.insert(0, sys.argv[2]); signal.signal(signal.SIGUSR1, lambda *a: None);"
-        "from fttui.integrations.hf import register_stacks; print(register_stacks(sys.argv[1]))"
+        "from fttui.integrations.stackdump import register as register_stacks; print(register_stacks(sys.argv[1]))"
     )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), ROOT], capture_output=True, text=True)
     assert out.stdout.strip() == "None" and not (tmp_path / "b").exists()
-    assert hf.register_stacks(None) is None
+    assert stackdump.register(None) is None
+    assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_ask_a_process_then_a_stopped_one(tmp_path):
