@@ -161,7 +161,7 @@ def summary_lines(rd: RunDir) -> list[str]:
     if row.get("error"):
         lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
     lines.append(f"  run dir {rd.path}")
-    from fttui.core.run.supervising.recover import unsaved_line
+    from fttui.core.run.supervising.kept_rows import unsaved_line
 
     unsaved = unsaved_line(rd)  # the store did not take the row: where it is, how to mend the store
     if unsaved:

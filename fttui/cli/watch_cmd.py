@@ -141,7 +141,7 @@ def _follow(rd, pid: int, every: float = 5.0, ended: EndSignals | None = None) -
         + ("; summary row saved" if st and st.row_saved else ""),
         sys.stdout,
     )
-    from fttui.core.run.supervising.recover import unsaved_line
+    from fttui.core.run.supervising.kept_rows import unsaved_line
 
     unsaved = unsaved_line(rd)  # --record and the store did not take the row: where it is, the mend
     if unsaved:

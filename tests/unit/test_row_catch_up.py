@@ -11,7 +11,8 @@ from fttui.core.base import paths
 from fttui.core.results.store import Store
 from fttui.core.run.files.rundir import RunDir, list_runs
 from fttui.core.run.supervising import recover
-from fttui.core.run.supervising.recover import save_row, store_kept_rows, unsaved_line
+from fttui.core.run.supervising.kept_rows import store_kept_rows, unsaved_line
+from fttui.core.run.supervising.recover import save_row
 
 ROW = {"run_id": "", "kind": "run", "status": "completed", "steps": 2, "samples_per_s": 120.5, "model": "llama"}
 

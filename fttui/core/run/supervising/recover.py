@@ -19,23 +19,20 @@ their GPU samples stop where the supervisor died.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from dataclasses import replace
 
 from fttui.core.base.constants import WATCHED
-from fttui.core.run.files import rundir
+from fttui.core.run.files import rundir, runlock
 from fttui.core.run.files.events import ExitEvent, StalledEvent, read_events, write_event
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.processes import liveness
 from fttui.core.run.row.summary import build_row, final_status, launch_time, replay, settled_row
+from fttui.core.run.supervising.kept_rows import store_kept_rows
 
 log = logging.getLogger(__name__)
-
-#: A recovery lock older than this is left over by a command that died while recovering.
-STALE_LOCK_S = 120.0
 
 
 def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
@@ -71,77 +68,6 @@ def save_row(row: dict, rd: rundir.RunDir, store: bool = True) -> bool:
                 break
             time.sleep(0.5 * (attempt + 1))
     return False
-
-
-def store_kept_rows(runs: list[rundir.RunDir], errors: list[str] | None = None) -> list[rundir.RunDir]:
-    """Store the rows that finished runs kept in ``row.json`` only because the store could not
-    take them (``status.json``'s ``row_saved`` false: the store was corrupt, read-only, locked
-    too long), and mark them saved; returns the runs whose row this stored. Cheap when there is
-    nothing to do (each run's ``status.json`` is read; the store is opened only for a run that
-    waits), idempotent (a row the store has already, imported or stored by another command, is
-    kept as it is: the status is only marked) and safe with several commands at once (the
-    run's recovery lock, and the status read again under it). A Slurm node's row is
-    :func:`settle_slurm`'s. ``errors`` gets the store's one-line error when it still cannot be
-    opened or written."""
-    waiting = []
-    for rd in runs:
-        try:
-            st = rd.final_status()
-            if st is not None and st.row_saved is False and rd.row_path.exists() and rd.slurm() is None:
-                waiting.append(rd)
-        except OSError:
-            continue
-    if not waiting:
-        return []
-    from fttui.core.base.errors import StoreError
-    from fttui.core.results.store import Store
-
-    stored = []
-    try:
-        with Store() as db:
-            for rd in waiting:
-                if not _lock(rd):  # another command is at it
-                    continue
-                try:
-                    st = rd.final_status()
-                    row = rd.row()
-                    if st is None or st.row_saved is not False or row is None or row.get("run_id") != rd.run_id:
-                        continue
-                    if db.get(rd.run_id) is None:
-                        db.put(row)
-                    rundir.write_json_atomic(rd.status_path, replace(st, row_saved=True).to_dict())
-                    stored.append(rd)
-                    log.debug("run %s: its kept row.json stored", rd.run_id)
-                except OSError as e:
-                    print(f"fttui: cannot mark the row of {rd.run_id} stored: {e}", file=sys.stderr)
-                finally:
-                    _unlock(rd)
-    except StoreError as e:
-        if errors is not None:
-            errors.append(str(e))
-    return stored
-
-
-def unsaved_line(rd: rundir.RunDir) -> str | None:
-    """The line a view ends a run with when the store did not take its row (``row_saved``
-    false), after trying once more (:func:`store_kept_rows`): why, where the row is, and how to
-    mend the store; ``None`` when the row is stored (or is not the store's business: a Slurm
-    node's until its job ends, a watch that records none)."""
-    st = rd.final_status()
-    if st is None or st.row_saved is not False or rd.slurm() is not None:
-        return None
-    errors: list[str] = []
-    if store_kept_rows([rd], errors):
-        return None
-    from fttui.core.base import paths
-
-    why = errors[0] if errors else f"{paths.store_path()}: another command is storing it now"
-    if not rd.row_path.exists():
-        return f"ROW NOT SAVED in the results store, nor in the run directory: {why}"
-    return (
-        f"ROW NOT SAVED in the results store (kept in {rd.row_path}): {why}; "
-        "then the next `fttui results` (or `fttui ls`, the app) stores it, nothing to run again"
-    )
 
 
 def finish(
@@ -196,31 +122,6 @@ def finish(
         "saved" if status.row_saved else "NOT saved (row.json kept)",
     )
     return status
-
-
-def _lock(rd: rundir.RunDir) -> bool:
-    path = rd.path / "recover.lock"
-    for _ in range(2):
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            return True
-        except FileExistsError:
-            try:
-                if time.time() - path.stat().st_mtime < STALE_LOCK_S:
-                    return False
-                path.unlink()
-            except FileNotFoundError:
-                continue
-        except OSError:
-            return False
-    return False
-
-
-def _unlock(rd: rundir.RunDir) -> None:
-    try:
-        (rd.path / "recover.lock").unlink()
-    except OSError:
-        pass
 
 
 def end_watch(rd: rundir.RunDir, state: RunState, why: str, t_launch: float | None, source: str) -> FinalStatus:
@@ -279,7 +180,7 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
     nothing to do (finished already, still live, or another command is finishing it now)."""
     if rd.slurm() is not None:
         return settle_slurm(rd)
-    if not needs_recovery(rd) or not _lock(rd):
+    if not needs_recovery(rd) or not runlock.take(rd):
         return None
     try:
         if rd.has_status():  # finished while we waited for the lock
@@ -296,7 +197,7 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
             return None
         return _finish_recovered(rd, oom_killed=killed)
     finally:
-        _unlock(rd)
+        runlock.release(rd)
 
 
 def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = False) -> FinalStatus:
@@ -369,7 +270,7 @@ def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
 
         node = rd.slurm_node()
         job = requeued(str(job.job_id), (node.restart if node is not None else None) or 0) or job
-    if job.live or not _lock(rd):
+    if job.live or not runlock.take(rd):
         return None
     try:
         own = rd.final_status()
@@ -381,7 +282,7 @@ def settle_slurm(rd: rundir.RunDir) -> FinalStatus | None:
             return None
         return _store_settled(rd, own, job)
     finally:
-        _unlock(rd)
+        runlock.release(rd)
 
 
 def _store_settled(rd: rundir.RunDir, own: FinalStatus, job) -> FinalStatus:
