@@ -45,6 +45,8 @@ def test_stacks_of_a_live_run_then_of_a_stopped_rank(fttui_home):
         dump = (run_dir / "stacks" / f"rank-0-pid-{pid}.txt").read_text()
         assert "most recent call first" in dump
         os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", timeout=10,
+                 what="the rank stopped")
         out = run_fttui("stacks", run_id)
         assert out.returncode == 1, out.stdout + out.stderr
         assert out.stdout.splitlines()[0] == f"rank 0 (pid {pid}): did not answer: stopped (SIGSTOP)"

@@ -41,15 +41,34 @@ def _sleeper(run_dir: Path) -> tuple[subprocess.Popen, Path]:
     return p, Path(line)
 
 
+def _asleep(p: subprocess.Popen, path: Path) -> str:
+    """The sleeper's dump once it is in its sleep (it printed its path just before: on a loaded
+    machine a signal can still find it on the print's line), asking again until it is."""
+    deadline, text = time.monotonic() + 10, ""
+    while time.monotonic() < deadline and "line 12 in deep_in_the_loop" not in text:
+        start = path.stat().st_size
+        os.kill(p.pid, signal.SIGUSR1)
+        end = time.monotonic() + 2
+        while time.monotonic() < end and "<module>" not in (text := path.read_text()[start:]):
+            time.sleep(0.05)
+        time.sleep(0.1)
+        text = path.read_text()[start:]
+    return text
+
+
+def _wait_state(pid: int, state: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == state:
+                return
+        time.sleep(0.02)
+
+
 def _dump(tmp_path: Path) -> str:
     p, path = _sleeper(tmp_path)
     try:
-        os.kill(p.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and "deep_in_the_loop" not in path.read_text():
-            time.sleep(0.05)
-        time.sleep(0.1)
-        return path.read_text()
+        return _asleep(p, path)
     finally:
         p.kill()
         p.wait()
@@ -99,10 +118,12 @@ def test_ask_a_process_then_a_stopped_one(tmp_path):
         ev = {"event": "start", "t": time.time(), "rank": 3, "pid": p.pid}
         (tmp_path / "events.jsonl").write_text(json.dumps(ev) + "\n")
         assert stacks.ranks_of(tmp_path) == {3: p.pid}
+        _asleep(p, path)
         [r] = stacks.ask(tmp_path)
         assert r.answered and r.frame is not None and r.frame.function == "deep_in_the_loop", path.read_text()
         assert r.line() == f"rank 3 (pid {p.pid}): <string>:12 in deep_in_the_loop"
         os.kill(p.pid, signal.SIGSTOP)
+        _wait_state(p.pid, "T")  # the kernel stops it a moment later on a loaded machine
         [r] = stacks.ask(tmp_path, wait_s=0.5)
         assert not r.answered and r.stopped
         assert r.line() == f"rank 3 (pid {p.pid}): did not answer: stopped (SIGSTOP)"
