@@ -18,7 +18,8 @@ SHARED = Path(__file__).resolve().parents[1] / "data" / "fake_gpus_shared.json"
 
 def test_progress_line_and_samples_with_visible_cards(fttui_home):
     env = fttui_env(FTTUI_FAKE_GPUS=str(SHARED), CUDA_VISIBLE_DEVICES="2,3")
-    proc = run_fttui("run", "--profile", "tiny-lora", "--set", "max_steps=4", env=env)
+    # long enough for a progress line while the training lives (4 steps ended before the first on a quick machine)
+    proc = run_fttui("run", "--profile", "tiny-lora", "--set", "max_steps=200", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parts = [ln.split("gpu run/dev/total MB ", 1)[1].split() for ln in proc.stdout.splitlines()
              if ln.startswith("step ") and "gpu run/dev/total MB" in ln]
