@@ -204,6 +204,11 @@ class StartEvent(Event):
     torch_reserved_mb: float | None = None
     #: what sharded the run, read back from the engine or wrapper (``asked``, ``ran``, ...)
     sharding: dict[str, Any] | None = None
+    #: the machine the rank runs on: Slurm's node name (``SLURMD_NODENAME``), else the host name
+    node: str | None = None
+    #: how the rank's collectives are timed (fttui.integrations.commwait: ``gloo``, ``gloo+ddp``);
+    #: None: not timed (one process, NCCL, an older fttui)
+    comm_timing: str | None = None
     #: the memory limits the worker applied (``applied``, ``gpu_memory_bytes``, ``rlimit_as_bytes``)
     limits: dict[str, Any] | None = None
     #: ``cuda`` or ``cpu``: where the worker trains
@@ -250,6 +255,11 @@ class StepEvent(Event):
     passes: int | None = None
     tokens_padded_x_len: int | None = None
     pass_time: float | None = None
+    #: the step's seconds this rank was blocked in collectives, and how many it joined
+    #: (fttui.integrations.commwait: gloo only; None where not measured); what the fold's straggler
+    #: is found from (fttui.core.run.fold.skew)
+    comm_wait_s: float | None = None
+    collectives: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -166,6 +166,11 @@ class RunSnapshot:
     # throttle reasons over the training samples; the leading cause of slowness in words
     speed: Any = None
     why_slow: str | None = None
+    # the ranks' compute and wait (fttui.core.run.fold.skew): the skew now and the run's worst
+    # (Skew records), and the straggler now in words ("rank 3 on n2 computes 1.8x the median; ...")
+    skew: Any = None
+    skew_worst: Any = None
+    straggler: str | None = None
     # bookkeeping
     events: int = 0
     samples_seen: int = 0

@@ -45,6 +45,7 @@ from fttui.core.run.fold.fold_progress import ProgressFold
 from fttui.core.run.fold.fold_verdict import STATUS_ORDER, VerdictFold
 from fttui.core.run.fold.memtrend import DEFAULT_HORIZON
 from fttui.core.run.fold.perf import with_perf
+from fttui.core.run.fold.skew import SkewFold
 from fttui.core.run.fold.snapshot import RunSnapshot, to_int
 from fttui.core.run.fold.whyslow import SpeedFold, why_slow
 from fttui.monitor import num
@@ -91,6 +92,7 @@ class RunState:
         self.progress = ProgressFold(self.warmup_exclude_steps, self.history)
         self.memory = MemoryFold(oom_warn_steps)
         self.speed = SpeedFold(self.warmup_exclude_steps)
+        self.skew = SkewFold(self.warmup_exclude_steps)
         self.verdict = VerdictFold()
         self._last_t: float | None = None
         self._events = 0
@@ -134,7 +136,9 @@ class RunState:
             case LaunchEvent():  # the supervisor's: elapsed time counts from here (model loading included)
                 self.verdict.started(t)
             case StartEvent():
-                self.progress.on_start(ev, self.progress.slot(ev))
+                slot = self.progress.slot(ev)
+                self.progress.on_start(ev, slot)
+                self.skew.on_start(ev, slot)
                 self.verdict.started(t)
                 self.verdict.set_status("running")
             case StepEvent():
@@ -174,6 +178,7 @@ class RunState:
         if self.progress.on_step(ev, rank, step, t):
             self.memory.on_step(ev, rank)
             self.speed.on_step(ev, step)
+            self.skew.on_step(ev, rank, step)
 
     def set_final(self, status: FinalStatus | dict[str, Any] | None) -> None:
         """Fold the supervisor's final status (``status.json``, as a ``FinalStatus`` or its
@@ -221,7 +226,14 @@ class RunState:
             )
         )
         cards = tuple(c.index for c in snap.cards if c.index is not None)
-        return replace(snap, why_slow=why_slow(snap.speed, cards))
+        skew = self.skew.now()
+        return replace(
+            snap,
+            why_slow=why_slow(snap.speed, cards),
+            skew=skew,
+            skew_worst=self.skew.worst(),
+            straggler=skew.text if skew is not None else None,
+        )
 
 
 def _int(value: Any, default: int) -> int:
