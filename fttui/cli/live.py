@@ -336,6 +336,7 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
             stalled = snap.stalled
             _say(
                 f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
+                + (f"; where: {snap.hang}" if snap.hang else "")
                 if stalled
                 else "resumed: training steps again"
             )

@@ -57,6 +57,7 @@ def _by_path(name: str, *parts: str):
 try:
     from fttui.core.run.files import events as _ev
     from fttui.integrations import commwait as _cw
+    from fttui.integrations import hangdump as _hd
     from fttui.integrations import hf_info as _info
     from fttui.integrations import stackdump as _stk
 except ImportError:  # loaded by path into a Python where fttui is not installed
@@ -64,6 +65,7 @@ except ImportError:  # loaded by path into a Python where fttui is not installed
     _info = _by_path("_fttui_hf_info", "hf_info.py")
     _stk = _by_path("_fttui_stackdump", "stackdump.py")
     _cw = _by_path("_fttui_commwait", "commwait.py")
+    _hd = _by_path("_fttui_hangdump", "hangdump.py")
 
 __all__ = ["FttuiCallback", "attach", "report_error", "register_stacks", "RUN_DIR_ENV", "CALLBACK_MARK"]
 
@@ -257,7 +259,12 @@ class FttuiCallback(TrainerCallback):
                 return  # another fttui callback reports this trainer
             self.active = True
             self.rank = int(getattr(args, "process_index", self.rank) or 0)
-            self._time_collectives(trainer)
+            if not _hd.off():  # FTTUI_RANK_TIMING=0: neither
+                self._time_collectives(trainer)
+                # where a hang is: this rank's collectives and stack when fttui asks (fttui.core.run.control.hang)
+                _hd.start(
+                    self.run_dir, self.rank, lambda: self.c.step, lambda e: log_failure(self.run_dir, "answering", e)
+                )
             self._start(args, state, kw.get("model"))
         except Exception as e:
             self.active = False

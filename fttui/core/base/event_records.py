@@ -446,6 +446,9 @@ class StalledEvent(Event):
     SPARSE: ClassVar[bool] = True
     seconds: float | None = None
     message: str | None = None
+    #: where the hang is, asked of every rank at the stall (fttui.core.run.processes.hang): ``ranks
+    #: 0, 1, 2 wait in all_reduce #1516; rank 3 has not reached it: stopped (SIGSTOP), ...``
+    where: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

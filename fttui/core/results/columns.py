@@ -512,6 +512,14 @@ FIGURES: tuple[Figure, ...] = (
     ),
     # the slow rank (issue 39): the run's worst window of the ranks' compute and wait
     # (fttui.core.run.fold.skew; docs/reliability.md, "The slow rank")
+    Figure(
+        "hang",
+        T,
+        _snap("hang"),
+        since=8,
+        scope=RUN,
+        label="where a stalled run's ranks were: the one that stopped, the collective the others waited in",
+    ),
     Figure("straggler", T, _worst("text"), since=8, scope=RUN, label="the rank the others waited for, in words"),
     Figure("straggler_rank", I, _worst("rank"), since=8, scope=RUN, label="the rank the others waited for"),
     Figure("straggler_node", T, _worst("node"), since=8, scope=RUN, label="the node of the rank the others waited for"),

@@ -112,6 +112,7 @@ class RunSnapshot:
     rank_peak_rss_mb: dict[int, float] = field(default_factory=dict)  # each rank's own peak RSS
     stalled: bool = False  # the supervisor flagged no progress for its stall timeout
     stall_message: str | None = None  # "no step for 10 min (usual step 2.1 s)" while stalled
+    hang: str | None = None  # where the latest stall's ranks were, in one sentence (kept after a resume)
     # startup (fttui.core.run.fold.phases): the phase shown before the first step, and the t it began
     phase: str | None = None
     phase_since: float | None = None

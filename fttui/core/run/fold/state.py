@@ -153,6 +153,7 @@ class RunState:
                 self.verdict.on_exit(ev, self.progress.step())
             case StalledEvent():  # no step for the stall timeout while the process lived
                 self.verdict.stalled = str(ev.message or "no step for the stall timeout")
+                self.verdict.hang = ev.where or self.verdict.hang
             case ResumedEvent():
                 self.verdict.stalled = ""
             case PhaseEvent():  # a startup phase began (fttui.core.run.fold.phases); the first step ends them

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from fttui.core.base import rank_timing
 from fttui.core.base.envnumbers import env_float
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.run.files import rundir
@@ -52,7 +53,7 @@ from fttui.core.run.files.sampling import take_sample
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.launching import oomretry
-from fttui.core.run.processes import cgroup, guard, proctree
+from fttui.core.run.processes import cgroup, guard, hang, proctree
 from fttui.core.run.row.summary import final_status
 from fttui.core.run.supervising.recover import finish
 from fttui.monitor import HostSampler, make_gpu_sampler
@@ -77,6 +78,7 @@ class Supervisor:
         self.step_times: list[tuple[int, float]] = []
         self.stalled = False
         self.ever_stalled: str | None = None  # the stall's message
+        self.hang: str | None = None  # where the stall's ranks were (fttui.core.run.processes.hang)
         self.fault: str | None = None  # a write that failed (disk full): the run ends failed with it
         self.fault_t: float | None = None  # when that write failed
         self.report_r: int | None = None
@@ -256,7 +258,8 @@ class Supervisor:
             ):
                 self.stalled = True
                 self.ever_stalled = guard.stall_message(idle, guard.usual_step_s(self.step_times))
-                self._event(StalledEvent(seconds=round(idle, 1), message=self.ever_stalled))
+                self.hang = self._where()
+                self._event(StalledEvent(seconds=round(idle, 1), message=self.ever_stalled, where=self.hang))
             self._read_report()
             if self.cancel_reason is None and rd.cancel_path.exists():
                 self.cancel_reason = "cancel requested"
@@ -342,6 +345,17 @@ class Supervisor:
         self._write("events.jsonl", write_event, self.rd.events_path, ev)
         self.state.apply(ev)
 
+    def _where(self) -> str | None:
+        """Where the hang is: every rank asked at the stall (fttui.core.run.processes.hang, a few
+        seconds); ``None`` when the rank timing is off or asking failed."""
+        if rank_timing.timing_off(os.environ):
+            return None
+        try:
+            return hang.ask(self.rd.path).sentence
+        except Exception as e:  # the stall is said without it
+            print(f"supervisor: asking the ranks where the hang is failed ({type(e).__name__}: {e})", file=sys.stderr)
+            return None
+
     def _finish(
         self, rc: int | None, t_launch: float | None, error: str | None = None, reserve: guard.Reserve | None = None
     ) -> None:
@@ -351,7 +365,8 @@ class Supervisor:
             self.rd, self.state.snapshot(), rc, self.cancel_reason, error, oom_killed=self.oom_kills > 0
         )
         if self.ever_stalled:
-            status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
+            stalled = f"stalled: {self.ever_stalled}" + (f"; where: {self.hang}" if self.hang else "")
+            status = replace(status, error=f"{status.error}; " * bool(status.error) + stalled)
         if self.cancel_reason is None and self.fault is None and error is None:  # train.on_oom = "shrink":
             status, self.next_run, retry = oomretry.after_oom(self.rd, self.profile, status, self.state.snapshot())
             if retry is not None:  # the next attempt, supervised next by this process (main)
