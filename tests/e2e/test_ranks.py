@@ -103,3 +103,16 @@ def test_four_ranks_a_slowed_rank_named_then_a_stopped_rank_found(fttui_home):
     row = next(r for r in rows if r["run_id"] == run_id)
     assert row["straggler_rank"] == 3 and row["straggler_node"] == nodes[3] and row["hang"] == where
     assert row["rank_skew"] >= 1.4 and row["rank_wait_pct"] >= 20
+
+
+def test_a_collective_timeout_is_classified_with_its_ranks(fttui_home):
+    script = ROOT / "tests" / "e2e" / "command_scripts" / "gloo_timeout.py"
+    proc = run_fttui("run", "--headless", "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                     "--standalone", str(script))
+    assert proc.returncode != 0
+    run_dir = sorted((fttui_home / "runs").iterdir())[-1]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert status["error"].startswith("collective timeout (gloo, after 3 s): rank 0 timed out waiting: "), status
+    assert "Timed out waiting 3000ms for recv operation" in status["error"] and status["error_rank"] == 0
+    assert "error: collective timeout (gloo, after 3 s)" in proc.stdout
