@@ -116,3 +116,46 @@ def test_a_collective_timeout_is_classified_with_its_ranks(fttui_home):
     assert status["error"].startswith("collective timeout (gloo, after 3 s): rank 0 timed out waiting: "), status
     assert "Timed out waiting 3000ms for recv operation" in status["error"] and status["error_rank"] == 0
     assert "error: collective timeout (gloo, after 3 s)" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("slurm")
+def test_two_nodes_of_two_ranks_on_the_slurm_lab_name_the_slowed_rank_and_its_node(slurm, fttui_home):
+    """2 nodes x 2 ranks (the lab's n1 and n2): rank 3, on n2, slowed from outside; each node's run
+    holds its own ranks, its supervisor reads the other node's too and names rank 3 on n2 in both
+    nodes' events and rows."""
+    env = fttui_env(SLURM_CONF=str(slurm.conf))
+    sub = json.loads(run_fttui("submit", "--profile", "tiny-lora", "--nodes", "2", "--json", "--set",
+                               "devices.cpu_processes=2", "--set", "max_steps=100000", env=env, check=True).stdout)
+    nodes = [fttui_home / "runs" / f"{sub['run_id']}-n{i}" for i in (0, 1)]
+    stop = threading.Event()
+    try:
+        def rank3():
+            for d in nodes[1:]:
+                found = [e for e in _events(d) if e.get("event") == "start" and e.get("rank") == 3]
+                if found and any(e.get("event") == "step" for e in _events(d)):
+                    return found[0]
+            return None
+
+        start = wait_for(rank3, timeout=300, interval=1, what="rank 3 stepping on node 2")
+        assert start["node"] == "n2"
+        threading.Thread(target=_slow, args=(start["pid"], stop), daemon=True).start()
+
+        def told(d):
+            return next((e for e in _events(d) if e.get("event") == "straggler" and e.get("straggler") == 3), None)
+
+        for d in nodes:
+            ev = wait_for(lambda d=d: told(d), timeout=120, interval=1, what=f"rank 3 named in {d.name}")
+            assert ev["node"] == "n2" and ev["ranks"] == 4 and ev["message"].startswith("rank 3 on n2 computes ")
+    finally:
+        stop.set()
+        out = run_fttui("cancel", sub["run_id"], env=env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for d in nodes:
+        wait_for(lambda d=d: not processes_mentioning(str(d)), timeout=60, what=f"no process of {d.name}")
+    rows = {r["run_id"]: r for r in json.loads(run_fttui("results", "--kind", "all", "--json", env=env,
+                                                            check=True).stdout)}
+    for d in nodes:
+        row = rows[d.name]
+        assert row["straggler_rank"] == 3 and row["straggler_node"] == "n2", row
+        assert row["straggler"].startswith("rank 3 on n2 computes "), row

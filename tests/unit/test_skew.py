@@ -177,3 +177,24 @@ def test_install_times_a_real_gloo_group_and_ddp_buckets(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["3", "True"]  # two all_reduce calls and one DDP bucket
+
+
+def test_ranks_that_join_later_restart_the_window():
+    """A Slurm node's supervisor reads its peers' steps once it finds their run directory: its own
+    ranks' steps were complete before, every rank's after (a KeyError once ended the supervisor)."""
+    st = RunState()
+    for r in (0, 1):
+        st.apply(StartEvent(rank=r, pid=100 + r, node="n1"))
+    for step in range(1, 10):
+        for r in (0, 1):
+            st.apply(StepEvent(rank=r, pid=100 + r, step=step, step_time=0.1, comm_wait_s=0.02 * r))
+    assert st.snapshot().skew is not None
+    for r in (2, 3):
+        st.apply_peer(StartEvent(rank=r, pid=200 + r, node="n2"))
+    for step in range(10, 40):
+        for r in range(4):
+            wait = 0.005 if r == 3 else 0.2
+            ev = StepEvent(rank=r, pid=100 + r, step=step, step_time=0.3, comm_wait_s=wait)
+            st.apply(ev) if r < 2 else st.apply_peer(ev)
+    skew_now = st.snapshot().skew
+    assert skew_now.rank == 3 and skew_now.node == "n2" and len(skew_now.ranks) == 4

@@ -40,6 +40,7 @@ __all__ = [
     "CancelEvent",
     "StalledEvent",
     "ResumedEvent",
+    "StragglerEvent",
     "FaultEvent",
     "RECORDS",
 ]
@@ -460,6 +461,23 @@ class ResumedEvent(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StragglerEvent(Event):
+    """The supervisor's judgement of the ranks of every node of a job (each node's run directory
+    holds its own ranks' steps; the supervisor reads its sibling nodes' too): the rank the others
+    wait for (``straggler``, ``None``: no rank stands out any more), its node, compute skew and the
+    others' share of each step spent waiting for it (fttui.core.run.fold.skew), over ``ranks`` ranks."""
+
+    EVENT: ClassVar[str] = "straggler"
+    SPARSE: ClassVar[bool] = True
+    straggler: int | None = None
+    node: str | None = None
+    skew: float | None = None
+    share: float | None = None
+    ranks: int | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class FaultEvent(Event):
     """A write of the run failed (a full disk, at ``failed_t``): the run ends failed with ``message``."""
 
@@ -491,6 +509,7 @@ RECORDS: dict[str, type[Event]] = {
         CancelEvent,
         StalledEvent,
         ResumedEvent,
+        StragglerEvent,
         FaultEvent,
     )
 }

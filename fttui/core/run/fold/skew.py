@@ -23,7 +23,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, replace
 
-from fttui.core.base.event_records import StartEvent, StepEvent
+from fttui.core.base.event_records import StartEvent, StepEvent, StragglerEvent
+from fttui.core.run.files.statusfile import to_int
 from fttui.monitor import num
 
 __all__ = ["WINDOW", "MIN_STEPS", "SHARE_AT", "LEAD", "SKEW_AT", "HELD", "RankTime", "Skew", "SkewFold", "skew_of"]
@@ -95,8 +96,8 @@ StepTimes = dict[int, tuple[float, float]]
 def skew_of(steps: list[StepTimes], nodes: dict[int, str] | None = None) -> Skew | None:
     """The skew over ``steps`` (each with the same ranks), its straggler named when the window
     alone names one (:class:`SkewFold` also asks it to hold); ``None``: under two ranks or
-    :data:`MIN_STEPS` steps."""
-    if len(steps) < MIN_STEPS or len(steps[0]) < 2:
+    :data:`MIN_STEPS` steps, or steps of different ranks."""
+    if len(steps) < MIN_STEPS or len(steps[0]) < 2 or any(set(s) != set(steps[0]) for s in steps):
         return None
     nodes = nodes or {}
     late = dict.fromkeys(steps[0], 0.0)
@@ -146,6 +147,7 @@ class SkewFold:
         self._now: Skew | None = None
         self._worst: Skew | None = None
         self._held: tuple[int | None, int] = (None, 0)  # the rank the latest windows named, how many in a row
+        self._told: Skew | None = None  # the supervisor's judgement over every node (a straggler event)
 
     def on_start(self, ev: StartEvent, rank: int) -> None:
         self._ranks.add(rank)
@@ -165,6 +167,8 @@ class SkewFold:
             return
         for old in [s for s in self._pending if s <= step]:
             del self._pending[old]
+        if self._window and set(self._window[-1]) != set(times):  # a rank joined (a node's peers read later)
+            self._window.clear()
         self._window.append(times)
         self._judge()
 
@@ -181,7 +185,24 @@ class SkewFold:
         if worst is None or (now.rank is not None, now.share or 0.0) > (worst.rank is not None, worst.share or 0.0):
             self._worst = now
 
+    def on_told(self, ev: StragglerEvent) -> None:
+        """The supervisor's judgement over every node's ranks (a Slurm job: each node's run holds
+        its own ranks): it names a straggler this node's ranks alone may not show."""
+        told = Skew(ranks=(), skew=num(ev.skew), share=num(ev.share), rank=to_int(ev.straggler), node=ev.node)
+        self._told = told
+        worst = self._worst
+        if told.rank is not None and (
+            worst is None or (True, told.share or 0.0) > (worst.rank is not None, worst.share or 0.0)
+        ):
+            self._worst = told
+
+    def own(self) -> Skew | None:
+        """The judgement of the ranks folded here (not a straggler event's)."""
+        return self._now
+
     def now(self) -> Skew | None:
+        if self._told is not None and self._told.rank is not None:
+            return self._told
         return self._now
 
     def worst(self) -> Skew | None:

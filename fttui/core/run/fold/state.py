@@ -35,6 +35,7 @@ from fttui.core.base.event_records import (
     StalledEvent,
     StartEvent,
     StepEvent,
+    StragglerEvent,
 )
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.files.events import parse_event
@@ -70,6 +71,7 @@ _FOLDED = (
     RetryEvent,
     ForecastEvent,
     MemoryWarningEvent,
+    StragglerEvent,
 )
 
 
@@ -164,6 +166,21 @@ class RunState:
                 self.progress.on_forecast(ev)
             case MemoryWarningEvent():
                 self.memory.on_warning(ev)
+            case StragglerEvent():  # the supervisor's, over every node's ranks
+                self.skew.on_told(ev)
+
+    def apply_peer(self, event: Event) -> None:
+        """A start or step event of another node of this Slurm job (its own run directory): folded
+        into the ranks' skew only, under its global rank (fttui.core.run.fold.skew)."""
+        rank = to_int(event.rank)
+        if rank is None or rank < 0:
+            return
+        if isinstance(event, StartEvent):
+            self.skew.on_start(event, rank)
+        elif isinstance(event, StepEvent):
+            step = to_int(event.step)
+            if step is not None:
+                self.skew.on_step(event, rank, step)
 
     def apply_all(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
         for ev in events:

@@ -55,6 +55,7 @@ from fttui.core.run.fold.state import RunState
 from fttui.core.run.launching import oomretry
 from fttui.core.run.processes import cgroup, guard, hang, proctree
 from fttui.core.run.row.summary import final_status
+from fttui.core.run.supervising.peers import NodePeers
 from fttui.core.run.supervising.recover import finish
 from fttui.monitor import HostSampler, make_gpu_sampler
 
@@ -84,6 +85,7 @@ class Supervisor:
         self.report_r: int | None = None
         self.final: FinalStatus | None = None
         self.state = RunState.for_profile(self.profile)
+        self.peers = NodePeers(self.rd, self.command)  # a Slurm job's other nodes, for the ranks' skew
         self.next_run: rundir.RunDir | None = None  # the attempt that continues this run (oomretry)
 
     # signals --------------------------------------------------------------------------------
@@ -242,6 +244,7 @@ class Supervisor:
                     and (not self.step_times or ev.step > self.step_times[-1][0])
                 ):
                     self.step_times = [*self.step_times[-60:], (ev.step, float(ev.t))]
+            self._fold_peers()
             snap = self.state.snapshot()
             for fields in self.state.memory.announce(snap.memory_warnings):  # once per rank and limit
                 self._event(MemoryWarningEvent(**fields))
@@ -344,6 +347,22 @@ class Supervisor:
         ev = replace(ev, t=time.time(), rank=-1, source="supervisor")
         self._write("events.jsonl", write_event, self.rd.events_path, ev)
         self.state.apply(ev)
+
+    def _fold_peers(self) -> None:
+        """A Slurm job's other nodes' steps, for the ranks' skew (supervising/peers.py); a failure
+        is said once and ends the peers' reading, never the run."""
+        if not self.peers.active:
+            return
+        try:
+            for ev in self.peers.read_new():
+                self.state.apply_peer(ev)
+            told = self.peers.tell(self.state)
+        except Exception as e:
+            self.peers.prefix = None
+            print(f"supervisor: reading the other nodes' steps failed ({type(e).__name__}: {e})", file=sys.stderr)
+            return
+        if told is not None:
+            self._event(told)
 
     def _where(self) -> str | None:
         """Where the hang is: every rank asked at the stall (fttui.core.run.processes.hang, a few
