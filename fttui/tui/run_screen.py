@@ -48,6 +48,7 @@ WATCH_S = 0.1
 class RunScreen(Screen):
     BINDINGS = [
         Binding("c", "cancel_run", "Cancel run"),
+        Binding("r", "ranks", "Ranks"),
         Binding("escape", "back", "Back", show=False),
     ]
 
@@ -188,6 +189,12 @@ class RunScreen(Screen):
         return status_line(self.snap, gone=self.gone, lost=self.lost, cancelling=self.cancel_requested, detail=True)
 
     # ------------------------------------------------------------------ actions
+    def action_ranks(self) -> None:
+        """Each rank's compute and wait, the straggler, where each rank is (fttui.tui.ranks_view)."""
+        from fttui.tui.ranks_view import RanksScreen
+
+        self.app.push_screen(RanksScreen(self))
+
     def action_cancel_run(self) -> None:
         if self.gone or self._ended() or self.lost:
             self.notify("the run is not live", severity="warning", markup=False)

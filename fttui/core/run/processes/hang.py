@@ -78,6 +78,7 @@ class RankWhere:
     frame: str | None = None
     function: str | None = None
     recorder: bool = False  # its flight recorder answered
+    registered: bool = True  # it set fttui's SIGUSR1 stack dump up (its stacks file exists)
 
     def where(self) -> str:
         """``in FILE:LINE in FN at step N`` (what is known)."""
@@ -120,6 +121,8 @@ def _why_silent(r: RankWhere) -> str:
         return "not running"
     if r.stopped:
         return "stopped (SIGSTOP)"
+    if not r.registered:
+        return "did not answer (no fttui stack dump in it: its own SIGUSR1 handler, or no fttui callback)"
     return "did not answer (deadlocked, or in a C call that holds the interpreter)"
 
 
@@ -249,6 +252,7 @@ def ask(run_dir: Path, wait_s: float = stacks.WAIT_S) -> Hang:
                 frame=frame,
                 function=function,
                 recorder=bool(got is not None and got.get("collectives") is not None),
+                registered=d.registered,
             )
         )
     text = sentence(ranks)
