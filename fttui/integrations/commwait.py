@@ -7,8 +7,10 @@ others wait for:
 
 * **Collectives called from Python** (DeepSpeed's ZeRO through ``deepspeed.comm``, FSDP, a
   script's own ``dist.all_reduce``): the ``torch.distributed`` functions are wrapped; a synchronous
-  call's duration is time blocked, an asynchronous call's is the time its ``wait()`` blocks. The
-  functions DeepSpeed's backend captured when it started are wrapped on it too.
+  call's duration is time blocked, an asynchronous call's is the time its work's ``wait()``
+  blocks (``Work.wait`` is timed on the class: the work handed back stays torch's own object, which
+  FSDP checks with ``isinstance``). The functions DeepSpeed's backend captured when it started
+  are wrapped on it too.
 * **DDP** (its reducer calls the process group from C++): a communication hook that runs the
   default all-reduce and notes when each bucket was launched and finished; the step's blocked time
   is from its last launch (this rank's backward is done) to the last finish.
@@ -31,26 +33,35 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CommClock", "install", "FUNCTIONS"]
+__all__ = ["CommClock", "CLOCK", "install", "FUNCTIONS"]
 
 #: the ``torch.distributed`` collectives timed (those a rank blocks in until its peers join)
 FUNCTIONS = (
     "all_reduce",
+    "all_reduce_coalesced",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",  # FSDP2's, torch 2.13
+    "all_gather_coalesced",
     "_all_gather_base",
     "all_gather_object",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",  # FSDP2's, torch 2.13
     "_reduce_scatter_base",
     "broadcast",
     "broadcast_object_list",
     "reduce",
     "barrier",
+    "monitored_barrier",
     "all_to_all",
     "all_to_all_single",
     "gather",
+    "gather_object",
     "scatter",
+    "scatter_object_list",
+    "send",
+    "recv",
 )
 _WRAPPED = "_fttui_timed"  # on a wrapper: the function it wraps
 _DS_CAPTURED = ("all_gather_function", "reduce_scatter_function")  # deepspeed.comm's TorchBackend
@@ -68,10 +79,10 @@ class CommClock:
         self._launch: float | None = None  # DDP: this step's latest bucket launch
         self._done: float | None = None  # and its latest bucket finish
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, call: bool = True) -> None:
         with self._lock:
             self.blocked += max(0.0, seconds)
-            self.calls += 1
+            self.calls += int(call)
 
     def launched(self, t: float) -> None:
         with self._lock:
@@ -92,8 +103,10 @@ class CommClock:
             self.blocked, self.calls, self._launch, self._done = 0.0, 0, None, None
         return blocked, calls
 
-    def timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` timed: its call's duration, or its work's ``wait()`` when it returns one."""
+    def timed(self, fn: Callable[..., Any], call: bool = True) -> Callable[..., Any]:
+        """``fn`` timed (a collective, ``call``; or a work's ``wait``, not a call of its own); a
+        timed function called inside another (``all_gather_object``'s ``all_gather``, a
+        synchronous collective's own ``wait``) is not timed again."""
         if getattr(fn, _WRAPPED, None) is not None:
             return fn
         clock = self
@@ -101,41 +114,23 @@ class CommClock:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             local = clock._local
-            depth = getattr(local, "depth", 0)
-            if depth:
+            if getattr(local, "depth", 0):
                 return fn(*args, **kwargs)
             local.depth = 1
             t0 = time.perf_counter()
             try:
-                out = fn(*args, **kwargs)
+                return fn(*args, **kwargs)
             finally:
                 local.depth = 0
-            if kwargs.get("async_op") and out is not None and hasattr(out, "wait"):
-                return _TimedWork(out, clock)
-            clock.add(time.perf_counter() - t0)
-            return out
+                clock.add(time.perf_counter() - t0, call)
 
         setattr(wrapper, _WRAPPED, fn)
         return wrapper
 
 
-class _TimedWork:
-    """An asynchronous collective's work whose ``wait()`` is timed; everything else passes through."""
-
-    __slots__ = ("_clock", "_work")
-
-    def __init__(self, work: Any, clock: CommClock) -> None:
-        self._work, self._clock = work, clock
-
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return self._work.wait(*args, **kwargs)
-        finally:
-            self._clock.add(time.perf_counter() - t0)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._work, name)
+#: the process's clock: the functions are wrapped once per process, for every callback after
+#: (the probe worker's trials each have their own)
+CLOCK = CommClock()
 
 
 def _backend() -> str | None:
@@ -161,6 +156,9 @@ def install(clock: CommClock, model: Any = None) -> str | None:
         fn = getattr(dist, name, None)
         if callable(fn):
             setattr(dist, name, clock.timed(fn))
+    work = getattr(getattr(dist, "distributed_c10d", None), "Work", None)
+    if work is not None and callable(getattr(work, "wait", None)):
+        work.wait = clock.timed(work.wait, call=False)  # an asynchronous collective's wait
     cdb = getattr(sys.modules.get("deepspeed.comm.comm"), "cdb", None)
     for name in _DS_CAPTURED:
         fn = getattr(cdb, name, None)
@@ -185,7 +183,12 @@ def _ddp_hook(clock: CommClock, model: Any) -> bool:
             clock.finished(time.perf_counter())
             return fut.value()
 
-        return allreduce_hook(state, bucket).then(done)
+        local = clock._local
+        local.depth = 1  # the hook's own all_reduce is this bucket's, timed by launch and finish
+        try:
+            return allreduce_hook(state, bucket).then(done)
+        finally:
+            local.depth = 0
 
     hook.__annotations__ = {}  # DDP checks a hook's annotations against its own types (strings here)
     try:

@@ -168,7 +168,7 @@ class FttuiCallback(TrainerCallback):
         self.step_t0: float | None = None
         self.lr: float | None = None
         self.total_steps: int | None = None
-        self.comm = _cw.CommClock()  # the step's seconds blocked in collectives (fttui.integrations.commwait)
+        self.comm = _cw.CLOCK  # the step's seconds blocked in collectives (fttui.integrations.commwait)
         self.comm_timing: str | None = None
 
     # ------------------------------------------------------------------ binding
