@@ -4,7 +4,8 @@ sentence, fttui.core.run.processes.hang). Opened from the run screen with ``r``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from textual import work
 from textual.app import ComposeResult
@@ -17,8 +18,21 @@ from fttui.tui.plain import plain
 if TYPE_CHECKING:
     from textual.timer import Timer
 
+    from fttui.core.run.files.rundir import RunDir
+    from fttui.core.run.files.statusfile import FinalStatus
     from fttui.core.run.fold.snapshot import RunSnapshot
-    from fttui.tui.run_screen import RunScreen
+
+
+class RunView(Protocol):
+    """What the ranks view reads of the run screen that opened it (fttui.tui.run_screen)."""
+
+    rd: RunDir
+    snap: RunSnapshot | None
+    gone: bool
+
+    @property
+    def final(self) -> FinalStatus | None: ...
+
 
 COLUMNS = ("rank", "node", "step s", "compute s", "wait %", "others waited %")
 
@@ -29,7 +43,7 @@ def ranks_rows(snap: RunSnapshot | None) -> list[tuple[str, ...]]:
     skew = getattr(snap, "skew", None)
     if skew is None:
         return []
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in skew.ranks:
         mark = " *" if r.rank == skew.rank else ""
         rows.append(
@@ -66,7 +80,7 @@ class RanksScreen(Screen):
         Binding("escape,r", "back", "Back"),
     ]
 
-    def __init__(self, run_screen: RunScreen) -> None:
+    def __init__(self, run_screen: RunView) -> None:
         super().__init__()
         self.run_screen = run_screen
         self._timer: Timer | None = None
@@ -116,7 +130,7 @@ class RanksScreen(Screen):
         from fttui.core.run.processes import hang
 
         try:
-            found = hang.ask(self.run_screen.rd.path).sentence
+            found = hang.ask(Path(self.run_screen.rd.path)).sentence
         except Exception as e:  # shown, never raised into the app
             found = f"asking failed: {type(e).__name__}: {e}"
         self.app.call_from_thread(self._answered, found)

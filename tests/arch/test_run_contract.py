@@ -109,7 +109,7 @@ def test_one_module_parses_event_lines():
 def test_every_kind_fttui_writes_has_a_record():
     kinds = {
         "phase", "start", "step", "end", "eval", "save", "tracker", "forecast", "error", "exit", "attempt",
-        "retry", "memory_warning", "launch", "cancel", "stalled", "resumed", "fault",
+        "retry", "memory_warning", "launch", "cancel", "stalled", "resumed", "straggler", "fault",
         "probe_start", "trial_start", "trial", "probe_cap", "probe_guess", "probe_end",
     }  # fmt: skip
     assert set(events.RECORDS) == kinds
