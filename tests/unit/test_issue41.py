@@ -3,6 +3,8 @@ names, `plan --write`, a SIGKILL that was no OOM, and the words of `attach` and 
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import run_fttui
 
 
@@ -15,3 +17,27 @@ def test_a_sweep_of_several_nodes_is_refused_in_one_line():
     assert "the sweep runs on one machine, the profile has devices.nodes = 2" in out.stderr
     grid = run_fttui("sweep", "--profile", "tiny-lora", "--grid", "devices.nodes=1,2", timeout=60)
     assert grid.returncode == 2 and "devices.nodes = 2" in grid.stderr and grid.stderr.count("\n") == 1
+
+
+def test_a_slurm_job_with_on_oom_shrink_is_refused_in_one_line(fttui_home):
+    """Item 3: a node's OOM is not retried on its own, so `train.on_oom = shrink` did nothing in a
+    job; `fttui submit` (with or without --dry-run) refuses it before anything is written, and so
+    does a node started in a job step by hand."""
+    from fttui.core.base.errors import FttuiError
+    from fttui.core.profiles import apply_overrides, load_profile
+    from fttui.core.run.slurm import slurmnode
+    from fttui.core.run.slurm.allocation import read_allocation
+    from tests.unit.test_slurm_env import STEP
+
+    for extra in (["--dry-run"], []):
+        out = run_fttui("submit", "--profile", "tiny-lora", "--nodes", "2", "--set", "train.on_oom=shrink", *extra)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert "train.on_oom = shrink: a Slurm job's node is not retried on its own" in out.stderr
+        assert "#SBATCH" not in out.stdout
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+    ok = run_fttui("submit", "--profile", "tiny-lora", "--nodes", "2", "--dry-run", check=True)
+    assert "#SBATCH --nodes=2" in ok.stdout
+    shrink = apply_overrides(load_profile("tiny-lora"), {"train.on_oom": "shrink"})
+    with pytest.raises(FttuiError, match="train.on_oom = shrink: a Slurm job's node is not retried"):
+        slurmnode.start_node(shrink, read_allocation(STEP))
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
