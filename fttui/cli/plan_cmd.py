@@ -43,6 +43,14 @@ def _say_left_out(resolved, budget, args) -> None:
         print(f"left out: sharding {name} ({missing[name]})", file=sys.stderr)
 
 
+def _stored_cards() -> list[str]:
+    """The cards of the store's rows (``--card`` may name one fttui knows no peak of)."""
+    from fttui.core.results.store import Store
+
+    with Store() as store:
+        return [str(r.get("gpu")) for r in store.rows() if r.get("gpu")]
+
+
 def cmd_plan(args, resolve=resolve) -> int:
     from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
     from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
@@ -57,7 +65,7 @@ def cmd_plan(args, resolve=resolve) -> int:
         gpus=args.gpus,
         gpu_memory=args.gpu_memory,
         host_memory_limit=args.host_memory_limit,
-        card=card_named(args.card) if args.card else None,
+        card=card_named(args.card, stored=_stored_cards()) if args.card else None,
         margin=args.margin,
     )
     prices = None

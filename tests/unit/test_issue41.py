@@ -41,3 +41,22 @@ def test_a_slurm_job_with_on_oom_shrink_is_refused_in_one_line(fttui_home):
     with pytest.raises(FttuiError, match="train.on_oom = shrink: a Slurm job's node is not retried"):
         slurmnode.start_node(shrink, read_allocation(STEP))
     assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+
+
+def test_a_card_name_fttui_does_not_know_is_one_line_listing_the_known_ones(fttui_home):
+    """Item 4: `--card "Banana 9000"` passed and the plan had no rate to time it by (before that,
+    a CPU's); now `plan` and `estimate` refuse it in one line listing the cards fttui knows, while
+    a card of the store's own rows is still taken (its rows time it)."""
+    from fttui.core.base.errors import FttuiError
+    from fttui.core.models.peaks import card_named
+
+    for cmd in (["estimate", "--profile", "llama2-7b-lora"],
+                ["plan", "--profile", "llama2-7b-lora", "--gpus", "1", "--gpu-memory", "80GiB"]):
+        out = run_fttui(*cmd, "--card", "Banana 9000")
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert "--card Banana 9000: fttui knows no card of that name (the peak rates it knows: H100 80GB HBM3, " \
+               "H100 PCIe, " in out.stderr and "RTX 4090" in out.stderr and out.stdout == ""
+    assert card_named("a100 80gb") == "NVIDIA A100 80GB PCIe"  # the price file's example names one card
+    assert card_named("banana-9000", stored=["Banana 9000", "cpu"]) == "Banana 9000"  # a card of stored rows
+    with pytest.raises(FttuiError, match=r"cards of stored rows: Banana 9000\)$"):
+        card_named("Cherry 1", stored=["Banana 9000"])
