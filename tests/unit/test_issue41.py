@@ -60,3 +60,29 @@ def test_a_card_name_fttui_does_not_know_is_one_line_listing_the_known_ones(fttu
     assert card_named("banana-9000", stored=["Banana 9000", "cpu"]) == "Banana 9000"  # a card of stored rows
     with pytest.raises(FttuiError, match=r"cards of stored rows: Banana 9000\)$"):
         card_named("Cherry 1", stored=["Banana 9000"])
+
+
+def test_plan_write_writes_the_setup_asked_for_with_the_settings_it_was_planned_with(tmp_path):
+    """Item 5: `--pick 100` (or 0, -2) quietly wrote another setup, exit 0, and the written profile
+    dropped the `--set` values and the host limit the plan was made for."""
+    import json
+
+    from fttui.core.profiles import load_profile
+
+    base = ["plan", "--profile", "tiny-lora", "--set", "data.max_seq_len=48", "--set", "lr=1e-4",
+            "--host-memory-limit", "1GiB"]
+    fitting = [o for o in json.loads(run_fttui(*base, "--json", cwd=tmp_path, check=True).stdout) if o["fits"]]
+    for pick in ("100", "0", "-2"):
+        out = run_fttui(*base, "--write", "p9", "--pick", pick, cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+            f"fttui: --pick {pick}: {len(fitting)} setups fit, give 1 to {len(fitting)}; nothing written"], out.stderr
+    assert not (tmp_path / "profiles").exists()
+    alone = run_fttui("plan", "--profile", "tiny-lora", "--pick", "2", cwd=tmp_path)
+    assert alone.returncode == 2 and alone.stderr.count("\n") == 1 and "give --write NAME too" in alone.stderr
+    run_fttui(*base, "--write", "p9", "--pick", "2", cwd=tmp_path, check=True)
+    written = load_profile(str(tmp_path / "profiles" / "p9.toml"))
+    two = fitting[1]
+    assert (written.train.batch_size, written.train.grad_accum, written.train.gradient_checkpointing) == (
+        two["batch_size"], two["grad_accum"], two["gradient_checkpointing"])
+    assert written.data.max_seq_len == 48 and written.train.lr == 1e-4 and written.limits.host_memory == "1GiB"
+    assert written.model == load_profile("tiny-lora").model
