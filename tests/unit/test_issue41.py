@@ -86,3 +86,44 @@ def test_plan_write_writes_the_setup_asked_for_with_the_settings_it_was_planned_
         two["batch_size"], two["grad_accum"], two["gradient_checkpointing"])
     assert written.data.max_seq_len == 48 and written.train.lr == 1e-4 and written.limits.host_memory == "1GiB"
     assert written.model == load_profile("tiny-lora").model
+
+
+def _finished_run(tmp_path, **row):
+    import json
+
+    from fttui.core.run.files.rundir import RunDir
+
+    run = tmp_path / "20261128-020928-python-9b8b"
+    run.mkdir()
+    (run / "row.json").write_text(json.dumps({"run_id": run.name, "status": "completed", **row}))
+    return RunDir(run)
+
+
+def test_a_finished_runs_summary_says_no_figure_as_a_dash_never_none(tmp_path):
+    """Item 7: `fttui attach` of a finished command run printed `steps None/5, samples None`: a
+    figure the row lacks (no key at all, or null) is `-` in the run's summary and a job's."""
+    from fttui.cli.job_cmd import summary
+    from fttui.cli.live import summary_lines
+
+    rd = _finished_run(tmp_path, total_steps=5, wall_s=3.0, command=["python", "train.py"])
+    lines = summary_lines(rd)
+    assert "  steps -/5  samples -  tokens - (padded -)" in lines, lines
+    job = summary(rd)
+    assert not any("None" in line for line in job), job
+    assert "steps -/5  samples -  samples/s -  peak host RSS - MB" in job[1]
+
+
+def test_a_time_limit_from_sacct_reads_as_squeue_says_it():
+    """Item 7: a time-limit end read from sacct said `(1)` (the completion log's minutes) or
+    `(00:01:00)` where squeue said `(1:00)`."""
+    from fttui.monitor.slurm import parse_sacct, parse_squeue
+
+    for limit in ("1", "00:01:00"):
+        for source in ("sacct", "sacct -c"):
+            a = parse_sacct(f"2|TIMEOUT|0:0|2026-11-25T22:00:29|2026-11-25T22:01:50|n[1-2]|{limit}\n", source)
+            assert a["2"].cause() == "TIMEOUT: the job reached its time limit (1:00)", (limit, source)
+    assert parse_squeue("11|TIMEOUT|TimeLimit|x|n[1-2]|1:00|1:02")["11"].cause().endswith("(1:00)")
+    said = {t: parse_sacct(f"2|TIMEOUT|0:0|a|b|n1|{t}")["2"].time_limit
+            for t in ("90", "1:30:00", "2-00:00:00", "1-12", "UNLIMITED", "0:30")}
+    assert said == {"90": "1:30:00", "1:30:00": "1:30:00", "2-00:00:00": "2-00:00:00", "1-12": "1-12:00:00",
+                    "UNLIMITED": "UNLIMITED", "0:30": "0:30"}
