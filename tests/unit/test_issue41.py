@@ -127,3 +127,67 @@ def test_a_time_limit_from_sacct_reads_as_squeue_says_it():
             for t in ("90", "1:30:00", "2-00:00:00", "1-12", "UNLIMITED", "0:30")}
     assert said == {"90": "1:30:00", "1:30:00": "1:30:00", "2-00:00:00": "2-00:00:00", "1-12": "1-12:00:00",
                     "UNLIMITED": "UNLIMITED", "0:30": "0:30"}
+
+
+def test_a_sigkill_by_hand_under_a_budget_is_no_oom_and_the_evidence_is_named(fttui_home, tmp_path, monkeypatch):
+    """Item 6: a worker killed by hand (kill -9) under a 1 GiB budget, host memory at 416 MB, was
+    `oom (host-kill)` (any SIGKILL under a budget was) and retried by `--on-oom shrink`. The
+    budget is an address-space limit (a process at it fails its allocation, it is not killed), so
+    the kill is judged by the kernel's counts of OOM kills, its log, else the memory at the kill,
+    and the status says which decided."""
+    from fttui.core.profiles import load_profile
+    from fttui.core.run.files import rundir
+    from fttui.core.run.fold.snapshot import RunSnapshot
+    from fttui.core.run.launching.oomretry import decide
+    from fttui.core.run.processes.oomkill import KillEvidence
+    from fttui.core.run.row.summary import final_status
+    from fttui.monitor.snapshots import HostSnapshot
+
+    resolved = load_profile("tiny-lora", ["train.on_oom=shrink", "limits.host_memory=1GiB"])
+    rd = rundir.create(resolved.to_dict(), ["python"], {}, kind="run")
+    at_416 = RunSnapshot(step=3, host=HostSnapshot(ram_used_mb=416.0, ram_total_mb=16000.0))
+    st = final_status(rd, at_416, -9, None)
+    assert (st.status, st.oom_kind, st.signal, st.error_step) == ("failed", None, "SIGKILL", 3), st
+    assert st.error == ("training process killed by SIGKILL, not taken for the kernel's OOM killer (host memory at "
+                        "416 of 16000 MB (3%) at the last sample; no OOM kill count or kernel log could be read)")
+    assert not decide(resolved, st, kind="run", attempt=1, phase=None).retry
+    full = RunSnapshot(step=3, host=HostSnapshot(ram_used_mb=15800.0, ram_total_mb=16000.0))
+    st = final_status(rd, full, -9, None)
+    assert (st.status, st.oom_kind) == ("oom", "host-kill") and "host memory at 15800 of 16000 MB (99%)" in st.error
+    # a count that could be read decides before the memory does, either way
+    none_counted = final_status(rd, full, -9, None, kill=KillEvidence(run_cgroup=0, kernel_log_read=True))
+    assert none_counted.status == "failed" and none_counted.error.endswith(
+        "(the run's cgroup counted no OOM kill; the kernel log has no OOM kill of the run's processes)")
+    counted = final_status(rd, at_416, -9, None, kill=KillEvidence(container=1))
+    assert (counted.status, counted.oom_kind) == ("oom", "host-kill")
+    assert counted.error == ("killed by SIGKILL: the kernel's OOM killer (the kernel counted 1 OOM kill(s) in fttui's "
+                             "memory cgroup during the run)")
+    record = "Out of memory: Killed process 4321 (python) total-vm:9000kB, anon-rss:8000kB"
+    logged = final_status(rd, at_416, -9, None, kill=KillEvidence(container=0, kernel_log=record, kernel_log_read=True))
+    assert logged.status == "oom" and logged.error == f"killed by SIGKILL: the kernel's OOM killer (the kernel log: {record})"
+    assert final_status(rd, at_416, -15, None).error == "training process killed by SIGTERM"  # other signals as before
+
+
+def test_the_kernel_logs_record_of_an_oom_kill_is_found_by_pid(tmp_path, monkeypatch):
+    """Item 6: the kernel's own record, read from /dev/kmsg where it can be (``FTTUI_KERNEL_LOG``
+    names a file instead): a record of another pid, or an older one, is not the run's."""
+    import time
+
+    from fttui.core.run.processes.oomkill import kernel_log_oom_kill, memory_cgroup_oom_count
+
+    log = tmp_path / "kmsg"
+    now_us = int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)
+    log.write_text(f"6,10,{now_us - 3_600_000_000},-;Out of memory: Killed process 77 (python) total-vm:1kB\n"
+                   f"6,11,{now_us},-;Memory cgroup out of memory: Killed process 99 (python) total-vm:1kB\n"
+                   "Out of memory: Killed process 55 (torchrun)\n")
+    monkeypatch.setenv("FTTUI_KERNEL_LOG", str(log))
+    assert kernel_log_oom_kill({99}, since=time.time() - 60) == (
+        True, "Memory cgroup out of memory: Killed process 99 (python) total-vm:1kB")
+    assert kernel_log_oom_kill({55}) == (True, "Out of memory: Killed process 55 (torchrun)")
+    assert kernel_log_oom_kill({77}, since=time.time() - 60) == (True, None)  # an hour old: another process's
+    assert kernel_log_oom_kill({77}) == (True, "Out of memory: Killed process 77 (python) total-vm:1kB")
+    assert kernel_log_oom_kill({5}) == (True, None) and kernel_log_oom_kill(set()) == (False, None)
+    monkeypatch.setenv("FTTUI_KERNEL_LOG", str(tmp_path / "none"))
+    assert kernel_log_oom_kill({99}) == (False, None)
+    n = memory_cgroup_oom_count()  # this machine's own count, where it has one
+    assert n is None or (isinstance(n, int) and n >= 0)
