@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_fttui
+from tests.conftest import ROOT, run_fttui
 
 
 def test_a_sweep_of_several_nodes_is_refused_in_one_line():
@@ -62,15 +62,17 @@ def test_a_card_name_fttui_does_not_know_is_one_line_listing_the_known_ones(fttu
         card_named("Cherry 1", stored=["Banana 9000"])
 
 
-def test_plan_write_writes_the_setup_asked_for_with_the_settings_it_was_planned_with(tmp_path):
+def test_plan_write_writes_the_setup_asked_for_with_the_settings_it_was_planned_with(tmp_path, monkeypatch):
     """Item 5: `--pick 100` (or 0, -2) quietly wrote another setup, exit 0, and the written profile
     dropped the `--set` values and the host limit the plan was made for."""
     import json
 
     from fttui.core.profiles import load_profile
 
-    base = ["plan", "--profile", "tiny-lora", "--set", "data.max_seq_len=48", "--set", "lr=1e-4",
-            "--host-memory-limit", "1GiB"]
+    sets = ["data.max_seq_len=48", "lr=1e-4", "model.arch_config.hidden_size=32", "data.source=d/tiny-chat.jsonl"]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "tiny-chat.jsonl").write_bytes((ROOT / "tests" / "data" / "tiny-chat.jsonl").read_bytes())
+    base = ["plan", "--profile", "tiny-lora", *(x for kv in sets for x in ("--set", kv)), "--host-memory-limit", "1GiB"]
     fitting = [o for o in json.loads(run_fttui(*base, "--json", cwd=tmp_path, check=True).stdout) if o["fits"]]
     for pick in ("100", "0", "-2"):
         out = run_fttui(*base, "--write", "p9", "--pick", pick, cwd=tmp_path)
@@ -85,7 +87,12 @@ def test_plan_write_writes_the_setup_asked_for_with_the_settings_it_was_planned_
     assert (written.train.batch_size, written.train.grad_accum, written.train.gradient_checkpointing) == (
         two["batch_size"], two["grad_accum"], two["gradient_checkpointing"])
     assert written.data.max_seq_len == 48 and written.train.lr == 1e-4 and written.limits.host_memory == "1GiB"
-    assert written.model == load_profile("tiny-lora").model
+    monkeypatch.chdir(tmp_path)  # the --set values as the plan read them: the data file from this folder
+    planned = load_profile("tiny-lora", sets).to_dict()
+    for section in ("model", "data", "lora", "devices"):
+        assert written.to_dict()[section] == planned[section], section
+    assert written.to_dict()["train"] == {**planned["train"], **{k: two[k] for k in (
+        "batch_size", "grad_accum", "gradient_checkpointing")}}
 
 
 def _finished_run(tmp_path, **row):
@@ -191,3 +198,16 @@ def test_the_kernel_logs_record_of_an_oom_kill_is_found_by_pid(tmp_path, monkeyp
     assert kernel_log_oom_kill({99}) == (False, None)
     n = memory_cgroup_oom_count()  # this machine's own count, where it has one
     assert n is None or (isinstance(n, int) and n >= 0)
+
+
+def test_the_set_values_are_written_as_they_were_stated():
+    """Item 5: a written profile states the `--set` values as given (an architecture entry's name,
+    not the model_type it resolved to; a module list as a list), a path as resolved."""
+    from fttui.core.profiles.overrides import stated_overrides
+
+    resolved = {"model": {"arch": "qwen2"}, "data": {"source": "/abs/d/x.jsonl", "max_seq_len": 512}}
+    log = ["model.arch=qwen-7b", "data.source=d/x.jsonl", "data.max_seq_len=512", "lora.target_modules=q_proj,v_proj",
+           "model.arch_config.hidden_size=64", "train.lr=1e-4", "train.lr=2e-4"]
+    assert stated_overrides(log, resolved) == {
+        "model.arch": "qwen-7b", "data.source": "/abs/d/x.jsonl", "data.max_seq_len": 512,
+        "lora.target_modules": ["q_proj", "v_proj"], "model.arch_config.hidden_size": 64, "train.lr": 2e-4}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -159,21 +160,18 @@ def run_plan(
     return options
 
 
+_BARE = re.compile(r"[A-Za-z0-9_-]+")  # a TOML key that needs no quotes
+
+
 def written_settings(
     base: Profile, option: Option, gpus: int | None = None, host_memory_limit: str | None = None
 ) -> dict[str, Any]:
     """The dotted keys a written profile sets on top of the one it extends: the ``--set`` values
-    the plan was made with (their resolved values; a key of a table writes the whole table), the
-    setup's own keys, the cards per node, and the host limit the plan was made for."""
-    resolved = base.to_dict()
-    out: dict[str, Any] = {}
-    for entry in base.overrides:
-        parts = entry.partition("=")[0].split(".")
-        if len(parts) == 1:
-            if parts[0] in resolved and not isinstance(resolved[parts[0]], dict):
-                out[parts[0]] = resolved[parts[0]]
-        elif isinstance(resolved.get(parts[0]), dict) and parts[1] in resolved[parts[0]]:
-            out[f"{parts[0]}.{parts[1]}"] = resolved[parts[0]][parts[1]]
+    the plan was made with (as ``--set`` stated them, :func:`~fttui.core.profiles.overrides.stated_overrides`),
+    the setup's own keys, the cards per node, and the host limit the plan was made for."""
+    from fttui.core.profiles.overrides import stated_overrides
+
+    out = stated_overrides(base.overrides, base.to_dict())
     out.update(option.settings())
     if gpus is not None:
         out["devices.gpus"] = int(gpus)
@@ -208,10 +206,11 @@ def write_profile(
     sections: dict[str, list[str]] = {}
     for key, value in written_settings(base, option, gpus, host_memory_limit).items():
         section, _, field = key.rpartition(".")
+        line = f"{field if _BARE.fullmatch(field) else json.dumps(field)} = {toml_literal(value)}"
         if section:
-            sections.setdefault(section, []).append(f"{field} = {toml_literal(value)}")
+            sections.setdefault(section, []).append(line)
         else:
-            lines.append(f"{field} = {toml_literal(value)}")
+            lines.append(line)
     for section, entries in sections.items():
         lines += ["", f"[{section}]", *entries]
     path.parent.mkdir(parents=True, exist_ok=True)
