@@ -62,6 +62,12 @@ def cmd_plan(args, resolve=resolve) -> int:
     resolved = resolve(args)
     if resolved.command.argv:
         raise FttuiError(f"{resolved.name}: a command profile runs its own script; fttui cannot plan it")
+    if args.verify and resolved.devices.nodes > 1:  # each check is a run on this machine alone
+        raise FttuiError(
+            f"--verify {args.verify}: the checks run on one machine, the profile has devices.nodes = "
+            f"{resolved.devices.nodes}: every node would have to launch each check together; plan without "
+            "--verify, or verify one node's setup (nodes = 1)"
+        )
     budget = machine_budget(
         resolved,
         gpus=args.gpus,

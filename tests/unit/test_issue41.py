@@ -211,3 +211,14 @@ def test_the_set_values_are_written_as_they_were_stated():
     assert stated_overrides(log, resolved) == {
         "model.arch": "qwen-7b", "data.source": "/abs/d/x.jsonl", "data.max_seq_len": 512,
         "lora.target_modules": ["q_proj", "v_proj"], "model.arch_config.hidden_size": 64, "train.lr": 2e-4}
+
+
+def test_plan_verify_of_several_nodes_is_refused_in_one_line(tmp_path):
+    """Item 2's hang in `plan --verify` too: its check runs started node 0 here and waited for the
+    others; the plan itself (no --verify) still forecasts the nodes' setup."""
+    out = run_fttui("plan", "--profile", "tiny-lora", "--set", "devices.nodes=2", "--verify", "1", cwd=tmp_path,
+                    timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--verify 1: the checks run on one machine, the profile has devices.nodes = 2" in out.stderr
+    assert not (tmp_path / "fttui-home" / "runs").exists()
+    assert run_fttui("plan", "--profile", "tiny-lora", "--set", "devices.nodes=2", cwd=tmp_path).returncode == 0
