@@ -333,6 +333,8 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
                 f"{creep.rank} {creep.where} {creep.figure}" if creep else snap.memory_warning,
             ),
             (f"why slow: {snap.why_slow}", " ".join((snap.why_slow or "").split()[:3]) or None),
+            # the straggler (fttui.core.run.fold.skew): said once per rank the others wait for
+            (f"SLOW RANK: {snap.straggler}", f"straggler {snap.skew.rank}" if snap.straggler else None),
         ):
             if key is not None and key not in said:  # each warning, each leading cause: said once
                 said.add(key)
@@ -341,6 +343,7 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
             stalled = snap.stalled
             _say(
                 f"STALLED: {snap.stall_message or 'no step for the stall timeout'} (the process is alive)"
+                + (f"; where: {snap.hang}" if snap.hang else "")
                 if stalled
                 else "resumed: training steps again"
             )
@@ -429,6 +432,8 @@ def _render(snap, f: RunFollower):
             t.add_row("GPU", _text(snap.gpu.reason or "not available"))
     if snap.why_slow:
         t.add_row("why slow", _text(snap.why_slow))
+    if snap.straggler:
+        t.add_row("slow rank", _text(snap.straggler, style="bold yellow"))
     line = status_line(snap)
     t.add_row("status", _text(line.text, style=STATUS_STYLES.get(line.kind, "cyan")))
     return Panel(t, title=_text(f"fttui  {f.rd.run_id}"), border_style="blue")

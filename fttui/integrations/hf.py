@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util as _util
 import json
 import os
+import platform
 import sys
 import time
 import traceback
@@ -55,12 +56,16 @@ def _by_path(name: str, *parts: str):
 
 try:
     from fttui.core.run.files import events as _ev
+    from fttui.integrations import commwait as _cw
+    from fttui.integrations import hangdump as _hd
     from fttui.integrations import hf_info as _info
     from fttui.integrations import stackdump as _stk
 except ImportError:  # loaded by path into a Python where fttui is not installed
     _ev = _by_path("_fttui_events", os.pardir, "core", "run", "files", "events.py")
     _info = _by_path("_fttui_hf_info", "hf_info.py")
     _stk = _by_path("_fttui_stackdump", "stackdump.py")
+    _cw = _by_path("_fttui_commwait", "commwait.py")
+    _hd = _by_path("_fttui_hangdump", "hangdump.py")
 
 __all__ = ["FttuiCallback", "attach", "report_error", "register_stacks", "RUN_DIR_ENV", "CALLBACK_MARK"]
 
@@ -163,6 +168,8 @@ class FttuiCallback(TrainerCallback):
         self.step_t0: float | None = None
         self.lr: float | None = None
         self.total_steps: int | None = None
+        self.comm = _cw.CommClock()  # the step's seconds blocked in collectives (fttui.integrations.commwait)
+        self.comm_timing: str | None = None
 
     # ------------------------------------------------------------------ binding
     def bind(self, trainer) -> bool:
@@ -252,12 +259,27 @@ class FttuiCallback(TrainerCallback):
                 return  # another fttui callback reports this trainer
             self.active = True
             self.rank = int(getattr(args, "process_index", self.rank) or 0)
+            if not _hd.off():  # FTTUI_RANK_TIMING=0: neither
+                self._time_collectives(trainer)
+                # where a hang is: this rank's collectives and stack when fttui asks (fttui.core.run.control.hang)
+                _hd.start(
+                    self.run_dir, self.rank, lambda: self.c.step, lambda e: log_failure(self.run_dir, "answering", e)
+                )
             self._start(args, state, kw.get("model"))
         except Exception as e:
             self.active = False
             if self.strict:
                 raise
             log_failure(self.run_dir, "fttui callback start", e)
+
+    def _time_collectives(self, trainer) -> None:
+        """Time this rank's collectives (gloo; DDP's buckets through the wrapped model's hook)."""
+        try:
+            self.comm_timing = _cw.install(self.comm, getattr(trainer, "model_wrapped", None))
+        except Exception as e:  # the straggler goes unnamed: never stop a run for it
+            if self.strict:
+                raise
+            log_failure(self.run_dir, "timing the collectives", e)
 
     def _start(self, args, state, model) -> None:
         self.t0 = self.mark_t = time.perf_counter()
@@ -280,6 +302,8 @@ class FttuiCallback(TrainerCallback):
             fields = _info.start_fields(args, state, trainer, model, self.on_cuda, self.via)
         fields["total_steps"] = self.total_steps
         fields["resumed_step"] = int(state.global_step)
+        fields["node"] = os.environ.get("SLURMD_NODENAME") or platform.node()
+        fields["comm_timing"] = self.comm_timing
         # the memory before the first batch (a launched probe bounds the batches' share with it)
         fields["vm_mb"] = _info.proc_memory().get("vm_mb")
         if self.on_cuda and torch is not None:
@@ -322,6 +346,7 @@ class FttuiCallback(TrainerCallback):
             free = round(torch.cuda.mem_get_info()[0] / 2**20, 1)  # the card's, every process's use counted
         mem = _info.proc_memory()
         wait, self.c.data_wait = self.c.data_wait, 0.0
+        blocked, joined = self.comm.take()
         counting = self.trainer is not None
         step = self.c.step = int(state.global_step)
         ev = self._emit(
@@ -353,6 +378,8 @@ class FttuiCallback(TrainerCallback):
                 passes=self.c.passes if counting else None,
                 pass_time=round(self.c.pop_pass_time(), 6) if counting else None,
                 tokens_padded_x_len=self.c.tokens_padded_x_len if counting else None,
+                comm_wait_s=round(blocked, 4) if self.comm_timing else None,
+                collectives=joined if self.comm_timing else None,
             )
         )
         if self.eval_at_end and state.global_step >= state.max_steps:
@@ -369,6 +396,7 @@ class FttuiCallback(TrainerCallback):
         """Seconds since the step ended (or the previous pause), left out of the training time."""
         now = time.perf_counter()
         took = now - self.mark_t if self.mark_t is not None else 0.0
+        self.comm.take()  # what an evaluation or a save joined is no step's
         self.paused += took
         self.mark_t = now
         return took

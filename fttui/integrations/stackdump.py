@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-#: The folder of the run directory where each rank's stacks go (``fttui.core.run.control.stacks``).
+#: The folder of the run directory where each rank's stacks go (``fttui.core.run.processes.stacks``).
 STACKS_DIR = "stacks"
 _MARK = "_fttui_stacks_file"  # on the faulthandler module: one registration per process
 

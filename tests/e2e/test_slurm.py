@@ -37,18 +37,6 @@ from tests.helpers import processes_mentioning, wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory):
-    why = slurm_cluster.why_not()
-    if why is not None:
-        pytest.skip(f"NO SLURM TEST CLUSTER: {why}")
-    cluster = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
-    try:
-        yield cluster
-    finally:
-        slurm_cluster.stop(cluster)
-
-
 def _fttui(cluster, *args, env: dict[str, str] | None = None, **kw):
     return run_fttui(*args, env=fttui_env(SLURM_CONF=str(cluster.conf), **(env or {})), **kw)
 

@@ -54,7 +54,7 @@ def test_wheel_holds_profiles_demo_data_license_and_extras(wheel):
     assert "fttui/core/profiles/foreign/known_keys.json" in names  # `--from FILE.yaml` reads it
     # `fttui run -- CMD` puts this folder on the command's PYTHONPATH (docs/commands.md)
     assert {"fttui/integrations/autoload/sitecustomize.py", "fttui/integrations/hf.py", "fttui/integrations/hf_info.py",
-            "fttui/integrations/stackdump.py"} <= names
+            "fttui/integrations/stackdump.py", "fttui/integrations/commwait.py"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in meta and "Classifier: " in meta
     for extra in ("train", "qlora", "zero3", "all", "dev"):

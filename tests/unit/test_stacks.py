@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from fttui.core.run.control import stacks
+from fttui.core.run.processes import stacks
 from fttui.integrations import stackdump
 
 # A process that sets fttui's hook up, starts a helper thread and sleeps in a known function.

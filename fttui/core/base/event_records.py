@@ -40,6 +40,7 @@ __all__ = [
     "CancelEvent",
     "StalledEvent",
     "ResumedEvent",
+    "StragglerEvent",
     "FaultEvent",
     "RECORDS",
 ]
@@ -204,6 +205,11 @@ class StartEvent(Event):
     torch_reserved_mb: float | None = None
     #: what sharded the run, read back from the engine or wrapper (``asked``, ``ran``, ...)
     sharding: dict[str, Any] | None = None
+    #: the machine the rank runs on: Slurm's node name (``SLURMD_NODENAME``), else the host name
+    node: str | None = None
+    #: how the rank's collectives are timed (fttui.integrations.commwait: ``gloo``, ``gloo+ddp``);
+    #: None: not timed (one process, NCCL, an older fttui)
+    comm_timing: str | None = None
     #: the memory limits the worker applied (``applied``, ``gpu_memory_bytes``, ``rlimit_as_bytes``)
     limits: dict[str, Any] | None = None
     #: ``cuda`` or ``cpu``: where the worker trains
@@ -250,6 +256,11 @@ class StepEvent(Event):
     passes: int | None = None
     tokens_padded_x_len: int | None = None
     pass_time: float | None = None
+    #: the step's seconds this rank was blocked in collectives, and how many it joined
+    #: (fttui.integrations.commwait: gloo only; None where not measured); what the fold's straggler
+    #: is found from (fttui.core.run.fold.skew)
+    comm_wait_s: float | None = None
+    collectives: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -436,6 +447,9 @@ class StalledEvent(Event):
     SPARSE: ClassVar[bool] = True
     seconds: float | None = None
     message: str | None = None
+    #: where the hang is, asked of every rank at the stall (fttui.core.run.processes.hang): ``ranks
+    #: 0, 1, 2 wait in all_reduce #1516; rank 3 has not reached it: stopped (SIGSTOP), ...``
+    where: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -444,6 +458,23 @@ class ResumedEvent(Event):
 
     EVENT: ClassVar[str] = "resumed"
     SPARSE: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglerEvent(Event):
+    """The supervisor's judgement of the ranks of every node of a job (each node's run directory
+    holds its own ranks' steps; the supervisor reads its sibling nodes' too): the rank the others
+    wait for (``straggler``, ``None``: no rank stands out any more), its node, compute skew and the
+    others' share of each step spent waiting for it (fttui.core.run.fold.skew), over ``ranks`` ranks."""
+
+    EVENT: ClassVar[str] = "straggler"
+    SPARSE: ClassVar[bool] = True
+    straggler: int | None = None
+    node: str | None = None
+    skew: float | None = None
+    share: float | None = None
+    ranks: int | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -478,6 +509,7 @@ RECORDS: dict[str, type[Event]] = {
         CancelEvent,
         StalledEvent,
         ResumedEvent,
+        StragglerEvent,
         FaultEvent,
     )
 }

@@ -130,6 +130,17 @@ def _snap(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowI
     return lambda c: conv(getattr(c.snap, attr, None)) if c.snap is not None else None
 
 
+def _worst(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
+    """A figure of the run's worst window of rank skew (fttui.core.run.fold.skew.Skew); ``None``
+    when not measured (one rank, NCCL, an older run)."""
+
+    def fold(c: RowInputs) -> Any:
+        value = getattr(getattr(c.snap, "skew_worst", None), attr, None)
+        return None if value is None else conv(value)
+
+    return fold
+
+
 def _speed(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[RowInputs], Any]:
     """A figure of the snapshot's speed (fttui.core.run.fold.whyslow.Speed); ``None`` when unknown."""
 
@@ -498,6 +509,37 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "step_outliers", I, _speed("outliers"), since=8, scope=RUN, label="steady steps over twice the median step time"
+    ),
+    # the slow rank (issue 39): the run's worst window of the ranks' compute and wait
+    # (fttui.core.run.fold.skew; docs/reliability.md, "The slow rank")
+    Figure(
+        "hang",
+        T,
+        _snap("hang"),
+        since=8,
+        scope=RUN,
+        label="where a stalled run's ranks were: the one that stopped, the collective the others waited in",
+    ),
+    Figure("straggler", T, _worst("text"), since=8, scope=RUN, label="the rank the others waited for, in words"),
+    Figure("straggler_rank", I, _worst("rank"), since=8, scope=RUN, label="the rank the others waited for"),
+    Figure("straggler_node", T, _worst("node"), since=8, scope=RUN, label="the node of the rank the others waited for"),
+    Figure(
+        "rank_skew",
+        R,
+        _worst("skew"),
+        since=8,
+        unit="x",
+        scope=RUN,
+        label="the rank the others waited for most: its compute over the others' median (the run's worst window)",
+    ),
+    Figure(
+        "rank_wait_pct",
+        R,
+        _worst("share", lambda x: rounded(100 * x, 1)),
+        since=8,
+        unit="%",
+        scope=RUN,
+        label="share of each step the other ranks waited for that rank (the run's worst window)",
     ),
 )
 

@@ -63,6 +63,7 @@ try:
         StalledEvent,
         StartEvent,
         StepEvent,
+        StragglerEvent,
         TrackerEvent,
         UnknownEvent,
     )
@@ -112,6 +113,7 @@ __all__ = [
     "CancelEvent",
     "StalledEvent",
     "ResumedEvent",
+    "StragglerEvent",
     "FaultEvent",
     "ProbeStartEvent",
     "TrialStartEvent",

@@ -28,6 +28,7 @@ class VerdictFold:
         self.signal: int | None = None
         self.started_t: float | None = None
         self.stalled = ""  # the stall's message while stalled (fttui.core.run.processes.guard.stall_message)
+        self.hang: str | None = None  # where the latest stall's ranks were (fttui.core.run.processes.hang)
         self.phases = PhaseFold()
         self.eval: tuple[int, float] | None = None  # (step, loss) of the latest evaluation
         self.checkpoint_step: int | None = None
@@ -111,6 +112,7 @@ class VerdictFold:
             started_t=self.started_t,
             stalled=bool(self.stalled),
             stall_message=self.stalled or None,
+            hang=self.hang,
             phase=phase,
             phase_since=phase_since,
             startup_ended_t=self.phases.ended_t,

@@ -112,6 +112,7 @@ class RunSnapshot:
     rank_peak_rss_mb: dict[int, float] = field(default_factory=dict)  # each rank's own peak RSS
     stalled: bool = False  # the supervisor flagged no progress for its stall timeout
     stall_message: str | None = None  # "no step for 10 min (usual step 2.1 s)" while stalled
+    hang: str | None = None  # where the latest stall's ranks were, in one sentence (kept after a resume)
     # startup (fttui.core.run.fold.phases): the phase shown before the first step, and the t it began
     phase: str | None = None
     phase_since: float | None = None
@@ -166,6 +167,11 @@ class RunSnapshot:
     # throttle reasons over the training samples; the leading cause of slowness in words
     speed: Any = None
     why_slow: str | None = None
+    # the ranks' compute and wait (fttui.core.run.fold.skew): the skew now and the run's worst
+    # (Skew records), and the straggler now in words ("rank 3 on n2 computes 1.8x the median; ...")
+    skew: Any = None
+    skew_worst: Any = None
+    straggler: str | None = None
     # bookkeeping
     events: int = 0
     samples_seen: int = 0

@@ -35,6 +35,7 @@ from fttui.core.base.event_records import (
     StalledEvent,
     StartEvent,
     StepEvent,
+    StragglerEvent,
 )
 from fttui.core.profiles.typed import Profile
 from fttui.core.run.files.events import parse_event
@@ -45,6 +46,7 @@ from fttui.core.run.fold.fold_progress import ProgressFold
 from fttui.core.run.fold.fold_verdict import STATUS_ORDER, VerdictFold
 from fttui.core.run.fold.memtrend import DEFAULT_HORIZON
 from fttui.core.run.fold.perf import with_perf
+from fttui.core.run.fold.skew import SkewFold
 from fttui.core.run.fold.snapshot import RunSnapshot, to_int
 from fttui.core.run.fold.whyslow import SpeedFold, why_slow
 from fttui.monitor import num
@@ -69,6 +71,7 @@ _FOLDED = (
     RetryEvent,
     ForecastEvent,
     MemoryWarningEvent,
+    StragglerEvent,
 )
 
 
@@ -91,6 +94,7 @@ class RunState:
         self.progress = ProgressFold(self.warmup_exclude_steps, self.history)
         self.memory = MemoryFold(oom_warn_steps)
         self.speed = SpeedFold(self.warmup_exclude_steps)
+        self.skew = SkewFold(self.warmup_exclude_steps)
         self.verdict = VerdictFold()
         self._last_t: float | None = None
         self._events = 0
@@ -134,7 +138,9 @@ class RunState:
             case LaunchEvent():  # the supervisor's: elapsed time counts from here (model loading included)
                 self.verdict.started(t)
             case StartEvent():
-                self.progress.on_start(ev, self.progress.slot(ev))
+                slot = self.progress.slot(ev)
+                self.progress.on_start(ev, slot)
+                self.skew.on_start(ev, slot)
                 self.verdict.started(t)
                 self.verdict.set_status("running")
             case StepEvent():
@@ -149,6 +155,7 @@ class RunState:
                 self.verdict.on_exit(ev, self.progress.step())
             case StalledEvent():  # no step for the stall timeout while the process lived
                 self.verdict.stalled = str(ev.message or "no step for the stall timeout")
+                self.verdict.hang = ev.where or self.verdict.hang
             case ResumedEvent():
                 self.verdict.stalled = ""
             case PhaseEvent():  # a startup phase began (fttui.core.run.fold.phases); the first step ends them
@@ -159,6 +166,21 @@ class RunState:
                 self.progress.on_forecast(ev)
             case MemoryWarningEvent():
                 self.memory.on_warning(ev)
+            case StragglerEvent():  # the supervisor's, over every node's ranks
+                self.skew.on_told(ev)
+
+    def apply_peer(self, event: Event) -> None:
+        """A start or step event of another node of this Slurm job (its own run directory): folded
+        into the ranks' skew only, under its global rank (fttui.core.run.fold.skew)."""
+        rank = to_int(event.rank)
+        if rank is None or rank < 0:
+            return
+        if isinstance(event, StartEvent):
+            self.skew.on_start(event, rank)
+        elif isinstance(event, StepEvent):
+            step = to_int(event.step)
+            if step is not None:
+                self.skew.on_step(event, rank, step)
 
     def apply_all(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
         for ev in events:
@@ -174,6 +196,7 @@ class RunState:
         if self.progress.on_step(ev, rank, step, t):
             self.memory.on_step(ev, rank)
             self.speed.on_step(ev, step)
+            self.skew.on_step(ev, rank, step)
 
     def set_final(self, status: FinalStatus | dict[str, Any] | None) -> None:
         """Fold the supervisor's final status (``status.json``, as a ``FinalStatus`` or its
@@ -221,7 +244,14 @@ class RunState:
             )
         )
         cards = tuple(c.index for c in snap.cards if c.index is not None)
-        return replace(snap, why_slow=why_slow(snap.speed, cards))
+        skew = self.skew.now()
+        return replace(
+            snap,
+            why_slow=why_slow(snap.speed, cards),
+            skew=skew,
+            skew_worst=self.skew.worst(),
+            straggler=skew.text if skew is not None else None,
+        )
 
 
 def _int(value: Any, default: int) -> int:

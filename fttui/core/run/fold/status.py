@@ -84,7 +84,9 @@ def status_line(
     elif st == "completed" and msg:  # a command that exited 0 and reported no training says so
         text = f"COMPLETED: {msg}"
     elif snap.stalled and st == "running":
-        text = f"RUNNING, STALLED: {snap.stall_message or 'no step for the stall timeout'}"
+        text = f"RUNNING, STALLED: {snap.stall_message or 'no step for the stall timeout'}" + (
+            f"; where: {snap.hang}" if snap.hang else ""
+        )
     elif snap.near_oom and st == "running":  # fttui.core.run.fold.perf: warn before the OOM
         text = f"RUNNING, NEAR OOM: {snap.near_oom_reason}"
     elif snap.memory_warning and st == "running":  # fttui.core.run.fold.memtrend: a trend that reaches a limit

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fttui.core.base import rank_timing
 from fttui.core.base.errors import FttuiError
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.profiles.typed import Profile
@@ -138,6 +139,7 @@ def command_env(
         env["PYTHONPATH"] = str(autoload_dir()) + (os.pathsep + prev if prev else "")
     else:
         env[INJECT_ENV] = "0"
+    env.update(rank_timing.flight_recorder_env(outer))  # where a hang is (fttui.core.run.control.hang)
     if host_limit:
         # every thread's malloc arena is address space: fewer arenas, a steadier boundary
         env["MALLOC_ARENA_MAX"] = "1"

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fttui.core.base import shardings
+from fttui.core.base import rank_timing, shardings
 from fttui.core.base.errors import FttuiError, ProfileError
 from fttui.core.profiles.trackers import missing_tracker
 from fttui.core.profiles.typed import Profile
@@ -203,6 +203,7 @@ def child_env(profile: Profile) -> dict[str, str]:
         # mapped instead: no faults in the steady state, peak RSS +0..19 MiB (docs/benchmarks.md).
         env["MALLOC_TRIM_THRESHOLD_"] = str(32 << 20)
     nproc = prof.devices.processes_per_node()
+    env.update(rank_timing.flight_recorder_env(os.environ))  # where a hang is (fttui.core.run.control.hang)
     if on_cpu and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     if on_cpu and prof.limits.host_memory and "OMP_NUM_THREADS" not in os.environ:

@@ -21,6 +21,7 @@ from fttui.core.run.fold.ranks import clash_mismatch
 from fttui.core.run.fold.snapshot import RunSnapshot, to_int
 from fttui.core.run.launching.resume import is_checkpoint
 from fttui.core.run.processes.oomkill import KillEvidence, verdict
+from fttui.core.run.row import commerror
 from fttui.core.run.row.row_figures import (
     gpu_figures,
     host_figures,
@@ -106,6 +107,11 @@ def final_status(
             oom_kind="host-kill",
             error_step=snap.step,
             error=f"killed by SIGKILL: the kernel's OOM killer ({evidence})",
+        )
+    comm = commerror.in_log(rd.log_path, snap.world_size) if rc not in (0, None) else None
+    if comm is not None:  # a collective timed out, a peer was lost, NCCL failed: the cause and the rank
+        return FinalStatus(
+            "failed", rc, sig, error=comm.text(), error_step=err.get("step") or snap.step, error_rank=comm.rank
         )
     if err:
         return FinalStatus(

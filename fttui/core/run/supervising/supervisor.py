@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from fttui.core.base import rank_timing
 from fttui.core.base.envnumbers import env_float
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.run.files import rundir
@@ -52,8 +53,9 @@ from fttui.core.run.files.sampling import take_sample
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.launching import oomretry
-from fttui.core.run.processes import cgroup, guard, oomkill, proctree
+from fttui.core.run.processes import cgroup, guard, hang, oomkill, proctree
 from fttui.core.run.row.summary import final_status
+from fttui.core.run.supervising.peers import NodePeers
 from fttui.core.run.supervising.recover import finish
 from fttui.monitor import HostSampler, make_gpu_sampler
 
@@ -79,11 +81,13 @@ class Supervisor:
         self.step_times: list[tuple[int, float]] = []
         self.stalled = False
         self.ever_stalled: str | None = None  # the stall's message
+        self.hang: str | None = None  # where the stall's ranks were (fttui.core.run.processes.hang)
         self.fault: str | None = None  # a write that failed (disk full): the run ends failed with it
         self.fault_t: float | None = None  # when that write failed
         self.report_r: int | None = None
         self.final: FinalStatus | None = None
         self.state = RunState.for_profile(self.profile)
+        self.peers = NodePeers(self.rd, self.command)  # a Slurm job's other nodes, for the ranks' skew
         self.next_run: rundir.RunDir | None = None  # the attempt that continues this run (oomretry)
 
     # signals --------------------------------------------------------------------------------
@@ -245,6 +249,7 @@ class Supervisor:
                     and (not self.step_times or ev.step > self.step_times[-1][0])
                 ):
                     self.step_times = [*self.step_times[-60:], (ev.step, float(ev.t))]
+            self._fold_peers()
             snap = self.state.snapshot()
             for fields in self.state.memory.announce(snap.memory_warnings):  # once per rank and limit
                 self._event(MemoryWarningEvent(**fields))
@@ -261,7 +266,8 @@ class Supervisor:
             ):
                 self.stalled = True
                 self.ever_stalled = guard.stall_message(idle, guard.usual_step_s(self.step_times))
-                self._event(StalledEvent(seconds=round(idle, 1), message=self.ever_stalled))
+                self.hang = self._where()
+                self._event(StalledEvent(seconds=round(idle, 1), message=self.ever_stalled, where=self.hang))
             self._read_report()
             if self.cancel_reason is None and rd.cancel_path.exists():
                 self.cancel_reason = "cancel requested"
@@ -347,6 +353,33 @@ class Supervisor:
         self._write("events.jsonl", write_event, self.rd.events_path, ev)
         self.state.apply(ev)
 
+    def _fold_peers(self) -> None:
+        """A Slurm job's other nodes' steps, for the ranks' skew (supervising/peers.py); a failure
+        is said once and ends the peers' reading, never the run."""
+        if not self.peers.active:
+            return
+        try:
+            for ev in self.peers.read_new():
+                self.state.apply_peer(ev)
+            told = self.peers.tell(self.state)
+        except Exception as e:
+            self.peers.prefix = None
+            print(f"supervisor: reading the other nodes' steps failed ({type(e).__name__}: {e})", file=sys.stderr)
+            return
+        if told is not None:
+            self._event(told)
+
+    def _where(self) -> str | None:
+        """Where the hang is: every rank asked at the stall (fttui.core.run.processes.hang, a few
+        seconds); ``None`` when the rank timing is off or asking failed."""
+        if rank_timing.timing_off(os.environ):
+            return None
+        try:
+            return hang.ask(self.rd.path).sentence
+        except Exception as e:  # the stall is said without it
+            print(f"supervisor: asking the ranks where the hang is failed ({type(e).__name__}: {e})", file=sys.stderr)
+            return None
+
     def _kill_evidence(self) -> oomkill.KillEvidence:
         """What can be read of a SIGKILL of the training (:mod:`fttui.core.run.processes.oomkill`):
         the OOM kills its cgroup and fttui's memory cgroup counted, the kernel log's record."""
@@ -368,7 +401,8 @@ class Supervisor:
         kill = self._kill_evidence() if rc == -signal.SIGKILL else None
         status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error, kill=kill)
         if self.ever_stalled:
-            status = replace(status, error=f"{status.error}; " * bool(status.error) + f"stalled: {self.ever_stalled}")
+            stalled = f"stalled: {self.ever_stalled}" + (f"; where: {self.hang}" if self.hang else "")
+            status = replace(status, error=f"{status.error}; " * bool(status.error) + stalled)
         if self.cancel_reason is None and self.fault is None and error is None:  # train.on_oom = "shrink":
             status, self.next_run, retry = oomretry.after_oom(self.rd, self.profile, status, self.state.snapshot())
             if retry is not None:  # the next attempt, supervised next by this process (main)

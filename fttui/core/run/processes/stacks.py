@@ -15,11 +15,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fttui.core.base import rank_timing
 from fttui.core.run.files.events import StartEvent, read_events
 from fttui.core.run.processes import proctree
 
 #: The folder of the run directory the dumps go to (``fttui.integrations.hf.STACKS_DIR``).
-STACKS_DIR = "stacks"
+STACKS_DIR = rank_timing.STACKS_DIR
 #: How long a rank is given to write its dump.
 WAIT_S = 3.0
 
