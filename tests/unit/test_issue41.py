@@ -222,3 +222,23 @@ def test_plan_verify_of_several_nodes_is_refused_in_one_line(tmp_path):
     assert "--verify 1: the checks run on one machine, the profile has devices.nodes = 2" in out.stderr
     assert not (tmp_path / "fttui-home" / "runs").exists()
     assert run_fttui("plan", "--profile", "tiny-lora", "--set", "devices.nodes=2", cwd=tmp_path).returncode == 0
+
+
+def test_the_memory_at_the_kill_is_the_last_sample_while_the_training_lived(fttui_home):
+    """Item 6: the supervisor samples once more after the training ended, when the kill has freed
+    its memory: the memory that decides is the last sample taken while the training lived."""
+    from fttui.core.profiles import load_profile
+    from fttui.core.run.files import rundir
+    from fttui.core.run.fold.snapshot import RunSnapshot
+    from fttui.core.run.processes.oomkill import KillEvidence
+    from fttui.core.run.row.summary import final_status
+    from fttui.monitor.snapshots import HostSnapshot
+
+    rd = rundir.create(load_profile("tiny-lora").to_dict(), ["python"], {}, kind="run")
+    after = RunSnapshot(step=3, host=HostSnapshot(ram_used_mb=900.0, ram_total_mb=16000.0))
+    live_full = KillEvidence(ram_used_mb=15900.0, ram_total_mb=16000.0)
+    st = final_status(rd, after, -9, None, kill=live_full)
+    assert (st.status, st.oom_kind) == ("oom", "host-kill") and "host memory at 15900 of 16000 MB (99%)" in st.error
+    live_low = KillEvidence(ram_used_mb=416.0, ram_total_mb=16000.0)
+    full_after = RunSnapshot(step=3, host=HostSnapshot(ram_used_mb=15900.0, ram_total_mb=16000.0))
+    assert final_status(rd, full_after, -9, None, kill=live_low).status == "failed"

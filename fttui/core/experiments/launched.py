@@ -237,11 +237,14 @@ class LaunchedTrial:
         n_cards = prof.devices.processes_per_node() if prof.devices.gpus > 0 else 0
         tail = EventTail(rd.events_path)
         peak: dict[int, float] = {}
+        live_host = None
         try:
             while True:
                 done = self.guard.poll() is not None
                 sample, g = take_sample(host, gpu, rd.samples_path)
                 state.apply_sample(sample)
+                if not done and sample.host is not None:
+                    live_host = sample.host  # the host while the trial lived: its memory at a kill
                 fold_card_peaks(peak, g, n_cards)
                 for ev in tail.read_new():
                     state.apply(ev)
@@ -262,6 +265,8 @@ class LaunchedTrial:
                 container=None if oom_count is None or now is None else max(0, now - oom_count),
                 kernel_log=record,
                 kernel_log_read=read,
+                ram_used_mb=getattr(live_host, "ram_used_mb", None),
+                ram_total_mb=getattr(live_host, "ram_total_mb", None),
             )
         fs = final_status(rd, snap, ex.returncode, None, ex.error or None, kill=kill)
         self._final = fs

@@ -50,6 +50,10 @@ class KillEvidence:
     container: int | None = None  # OOM kills the supervisor's memory cgroup counted during the run
     kernel_log: str | None = None  # the kernel's record of an OOM kill of a process of the run
     kernel_log_read: bool = False  # the kernel log could be read (no record: none of the run's)
+    #: the host's memory at the last sample taken while the training lived (a sample after the
+    #: kill sees the memory the kill freed); ``None``: the run's last sample is taken instead
+    ram_used_mb: float | None = None
+    ram_total_mb: float | None = None
 
 
 def _read(path: str | Path) -> str:
@@ -163,8 +167,11 @@ def kernel_log_oom_kill(pids: Collection[int], since: float | None = None) -> tu
 
 def verdict(evidence: KillEvidence | None, ram_used_mb: float | None, ram_total_mb: float | None) -> tuple[bool, str]:
     """(whether a SIGKILL was the kernel's OOM killer's, the words that say which evidence
-    decided it); ``ram_*``: the host's memory at the last sample before the kill."""
+    decided it); ``ram_*``: the host's memory at the run's last sample, used when ``evidence``
+    has none from before the kill."""
     e = evidence or KillEvidence()
+    if e.ram_total_mb:
+        ram_used_mb, ram_total_mb = e.ram_used_mb, e.ram_total_mb
     if e.run_cgroup:
         return True, f"the kernel counted {e.run_cgroup} OOM kill(s) in the run's cgroup (memory.events oom_kill)"
     if e.container:

@@ -58,6 +58,7 @@ from fttui.core.run.row.summary import final_status
 from fttui.core.run.supervising.peers import NodePeers
 from fttui.core.run.supervising.recover import finish
 from fttui.monitor import HostSampler, make_gpu_sampler
+from fttui.monitor.snapshots import HostSnapshot
 
 TICK_S = env_float("FTTUI_SAMPLE_INTERVAL", 0.5)
 
@@ -75,6 +76,7 @@ class Supervisor:
         self.oom_kills: int | None = None  # its processes the kernel's OOM killer ended (memory.events)
         self.container_oom_kills: int | None = None  # the count of fttui's own memory cgroup at the launch
         self.t_launch: float | None = None
+        self.live_host: HostSnapshot | None = None  # the last host sample taken while the training lived
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
         self.stall_fixed = env_float("FTTUI_STALL_TIMEOUT", float(self.profile.monitor.stall_timeout_s or 0))
         self.stall_floor = env_float("FTTUI_STALL_FLOOR", float(guard.STALL_FLOOR_S))
@@ -341,6 +343,8 @@ class Supervisor:
         try:
             sample, _ = take_sample(host, gpu, self.rd.samples_path)
             self.state.apply_sample(sample)
+            if sample.host is not None and self.child is not None and self.child.poll() is None:
+                self.live_host = sample.host  # the host while the training lived: its memory at a kill
         except OSError as e:
             if self.fault is None:
                 self.fault, self.fault_t = guard.write_error("samples.jsonl", e), time.time()
@@ -391,6 +395,8 @@ class Supervisor:
             container=None if before is None or now is None else max(0, now - before),
             kernel_log=record,
             kernel_log_read=read,
+            ram_used_mb=getattr(self.live_host, "ram_used_mb", None),
+            ram_total_mb=getattr(self.live_host, "ram_total_mb", None),
         )
 
     def _finish(
