@@ -167,7 +167,7 @@ def _forecast(args, resolved, e):
             )
         from fttui.core.models.peaks import card_named
 
-        card = card_named(named)  # a card of no known peak: timed from its stored rows only
+        card = card_named(named, stored=(str(r.get("gpu") or "") for r in rows))  # no known peak: its rows only
     if prices is not None and prices.price_of(card) is None:
         raise FttuiError(
             f"--prices {args.prices}: no price for {card!r} (it has: {', '.join(sorted(prices.table)) or 'none'})"
@@ -177,14 +177,14 @@ def _forecast(args, resolved, e):
 
 def card_help() -> str:
     """``--card``'s help: what it names, and the cards whose peak rate fttui knows."""
-    from fttui.core.models.peaks import PEAKS
+    from fttui.core.models.peaks import PEAKS, short_name
 
-    names = ", ".join(n.removeprefix("NVIDIA ").removeprefix("GeForce ").removeprefix("Tesla ") for n in PEAKS)
+    names = ", ".join(short_name(n) for n in PEAKS)
     return (
         "the card a GPU profile will run on, for the time forecast and --prices (default: this machine's "
         f"first GPU); fttui knows the peak rates of: {names} (case, spaces and hyphens do not matter; "
         "a short name such as 4090 names the one card it is short for; another card is timed only from "
-        "stored rows of it)"
+        "stored rows of it, and a name of neither is refused)"
     )
 
 

@@ -68,6 +68,12 @@ def settle(job: RunDir, timeout: float = SETTLE_S) -> bool:
     return False
 
 
+def _shown(row: dict, key: str) -> Any:
+    """A row's figure as a summary line says it: ``-`` for none (never ``None``)."""
+    value = row.get(key)
+    return "-" if value is None else value
+
+
 def summary(job: RunDir) -> list[str]:
     """The job's verdict and one line per node's row."""
     st = job.final_status()
@@ -80,8 +86,8 @@ def summary(job: RunDir) -> list[str]:
         total += int(row.get("samples") or 0)
         lines.append(
             f"  node {sl.get('node_rank', '?')} ({sl.get('node', '?')}): {r.run_id}  {row.get('status', '-')}"
-            f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
-            f"  samples/s {row.get('samples_per_s')}  peak host RSS {row.get('peak_host_rss_mb')} MB"
+            f"  steps {_shown(row, 'steps')}/{_shown(row, 'total_steps')}  samples {_shown(row, 'samples')}"
+            f"  samples/s {_shown(row, 'samples_per_s')}  peak host RSS {_shown(row, 'peak_host_rss_mb')} MB"
             + (f"  error: {row['error']}" if row.get("error") else "")
         )
     if job.is_slurm_job():

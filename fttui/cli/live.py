@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from typing import Any
 
 from fttui.cli.ctrl_c import CtrlC
 from fttui.cli.insight_lines import insight_lines
@@ -122,25 +123,31 @@ def summary_lines(rd: RunDir) -> list[str]:
     keep = {"duration_s", "wall_s", "peak_host_rss_mb", "peak_gpu_mem_mb", "error", "oom_kind"}
     row = {k: ("-" if v is None and k not in keep else v) for k, v in raw.items()}
 
+    def shown(key: str) -> Any:
+        """A figure as the summary says it: ``-`` when the row has none (``None`` or no key at
+        all: a command run's row may lack the steps and samples it never reported)."""
+        value = raw.get(key)
+        return "-" if value is None else value
+
     def knows(*keys: str) -> bool:
         return any(raw.get(k) is not None for k in keys)
 
     lines = [f"run {row['run_id']}: {row['status']}" + (f" ({row['oom_kind']})" if row.get("oom_kind") else "")]
     if knows("model", "method", "batch_size", "grad_accum", "world_size", "max_seq_len"):
         lines.append(
-            f"  model {row.get('model')}  method {fmt.method_label(raw.get('method'), raw.get('sharding'))}"
-            f"  batch {row.get('batch_size')} x accum {row.get('grad_accum')} x world {row.get('world_size')}"
-            f" = {row.get('effective_batch')}  max_seq_len {row.get('max_seq_len')}"
+            f"  model {shown('model')}  method {fmt.method_label(raw.get('method'), raw.get('sharding'))}"
+            f"  batch {shown('batch_size')} x accum {shown('grad_accum')} x world {shown('world_size')}"
+            f" = {shown('effective_batch')}  max_seq_len {shown('max_seq_len')}"
         )
     if knows("steps", "total_steps", "samples", "tokens"):
         lines.append(
-            f"  steps {row.get('steps')}/{row.get('total_steps')}  samples {row.get('samples')}"
-            f"  tokens {row.get('tokens')} (padded {row.get('tokens_padded')})"
+            f"  steps {shown('steps')}/{shown('total_steps')}  samples {shown('samples')}"
+            f"  tokens {shown('tokens')} (padded {shown('tokens_padded')})"
         )
     if knows("samples_per_s", "samples_per_s_avg", "tokens_per_s", "tokens_padded_per_s"):
         lines.append(
-            f"  samples/s {row.get('samples_per_s')} (steady; whole run {row.get('samples_per_s_avg')})"
-            f"  tokens/s {row.get('tokens_per_s')} non-padding, {row.get('tokens_padded_per_s')} padded"
+            f"  samples/s {shown('samples_per_s')} (steady; whole run {shown('samples_per_s_avg')})"
+            f"  tokens/s {shown('tokens_per_s')} non-padding, {shown('tokens_padded_per_s')} padded"
         )
     trained, wall = fmt.duration(raw.get("duration_s")), fmt.duration(raw.get("wall_s")) or "-"
     lines.append(

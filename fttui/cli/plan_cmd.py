@@ -43,21 +43,37 @@ def _say_left_out(resolved, budget, args) -> None:
         print(f"left out: sharding {name} ({missing[name]})", file=sys.stderr)
 
 
+def _stored_cards() -> list[str]:
+    """The cards of the store's rows (``--card`` may name one fttui knows no peak of)."""
+    from fttui.core.results.store import Store
+
+    with Store() as store:
+        return [str(r.get("gpu")) for r in store.rows() if r.get("gpu")]
+
+
 def cmd_plan(args, resolve=resolve) -> int:
     from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
     from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
     from fttui.core.models.peaks import card_named
     from fttui.core.results.tables import to_text
 
+    if args.pick is not None and not args.write:
+        raise FttuiError(f"--pick {args.pick}: it picks the setup --write NAME saves; give --write NAME too")
     resolved = resolve(args)
     if resolved.command.argv:
         raise FttuiError(f"{resolved.name}: a command profile runs its own script; fttui cannot plan it")
+    if args.verify and resolved.devices.nodes > 1:  # each check is a run on this machine alone
+        raise FttuiError(
+            f"--verify {args.verify}: the checks run on one machine, the profile has devices.nodes = "
+            f"{resolved.devices.nodes}: every node would have to launch each check together; plan without "
+            "--verify, or verify one node's setup (nodes = 1)"
+        )
     budget = machine_budget(
         resolved,
         gpus=args.gpus,
         gpu_memory=args.gpu_memory,
         host_memory_limit=args.host_memory_limit,
-        card=card_named(args.card) if args.card else None,
+        card=card_named(args.card, stored=_stored_cards()) if args.card else None,
         margin=args.margin,
     )
     prices = None
@@ -73,8 +89,20 @@ def cmd_plan(args, resolve=resolve) -> int:
         fitting = [o for o in options if o.fits]
         if not fitting:
             raise FttuiError(f"--write {args.write}: no setup fits; nothing written")
-        pick = fitting[min(max(1, args.pick), len(fitting)) - 1]
-        path = write_profile(args.write, resolved, pick, gpus=budget.gpus if budget.gpus else None)
+        k = 1 if args.pick is None else args.pick
+        if not 1 <= k <= len(fitting):
+            raise FttuiError(
+                f"--pick {k}: {len(fitting)} setup{'s fit' if len(fitting) != 1 else ' fits'}, "
+                f"give 1 to {len(fitting)}; nothing written"
+            )
+        pick = fitting[k - 1]
+        path = write_profile(
+            args.write,
+            resolved,
+            pick,
+            gpus=budget.gpus if budget.gpus else None,
+            host_memory_limit=args.host_memory_limit,
+        )
         print(f"wrote {path}: {pick.label()}", file=sys.stderr)
     checked: dict[int, dict] = {}
     if args.verify:
@@ -149,7 +177,9 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--prices", metavar="FILE", help="price of one card-hour per GPU name (the report's price file)")
     p.add_argument("--write", metavar="NAME", help="save the fastest setup that fits as profiles/NAME.toml")
-    p.add_argument("--pick", type=int, default=1, metavar="K", help="with --write: the K-th fitting setup (default 1)")
+    p.add_argument(
+        "--pick", type=int, metavar="K", help="with --write: the K-th setup that fits, 1 to their count (default 1)"
+    )
     p.add_argument(
         "--verify",
         type=int,

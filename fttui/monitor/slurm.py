@@ -126,6 +126,32 @@ def _none(value: str) -> str | None:
     return None if value in ("", "N/A", "None", "(null)", "Unknown") else value
 
 
+def _limit(value: str) -> str | None:
+    """A time limit as squeue prints it (``1:00``, ``1:30:00``, ``2-00:00:00``): sacct says the same
+    limit as ``00:01:00``, its job completion log as minutes (``1``); other words (``UNLIMITED``,
+    ``Partition_Limit``) stay as they are."""
+    text = _none(value)
+    if text is None:
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    if not all(p.isdigit() for p in parts) or (days and not days.isdigit()) or len(parts) > 3:
+        return text
+    n = [int(p) for p in parts]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        seconds = int(days) * 86400 + sum(x * unit for x, unit in zip(n, (3600, 60, 1)))
+    elif len(n) == 1:  # MM
+        seconds = n[0] * 60
+    else:  # MM:SS, HH:MM:SS
+        seconds = sum(x * unit for x, unit in zip(reversed(n), (1, 60, 3600)))
+    d, rem = divmod(seconds, 86400)
+    h, rem = divmod(rem, 3600)
+    m, sec = divmod(rem, 60)
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{sec:02d}"
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
 def parse_squeue(text: str) -> dict[str, JobState]:
     """``squeue -h -o '%i|%T|%r|%S|%N|%l|%M'`` lines -> job id -> state."""
     out = {}
@@ -140,7 +166,7 @@ def parse_squeue(text: str) -> dict[str, JobState]:
             _none(reason),
             _none(start),
             _none(nodes),
-            _none(limit),
+            _limit(limit),
             _none(elapsed),
             source="squeue",
         )
@@ -158,7 +184,7 @@ def parse_sacct(text: str, source: str = "sacct") -> dict[str, JobState]:
             continue
         jid, state, code, start, _end, nodes, limit = (p.strip() for p in parts[:7])
         st = state.split()[0] if state.strip() else "UNKNOWN"
-        out[jid] = JobState(jid, st, None, _none(start), _none(nodes), _none(limit), None, _none(code), source=source)
+        out[jid] = JobState(jid, st, None, _none(start), _none(nodes), _limit(limit), None, _none(code), source=source)
     return out
 
 

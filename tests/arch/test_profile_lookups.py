@@ -29,7 +29,6 @@ TERM = "the breakdown's lora term (LoRA parameters, gradients and states)"
 NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/cli/estimate_cmd.py": (1, "the estimate's inputs (Estimate.inputs['model'])"),
     "fttui/cli/insight_lines.py": (2, ROW),
-    "fttui/cli/live.py": (1, ROW),
     "fttui/cli/profiles_cmd.py": (1, "profile_summary's model column"),
     "fttui/core/experiments/forecast.py": (2, ROW + " and the setup key's"),
     "fttui/core/memory/estimate.py": (2, INPUTS),

@@ -130,15 +130,22 @@ def test_training_killed_by_signal_is_failed_with_the_signal(stalled_then_killed
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
 
 
-def test_oom_killer_under_host_limit_is_oom_host_kill(fttui_home):
-    # The kernel's OOM killer sends SIGKILL; under a host-memory budget that is an OOM result.
-    run_dir = _detach("max_steps=100000", "limits.host_memory=\"4GiB\"")
+def test_a_sigkill_by_hand_under_a_host_limit_is_failed_saying_why_it_is_no_oom(fttui_home, tmp_path):
+    # A SIGKILL by hand is no OOM, host budget or not (issue 41 item 6: it was `oom (host-kill)` and
+    # retried): the kernel log (here a file fttui reads instead, FTTUI_KERNEL_LOG) has no OOM kill
+    # of the run's processes, and the status says that decided it.
+    log = tmp_path / "kmsg"
+    log.write_text("6,1,0,-;Linux version 6.0\n")
+    env = fttui_env(FTTUI_KERNEL_LOG=str(log))
+    run_dir = _detach("max_steps=100000", "limits.host_memory=\"4GiB\"", env=env)
     wait_for(lambda: _steps(run_dir) > 0, what="a step")
     _worker(run_dir).send_signal(signal.SIGKILL)
     st = _status(run_dir)
-    assert st["status"] == "oom" and st["oom_kind"] == "host-kill", st
+    assert st["status"] == "failed" and st["signal"] == "SIGKILL" and st.get("oom_kind") is None, st
+    assert st["error"].startswith("training process killed by SIGKILL, not taken for the kernel's OOM killer ("), st
+    assert "the kernel log has no OOM kill of the run's processes" in st["error"], st
     row = _row(run_dir)
-    assert row["status"] == "oom" and row["oom_kind"] == "host-kill" and row["signal"] == "SIGKILL"
+    assert row["status"] == "failed" and row["signal"] == "SIGKILL" and row["error"] == st["error"]
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=15, what="no process left")
 
 

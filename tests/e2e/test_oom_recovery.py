@@ -131,22 +131,29 @@ def test_on_oom_shrink_resumes_with_half_the_batch_to_the_weights_of_a_run_at_th
 
 
 @pytest.mark.timeout(600)  # two model loads, on a loaded machine
-def test_a_host_oom_kill_is_recovered_and_cancel_of_the_first_attempt_stops_the_chain(fttui_home):
-    """SIGKILL of the worker under a host-memory budget is the kernel's OOM killer's verdict
-    (``host-kill``): the next attempt continues from the last checkpoint at half the batch;
-    ``fttui cancel FIRST`` stops the attempt that runs, and no process of either is left."""
+def test_a_host_oom_kill_is_recovered_and_cancel_of_the_first_attempt_stops_the_chain(fttui_home, tmp_path):
+    """SIGKILL of the worker that the kernel log records as an OOM kill (here a file fttui reads
+    instead of /dev/kmsg, FTTUI_KERNEL_LOG: a SIGKILL by hand alone is no OOM, issue 41 item 6) is
+    the kernel's OOM killer's verdict (``host-kill``): the next attempt continues from the last
+    checkpoint at half the batch; ``fttui cancel FIRST`` stops the attempt that runs, and no
+    process of either is left."""
+    log = tmp_path / "kmsg"
+    log.write_text("")
     proc = run_fttui("run", "--profile", "tiny-lora", "--detach", "--on-oom", "shrink", "--host-memory-limit", "4GiB",
-                     "--set", "train.max_steps=100000", "--set", "train.save_steps=1", check=True)
+                     "--set", "train.max_steps=100000", "--set", "train.save_steps=1", check=True,
+                     env=fttui_env(FTTUI_KERNEL_LOG=str(log)))
     first = RunDir(fttui_home / "runs" / proc.stdout.strip().splitlines()[-1])
     wait_for(lambda: any(e.get("event") == "save" for e in read_jsonl(first.events_path)), timeout=300,
              interval=0.1, what="the first checkpoint")
     workers = [p for p in processes_mentioning(str(first.path))
                if "fttui.worker.train" in " ".join(p.cmdline()) and "fttui.core.run.supervising.logtee" not in p.cmdline()]
     assert workers, "no training process"
+    log.write_text(f"Out of memory: Killed process {workers[0].pid} (python) total-vm:1kB\n")
     workers[0].send_signal(9)
     wait_for(lambda: first.status_path.exists(), timeout=120, what="the first attempt's status")
     st = first.final_status()
     assert (st.status, st.oom_kind, st.signal) == ("oom", "host-kill", "SIGKILL"), st
+    assert "(the kernel log: Out of memory: Killed process " in st.error, st
     nxt_id = st.error.split("retried as ", 1)[1].split(" ", 1)[0]
     second = RunDir(fttui_home / "runs" / nxt_id)
     wait_for(lambda: any(e.get("event") == "step" for e in read_jsonl(second.events_path)), timeout=300,

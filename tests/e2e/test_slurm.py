@@ -10,7 +10,9 @@ One job script of `fttui submit` per case, the tiny LoRA profile on one CPU rank
   and in the app's live runs;
 - `fttui cancel` of a running job goes through scancel: no process is left on either node and
   both rows say cancelled, with Slurm's CANCELLED;
-- a job killed by its time limit gets rows saying TIMEOUT (from squeue / sacct -c).
+- a job killed by its time limit gets rows saying TIMEOUT (from squeue / sacct -c);
+- `srun -N2 --ntasks-per-node=1 fttui run --profile ...` by hand runs one node per task, and
+  `--on-oom shrink` in a job (by hand or `fttui submit`) is refused in one line (issue 41).
 
 The cases share the cluster's time: the time-limited job, the cancelled one and the hand-started
 run go on at once while the completing job waits for the whole cluster (it asks --exclusive).
@@ -178,4 +180,41 @@ def test_jobs_complete_pend_cancel_and_time_out(slurm, fttui_home, monkeypatch):
         workers = {e["rank"] for e in read_jsonl(Path(row["run_dir"]) / "events.jsonl")
                    if e.get("source") == "worker"}
         assert workers == {i}  # each node's run holds its own rank
+    wait_for(slurm.idle, timeout=60, interval=1, what="no job left in the queue")
+
+
+def test_a_profile_run_by_hand_in_a_job_step_and_on_oom_shrink_refused(slurm, fttui_home, monkeypatch):
+    """Issue 41 items 1 and 3, on the cluster: `srun -N2 --ntasks-per-node=1 fttui run --profile
+    ... --headless`, what fttui's "not in a job step" line and docs/cluster.md tell a user to run,
+    runs one node per task (it ended in `TypeError: 'NoneType' object is not callable`); with
+    `--on-oom shrink` (a node is not retried on its own) each node refuses in one line, and so
+    does `fttui submit`, before anything is queued."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    wait_for(slurm.idle, timeout=120, interval=1, what="an idle cluster")
+    env = fttui_env(SLURM_CONF=str(slurm.conf))
+    srun = ["srun", "-N2", "--ntasks-per-node=1", sys.executable, "-m", "fttui", "run", "--profile", "tiny-lora",
+            "--set", "max_steps=2", "--headless"]
+    refused = subprocess.run([*srun, "--on-oom", "shrink"], env=env, capture_output=True, text=True, timeout=300,
+                             stdin=subprocess.DEVNULL)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    said = [ln for ln in refused.stderr.splitlines() if ln.startswith("fttui: ")]
+    assert len(said) == 2 and all("train.on_oom = shrink: a Slurm job's node is not retried on its own" in ln
+                                  for ln in said), refused.stderr
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())
+    out = _fttui(slurm, "submit", "--profile", "tiny-lora", "--nodes", "2", "--set", "train.on_oom=shrink")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not retried on its own" in out.stderr
+    assert slurm.idle()
+
+    ran = subprocess.run(srun, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stdout + ran.stderr
+    runs = sorted(p for p in (fttui_home / "runs").iterdir() if "-slurm" in p.name)
+    assert [p.name[-3:] for p in runs] == ["-n0", "-n1"], runs
+    rows = _rows(slurm)
+    for i, d in enumerate(runs):
+        row = rows[d.name]
+        assert row["status"] == "completed" and row["world_size"] == 2 and row["nodes"] == 2, row
+        assert row["env"]["slurm"]["node_rank"] == i and row["steps"] == 2
     wait_for(slurm.idle, timeout=60, interval=1, what="no job left in the queue")

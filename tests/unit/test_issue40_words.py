@@ -59,7 +59,7 @@ def test_a_card_named_short_is_the_one_card_it_names_or_one_line(fttui_home):
     from fttui.core.models.peaks import card_named
 
     assert card_named("4090") == "NVIDIA GeForce RTX 4090" and card_named("h100 pcie") == "NVIDIA H100 PCIe"
-    assert card_named("RTX 5090") == "RTX 5090"  # not in the table: timed from its stored rows only
+    assert card_named("RTX 5090", stored=["RTX 5090"]) == "RTX 5090"  # not in the table: timed from its rows only
     for cmd in (["estimate", "--profile", "llama2-7b-lora"], ["plan", "--profile", "tiny-lora", "--gpus", "1",
                                                               "--gpu-memory", "80GiB"]):
         out = run_fttui(*cmd, "--card", "H100")

@@ -226,6 +226,7 @@ def test_the_kernels_oom_kill_count_makes_a_sigkill_a_host_oom_kill(tmp_path):
     """A SIGKILL is the OOM killer's when the run's cgroup counted one (``memory.events``), even
     without a host budget and with no sample near the host's total: it is then retried."""
     from fttui.core.run.processes import cgroup
+    from fttui.core.run.processes.oomkill import KillEvidence
     from fttui.core.run.fold.snapshot import RunSnapshot
     from fttui.core.run.row.summary import final_status
 
@@ -238,8 +239,9 @@ def test_the_kernels_oom_kill_count_makes_a_sigkill_a_host_oom_kill(tmp_path):
     rd = rundir.create(resolved.to_dict(), ["python"], {}, kind="run")
     snap = RunSnapshot(step=3)
     assert final_status(rd, snap, -9, None).status == "failed"  # a SIGKILL, no evidence: not an OOM
-    st = final_status(rd, snap, -9, None, oom_killed=True)
+    st = final_status(rd, snap, -9, None, kill=KillEvidence(run_cgroup=cgroup.oom_kills(cg)))
     assert (st.status, st.oom_kind, st.error_step) == ("oom", "host-kill", 3)
-    assert st.error == "killed by SIGKILL: the kernel's OOM killer ended a process of the run (its cgroup's memory.events)"
+    assert st.error == ("killed by SIGKILL: the kernel's OOM killer (the kernel counted 1 OOM kill(s) in the run's "
+                        "cgroup (memory.events oom_kill))")
     d = decide(resolved, st, kind="run", attempt=1, phase=None)
     assert d.retry and d.reason == "batch 8 -> 4, accumulation 1 -> 2"

@@ -158,8 +158,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         _plan(prof, Budget(gpus=1, card="x", gpu_bytes=2 * GIB))
     for args, words in ((["--gpus", "2", "--gpu-memory", "24GiB", "--effective-batch", "7"], "not divisible"),
                         (["--gpus", "1", "--gpu-memory", "1GiB"], "below the model's weights"),
-                        (["--gpus", "1", "--gpu-memory", "80GiB", "--card", "Imaginary Card 9000", "--prices",
-                          str(tmp_path / "p.toml")], "no price for 'Imaginary Card 9000'")):
+                        (["--gpus", "1", "--gpu-memory", "80GiB", "--card", "T4", "--prices",
+                          str(tmp_path / "p.toml")], "no price for 'Tesla T4'")):
         (tmp_path / "p.toml").write_text('"RTX 3090" = 0.3\n')
         r = run_fttui("plan", "--profile", "llama2-7b-lora", *args)
         assert r.returncode == 2, r.stderr

@@ -116,7 +116,7 @@ def test_squeue_and_sacct_lines():
     a = parse_sacct("2|TIMEOUT|0:0|2026-11-25T22:00:29|2026-11-25T22:01:50|n[1-2]|00:01:00\n"
                     "2.batch|CANCELLED|0:15|x|y|n1|\n3|CANCELLED by 0|0:0|a|b|n[1-2]|UNLIMITED\n", "sacct -c")
     assert a["2"].state == "TIMEOUT" and not a["2"].live and a["2"].source == "sacct -c"
-    assert a["2"].cause() == "TIMEOUT: the job reached its time limit (00:01:00)"
+    assert a["2"].cause() == "TIMEOUT: the job reached its time limit (1:00)"  # as squeue says it (issue 41)
     assert a["3"].state == "CANCELLED" and "2.batch" not in a
 
 

@@ -43,7 +43,7 @@ from fttui.core.run.files.sampling import fold_card_peaks, take_sample
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.launching import launch
-from fttui.core.run.processes import proctree
+from fttui.core.run.processes import oomkill, proctree
 from fttui.core.run.row.row_figures import host_figures, sharding_read_back
 from fttui.core.run.row.summary import final_status
 
@@ -223,6 +223,7 @@ class LaunchedTrial:
         """Launch and follow the trial. ``(trial, model_oom)``: ``trial`` None when the probe was
         stopped; ``model_oom`` when it ran out of memory before its first step while loading the
         model. FttuiError when it ended any other way."""
+        t_start, oom_count = time.time(), oomkill.memory_cgroup_oom_count()
         self.start()
         if self.guard is None:
             return None, False
@@ -236,11 +237,14 @@ class LaunchedTrial:
         n_cards = prof.devices.processes_per_node() if prof.devices.gpus > 0 else 0
         tail = EventTail(rd.events_path)
         peak: dict[int, float] = {}
+        live_host = None
         try:
             while True:
                 done = self.guard.poll() is not None
                 sample, g = take_sample(host, gpu, rd.samples_path)
                 state.apply_sample(sample)
+                if not done and sample.host is not None:
+                    live_host = sample.host  # the host while the trial lived: its memory at a kill
                 fold_card_peaks(peak, g, n_cards)
                 for ev in tail.read_new():
                     state.apply(ev)
@@ -253,7 +257,18 @@ class LaunchedTrial:
             return None, False
         ex = rd.exit_info() or ExitFile()
         snap = state.snapshot()
-        fs = final_status(rd, snap, ex.returncode, None, ex.error or None)
+        kill = None
+        if ex.returncode == -signal.SIGKILL:  # the OOM killer's, when the kernel says so (oomkill)
+            now = oomkill.memory_cgroup_oom_count()
+            read, record = oomkill.kernel_log_oom_kill({p for p in (self.leader,) if p}, since=t_start)
+            kill = oomkill.KillEvidence(
+                container=None if oom_count is None or now is None else max(0, now - oom_count),
+                kernel_log=record,
+                kernel_log_read=read,
+                ram_used_mb=getattr(live_host, "ram_used_mb", None),
+                ram_total_mb=getattr(live_host, "ram_total_mb", None),
+            )
+        fs = final_status(rd, snap, ex.returncode, None, ex.error or None, kill=kill)
         self._final = fs
         if fs.status not in ("completed", "oom"):
             raise FttuiError(

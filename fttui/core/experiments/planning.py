@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -159,8 +160,24 @@ def run_plan(
     return options
 
 
-def _toml_value(v: Any) -> str:
-    return json.dumps(v) if not isinstance(v, bool) else ("true" if v else "false")
+_BARE = re.compile(r"[A-Za-z0-9_-]+")  # a TOML key that needs no quotes
+
+
+def written_settings(
+    base: Profile, option: Option, gpus: int | None = None, host_memory_limit: str | None = None
+) -> dict[str, Any]:
+    """The dotted keys a written profile sets on top of the one it extends: the ``--set`` values
+    the plan was made with (as ``--set`` stated them, :func:`~fttui.core.profiles.overrides.stated_overrides`),
+    the setup's own keys, the cards per node, and the host limit the plan was made for."""
+    from fttui.core.profiles.overrides import stated_overrides
+
+    out = stated_overrides(base.overrides, base.to_dict())
+    out.update(option.settings())
+    if gpus is not None:
+        out["devices.gpus"] = int(gpus)
+    if host_memory_limit:
+        out["limits.host_memory"] = str(host_memory_limit)
+    return out
 
 
 def write_profile(
@@ -169,9 +186,12 @@ def write_profile(
     option: Option,
     folder: str | os.PathLike[str] = "profiles",
     gpus: int | None = None,
+    host_memory_limit: str | None = None,
 ) -> Path:
-    """Save ``option`` as the profile ``name`` (``folder/name.toml``, extending the planned profile);
-    an existing file is never written over."""
+    """Save ``option`` as the profile ``name`` (``folder/name.toml``, extending the planned profile,
+    with what :func:`written_settings` says); an existing file is never written over."""
+    from fttui.core.profiles.values import toml_literal
+
     if not name or "/" in name or name.startswith(".") or name.endswith(".toml"):
         raise PlanError(f"--write {name!r}: give a profile name (letters, digits, -), not a path")
     path = Path(folder) / f"{name}.toml"
@@ -182,16 +202,17 @@ def write_profile(
         f"# fttui run --profile {name}",
         f"# written by fttui plan: {option.label()}",
         f"extends = {json.dumps(str(parent))}",
-        f"method = {json.dumps(option.method)}",
-        f"sharding = {json.dumps(option.sharding)}",
-        "",
-        "[train]",
     ]
-    for key, value in option.settings().items():
-        if key.startswith("train."):
-            lines.append(f"{key.split('.', 1)[1]} = {_toml_value(value)}")
-    if gpus is not None:
-        lines += ["", "[devices]", f"gpus = {int(gpus)}"]
+    sections: dict[str, list[str]] = {}
+    for key, value in written_settings(base, option, gpus, host_memory_limit).items():
+        section, _, field = key.rpartition(".")
+        line = f"{field if _BARE.fullmatch(field) else json.dumps(field)} = {toml_literal(value)}"
+        if section:
+            sections.setdefault(section, []).append(line)
+        else:
+            lines.append(line)
+    for section, entries in sections.items():
+        lines += ["", f"[{section}]", *entries]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "x", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")

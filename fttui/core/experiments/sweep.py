@@ -57,6 +57,18 @@ class SweepResult:
     interrupted: bool = False
 
 
+def check_sweep(cell: Profile) -> None:
+    """One line when a cell cannot run as a sweep's cell: the sweep starts each cell on this
+    machine alone (:class:`LocalRun`), so a cell of several nodes would start node 0 and wait for
+    the others forever."""
+    nodes = cell.devices.nodes
+    if nodes > 1:
+        raise FttuiError(
+            f"the sweep runs on one machine, the profile has devices.nodes = {nodes}: every node "
+            "would have to launch each cell together; sweep one node's setup (nodes = 1)"
+        )
+
+
 def _dominates(a: dict[str, int], b: dict[str, int]) -> bool:
     return all(a[k] >= b[k] for k in b) and any(a[k] > b[k] for k in b)
 
@@ -80,7 +92,7 @@ class Sweeper:
         keys = [k for k, _ in grid]
         for combo in itertools.product(*(v for _, v in grid)):
             settings = dict(zip(keys, combo))
-            self._cell_profile(settings)
+            check_sweep(self._cell_profile(settings))
             self.cells.append(Cell(settings))
 
     def _cell_profile(self, settings: dict[str, int]) -> Profile:

@@ -15,6 +15,7 @@ never a guessed figure.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -111,16 +112,30 @@ def cards_matching(name: str) -> list[str]:
     return [p.name for p in _TABLE if key and key in _key(p.name)]
 
 
-def card_named(name: str, flag: str = "--card") -> str:
+def card_named(name: str, flag: str = "--card", stored: Iterable[str] = ()) -> str:
     """The card a user names (``--card``): the table's full name when ``name`` is one or is
     short for exactly one (``4090``, ``h100 pcie``); FttuiError in one line when it is short for
-    several (``H100``: three); ``name`` itself for a card the table does not hold (timed from stored
-    rows of it only)."""
+    several (``H100``: three). A name the table does not hold is a card of ``stored`` (the cards of
+    the store's rows, by the same lookup: timed from those rows only), else FttuiError in one line
+    listing the cards fttui knows (it was timed at no rate, or a CPU's)."""
     known = cards_matching(name)
     if len(known) > 1:
-        shown = ", ".join(n.removeprefix("NVIDIA ") for n in known)
+        shown = ", ".join(short_name(n) for n in known)
         raise FttuiError(f"{flag} {name}: {len(known)} cards fttui knows match it ({shown}); name one")
-    return known[0] if known else name
+    if known:
+        return known[0]
+    rows = sorted({str(c) for c in stored if isinstance(c, str) and c.strip() and c != "cpu"})
+    of_rows = [c for c in rows if _key(c) == _key(name)]
+    if of_rows:
+        return of_rows[0]
+    listed = ", ".join(short_name(n) for n in PEAKS)
+    ran = f"; cards of stored rows: {', '.join(rows)}" if rows else ""
+    raise FttuiError(f"{flag} {name}: fttui knows no card of that name (the peak rates it knows: {listed}{ran})")
+
+
+def short_name(name: str) -> str:
+    """A card's name without the vendor words (``H100 80GB HBM3``, ``RTX 4090``, ``T4``)."""
+    return name.removeprefix("NVIDIA ").removeprefix("GeForce ").removeprefix("Tesla ")
 
 
 def peak_tflops(name: str | None, precision: str | None) -> float | None:

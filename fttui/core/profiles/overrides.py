@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -122,4 +123,23 @@ def apply_overrides_to(raw: dict, origins: dict, overrides: Any, log: list[str])
         origins[dk] = OVERRIDE
 
 
-__all__ = ["apply_overrides_to"]
+def stated_overrides(log: Iterable[str], resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--set`` values of a resolved profile (its ``overrides`` log) as a profile file states
+    them: dotted key (``model.arch_config.hidden_size`` for a key of a table) -> the value as
+    ``--set`` parsed it (``model.arch = "qwen-7b"``, not the ``model_type`` it resolved to), except a
+    value that resolution made an absolute path (a file named from the folder fttui was started
+    in: a relative path in a profile is its folder's), which is written as resolved."""
+    out: dict[str, Any] = {}
+    for entry in log:
+        key, _, text = entry.partition("=")
+        section, name, sub = _override_key(key)
+        value = _parse_literal(text, None if sub else SCHEMA[section][name])
+        if sub is None:
+            held = resolved.get(name) if section == TOP else (resolved.get(section) or {}).get(name)
+            if isinstance(held, str) and held != value and os.path.isabs(held):
+                value = held
+        out[dotted(section, name) + (f".{sub}" if sub is not None else "")] = value
+    return out
+
+
+__all__ = ["apply_overrides_to", "stated_overrides"]

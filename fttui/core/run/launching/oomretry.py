@@ -35,6 +35,7 @@ __all__ = [
     "Decision",
     "shrink",
     "decide",
+    "check_slurm",
     "recovery_message",
     "attempt_of",
     "attempt_event",
@@ -112,6 +113,23 @@ def attempt_event(rd: rundir.RunDir) -> AttemptEvent | None:
     )
 
 
+#: why a Slurm job's node is not retried: its nodes would have to shrink together
+SLURM_NOT_RETRIED = "a Slurm job's node is not retried on its own"
+
+
+def check_slurm(profile: Profile) -> None:
+    """One line when a Slurm job (``fttui submit``, or ``fttui run`` in a job step) asks for
+    ``train.on_oom = "shrink"``: a node's OOM ends the job's step (Slurm stops the other nodes), and
+    a node is not retried on its own (every node would have to restart at the halved micro batch
+    together), so the setting would do nothing."""
+    if profile.train.on_oom == "shrink":
+        raise FttuiError(
+            f"train.on_oom = shrink: {SLURM_NOT_RETRIED} (every node would have to restart together at the "
+            "halved micro batch); run the job with train.on_oom = fail, after `fttui probe` of one node's "
+            "micro batch"
+        )
+
+
 def decide(
     profile: Profile, final: FinalStatus, *, kind: str, attempt: int, phase: str | None, slurm: bool = False
 ) -> Decision:
@@ -128,7 +146,7 @@ def decide(
     if kind != "run":
         return Decision(False, f"a {kind} run is not retried")
     if slurm:
-        return Decision(False, "a Slurm job's node is not retried on its own")
+        return Decision(False, SLURM_NOT_RETRIED)
     if final.oom_kind not in RETRIED_KINDS:
         return Decision(
             False, f"an out of memory of kind {final.oom_kind or 'unknown'} does not depend on the micro batch"

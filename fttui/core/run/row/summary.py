@@ -20,6 +20,7 @@ from fttui.core.run.fold.perf import row_perf
 from fttui.core.run.fold.ranks import clash_mismatch
 from fttui.core.run.fold.snapshot import RunSnapshot, to_int
 from fttui.core.run.launching.resume import is_checkpoint
+from fttui.core.run.processes.oomkill import KillEvidence, verdict
 from fttui.core.run.row import commerror
 from fttui.core.run.row.row_figures import (
     gpu_figures,
@@ -33,10 +34,6 @@ from fttui.core.run.row.row_figures import (
 
 if TYPE_CHECKING:
     from fttui.monitor.slurm import JobState
-
-# Host memory this full (fraction of total) when the process was SIGKILLed: the kernel's OOM
-# killer is the likely cause.
-HOST_OOM_FRACTION = 0.95
 
 
 def _signal_name(rc: int | None) -> str | None:
@@ -67,11 +64,12 @@ def final_status(
     cancel_reason: str | None,
     error: str | None = None,
     *,
-    oom_killed: bool = False,
+    kill: KillEvidence | None = None,
 ) -> FinalStatus:
-    """Classify how the run ended: completed, failed, oom or cancelled. ``oom_killed``: the
-    kernel counted an OOM kill in the run's cgroup (:func:`fttui.core.run.processes.cgroup.oom_kills`), so a
-    SIGKILL is the OOM killer's whatever the host's memory looked like in the samples."""
+    """Classify how the run ended: completed, failed, oom or cancelled. ``kill``: what could be
+    read about a SIGKILL (the kernel's counts of OOM kills, its log): with the host's memory at
+    the last sample, :func:`fttui.core.run.processes.oomkill.verdict` says whether it was the
+    OOM killer's, and the status's error says which evidence decided."""
     sig = _signal_name(rc)
     err = snap.error or {}
     if error:
@@ -97,18 +95,18 @@ def final_status(
         found = oom_in_log(rd.log_path)
         if found is not None:
             return FinalStatus("oom", rc, sig, oom_kind=found[0], error=found[1], error_step=snap.step)
-    if rc == -signal.SIGKILL and (oom_killed or _host_memory_pressure(rd, snap)):
+    killed_by_oom, evidence = False, ""
+    if rc == -signal.SIGKILL:
+        host = snap.host
+        killed_by_oom, evidence = verdict(kill, getattr(host, "ram_used_mb", None), getattr(host, "ram_total_mb", None))
+    if killed_by_oom:
         return FinalStatus(
             "oom",
             rc,
             sig,
             oom_kind="host-kill",
             error_step=snap.step,
-            error=(
-                "killed by SIGKILL: the kernel's OOM killer ended a process of the run (its cgroup's memory.events)"
-                if oom_killed
-                else "killed by SIGKILL while host memory was at its limit (kernel OOM killer)"
-            ),
+            error=f"killed by SIGKILL: the kernel's OOM killer ({evidence})",
         )
     comm = commerror.in_log(rd.log_path, snap.world_size) if rc not in (0, None) else None
     if comm is not None:  # a collective timed out, a peer was lost, NCCL failed: the cause and the rank
@@ -118,6 +116,14 @@ def final_status(
     if err:
         return FinalStatus(
             "failed", rc, sig, error=err.get("message"), error_step=err.get("step"), error_rank=err.get("rank")
+        )
+    if evidence:
+        return FinalStatus(
+            "failed",
+            rc,
+            sig,
+            error=f"training process killed by SIGKILL, not taken for the kernel's OOM killer ({evidence})",
+            error_step=snap.step,
         )
     if sig:
         return FinalStatus("failed", rc, sig, error=f"training process killed by {sig}", error_step=snap.step)
@@ -140,15 +146,6 @@ NO_TRAINING_SEEN = (
 def _training_seen(snap: RunSnapshot) -> bool:
     """A start event, a step or an end was folded (from the callback, the worker or the log)."""
     return snap.config is not None or snap.step is not None or snap.train_time is not None or bool(snap.ranks)
-
-
-def _host_memory_pressure(rd: rundir.RunDir, snap: RunSnapshot) -> bool:
-    prof = rd.profile()
-    if prof is not None and prof.limits.host_memory:
-        return True
-    total = getattr(snap.host, "ram_total_mb", None) if snap.host else None
-    peak = snap.host_peak_ram_used_mb
-    return bool(total and peak and peak >= HOST_OOM_FRACTION * total)
 
 
 def build_row(

@@ -152,9 +152,11 @@ def prepare_job(resolved: Profile, opts: SubmitOptions, run_id: str | None = Non
     """Check everything before anything is written: the options, and the profile as every node
     will run it (the launcher and its settings; the GPUs are the allocation's, not this machine's)."""
     from fttui.core.run.launching.launch import build_command, check_trackers
+    from fttui.core.run.launching.oomretry import check_slurm
     from fttui.core.run.launching.preflight import preflight
 
     check_options(opts)
+    check_slurm(resolved)
     rid = run_id or rundir.new_run_id(str(resolved.name or "run"))
     run_path = rundir.paths.runs_dir() / rid
     prof = job_profile(resolved, opts, run_path)

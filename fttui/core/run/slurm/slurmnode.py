@@ -26,6 +26,7 @@ from fttui.core.profiles.typed import Profile
 from fttui.core.run.files import rundir
 from fttui.core.run.files.runfiles import CommandFile, SlurmNodeJob
 from fttui.core.run.launching import launch
+from fttui.core.run.launching.oomretry import check_slurm
 from fttui.core.run.launching.resume import Resume, last_checkpoint
 from fttui.core.run.slurm.allocation import Allocation, rendezvous_addr, with_allocation
 
@@ -64,6 +65,7 @@ def hand_started_prefix(alloc: Allocation, profile_name: str) -> str:
 def start_node(resolved: Profile, alloc: Allocation, job_run: str | None = None) -> rundir.RunDir:
     """Prepare this node's run directory; the caller starts its supervisor (in the foreground:
     the task Slurm tracks, signals and ends)."""
+    check_slurm(resolved)
     addr = rendezvous_addr(alloc)
     prof = with_allocation(resolved, alloc, addr)
     if job_run is None:

@@ -29,6 +29,7 @@ from fttui.core.run.files.events import ExitEvent, StalledEvent, read_events, wr
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.processes import liveness
+from fttui.core.run.processes.oomkill import KillEvidence
 from fttui.core.run.row.summary import build_row, final_status, launch_time, replay, settled_row
 from fttui.core.run.supervising.kept_rows import store_kept_rows
 
@@ -187,7 +188,7 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
             return None
         from fttui.core.run.processes.cgroup import end_run, oom_kills, recorded
 
-        killed = bool(oom_kills(recorded(rd.supervisor(), rd.run_id)))  # the kernel's OOM kills, before it goes
+        kill = KillEvidence(run_cgroup=oom_kills(recorded(rd.supervisor(), rd.run_id)))  # before the cgroup goes
         ended = end_run(rd)  # the training ended: what is left in the run's cgroup (a daemon) ends too
         if ended:
             log.debug("run %s: ended %d process(es) left in its cgroup: %s", rd.run_id, len(ended), ended)
@@ -195,12 +196,12 @@ def recover(rd: rundir.RunDir) -> FinalStatus | None:
         if stored is not None:  # finished before, its status.json lost: the stored row is the record
             rundir.write_json_atomic(rd.status_path, stored.to_dict())
             return None
-        return _finish_recovered(rd, oom_killed=killed)
+        return _finish_recovered(rd, kill=kill)
     finally:
         runlock.release(rd)
 
 
-def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = False) -> FinalStatus:
+def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, kill: KillEvidence | None = None) -> FinalStatus:
     """Write the row and status of a run nothing finished, from what it left on disk;
     ``slurm_job``: the Slurm job's final state, whose cause is the verdict's."""
     events = read_events(rd.events_path)
@@ -216,7 +217,7 @@ def _finish_recovered(rd: rundir.RunDir, slurm_job=None, *, oom_killed: bool = F
     ex = rd.exit_info()
     cancel = "cancel requested" if rd.cancel_path.exists() else None
     if ex is not None and ex.returncode is not None:
-        status = final_status(rd, snap, ex.returncode, cancel, oom_killed=oom_killed)
+        status = final_status(rd, snap, ex.returncode, cancel, kill=kill)
         t_end = float(ex.t or (times[-1] if times else time.time()))
     else:
         t_end = times[-1] if times else time.time()

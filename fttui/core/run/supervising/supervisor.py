@@ -53,11 +53,12 @@ from fttui.core.run.files.sampling import take_sample
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.launching import oomretry
-from fttui.core.run.processes import cgroup, guard, hang, proctree
+from fttui.core.run.processes import cgroup, guard, hang, oomkill, proctree
 from fttui.core.run.row.summary import final_status
 from fttui.core.run.supervising.peers import NodePeers
 from fttui.core.run.supervising.recover import finish
 from fttui.monitor import HostSampler, make_gpu_sampler
+from fttui.monitor.snapshots import HostSnapshot
 
 TICK_S = env_float("FTTUI_SAMPLE_INTERVAL", 0.5)
 
@@ -72,7 +73,10 @@ class Supervisor:
         # the training's group (its leader once started), every process seen in it, its cgroup
         self.tree = proctree.Tree(extra=self._cgroup_members)
         self.cgroup: Path | None = None  # the run's own cgroup, where one can be made
-        self.oom_kills = 0  # its processes the kernel's OOM killer ended (memory.events)
+        self.oom_kills: int | None = None  # its processes the kernel's OOM killer ended (memory.events)
+        self.container_oom_kills: int | None = None  # the count of fttui's own memory cgroup at the launch
+        self.t_launch: float | None = None
+        self.live_host: HostSnapshot | None = None  # the last host sample taken while the training lived
         # 0 (the default): stalled after no step for max(floor, 10 usual steps) (guard.stall_limit)
         self.stall_fixed = env_float("FTTUI_STALL_TIMEOUT", float(self.profile.monitor.stall_timeout_s or 0))
         self.stall_floor = env_float("FTTUI_STALL_FLOOR", float(guard.STALL_FLOOR_S))
@@ -140,7 +144,9 @@ class Supervisor:
     def _end_cgroup(self) -> None:
         """Nothing is left in the run's cgroup (cgroup.kill), and the empty cgroup is removed."""
         if self.cgroup is not None:
-            self.oom_kills = max(self.oom_kills, cgroup.oom_kills(self.cgroup) or 0)  # read before it goes
+            n = cgroup.oom_kills(self.cgroup)  # read before it goes
+            if n is not None:
+                self.oom_kills = max(self.oom_kills or 0, n)
             cgroup.kill(self.cgroup)
 
     def logtee_options(self) -> list[str]:
@@ -178,7 +184,8 @@ class Supervisor:
         host = None
         gpu = make_gpu_sampler()
         tail = EventTail(rd.events_path)
-        t_launch = time.time()
+        t_launch = self.t_launch = time.time()
+        self.container_oom_kills = oomkill.memory_cgroup_oom_count()
         with open_private(rd.log_path) as log:  # the log exists (0600) before anything writes to it
             if no_cgroup:  # said once, in the run's log: not an error
                 self._write(
@@ -336,6 +343,8 @@ class Supervisor:
         try:
             sample, _ = take_sample(host, gpu, self.rd.samples_path)
             self.state.apply_sample(sample)
+            if sample.host is not None and self.child is not None and self.child.poll() is None:
+                self.live_host = sample.host  # the host while the training lived: its memory at a kill
         except OSError as e:
             if self.fault is None:
                 self.fault, self.fault_t = guard.write_error("samples.jsonl", e), time.time()
@@ -375,14 +384,28 @@ class Supervisor:
             print(f"supervisor: asking the ranks where the hang is failed ({type(e).__name__}: {e})", file=sys.stderr)
             return None
 
+    def _kill_evidence(self) -> oomkill.KillEvidence:
+        """What can be read of a SIGKILL of the training (:mod:`fttui.core.run.processes.oomkill`):
+        the OOM kills its cgroup and fttui's memory cgroup counted, the kernel log's record."""
+        before, now = self.container_oom_kills, oomkill.memory_cgroup_oom_count()
+        pids = {*self.tree.seen, *([self.child.pid] if self.child else [])}
+        read, record = oomkill.kernel_log_oom_kill(pids, since=self.t_launch)
+        return oomkill.KillEvidence(
+            run_cgroup=self.oom_kills,
+            container=None if before is None or now is None else max(0, now - before),
+            kernel_log=record,
+            kernel_log_read=read,
+            ram_used_mb=getattr(self.live_host, "ram_used_mb", None),
+            ram_total_mb=getattr(self.live_host, "ram_total_mb", None),
+        )
+
     def _finish(
         self, rc: int | None, t_launch: float | None, error: str | None = None, reserve: guard.Reserve | None = None
     ) -> None:
         """The verdict, kept in memory until it can be written: a write that fails (a full disk)
         gives back the reserve and is tried again, every few seconds, until it is written."""
-        status = final_status(
-            self.rd, self.state.snapshot(), rc, self.cancel_reason, error, oom_killed=self.oom_kills > 0
-        )
+        kill = self._kill_evidence() if rc == -signal.SIGKILL else None
+        status = final_status(self.rd, self.state.snapshot(), rc, self.cancel_reason, error, kill=kill)
         if self.ever_stalled:
             stalled = f"stalled: {self.ever_stalled}" + (f"; where: {self.hang}" if self.hang else "")
             status = replace(status, error=f"{status.error}; " * bool(status.error) + stalled)
