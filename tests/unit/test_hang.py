@@ -94,3 +94,32 @@ def test_ask_two_gloo_ranks_one_waiting_in_a_barrier(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_py_spy_reads_a_rank_that_answers_nothing(tmp_path):
+    """A stopped process without fttui's request thread or SIGUSR1 dump: named by py-spy's frame."""
+    import os
+    import shutil
+    import signal
+
+    if not (shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))):
+        import pytest
+
+        pytest.skip("PY-SPY NOT INSTALLED: it is in the dev extras (pip install -e .[dev])")
+    code = "import time\ndef waiting_here():\n    time.sleep(600)\nwaiting_here()\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        write_event(tmp_path / "events.jsonl", StartEvent(rank=0, pid=proc.pid))
+        write_event(tmp_path / "events.jsonl", StepEvent(rank=0, pid=proc.pid, step=7))
+        time.sleep(1.5)  # in its sleep
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_for(lambda: open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", timeout=10,
+                 what="the process stopped")
+        found = hang.ask(tmp_path, wait_s=0.5)
+        (rank,) = found.ranks
+        assert not rank.answered and rank.stopped and not rank.registered
+        assert rank.frame is not None and rank.frame.startswith("waiting_here ("), rank
+        assert found.sentence == f"no rank waits in a collective: rank 0: stopped (SIGSTOP) (py-spy: {rank.frame})"
+    finally:
+        proc.kill()
+        proc.wait()

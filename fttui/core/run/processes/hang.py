@@ -21,8 +21,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,7 @@ __all__ = ["RankWhere", "Hang", "HANG_FILE", "ask", "sentence", "waits_in", "rea
 HANG_FILE = "hang.json"
 #: seconds given to py-spy for one rank
 SPY_S = 5.0
+_SPY_FRAME = re.compile(r"^\s+\S.* \(.+:\d+\)\s*$")  # py-spy dump's frame line: "    fn (file.py:12)"
 #: Python frames that are a rank waiting for its peers (the innermost frame of its main thread)
 _WAITING = {
     "all_reduce",
@@ -127,7 +130,7 @@ def _why_silent(r: RankWhere) -> str:
 
 
 def _silent(r: RankWhere) -> str:
-    return f"rank {r.rank}: {_why_silent(r)}"
+    return f"rank {r.rank}: {_why_silent(r)}" + (f" (py-spy: {r.frame})" if r.frame else "")
 
 
 def sentence(ranks: list[RankWhere]) -> str:
@@ -175,7 +178,7 @@ def read_answer(path: Path, request: str) -> dict[str, Any] | None:
 def _spy(pid: int) -> str | None:
     """The innermost frame of ``pid``'s main thread by ``py-spy dump`` (``None``: no py-spy, or
     it could not read the process)."""
-    exe = shutil.which("py-spy")
+    exe = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
     if exe is None:
         return None
     try:
@@ -184,10 +187,12 @@ def _spy(pid: int) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
+    in_thread = False
     for line in out.stdout.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("Process ", "Python v", "Thread ")) and "(" in line:
-            return line  # "function (file:line)", innermost first
+        if line.startswith("Thread "):
+            in_thread = True
+        elif in_thread and _SPY_FRAME.match(line):
+            return line.strip()  # "function (file:line)", innermost first
     return None
 
 
