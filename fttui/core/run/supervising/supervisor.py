@@ -375,11 +375,12 @@ class Supervisor:
 
     def _where(self) -> str | None:
         """Where the hang is: every rank asked at the stall (fttui.core.run.processes.hang, a few
-        seconds); ``None`` when the rank timing is off or asking failed."""
+        seconds); ``None`` when the rank timing is off, no rank reported a start, or asking failed."""
         if rank_timing.timing_off(os.environ):
             return None
         try:
-            return hang.ask(self.rd.path).sentence
+            found = hang.ask(self.rd.path)
+            return found.sentence if found.ranks else None  # no rank reported a start: nothing to say
         except Exception as e:  # the stall is said without it
             print(f"supervisor: asking the ranks where the hang is failed ({type(e).__name__}: {e})", file=sys.stderr)
             return None
