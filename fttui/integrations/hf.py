@@ -111,6 +111,13 @@ def _rank() -> int:
         return 0
 
 
+def _world() -> int:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
 def _find_trainer():
     """The Trainer whose training loop calls this callback (a frame above it), else ``None``."""
     try:
@@ -261,7 +268,9 @@ class FttuiCallback(TrainerCallback):
             self.rank = int(getattr(args, "process_index", self.rank) or 0)
             if not _hd.off():  # FTTUI_RANK_TIMING=0: neither
                 self._time_collectives(trainer)
-                # where a hang is: this rank's collectives and stack when fttui asks (fttui.core.run.control.hang)
+            if not _hd.off() and _world() > 1:
+                # where a hang is, among ranks: this rank's collectives and stack when fttui asks
+                # (fttui.core.run.processes.hang); one process answers SIGUSR1 and py-spy only
                 _hd.start(
                     self.run_dir, self.rank, lambda: self.c.step, lambda e: log_failure(self.run_dir, "answering", e)
                 )

@@ -38,6 +38,7 @@ KEYS = [
         "run",
         [
             ("c", "cancel the run (asks first)"),
+            ("k", "the ranks: each one's compute and wait, the slow rank; w there: where each rank is"),
             ("escape", "back to the profiles (the run goes on)"),
         ],
     ),

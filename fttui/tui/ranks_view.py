@@ -1,6 +1,6 @@
 """The ranks of a run (issue 39): each rank's node, compute and wait per step, and how long the
 others waited for it; the straggler in words; and, on ``w``, where every rank is now (a hang's
-sentence, fttui.core.run.processes.hang). Opened from the run screen with ``r``."""
+sentence, fttui.core.run.processes.hang). Opened from the run screen with ``k``."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class RanksScreen(Screen):
 
     BINDINGS = [
         Binding("w", "where", "Where is each rank"),
-        Binding("escape,r", "back", "Back"),
+        Binding("escape,k", "back", "Back"),
     ]
 
     def __init__(self, run_screen: RunView) -> None:

@@ -48,7 +48,7 @@ WATCH_S = 0.1
 class RunScreen(Screen):
     BINDINGS = [
         Binding("c", "cancel_run", "Cancel run"),
-        Binding("r", "ranks", "Ranks"),
+        Binding("k", "ranks", "Ranks"),
         Binding("escape", "back", "Back", show=False),
     ]
 

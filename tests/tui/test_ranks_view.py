@@ -1,4 +1,4 @@
-"""The ranks view (issue 39): `r` on a live run's screen shows each rank's node, compute and wait,
+"""The ranks view (issue 39): `k` on a live run's screen shows each rank's node, compute and wait,
 and the straggler the others wait for; `w` asks every rank where it is (here no rank answers:
 the recorded run's pids are not ranks); escape goes back."""
 
@@ -43,7 +43,7 @@ async def test_the_ranks_view_names_the_straggler_and_goes_back(fttui_home):
         run = app.screen
         await until(pilot, lambda: run.snap is not None and run.snap.step == 12, what="all steps folded")
         assert run.snap.straggler and run.snap.straggler.startswith("rank 1 on n2 computes ")
-        await pilot.press("r")
+        await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, RanksScreen), what="ranks view")
         view = app.screen
         table = view.query_one("#ranks-table")

@@ -315,7 +315,7 @@ class Prober:
             "--oom-bound",
             str(clean_oom or 0),
         ]
-        env_add = launch.child_env(prof)
+        env_add = launch.child_env(prof, probe=True)
         env_add["FTTUI_PARENT_PID"] = str(os.getpid())
         if self.order is not None:
             argv += ["--data-order", str(paths.runs_dir() / rid / "data-order.json")]

@@ -36,11 +36,11 @@ MIN_STEPS = 5
 #: the others waited for the straggler at least this share of the window's time ...
 SHARE_AT = 0.2
 #: ... at least this many times as long as for any other rank ...
-LEAD = 3.0
+LEAD = 2.5
 #: ... it computes at least this many times the median of the others ...
 SKEW_AT = 1.4
 #: ... in this many windows in a row (one noisy window names nobody)
-HELD = 3
+HELD = 2
 _PENDING = 64  # steps some rank has not reported yet, kept at most
 
 

@@ -158,8 +158,11 @@ def check_launcher(prof: Profile, launcher: str) -> None:
     )
 
 
-def child_env(profile: Profile) -> dict[str, str]:
-    """Environment variables added to the training processes (recorded in command.json)."""
+def child_env(profile: Profile, probe: bool = False) -> dict[str, str]:
+    """Environment variables added to the training processes (recorded in command.json).
+    ``probe``: a probe's trials, whose boundary must repeat to the byte: the rank timing is off
+    (its answering thread and the flight recorder's entries allocate at moments no trial
+    controls; a probe finds a boundary, not a straggler)."""
     env = {
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -203,7 +206,10 @@ def child_env(profile: Profile) -> dict[str, str]:
         # mapped instead: no faults in the steady state, peak RSS +0..19 MiB (docs/benchmarks.md).
         env["MALLOC_TRIM_THRESHOLD_"] = str(32 << 20)
     nproc = prof.devices.processes_per_node()
-    env.update(rank_timing.flight_recorder_env(os.environ))  # where a hang is (fttui.core.run.control.hang)
+    if probe:
+        env[rank_timing.RANK_TIMING_ENV] = "0"
+    else:  # where a hang is (fttui.core.run.processes.hang)
+        env.update(rank_timing.flight_recorder_env(os.environ))
     if on_cpu and nproc > 1:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     if on_cpu and prof.limits.host_memory and "OMP_NUM_THREADS" not in os.environ:
@@ -291,7 +297,7 @@ def prepare(
     rid = run_id or rundir.new_run_id(prof.name or "run")
     run_path = rundir.paths.runs_dir() / rid
     argv = build_command(prof, run_path, resume_from=resume.checkpoint if resume else None)
-    rd = rundir.create(prof.to_dict(), argv, child_env(prof), run_id=rid, kind=kind, group=group)
+    rd = rundir.create(prof.to_dict(), argv, child_env(prof, probe=kind == "probe"), run_id=rid, kind=kind, group=group)
     if resume is not None:
         resumed = ResumeFrom(run_id=resume.run_id, checkpoint=resume.checkpoint, step=resume.step)
         rd.write_command(replace(rd.command() or CommandFile(), resume=resumed))
