@@ -123,3 +123,21 @@ def test_lightning_batch_size_and_precision_names():
     assert lit.batch_size([1, 2]) is None
     assert [lit.precision(p) for p in ("bf16-mixed", "16-mixed", "32-true", "64-true", None)] == [
         "bf16", "fp16", "fp32", "fp64", None]
+
+
+def test_a_python_without_fttui_gets_the_api_from_the_hook(tmp_path):
+    """The command's Python has no fttui (fttui in its own environment): under `fttui run` the hook
+    on its PYTHONPATH makes `import fttui` find this fttui, whose API needs the standard library only."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = str(bare / "bin" / "python")
+    code = "import fttui; fttui.report_step(1, samples=2, loss=0.5); print(fttui.__file__)"
+    env = {"PATH": os.environ.get("PATH", ""), "FTTUI_RUN_DIR": str(tmp_path)}
+    alone = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert alone.returncode != 0 and "No module named 'fttui'" in alone.stderr  # no fttui in that Python
+    env["PYTHONPATH"] = str(ROOT / "fttui" / "integrations" / "autoload")  # what `fttui run` adds
+    hooked = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert hooked.returncode == 0, hooked.stderr
+    assert hooked.stdout.strip() == str(ROOT / "fttui" / "__init__.py")
+    evs = read_events(tmp_path / "events.jsonl")
+    assert [e.event for e in evs] == ["phase", "start", "step", "end"]

@@ -11,7 +11,13 @@ import of ``transformers.trainer`` and then:
   (OOM kind included) before it propagates unchanged;
 - writes the ``loading-model`` phase (the script is importing its training stack).
 
-Nothing else is changed, and nothing is imported before the script imports transformers. Any
+It watches for the import of Lightning's trainer (``lightning.pytorch.trainer.trainer`` or
+``pytorch_lightning.trainer.trainer``) too, and wraps that ``Trainer.__init__`` so that every
+Lightning Trainer gets fttui's Lightning callback (:mod:`fttui.integrations.lightning`) unless
+it has one. And where the command's Python has no ``fttui`` of its own, ``import fttui`` finds
+the fttui this file belongs to (its reporting API, :mod:`fttui.report`, is stdlib only).
+
+Nothing else is changed, and nothing is imported before the script imports one of them. Any
 failure in here is swallowed: one line on stderr (the run's log) and the traceback in the run
 directory's ``integration.log``; the script runs as it would without fttui. A ``sitecustomize``
 that this one shadows on ``sys.path`` is run afterwards.
@@ -199,6 +205,24 @@ class _Finder:
             return None
 
 
+class _FttuiPackage:
+    """``import fttui`` in a Python where fttui is not installed (fttui in its own environment, the
+    command in another): the fttui this file belongs to, whose reporting API (:mod:`fttui.report`)
+    and integrations need the standard library only. Last on ``sys.meta_path``: asked only when no
+    other finder found a ``fttui``."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "fttui":
+            return None
+        import importlib.util
+        import os
+
+        pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return importlib.util.spec_from_file_location(
+            "fttui", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg]
+        )
+
+
 def _chain_next_sitecustomize() -> None:
     """Run the ``sitecustomize`` this module shadows (a distribution's or a virtualenv's)."""
     import importlib.machinery
@@ -221,6 +245,7 @@ def _install() -> None:
 
     if not os.environ.get("FTTUI_RUN_DIR") or os.environ.get("FTTUI_INJECT", "1") == "0":
         return
+    sys.meta_path.append(_FttuiPackage())
     targets = dict(_TARGETS)
     for name in list(targets):
         if name in sys.modules:  # imported already (an interactive start-up): patch it now
