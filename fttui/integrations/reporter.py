@@ -197,9 +197,8 @@ class Reporter:
         shape = model_shape_of(model_config)
         train: dict[str, Any] = {"precision": precision}
         train.update((k, v) for k, v in (("batch_size", batch_size), ("grad_accum", grad_accum)) if v is not None)
-        config: dict[str, Any] = {"model": {"name_or_path": model_name}, "train": train}
-        if gpus is not None:
-            config["devices"] = {"gpus": int(gpus)}
+        devices = {} if gpus is None else {"devices": {"gpus": int(gpus)}}  # what the row's GPUs per node read
+        config: dict[str, Any] = {"model": {"name_or_path": model_name}, "train": train, **devices}
         fields: dict[str, Any] = {
             "config": config,
             "total_steps": self.total_steps,
