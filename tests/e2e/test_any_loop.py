@@ -4,12 +4,15 @@
   counts (steps, samples, non-padding tokens, loss);
 - Lightning's own `BoringModel` fitted by Lightning's `Trainer`, library and script untouched by
   fttui: the callback comes from the automatic hook; the row has the Trainer's 50 steps, a
-  samples/s and the loss its training step returned; on one process and on two (DDP on CPU).
+  samples/s and the loss its training step returned; on one process and on two (DDP on CPU);
+- Lightning's own `LightningLSTM` on a generated `data/wikitext-2.txt`: its logged `train_loss`
+  is the row's loss (one process).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -27,6 +30,10 @@ SCRIPTS = Path(__file__).resolve().parent / "command_scripts"
 def _fttui_run(tmp_path, script: str, **env_extra: str):
     cwd = tmp_path / "work"
     cwd.mkdir(exist_ok=True)
+    return _fttui_run_in(tmp_path, cwd, script, **env_extra)
+
+
+def _fttui_run_in(tmp_path, cwd: Path, script: str, **env_extra: str):
     env = fttui_env(STATE_FILE=str(tmp_path / "state.json"), **env_extra)
     proc = run_fttui("run", "--headless", "--", sys.executable, str(SCRIPTS / script), cwd=cwd, env=env, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -66,9 +73,10 @@ def _lightning_state(tmp_path, rank: int = 0) -> dict:
     return json.loads((tmp_path / f"state.json.{rank}").read_text())
 
 
-def test_lightning_boring_model_reports_without_a_line_of_fttui(tmp_path, fttui_home):
-    pytest.importorskip("lightning")
-    proc, row = _fttui_run(tmp_path, "lightning_fit.py", STEPS="50")
+@pytest.mark.parametrize("package", ["lightning", "pytorch_lightning"])
+def test_lightning_boring_model_reports_without_a_line_of_fttui(tmp_path, fttui_home, package):
+    pytest.importorskip(package)
+    proc, row = _fttui_run(tmp_path, "lightning_fit.py", STEPS="50", PACKAGE=package)
     state = _lightning_state(tmp_path)
     assert state["global_step"] == 50 and "FttuiLightningCallback" in state["callbacks"]
     assert row["status"] == "completed" and row["error"] is None
@@ -83,6 +91,27 @@ def test_lightning_boring_model_reports_without_a_line_of_fttui(tmp_path, fttui_
     assert [e["loss"] for e in steps] == pytest.approx(state["losses"], rel=1e-6)
     assert not (run_dir / "integration.log").exists()
     assert "COMPLETED" in proc.stdout and "no training seen" not in proc.stdout
+
+
+def test_lightning_lstm_logged_train_loss_is_the_rows_loss(tmp_path, fttui_home):
+    """Lightning's LightningLSTM on a generated data/wikitext-2.txt: the train_loss it logs at
+    each step is the step event's loss, and the last one the row's."""
+    pytest.importorskip("lightning")
+    cwd = tmp_path / "work"
+    (cwd / "data").mkdir(parents=True)
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(150)]
+    (cwd / "data" / "wikitext-2.txt").write_text(
+        "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(600)) + "\n")
+    _proc, row = _fttui_run_in(tmp_path, cwd, "lightning_lstm_fit.py", STEPS="10", VOCAB="200")
+    state = _lightning_state(tmp_path)
+    assert state["global_step"] == 10 and len(state["logged"]) == 10
+    assert row["status"] == "completed" and row["steps"] == row["total_steps"] == 10
+    assert row["samples"] == state["samples"] == 10 * 20  # the demo's sampler: 20 sequences a batch
+    assert row["loss"] == pytest.approx(state["logged"][-1], rel=1e-5)
+    steps = [e for e in _events(only_run_dir(fttui_home)) if e.get("event") == "step"]
+    assert [e["loss"] for e in steps] == pytest.approx(state["logged"], rel=1e-5)
+    assert row["model"] == "LightningLSTM" and row["samples_per_s"] > 0
 
 
 @pytest.mark.slow

@@ -1,12 +1,17 @@
 """Lightning's own demo model (``BoringModel``) fitted by Lightning's ``Trainer``, nothing of fttui
 in it (issue 42): fttui's callback comes from the automatic hook. The script records what its own
 Trainer saw (its global step, each training step's loss, the samples, its callbacks) in
-``STATE_FILE.RANK``; ``DEVICES=2`` fits with DDP on two CPU processes."""
+``STATE_FILE.RANK``; ``DEVICES=2`` fits with DDP on two CPU processes; ``PACKAGE=pytorch_lightning``
+fits with the older package name's Trainer."""
 import json
 import os
 
-import lightning as L
-from lightning.pytorch.demos.boring_classes import BoringModel
+if os.environ.get("PACKAGE") == "pytorch_lightning":
+    import pytorch_lightning as L
+    from pytorch_lightning.demos.boring_classes import BoringModel
+else:
+    import lightning as L
+    from lightning.pytorch.demos.boring_classes import BoringModel
 
 
 class Record(L.Callback):
