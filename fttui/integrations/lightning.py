@@ -83,7 +83,10 @@ def _loss(outputs: Any) -> Any:
 
 
 def _start_fields(trainer: Any, module: Any) -> dict[str, Any]:
-    total = trainer.estimated_stepping_batches
+    try:  # inf for a loader without a length and no max_steps; it can raise on odd setups
+        total = trainer.estimated_stepping_batches
+    except Exception:
+        total = None
     params = trainable = 0
     for p in module.parameters():
         params += p.numel()

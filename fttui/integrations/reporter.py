@@ -146,6 +146,7 @@ class Reporter:
         self.mark: float | None = None  # the end of the latest step (perf_counter)
         self.implicit = False  # the start was not reported: the first step began the clock
         self.reported = 0  # steps written
+        self.pid = os.getpid()  # a child forked after the start (a data loader's worker) writes no end
         atexit.register(self.end)
 
     # ------------------------------------------------------------------ writing
@@ -274,7 +275,7 @@ class Reporter:
 
     def end(self) -> None:
         """The ``end`` event (once, after a start; at the process's exit at the latest)."""
-        if self.started and not self.ended and self.active:
+        if self.started and not self.ended and self.active and os.getpid() == self.pid:
             self.ended = True
             self._guard("end", self._end)
 
