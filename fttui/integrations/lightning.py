@@ -6,7 +6,8 @@ Per optimizer step and rank (Lightning's ``global_rank``) it writes a ``step`` e
 step reporter (:mod:`fttui.integrations.reporter`): the step (``trainer.global_step``), the
 samples (each micro-batch's size: the first dimension of the batch's first tensor), the loss (the
 sum of the step's micro-batch losses as the training step returned them, which Lightning divides
-by the accumulation: the step's mean), the learning rate and the epoch; a ``start`` event when
+by the accumulation: the step's mean), the tokens of a batch of ``input_ids`` (its
+``attention_mask``'s sum), the learning rate and the epoch; a ``start`` event when
 training starts (the model's class and parameters, the accumulation, the precision, the world
 size, the total steps Lightning estimates), ``end`` when it ends and ``error`` for an exception
 out of ``fit`` (Lightning's ``on_exception``).
@@ -39,7 +40,7 @@ except ImportError:  # loaded by path into a Python where fttui is not installed
         sys.modules[_name] = _rep
         _spec.loader.exec_module(_rep)
 
-__all__ = ["CALLBACK_NAME", "callback_class", "attach", "batch_size", "precision"]
+__all__ = ["CALLBACK_NAME", "callback_class", "attach", "batch_size", "batch_tokens", "precision"]
 
 #: The class name of fttui's Lightning callback (a Trainer that has one gets no second).
 CALLBACK_NAME = "FttuiLightningCallback"
@@ -60,6 +61,19 @@ def batch_size(batch: Any) -> int | None:
         elif isinstance(item, (list, tuple)):
             todo.extend(item)
     return None
+
+
+def batch_tokens(batch: Any) -> Any:
+    """A micro-batch's non-padding tokens when it is a mapping with ``input_ids`` (a Hugging Face
+    style batch): its ``attention_mask``'s sum (a tensor: read once per step), else the ids'
+    count; ``None`` for any other batch."""
+    if not isinstance(batch, dict):
+        return None
+    ids = batch.get("input_ids")
+    if not hasattr(ids, "numel"):
+        return None
+    mask = batch.get("attention_mask")
+    return mask.detach().sum() if hasattr(mask, "sum") and hasattr(mask, "detach") else int(ids.numel())
 
 
 def precision(value: Any) -> str | None:
@@ -121,6 +135,7 @@ def callback_class(base: type) -> type:
             self.run_dir = _rep.run_dir()
             self.rep: Any = None
             self.samples = 0  # this step's, so far
+            self.tokens: Any = None  # this step's, so far (a batch of input_ids only)
             self.loss: Any = None
             self.reported = -1  # the global step last reported
 
@@ -150,6 +165,9 @@ def callback_class(base: type) -> type:
                 return
             try:
                 self.samples += batch_size(batch) or 0
+                tokens = batch_tokens(batch)
+                if tokens is not None:
+                    self.tokens = tokens if self.tokens is None else self.tokens + tokens
                 loss = _loss(outputs)
                 if loss is not None:
                     self.loss = loss if self.loss is None else self.loss + loss
@@ -163,7 +181,8 @@ def callback_class(base: type) -> type:
                     lr = opts[0].param_groups[0].get("lr")
                 samples, self.samples = self.samples, 0
                 loss, self.loss = self.loss, None
-                rep.step(step, samples=samples, loss=loss, lr=lr, epoch=trainer.current_epoch)
+                tokens, self.tokens = self.tokens, None
+                rep.step(step, samples=samples, tokens=tokens, loss=loss, lr=lr, epoch=trainer.current_epoch)
             except Exception as e:
                 self._fail("step", e)
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from fttui.core.run.files.events import EndEvent, PhaseEvent, StartEvent, StepEvent, read_events
 from fttui.integrations import lightning as lit
 from tests.conftest import ROOT
@@ -121,6 +123,10 @@ def test_lightning_batch_size_and_precision_names():
     assert lit.batch_size((T(), T(4, 2))) == 4  # a scalar first: the first tensor with a dimension
     assert lit.batch_size({"input_ids": T(3, 7), "labels": T(3, 7)}) == 3
     assert lit.batch_size([1, 2]) is None
+    torch = pytest.importorskip("torch")
+    ids = torch.ones(2, 5, dtype=torch.long)
+    assert int(lit.batch_tokens({"input_ids": ids, "attention_mask": torch.tensor([[1, 1, 1, 0, 0]] * 2)})) == 6
+    assert lit.batch_tokens({"input_ids": ids}) == 10 and lit.batch_tokens((ids, ids)) is None
     assert [lit.precision(p) for p in ("bf16-mixed", "16-mixed", "32-true", "64-true", None)] == [
         "bf16", "fp16", "fp32", "fp64", None]
 
