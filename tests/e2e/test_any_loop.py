@@ -1,7 +1,7 @@
 """End to end: any training loop reports (issue 42) under the real `fttui run -- CMD`.
 
 - a plain PyTorch loop with one `fttui.report_step` call per step: the row equals the loop's own
-  counts (steps, samples, non-padding tokens, loss);
+  counts (steps, samples, non-padding tokens, loss); on one process and on two torchrun ranks;
 - Lightning's own `BoringModel` fitted by Lightning's `Trainer`, library and script untouched by
   fttui: the callback comes from the automatic hook; the row has the Trainer's 50 steps, a
   samples/s and the loss its training step returned; on one process and on two (DDP on CPU);
@@ -27,15 +27,16 @@ pytestmark = pytest.mark.e2e
 SCRIPTS = Path(__file__).resolve().parent / "command_scripts"
 
 
-def _fttui_run(tmp_path, script: str, **env_extra: str):
+def _fttui_run(tmp_path, script: str, *launcher: str, **env_extra: str):
     cwd = tmp_path / "work"
     cwd.mkdir(exist_ok=True)
-    return _fttui_run_in(tmp_path, cwd, script, **env_extra)
+    return _fttui_run_in(tmp_path, cwd, script, *launcher, **env_extra)
 
 
-def _fttui_run_in(tmp_path, cwd: Path, script: str, **env_extra: str):
+def _fttui_run_in(tmp_path, cwd: Path, script: str, *launcher: str, **env_extra: str):
     env = fttui_env(STATE_FILE=str(tmp_path / "state.json"), **env_extra)
-    proc = run_fttui("run", "--headless", "--", sys.executable, str(SCRIPTS / script), cwd=cwd, env=env, timeout=400)
+    argv = [sys.executable, *launcher, str(SCRIPTS / script)]
+    proc = run_fttui("run", "--headless", "--", *argv, cwd=cwd, env=env, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(run_fttui("results", "--format", "json", check=True).stdout)
     assert len(rows) == 1, rows
@@ -67,6 +68,24 @@ def test_plain_loop_reporting_each_step_gives_the_loops_own_counts(tmp_path, ftt
     assert [e["step"] for e in events if e["event"] == "step"] == list(range(1, 13))
     assert json.loads((run_dir / "callback.json").read_text())["via"] == "report"
     assert not (run_dir / "integration.log").exists()
+
+
+@pytest.mark.slow
+def test_plain_loop_under_torchrun_reports_each_rank_from_the_launchers_environment(tmp_path, fttui_home):
+    _proc, row = _fttui_run(tmp_path, "report_loop_script.py", "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node=2", STEPS="6")
+    states = [json.loads((tmp_path / f"state.json.{r}").read_text()) for r in (0, 1)]
+    assert row["status"] == "completed" and row["world_size"] == 2
+    assert row["steps"] == row["total_steps"] == 6
+    assert row["samples"] == sum(s["samples"] for s in states) == 2 * 6 * 4
+    assert row["tokens"] == sum(s["tokens"] for s in states)
+    assert row["loss"] == pytest.approx(states[0]["loss"], rel=1e-5)  # the lowest rank's
+    events = [e for e in _events(only_run_dir(fttui_home)) if e.get("source") == "report"]
+    for r in (0, 1):
+        mine = [e for e in events if e["rank"] == r]
+        assert [e["event"] for e in mine][:2] == ["phase", "start"] and mine[-1]["event"] == "end"
+        assert mine[1]["world_size"] == 2 and len({e["pid"] for e in mine}) == 1
+        assert mine[-1]["samples"] == states[r]["samples"] and mine[-1]["tokens"] == states[r]["tokens"]
 
 
 def _lightning_state(tmp_path, rank: int = 0) -> dict:

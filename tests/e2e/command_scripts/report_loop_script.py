@@ -1,6 +1,7 @@
 """A plain PyTorch loop that reports each step with fttui's public API (issue 42): one call per
 step with its own counts, which it also writes to ``STATE_FILE`` (steps, samples, non-padding
-tokens, the last loss) for the test to compare with fttui's row."""
+tokens, the last loss) for the test to compare with fttui's row; under a launcher, each rank to
+``STATE_FILE.RANK`` (its own seed: the ranks train on different data)."""
 import json
 import os
 
@@ -10,7 +11,8 @@ import fttui
 
 steps = int(os.environ.get("STEPS", "12"))
 batch, length, vocab, hidden = 4, 16, 50, 8
-torch.manual_seed(0)
+rank = os.environ.get("RANK")
+torch.manual_seed(int(rank or 0))
 model = torch.nn.Sequential(torch.nn.Embedding(vocab, hidden), torch.nn.Linear(hidden, vocab))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 fttui.report_start(
@@ -34,5 +36,5 @@ for step in range(1, steps + 1):
     samples += batch
     tokens += int(mask.sum())
     fttui.report_step(step, samples=batch, tokens=int(mask.sum()), loss=loss, lr=0.1)
-with open(os.environ["STATE_FILE"], "w") as f:
+with open(os.environ["STATE_FILE"] + (f".{rank}" if rank is not None else ""), "w") as f:
     json.dump({"steps": steps, "samples": samples, "tokens": tokens, "loss": float(loss), "api": fttui.API_VERSION}, f)
