@@ -69,10 +69,10 @@ def batch_tokens(batch: Any) -> Any:
     count; ``None`` for any other batch."""
     if not isinstance(batch, dict):
         return None
-    ids = batch.get("input_ids")
+    ids: Any = batch.get("input_ids")
     if not hasattr(ids, "numel"):
         return None
-    mask = batch.get("attention_mask")
+    mask: Any = batch.get("attention_mask")
     return mask.detach().sum() if hasattr(mask, "sum") and hasattr(mask, "detach") else int(ids.numel())
 
 
