@@ -54,7 +54,8 @@ def test_wheel_holds_profiles_demo_data_license_and_extras(wheel):
     assert "fttui/core/profiles/foreign/known_keys.json" in names  # `--from FILE.yaml` reads it
     # `fttui run -- CMD` puts this folder on the command's PYTHONPATH (docs/commands.md)
     assert {"fttui/integrations/autoload/sitecustomize.py", "fttui/integrations/hf.py", "fttui/integrations/hf_info.py",
-            "fttui/integrations/stackdump.py", "fttui/integrations/commwait.py"} <= names
+            "fttui/integrations/stackdump.py", "fttui/integrations/commwait.py", "fttui/integrations/reporter.py",
+            "fttui/integrations/lightning.py", "fttui/report.py"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in meta and "Classifier: " in meta
     for extra in ("train", "qlora", "zero3", "all", "dev"):
@@ -79,3 +80,20 @@ def test_installed_wheel_lists_and_runs_the_bundled_profiles(wheel, tmp_path, ft
     run = _installed(site, "run", "--profile", "tiny-full", "--headless", "--set", "max_steps=2", cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "COMPLETED" in run.stdout
+
+
+def test_installed_wheel_without_extras_provides_the_reporting_api(wheel, tmp_path):
+    """`pip install fttui` (no extras: torch is no core requirement, above) gives the public
+    reporting API (issue 42): it writes the step events without importing torch or Textual."""
+    _, site = wheel
+    code = ("import sys, fttui; fttui.report_step(1, samples=4, tokens=64, loss=0.25); fttui.report_end(); "
+            "print(fttui.report.__file__, fttui.API_VERSION, sorted(m for m in ('torch', 'textual', 'rich') "
+            "if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=fttui_env(PYTHONPATH=str(site), FTTUI_RUN_DIR=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    where, version, heavy = proc.stdout.split(maxsplit=2)
+    assert where.startswith(str(site)) and version == "1.0" and heavy.strip() == "[]"
+    lines = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in lines] == ["phase", "start", "step", "end"]
+    assert (lines[2]["samples"], lines[2]["tokens"], lines[2]["loss"]) == (4, 64, 0.25)
