@@ -242,3 +242,21 @@ def test_the_memory_at_the_kill_is_the_last_sample_while_the_training_lived(fttu
     live_low = KillEvidence(ram_used_mb=416.0, ram_total_mb=16000.0)
     full_after = RunSnapshot(step=3, host=HostSnapshot(ram_used_mb=15900.0, ram_total_mb=16000.0))
     assert final_status(rd, full_after, -9, None, kill=live_low).status == "failed"
+
+
+def test_a_short_name_of_several_cards_at_one_peak_rate_resolves():
+    """`--card A100` names four cards that train at one peak rate: any of them times the run the
+    same (issue 41 item 4); `H100` names three at different rates: one line naming them."""
+    from fttui.core.base.errors import FttuiError
+    from fttui.core.models.peaks import PRECISIONS, cards_matching, card_named, peak_tflops
+
+    card = card_named("A100")
+    assert card in cards_matching("A100") and len(cards_matching("A100")) > 1
+    for other in cards_matching("A100"):
+        assert [peak_tflops(other, p) for p in PRECISIONS] == [peak_tflops(card, p) for p in PRECISIONS]
+    try:
+        card_named("H100")
+    except FttuiError as e:
+        assert "at different peak rates; name one" in str(e)
+    else:
+        raise AssertionError("H100 resolved")

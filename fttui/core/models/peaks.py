@@ -114,14 +114,21 @@ def cards_matching(name: str) -> list[str]:
 
 def card_named(name: str, flag: str = "--card", stored: Iterable[str] = ()) -> str:
     """The card a user names (``--card``): the table's full name when ``name`` is one or is
-    short for exactly one (``4090``, ``h100 pcie``); FttuiError in one line when it is short for
-    several (``H100``: three). A name the table does not hold is a card of ``stored`` (the cards of
+    short for exactly one (``4090``, ``h100 pcie``) or for several of one peak rate (``A100``: its
+    SXM and PCIe cards, the first in the table); FttuiError in one line when it is short for
+    several of different rates (``H100``: three, 756 to 989 bf16 TFLOPS: a forecast would pick one
+    silently). A name the table does not hold is a card of ``stored`` (the cards of
     the store's rows, by the same lookup: timed from those rows only), else FttuiError in one line
     listing the cards fttui knows (it was timed at no rate, or a CPU's)."""
     known = cards_matching(name)
+    rates = {tuple(PEAKS[n].tflops(p) for p in PRECISIONS) for n in known if n in PEAKS}
+    if len(known) > 1 and len(rates) == 1:  # A100: its variants train at one peak rate
+        return known[0]
     if len(known) > 1:
         shown = ", ".join(short_name(n) for n in known)
-        raise FttuiError(f"{flag} {name}: {len(known)} cards fttui knows match it ({shown}); name one")
+        raise FttuiError(
+            f"{flag} {name}: {len(known)} cards fttui knows match it ({shown}) at different peak rates; name one"
+        )
     if known:
         return known[0]
     rows = sorted({str(c) for c in stored if isinstance(c, str) and c.strip() and c != "cpu"})
