@@ -161,8 +161,9 @@ def check_launcher(prof: Profile, launcher: str) -> None:
 def child_env(profile: Profile, probe: bool = False) -> dict[str, str]:
     """Environment variables added to the training processes (recorded in command.json).
     ``probe``: a probe's trials, whose boundary must repeat to the byte: the rank timing is off
-    (its answering thread and the flight recorder's entries allocate at moments no trial
-    controls; a probe finds a boundary, not a straggler)."""
+    (its answering thread's stack and the flight recorder's entries take address space at moments
+    no trial controls; a probe finds a boundary, not a straggler). Off too under a host memory
+    budget (``limits.host_memory``), so that a fresh run under it fails where the probe said."""
     env = {
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -206,7 +207,7 @@ def child_env(profile: Profile, probe: bool = False) -> dict[str, str]:
         # mapped instead: no faults in the steady state, peak RSS +0..19 MiB (docs/benchmarks.md).
         env["MALLOC_TRIM_THRESHOLD_"] = str(32 << 20)
     nproc = prof.devices.processes_per_node()
-    if probe:
+    if probe or prof.limits.host_memory:
         env[rank_timing.RANK_TIMING_ENV] = "0"
     else:  # where a hang is (fttui.core.run.processes.hang)
         env.update(rank_timing.flight_recorder_env(os.environ))
