@@ -355,6 +355,13 @@ class ErrorEvent(Event):
     #: in a run's first step says which batch did not fit)
     longest_seq: int | None = None
     traceback: Any = None
+    #: the training phase the rank was in (fttui.integrations.hf_info.PHASES: ``data``,
+    #: ``forward``, ``backward``, ``optimizer``, ``save``, ``resume-load``, ``eval``; a worker's
+    #: startup phase before training); null: outside them, or an older fttui
+    phase: str | None = None
+    #: the step that phase belongs to: the one being run (data, forward, backward, optimizer),
+    #: else the last finished one (the checkpoint saved or resumed from)
+    phase_step: int | None = None
 
 
 # ---------------------------------------------------------------------------- the supervisor's
