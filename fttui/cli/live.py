@@ -167,6 +167,8 @@ def summary_lines(rd: RunDir) -> list[str]:
     lines.extend(insight_lines(raw))
     if row.get("error"):
         lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
+    if raw.get("oom_explained"):  # the phase and the estimate's term that grew (fttui.core.run.row.oomexplain)
+        lines.append(f"  out of memory in the {raw['oom_explained']}")
     lines.append(f"  run dir {rd.path}")
     from fttui.core.run.supervising.kept_rows import unsaved_line
 

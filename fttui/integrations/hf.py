@@ -575,7 +575,7 @@ def report_error(trainer, exc: BaseException) -> None:
                 oom_kind=kind,
                 message=(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
                 step=int(getattr(state, "global_step", 0) or 0),
-                longest_seq=cb.c.fed_seq() if counters is not None else None,
+                longest_seq=counters.fed_seq() if counters is not None else None,
                 phase=counters.phase if counters is not None else None,
                 phase_step=counters.phase_step() if counters is not None and counters.phase else None,
                 traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:],

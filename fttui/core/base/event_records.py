@@ -340,6 +340,9 @@ class ForecastEvent(Event):
     steps: int | None = None
     calibrated: bool | None = None
     mfu_source: str | None = None
+    #: the memory estimate's terms an out of memory is set against (fttui.core.memory.oomterms:
+    #: one rank's terms, the activations at the stated batch and length, the budget)
+    memory: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
