@@ -152,7 +152,7 @@ def _terms(
         held["step_temporaries"] = _num(mem.get("step_temporaries"))
         named = "optimizer_states" if not later and held["optimizer_states"] > 0 else "step_temporaries"
     held = {k: v for k, v in held.items() if v > 0 or k == named}
-    others = [k for k in held if k != named]
+    others = sorted((k for k in held if k != named), key=list(TERM_WORDS).index)
     budget, what = mem.get("budget"), mem.get("budget_what")
     if not budget and card_bytes:
         budget, what = card_bytes, f"the card's {fmt_bytes(card_bytes)}"
