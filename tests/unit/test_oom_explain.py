@@ -136,3 +136,14 @@ def test_the_launch_record_splits_the_activations_from_the_step_temporaries():
     g = estimate(gpu)
     assert g.breakdown["activations"] == max(g.activation_bytes, g.step_temporaries_bytes)
     assert oom_terms(gpu, g)["budget"] is None and oom_terms(gpu, g)["allocator_fraction"] == 0.2
+
+
+def test_an_oom_retry_attempt_takes_the_first_attempts_estimate_at_its_own_micro_batch():
+    # attempt 2 runs micro batch 2 (its launch recorded no estimate: prepare_next writes none)
+    own = events("forward", 3, mem=False)
+    got = explain(own, 2, 2, 512, earlier=[ForecastEvent(memory=memory(budget=60 * MIB), t=0.0)]).text
+    assert got.startswith("forward of step 3, longest sequence 412: activations 30 MiB predicted where 0 MiB were "
+                          "left after weights and optimizer states")
+    # the weights and states alone are over the budget: no micro batch fits
+    assert got.endswith("even micro batch 1 would not fit by the estimate (activations 15 MiB): a shorter "
+                        "data.max_seq_len or train.gradient_checkpointing = true")

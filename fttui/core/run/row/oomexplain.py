@@ -98,11 +98,13 @@ def explain(
     accum: int | None,
     max_seq_len: int | None,
     card_bytes: float | None = None,
+    earlier: Iterable[Event] = (),
 ) -> OomExplained:
     """The explanation of the run's out of memory (``OomExplained(None, None)`` when it had none).
     ``micro`` / ``accum``: the micro batch and accumulation that ran; ``max_seq_len``: the
     stated length (when no sequence was fed); ``card_bytes``: the card's memory (the budget
-    when no ``limits.gpu_memory`` was set)."""
+    when no ``limits.gpu_memory`` was set); ``earlier``: the events of the attempt an OOM retry
+    continued (its launch recorded the estimate; the terms scale to the micro batch that ran)."""
     events = list(events)
     err = oom_error(events)
     if err is None:
@@ -116,7 +118,7 @@ def explain(
         head = f"{phase} after step {step}" if phase != "resume-load" else f"{phase} of the checkpoint of step {step}"
     if seq:
         head += f", longest sequence {seq}"
-    mem = _memory(events)
+    mem = _memory(events) or _memory(earlier)
     if phase not in ("forward", "backward", "optimizer"):
         what = _NO_TERM.get(phase or "", "outside a training step")
         return OomExplained(phase, f"{head}: {what}; the estimate has no term for it")
