@@ -128,6 +128,27 @@ def _find_trainer():
     return None
 
 
+def mark_engine_step(trainer, c) -> bool:
+    """Under DeepSpeed the engine steps its optimizer inside accelerate's backward (the Trainer's
+    ``optimizer.step()`` is a no-op there): mark the engine's ``step`` (built in ``train()``,
+    before ``on_train_begin``) as the ``optimizer`` phase, back to the backward after it. False
+    when there is no engine to mark (no DeepSpeed, or marked already)."""
+    engine = getattr(trainer, "model_wrapped", None) if getattr(trainer, "is_deepspeed_enabled", False) else None
+    step = getattr(engine, "step", None)
+    if engine is None or not callable(step) or getattr(step, "_fttui_phase", False):
+        return False
+
+    def wrapped(*args, **kwargs):
+        was = c.enter("optimizer")
+        out = step(*args, **kwargs)  # an error leaves the phase it failed in
+        c.phase = was
+        return out
+
+    wrapped._fttui_phase = True  # type: ignore[attr-defined]
+    engine.step = wrapped
+    return True
+
+
 def _resumed_step(c, checkpoint) -> None:
     """The step a resume continues from (``checkpoint-N``: N), the counters' last finished step."""
     name = os.path.basename(os.path.normpath(str(checkpoint))) if checkpoint else ""
@@ -324,6 +345,8 @@ class FttuiCallback(TrainerCallback):
                 return  # another fttui callback reports this trainer
             self.active = True
             self.rank = int(getattr(args, "process_index", self.rank) or 0)
+            if trainer is not None:
+                mark_engine_step(trainer, self.c)
             if not _hd.off():  # FTTUI_RANK_TIMING=0: neither
                 self._time_collectives(trainer)
                 # where a hang is: this rank's collectives and stack when fttui asks (fttui.core.run.control.hang)

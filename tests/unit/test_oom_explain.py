@@ -147,3 +147,16 @@ def test_an_oom_retry_attempt_takes_the_first_attempts_estimate_at_its_own_micro
     # the weights and states alone are over the budget: no micro batch fits
     assert got.endswith("even micro batch 1 would not fit by the estimate (activations 15 MiB): a shorter "
                         "data.max_seq_len or train.gradient_checkpointing = true")
+
+
+def test_cpu_ranks_under_zero_offload_hold_the_offloaded_terms_as_their_own():
+    prof = load_profile("tiny-full-zero3", ['limits.host_memory="300MiB"'])
+    est = estimate(prof)
+    rec = oom_terms(prof, est)
+    host = est.host_breakdown
+    assert est.rank_breakdown["optimizer_states"] == 0 and host["offload_optimizer_states"] > 0
+    assert rec["terms"]["optimizer_states"] == host["offload_optimizer_states"]  # one CPU rank
+    assert rec["terms"]["gradients"] == host["offload_gradients"]
+    got = explain([ForecastEvent(memory=rec), ErrorEvent(kind="oom", phase="optimizer", phase_step=1,
+                                                         longest_seq=128)], 4, 1, 128).text
+    assert ": optimizer states " in got and "left after weights, gradients and communication buffers" in got

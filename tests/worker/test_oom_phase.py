@@ -173,3 +173,32 @@ def test_a_completed_run_leaves_no_phase_marked(tmp_path):
     tr.train()
     assert cb.c.phase is None and cb.c.step == 2
     assert os.path.exists(tmp_path / "events.jsonl")
+
+
+def test_deepspeed_engine_step_is_the_optimizer_phase():
+    """Under DeepSpeed the engine steps inside accelerate's backward: its ``step`` is marked (a
+    stand-in engine here; a real ZeRO-3 offload run on CPU was measured by hand, docs/reliability.md)."""
+    from fttui.integrations.hf_info import Counters
+
+    seen = []
+
+    class Engine:
+        def step(self):
+            seen.append(c.phase)
+            if len(seen) == 2:
+                raise MemoryError("engine step: cannot allocate")
+
+    class FakeTrainer:
+        is_deepspeed_enabled = True
+        model_wrapped = Engine()
+
+    c = Counters()
+    tr = FakeTrainer()
+    assert hf.mark_engine_step(tr, c) and not hf.mark_engine_step(tr, c)  # once
+    c.phase = "backward"
+    tr.model_wrapped.step()
+    assert seen == ["optimizer"] and c.phase == "backward"  # back to the backward it ran in
+    with pytest.raises(MemoryError):
+        tr.model_wrapped.step()
+    assert c.phase == "optimizer"  # the phase it failed in
+    assert not hf.mark_engine_step(type("Plain", (), {"is_deepspeed_enabled": False, "model_wrapped": Engine()})(), c)

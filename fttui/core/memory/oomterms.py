@@ -14,15 +14,23 @@ from fttui.core.base.units import parse_size
 from fttui.core.memory.breakdown import CONSTANTS, Estimate
 from fttui.core.profiles.typed import Profile
 
-__all__ = ["oom_terms", "STATIC_TERMS"]
+__all__ = ["oom_terms", "OFFLOADED", "STATIC_TERMS"]
 
 #: the terms a rank holds whatever the step does (the phase adds activations, gradients, states)
 STATIC_TERMS = ("weights", "lora", "quantisation", "communication", "cuda_context")
+#: the host breakdown's offloaded terms, as the rank's terms they are (CPU training: the same memory)
+OFFLOADED = {
+    "weights": ("offload_master_params", "offload_param_partitions"),
+    "gradients": ("offload_gradients",),
+    "optimizer_states": ("offload_optimizer_states",),
+    "communication": ("offload_pinned_buffers",),
+}
 
 
 def oom_terms(profile: Profile, est: Estimate) -> dict[str, Any]:
     """The record (bytes): ``terms`` (one rank's ``weights``, ``gradients``, ``optimizer_states``,
-    ``lora``, ``quantisation``, ``communication``, ``cuda_context``), ``activations`` and
+    ``lora``, ``quantisation``, ``communication``, ``cuda_context``; for CPU training with the
+    offloaded terms of ZeRO / FSDP offload in them, :data:`OFFLOADED`), ``activations`` and
     ``attention`` (its attention-matrix part) at ``micro_batch`` x ``max_seq_len``,
     ``step_temporaries`` (the optimizer step's), ``allocator_fraction`` (the caching allocator's
     share on a card's activations, uncalibrated), ``device`` (``gpu`` or ``cpu``) and ``budget``
@@ -30,6 +38,12 @@ def oom_terms(profile: Profile, est: Estimate) -> dict[str, Any]:
     training (the address space a rank may add above its imported stack), else null."""
     rank = est.rank_breakdown or est.breakdown
     keys = ("weights", "gradients", "optimizer_states", *STATIC_TERMS[1:])
+    terms = {k: float(rank.get(k, 0)) for k in dict.fromkeys(keys)}
+    if not est.on_gpu:  # CPU ranks hold what ZeRO / FSDP offload "to the host" too: one rank's share
+        host = est.host_breakdown
+        procs = max(1.0, round(host.get("process", 0) / CONSTANTS["host_process_bytes"]))
+        for term, offloaded in OFFLOADED.items():
+            terms[term] += sum(host.get(k, 0) for k in offloaded) / procs
     limit = profile.limits.gpu_memory if est.on_gpu else profile.limits.host_memory
     budget = None
     if limit:
@@ -39,7 +53,7 @@ def oom_terms(profile: Profile, est: Estimate) -> dict[str, Any]:
             budget = None
     return {
         "device": "gpu" if est.on_gpu else "cpu",
-        "terms": {k: int(rank.get(k, 0)) for k in dict.fromkeys(keys)},
+        "terms": {k: int(round(v)) for k, v in terms.items()},
         "activations": int(est.activation_bytes),
         "attention": int(round(est.activation_attention_bytes)),
         "step_temporaries": int(est.step_temporaries_bytes),

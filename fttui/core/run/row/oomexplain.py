@@ -34,16 +34,16 @@ from fttui.core.run.launching.oomretry import shrink
 __all__ = ["OomExplained", "explain", "oom_error", "TERM_WORDS"]
 
 #: the estimate's terms in words (fttui.core.memory.breakdown.COMPONENTS, as a sentence says them)
-TERM_WORDS = {
+TERM_WORDS = {  # in the order a sentence lists them
     "weights": "weights",
     "lora": "LoRA parameters and their states",
-    "quantisation": "quantisation buffers",
-    "communication": "communication buffers",
-    "cuda_context": "the CUDA context",
     "gradients": "gradients",
     "optimizer_states": "optimizer states",
     "step_temporaries": "the optimizer step's temporaries",
     "activations": "activations",
+    "quantisation": "quantisation buffers",
+    "communication": "communication buffers",
+    "cuda_context": "the CUDA context",
 }
 STATIC = ("weights", "lora", "quantisation", "communication", "cuda_context")
 _NO_TERM = {
