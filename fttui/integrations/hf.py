@@ -346,7 +346,7 @@ class FttuiCallback(TrainerCallback):
             self.active = True
             self.rank = int(getattr(args, "process_index", self.rank) or 0)
             if trainer is not None:
-                mark_engine_step(trainer, self.c)
+                self._mark_engine(trainer)
             if not _hd.off():  # FTTUI_RANK_TIMING=0: neither
                 self._time_collectives(trainer)
                 # where a hang is: this rank's collectives and stack when fttui asks (fttui.core.run.control.hang)
@@ -359,6 +359,16 @@ class FttuiCallback(TrainerCallback):
             if self.strict:
                 raise
             log_failure(self.run_dir, "fttui callback start", e)
+
+    def _mark_engine(self, trainer) -> None:
+        """DeepSpeed's engine step as the optimizer phase (:func:`mark_engine_step`); a failure
+        leaves it unmarked, never stops the run (unless strict)."""
+        try:
+            mark_engine_step(trainer, self.c)
+        except Exception as e:
+            if self.strict:
+                raise
+            log_failure(self.run_dir, "marking the engine's optimizer step", e)
 
     def _time_collectives(self, trainer) -> None:
         """Time this rank's collectives (gloo; DDP's buckets through the wrapped model's hook)."""
