@@ -48,6 +48,7 @@ def test_forward_oom_names_the_activations(fttui_home):
     # the change that fits by the estimate: the micro batch --on-oom shrink would come to
     assert "would fit by the estimate (activations" in text and "as --on-oom shrink would run it" in text
     assert f"out of memory in the {text}" in out  # the headless end summary
+    assert ": oom (cpu, forward)" in out
     table = run_fttui("results", check=True, env=None).stdout
     assert "oom (cpu, forward)" in table
 
