@@ -132,7 +132,8 @@ def summary_lines(rd: RunDir) -> list[str]:
     def knows(*keys: str) -> bool:
         return any(raw.get(k) is not None for k in keys)
 
-    lines = [f"run {row['run_id']}: {row['status']}" + (f" ({row['oom_kind']})" if row.get("oom_kind") else "")]
+    told = [str(raw[k]) for k in ("oom_kind", "oom_phase") if raw.get(k)]  # oom (cpu, backward)
+    lines = [f"run {row['run_id']}: {row['status']}" + (f" ({', '.join(told)})" if told else "")]
     if knows("model", "method", "batch_size", "grad_accum", "world_size", "max_seq_len"):
         lines.append(
             f"  model {shown('model')}  method {fmt.method_label(raw.get('method'), raw.get('sharding'))}"
@@ -167,6 +168,8 @@ def summary_lines(rd: RunDir) -> list[str]:
     lines.extend(insight_lines(raw))
     if row.get("error"):
         lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
+    if raw.get("oom_explained"):  # the phase and the estimate's term that grew (fttui.core.run.row.oomexplain)
+        lines.append(f"  out of memory in the {raw['oom_explained']}")
     lines.append(f"  run dir {rd.path}")
     from fttui.core.run.supervising.kept_rows import unsaved_line
 

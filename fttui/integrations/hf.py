@@ -135,6 +135,34 @@ def _find_trainer():
     return None
 
 
+def mark_engine_step(trainer, c) -> bool:
+    """Under DeepSpeed the engine steps its optimizer inside accelerate's backward (the Trainer's
+    ``optimizer.step()`` is a no-op there): mark the engine's ``step`` (built in ``train()``,
+    before ``on_train_begin``) as the ``optimizer`` phase, back to the backward after it. False
+    when there is no engine to mark (no DeepSpeed, or marked already)."""
+    engine = getattr(trainer, "model_wrapped", None) if getattr(trainer, "is_deepspeed_enabled", False) else None
+    step = getattr(engine, "step", None)
+    if engine is None or not callable(step) or getattr(step, "_fttui_phase", False):
+        return False
+
+    def wrapped(*args, **kwargs):
+        was = c.enter("optimizer")
+        out = step(*args, **kwargs)  # an error leaves the phase it failed in
+        c.phase = was
+        return out
+
+    wrapped._fttui_phase = True  # type: ignore[attr-defined]
+    engine.step = wrapped
+    return True
+
+
+def _resumed_step(c, checkpoint) -> None:
+    """The step a resume continues from (``checkpoint-N``: N), the counters' last finished step."""
+    name = os.path.basename(os.path.normpath(str(checkpoint))) if checkpoint else ""
+    if name.startswith("checkpoint-") and name[len("checkpoint-") :].isdigit():
+        c.step = int(name[len("checkpoint-") :])
+
+
 class FttuiCallback(TrainerCallback):
     """Writes fttui's events for the Trainer it is added to, when ``FTTUI_RUN_DIR`` (or
     ``run_dir``) names a run directory; otherwise it does nothing. One callback reports a trainer:
@@ -202,7 +230,13 @@ class FttuiCallback(TrainerCallback):
         def training_step(model, inputs, *args, **kwargs):
             counted("reading a micro-batch's length", lambda: c.feeding(inputs))
             begun = c.pass_begin()
-            loss = step_fn(model, inputs, *args, **kwargs)
+            # the phase marks: forward until compute_loss returns, then backward (compute_loss,
+            # wrapped below, moves it); an error leaves the phase it failed in
+            c.phase, c.in_pass = "forward", True
+            try:
+                loss = step_fn(model, inputs, *args, **kwargs)
+            finally:
+                c.in_pass = False
 
             def count() -> None:
                 c.pass_end(begun)
@@ -213,6 +247,7 @@ class FttuiCallback(TrainerCallback):
 
         def get_batch_samples(*args, **kwargs):
             c.fetch_t0 = t0 = time.perf_counter()  # a step's batches are fetched before on_step_begin
+            c.phase = "data"
             try:
                 return fetch_fn(*args, **kwargs)
             finally:  # the input pipeline's share of the step: the time spent waiting for batches
@@ -220,7 +255,58 @@ class FttuiCallback(TrainerCallback):
 
         trainer.training_step = training_step
         trainer.get_batch_samples = get_batch_samples
+        self._mark_phases(trainer)
         return True
+
+    def _mark_phases(self, trainer) -> None:
+        """Wrap, on this Trainer instance, the methods whose time is a phase of its own
+        (:data:`fttui.integrations.hf_info.PHASES`): ``compute_loss`` inside a training step (the
+        forward; what follows it is the backward), ``_clip_grad_norm`` (the optimizer step's first
+        part; the callbacks ``on_pre_optimizer_step`` / ``on_optimizer_step`` mark the rest),
+        ``_save_checkpoint``, ``_load_from_checkpoint`` and ``_load_optimizer_and_scheduler``
+        (resuming) and ``evaluate``. A method this Trainer lacks is left unmarked. One attribute
+        set per boundary: nothing is written (an ``error`` event names the phase it failed in)."""
+        c = self.c
+
+        def compute_loss(fn):
+            def wrapped(*args, **kwargs):
+                out = fn(*args, **kwargs)
+                if c.in_pass:
+                    c.phase = "backward"
+                return out
+
+            return wrapped
+
+        def within(phase: str, restore: bool, fn):
+            def wrapped(*args, **kwargs):
+                was = c.enter(phase)
+                if phase == "resume-load":
+                    _resumed_step(c, args[0] if args else kwargs.get("resume_from_checkpoint"))
+                out = fn(*args, **kwargs)  # an error leaves the phase it failed in
+                c.phase = was if restore else None
+                return out
+
+            return wrapped
+
+        def clip(fn):
+            def wrapped(*args, **kwargs):
+                c.phase = "optimizer"
+                return fn(*args, **kwargs)
+
+            return wrapped
+
+        marks: list[tuple[str, Callable[[Any], Any]]] = [
+            ("compute_loss", compute_loss),
+            ("_clip_grad_norm", clip),
+            ("_save_checkpoint", lambda fn: within("save", True, fn)),
+            ("_load_from_checkpoint", lambda fn: within("resume-load", False, fn)),
+            ("_load_optimizer_and_scheduler", lambda fn: within("resume-load", False, fn)),
+            ("evaluate", lambda fn: within("eval", True, fn)),
+        ]
+        for name, wrap in marks:
+            fn = getattr(trainer, name, None)
+            if callable(fn):
+                setattr(trainer, name, wrap(fn))
 
     def _path(self, name: str) -> str:
         """A file of the run directory (the callback is active only with one)."""
@@ -266,6 +352,8 @@ class FttuiCallback(TrainerCallback):
                 return  # another fttui callback reports this trainer
             self.active = True
             self.rank = int(getattr(args, "process_index", self.rank) or 0)
+            if trainer is not None:
+                self._mark_engine(trainer)
             if not _hd.off():  # FTTUI_RANK_TIMING=0: neither
                 self._time_collectives(trainer)
             if not _hd.off() and _world() > 1:
@@ -281,6 +369,16 @@ class FttuiCallback(TrainerCallback):
                 raise
             log_failure(self.run_dir, "fttui callback start", e)
 
+    def _mark_engine(self, trainer) -> None:
+        """DeepSpeed's engine step as the optimizer phase (:func:`mark_engine_step`); a failure
+        leaves it unmarked, never stops the run (unless strict)."""
+        try:
+            mark_engine_step(trainer, self.c)
+        except Exception as e:
+            if self.strict:
+                raise
+            log_failure(self.run_dir, "marking the engine's optimizer step", e)
+
     def _time_collectives(self, trainer) -> None:
         """Time this rank's collectives (gloo; DDP's buckets through the wrapped model's hook)."""
         try:
@@ -293,6 +391,7 @@ class FttuiCallback(TrainerCallback):
     def _start(self, args, state, model) -> None:
         self.t0 = self.mark_t = time.perf_counter()
         self.total_steps = int(state.max_steps)
+        self.c.step = int(state.global_step)  # a resumed run's last finished step
         if self.mark and self.rank == 0:
             with open(self._path(CALLBACK_MARK), "w", encoding="utf-8") as f:
                 json.dump({"pid": os.getpid(), "via": self.via, "t": time.time()}, f)
@@ -334,6 +433,12 @@ class FttuiCallback(TrainerCallback):
             self.lr = float(opt.param_groups[0]["lr"]) if opt is not None else None
         except Exception:
             self.lr = None
+
+    def on_pre_optimizer_step(self, args, state, control, **kw):
+        self.c.phase = "optimizer"
+
+    def on_optimizer_step(self, args, state, control, **kw):
+        self.c.phase = None  # the step's scheduler, zero_grad and logging: no phase of their own
 
     def on_step_end(self, args, state, control, **kw):
         self._guard("step", self._step, state, control)
@@ -490,7 +595,8 @@ def attach(trainer, via: str = "injected") -> FttuiCallback | None:
 
 def report_error(trainer, exc: BaseException) -> None:
     """An ``error`` event for an exception out of ``trainer.train()`` (what the worker writes for
-    its own): kind ``oom`` with its OOM kind, or ``error``; the step it happened after."""
+    its own): kind ``oom`` with its OOM kind, or ``error``; the step it happened after, and the
+    training phase the rank was in (``phase``, ``phase_step``: the callback's counters)."""
     cb = getattr(trainer, _CLAIM, None)
     run_dir = getattr(cb, "run_dir", None) or os.environ.get(RUN_DIR_ENV)
     if not run_dir or isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -500,6 +606,7 @@ def report_error(trainer, exc: BaseException) -> None:
         text = str(exc).strip()
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         state = getattr(trainer, "state", None)
+        counters = getattr(cb, "c", None) if cb is not None else None
         _ev.write_event(
             os.path.join(run_dir, "events.jsonl"),
             _ev.ErrorEvent(
@@ -510,7 +617,9 @@ def report_error(trainer, exc: BaseException) -> None:
                 oom_kind=kind,
                 message=(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)[:500],
                 step=int(getattr(state, "global_step", 0) or 0),
-                longest_seq=cb.c.fed_seq() if cb is not None and hasattr(cb, "c") else None,
+                longest_seq=counters.fed_seq() if counters is not None else None,
+                phase=counters.phase if counters is not None else None,
+                phase_step=counters.phase_step() if counters is not None and counters.phase else None,
                 traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])[-2000:],
             ),
         )

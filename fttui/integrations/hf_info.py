@@ -30,6 +30,7 @@ except ImportError:  # loaded by path where fttui is not installed: the registry
 _methods = sys.modules[_shardings.Method.__module__]
 
 __all__ = [
+    "PHASES",
     "Counters",
     "start_fields",
     "peak_rss_mb",
@@ -41,7 +42,18 @@ __all__ = [
     "sharding",
     "params",
     "oom_kind",
+    "STEP_PHASES",
 ]
+
+
+#: The training phases a rank marks in memory (:attr:`Counters.phase`; no event per phase: an
+#: ``error`` event names the one it failed in): inside a step ``data`` (fetching the step's
+#: micro-batches), ``forward``, ``backward``, ``optimizer`` (gradient clipping and the optimizer's
+#: step); around steps ``save`` (a checkpoint), ``resume-load`` (the checkpoint resumed from:
+#: weights, optimizer and scheduler states) and ``eval``.
+PHASES = ("data", "forward", "backward", "optimizer", "save", "resume-load", "eval")
+#: the phases of a training step (the step they belong to is the one being run)
+STEP_PHASES = ("data", "forward", "backward", "optimizer")
 
 
 def _input_ids(inputs):
@@ -75,6 +87,20 @@ class Counters:
         self.fetch_t0: float | None = None
         self.data_wait = 0.0  # seconds this step spent fetching its batches (get_batch_samples)
         self.step = 0
+        #: the phase this rank is in (:data:`PHASES`; None: outside them), an attribute set at
+        #: each boundary (cheap enough to leave on: nothing is written until an error names it)
+        self.phase: str | None = None
+        self.in_pass = False  # inside training_step: compute_loss is the forward
+
+    def enter(self, phase: str | None) -> str | None:
+        """This rank is now in ``phase``; returns the phase it was in."""
+        was, self.phase = self.phase, phase
+        return was
+
+    def phase_step(self) -> int:
+        """The step the current phase belongs to: the one being run for a step's phases, else the
+        last finished one (a checkpoint saved after step N: N; a resume: the step it continues from)."""
+        return self.step + 1 if self.phase in STEP_PHASES else self.step
 
     def feeding(self, inputs) -> None:
         """The micro-batch about to be fed: its padded length (an error in its pass names it)."""

@@ -406,8 +406,15 @@ class RunSummary(Panel):
             what = host_measure_text(row.get("host_measure"))
             shown = what and row.get("peak_host_rss_mb") is not None
             self.border_subtitle = plain(f"host_rss_mb: {what}") if shown else ""
-            # the error is in the status line already
-            self.show(Columns(cells, padding=(0, 2)))
+            # the error is in the status line already; an out of memory's phase and the estimate's
+            # term that grew are not (fttui.core.run.row.oomexplain)
+            columns = Columns(cells, padding=(0, 2))
+            why = row.get("oom_explained")
+            if why:
+                head = Text("out of memory in the ", style="bold red")
+                self.show(Group(columns, Text.assemble(head, plain(str(why)))))
+            else:
+                self.show(columns)
         self.display = True
 
 

@@ -70,8 +70,11 @@ class Emitter:
 
     def __init__(self, path: str, rank: int) -> None:
         self.path, self.rank = path, int(rank)
+        self.phase: str | None = None  # the startup phase announced last (an error before training names it)
 
     def __call__(self, kind: str, /, **fields: Any) -> dict[str, Any]:
+        if kind == "phase":
+            self.phase = fields.get("phase")
         return write_event(self.path, record(kind, t=time.time(), rank=self.rank, source="worker", **fields))
 
 

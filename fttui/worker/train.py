@@ -125,7 +125,9 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     if keep.recovery and trainer.is_world_process_zero():
         _drop_recovery_checkpoints(run_dir, log)
     if keep.save != "none":
+        counters.enter("save")
         _save_final(trainer, su.tok, keep.output_dir, emit, log)
+        counters.enter(None)
     _close_process_group(trainer)
     return EXIT_OK
 
@@ -210,6 +212,16 @@ def _close_process_group(trainer) -> None:
     gc.collect()
 
 
+def _phase(counters, state: dict[str, Any]) -> dict[str, Any]:
+    """The error event's ``phase`` and ``phase_step``: the training phase the counters hold (the
+    Trainer callback's marks), else the startup phase the worker announced last."""
+    if counters is not None and counters.phase:
+        return {"phase": counters.phase, "phase_step": counters.phase_step()}
+    if counters is not None and counters.step:
+        return {"phase": None, "phase_step": None}  # training ran: between its marked phases
+    return {"phase": getattr(state.get("emit"), "phase", None), "phase_step": None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fttui.worker.train", description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True, help="run directory holding profile.json")
@@ -261,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 step=counters.step if counters is not None else 0,
                 longest_seq=counters.fed_seq() if counters is not None else None,
                 traceback=tb_lines,
+                **_phase(counters, state),
             )
         except (OSError, TypeError, ValueError) as e2:  # pragma: no cover - nowhere left to report but stderr
             print(f"fttui worker: cannot write the error event: {e2}", file=sys.stderr)

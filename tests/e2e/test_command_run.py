@@ -158,6 +158,14 @@ def test_out_of_host_memory_is_an_oom_row(tmp_path, fttui_home, inject):
     errors = _events(run_dir, "error")
     assert len(errors) == (1 if inject == "1" else 0)
     assert "can't allocate memory" in (run_dir / "train.log").read_text()
+    if inject == "1":  # the injected callback's phase marks: report_error names the phase (issue 44)
+        assert (errors[0]["phase"], errors[0]["phase_step"]) == (row["oom_phase"], 1), errors[0]
+        assert row["oom_phase"] == "backward"  # the big model's gradients (250 MiB of embedding and output layer)
+        # a command's launch makes no estimate: the row says the phase and that
+        assert row["oom_explained"].startswith("backward of step 1, longest sequence ")
+        assert row["oom_explained"].endswith(": no estimate was recorded at launch to set against it")
+    else:
+        assert row["oom_phase"] is None
 
 
 def test_cancel_leaves_no_process(tmp_path, fttui_home):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import shutil
 
 import pytest
@@ -124,6 +126,21 @@ async def test_oom_run_shows_out_of_memory(fttui_home):
         assert "OUT OF MEMORY" in _static_text(app, "#run-status")
         assert "none: NVML library not found" in _static_text(app, "#gpu-none")
         assert "OOM" in _static_text(app, "#run-summary")
+
+
+async def test_oom_summary_names_the_phase_and_the_term_that_grew(fttui_home):
+    rd = write_run("20231114-221320-demo-oom-0002", status="oom", oom=True, gpus=0)
+    row = json.loads((rd / "row.json").read_text())
+    why = ("backward of step 2, longest sequence 412: activations 61 MiB predicted where 38 MiB were left after "
+           "weights, gradients and optimizer states (of limits.host_memory 138MiB)")
+    (rd / "row.json").write_text(json.dumps(row | {"oom_phase": "backward", "oom_explained": why}))
+    app = FttuiApp(attach=str(rd))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen")
+        await until(pilot, lambda: app.screen.query_one("#run-summary").display, what="the summary row")
+        # the panel's lines without its border, as one line of words
+        text = " ".join(_static_text(app, "#run-summary").replace("\u2502", " ").split())
+        assert f"out of memory in the {why}" in text
 
 
 async def test_attach_finished_run_with_two_gpus(fttui_home):

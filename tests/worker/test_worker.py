@@ -297,6 +297,8 @@ def test_host_memory_limit_oom(tmp_path):
     err = [e for e in read_events(rd) if e["event"] == "error"]
     assert len(err) == 1 and err[0]["kind"] == "oom" and err[0]["oom_kind"] == "cpu"
     assert err[0]["step"] == 0 and "\n" not in err[0]["message"] and 0 < len(err[0]["traceback"]) <= 20
+    # before training: the phase is the worker's last startup phase (issue 44)
+    assert (err[0]["phase"], err[0]["phase_step"]) == ("loading-model", None)
 
 
 def test_malformed_data_line(tmp_path):
@@ -307,6 +309,7 @@ def test_malformed_data_line(tmp_path):
     assert res.returncode == 2
     (err,) = read_events(rd)
     assert err["event"] == "error" and err["kind"] == "error" and err["oom_kind"] is None
+    assert err["phase"] is None  # no phase announced before the data was read
     assert err["message"].startswith(f"{bad}:3: malformed JSON")
     assert res.stderr.strip().splitlines()[-1] == f"error: {err['message']}"
 

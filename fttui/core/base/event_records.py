@@ -340,6 +340,9 @@ class ForecastEvent(Event):
     steps: int | None = None
     calibrated: bool | None = None
     mfu_source: str | None = None
+    #: the memory estimate's terms an out of memory is set against (fttui.core.memory.oomterms:
+    #: one rank's terms, the activations at the stated batch and length, the budget)
+    memory: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -355,6 +358,13 @@ class ErrorEvent(Event):
     #: in a run's first step says which batch did not fit)
     longest_seq: int | None = None
     traceback: Any = None
+    #: the training phase the rank was in (fttui.integrations.hf_info.PHASES: ``data``,
+    #: ``forward``, ``backward``, ``optimizer``, ``save``, ``resume-load``, ``eval``; a worker's
+    #: startup phase before training); null: outside them, or an older fttui
+    phase: str | None = None
+    #: the step that phase belongs to: the one being run (data, forward, backward, optimizer),
+    #: else the last finished one (the checkpoint saved or resumed from)
+    phase_step: int | None = None
 
 
 # ---------------------------------------------------------------------------- the supervisor's

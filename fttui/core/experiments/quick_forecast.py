@@ -38,26 +38,33 @@ def quick_forecast(profile: Profile, e: Any, rows: Iterable[Mapping[str, Any]], 
 
 def launch_forecast(profile: Profile, card: str | None = None) -> dict[str, Any] | None:
     """The forecast a launch records (the ``forecast`` event: the run's first ETA, the row's
-    ``forecast_s``); None for a command profile, a GPU profile of no known card rate (no time to
-    tell) or when anything it needs is missing: a run is never held back by its forecast."""
+    ``forecast_s``; its ``memory``: the estimate's terms an out of memory is explained with,
+    :func:`fttui.core.memory.oomterms.oom_terms`, kept when the time cannot be told); None for
+    a command profile, a GPU profile of no known card rate (no time to tell) or when anything it
+    needs is missing: a run is never held back by its forecast."""
     if profile.command.argv:
         return None
+    memory: dict[str, Any] = {}
     try:
         from fttui.core.base import paths
         from fttui.core.memory import estimate
+        from fttui.core.memory.oomterms import oom_terms
         from fttui.core.results.store import Store
 
+        e = estimate(profile)
+        memory = {"memory": oom_terms(profile, e)}  # what an out of memory is set against
         rows = []
         if paths.store_path().exists():  # reading never creates the store (bad input writes nothing)
             with Store() as store:
                 rows = store.rows()
-        fc = quick_forecast(profile, estimate(profile), rows, card or run_card(profile))
+        fc = quick_forecast(profile, e, rows, card or run_card(profile))
     except Exception as e:  # a forecast it cannot make is left out, never an error
         logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)
-        return None
+        return memory or None
     if fc.run_seconds is None:  # no card rate: no first ETA rather than a made-up one
-        return None
+        return memory or None
     return {
+        **memory,
         "run_seconds": fc.run_seconds,
         "step_seconds": fc.step_seconds,
         "warmup_seconds": fc.warmup_seconds,

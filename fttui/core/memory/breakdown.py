@@ -115,6 +115,14 @@ class Estimate:
     # per card while the model is built: the whole model a card holds before the engine shards
     # it (the lowest rank's card when only it builds), with the CUDA context; 0 when none does
     gpu_load_peak_bytes: int = 0
+    # the ``activations`` term is the larger of the forward and backward's activations and the
+    # optimizer step's temporaries (they never coexist); each apart, at the stated batch and length
+    activation_bytes: int = 0
+    step_temporaries_bytes: int = 0
+    # one rank's per-card terms wherever they live: ``breakdown`` on a card, the host for CPU
+    # training (where ``breakdown`` is zeros and ``host_breakdown`` sums the node's ranks)
+    rank_breakdown: dict[str, int] = field(default_factory=dict)
+    on_gpu: bool = True
 
     @property
     def fits(self) -> bool | None:

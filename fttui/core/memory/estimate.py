@@ -36,10 +36,16 @@ __all__ = ["estimate"]
 
 
 def _dynamic(
-    c: Setup, bd: dict[str, float], per_tok: float, att_bytes: float, calibration: Calibration | None
+    c: Setup,
+    bd: dict[str, float],
+    per_tok: float,
+    att_bytes: float,
+    calibration: Calibration | None,
+    sides: list[float],
 ) -> float:
     """Activations (or the optimizer step's temporaries, the larger) and the allocator's share
-    of them. Returns the allocator fraction applied to activations."""
+    of them. Returns the allocator fraction applied to activations; ``sides`` gets the two
+    (activations, the step's temporaries)."""
     method, P, wb = c.method, c.a.params, c.wb
     # with checkpointing the caching allocator keeps about the checkpoints' size again in
     # blocks it cannot reuse (measured on an H100: reserved - allocated = 0.8-1.4 x the
@@ -61,6 +67,8 @@ def _dynamic(
             step_tmp += (c.embed + c.head) * wb  # the trainable embedding / output-layer copies
     dyn = max(act, step_tmp)
     bd["activations"] = dyn
+    # the two sides of that max, apart: an out of memory's phase names one (fttui.core.results.oomexplain)
+    sides.extend((act, step_tmp))
     bd["allocator"] = max(alloc_on_act * dyn, ckpt_bytes if alloc_on_act and c.on_gpu else 0.0)
     return alloc_on_act
 
@@ -214,7 +222,8 @@ def estimate(profile: Profile, calibration: Calibration | None = None, device_by
         w = sharded_states(c, bd, host_bd, notes)
     extra_head = norm_head(c, bd, notes)
     per_tok, att_bytes, phase_extra = activation_peak(c, w.loss, w.layer)
-    alloc_on_act = _dynamic(c, bd, per_tok, att_bytes, calibration)
+    sides: list[float] = []
+    alloc_on_act = _dynamic(c, bd, per_tok, att_bytes, calibration, sides)
     whole = 0.0
     if c.zero3 or c.fsdp:
         whole = _working_set(c, bd, w, phase_extra, extra_head, alloc_on_act, notes)
@@ -239,6 +248,7 @@ def estimate(profile: Profile, calibration: Calibration | None = None, device_by
                 f"{device_bytes / GIB:.1f} GiB"
             )
     card = {k: int(round(v)) for k, v in bd.items()}
+    rank = dict(card)  # one rank's terms wherever they live (its card, or the host for CPU training)
     host_load = host_terms(c, bd, host_bd)
     load_card = 0
     if c.on_gpu:
@@ -270,4 +280,8 @@ def estimate(profile: Profile, calibration: Calibration | None = None, device_by
         notes=notes,
         calibration=calibration,
         device_bytes=device_bytes,
+        rank_breakdown=rank,
+        on_gpu=c.on_gpu,
+        activation_bytes=int(round(sides[0])),
+        step_temporaries_bytes=int(round(sides[1])),
     )

@@ -488,6 +488,24 @@ FIGURES: tuple[Figure, ...] = (
         unit="tokens",
         label="the longest sequence a step fed (tokens per sample, padding included; an OOM's: the batch it failed on)",
     ),
+    # an out of memory explained (issue 44): its training phase and the estimate's terms against the budget
+    Figure(
+        "oom_phase",
+        T,
+        lambda c: c.figures.oom_phase,
+        since=8,
+        scope=RUN,
+        group_by=True,
+        label="an out of memory's training phase: data | forward | backward | optimizer | save | resume-load | eval",
+    ),
+    Figure(
+        "oom_explained",
+        T,
+        lambda c: c.figures.oom_explained,
+        since=8,
+        scope=RUN,
+        label="the out of memory's phase and step, and the estimate's term that grew against what the budget left",
+    ),
     # added when the store opens (issue 25): memory creep and speed (docs/reliability.md, docs/performance.md)
     Figure(
         "memory_warning",

@@ -30,7 +30,7 @@ from fttui.core.results.labels import bar_labels, chart_key, dim_text, full_labe
 from fttui.core.results.matrices import matrix_tables
 from fttui.core.results.prices import Prices, load_prices, price_value
 from fttui.core.results.rows import card_memory_mb, gpu_name, interconnect_label, is_oom, num, peaks_mb, short_gpu
-from fttui.core.results.run_tables import Ctx, gpus_table, groups_table, per_price, rel, runs_table
+from fttui.core.results.run_tables import Ctx, gpus_table, groups_table, oom_table, per_price, rel, runs_table
 from fttui.core.results.store import COLUMNS
 
 # The report's API as docs/report.md shows it: build_report and write_report are defined here;
@@ -281,6 +281,9 @@ def build_report(
     g = gpus_table(dicts, ctx)
     if g is not None:
         tables.append(g)
+    ooms = oom_table(dicts)
+    if ooms is not None:
+        tables.append(ooms)
     return Report(dicts, tables, _charts(dicts, ctx, group_by, base), summary, group_by, base, prices)
 
 

@@ -133,6 +133,9 @@ class RunFigures:
     perf: PerfFigures = PerfFigures()
     kept: Kept = Kept()
     slurm: SlurmFacts | None = None
+    #: an out of memory's training phase and its explanation (fttui.core.run.row.oomexplain)
+    oom_phase: str | None = None
+    oom_explained: str | None = None
 
     def row_env(self) -> dict[str, Any] | None:
         """The row's ``env``: the run's environment, with the Slurm node's facts (``slurm``)."""

@@ -20,7 +20,17 @@ from fttui.core.results.matrices import pick
 from fttui.core.results.prices import Prices
 from fttui.core.results.rows import card_memory_mb, gpu_name, is_oom, num, peak_gb, peaks_mb, row_interconnect, versions
 
-__all__ = ["VERSION_KEYS", "Ctx", "machine", "gpus_table", "groups_table", "per_price", "rel", "runs_table"]
+__all__ = [
+    "VERSION_KEYS",
+    "Ctx",
+    "machine",
+    "gpus_table",
+    "groups_table",
+    "oom_table",
+    "per_price",
+    "rel",
+    "runs_table",
+]
 
 VERSION_KEYS = ("driver", "cuda", "torch", "transformers", "peft", "bitsandbytes", "deepspeed")
 
@@ -173,6 +183,19 @@ def groups_table(rows: Sequence[dict], ctx: Ctx, group_by: str) -> Table:
         note="best: the completed row with the most samples/s; max_peak_gb: largest card "
         "(host RSS on CPU), OOM rows left out",
     )
+
+
+def oom_table(rows: Sequence[dict]) -> Table | None:
+    """The rows that ran out of memory with the phase it happened in and the estimate's term
+    that grew against the budget (the rows' ``oom_phase`` and ``oom_explained``,
+    fttui.core.run.row.oomexplain); None when no row did."""
+    ooms = [r for r in rows if r.get("status") == "oom"]
+    if not ooms:
+        return None
+    headers = ["run_id", "method", "batch_size", "max_seq_len", "oom_kind", "oom_phase", "oom_explained"]
+    cells = [[r.get(h) for h in headers] for r in ooms]
+    note = "oom_explained: the estimate's terms for the setup that failed (its micro batch, its longest sequence)"
+    return Table("out_of_memory", "Out of memory", headers, cells, note=note)
 
 
 def gpus_table(rows: Sequence[dict], ctx: Ctx) -> Table | None:

@@ -38,7 +38,9 @@ def setting_cell(key: str):
 
 
 def status_cell(row: dict) -> str:
-    return (row.get("status") or "") + (f" ({row['oom_kind']})" if row.get("oom_kind") else "")
+    """``oom (cpu, backward)``: the status, an out of memory's kind and the phase it happened in."""
+    told = [str(row[k]) for k in ("oom_kind", "oom_phase") if row.get(k)]
+    return (row.get("status") or "") + (f" ({', '.join(told)})" if told else "")
 
 
 # (header, function of a row -> cell text). Same columns as the reference tables, plus the

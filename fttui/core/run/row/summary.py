@@ -258,6 +258,7 @@ def row_inputs(
     if read_back:
         env["sharding"] = read_back
     slurm = rd.slurm()
+    gpu = gpu_figures(snap, cards)
     figures = RunFigures(
         method=method,
         sharding=(read_back or {}).get("ran") or sharding_asked,
@@ -274,11 +275,12 @@ def row_inputs(
             num_gpus=num_gpus,
             interconnect=topology[1] if topology is not None and len(cards) >= 2 else "",
         ),
-        gpu=gpu_figures(snap, cards),
+        gpu=gpu,
         host=host_figures(snap),
         perf=row_perf(snap, cards, gpus_asked > 0),
         kept=kept_figures(rd, events),
         slurm=SlurmFacts.of(slurm.to_dict(), slurm_job) if slurm is not None else None,
+        **_oom_figures(rd, status, events, prof, snap, gpu),
     )
     return RowInputs(
         run_id=rd.run_id,
@@ -293,6 +295,30 @@ def row_inputs(
         figures=figures,
         recorded_by=recorded_by,
     )
+
+
+def _oom_figures(
+    rd: rundir.RunDir, status: FinalStatus, events: list[Event], prof, snap: RunSnapshot, gpu
+) -> dict[str, Any]:
+    """``oom_phase`` and ``oom_explained`` of a run that ended out of memory
+    (:mod:`fttui.core.run.row.oomexplain`): the micro batch and accumulation that ran (its start
+    event's, else the stated), the card's memory as the budget when no limit was set; an OOM
+    retry's attempt (whose launch recorded no estimate) takes the first attempt's."""
+    if status.status != "oom":
+        return {}
+    from fttui.core.run.launching.oomretry import attempt_of
+    from fttui.core.run.row.oomexplain import explain
+
+    a = attempt_of(rd)
+    first = rundir.RunDir(rd.path.parent / a.first) if a is not None and a.first and "/" not in a.first else None
+    earlier = read_events(first.events_path) if first is not None and first.path.is_dir() else []
+
+    micro = to_int(getattr(snap, "micro_batch", None)) or prof.train.batch_size
+    accum = to_int(getattr(snap, "grad_accum", None)) or prof.train.grad_accum
+    totals = [t for t in (gpu.gpu_mem_total_mb or []) if isinstance(t, (int, float))]
+    card = min(totals) * 2**20 if totals else None  # MiB, as the samples record them
+    got = explain(events, micro, accum, prof.data.max_seq_len, card, earlier)
+    return {"oom_phase": got.phase, "oom_explained": got.text}
 
 
 _VERSIONS = ("python", "torch", "transformers", "peft", "accelerate", "bitsandbytes", "deepspeed", "cuda", "driver")
