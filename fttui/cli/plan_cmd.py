@@ -57,7 +57,7 @@ def _reranked(trials: list) -> list:
     return [t for t in rerank(trials) if t.measured]
 
 
-def _measured_fields(rank: int, t) -> dict:
+def _measured_fields(rank: int | None, t) -> dict:
     return {
         "measured_rank": rank,
         "measured_step_s": t.step_s,
@@ -192,7 +192,8 @@ def cmd_plan(args, resolve=resolve) -> int:
         for res in verify(resolved, options, args.verify, budget, on_result=said):
             checked[next(i for i, o in enumerate(options) if o.settings() == res["settings"])] = res
     if args.json:
-        by_index = {t.index: (rank, t) for rank, t in enumerate(_reranked(trials), 1)}
+        ranks = {t.index: rank for rank, t in enumerate(_reranked(trials), 1)}
+        by_index = {t.index: (ranks.get(t.index), t) for t in trials}
         print(
             json.dumps(
                 [
