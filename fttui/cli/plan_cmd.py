@@ -7,6 +7,7 @@ import json
 import sys
 
 from fttui.cli.common import add_profile_args, resolve
+from fttui.core.base.constants import EXIT_INTERRUPTED
 from fttui.core.base.errors import FttuiError
 
 
@@ -67,8 +68,9 @@ def _measured_fields(rank: int | None, t) -> dict:
     }
 
 
-def _measure(resolved, options, budget, steps: int, budget_s: float | None) -> list:
-    """``--measure N``: the trials, each said on stderr as it ends, and why the measuring stopped."""
+def _measure(resolved, options, budget, steps: int, budget_s: float | None) -> tuple[list, bool]:
+    """``--measure N``: the trials (each said on stderr as it ends, and why the measuring
+    stopped) and whether Ctrl-C ended it."""
     from fttui.core.experiments.measured import measure
 
     def said(t) -> None:
@@ -77,7 +79,7 @@ def _measure(resolved, options, budget, steps: int, budget_s: float | None) -> l
 
     trials, why = measure(resolved, options, budget, steps, budget_s=budget_s, on_result=said)
     print(f"measure: stopped: {why}", file=sys.stderr, flush=True)
-    return trials
+    return trials, why.startswith("interrupted")
 
 
 def _write_measured(args, resolved, options, trials: list, budget) -> None:
@@ -155,8 +157,9 @@ def cmd_plan(args, resolve=resolve) -> int:
     )
     _say_left_out(resolved, budget, args)
     trials: list = []
+    interrupted = False
     if args.measure is not None:
-        trials = _measure(resolved, options, budget, args.measure, budget_s)
+        trials, interrupted = _measure(resolved, options, budget, args.measure, budget_s)
     if args.write and args.measure is not None:
         _write_measured(args, resolved, options, trials, budget)
     elif args.write:
@@ -215,7 +218,7 @@ def cmd_plan(args, resolve=resolve) -> int:
                 indent=2,
             )
         )
-        return 0
+        return EXIT_INTERRUPTED if interrupted else 0
     print(f"{resolved.name}: {plan_summary(options, budget)}")
     print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
@@ -231,7 +234,7 @@ def cmd_plan(args, resolve=resolve) -> int:
             + (" (held)" if res["held"] else " (did not hold)" if res["held"] is False else "")
             + f", run {res['run_id']}"
         )
-    return 0
+    return EXIT_INTERRUPTED if interrupted else 0
 
 
 def add_parser(sub) -> None:

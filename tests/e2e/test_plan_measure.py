@@ -140,3 +140,45 @@ def test_an_oom_trial_ends_with_its_verdict(fttui_home):
     trials, _why, lag = _verdicts(prof, budget, forced)
     assert [t.status for t in trials] == ["oom"] and trials[0].step_s is None
     assert all(x < 10 for x in lag), lag
+
+
+def test_ctrl_c_ends_the_trial_and_keeps_what_was_measured(fttui_home, tmp_path):
+    """Ctrl-C during the second trial: that trial is ended (cancelled, its run over) within 10 s,
+    the first one's measurement is kept in the table, and the exit says it was interrupted."""
+    import signal
+    import subprocess
+    import sys
+
+    from fttui.core.run.files import rundir
+    from fttui.core.run.processes import liveness
+    from tests.conftest import fttui_env
+    from tests.helpers import wait_for
+
+    proc = subprocess.Popen([sys.executable, "-m", "fttui", "plan", "--profile", "tiny-lora", "--gpus", "0",
+                             "--set", "devices.cpu_processes=2", "--effective-batch", "2", "--methods", "lora",
+                             *SMALL, "--measure", "1"], env=fttui_env(), cwd=tmp_path, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        while first and not first.startswith("measure: "):  # any warning before it
+            first = proc.stderr.readline()
+        assert first.startswith("measure: #1 ") and ": completed" in first, first
+        # the second trial's run is started: interrupt it
+        wait_for(lambda: len(rundir.list_runs()) >= 2, timeout=120)
+        second = max(rundir.list_runs(), key=lambda rd: rd.run_id)
+        wait_for(lambda: second.supervisor() is not None, timeout=120)
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 10, (took, err)
+    assert proc.returncode == 130, err
+    assert "measure: #2 " in err and ": cancelled" in err and "stopped: interrupted" in err
+    assert not liveness.is_live(second)  # the trial's processes are over
+    table = out[out.index("measured, fastest first:"):].splitlines()
+    assert table[2].split()[0] == "1" and "completed" in table[2]  # the first trial, measured and kept
+    assert "cancelled" in table[3]
