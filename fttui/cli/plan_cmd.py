@@ -128,6 +128,10 @@ def cmd_plan(args, resolve=resolve) -> int:
         budget_s = parse_budget(args.budget)
     if args.measure is not None and args.measure < 1:
         raise FttuiError(f"--measure {args.measure}: give the number of timed steps, 1 or more")
+    if args.measure is not None and args.write:  # before minutes of trials, not after them
+        from fttui.core.experiments.planning import write_path
+
+        write_path(args.write)
     if args.measure is not None and resolved.devices.nodes > 1:
         raise FttuiError(
             f"--measure {args.measure}: the trials run on one machine, the profile has devices.nodes = "

@@ -114,11 +114,26 @@ def test_parse_budget_refuses_bad_input(text):
         (["--budget", "10m"], "--budget 10m: it bounds --measure N"),
         (["--measure", "2", "--budget", "soon"], "--budget soon: give a time above 0"),
         (["--measure", "2", "--verify", "1"], "--measure runs the setups that fit already"),
+        (["--measure", "2", "--write", "../elsewhere"], "--write '../elsewhere': give a profile name"),
     ],
 )
-def test_measure_bad_input_is_one_line_and_exit_2(args, said, capsys, fttui_home):
+def test_measure_bad_input_is_one_line_and_exit_2(args, said, capsys, fttui_home, tmp_path, monkeypatch):
     from fttui.cli.main import main
 
+    monkeypatch.chdir(tmp_path)
     rc = main(["plan", "--profile", "tiny-lora", "--gpus", "0", *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and said in err[0], err
+
+
+def test_measure_refuses_an_existing_write_target_before_any_trial(capsys, fttui_home, tmp_path, monkeypatch):
+    from fttui.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "taken.toml").write_text("# mine\n")
+    rc = main(["plan", "--profile", "tiny-lora", "--gpus", "0", "--measure", "2", "--write", "taken"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "exists; choose another name" in err[0], err
+    assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())  # nothing launched
+    assert (tmp_path / "profiles" / "taken.toml").read_text() == "# mine\n"

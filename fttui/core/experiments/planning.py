@@ -21,7 +21,16 @@ from fttui.core.experiments.forecast import NO_CARD
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
 from fttui.core.profiles.typed import Profile
 
-__all__ = ["machine_budget", "run_plan", "trial_group", "trial_run", "verify", "write_profile", "PlanError"]
+__all__ = [
+    "machine_budget",
+    "run_plan",
+    "trial_group",
+    "trial_run",
+    "verify",
+    "write_path",
+    "write_profile",
+    "PlanError",
+]
 
 
 def _size(text: str, what: str) -> int:
@@ -180,6 +189,17 @@ def written_settings(
     return out
 
 
+def write_path(name: str, folder: str | os.PathLike[str] = "profiles") -> Path:
+    """Where ``--write NAME`` saves (``folder/NAME.toml``); a name that is a path, or a file that
+    exists (never written over), is a :class:`PlanError`. Checked again before writing."""
+    if not name or "/" in name or name.startswith(".") or name.endswith(".toml"):
+        raise PlanError(f"--write {name!r}: give a profile name (letters, digits, -), not a path")
+    path = Path(folder) / f"{name}.toml"
+    if path.exists():
+        raise PlanError(f"--write {name}: {path} exists; choose another name")
+    return path
+
+
 def write_profile(
     name: str,
     base: Profile,
@@ -192,11 +212,7 @@ def write_profile(
     with what :func:`written_settings` says); an existing file is never written over."""
     from fttui.core.profiles.values import toml_literal
 
-    if not name or "/" in name or name.startswith(".") or name.endswith(".toml"):
-        raise PlanError(f"--write {name!r}: give a profile name (letters, digits, -), not a path")
-    path = Path(folder) / f"{name}.toml"
-    if path.exists():
-        raise PlanError(f"--write {name}: {path} exists; choose another name")
+    path = write_path(name, folder)
     parent = base.name or ""
     lines = [
         f"# fttui run --profile {name}",
