@@ -115,6 +115,7 @@ def test_parse_budget_refuses_bad_input(text):
         (["--measure", "2", "--budget", "soon"], "--budget soon: give a time above 0"),
         (["--measure", "2", "--verify", "1"], "--measure runs the setups that fit already"),
         (["--measure", "2", "--write", "../elsewhere"], "--write '../elsewhere': give a profile name"),
+        (["--measure", "2", "--set", "devices.nodes=2"], "--measure 2: the trials run on one machine"),
     ],
 )
 def test_measure_bad_input_is_one_line_and_exit_2(args, said, capsys, fttui_home, tmp_path, monkeypatch):
