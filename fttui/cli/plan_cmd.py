@@ -7,6 +7,7 @@ import json
 import sys
 
 from fttui.cli.common import add_profile_args, resolve
+from fttui.core.base.constants import EXIT_INTERRUPTED
 from fttui.core.base.errors import FttuiError
 
 
@@ -51,6 +52,58 @@ def _stored_cards() -> list[str]:
         return [str(r.get("gpu")) for r in store.rows() if r.get("gpu")]
 
 
+def _reranked(trials: list) -> list:
+    from fttui.core.experiments.measured import rerank
+
+    return [t for t in rerank(trials) if t.measured]
+
+
+def _measured_fields(rank: int | None, t) -> dict:
+    return {
+        "measured_rank": rank,
+        "measured_step_s": t.step_s,
+        "forecast_error": None if t.error is None else round(t.error, 4),
+        "measure_status": t.status,
+        "measure_run": t.run_id,
+    }
+
+
+def _measure(resolved, options, budget, steps: int, budget_s: float | None) -> tuple[list, bool]:
+    """``--measure N``: the trials (each said on stderr as it ends, and why the measuring
+    stopped) and whether Ctrl-C ended it."""
+    from fttui.core.experiments.measured import measure
+
+    def said(t) -> None:
+        took = f", {t.step_s:.3g} s/step" if t.step_s is not None else ""
+        print(f"measure: #{t.index + 1} {t.setup}: {t.status}{took} (run {t.run_id})", file=sys.stderr, flush=True)
+
+    trials, why = measure(resolved, options, budget, steps, budget_s=budget_s, on_result=said)
+    print(f"measure: stopped: {why}", file=sys.stderr, flush=True)
+    return trials, why.startswith("interrupted")
+
+
+def _write_measured(args, resolved, options, trials: list, budget) -> None:
+    """``--write NAME`` after ``--measure``: the measured winner (``--pick K``: the K-th measured)."""
+    from fttui.core.experiments.planning import write_profile
+
+    ranked = _reranked(trials)
+    if not ranked:
+        raise FttuiError(f"--write {args.write}: no setup completed its measured trial; nothing written")
+    k = 1 if args.pick is None else args.pick
+    if not 1 <= k <= len(ranked):
+        raise FttuiError(f"--pick {k}: {len(ranked)} setup(s) measured, give 1 to {len(ranked)}; nothing written")
+    t = ranked[k - 1]
+    pick = options[t.index]
+    path = write_profile(
+        args.write,
+        resolved,
+        pick,
+        gpus=budget.gpus if budget.gpus else None,
+        host_memory_limit=args.host_memory_limit,
+    )
+    print(f"wrote {path}: {pick.label()} (measured {t.step_s:.3g} s/step)", file=sys.stderr)
+
+
 def cmd_plan(args, resolve=resolve) -> int:
     from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
     from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
@@ -62,6 +115,28 @@ def cmd_plan(args, resolve=resolve) -> int:
     resolved = resolve(args)
     if resolved.command.argv:
         raise FttuiError(f"{resolved.name}: a command profile runs its own script; fttui cannot plan it")
+    if args.measure is not None and args.verify:
+        raise FttuiError(
+            f"--measure {args.measure} --verify {args.verify}: --measure runs the setups that fit already; give one"
+        )
+    if args.budget is not None and args.measure is None:
+        raise FttuiError(f"--budget {args.budget}: it bounds --measure N; give --measure N too")
+    budget_s = None
+    if args.budget is not None:
+        from fttui.core.experiments.measured import parse_budget
+
+        budget_s = parse_budget(args.budget)
+    if args.measure is not None and args.measure < 1:
+        raise FttuiError(f"--measure {args.measure}: give the number of timed steps, 1 or more")
+    if args.measure is not None and args.write:  # before minutes of trials, not after them
+        from fttui.core.experiments.planning import write_path
+
+        write_path(args.write)
+    if args.measure is not None and resolved.devices.nodes > 1:
+        raise FttuiError(
+            f"--measure {args.measure}: the trials run on one machine, the profile has devices.nodes = "
+            f"{resolved.devices.nodes}; measure one node's setup (nodes = 1)"
+        )
     if args.verify and resolved.devices.nodes > 1:  # each check is a run on this machine alone
         raise FttuiError(
             f"--verify {args.verify}: the checks run on one machine, the profile has devices.nodes = "
@@ -85,7 +160,13 @@ def cmd_plan(args, resolve=resolve) -> int:
         resolved, budget, effective_batch=args.effective_batch, methods=_methods(args.methods), prices=prices
     )
     _say_left_out(resolved, budget, args)
-    if args.write:
+    trials: list = []
+    interrupted = False
+    if args.measure is not None:
+        trials, interrupted = _measure(resolved, options, budget, args.measure, budget_s)
+    if args.write and args.measure is not None:
+        _write_measured(args, resolved, options, trials, budget)
+    elif args.write:
         fitting = [o for o in options if o.fits]
         if not fitting:
             raise FttuiError(f"--write {args.write}: no setup fits; nothing written")
@@ -118,11 +199,14 @@ def cmd_plan(args, resolve=resolve) -> int:
         for res in verify(resolved, options, args.verify, budget, on_result=said):
             checked[next(i for i, o in enumerate(options) if o.settings() == res["settings"])] = res
     if args.json:
+        ranks = {t.index: rank for rank, t in enumerate(_reranked(trials), 1)}
+        by_index = {t.index: (ranks.get(t.index), t) for t in trials}
         print(
             json.dumps(
                 [
                     {
                         **o.to_dict(),
+                        **(_measured_fields(*by_index[i]) if i in by_index else {}),
                         **(
                             {
                                 "verified": checked[i]["held"],
@@ -138,18 +222,23 @@ def cmd_plan(args, resolve=resolve) -> int:
                 indent=2,
             )
         )
-        return 0
+        return EXIT_INTERRUPTED if interrupted else 0
     print(f"{resolved.name}: {plan_summary(options, budget)}")
     print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
         print(f"time: {options[0].mfu_source}")
+    if trials:
+        from fttui.core.experiments.measured import MEASURED_HEADERS, measured_table
+
+        print("measured, fastest first:")
+        print(to_text(list(MEASURED_HEADERS), measured_table(trials)).rstrip("\n"))
     for i, res in sorted(checked.items()):
         print(
             f"verified #{i + 1}: {res['status']}"
             + (" (held)" if res["held"] else " (did not hold)" if res["held"] is False else "")
             + f", run {res['run_id']}"
         )
-    return 0
+    return EXIT_INTERRUPTED if interrupted else 0
 
 
 def add_parser(sub) -> None:
@@ -176,7 +265,11 @@ def add_parser(sub) -> None:
         "--margin", type=float, default=0.05, metavar="SHARE", help="share of each budget kept free (default 0.05)"
     )
     p.add_argument("--prices", metavar="FILE", help="price of one card-hour per GPU name (the report's price file)")
-    p.add_argument("--write", metavar="NAME", help="save the fastest setup that fits as profiles/NAME.toml")
+    p.add_argument(
+        "--write",
+        metavar="NAME",
+        help="save the fastest setup that fits (with --measure: the fastest measured) as profiles/NAME.toml",
+    )
     p.add_argument(
         "--pick", type=int, metavar="K", help="with --write: the K-th setup that fits, 1 to their count (default 1)"
     )
@@ -186,5 +279,13 @@ def add_parser(sub) -> None:
         metavar="K",
         help="run the K fastest setups that fit for real (a few steps at the longest real batch) and say which held",
     )
+    p.add_argument(
+        "--measure",
+        type=int,
+        metavar="N",
+        help="time the setups that fit for real, in forecast order (a warm-up step, then N steps at the longest "
+        "real batch, one recorded run each), rank them by the measured rate; stops when none left can win",
+    )
+    p.add_argument("--budget", metavar="TIME", help="with --measure: start no trial after this long, e.g. 90s, 10m, 1h")
     p.add_argument("--json", action="store_true", help="the setups as a JSON list, fastest first")
     p.set_defaults(handler=cmd_plan)

@@ -21,7 +21,16 @@ from fttui.core.experiments.forecast import NO_CARD
 from fttui.core.experiments.plan import DEFAULT_MARGIN, Budget, Option, PlanError, plan
 from fttui.core.profiles.typed import Profile
 
-__all__ = ["machine_budget", "run_plan", "verify", "write_profile", "PlanError"]
+__all__ = [
+    "machine_budget",
+    "run_plan",
+    "trial_group",
+    "trial_run",
+    "verify",
+    "write_path",
+    "write_profile",
+    "PlanError",
+]
 
 
 def _size(text: str, what: str) -> int:
@@ -180,6 +189,17 @@ def written_settings(
     return out
 
 
+def write_path(name: str, folder: str | os.PathLike[str] = "profiles") -> Path:
+    """Where ``--write NAME`` saves (``folder/NAME.toml``); a name that is a path, or a file that
+    exists (never written over), is a :class:`PlanError`. Checked again before writing."""
+    if not name or "/" in name or name.startswith(".") or name.endswith(".toml"):
+        raise PlanError(f"--write {name!r}: give a profile name (letters, digits, -), not a path")
+    path = Path(folder) / f"{name}.toml"
+    if path.exists():
+        raise PlanError(f"--write {name}: {path} exists; choose another name")
+    return path
+
+
 def write_profile(
     name: str,
     base: Profile,
@@ -192,11 +212,7 @@ def write_profile(
     with what :func:`written_settings` says); an existing file is never written over."""
     from fttui.core.profiles.values import toml_literal
 
-    if not name or "/" in name or name.startswith(".") or name.endswith(".toml"):
-        raise PlanError(f"--write {name!r}: give a profile name (letters, digits, -), not a path")
-    path = Path(folder) / f"{name}.toml"
-    if path.exists():
-        raise PlanError(f"--write {name}: {path} exists; choose another name")
+    path = write_path(name, folder)
     parent = base.name or ""
     lines = [
         f"# fttui run --profile {name}",
@@ -223,6 +239,84 @@ def write_profile(
 START_WAIT_S = 600.0
 
 
+def trial_group(profile: Profile) -> str:
+    """The store group of one plan's trials (``--verify``, ``--measure``)."""
+    from fttui.core.run.files import rundir
+
+    return rundir.new_run_id(f"plan-{profile.name or 'profile'}")
+
+
+#: how long a trial's run is given to end after its cancel before it is called ended anyway
+CANCEL_WAIT_S = 30.0
+
+
+def trial_run(
+    profile: Profile,
+    option: Option,
+    budget: Budget,
+    steps: int,
+    *,
+    group: str,
+    timeout_s: float | None = None,
+    longest: int | None = None,
+) -> tuple[Any, str]:
+    """Launch ``option`` for real, one fresh run (``steps`` steps, kind ``sweep`` in ``group``), at
+    its micro batch and the data's longest sample after truncation (synthetic samples of that
+    length: every batch is the longest real batch), under the profile's memory limits, and wait
+    for its verdict: ``completed``, ``oom``, ``failed``..., or ``timeout`` when it ran past
+    ``timeout_s`` (then cancelled). Returns (its run directory, the verdict). Ctrl-C cancels the
+    run, waits for it to end and raises KeyboardInterrupt with the run directory as ``rundir``."""
+    import time
+    from functools import partial
+
+    from fttui.core.experiments.datalens import data_stats
+    from fttui.core.experiments.quick_forecast import launch_forecast
+    from fttui.core.profiles import apply_overrides
+    from fttui.core.run.launching.executors import LocalRun
+
+    if longest is None:
+        longest = int(data_stats(profile, 1)[0].tokens["max"])
+    world = budget.ranks_per_node * max(1, int(profile.devices.nodes or 1))
+    over = {
+        **option.settings(),
+        "train.max_steps": steps,
+        "train.save": "none",
+        "data.source": "synthetic",
+        "data.max_seq_len": longest,
+        "data.num_samples": option.batch_size * option.grad_accum * world * steps,
+    }
+    over["devices.gpus" if budget.gpus else "devices.cpu_processes"] = budget.ranks_per_node
+    run = apply_overrides(profile, over)
+    ex = LocalRun(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
+    rd = ex.start()
+    started = time.monotonic()
+
+    def ended() -> None:
+        ex.cancel()
+        until = time.monotonic() + CANCEL_WAIT_S
+        while ex.alive() and time.monotonic() < until:
+            time.sleep(0.2)
+
+    timed_out = False
+    try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
+        while ex.final_state() is None and (
+            ex.alive() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
+        ):
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                timed_out = True
+                ended()
+                break
+            time.sleep(0.2)
+    except KeyboardInterrupt as stop:
+        ended()
+        stop.rundir = rd  # type: ignore[attr-defined]
+        raise
+    final = ex.final_state()
+    if timed_out and (final is None or final.status != "completed"):
+        return rd, "timeout"
+    return rd, final.status if final is not None else "failed"
+
+
 def verify(
     profile: Profile,
     options: Sequence[Option],
@@ -232,52 +326,19 @@ def verify(
     steps: int = 2,
     on_result: Any = None,
 ) -> list[dict[str, Any]]:
-    """``--verify K``: launch the K fastest setups that fit, one fresh run each (``steps`` steps,
-    the group of one plan in the store, kind ``sweep``), at the plan's micro batch and the data's
-    longest sample after truncation (synthetic samples of that length: every batch is the longest
-    real batch), under the profile's memory limits; each result says whether the setup held
-    (``completed``), ran out of memory (``oom``) or failed otherwise. ``on_result`` is called with
-    each result as it comes."""
-    import time
-    from functools import partial
-
+    """``--verify K``: launch the K fastest setups that fit, one fresh run each
+    (:func:`trial_run`: ``steps`` steps at the longest real batch, the group of one plan in the
+    store, kind ``sweep``); each result says whether the setup held (``completed``), ran out of
+    memory (``oom``) or failed otherwise. ``on_result`` is called with each result as it comes."""
     from fttui.core.experiments.datalens import data_stats
-    from fttui.core.experiments.quick_forecast import launch_forecast
-    from fttui.core.profiles import apply_overrides
-    from fttui.core.run.files import rundir
-    from fttui.core.run.launching.executors import LocalRun
 
     if k < 1:
         raise PlanError(f"--verify {k}: give the number of setups to run, 1 or more")
-    prof = profile
-    longest = int(data_stats(prof, 1)[0].tokens["max"])
-    group = rundir.new_run_id(f"plan-{prof.name or 'profile'}")
-    world = budget.ranks_per_node * max(1, int(prof.devices.nodes or 1))
+    longest = int(data_stats(profile, 1)[0].tokens["max"])
+    group = trial_group(profile)
     out = []
     for o in [o for o in options if o.fits][:k]:
-        over = {
-            **o.settings(),
-            "train.max_steps": steps,
-            "train.save": "none",
-            "data.source": "synthetic",
-            "data.max_seq_len": longest,
-            "data.num_samples": o.batch_size * o.grad_accum * world * steps,
-        }
-        over["devices.gpus" if budget.gpus else "devices.cpu_processes"] = budget.ranks_per_node
-        run = apply_overrides(profile, over)
-        ex = LocalRun(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
-        rd = ex.start()
-        started = time.monotonic()
-        try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
-            while ex.final_state() is None and (
-                ex.alive() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
-            ):
-                time.sleep(0.3)
-        except KeyboardInterrupt:
-            ex.cancel()
-            raise
-        final = ex.final_state()
-        status = final.status if final is not None else "failed"
+        rd, status = trial_run(profile, o, budget, steps, group=group, longest=longest)
         res = {
             "setup": o.label(),
             "settings": o.settings(),
