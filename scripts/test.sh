@@ -26,8 +26,18 @@ clear_stale_locks(pathlib.Path(os.environ.get("TORCH_EXTENSIONS_DIR") or pathlib
 # Three workers on two cores: many end-to-end tests wait (for a scheduler, a timeout, a process to
 # end) and a third worker fills those waits; the DeepSpeed and Slurm tests keep their own groups.
 # --durations: the slowest tests close the output (what CI prints of it), for the next cut
-.venv/bin/python -m pytest -n 3 --dist loadgroup --durations=30 "$@"
-rc=$?
+if [ "$#" -eq 0 ]; then
+  .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=30 -m "not alone"
+  rc=$?
+  # Then the tests that time ranks against each other, alone: beside two other workers the
+  # machine's own contention makes other ranks late too (docs/benchmarks.md, "The slow rank").
+  .venv/bin/python -m pytest -m alone
+  rc_alone=$?
+  if [ "$rc" = 0 ]; then rc=$rc_alone; fi
+else
+  .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=30 "$@"
+  rc=$?
+fi
 if wait "$mypy_pid"; then
   echo "test.sh: mypy: $(tail -n 1 "$typelog")"
 else
