@@ -151,7 +151,7 @@ def mark_engine_step(trainer, c) -> bool:
         c.phase = was
         return out
 
-    wrapped._fttui_phase = True  # type: ignore[attr-defined]
+    setattr(wrapped, "_fttui_phase", True)  # noqa: B010 (a marker on a function: no typed attribute)
     engine.step = wrapped
     return True
 

@@ -119,10 +119,10 @@ def model_shape_of(config: Any) -> dict[str, Any] | None:
         config = type("Config", (), dict(config))()
 
     class _Holder:  # hf_info reads the config off a model
-        pass
+        def __init__(self, config: Any) -> None:
+            self.config = config
 
-    holder = _Holder()
-    holder.config = config  # type: ignore[attr-defined]
+    holder = _Holder(config)
     return _info.model_shape(holder)
 
 

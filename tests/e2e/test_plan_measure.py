@@ -169,6 +169,10 @@ def test_ctrl_c_ends_the_trial_and_keeps_what_was_measured(fttui_home, tmp_path)
         wait_for(lambda: len(rundir.list_runs()) >= 2, timeout=120)
         second = max(rundir.list_runs(), key=lambda rd: rd.run_id)
         wait_for(lambda: second.supervisor() is not None, timeout=120)
+        # its supervisor launched the training (the plan's own launch call has returned by then:
+        # a Ctrl-C inside that call, before the wait, was not seen as the trial's)
+        wait_for(lambda: '"event":"launch"' in (second.events_path.read_text() if second.events_path.exists() else ""),
+                 timeout=120)
         proc.send_signal(signal.SIGINT)
         t0 = time.monotonic()
         out, err = proc.communicate(timeout=60)

@@ -82,7 +82,9 @@ def test_a_cancelled_or_timed_out_trial_is_not_ranked():
 
 
 def test_step_seconds_is_the_median_of_the_timed_steps_slowest_rank_each():
-    events = [
+    from fttui.core.run.files.events import parse_event
+
+    events = [parse_event(e) for e in [
         {"event": "start"},
         {"event": "step", "rank": 0, "step": 1, "step_time": 9.0},  # the warm-up: left out
         {"event": "step", "rank": 0, "step": 2, "step_time": 1.0},
@@ -90,10 +92,10 @@ def test_step_seconds_is_the_median_of_the_timed_steps_slowest_rank_each():
         {"event": "step", "rank": 0, "step": 3, "step_time": 1.2},
         {"event": "step", "rank": 0, "step": 4, "step_time": 5.0},
         {"event": "step", "rank": 0, "step": 5, "step_time": None},
-    ]
+    ]]
     assert step_seconds(events, warmup=1) == pytest.approx(1.4)  # median of 1.4, 1.2, 5.0
     assert step_seconds(events, warmup=3) == pytest.approx(5.0)
-    assert step_seconds([{"event": "step", "step": 1, "step_time": 2.0}], warmup=1) is None
+    assert step_seconds([parse_event({"event": "step", "step": 1, "step_time": 2.0})], warmup=1) is None
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1.5h", 5400), ("45", 45), ("2min", 120)])

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fttui.core.base.event_records import Event, StepEvent
 from fttui.core.experiments.forecast import duration_words
 from fttui.core.experiments.plan import Budget, Option, PlanError
 from fttui.core.profiles.typed import Profile
@@ -174,14 +175,14 @@ def measured_table(trials: Sequence[Trial]) -> list[list[str]]:
     return out
 
 
-def step_seconds(events: Sequence[dict[str, Any]], warmup: int = 1) -> float | None:
+def step_seconds(events: Sequence[Event], warmup: int = 1) -> float | None:
     """The median seconds of the optimizer steps after ``warmup``, each the slowest rank's
-    (``step`` events of a run's ``events.jsonl``); None when no timed step was recorded."""
+    (the step records of a run's ``events.jsonl``); None when no timed step was recorded."""
     per_step: dict[int, float] = {}
     for ev in events:
-        if ev.get("event") != "step":
+        if not isinstance(ev, StepEvent):
             continue
-        step, t = ev.get("step"), ev.get("step_time")
+        step, t = ev.step, ev.step_time
         if not isinstance(step, int) or not isinstance(t, int | float) or step <= warmup or t <= 0:
             continue
         per_step[step] = max(per_step.get(step, 0.0), float(t))
@@ -206,7 +207,7 @@ def measure(
     and the measuring, keeping the trials before it."""
     from fttui.core.experiments.datalens import data_stats
     from fttui.core.experiments.planning import trial_group, trial_run
-    from fttui.core.run.files.events import read_jsonl
+    from fttui.core.run.files.events import read_events
 
     if steps < 1:
         raise PlanError(f"--measure {steps}: give the number of timed steps, 1 or more")
@@ -234,7 +235,7 @@ def measure(
             rd, status = trial_run(profile, o, budget, warmup + steps, group=group, timeout_s=timeout, longest=longest)
         except KeyboardInterrupt as stop:
             rd, status, interrupted = getattr(stop, "rundir", None), "cancelled", True
-        step_s = step_seconds(read_jsonl(rd.events_path), warmup) if rd is not None else None
+        step_s = step_seconds(read_events(rd.events_path), warmup) if rd is not None else None
         trial = Trial(
             index=i,
             setup=o.label(),

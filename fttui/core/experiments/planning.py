@@ -250,6 +250,14 @@ def trial_group(profile: Profile) -> str:
 CANCEL_WAIT_S = 30.0
 
 
+class TrialInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a trial, once its run was cancelled and ended: ``rundir`` is that run's."""
+
+    def __init__(self, rundir: Any) -> None:
+        super().__init__()
+        self.rundir = rundir
+
+
 def trial_run(
     profile: Profile,
     option: Option,
@@ -309,8 +317,7 @@ def trial_run(
             time.sleep(0.2)
     except KeyboardInterrupt as stop:
         ended()
-        stop.rundir = rd  # type: ignore[attr-defined]
-        raise
+        raise TrialInterrupted(rd) from stop
     final = ex.final_state()
     if timed_out and (final is None or final.status != "completed"):
         return rd, "timeout"
