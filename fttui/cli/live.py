@@ -337,7 +337,8 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
             ),
             (f"why slow: {snap.why_slow}", " ".join((snap.why_slow or "").split()[:3]) or None),
             # the straggler (fttui.core.run.fold.skew): said once per rank the others wait for
-            (f"SLOW RANK: {snap.straggler}", f"straggler {snap.skew.rank}" if snap.straggler else None),
+            # (the worst window's: a rank named between two polls is said at the next)
+            (f"SLOW RANK: {_named(snap)}", f"straggler {snap.skew_worst.rank}" if _named(snap) else None),
         ):
             if key is not None and key not in said:  # each warning, each leading cause: said once
                 said.add(key)
@@ -440,6 +441,12 @@ def _render(snap, f: RunFollower):
     line = status_line(snap)
     t.add_row("status", _text(line.text, style=STATUS_STYLES.get(line.kind, "cyan")))
     return Panel(t, title=_text(f"fttui  {f.rd.run_id}"), border_style="blue")
+
+
+def _named(snap) -> str | None:
+    """The straggler the run's worst window named (fttui.core.run.fold.skew), in words."""
+    worst = getattr(snap, "skew_worst", None)
+    return worst.text if worst is not None and worst.rank is not None else None
 
 
 def _text(value: str, style: str = ""):
