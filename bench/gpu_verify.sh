@@ -9,7 +9,8 @@
 # QLoRA under FSDP / ZeRO-3 on one card, awq for GPTQ's and AWQ's pre-quantized LoRA on the card
 # (bench/gptq_gpu.py: .whl/gptq/ wheels), probe for the probe's boundary on the card with fresh runs
 # either side of it, forecast for issue 23's forecast on the card, plan for its plan check on the card
-# (bench/plan_check.sh under the probe's cap), cpu375 for issue 22's host check
+# (bench/plan_check.sh under the probe's cap), snapshot for issue 44's allocator snapshot at a CUDA
+# out of memory against the estimate and the recording's cost (bench/snapshot_gpu.py), cpu375 for issue 22's host check
 # at its own size: a 375M Llama over two CPU ranks, ZeRO-3 / FSDP / DDP, beside the card's steps)
 #
 # Every step runs under its own time limit and the whole under DEADLINE seconds (default 560):
@@ -184,6 +185,9 @@ if [ $GPU_OK = 1 ]; then
   has probe && step probe 220 probe_step
   has forecast && step forecast 200 forecast_step
   has plan && step plan 200 plan_step
+  # issue 44: a 7B-shaped random LoRA over --gpu-memory-limit leaves its allocator snapshot; its
+  # activation bytes against the estimate's (within 20%), and the recording's cost in the first steps
+  has snapshot && step snapshot 420 "$PY" bench/snapshot_gpu.py --out "$W"
 fi
 if has cpu375; then
   say "== cpu375: waiting for the CPU ranks ($(left) s left)"

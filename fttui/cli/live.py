@@ -170,6 +170,8 @@ def summary_lines(rd: RunDir) -> list[str]:
         lines.append(f"  {'note' if raw.get('status') == 'completed' else 'error'}: {row['error']}")
     if raw.get("oom_explained"):  # the phase and the estimate's term that grew (fttui.core.run.row.oomexplain)
         lines.append(f"  out of memory in the {raw['oom_explained']}")
+    if raw.get("oom_held"):  # a CUDA one's snapshot (fttui.core.run.row.oomheld)
+        lines.append(f"  held at the out of memory: {raw['oom_held']}")
     lines.append(f"  run dir {rd.path}")
     from fttui.core.run.supervising.kept_rows import unsaved_line
 

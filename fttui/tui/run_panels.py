@@ -410,9 +410,11 @@ class RunSummary(Panel):
             # term that grew are not (fttui.core.run.row.oomexplain)
             columns = Columns(cells, padding=(0, 2))
             why = row.get("oom_explained")
+            held = row.get("oom_held")  # a CUDA one's snapshot (fttui.core.run.row.oomheld)
             if why:
                 head = Text("out of memory in the ", style="bold red")
-                self.show(Group(columns, Text.assemble(head, plain(str(why)))))
+                more = [Text.assemble(("held: ", "bold"), plain(str(held)))] if held else []
+                self.show(Group(columns, Text.assemble(head, plain(str(why))), *more))
             else:
                 self.show(columns)
         self.display = True

@@ -44,6 +44,7 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
         check_checkpoint(resume_from)
     su = setup(run_dir, state)
     profile, log = su.profile, su.log
+    state["profile"], state["log"] = profile, log
     d, t = profile.data, profile.train
     from fttui.integrations.hf import FttuiCallback
 
@@ -112,7 +113,15 @@ def run(run_dir: str, state: dict[str, Any], resume_from: str | None = None) -> 
     from .trackers import RowToTrackers
 
     to_trackers = RowToTrackers(lambda: row_so_far(RunDir(run_dir)), emit)
-    trainer = make_trainer(su, profile, dataset, [callback, to_trackers], eval_dataset)
+    from .allochist import StopAfter, history_steps, start
+
+    steps = history_steps(profile, run_dir)  # on a card: what holds the memory, for the first steps
+    cbs = [callback, to_trackers]
+    if start(steps):
+        log(f"allocator history on ({'the whole run' if steps is None else f'the first {steps} steps'})")
+        cbs += [StopAfter(steps)] if steps is not None else []
+    trainer = make_trainer(su, profile, dataset, cbs, eval_dataset)
+    state["trainer"] = trainer
     callback.bind(trainer)
     to_trackers.trainer = trainer
     emit("phase", phase=BUILDING_OPS if deepspeed else FIRST_STEP)
@@ -264,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         tb_lines = "".join(tb).rstrip("\n").splitlines()[-20:]
         counters = state.get("counters")
+        if oom_kind == "cuda" and state.get("profile") is not None:  # what held the card's memory, at once
+            from .allochist import dump_at_oom
+
+            dump_at_oom(run_dir, state.get("trainer"), state["profile"], state.get("log"))
         try:
             emit(
                 "error",

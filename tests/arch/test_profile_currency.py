@@ -45,8 +45,10 @@ NOT_A_METHOD: dict[str, tuple[int, str]] = {
     "fttui/core/profiles/schema.py": (1, SECTION),
     "fttui/core/profiles/typed.py": (1, SECTION),
     "fttui/core/run/row/oomexplain.py": (2, TERM),
+    "fttui/core/run/row/oomheld.py": (2, TERM),
     "fttui/tui/details.py": (1, "the details grid's label of the [lora] settings"),
     "fttui/tui/run_panels.py": (7, "the cards panel's full mode (a card per rank with its insight lines)"),
+    "fttui/worker/allochist.py": (1, TERM),
     "fttui/worker/memtrace.py": (1, TERM),
     "fttui/worker/startup.py": (1, SECTION),
 }

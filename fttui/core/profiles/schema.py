@@ -102,6 +102,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # the data's longest samples in the first optimizer step (then the usual shuffled order):
         # a batch that does not fit runs out of memory in the first minute, not hours in
         "longest_first": Field("bool", False),
+        # on a card, the allocator's history for the first optimizer steps: a CUDA out of memory
+        # leaves a snapshot of what held the memory (docs/reliability.md); 0 = off
+        "memory_history_steps": Field("int", 2, lo=0, hint="optimizer steps to record on a card; 0 = off"),
     },
     "lora": {
         "r": Field("int", 8, lo=1, hint="LoRA rank, e.g. 8 or 16"),

@@ -94,6 +94,7 @@ class TrainSettings(_Section):
     on_oom: str
     max_oom_retries: int
     longest_first: bool
+    memory_history_steps: int
 
 
 @dataclass(frozen=True, eq=False)

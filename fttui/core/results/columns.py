@@ -506,6 +506,15 @@ FIGURES: tuple[Figure, ...] = (
         scope=RUN,
         label="the out of memory's phase and step, and the estimate's term that grew against what the budget left",
     ),
+    Figure(
+        "oom_held",
+        T,
+        lambda c: c.figures.oom_held,
+        since=8,
+        scope=RUN,
+        label="what held the card's memory at a CUDA out of memory (the allocator's snapshot by category, "
+        "beside the estimate's terms; the largest allocation sites)",
+    ),
     # added when the store opens (issue 25): memory creep and speed (docs/reliability.md, docs/performance.md)
     Figure(
         "memory_warning",

@@ -136,6 +136,8 @@ class RunFigures:
     #: an out of memory's training phase and its explanation (fttui.core.run.row.oomexplain)
     oom_phase: str | None = None
     oom_explained: str | None = None
+    #: what held the card's memory at a CUDA out of memory (fttui.core.run.row.oomheld)
+    oom_held: str | None = None
 
     def row_env(self) -> dict[str, Any] | None:
         """The row's ``env``: the run's environment, with the Slurm node's facts (``slurm``)."""

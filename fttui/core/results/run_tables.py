@@ -188,13 +188,18 @@ def groups_table(rows: Sequence[dict], ctx: Ctx, group_by: str) -> Table:
 def oom_table(rows: Sequence[dict]) -> Table | None:
     """The rows that ran out of memory with the phase it happened in and the estimate's term
     that grew against the budget (the rows' ``oom_phase`` and ``oom_explained``,
-    fttui.core.run.row.oomexplain); None when no row did."""
+    fttui.core.run.row.oomexplain) and, when a CUDA one left its snapshot, what held the memory
+    (``oom_held``, fttui.core.run.row.oomheld); None when no row did."""
     ooms = [r for r in rows if r.get("status") == "oom"]
     if not ooms:
         return None
     headers = ["run_id", "method", "batch_size", "max_seq_len", "oom_kind", "oom_phase", "oom_explained"]
+    if any(r.get("oom_held") for r in ooms):  # a CUDA one left its allocator snapshot
+        headers.append("oom_held")
     cells = [[r.get(h) for h in headers] for r in ooms]
     note = "oom_explained: the estimate's terms for the setup that failed (its micro batch, its longest sequence)"
+    if "oom_held" in headers:
+        note += "; oom_held: the allocator's snapshot at the out of memory by category, beside the estimate"
     return Table("out_of_memory", "Out of memory", headers, cells, note=note)
 
 

@@ -104,6 +104,16 @@ class RunDir:
         return self.path / "row.json"
 
     @property
+    def snapshot_path(self) -> Path:
+        """The allocator's snapshot at a CUDA out of memory (:mod:`fttui.core.run.files.memsnap`)."""
+        return self.path / "memory_snapshot.pickle"
+
+    @property
+    def tensors_path(self) -> Path:
+        """The rank's parameters, gradients and optimizer states at that snapshot (``memsnap``)."""
+        return self.path / "memory_tensors.json"
+
+    @property
     def cancel_path(self) -> Path:
         return self.path / "cancel"
 

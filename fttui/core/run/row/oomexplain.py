@@ -31,7 +31,7 @@ from fttui.core.base.event_records import ErrorEvent, Event, ForecastEvent
 from fttui.core.base.units import MIB, fmt_bytes
 from fttui.core.run.launching.oomretry import shrink
 
-__all__ = ["OomExplained", "explain", "oom_error", "TERM_WORDS"]
+__all__ = ["OomExplained", "explain", "oom_error", "forecast_memory", "activations_at", "TERM_WORDS"]
 
 #: the estimate's terms in words (fttui.core.memory.breakdown.COMPONENTS, as a sentence says them)
 TERM_WORDS = {  # in the order a sentence lists them
@@ -66,7 +66,8 @@ def oom_error(events: Iterable[Event]) -> ErrorEvent | None:
     return min(ooms, key=lambda e: e.t or 0.0, default=None)
 
 
-def _memory(events: Iterable[Event]) -> Mapping[str, Any] | None:
+def forecast_memory(events: Iterable[Event]) -> Mapping[str, Any] | None:
+    """The launch's estimate record (the first ``forecast`` event's ``memory``), if any."""
     ev = next((e for e in events if isinstance(e, ForecastEvent)), None)
     mem = getattr(ev, "memory", None) if ev is not None else None
     return mem if isinstance(mem, Mapping) and isinstance(mem.get("terms"), Mapping) else None
@@ -118,7 +119,7 @@ def explain(
         head = f"{phase} after step {step}" if phase != "resume-load" else f"{phase} of the checkpoint of step {step}"
     if seq:
         head += f", longest sequence {seq}"
-    mem = _memory(events) or _memory(earlier)
+    mem = forecast_memory(events) or forecast_memory(earlier)
     if phase not in ("forward", "backward", "optimizer"):
         what = _NO_TERM.get(phase or "", "outside a training step")
         return OomExplained(phase, f"{head}: {what}; the estimate has no term for it")

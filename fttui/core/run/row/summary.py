@@ -301,7 +301,8 @@ def _oom_figures(
     rd: rundir.RunDir, status: FinalStatus, events: list[Event], prof, snap: RunSnapshot, gpu
 ) -> dict[str, Any]:
     """``oom_phase`` and ``oom_explained`` of a run that ended out of memory
-    (:mod:`fttui.core.run.row.oomexplain`): the micro batch and accumulation that ran (its start
+    (:mod:`fttui.core.run.row.oomexplain`), and ``oom_held`` when a CUDA one left its snapshot
+    (:mod:`fttui.core.run.row.oomheld`): the micro batch and accumulation that ran (its start
     event's, else the stated), the card's memory as the budget when no limit was set; an OOM
     retry's attempt (whose launch recorded no estimate) takes the first attempt's."""
     if status.status != "oom":
@@ -318,7 +319,10 @@ def _oom_figures(
     totals = [t for t in (gpu.gpu_mem_total_mb or []) if isinstance(t, (int, float))]
     card = min(totals) * 2**20 if totals else None  # MiB, as the samples record them
     got = explain(events, micro, accum, prof.data.max_seq_len, card, earlier)
-    return {"oom_phase": got.phase, "oom_explained": got.text}
+    from fttui.core.run.row.oomheld import oom_held
+
+    held = oom_held(rd, events, micro, prof.data.max_seq_len, earlier)
+    return {"oom_phase": got.phase, "oom_explained": got.text, "oom_held": held}
 
 
 _VERSIONS = ("python", "torch", "transformers", "peft", "accelerate", "bitsandbytes", "deepspeed", "cuda", "driver")
