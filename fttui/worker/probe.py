@@ -141,6 +141,10 @@ def run_trial(su, param: str, value: int, steps: int, order: list[list[int]] | N
         if kind != "oom":
             raise
         out.update(status="oom", oom_kind=oom_kind, message=one_line(exc)[:300])
+        if oom_kind == "cuda":  # the load's first CUDA out of memory: what held the card (allochist)
+            from .allochist import dump_at_oom
+
+            dump_at_oom(su.run_dir, trainer, prof)
     finally:
         wall = time.perf_counter() - t0
         out["steps"] = len(times.ends)
@@ -335,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     state: dict[str, Any] = {"rank": rank, "emit": emit, "counters": None}
     try:
         su = setup(ns.run_dir, state)
+        from .allochist import start
         from .environment import environment
+
+        start(None)  # on a card, the allocator's history for every trial: they exist to run out of memory
 
         emit(
             "probe_start",
