@@ -31,6 +31,7 @@ NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/cli/insight_lines.py": (2, ROW),
     "fttui/cli/profiles_cmd.py": (1, "profile_summary's model column"),
     "fttui/core/experiments/forecast.py": (2, ROW + " and the setup key's"),
+    "fttui/core/experiments/probed.py": (1, "a probe trial's store row: its limits column"),
     "fttui/core/memory/estimate.py": (2, INPUTS),
     "fttui/core/memory/sharding.py": (1, TERM),
     "fttui/core/memory/states.py": (1, TERM),

@@ -39,7 +39,8 @@ def quick_forecast(profile: Profile, e: Any, rows: Iterable[Mapping[str, Any]], 
 def launch_forecast(profile: Profile, card: str | None = None) -> dict[str, Any] | None:
     """The forecast a launch records (the ``forecast`` event: the run's first ETA, the row's
     ``forecast_s``; its ``memory``: the estimate's terms an out of memory is explained with,
-    :func:`fttui.core.memory.oomterms.oom_terms`, kept when the time cannot be told); None for
+    :func:`fttui.core.memory.oomterms.oom_terms`, with the probe's stored answer for the setup,
+    :func:`fttui.core.experiments.probed.probe_answer`, kept when the time cannot be told); None for
     a command profile, a GPU profile of no known card rate (no time to tell) or when anything it
     needs is missing: a run is never held back by its forecast."""
     if profile.command.argv:
@@ -57,6 +58,9 @@ def launch_forecast(profile: Profile, card: str | None = None) -> dict[str, Any]
         if paths.store_path().exists():  # reading never creates the store (bad input writes nothing)
             with Store() as store:
                 rows = store.rows()
+        from fttui.core.experiments.probed import probe_answer
+
+        memory["memory"]["probe"] = probe_answer(profile, rows)  # the change that fits, when probed
         fc = quick_forecast(profile, e, rows, card or run_card(profile))
     except Exception as e:  # a forecast it cannot make is left out, never an error
         logging.getLogger("fttui.forecast").debug("no forecast at launch: %s", e)

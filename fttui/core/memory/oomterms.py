@@ -3,7 +3,8 @@ event's ``memory``, :func:`fttui.core.experiments.quick_forecast.launch_forecast
 terms, the activations at the stated micro batch and length (apart from the optimizer step's
 temporaries, which never coexist with them) and the budget they are held against. The run layer
 cannot make an estimate (it stands beside the memory model), so the row's ``oom_explained``
-(:mod:`fttui.core.run.row.oomexplain`) reads this record. Pure."""
+(:mod:`fttui.core.run.row.oomexplain`) reads this record. The launch adds ``probe``, the probe's
+stored answer for the setup (:mod:`fttui.core.experiments.probed`). Pure."""
 
 from __future__ import annotations
 

@@ -17,9 +17,12 @@ by the batch and the square of the length). Each phase holds its own terms:
 
 The budget is the run's limit (``limits.gpu_memory``, or ``limits.host_memory`` for CPU
 training: the address space a rank may add above its imported stack), else the card's memory.
-The one change that would fit, by the estimate: the micro batch ``--on-oom shrink`` would run
-(:func:`fttui.core.run.launching.oomretry.shrink`, halved until the activations fit) when the
-activations are named; else the budget the phase needs. Pure."""
+The one change that would fit: the probe's stored answer for the same setup when the launch
+found one below what failed (the record's ``probe``, :mod:`fttui.core.experiments.probed`: the
+largest micro batch, or length, that fitted); else the estimate's: the micro batch
+``--on-oom shrink`` would run (:func:`fttui.core.run.launching.oomretry.shrink`, halved until
+the activations fit) when the activations are named, with the largest micro batch that fits by
+the estimate when that is larger; else the budget the phase needs. Pure."""
 
 from __future__ import annotations
 
@@ -170,18 +173,46 @@ def _terms(
         f"{TERM_WORDS[named]} {fmt_bytes(need)} predicted where {fmt_bytes(max(0.0, left))} were left "
         f"after {_listed(others)} (of {what})"
     )
-    if need <= left:
-        text += "; the estimate expected it to fit"
-        return text
+    if need <= left:  # the estimate was wrong here: a probe of this setup still answers
+        probed = _probed(mem, b, s)
+        return text + "; the estimate expected it to fit" + (f"; {probed}" if probed else "")
     return text + "; " + _change(mem, named, b, accum, s, left, sum(held.values()) - need + need)
+
+
+def _probed(mem: Mapping[str, Any], micro: int, seq: int) -> str | None:
+    """The probe's stored answer for this setup (the record's ``probe``,
+    :func:`fttui.core.experiments.probed.probe_answer`) when it is below what failed."""
+    p = mem.get("probe")
+    if not isinstance(p, Mapping) or p.get("param") not in ("batch_size", "max_seq_len"):
+        return None
+    fit, failed = p.get("largest_fit"), micro if p["param"] == "batch_size" else seq
+    which = f"probe {p['probe_id']}" if p.get("probe_id") else "the probe"
+    if not isinstance(fit, int) or isinstance(fit, bool):
+        return f"{which} of this setup found no {'micro batch' if p['param'] == 'batch_size' else 'length'} that fits"
+    if fit >= failed:
+        return None  # the probe fitted more than failed here (a longer real batch, another state): not an answer
+    if p["param"] == "batch_size":
+        return f"micro batch {fit} fits by {which} of this setup (the largest that fitted)"
+    return f"data.max_seq_len {fit} fits by {which} of this setup (the longest that fitted)"
+
+
+def _largest_micro(mem: Mapping[str, Any], micro: int, seq: int, left: float) -> int | None:
+    """The largest micro batch below ``micro`` whose activations fit ``left`` by the estimate."""
+    return next((b for b in range(micro - 1, 0, -1) if activations_at(mem, b, seq) <= left), None)
 
 
 def _change(
     mem: Mapping[str, Any], named: str, micro: int, accum: int | None, seq: int, left: float, need: float
 ) -> str:
-    """The one change that fits by the estimate."""
+    """The one change that fits: the probe's stored answer for this setup when it has one, else
+    the estimate's (the micro batch --on-oom shrink would run, and the largest that fits when it
+    is larger; for a term other than the activations, the budget the phase needs)."""
+    probed = _probed(mem, micro, seq)
+    if probed is not None:
+        return probed
     if named == "activations":
         m, a = micro, int(accum or 1)
+        largest = _largest_micro(mem, micro, seq, left)
         while True:
             s = shrink(m, a)
             if s is None:
@@ -189,10 +220,16 @@ def _change(
             m, a = s.new_micro, s.new_accum
             act = activations_at(mem, m, seq)
             if act <= left:
-                return (
+                text = (
                     f"micro batch {m} x accumulation {a} would fit by the estimate (activations "
                     f"{fmt_bytes(act)}), as --on-oom shrink would run it"
                 )
+                if largest is not None and largest > m:
+                    text += (
+                        f"; the largest micro batch that fits by the estimate is {largest} (activations "
+                        f"{fmt_bytes(activations_at(mem, largest, seq))})"
+                    )
+                return text
         ckpt = "" if mem.get("gradient_checkpointing") else " or train.gradient_checkpointing = true"
         return (
             f"even micro batch 1 would not fit by the estimate (activations {fmt_bytes(activations_at(mem, 1, seq))}): "
