@@ -39,6 +39,7 @@ NOT_A_METHOD: dict[str, tuple[int, str]] = {
     "fttui/core/memory/estimate.py": (1, TERM),
     "fttui/core/memory/host.py": (1, TERM),
     "fttui/core/memory/oomterms.py": (1, TERM),
+    "fttui/core/memory/resume.py": (1, TERM),
     "fttui/core/memory/sharding.py": (2, TERM),
     "fttui/core/memory/states.py": (1, TERM),
     "fttui/core/models/layouts.py": (2, "a layout's qk_norm kind: the norm over the whole q / k projection"),

@@ -123,6 +123,8 @@ class Estimate:
     # training (where ``breakdown`` is zeros and ``host_breakdown`` sums the node's ranks)
     rank_breakdown: dict[str, int] = field(default_factory=dict)
     on_gpu: bool = True
+    # a resume's load peak per rank beside the training's (fttui.core.memory.resume.resume_peak)
+    resume: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool | None:
@@ -145,6 +147,7 @@ class Estimate:
             "calibration": self.calibration.to_dict() if self.calibration else None,
             "calibrated": (f"calibrated from {self.calibration.rows} measured rows" if self.calibration else None),
             "notes": list(self.notes),
+            "resume": dict(self.resume),
             "inputs": dict(self.inputs),
             "constants": dict(CONSTANTS),
         }

@@ -28,6 +28,7 @@ from fttui.core.memory.activations import activation_peak
 from fttui.core.memory.breakdown import COMPONENTS, CONSTANTS, HOST_COMPONENTS, Calibration, Estimate
 from fttui.core.memory.host import host_terms
 from fttui.core.memory.inputs import Setup, settings, setup
+from fttui.core.memory.resume import resume_peak
 from fttui.core.memory.sharding import Working, sharded_states, step_temporaries
 from fttui.core.memory.states import norm_head, trainable_states
 from fttui.core.profiles.typed import Profile
@@ -265,6 +266,7 @@ def estimate(profile: Profile, calibration: Calibration | None = None, device_by
         gpu_peak = []
         card = dict.fromkeys(card, 0)
     host = {k: int(round(v)) for k, v in host_bd.items()}
+    resume = _resume(c, rank, notes)
     _final_notes(c, calibration, notes)
     return Estimate(
         inputs=_inputs(c),
@@ -284,4 +286,23 @@ def estimate(profile: Profile, calibration: Calibration | None = None, device_by
         on_gpu=c.on_gpu,
         activation_bytes=int(round(sides[0])),
         step_temporaries_bytes=int(round(sides[1])),
+        resume=resume,
     )
+
+
+def _resume(c: Setup, rank: dict[str, int], notes: list[str]) -> dict:
+    """A resume's load peak per rank (:func:`fttui.core.memory.resume.resume_peak`); a note when
+    the run keeps checkpoints to resume from (``train.save = "steps"``, ``on_oom = "shrink"``)
+    and the resume's peak is above the training's."""
+    kind = c.kind.family
+    trained = c.a.params * c.wb if c.method.full else c.lora_params * 4
+    got = resume_peak({k: float(v) for k, v in rank.items()}, float(sum(rank.values())), kind, c.world, trained)
+    resumable = c.p.train.save == "steps" or c.p.train.on_oom == "shrink"
+    if resumable and got["above"] > 0:
+        where = "the lowest rank" if got["rank"] == "lowest" else "every rank"
+        notes.append(
+            f"a resume from a checkpoint peaks at {got['peak'] / GIB:.2f} GiB on {where}, "
+            f"{got['above'] / GIB:.2f} GiB above its training peak"
+            + (" (the FSDP full state dict: the whole optimizer states are read there)" if c.fsdp else "")
+        )
+    return got
