@@ -135,3 +135,35 @@ def test_the_row_and_the_report_carry_it():
     table = oom_table(rows)
     assert table.headers[-1] == "oom_held" and table.cells[0][-1] == "5 MiB live"
     assert "oom_held" not in oom_table(rows[1:]).headers
+
+
+def test_a_run_that_ran_out_of_card_memory_has_oom_held_in_its_row():
+    from fttui.core.base.event_records import ForecastEvent as Fc
+    from fttui.core.profiles import load_profile
+    from fttui.core.run.files import rundir
+    from fttui.core.run.files.events import append_jsonl, read_jsonl
+    from fttui.core.run.files.statusfile import FinalStatus
+    from fttui.core.run.fold.state import RunState
+    from fttui.core.run.row.summary import build_row
+
+    resolved = load_profile("tiny-lora", ["train.batch_size=4"])
+    rd = rundir.create(resolved.to_dict(), ["python", "-m", "fttui.worker.train"], {}, kind="run")
+    mem = {"terms": {"weights": 30 * MIB, "lora": MIB, "gradients": 0, "optimizer_states": 0, "quantisation": 0,
+                     "communication": 0, "cuda_context": 0},
+           "activations": 40 * MIB, "attention": 0, "step_temporaries": 0, "allocator_fraction": 0.0,
+           "micro_batch": 4, "max_seq_len": 256, "budget": 64 * MIB, "budget_what": "limits.gpu_memory 64MiB"}
+    append_jsonl(rd.events_path, {**Fc(memory=mem).to_dict(), "t": 1.0, "rank": -1, "source": "launcher"})
+    append_jsonl(rd.events_path, {"event": "error", "t": 2.0, "rank": 0, "kind": "oom", "oom_kind": "cuda",
+                                  "phase": "backward", "phase_step": 1, "longest_seq": 256, "step": 0,
+                                  "message": "CUDA out of memory"})
+    oom = FinalStatus("oom", 3, None, oom_kind="cuda", error="CUDA out of memory", error_step=1)
+    snap = RunState().replay(read_jsonl(rd.events_path), []).snapshot()
+    without = build_row(rd, snap, oom, t_launch=1.0, t_end=2.0)
+    assert without["oom_held"] is None and without["oom_phase"] == "backward"
+    got = fixture()
+    write_snapshot(rd.snapshot_path, got["snapshot"])
+    write_tensor_ranges(rd.tensors_path, TensorRanges.from_dict(got["tensors"]))
+    row = build_row(rd, snap, oom, t_launch=1.0, t_end=2.0)
+    held = summarise(got["snapshot"], TensorRanges.from_dict(got["tensors"]))
+    assert row["oom_held"].startswith(f"{fmt_bytes(held.live)} live in {fmt_bytes(held.reserved)} reserved")
+    assert f"(estimate {fmt_bytes(30 * MIB)})" in row["oom_held"]

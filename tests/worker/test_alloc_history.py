@@ -7,6 +7,8 @@ The recording and the snapshot themselves need a card: bench/gpu_verify.sh (step
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -79,3 +81,59 @@ def test_without_cuda_nothing_is_turned_on_or_written(tmp_path):
     prof = profile_of({"model": {"name_or_path": "x"}})
     assert allochist.dump_at_oom(str(tmp_path), None, prof) is False
     assert not RunDir(tmp_path).snapshot_path.exists() and not RunDir(tmp_path).tensors_path.exists()
+
+
+def test_start_and_stop_call_torch_s_api_as_its_signature_takes_it(monkeypatch):
+    import inspect
+
+    real = torch.cuda.memory._record_memory_history
+    calls = []
+
+    def record(*args, **kwargs):
+        inspect.signature(real).bind(*args, **kwargs)  # the current torch's parameters (no card needed)
+        calls.append(kwargs)
+
+    monkeypatch.setattr(allochist, "_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+    assert allochist.start(0) is False and calls == []  # 0: off
+    assert allochist.start(2) is True
+    assert calls == [{"enabled": "all", "context": "alloc", "stacks": "all", "max_entries": allochist.MAX_ENTRIES}]
+    cb = allochist.StopAfter(2)
+
+    class State:
+        global_step = 1
+
+    cb.on_step_end(None, State, None)
+    assert len(calls) == 1  # still on after step 1
+    State.global_step = 2
+    cb.on_step_end(None, State, None)
+    State.global_step = 3
+    cb.on_step_end(None, State, None)
+    assert calls[1:] == [{"enabled": None}]  # off once, after step 2
+
+
+def test_at_an_oom_the_snapshot_and_the_tensors_land_in_the_run_directory(tmp_path, monkeypatch):
+    import json
+
+    from fttui.core.run.files.memsnap import read_snapshot, read_tensor_ranges
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "data" / "memory_snapshot_lora.json").read_text())
+    monkeypatch.setattr(allochist, "_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda *a, **k: data["snapshot"])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    model, opt = stepped(adapter=False)
+
+    class Trainer:
+        pass
+
+    trainer = Trainer()
+    trainer.model, trainer.optimizer = model, opt
+    prof = profile_of({"model": {"name_or_path": "x"}, "method": "full"})
+    lines = []
+    assert allochist.dump_at_oom(str(tmp_path), trainer, prof, lines.append) is True
+    rd = RunDir(tmp_path)
+    assert read_snapshot(rd.snapshot_path) == data["snapshot"]
+    assert read_tensor_ranges(rd.tensors_path).device == "cuda:0"  # CPU tensors are not the card's: none kept
+    assert lines and lines[0].startswith("memory snapshot at the out of memory: memory_snapshot.pickle")
+    # a second rank finds it written: the first rank's stays
+    assert allochist.dump_at_oom(str(tmp_path), trainer, prof) is False
