@@ -2,14 +2,19 @@
 while it matters, and its snapshot saved in the run directory at the out of memory.
 
 On a card (CUDA present; nothing is done on CPU ranks) :func:`start` turns on
-``torch.cuda.memory._record_memory_history`` (``enabled="all"``, ``context="alloc"``: each live
-block keeps the stack that allocated it; ``stacks="all"``: C++ frames too, since the backward runs
-on the autograd engine's device thread, where no Python frame is; at most
-:data:`MAX_ENTRIES` trace entries). :class:`StopAfter` turns it off after the profile's
-``train.memory_history_steps`` optimizer steps (0: never on); a probe trial (``command.json``'s
-kind ``probe``) and an attempt that recovers from an out of memory (its ``attempt``) keep it on
-for the whole run: they exist to run out of memory. Blocks allocated after it went off have no
-frames; they are still classed when they are a parameter, gradient or optimizer state.
+``torch.cuda.memory._record_memory_history`` with :data:`ON`: ``enabled="all"`` (the trace of
+the allocator's actions, at most :data:`MAX_ENTRIES` entries, the out of memory's own among
+them), ``context="state"`` (a stack for each live block, none kept in the trace: the snapshot
+symbolizes the live blocks' frames only, which keeps the dump at the out of memory short; C++
+frames of a long trace take minutes to symbolize), ``stacks="all"`` (C++ frames too: the
+backward runs on the autograd engine's device thread, where no Python frame is). After the
+profile's ``train.memory_history_steps`` optimizer steps (0: never on) :class:`StopAfter` sets
+:data:`FRAMES_OFF` (``context=None``: no stack for later allocations, so they cost nothing; the
+trace goes on and nothing recorded is cleared, as ``enabled=None`` would). A probe trial
+(``command.json``'s kind ``probe``) and an attempt that recovers from an out of memory (its
+``attempt``) keep the frames for the whole run: they exist to run out of memory. Blocks
+allocated after the frames went off have none; they are still classed when they are a
+parameter, gradient or optimizer state.
 
 :func:`dump_at_oom` (the worker's error path, CUDA out of memory only) takes
 ``torch.cuda.memory._snapshot()`` and, in the same moment, the storages of the rank's
@@ -30,10 +35,23 @@ from fttui.core.profiles.typed import Profile
 from fttui.core.run.files.memsnap import TensorRanges, write_snapshot, write_tensor_ranges
 from fttui.core.run.files.rundir import RunDir
 
-__all__ = ["MAX_ENTRIES", "history_steps", "start", "stop", "StopAfter", "dump_at_oom", "tensor_ranges"]
+__all__ = [
+    "MAX_ENTRIES",
+    "ON",
+    "FRAMES_OFF",
+    "history_steps",
+    "start",
+    "frames_off",
+    "StopAfter",
+    "dump_at_oom",
+    "tensor_ranges",
+]
 
-#: the bound of the recorded trace (torch: "expect each entry to be several KB")
+#: the bound of the recorded trace (torch: "expect each entry to be several KB" with its stack)
 MAX_ENTRIES = 20_000
+#: the recording while the frames matter, and after (the module's docstring)
+ON: dict[str, Any] = {"enabled": "all", "context": "state", "stacks": "all", "max_entries": MAX_ENTRIES}
+FRAMES_OFF: dict[str, Any] = {**ON, "context": None}
 ADAPTER_TERM = "lora"  # the estimate's term of an adapter's parameters, gradients and states
 
 
@@ -55,16 +73,16 @@ def start(steps: int | None) -> bool:
     """Turn the allocator's history on (a card, ``steps`` not 0); whether it is on."""
     if steps == 0 or not _cuda():
         return False
-    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="all", max_entries=MAX_ENTRIES)
+    torch.cuda.memory._record_memory_history(**ON)
     return True
 
 
-def stop() -> None:
-    torch.cuda.memory._record_memory_history(enabled=None)
+def frames_off() -> None:
+    torch.cuda.memory._record_memory_history(**FRAMES_OFF)
 
 
 class StopAfter(TrainerCallback):
-    """Turns the history off at the end of optimizer step ``steps``."""
+    """Turns the frames off at the end of optimizer step ``steps``."""
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
@@ -72,7 +90,7 @@ class StopAfter(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.on and state.global_step >= self.steps:
-            stop()
+            frames_off()
             self.on = False
 
 

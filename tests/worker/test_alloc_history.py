@@ -97,7 +97,7 @@ def test_start_and_stop_call_torch_s_api_as_its_signature_takes_it(monkeypatch):
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
     assert allochist.start(0) is False and calls == []  # 0: off
     assert allochist.start(2) is True
-    assert calls == [{"enabled": "all", "context": "alloc", "stacks": "all", "max_entries": allochist.MAX_ENTRIES}]
+    assert calls == [{"enabled": "all", "context": "state", "stacks": "all", "max_entries": allochist.MAX_ENTRIES}]
     cb = allochist.StopAfter(2)
 
     class State:
@@ -109,7 +109,8 @@ def test_start_and_stop_call_torch_s_api_as_its_signature_takes_it(monkeypatch):
     cb.on_step_end(None, State, None)
     State.global_step = 3
     cb.on_step_end(None, State, None)
-    assert calls[1:] == [{"enabled": None}]  # off once, after step 2
+    # the frames off once, after step 2: the trace goes on and nothing is cleared (enabled stays)
+    assert calls[1:] == [{"enabled": "all", "context": None, "stacks": "all", "max_entries": allochist.MAX_ENTRIES}]
 
 
 def test_at_an_oom_the_snapshot_and_the_tensors_land_in_the_run_directory(tmp_path, monkeypatch):
