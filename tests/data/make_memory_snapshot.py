@@ -10,7 +10,8 @@ segments, larger ones in segments of their own rounded to 2 MiB; cached blocks l
 and the frames are those such a run's allocations carry: none for the weights (loaded before the
 history was turned on), a module's ``forward`` for the activations, the autograd engine's C++
 frames for the backward (it runs on the engine's device thread: no Python frame), AdamW's step
-for its states and temporaries. bench/gpu_verify.sh holds the check of the real thing on a card.
+for its states and temporaries; the trace's entries carry none (the worker records with
+``context="state"``). bench/gpu_verify.sh holds the check of the real thing on a card.
 
     python tests/data/make_memory_snapshot.py     # rewrites the fixture (stdlib only)
 
@@ -144,9 +145,10 @@ def build():
             "is_expandable": False, "frames": [], "blocks": blist,
         })
     request = tok * INTER * F32
+    # the worker records with context="state": the trace's entries carry no frames
     traces = [[
-        {"action": "alloc", "addr": blocks[-3]["address"], "size": blocks[-3]["size"], "stream": 0, "frames": BWD},
-        {"action": "oom", "size": request, "stream": 0, "device_free": 3 * mib // 2, "frames": BWD},
+        {"action": "alloc", "addr": blocks[-3]["address"], "size": blocks[-3]["size"], "stream": 0, "frames": []},
+        {"action": "oom", "size": request, "stream": 0, "device_free": 3 * mib // 2, "frames": []},
     ]]
     snapshot = {"segments": out_segments, "device_traces": traces,
                 "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "expandable_segments": False}}
