@@ -10,7 +10,7 @@ step's: the resumed run loads it and trains no step). Per rank, from the events:
 - ``begin``: the rank's VmHWM when training began in the first run (its startup and model);
 - ``train``: its VmHWM at the last step of the first run (the run's own peak);
 - ``resume``: its VmHWM when training began in the resumed run: startup, model and the
-  checkpoint's load (the start event's ``peak_rss_mb``, taken at ``on_train_begin``, after the
+  checkpoint's load (the start event's ``begin_peak_rss_mb``, taken at ``on_train_begin``, after the
   Trainer loaded the weights and the optimizer's states).
 
 ``resume > train`` means the load's peak exceeds the run's own. Prints a Markdown table (MiB,
@@ -48,8 +48,8 @@ def latest_run(home: str) -> str:
 def per_rank(run_dir: str) -> tuple[dict[int, float], dict[int, float]]:
     begin, last = {}, {}
     for e in read_events(os.path.join(run_dir, "events.jsonl")):
-        if isinstance(e, StartEvent) and e.peak_rss_mb is not None and e.rank is not None:
-            begin[e.rank] = e.peak_rss_mb
+        if isinstance(e, StartEvent) and e.begin_peak_rss_mb is not None and e.rank is not None:
+            begin[e.rank] = e.begin_peak_rss_mb
         if isinstance(e, StepEvent) and e.peak_rss_mb is not None and e.rank is not None:
             last[e.rank] = max(last.get(e.rank, 0.0), e.peak_rss_mb)
     return begin, last

@@ -415,7 +415,7 @@ class FttuiCallback(TrainerCallback):
         # the memory before the first batch (a launched probe bounds the batches' share with it)
         mem = _info.proc_memory()
         fields["vm_mb"] = mem.get("vm_mb")
-        fields["peak_rss_mb"] = mem.get("peak_rss_mb")  # a resume's load is in it (it loaded before this)
+        fields["begin_peak_rss_mb"] = mem.get("peak_rss_mb")  # a resume's load is in it (it loaded before this)
         if self.on_cuda and torch is not None:
             fields["torch_reserved_mb"] = round(torch.cuda.memory_reserved() / 2**20, 1)
         if model is not None and "model_shape" not in fields:

@@ -204,7 +204,7 @@ class StartEvent(Event):
     vm_mb: float | None = None
     #: the rank's peak resident memory (VmHWM) when training begins: its startup, the model's
     #: build and, for a resumed run, the checkpoint's load (docs/reliability.md, "A resume's peak")
-    peak_rss_mb: float | None = None
+    begin_peak_rss_mb: float | None = None
     torch_reserved_mb: float | None = None
     #: what sharded the run, read back from the engine or wrapper (``asked``, ``ran``, ...)
     sharding: dict[str, Any] | None = None
