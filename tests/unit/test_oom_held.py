@@ -167,3 +167,12 @@ def test_a_run_that_ran_out_of_card_memory_has_oom_held_in_its_row():
     held = summarise(got["snapshot"], TensorRanges.from_dict(got["tensors"]))
     assert row["oom_held"].startswith(f"{fmt_bytes(held.live)} live in {fmt_bytes(held.reserved)} reserved")
     assert f"(estimate {fmt_bytes(30 * MIB)})" in row["oom_held"]
+    # the end summary (fttui run, headless) says it under the phase's sentence
+    from fttui.cli.live import summary_lines
+
+    rundir.write_json_atomic(rd.row_path, row)
+    lines = summary_lines(rd)
+    assert lines[0].endswith(": oom (cuda, backward)")
+    assert f"  held at the out of memory: {row['oom_held']}" in lines
+    explained = next(i for i, line in enumerate(lines) if line.startswith("  out of memory in the backward"))
+    assert lines[explained + 1].startswith("  held at the out of memory: ")
