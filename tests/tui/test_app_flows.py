@@ -133,7 +133,8 @@ async def test_oom_summary_names_the_phase_and_the_term_that_grew(fttui_home):
     row = json.loads((rd / "row.json").read_text())
     why = ("backward of step 2, longest sequence 412: activations 61 MiB predicted where 38 MiB were left after "
            "weights, gradients and optimizer states (of limits.host_memory 138MiB)")
-    (rd / "row.json").write_text(json.dumps(row | {"oom_phase": "backward", "oom_explained": why}))
+    held = "122 MiB live in 144 MiB reserved: weights 32 MiB (estimate 29 MiB), activations 89 MiB"
+    (rd / "row.json").write_text(json.dumps(row | {"oom_phase": "backward", "oom_explained": why, "oom_held": held}))
     app = FttuiApp(attach=str(rd))
     async with app.run_test(size=(160, 40)) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunScreen), what="run screen")
@@ -141,6 +142,7 @@ async def test_oom_summary_names_the_phase_and_the_term_that_grew(fttui_home):
         # the panel's lines without its border, as one line of words
         text = " ".join(_static_text(app, "#run-summary").replace("\u2502", " ").split())
         assert f"out of memory in the {why}" in text
+        assert f"held: {held}" in text  # a CUDA one's allocator snapshot (fttui.core.run.row.oomheld)
 
 
 async def test_attach_finished_run_with_two_gpus(fttui_home):
