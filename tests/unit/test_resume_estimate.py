@@ -58,3 +58,29 @@ def test_fsdp_s_lowest_rank_reads_every_rank_s_states_and_goes_above():
     quiet = est("fsdp", save="end")
     assert quiet.resume == r and not any("a resume from a checkpoint" in n for n in quiet.notes)
     assert est("fsdp").to_dict()["resume"] == r
+
+
+def test_an_oom_in_a_resume_s_load_is_set_against_the_resume_term():
+    from fttui.core.base.event_records import ErrorEvent, ForecastEvent
+    from fttui.core.base.units import fmt_bytes
+    from fttui.core.memory.oomterms import oom_terms
+    from fttui.core.run.row.oomexplain import explain
+
+    prof = load_profile("tiny-full", {**WIDE, "sharding": "fsdp", "train.save": "steps",
+                                      "limits.host_memory": "700MiB"})
+    e = estimate(prof)
+    mem = oom_terms(prof, e)
+    assert mem["resume"] == e.resume
+    events = [ForecastEvent(memory=mem, t=1.0),
+              ErrorEvent(kind="oom", oom_kind="cpu", phase="resume-load", phase_step=2, t=2.0)]
+    text = explain(events, 4, 1, 128).text
+    r = e.resume
+    assert text.startswith("resume-load of the checkpoint of step 2, longest sequence 128: loading the checkpoint "
+                           f"resumed from: {fmt_bytes(r['peak'])} predicted on the lowest rank, "
+                           f"{fmt_bytes(r['above'])} above its training peak (of limits.host_memory 700MiB)")
+    assert text.endswith("; the FSDP full state dict reads every rank's optimizer states there")
+    ddp = load_profile("tiny-full", {**WIDE, "sharding": "none", "train.save": "steps"})
+    ed = estimate(ddp)
+    events[0] = ForecastEvent(memory=oom_terms(ddp, ed), t=1.0)
+    assert f"predicted on a rank, below its training peak ({fmt_bytes(ed.resume['train_peak'])})" in \
+        explain(events, 4, 1, 128).text

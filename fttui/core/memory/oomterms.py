@@ -36,7 +36,8 @@ def oom_terms(profile: Profile, est: Estimate) -> dict[str, Any]:
     ``step_temporaries`` (the optimizer step's), ``allocator_fraction`` (the caching allocator's
     share on a card's activations, uncalibrated), ``device`` (``gpu`` or ``cpu``) and ``budget``
     with ``budget_what``: ``limits.gpu_memory`` on a card, ``limits.host_memory`` for CPU
-    training (the address space a rank may add above its imported stack), else null."""
+    training (the address space a rank may add above its imported stack), else null; ``resume``:
+    a resume's load peak per rank against its training peak (:mod:`fttui.core.memory.resume`)."""
     rank = est.rank_breakdown or est.breakdown
     keys = ("weights", "gradients", "optimizer_states", *STATIC_TERMS[1:])
     terms = {k: float(rank.get(k, 0)) for k in dict.fromkeys(keys)}
@@ -64,4 +65,5 @@ def oom_terms(profile: Profile, est: Estimate) -> dict[str, Any]:
         "gradient_checkpointing": bool(profile.train.gradient_checkpointing),
         "budget": budget,
         "budget_what": (f"limits.{'gpu' if est.on_gpu else 'host'}_memory {limit}" if budget else None),
+        "resume": dict(est.resume) or None,  # a resume's load peak per rank (fttui.core.memory.resume)
     }

@@ -13,7 +13,9 @@ by the batch and the square of the length). Each phase holds its own terms:
 - ``backward``: those, with the gradients it writes and the activations; it names the larger;
 - ``optimizer``: the static terms, the gradients, the optimizer states (made in the first step:
   the term it names then) and the step's temporaries (named in a later step);
-- ``data``, ``save``, ``resume-load``, ``eval`` and the startup phases: no term of the estimate.
+- ``resume-load``: the estimate's resume term (the record's ``resume``, a resume's load peak per
+  rank against its training peak, :mod:`fttui.core.memory.resume`) when the launch recorded it;
+- ``data``, ``save``, ``eval`` and the startup phases: no term of the estimate.
 
 The budget is the run's limit (``limits.gpu_memory``, or ``limits.host_memory`` for CPU
 training: the address space a rank may add above its imported stack), else the card's memory.
@@ -123,12 +125,36 @@ def explain(
     if seq:
         head += f", longest sequence {seq}"
     mem = forecast_memory(events) or forecast_memory(earlier)
+    if phase == "resume-load" and mem is not None and isinstance(mem.get("resume"), Mapping):
+        return OomExplained(phase, f"{head}: {_resumed(mem, card_bytes)}")
     if phase not in ("forward", "backward", "optimizer"):
         what = _NO_TERM.get(phase or "", "outside a training step")
         return OomExplained(phase, f"{head}: {what}; the estimate has no term for it")
     if mem is None:
         return OomExplained(phase, f"{head}: no estimate was recorded at launch to set against it")
     return OomExplained(phase, f"{head}: {_terms(mem, phase, step or 1, micro, accum, seq, card_bytes)}")
+
+
+def _resumed(mem: Mapping[str, Any], card_bytes: float | None) -> str:
+    """A resume's load against the budget: the estimate's resume term (the record's ``resume``,
+    :mod:`fttui.core.memory.resume`)."""
+    r = mem["resume"]
+    peak, train, above = _num(r.get("peak")), _num(r.get("train_peak")), _num(r.get("above"))
+    where = "the lowest rank" if r.get("rank") == "lowest" else "a rank"
+    text = f"loading the checkpoint resumed from: {fmt_bytes(peak)} predicted on {where}"
+    text += (
+        f", {fmt_bytes(above)} above its training peak"
+        if above > 0
+        else f", below its training peak ({fmt_bytes(train)})"
+    )
+    budget, what = mem.get("budget"), mem.get("budget_what")
+    if not budget and card_bytes:
+        budget, what = card_bytes, f"the card's {fmt_bytes(card_bytes)}"
+    if budget:
+        text += f" (of {what})"
+    if r.get("rank") == "lowest":
+        text += "; the FSDP full state dict reads every rank's optimizer states there"
+    return text
 
 
 def _terms(
