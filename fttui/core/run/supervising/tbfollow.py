@@ -1,0 +1,127 @@
+"""The training losses a command writes to TensorBoard event files while it runs.
+
+:class:`TbFollower` looks for ``events.out.tfevents.*`` files under the command's working folder
+(at most :data:`MAX_DEPTH` folders deep, :data:`MAX_DIRS` folders visited per look, hidden folders,
+virtual environments and ``node_modules`` left out), follows the first :data:`MAX_FILES` of them
+that were written since the run started, and reads the scalars appended to them
+(:mod:`fttui.core.run.files.tfevents`: stdlib only). A scalar whose tag is one of
+:data:`LOSS_TAGS` is the training loss of its step: per file, the first of those tags the file
+holds (in that order) is its loss; the first file that holds one is the run's.
+
+Steps: the event's ``step``, as the writer counted it. Lightning's ``TensorBoardLogger`` (a file
+with Lightning's ``hparams.yaml`` beside it) counts from 0 (its step is the optimizer steps done
+before the one it logs), so its step ``k`` is step ``k + 1`` here; ``accelerator.log(...,
+step=...)`` and ``SummaryWriter.add_scalar(tag, value, step)`` keep the writer's number.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fttui.core.run.files.tfevents import TfEventsFile
+
+__all__ = ["TbFollower", "LossPoint", "LOSS_TAGS", "MAX_DEPTH", "MAX_FILES", "MAX_DIRS"]
+
+#: The scalar tags read as the training loss, best first (Lightning's ``self.log("train_loss")``
+#: and its ``_step`` variant with ``on_epoch=True``, accelerate's ``accelerator.log({"train_loss"})``,
+#: the common ``SummaryWriter`` names)
+LOSS_TAGS = ("train_loss", "train_loss_step", "train/loss", "Loss/train", "loss/train", "loss")
+MAX_DEPTH = 5
+MAX_FILES = 16
+MAX_DIRS = 2000
+#: How often (seconds) the folders are looked through for new files; followed files are read at every poll
+SCAN_EVERY_S = 2.0
+_SKIP = {"node_modules", "__pycache__", "site-packages", "venv", "env"}
+_PREFIX = "events.out.tfevents."
+#: Lightning's TensorBoardLogger writes its hyperparameters beside its event file
+_LIGHTNING_HPARAMS = "hparams.yaml"
+
+
+@dataclass(frozen=True)
+class LossPoint:
+    """One training loss read from an event file: the step (as fttui counts: from 1), the
+    writer's wall time, the value and its tag."""
+
+    step: int
+    wall_time: float | None
+    loss: float
+    tag: str
+
+
+class _Followed:
+    def __init__(self, path: Path) -> None:
+        self.file = TfEventsFile(path)
+        self.tag: str | None = None  # the loss tag of this file, once one is seen
+        self.offset: int | None = None  # 1 for Lightning's logger (counts from 0), else 0
+
+    def points(self) -> list[LossPoint]:
+        out: list[LossPoint] = []
+        for s in self.file.read():
+            if self.tag is None:
+                self.tag = next((t for t in LOSS_TAGS if t in s.values), None)
+            if self.tag is None or self.tag not in s.values:
+                continue
+            if self.offset is None:
+                self.offset = 1 if (self.file.path.parent / _LIGHTNING_HPARAMS).exists() else 0
+            out.append(LossPoint(s.step + self.offset, s.wall_time, s.values[self.tag], self.tag))
+        return out
+
+
+class TbFollower:
+    """``poll(now)``: the loss points written since the last poll (of the run's file: the first
+    that gave one). ``since``: the run's start (unix time); older files are not followed."""
+
+    def __init__(self, root: Path, since: float) -> None:
+        self.root, self.since = root, since
+        self.files: dict[Path, _Followed] = {}
+        self.chosen: Path | None = None
+        self.scanned_at: float | None = None
+
+    def _scan(self) -> None:
+        root_depth = len(self.root.parts)
+        visited = 0
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            visited += 1
+            if visited > MAX_DIRS or len(self.files) >= MAX_FILES:
+                return
+            depth = len(Path(dirpath).parts) - root_depth
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP)
+            if depth >= MAX_DEPTH:
+                dirnames[:] = []
+            for name in sorted(filenames):
+                if not name.startswith(_PREFIX):
+                    continue
+                path = Path(dirpath) / name
+                if path in self.files:
+                    continue
+                try:
+                    if path.stat().st_mtime < self.since - 1.0:
+                        continue  # an earlier run's
+                except OSError:
+                    continue
+                self.files[path] = _Followed(path)
+                if len(self.files) >= MAX_FILES:
+                    return
+
+    def poll(self, now: float, scan: bool = True, force: bool = False) -> list[LossPoint]:
+        """The new loss points; ``scan`` False reads the files already followed without looking
+        for new ones; ``force`` looks for them however recently it looked (the run's end)."""
+        due = force or self.scanned_at is None or now - self.scanned_at >= SCAN_EVERY_S
+        if scan and due and self.chosen is None:
+            self.scanned_at = now
+            try:
+                self._scan()
+            except OSError:
+                pass
+        out: list[LossPoint] = []
+        for path, followed in list(self.files.items()):
+            if self.chosen is not None and path != self.chosen:
+                continue
+            points = followed.points()
+            if points and self.chosen is None:
+                self.chosen = path
+            if path == self.chosen:
+                out += points
+        return out
