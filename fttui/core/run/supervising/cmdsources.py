@@ -4,7 +4,7 @@ Lightning's bar, :mod:`fttui.core.run.supervising.lightningbar`) and the TensorB
 it writes (:mod:`fttui.core.run.supervising.tbfollow`).
 
 One source gives the steps, never two (no step is counted twice): the first that tells a step
-(source ``log`` for printed lines: from the first step a bar shows, though the parser holds it;
+(source ``log`` for printed lines: from the moment the training's bar shows, ``0/N`` included;
 ``tensorboard`` for an event file). The loss of a step is the
 event file's where it has one for that step (exact, where the printed bar rounds it; the event's
 ``loss_source`` says ``tensorboard``), else the printed one. The total comes from the printed
@@ -51,8 +51,8 @@ class CommandSources:
         out: list[Event] = []
         for parser in self.printed:
             out += self._printed(parser, parser.feed(segment, t), t)
-            if self.owner is None and parser.pending is not None:
-                self.owner = parser  # a step shown and held: this parser gives the steps
+            if self.owner is None and (parser.pending is not None or parser.t0 is not None):
+                self.owner = parser  # its training bar showed: this parser gives the steps
         return out
 
     def poll(self, t: float) -> list[Event]:
