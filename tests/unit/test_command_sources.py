@@ -173,3 +173,65 @@ def test_the_rows_sources_name_each_figures_source():
     log = [StepEvent(step=3, rank=0, source="log"), EndEvent(step=3, samples=12, rank=0, source="log")]
     assert figure_sources(log) == "steps=log samples=log"
     assert figure_sources([EndEvent(step=None, rank=0, source="log")]) is None
+
+
+def _torchtune_output(losses: list[float], per_epoch: int) -> list[str]:
+    """What a torchtune recipe's bar writes: tqdm over one epoch's steps, updated after each
+    optimizer step, then described ``f"{epoch + 1}|{global_step}|Loss: {loss}"`` (as its recipes do)."""
+    import io
+
+    from fttui.core.run.supervising.logparse import split_segments
+
+    buf = io.StringIO()
+    step = 0
+    for epoch in range(len(losses) // per_epoch):
+        pbar = tqdm(total=per_epoch, file=buf, mininterval=0, miniters=1)
+        for _ in range(per_epoch):
+            step += 1
+            pbar.update(1)
+            pbar.set_description(f"{epoch + 1}|{step}|Loss: {losses[step - 1]}")
+        pbar.close()
+    segs, rest = split_segments(buf.getvalue().encode())
+    return [s.decode() for s in segs] + ([rest.decode()] if rest else [])
+
+
+def test_torchtunes_bar_gives_the_global_step_and_its_loss():
+    rng = random.Random(3)
+    losses = [rng.uniform(0.5, 3.0) for _ in range(12)]
+    segs = _torchtune_output(losses, per_epoch=6)
+    src = CommandSources()
+    events = []
+    for i, s in enumerate(segs):
+        events += src.feed(s, 100.0 + i)
+    events += src.finish(200.0)
+    steps = _steps(events)
+    assert [e.step for e in steps] == list(range(1, 13))  # over both epochs
+    assert [e.loss for e in steps] == losses  # printed in full
+    assert figure_sources(events) == "steps=log loss=log"
+
+
+def test_litgpts_lines_give_the_optimizer_steps_their_loss_and_evaluations():
+    rng = random.Random(4)
+    accum, iters = 2, 12
+    lines, want = [], {}
+    for it in range(1, iters + 1):
+        step = it // accum
+        loss = round(rng.uniform(0.5, 3.0), 3)
+        stepped = it % accum == 0
+        if stepped:
+            want[step] = loss
+        lines.append(f"Epoch 1 | iter {it} step {step} | loss train: {loss:.3f}, val: n/a | iter time: 120.50 ms"
+                     f"{' (step)' if stepped else ''}\n")
+        if it == 8:
+            lines.append("Validating ...\n")
+            lines.append("iter 8: val loss 2.1234, val time: 850.00 ms\n")
+    src = CommandSources()
+    events = []
+    for i, s in enumerate(lines):
+        events += src.feed(s, 100.0 + i)
+    events += src.finish(200.0)
+    steps = _steps(events)
+    assert [e.step for e in steps] == sorted(want)
+    assert [e.loss for e in steps] == [want[s] for s in sorted(want)]
+    evals = [e for e in events if e.event == "eval"]
+    assert [(e.step, e.eval_loss) for e in evals] == [(8 // accum, 2.1234)]

@@ -1,11 +1,15 @@
 """What a command tells fttui without fttui's callback, merged into one stream of step events:
-its printed lines (a Trainer's bar and log dicts, :mod:`fttui.core.run.supervising.logparse`;
-Lightning's bar, :mod:`fttui.core.run.supervising.lightningbar`) and the TensorBoard event files
-it writes (:mod:`fttui.core.run.supervising.tbfollow`).
+its printed lines (a Trainer's bar and log dicts, or any bar without a description,
+:mod:`fttui.core.run.supervising.logparse`; Lightning's bar,
+:mod:`fttui.core.run.supervising.lightningbar`; litgpt's and torchtune's lines,
+:mod:`fttui.core.run.supervising.recipelines`) and the TensorBoard event files it writes
+(:mod:`fttui.core.run.supervising.tbfollow`).
 
-One source gives the steps, never two (no step is counted twice): the first that tells a step
-(source ``log`` for printed lines: from the moment the training's bar shows, ``0/N`` included;
-``tensorboard`` for an event file). The loss of a step is the
+One source gives the steps, never two (no step is counted twice): the first printed parser that
+tells a step (source ``log``), except that a format of its own (Lightning's bar, a recipe's line)
+takes the steps over from a bar without a description (torchtune draws its bar once without one
+before its first step); the event file (``tensorboard``) only where no training bar or line was
+printed before its first loss. The loss of a step is the
 event file's where it has one for that step (exact, where the printed bar rounds it; the event's
 ``loss_source`` says ``tensorboard``), else the printed one. The total comes from the printed
 lines (a bar's total, Lightning's "stopped" line), also onto steps the event file gives. A step
@@ -24,6 +28,7 @@ from dataclasses import replace
 from fttui.core.base.event_records import Event, StepEvent
 from fttui.core.run.supervising.lightningbar import LightningBarParser
 from fttui.core.run.supervising.logparse import TrainerLogParser
+from fttui.core.run.supervising.recipelines import RecipeLineParser
 from fttui.core.run.supervising.tbfollow import LossPoint, TbFollower
 
 __all__ = ["CommandSources", "SOURCE_TENSORBOARD"]
@@ -38,7 +43,12 @@ class CommandSources:
     grow while the output is quiet), ``finish(t)`` at the end; each returns the events to write."""
 
     def __init__(self, tb: TbFollower | None = None) -> None:
-        self.printed: list[TrainerLogParser | LightningBarParser] = [TrainerLogParser(), LightningBarParser()]
+        self.generic = TrainerLogParser()  # a bar without a description, a Trainer's log dicts
+        self.printed: list[TrainerLogParser | LightningBarParser | RecipeLineParser] = [
+            self.generic,
+            LightningBarParser(),
+            RecipeLineParser(),
+        ]
         self.tb = tb
         self.owner: object | None = None  # what gives the steps: a printed parser, or the follower
         self.tb_loss: dict[int, float] = {}
@@ -51,9 +61,15 @@ class CommandSources:
         out: list[Event] = []
         for parser in self.printed:
             out += self._printed(parser, parser.feed(segment, t), t)
-            if self.owner is None and (parser.pending is not None or parser.t0 is not None):
-                self.owner = parser  # its training bar showed: this parser gives the steps
+            if parser.pending is not None:
+                self._claim(parser)  # a step shown and held
         return out
+
+    def _claim(self, parser: object) -> None:
+        """``parser`` tells a step: it gives the steps unless another does (a format of its own
+        takes them over from the generic bar)."""
+        if self.owner is None or (self.owner is self.generic and parser is not self.generic and parser is not self.tb):
+            self.owner = parser
 
     def poll(self, t: float) -> list[Event]:
         return self._tb_points(t, scan=True)
@@ -80,8 +96,7 @@ class CommandSources:
             if not isinstance(ev, StepEvent):
                 out.append(ev)  # evaluations, the Trainer's end
                 continue
-            if self.owner is None:
-                self.owner = parser
+            self._claim(parser)
             if self.owner is not parser:
                 continue
             if self.tb is not None and ev.step is not None and ev.step not in self.tb_loss:
@@ -104,8 +119,8 @@ class CommandSources:
             self.tb_loss[p.step] = p.loss
             if len(self.tb_loss) > _KEEP:
                 self.tb_loss.pop(min(self.tb_loss))
-            if self.owner is None:
-                self.owner = self.tb
+            if self.owner is None and all(p.t0 is None for p in self.printed):
+                self.owner = self.tb  # nothing printed a training bar or line: the file's steps
             if self.owner is not self.tb:
                 continue
             if self.tb_pending is not None and p.step > self.tb_pending.step:
