@@ -14,8 +14,9 @@ exit.
 
 A command run (``fttui run -- CMD``, :mod:`fttui.core.run.launching.command`) adds two options before
 ``--``: ``--parse`` reads the command's own sources into step events (the Trainer's printed progress
-bar and log dicts, Lightning's bar, the TensorBoard event files it writes under its working folder:
-:mod:`fttui.core.run.supervising.cmdsources`) until fttui's callback announces itself in the run directory
+bar and log dicts, Lightning's bar, litgpt's and torchtune's lines, the TensorBoard event files it
+writes under its working folder: :mod:`fttui.core.run.supervising.cmdsources`) until fttui's
+callback announces itself in the run directory
 (``callback.json``: its events are then the run's), and ``--as-limit BYTES`` caps the address space
 (RLIMIT_AS) of the command and every process it starts. ``--report-fd FD`` (from the supervisor)
 is where a failed write is reported (:class:`Reporter`): a full disk stops the log, never the
