@@ -31,8 +31,12 @@ LOSS_TAGS = ("train_loss", "train_loss_step", "train/loss", "Loss/train", "loss/
 MAX_DEPTH = 5
 MAX_FILES = 16
 MAX_DIRS = 2000
-#: How often (seconds) the folders are looked through for new files; followed files are read at every poll
+#: How often (seconds) the folders are looked through for new files at first; each look that finds
+#: no loss waits :data:`SCAN_BACKOFF` times longer, up to :data:`SCAN_MAX_S` (a command that writes
+#: no event file costs a look every half minute). Followed files are read at every poll.
 SCAN_EVERY_S = 2.0
+SCAN_BACKOFF = 1.5
+SCAN_MAX_S = 30.0
 _SKIP = {"node_modules", "__pycache__", "site-packages", "venv", "env"}
 _PREFIX = "events.out.tfevents."
 #: Lightning's TensorBoardLogger writes its hyperparameters beside its event file
@@ -78,6 +82,7 @@ class TbFollower:
         self.files: dict[Path, _Followed] = {}
         self.chosen: Path | None = None
         self.scanned_at: float | None = None
+        self.scan_every = SCAN_EVERY_S
 
     def _scan(self) -> None:
         root_depth = len(self.root.parts)
@@ -108,8 +113,10 @@ class TbFollower:
     def poll(self, now: float, scan: bool = True, force: bool = False) -> list[LossPoint]:
         """The new loss points; ``scan`` False reads the files already followed without looking
         for new ones; ``force`` looks for them however recently it looked (the run's end)."""
-        due = force or self.scanned_at is None or now - self.scanned_at >= SCAN_EVERY_S
+        due = force or self.scanned_at is None or now - self.scanned_at >= self.scan_every
         if scan and due and self.chosen is None:
+            if self.scanned_at is not None:
+                self.scan_every = min(SCAN_MAX_S, self.scan_every * SCAN_BACKOFF)
             self.scanned_at = now
             try:
                 self._scan()
