@@ -136,6 +136,7 @@ def test_accelerate_loop_with_tracking_gives_its_logged_train_loss(tmp_path, ftt
     last_step, last_loss = state["logged"][-1]
     assert last_step == steps and row["loss"] == pytest.approx(last_loss, rel=1e-6)
     _headless_shows(proc, steps, loss=True)
+    assert "ETA" in proc.stdout  # the bar's total
 
 
 def test_summarywriter_loop_that_prints_nothing_gives_steps_and_loss(tmp_path, fttui_home):
