@@ -112,3 +112,16 @@ def test_lightnings_logger_counts_steps_from_zero(tmp_path):
     (folder / "hparams.yaml").write_text("{}\n")
     points = TbFollower(tmp_path, since=time.time() - 60).poll(time.time())
     assert [(p.step, p.loss) for p in points] == [(i + 1, 1.0 + i) for i in range(3)]
+
+
+def test_the_look_is_breadth_first_so_a_deep_tree_does_not_hide_a_loggers_folder(tmp_path, monkeypatch):
+    from fttui.core.run.supervising import tbfollow
+
+    for i in range(6):  # "a_data" sorts before "z_logs": depth first would spend the budget there
+        for j in range(6):
+            (tmp_path / "a_data" / f"d{i}" / f"e{j}").mkdir(parents=True)
+    monkeypatch.setattr(tbfollow, "MAX_DIRS", 12)
+    start = time.time()
+    _write(tmp_path / "z_logs" / "run", [("train_loss", 1.5, 1)])
+    points = TbFollower(tmp_path, since=start - 5).poll(start)
+    assert [(p.step, p.loss) for p in points] == [(1, 1.5)]

@@ -1,10 +1,10 @@
 """The training losses a command writes to TensorBoard event files while it runs.
 
 :class:`TbFollower` looks for ``events.out.tfevents.*`` files under the command's working folder
-(at most :data:`MAX_DEPTH` folders deep, :data:`MAX_DIRS` folders visited per look, hidden folders,
-virtual environments and ``node_modules`` left out), follows the first :data:`MAX_FILES` of them
-that were written since the run started, and reads the scalars appended to them
-(:mod:`fttui.core.run.files.tfevents`: stdlib only). A scalar whose tag is one of
+(breadth first, at most :data:`MAX_DEPTH` folders deep, :data:`MAX_DIRS` folders visited per look,
+hidden folders, virtual environments, ``node_modules`` and symbolic links to folders left out),
+follows the first :data:`MAX_FILES` of them that were written since the run started, and reads
+the scalars appended to them (:mod:`fttui.core.run.files.tfevents`: stdlib only). A scalar whose tag is one of
 :data:`LOSS_TAGS` is the training loss of its step: per file, the first of those tags the file
 holds (in that order) is its loss; the first file that holds one is the run's.
 
@@ -17,6 +17,7 @@ step=...)`` and ``SummaryWriter.add_scalar(tag, value, step)`` keep the writer's
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,30 +86,30 @@ class TbFollower:
         self.scan_every = SCAN_EVERY_S
 
     def _scan(self) -> None:
-        root_depth = len(self.root.parts)
+        """Breadth first (the shallow folders a logger writes to before a deep data tree), at most
+        :data:`MAX_DIRS` folders, :data:`MAX_DEPTH` deep."""
+        queue: deque[tuple[Path, int]] = deque([(self.root, 0)])
         visited = 0
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        while queue and visited < MAX_DIRS and len(self.files) < MAX_FILES:
+            folder, depth = queue.popleft()
             visited += 1
-            if visited > MAX_DIRS or len(self.files) >= MAX_FILES:
-                return
-            depth = len(Path(dirpath).parts) - root_depth
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP)
-            if depth >= MAX_DEPTH:
-                dirnames[:] = []
-            for name in sorted(filenames):
-                if not name.startswith(_PREFIX):
-                    continue
-                path = Path(dirpath) / name
-                if path in self.files:
-                    continue
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
                 try:
-                    if path.stat().st_mtime < self.since - 1.0:
-                        continue  # an earlier run's
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth + 1 <= MAX_DEPTH and not entry.name.startswith(".") and entry.name not in _SKIP:
+                            queue.append((Path(entry.path), depth + 1))
+                    elif entry.name.startswith(_PREFIX) and Path(entry.path) not in self.files:
+                        if entry.stat().st_mtime < self.since - 1.0:
+                            continue  # an earlier run's
+                        self.files[Path(entry.path)] = _Followed(Path(entry.path))
+                        if len(self.files) >= MAX_FILES:
+                            return
                 except OSError:
                     continue
-                self.files[path] = _Followed(path)
-                if len(self.files) >= MAX_FILES:
-                    return
 
     def poll(self, now: float, scan: bool = True, force: bool = False) -> list[LossPoint]:
         """The new loss points; ``scan`` False reads the files already followed without looking
