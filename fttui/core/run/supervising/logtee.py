@@ -128,6 +128,9 @@ class _LogEvents:
     def poll(self) -> None:
         if self.off:
             return
+        if (self.rd.path / CALLBACK_MARK).exists():  # no event file is looked for once the callback reports
+            self.off = True
+            return
         with self.lock:
             try:
                 self._write(self.parser.poll(time.time()))
