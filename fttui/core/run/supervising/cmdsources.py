@@ -9,12 +9,12 @@ One source gives the steps, never two (no step is counted twice): the first prin
 tells a step (source ``log``), except that a format of its own (Lightning's bar, a recipe's line)
 takes the steps over from a bar without a description (torchtune draws its bar once without one
 before its first step); the event file (``tensorboard``) only where no training bar or line was
-printed before its first loss. The loss of a step is the
-event file's where it has one for that step (exact, where the printed bar rounds it; the event's
-``loss_source`` says ``tensorboard``), else the printed one. The total comes from the printed
-lines (a bar's total, Lightning's "stopped" line), also onto steps the event file gives. A step
-is held until the next one is known (or the output ends), so the last step gets the total a line
-after it may tell. Fttui's callback and the reporting API come before all of these: once
+printed before its first loss. The loss of a step is the event file's where it has one for that
+step (exact, where the printed bar rounds it; the event's ``loss_source`` says ``tensorboard``),
+else the printed one. The total comes from the printed lines (a bar's total, Lightning's
+"stopped" line), also onto steps the event file gives. A step is held until the next one is known
+(or the output ends), so the last step gets the total a line after it may tell, and the file's
+loss of its last read. Fttui's callback and the reporting API come before all of these: once
 ``callback.json`` exists the log writer stops writing these events
 (:mod:`fttui.core.run.supervising.logtee`).
 
