@@ -99,7 +99,8 @@ def test_the_follower_finds_new_files_keeps_the_loss_tag_and_skips_older_runs(tm
     assert follower.poll(start) == []
     tag = LOSS_TAGS[2]
     _write(tmp_path / "runs" / "new", [(tag, 0.5 * i, i) for i in range(1, 4)] + [("lr", 1.0, 3)])
-    points = follower.poll(start + 10)
+    assert follower.poll(start + 10) == []  # the first losses wait one read for a Lightning hparams.yaml
+    points = follower.poll(start + 11)
     assert [(p.step, p.loss, p.tag) for p in points] == [(i, 0.5 * i, tag) for i in range(1, 4)]
     assert follower.poll(start + 20) == []
 
@@ -109,8 +110,10 @@ def test_lightnings_logger_counts_steps_from_zero(tmp_path):
     number of steps done before it: step 0 is the first step."""
     folder = tmp_path / "lightning_logs" / "version_0"
     _write(folder, [("train_loss", 1.0 + i, i) for i in range(3)] + [("epoch", 0.0, 2)])
-    (folder / "hparams.yaml").write_text("{}\n")
-    points = TbFollower(tmp_path, since=time.time() - 60).poll(time.time())
+    follower = TbFollower(tmp_path, since=time.time() - 60)
+    assert follower.poll(time.time()) == []  # read before Lightning wrote its hparams.yaml: waits
+    (folder / "hparams.yaml").write_text("{}\n")  # written right after its first flush
+    points = follower.poll(time.time())
     assert [(p.step, p.loss) for p in points] == [(i + 1, 1.0 + i) for i in range(3)]
 
 
@@ -123,5 +126,5 @@ def test_the_look_is_breadth_first_so_a_deep_tree_does_not_hide_a_loggers_folder
     monkeypatch.setattr(tbfollow, "MAX_DIRS", 12)
     start = time.time()
     _write(tmp_path / "z_logs" / "run", [("train_loss", 1.5, 1)])
-    points = TbFollower(tmp_path, since=start - 5).poll(start)
+    points = TbFollower(tmp_path, since=start - 5).poll(start, force=True)
     assert [(p.step, p.loss) for p in points] == [(1, 1.5)]

@@ -9,8 +9,9 @@ the scalars appended to them (:mod:`fttui.core.run.files.tfevents`: stdlib only)
 holds (in that order) is its loss; the first file that holds one is the run's.
 
 Steps: the event's ``step``, as the writer counted it. Lightning's ``TensorBoardLogger`` (a file
-with Lightning's ``hparams.yaml`` beside it) counts from 0 (its step is the optimizer steps done
-before the one it logs), so its step ``k`` is step ``k + 1`` here; ``accelerator.log(...,
+with Lightning's ``hparams.yaml`` beside it, which it writes right after its first flush: a file's
+first losses wait one read for it) counts from 0 (its step is the optimizer steps done before the
+one it logs), so its step ``k`` is step ``k + 1`` here; ``accelerator.log(...,
 step=...)`` and ``SummaryWriter.add_scalar(tag, value, step)`` keep the writer's number.
 """
 
@@ -60,17 +61,29 @@ class _Followed:
         self.file = TfEventsFile(path)
         self.tag: str | None = None  # the loss tag of this file, once one is seen
         self.offset: int | None = None  # 1 for Lightning's logger (counts from 0), else 0
+        self.held: list[tuple[int, float | None, float]] = []  # (step, wall time, loss) before the offset is known
+        self.waited = False
 
-    def points(self) -> list[LossPoint]:
-        out: list[LossPoint] = []
+    def points(self, final: bool = False) -> list[LossPoint]:
         for s in self.file.read():
             if self.tag is None:
                 self.tag = next((t for t in LOSS_TAGS if t in s.values), None)
-            if self.tag is None or self.tag not in s.values:
-                continue
-            if self.offset is None:
-                self.offset = 1 if (self.file.path.parent / _LIGHTNING_HPARAMS).exists() else 0
-            out.append(LossPoint(s.step + self.offset, s.wall_time, s.values[self.tag], self.tag))
+            if self.tag is not None and self.tag in s.values:
+                self.held.append((s.step, s.wall_time, s.values[self.tag]))
+        if not self.held or self.tag is None:
+            return []
+        if self.offset is None:
+            # Lightning writes its hparams.yaml right after it flushes its first metrics: a file
+            # with losses and none beside it waits one read for it (the last read decides at once)
+            if (self.file.path.parent / _LIGHTNING_HPARAMS).exists():
+                self.offset = 1
+            elif self.waited or final:
+                self.offset = 0
+            else:
+                self.waited = True
+                return []
+        out = [LossPoint(step + self.offset, wall, loss, self.tag) for step, wall, loss in self.held]
+        self.held = []
         return out
 
 
@@ -113,7 +126,8 @@ class TbFollower:
 
     def poll(self, now: float, scan: bool = True, force: bool = False) -> list[LossPoint]:
         """The new loss points; ``scan`` False reads the files already followed without looking
-        for new ones; ``force`` looks for them however recently it looked (the run's end)."""
+        for new ones; ``force`` (the run's end) looks for them however recently it looked, and a
+        file's first losses no longer wait for Lightning's hparams.yaml."""
         due = force or self.scanned_at is None or now - self.scanned_at >= self.scan_every
         if scan and due and self.chosen is None:
             if self.scanned_at is not None:
@@ -127,7 +141,7 @@ class TbFollower:
         for path, followed in list(self.files.items()):
             if self.chosen is not None and path != self.chosen:
                 continue
-            points = followed.points()
+            points = followed.points(final=force)
             if points and self.chosen is None:
                 self.chosen = path
             if path == self.chosen:
