@@ -66,7 +66,7 @@ def _headless_shows(proc, steps: int, loss: bool) -> None:
 
 
 def test_lightning_tqdm_bar_over_epochs_with_validation_gives_the_steps(tmp_path, fttui_home):
-    pytest.importorskip("lightning")
+    pytest.importorskip("lightning", reason="SKIPPED LOUDLY: lightning is not installed (test extras)")
     cwd = tmp_path / "work"
     cwd.mkdir()
     proc, row, state = _run(tmp_path, cwd, [str(SCRIPTS / "lightning_bar_fit.py")], FTTUI_INJECT="0",
@@ -82,8 +82,8 @@ def test_lightning_tqdm_bar_over_epochs_with_validation_gives_the_steps(tmp_path
 
 @pytest.mark.parametrize("bar", ["tqdm", "default"])
 def test_lightning_tensorboard_logger_gives_the_exact_loss(tmp_path, fttui_home, bar):
-    pytest.importorskip("lightning")
-    pytest.importorskip("tensorboard")
+    pytest.importorskip("lightning", reason="SKIPPED LOUDLY: lightning is not installed (test extras)")
+    pytest.importorskip("tensorboard", reason="SKIPPED LOUDLY: tensorboard is not installed (test extras)")
     proc, row, state = _run(tmp_path, _wikitext(tmp_path), [str(SCRIPTS / "lightning_bar_fit.py")],
                             FTTUI_INJECT="0", MODEL="lstm", BAR=bar, TB="1", STEPS="10", BATCHES="4")
     logged = state["logged"]
@@ -124,8 +124,8 @@ def _clm_files(folder: Path) -> None:
 
 
 def test_accelerate_loop_with_tracking_gives_its_logged_train_loss(tmp_path, fttui_home):
-    pytest.importorskip("accelerate")
-    pytest.importorskip("tensorboard")
+    pytest.importorskip("accelerate", reason="SKIPPED LOUDLY: accelerate is not installed (test extras)")
+    pytest.importorskip("tensorboard", reason="SKIPPED LOUDLY: tensorboard is not installed (test extras)")
     cwd = tmp_path / "work"
     cwd.mkdir()
     _clm_files(cwd)
@@ -143,7 +143,7 @@ def test_accelerate_loop_with_tracking_gives_its_logged_train_loss(tmp_path, ftt
 
 
 def test_summarywriter_loop_that_prints_nothing_gives_steps_and_loss(tmp_path, fttui_home):
-    pytest.importorskip("tensorboard")
+    pytest.importorskip("tensorboard", reason="SKIPPED LOUDLY: tensorboard is not installed (test extras)")
     cwd = tmp_path / "work"
     cwd.mkdir()
     proc, row, state = _run(tmp_path, cwd, [str(SCRIPTS / "tb_writer_loop.py")], STEPS="15")

@@ -22,13 +22,14 @@ from fttui.core.run.supervising.lightningbar import LightningBarParser
 from fttui.core.run.supervising.logparse import SOURCE_LOG
 from fttui.core.run.supervising.tbfollow import LossPoint, TbFollower
 
-tqdm_progress = pytest.importorskip(
-    "lightning.pytorch.callbacks.progress.tqdm_progress", reason="SKIPPED LOUDLY: lightning is not installed"
-)
-from tqdm import tqdm  # noqa: E402  (lightning's dependency)
+tqdm = pytest.importorskip("tqdm", reason="SKIPPED LOUDLY: tqdm (a transformers dependency) is not installed").tqdm
 
 
 def _bar(desc: str, n: int, total: int | None, postfix: dict[str, float] | None = None) -> str:
+    """One drawing of a bar in Lightning's format (the tests that draw it skip without lightning)."""
+    tqdm_progress = pytest.importorskip(
+        "lightning.pytorch.callbacks.progress.tqdm_progress", reason="SKIPPED LOUDLY: lightning is not installed"
+    )
     fmt = tqdm_progress.Tqdm.format_num
     post = ", ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in (postfix or {}).items())
     return tqdm.format_meter(n, total, 0.5, prefix=desc, postfix=post or None,
