@@ -58,14 +58,22 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
     "${pip[@]}" install "$CPU_TORCH"
   fi
 fi
+# DeepSpeed's CPU ops compile on first use (2-3 min on two cores, again in every new venv: torch's
+# extension hash covers the venv's include paths): DeepSpeed is installed first (its requirement
+# as pyproject.toml's zero3 extra declares it), and its ops are built in the background while pip
+# installs the rest and apt installs Slurm (nothing to do with a GPU or without deepspeed;
+# scripts/build_ops.py).
+ops=
+if [ "$has_gpu" = 0 ]; then
+  deepspeed_req=$("$VENV/bin/python" -c 'import tomllib; extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(next(r for r in extras["zero3"] if r.startswith("deepspeed")))')
+  if "${pip[@]}" install "$deepspeed_req" 2>&1 | grep -v "is ignored: it is neither"; then :; fi
+  PYTHONPATH=. "$VENV/bin/python" scripts/build_ops.py >/dev/null 2>&1 &
+  ops=$!
+fi
 echo "setup: installing fttui and its dependencies into $VENV"
 "${pip[@]}" install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 "$VENV/bin/python" -c 'import fttui, torch, transformers, peft, textual' || {
   echo "setup: the environment is incomplete (see the messages above)" >&2; exit 1; }
-# DeepSpeed's CPU ops compile on first use (minutes on two cores): built now, in the background,
-# while apt installs Slurm (nothing to do with a GPU or without deepspeed; scripts/build_ops.py).
-"$VENV/bin/python" scripts/build_ops.py >/dev/null 2>&1 &
-ops=$!
 install_slurm
-wait "$ops" || true
+if [ -n "$ops" ]; then wait "$ops" || true; fi
 echo "$want" >"$stamp"

@@ -145,6 +145,8 @@ def summary_lines(rd: RunDir) -> list[str]:
             f"  steps {shown('steps')}/{shown('total_steps')}  samples {shown('samples')}"
             f"  tokens {shown('tokens')} (padded {shown('tokens_padded')})"
         )
+        if raw.get("kind") == "command" and raw.get("sources"):  # what the command told, and how
+            lines.append(f"  loss {shown('loss')}  read from: {raw['sources']}")
     if knows("samples_per_s", "samples_per_s_avg", "tokens_per_s", "tokens_padded_per_s"):
         lines.append(
             f"  samples/s {shown('samples_per_s')} (steady; whole run {shown('samples_per_s_avg')})"

@@ -1,6 +1,6 @@
 """End to end, 4 CPU ranks under torchrun (issue 39): one rank slowed from outside (SIGSTOP for
 40% of the time, as a busy host or a slow card would) is named with its node within 20 steps, live
-and in the row; then stopped for good, the stall (30 s) says which rank stopped and the
+and in the row; then stopped for good, the stall (15 s) says which rank stopped and the
 collective the others wait in, the answers and stacks are kept, and `fttui cancel` ends every
 process. Beside it, `fttui attach --headless` prints what a user watching would read."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def _slow(pid: int, stop: threading.Event, duty: float = 0.4, period: float = 0.
 
 @pytest.mark.alone  # scripts/test.sh runs it after the others: contention makes other ranks late too
 def test_four_ranks_a_slowed_rank_named_then_a_stopped_rank_found(fttui_home):
-    env = fttui_env(FTTUI_STALL_TIMEOUT="30")
+    env = fttui_env(FTTUI_STALL_TIMEOUT="15")  # the stall timeout is most of this test's time
     proc = run_fttui("run", "--profile", "tiny-lora", "--detach", "--set", "devices.gpus=0",
                      "--set", "devices.cpu_processes=4", "--set", "train.max_steps=100000", env=env, check=True)
     run_id = proc.stdout.strip().splitlines()[-1]
@@ -83,7 +84,7 @@ def test_four_ranks_a_slowed_rank_named_then_a_stopped_rank_found(fttui_home):
         t_stop = time.monotonic()
         stalled = wait_for(lambda: next((e for e in _events(run_dir) if e.get("event") == "stalled"), None),
                            timeout=60, what="the stall")
-        assert time.monotonic() - t_stop <= 45
+        assert time.monotonic() - t_stop <= 30
         where = stalled["where"]
         assert (" wait in " in where or " waits in " in where) and "#" in where, where  # one rank or several
         assert "rank 3 has not reached it: stopped (SIGSTOP), last seen at step " in where, where
@@ -103,7 +104,7 @@ def test_four_ranks_a_slowed_rank_named_then_a_stopped_rank_found(fttui_home):
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=20, what="no process left")
     said = watch.communicate(timeout=60)[0]
     assert f"SLOW RANK: rank 3 on {nodes[3]} computes " in said, said[-3000:]
-    assert f"STALLED: no step for 30 s" in said and f"; where: {where}" in said, said[-3000:]
+    assert re.search(r"STALLED: no step for 1[5-9] s", said) and f"; where: {where}" in said, said[-3000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "cancelled" and f"where: {where}" in status["error"]
     rows = json.loads(run_fttui("results", "--kind", "all", "--json", env=env, check=True).stdout)

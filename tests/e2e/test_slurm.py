@@ -30,7 +30,6 @@ from fttui.core.run.slurm.allocation import job_port
 from fttui.core.run.files.events import read_jsonl
 from fttui.core.run.launching.launch import free_port
 from fttui.worker.testhooks import SLOW_DATA_ENV
-from tests import slurm_cluster
 from tests.conftest import fttui_env, run_fttui
 from tests.helpers import processes_mentioning, wait_for
 

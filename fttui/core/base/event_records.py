@@ -54,8 +54,9 @@ class Event:
     """What every event line has: ``t`` (unix time), ``rank`` (global rank; -1 for the
     supervisor's), ``pid`` (the writing process, written by fttui's Trainer callback: two processes
     claiming one rank, :mod:`fttui.core.run.fold.ranks`), ``source`` (``worker``, ``supervisor``,
-    ``callback``, ``injected``, ``log``, ``launch``, ``recovery``, ``watch``), and ``extra``: the
-    line's keys this record does not declare (kept, written back)."""
+    ``callback``, ``injected``, ``lightning``, ``report``, ``log``, ``tensorboard``, ``launch``,
+    ``recovery``, ``watch``), and ``extra``: the line's keys this record does not declare (kept,
+    written back)."""
 
     EVENT: ClassVar[str] = ""
     #: leave ``None`` fields out of the line (records whose producers write different keys)
@@ -264,6 +265,15 @@ class StepEvent(Event):
     #: is found from (fttui.core.run.fold.skew)
     comm_wait_s: float | None = None
     collectives: int | None = None
+    #: where the loss came from when another source than this event's gave it (``tensorboard``:
+    #: a command's event file, fttui.core.run.supervising.tbfollow); written only when set
+    loss_source: str | None = None
+
+    def fields(self, sparse: bool = False) -> dict[str, Any]:
+        out = super().fields(sparse)
+        if out.get("loss_source") is None:
+            out.pop("loss_source", None)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,12 +17,13 @@ its event record (fttui/core/base/event_records.py), the Trainer callback that m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fttui.core.base.event_records import (
     AttemptEvent,
+    EndEvent,
     ErrorEvent,
     Event,
     ForecastEvent,
@@ -46,6 +47,7 @@ __all__ = [
     "GROUP_BY",
     "fold_row",
     "effective_batch",
+    "figure_sources",
     "per_index",
     "rounded",
     "as_int",
@@ -149,6 +151,30 @@ def _speed(attr: str, conv: Callable[[Any], Any] = lambda x: x) -> Callable[[Row
         return None if value is None else conv(value)
 
     return fold
+
+
+def figure_sources(events: Iterable[Event]) -> str | None:
+    """Which source gave the run's steps, loss, samples and tokens (the lowest rank's last step
+    event that has each; an end event for samples and tokens, which a printed log tells only
+    there): ``"steps=log loss=tensorboard"``; a figure no source gave is left out, ``None``
+    without steps. The sources are the events' (``worker``, ``callback``, ``injected``,
+    ``lightning``, ``report``, ``log``, ``tensorboard``; docs/commands.md)."""
+    events = list(events)
+    steps = [e for e in events if isinstance(e, StepEvent) and e.step is not None]
+    if not steps:
+        return None
+    low = min(as_int(e.rank) or 0 for e in steps)
+    mine = [e for e in events if isinstance(e, (StepEvent, EndEvent)) and (as_int(e.rank) or 0) == low]
+    own = [e for e in mine if isinstance(e, StepEvent) and e.step is not None]
+    parts = [f"steps={own[-1].source}"] if own else []
+    loss = next((e for e in reversed(own) if e.loss is not None), None)
+    if loss is not None:
+        parts.append(f"loss={loss.loss_source or loss.source}")
+    for name in ("samples", "tokens"):
+        ev = next((e for e in reversed(mine) if getattr(e, name) is not None), None)
+        if ev is not None:
+            parts.append(f"{name}={ev.source}")
+    return " ".join(parts) or None
 
 
 def _first_warning(c: RowInputs) -> str | None:
@@ -567,6 +593,16 @@ FIGURES: tuple[Figure, ...] = (
         unit="%",
         scope=RUN,
         label="share of each step the other ranks waited for that rank (the run's worst window)",
+    ),
+    # which source gave each figure (issue 42): a command's callback, the API, its printed lines
+    # or its TensorBoard files (fttui.core.run.supervising.cmdsources; docs/commands.md)
+    Figure(
+        "sources",
+        T,
+        lambda c: figure_sources(c.events),
+        since=8,
+        scope=RUN,
+        label="which source gave the steps, loss, samples and tokens: steps=log loss=tensorboard",
     ),
 )
 

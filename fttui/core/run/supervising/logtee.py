@@ -13,8 +13,10 @@ stops the training; this process outlives the signal only to drain the last line
 exit.
 
 A command run (``fttui run -- CMD``, :mod:`fttui.core.run.launching.command`) adds two options before
-``--``: ``--parse`` reads the Trainer's printed progress bar and log dicts into step events
-(:mod:`fttui.core.run.supervising.logparse`) until fttui's callback announces itself in the run directory
+``--``: ``--parse`` reads the command's own sources into step events (the Trainer's printed progress
+bar and log dicts, Lightning's bar, litgpt's and torchtune's lines, the TensorBoard event files it
+writes under its working folder: :mod:`fttui.core.run.supervising.cmdsources`) until fttui's
+callback announces itself in the run directory
 (``callback.json``: its events are then the run's), and ``--as-limit BYTES`` caps the address space
 (RLIMIT_AS) of the command and every process it starts. ``--report-fd FD`` (from the supervisor)
 is where a failed write is reported (:class:`Reporter`): a full disk stops the log, never the
@@ -58,6 +60,8 @@ DRAIN_S = 3.0
 #: How long processes left in the group get between SIGTERM and SIGKILL, when no supervisor is
 #: there to reap them.
 REAP_GRACE_S = 5.0
+#: Seconds between two reads of the command's TensorBoard event files
+POLL_S = 1.0
 
 
 class Reporter:
@@ -83,13 +87,18 @@ class Reporter:
 
 
 class _LogEvents:
-    """The parser of a command's output and where its events go; silent once the run's callback
-    writes events itself, and never fatal to the log."""
+    """The command's own sources (its output, the TensorBoard event files it writes under its
+    working folder: :mod:`fttui.core.run.supervising.cmdsources`) and where their events go;
+    silent once the run's callback writes events itself, and never fatal to the log. The output
+    pump feeds it; a poller thread reads the event files while the output is quiet."""
 
-    def __init__(self, rd: RunDir, report: Reporter | None = None) -> None:
-        from fttui.core.run.supervising.logparse import TrainerLogParser
+    def __init__(self, rd: RunDir, report: Reporter | None = None, root: Path | None = None) -> None:
+        from fttui.core.run.supervising.cmdsources import CommandSources
+        from fttui.core.run.supervising.tbfollow import TbFollower
 
-        self.rd, self.parser, self.off = rd, TrainerLogParser(), False
+        tb = TbFollower(root or Path.cwd(), since=time.time()) if os.environ.get("FTTUI_TB", "1") != "0" else None
+        self.rd, self.parser, self.off = rd, CommandSources(tb), False
+        self.lock = threading.Lock()
         self.report = report or Reporter()
 
     def _write(self, events: list) -> None:
@@ -109,18 +118,38 @@ class _LogEvents:
     def feed(self, segment: bytes) -> None:
         if self.off:
             return
-        try:
-            self._write(self.parser.feed(segment.decode("utf-8", "replace"), time.time()))
-        except Exception as e:  # the log matters more than its events
+        with self.lock:
+            try:
+                self._write(self.parser.feed(segment.decode("utf-8", "replace"), time.time()))
+            except Exception as e:  # the log matters more than its events
+                self.off = True
+                print(f"fttui: reading progress from the output stopped: {e!r}", file=sys.stderr)
+
+    def poll(self) -> None:
+        if self.off:
+            return
+        if (self.rd.path / CALLBACK_MARK).exists():  # no event file is looked for once the callback reports
             self.off = True
-            print(f"fttui: reading progress from the output stopped: {e!r}", file=sys.stderr)
+            return
+        with self.lock:
+            try:
+                self._write(self.parser.poll(time.time()))
+            except Exception:
+                self.off = True
 
     def finish(self) -> None:
         if not self.off:
-            try:
-                self._write(self.parser.finish(time.time()))
-            except Exception:
-                pass
+            with self.lock:
+                try:
+                    self._write(self.parser.finish(time.time()))
+                except Exception:
+                    pass
+
+
+def _poll_events(events: _LogEvents, done: threading.Event) -> None:
+    """Read the command's event files every :data:`POLL_S` seconds until ``done``."""
+    while not done.wait(POLL_S):
+        events.poll()
 
 
 def _pump(pipe, log, redact: Redactor, events: _LogEvents | None = None, report: Reporter | None = None) -> None:
@@ -266,6 +295,9 @@ def run(
         target=_pump, args=(child.stdout, log, Redactor(dict(os.environ)), events, report), daemon=True
     )
     pump.start()
+    polled = threading.Event()
+    if events is not None:
+        threading.Thread(target=_poll_events, args=(events, polled), daemon=True).start()
     while True:
         try:
             rc = child.wait()
@@ -273,6 +305,7 @@ def run(
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
     pump.join(timeout=DRAIN_S)
+    polled.set()
     if events is not None:
         events.finish()
     try:
