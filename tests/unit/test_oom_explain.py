@@ -63,7 +63,17 @@ def test_backward_names_the_larger_of_gradients_and_activations():
     mem = memory(terms={**memory()["terms"], "gradients": 90 * MIB}, budget=150 * MIB)
     got = explain(events("backward", 1, mem=mem), 4, 1, 512)
     assert ": gradients 90 MiB predicted where 49 MiB were left after weights and activations" in got.text
-    assert got.text.endswith("; a budget of 191 MiB would fit this phase by the estimate")
+    # the phase: weights 40 + gradients 90 + activations 61; the whole step adds the optimizer
+    # states the first step makes (40): a budget of 191 MiB would fail in the optimizer step
+    assert got.text.endswith("; a budget of 191 MiB would fit this phase by the estimate, 231 MiB the whole step")
+
+
+def test_a_budget_for_the_phase_alone_is_said_once_when_it_is_the_whole_step():
+    # a later step's optimizer step whose temporaries (80 MiB) outgrow the activations (61 MiB):
+    # that phase is the step's peak
+    mem = memory(budget=100 * MIB, step_temporaries=80 * MIB)
+    got = explain(events("optimizer", 2, mem=mem), 4, 1, 512)
+    assert got.text.endswith("; a budget of 180 MiB would fit this phase by the estimate"), got.text
 
 
 def test_optimizer_step_names_the_states_in_step_1_and_the_temporaries_after():

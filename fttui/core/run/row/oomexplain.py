@@ -24,7 +24,9 @@ found one below what failed (the record's ``probe``, :mod:`fttui.core.experiment
 largest micro batch, or length, that fitted); else the estimate's: the micro batch
 ``--on-oom shrink`` would run (:func:`fttui.core.run.launching.oomretry.shrink`, halved until
 the activations fit) when the activations are named, with the largest micro batch that fits by
-the estimate when that is larger; else the budget the phase needs. Pure."""
+the estimate when that is larger; else the budget the phase needs, and the whole step's when it
+is larger (every phase, the optimizer states made: a budget that only gets past the phase fails
+in a later one). Pure."""
 
 from __future__ import annotations
 
@@ -202,7 +204,10 @@ def _terms(
     if need <= left:  # the estimate was wrong here: a probe of this setup still answers
         probed = _probed(mem, b, s)
         return text + "; the estimate expected it to fit" + (f"; {probed}" if probed else "")
-    return text + "; " + _change(mem, named, b, accum, s, left, sum(held.values()) - need + need)
+    whole = sum(terms.get(k, 0.0) for k in (*STATIC, "gradients", "optimizer_states")) + max(
+        act, _num(mem.get("step_temporaries"))
+    )
+    return text + "; " + _change(mem, named, b, accum, s, left, sum(held.values()), whole)
 
 
 def _probed(mem: Mapping[str, Any], micro: int, seq: int) -> str | None:
@@ -228,11 +233,19 @@ def _largest_micro(mem: Mapping[str, Any], micro: int, seq: int, left: float) ->
 
 
 def _change(
-    mem: Mapping[str, Any], named: str, micro: int, accum: int | None, seq: int, left: float, need: float
+    mem: Mapping[str, Any],
+    named: str,
+    micro: int,
+    accum: int | None,
+    seq: int,
+    left: float,
+    need: float,
+    whole: float,
 ) -> str:
     """The one change that fits: the probe's stored answer for this setup when it has one, else
     the estimate's (the micro batch --on-oom shrink would run, and the largest that fits when it
-    is larger; for a term other than the activations, the budget the phase needs)."""
+    is larger; for a term other than the activations, the budget the phase needs and, when larger,
+    the budget the whole step needs: every phase, with the optimizer states made)."""
     probed = _probed(mem, micro, seq)
     if probed is not None:
         return probed
@@ -261,4 +274,7 @@ def _change(
             f"even micro batch 1 would not fit by the estimate (activations {fmt_bytes(activations_at(mem, 1, seq))}): "
             f"a shorter data.max_seq_len{ckpt}"
         )
-    return f"a budget of {fmt_bytes(-(-need // MIB) * MIB)} would fit this phase by the estimate"
+    for_phase, for_step = fmt_bytes(-(-need // MIB) * MIB), fmt_bytes(-(-whole // MIB) * MIB)
+    if whole > need and for_step != for_phase:  # a budget that only gets past this phase fails in a later one
+        return f"a budget of {for_phase} would fit this phase by the estimate, {for_step} the whole step"
+    return f"a budget of {for_phase} would fit this phase by the estimate"
