@@ -200,13 +200,32 @@ def measure(
     trial_timeout_s: float | None = None,
     on_result: Callable[[Trial], Any] | None = None,
     noise: float = NOISE,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[list[Trial], str]:
     """``--measure N``: run the setups that fit in plan order, each ``warmup`` + ``steps`` steps
     (:func:`fttui.core.experiments.planning.trial_run`), until :func:`stop_reason` says stop.
-    Returns the trials (plan order) and why it stopped. Ctrl-C ends the running trial (cancelled)
-    and the measuring, keeping the trials before it."""
+    Returns the trials (plan order) and why it stopped. A stop asked (``stop()`` true; without
+    ``stop``, Ctrl-C during the call, :class:`~fttui.core.experiments.ctrl_c_flag.CtrlCFlag`) ends
+    the running trial (cancelled, its run over, even one being launched) and the measuring,
+    keeping the trials before it."""
+    if stop is None:
+        from fttui.core.experiments.ctrl_c_flag import CtrlCFlag
+
+        with CtrlCFlag() as flag:
+            return measure(
+                profile,
+                options,
+                budget,
+                steps,
+                warmup=warmup,
+                budget_s=budget_s,
+                trial_timeout_s=trial_timeout_s,
+                on_result=on_result,
+                noise=noise,
+                stop=flag,
+            )
     from fttui.core.experiments.datalens import data_stats
-    from fttui.core.experiments.planning import trial_group, trial_run
+    from fttui.core.experiments.planning import TrialInterrupted, trial_group, trial_run
     from fttui.core.run.files.events import read_events
 
     if steps < 1:
@@ -220,6 +239,9 @@ def measure(
     trials: list[Trial] = []
     reason = ""
     for n, (i, o) in enumerate(fitting):
+        if stop():  # between two trials
+            reason = "interrupted (Ctrl-C) between two trials"
+            break
         left = [f.step_seconds for _, f in fitting[n:]]
         why = stop_reason(left, trials, time.monotonic() - started, budget_s, noise)
         if why is not None:
@@ -232,9 +254,11 @@ def measure(
         t0 = time.monotonic()
         interrupted = False
         try:
-            rd, status = trial_run(profile, o, budget, warmup + steps, group=group, timeout_s=timeout, longest=longest)
-        except KeyboardInterrupt as stop:
-            rd, status, interrupted = getattr(stop, "rundir", None), "cancelled", True
+            rd, status = trial_run(
+                profile, o, budget, warmup + steps, group=group, timeout_s=timeout, longest=longest, stop=stop
+            )
+        except TrialInterrupted as ended:
+            rd, status, interrupted = ended.rundir, "cancelled", True
         step_s = step_seconds(read_events(rd.events_path), warmup) if rd is not None else None
         trial = Trial(
             index=i,
@@ -254,4 +278,6 @@ def measure(
             break
     else:
         reason = "every setup that fits was measured"
+    if stop() and not reason.startswith("interrupted"):  # asked as the last trial ended
+        reason = f"interrupted (Ctrl-C) after the last trial ({reason})"
     return trials, reason
