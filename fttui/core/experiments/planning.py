@@ -120,12 +120,14 @@ def run_plan(
     methods: Sequence[str] | None = None,
     prices: Any = None,
     tokenise: bool = True,
+    link: Any = None,
 ) -> list[Option]:
     """The plan of ``profile`` on ``budget`` with the store's rows and the data's lengths (measured
     now when not cached; with ``tokenise=False`` the app's screen takes an unmeasured file at
     ``max_seq_len`` per sample and says so); ``prices``
     (:class:`fttui.core.results.prices.Prices`) prices a card-hour. The kinds this installation
-    cannot run (:func:`fttui.core.run.launching.extras.uninstalled_shardings`) are left out."""
+    cannot run (:func:`fttui.core.run.launching.extras.uninstalled_shardings`) are left out.
+    ``link``: the measured link the communication is timed over (:func:`fttui.core.experiments.plan.plan`)."""
     from fttui.core.experiments.datalens import NotCached, data_stats
     from fttui.core.experiments.quick_forecast import NOT_MEASURED, worst_case
     from fttui.core.results.store import Store
@@ -163,6 +165,7 @@ def run_plan(
         price_per_card_hour=price,
         price_unit=prices.unit if prices is not None else "",
         left_out=tuple(uninstalled_shardings()),
+        link=link,
     )
     if unmeasured:
         options = [replace(o, mfu_source=f"{o.mfu_source}; {NOT_MEASURED}") for o in options]
