@@ -201,13 +201,15 @@ def measure(
     on_result: Callable[[Trial], Any] | None = None,
     noise: float = NOISE,
     stop: Callable[[], bool] | None = None,
+    on_start: Callable[[int], Any] | None = None,
 ) -> tuple[list[Trial], str]:
     """``--measure N``: run the setups that fit in plan order, each ``warmup`` + ``steps`` steps
     (:func:`fttui.core.experiments.planning.trial_run`), until :func:`stop_reason` says stop.
     Returns the trials (plan order) and why it stopped. A stop asked (``stop()`` true; without
     ``stop``, Ctrl-C during the call, :class:`~fttui.core.experiments.ctrl_c_flag.CtrlCFlag`) ends
     the running trial (cancelled, its run over, even one being launched) and the measuring,
-    keeping the trials before it."""
+    keeping the trials before it. ``on_start(index)`` is called as a trial starts (its place in
+    ``options``), ``on_result(trial)`` as it ends (the app's plan screen fills its column live)."""
     if stop is None:
         from fttui.core.experiments.ctrl_c_flag import CtrlCFlag
 
@@ -223,6 +225,7 @@ def measure(
                 on_result=on_result,
                 noise=noise,
                 stop=flag,
+                on_start=on_start,
             )
     from fttui.core.experiments.datalens import data_stats
     from fttui.core.experiments.planning import TrialInterrupted, trial_group, trial_run
@@ -251,6 +254,8 @@ def measure(
         if budget_s is not None:
             rest = max(1.0, budget_s - (time.monotonic() - started))
             timeout = rest if timeout is None else min(timeout, rest)
+        if on_start is not None:
+            on_start(i)
         t0 = time.monotonic()
         interrupted = False
         try:
