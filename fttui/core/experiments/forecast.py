@@ -370,6 +370,7 @@ def forecast(
         source += f"; host copies of the offload {link_s:.3g} s/step at {HOST_LINK_BYTES_PER_S / 1e9:g} GB/s (default)"
     if link is not None and world > 1 and link.bandwidth > 0 and not (chosen and score & 2):
         from fttui.core.experiments.comm import comm_per_step
+        from fttui.core.experiments.link import us
 
         comm = comm_per_step(
             shardings.of(method, p.sharding)[1],
@@ -387,7 +388,7 @@ def forecast(
         source += (
             f"; communication {comm.seconds:.3g} s/step ({comm.bytes / 2**20:.3g} MiB a rank, "
             f"{comm.collectives} collectives) over the measured link ({link.bandwidth / 1e9:.3g} GB/s, "
-            f"{link.latency_s * 1e6:.3g} us)"
+            f"{us(link.latency_s)})"
         )
     run_s = warm + steps * step_s
     cost = None

@@ -44,6 +44,7 @@ __all__ = [
     "measure_here",
     "parse_result",
     "store",
+    "us",
     "words",
 ]
 
@@ -141,6 +142,12 @@ def _bus(bytes_: float, seconds: float, world: int) -> float:
     return bytes_ * 2 * (world - 1) / world / seconds
 
 
+def us(seconds: float) -> str:
+    """A latency in microseconds, never in exponent form (``146 us``, ``1520 us``, ``8.5 us``)."""
+    x = seconds * 1e6
+    return f"{x:.0f} us" if x >= 100 else f"{x:.3g} us"
+
+
 def bad_pairs(pairs: tuple[Pair, ...] | list[Pair], share: float = BAD_SHARE) -> list[str]:
     """The pairs far slower than the others (three pairs or more: a median to compare with): a
     bandwidth below ``share`` of the pairs' median, or a latency above 1/``share`` times theirs;
@@ -154,7 +161,7 @@ def bad_pairs(pairs: tuple[Pair, ...] | list[Pair], share: float = BAD_SHARE) ->
         if p.bandwidth < share * bw:
             out.append(f"{p.label()}: {p.bandwidth / 1e9:.3g} GB/s against the pairs' median {bw / 1e9:.3g}")
         elif lat > 0 and p.latency_s > lat / share:
-            out.append(f"{p.label()}: {p.latency_s * 1e6:.3g} us latency against the pairs' median {lat * 1e6:.3g}")
+            out.append(f"{p.label()}: {us(p.latency_s)} latency against the pairs' median {us(lat)}")
     return out
 
 
@@ -263,7 +270,7 @@ def words(fig: LinkFigure) -> str:
         return f"link of {where} ({fig.interconnect}): one rank, nothing crosses a link"
     line = (
         f"link of {where} ({fig.interconnect}, {fig.world} ranks): bus bandwidth {fig.bandwidth / 1e9:.3g} GB/s "
-        f"at {max(fig.sizes)[0] / MIB:g} MiB, latency {fig.latency_s * 1e6:.3g} us"
+        f"at {max(fig.sizes)[0] / MIB:g} MiB, latency {us(fig.latency_s)}"
     )
     if fig.bad:
         line += "; BAD PAIR: " + "; ".join(fig.bad)
