@@ -225,3 +225,21 @@ def test_a_stop_asked_before_a_trial_launches_nothing(fttui_home, monkeypatch):
     budget = machine_budget(prof, gpus=0)
     trials, why = measure(prof, run_plan(prof, budget, effective_batch=2), budget, 1, stop=lambda: True)
     assert trials == [] and why.startswith("interrupted")
+
+
+def test_a_kind_already_measured_is_corrected_by_its_own_error():
+    """Tied forecasts (the uncalibrated forecast does not tell the kinds apart): none measured
+    x2 its forecast, FSDP x3. A left FSDP setup forecast 2% slower than the best's forecast is
+    corrected by FSDP's x3 and ruled out; by the lowest (x2) it would be tried; a left setup of a
+    kind not yet measured still takes the lowest."""
+    def kind(t: Trial, sharding: str) -> Trial:
+        return Trial(index=t.index, setup=t.setup, settings={"sharding": sharding}, forecast_s=t.forecast_s,
+                     step_s=t.step_s, status=t.status, run_id=t.run_id)
+
+    trials = [kind(_t(0, 1.0, 2.0), "none"), kind(_t(1, 1.0, 3.0), "fsdp")]
+    left = [1.02]
+    assert stop_reason(left, trials) is None  # the lowest error: 1.02 x 2 x 0.95 < 2.0
+    why = stop_reason(left, trials, left_kinds=["fsdp"])
+    assert why is not None and "its kind's measured error" in why  # 1.02 x 3 x 0.95 >= 2.0
+    assert stop_reason(left, trials, left_kinds=["zero2"]) is None  # not measured: the lowest, tried
+    assert stop_reason(left, trials, left_kinds=["none"]) is None  # 1.02 x 2 x 0.95 < 2.0
