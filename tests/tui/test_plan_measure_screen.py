@@ -101,3 +101,41 @@ async def test_escape_stops_the_measuring(fttui_home, monkeypatch):
         await until(pilot, lambda: "running..." in _column(screen), what="a trial running")
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is picker and fake.stopped, what="the measuring stopped")
+
+
+@pytest.mark.e2e
+async def test_m_measures_for_real_and_escape_ends_the_running_trial(fttui_home):
+    """tiny-lora on one CPU rank, no fake: `m` launches the trials (recorded runs, kind sweep), the
+    first setup's cell gets its measured step once its run completes; `escape` during the next
+    trial ends it (cancelled, its run over)."""
+    from fttui.core.results.store import Store
+    from fttui.core.run.files import rundir
+    from fttui.core.run.processes import liveness
+    from tests.helpers import wait_for
+
+    app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
+    async with app.run_test(size=(180, 40)) as pilot:
+        picker = await _select(pilot, app, "tiny-lora")
+        assert not picker.resolved.devices.gpus  # planned on CPU ranks
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, PlanScreen) and app.screen.options is not None,
+                    timeout=60, what="the plan")
+        screen = app.screen
+        fits = [i for i, o in enumerate(screen.options) if o.fits]
+        assert len(fits) >= 2
+        await pilot.press("m")
+        await until(pilot, lambda: _column(screen)[fits[0]].endswith("off)") or screen.trials,
+                    timeout=240, what="the first trial's measurement")
+        first = screen.trials[0]
+        assert first.status == "completed" and _column(screen)[fits[0]].startswith(f"{first.step_s:.3g} s/step")
+        await until(pilot, lambda: "running..." in _column(screen), timeout=60, what="the next trial")
+        wait_for(lambda: len(rundir.list_runs()) >= 2, timeout=60, what="the next trial's run")
+        second = max(rundir.list_runs(), key=lambda rd: rd.run_id)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is picker, what="back on the picker")
+    wait_for(lambda: not liveness.is_live(second), timeout=30, what="the next trial's run to end")
+    final = second.final_status()
+    assert final is not None and final.status == "cancelled", final
+    with Store() as store:
+        kinds = {r["run_id"]: r["kind"] for r in store.rows()}
+    assert kinds.get(first.run_id) == "sweep"
