@@ -104,14 +104,18 @@ async def test_escape_stops_the_measuring(fttui_home, monkeypatch):
 
 
 @pytest.mark.e2e
-async def test_m_measures_for_real_and_escape_ends_the_running_trial(fttui_home):
+async def test_m_measures_for_real_and_escape_ends_the_running_trial(fttui_home, monkeypatch):
     """tiny-lora on one CPU rank, no fake: `m` launches the trials (recorded runs, kind sweep), the
     first setup's cell gets its measured step once its run completes; `escape` during the next
-    trial ends it (cancelled, its run over)."""
+    trial ends it (cancelled, its run over). Each batch waits 1 s in the data loader (the worker's
+    test hook), so the next trial is still running when the test presses escape."""
     from fttui.core.results.store import Store
     from fttui.core.run.files import rundir
     from fttui.core.run.processes import liveness
+    from fttui.worker.testhooks import SLOW_DATA_ENV
     from tests.helpers import wait_for
+
+    monkeypatch.setenv(SLOW_DATA_ENV, "1")
 
     app = FttuiApp(gpu_sampler=FakeGpuSampler(str(FAKE_GPUS)))
     async with app.run_test(size=(180, 40)) as pilot:
@@ -128,9 +132,10 @@ async def test_m_measures_for_real_and_escape_ends_the_running_trial(fttui_home)
                     timeout=240, what="the first trial's measurement")
         first = screen.trials[0]
         assert first.status == "completed" and _column(screen)[fits[0]].startswith(f"{first.step_s:.3g} s/step")
-        await until(pilot, lambda: "running..." in _column(screen), timeout=60, what="the next trial")
-        wait_for(lambda: len(rundir.list_runs()) >= 2, timeout=60, what="the next trial's run")
+        await until(pilot, lambda: len(rundir.list_runs()) >= 2, timeout=60, what="the next trial's run")
         second = max(rundir.list_runs(), key=lambda rd: rd.run_id)
+        assert second.run_id != first.run_id and not second.has_status()
+        assert "running..." in _column(screen)
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is picker, what="back on the picker")
     wait_for(lambda: not liveness.is_live(second), timeout=30, what="the next trial's run to end")
