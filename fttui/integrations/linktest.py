@@ -33,6 +33,8 @@ MAX_PAIR_RANKS = 4
 #: the size each pair is timed at, MiB
 PAIR_MIB = 16
 FORMAT = 1
+#: how long a rank waits for the others (the rendezvous, each collective) before the test fails
+RENDEZVOUS_S = 120
 
 
 def _rendezvous() -> tuple[int, int, int, str]:
@@ -80,7 +82,9 @@ def run(out: str, sizes_mib: list[float], iters: int) -> int:
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=300))
+    dist.init_process_group(
+        backend, init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=RENDEZVOUS_S)
+    )
     try:
         nodes: list[Any] = [None] * world
         dist.all_gather_object(nodes, _node())

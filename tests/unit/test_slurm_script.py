@@ -79,8 +79,8 @@ def test_the_script_parses_back_to_the_directives_and_command_asked_for(fttui_ho
     assert [c[0] for c in commands] == ["export", "srun", "exec"]  # the link test, then the training
     assert commands[0] == [f"FTTUI_HOME={fttui_home}"] or commands[0][1] == f"FTTUI_HOME={fttui_home}"
     link = commands[1]
-    assert link[:2] == ["srun", "--ntasks-per-node=1"] and link[2] == sys.executable
-    assert link[3:5] == ["-m", "fttui.integrations.linktest"] and "-m" in link[5:]
+    assert link[:3] == ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] and link[3] == sys.executable
+    assert link[4:6] == ["-m", "fttui.integrations.linktest"] and "-m" in link[6:]
     assert "fttui.core.experiments.link" in link and "||" in link  # parsed and kept; a failure goes on
     assert commands[2][:4] == ["exec", "srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert commands[2][4] == sys.executable and commands[2][5:8] == ["-m", "fttui", "run"]

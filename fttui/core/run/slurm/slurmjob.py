@@ -119,7 +119,7 @@ def link_test_lines(run_path: Path, python: str) -> list[str]:
     return [
         "# The link test: an all-reduce over the nodes through srun and the job's rendezvous, its figure",
         "# kept per machine set for later plans (fttui submit --no-link-test leaves it out)",
-        f"srun --ntasks-per-node=1 {q(python)} -m fttui.integrations.linktest --out {out} "
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {q(python)} -m fttui.integrations.linktest --out {out} "
         f"&& {q(python)} -m fttui.core.experiments.link {out} "
         "|| echo 'fttui: the link test failed; the training goes on'",
     ]
