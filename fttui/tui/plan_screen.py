@@ -138,7 +138,7 @@ class PlanScreen(Screen):
                 on_start=lambda i: call(self._cell, i, plain("running...", "bold")),
                 on_result=lambda t: call(self._trial_ended, t),
             )
-        except FttuiError as e:
+        except (FttuiError, OSError) as e:
             why = f"cannot measure: {e}"
         if not self.stop_measuring.is_set():  # the screen is still shown
             call(self._measured, why)
