@@ -1,6 +1,6 @@
 """The measured ranking (``fttui plan --measure``, issue 43 item 1) against a brute force.
 
-    .venv/bin/python bench/plan_measure.py [--reps 5] [--steps 5] [--busy 2] [--seq 128] [--out FILE]
+    .venv/bin/python bench/plan_measure.py [--reps 5] [--steps 20] [--busy 2] [--seq 512] [--out FILE]
 
 tiny-lora on 2 CPU ranks, effective batch 8, the grid {none, zero2, fsdp} x micro batch {2, 4} x
 checkpointing off/on (12 setups, all fitting), each repetition in two fresh ``FTTUI_HOME``s (no
@@ -80,8 +80,10 @@ def _run_phase(kind: str, args) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=5, help="timed steps per trial (after one warm-up step)")
-    ap.add_argument("--seq", type=int, default=128, help="the samples' length (the longest real batch)")
+    # long enough that the timed steps, not the launches, decide (5 steps of 0.05 s at 128 tokens
+    # were within the machine's noise of each other: docs/plan.md)
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per trial (after one warm-up step)")
+    ap.add_argument("--seq", type=int, default=512, help="the samples' length (the longest real batch)")
     ap.add_argument("--busy", type=int, default=0, help="busy-looping processes beside it (the issue's: 2)")
     ap.add_argument("--out", help="append each repetition's JSON here")
     ap.add_argument("--phase", choices=("measured", "brute"), help=argparse.SUPPRESS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from fttui.cli.common import add_profile_args, resolve
 from fttui.core.base.constants import EXIT_INTERRUPTED
@@ -104,6 +105,43 @@ def _write_measured(args, resolved, options, trials: list, budget) -> None:
     print(f"wrote {path}: {pick.label()} (measured {t.step_s:.3g} s/step)", file=sys.stderr)
 
 
+def _link(args, resolved, budget):
+    """The measured link the plan times communication over: ``--link`` measures this machine's
+    ranks now (torchrun, as a run starts them) and keeps the figure; otherwise the kept figure of
+    this machine (one node) or the newest of as many nodes, said on stderr; None without one."""
+    from fttui.core.experiments import link
+
+    nodes = max(1, int(resolved.devices.nodes or 1))
+    backend = "nccl" if budget.gpus else "gloo"
+    if args.link:
+        if nodes > 1:
+            raise FttuiError(
+                f"--link: it measures this machine's ranks; the link between the {nodes} nodes is measured by "
+                "fttui submit's first step (kept per machine set, then used by plans of as many nodes)"
+            )
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            measured = link.measure_here(budget.ranks_per_node, f"{tmp}/link.json", budget.gpus > 0)
+        print(f"measured the {link.words(measured)}", file=sys.stderr)
+        return measured
+    kept = link.figure_for(nodes, backend)
+    if kept is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.t))
+        print(f"using the {link.words(kept)} (measured {when}; --link measures again)", file=sys.stderr)
+    return kept
+
+
+def _link_lines(fig, options) -> list[str]:
+    """What the link makes of the shardings, below the table (several ranks, a link measured)."""
+    from fttui.core.experiments.comm import versus_ddp
+    from fttui.core.experiments.link import words
+
+    if fig is None:
+        return []
+    return [words(fig), *versus_ddp(options)]
+
+
 def cmd_plan(args, resolve=resolve) -> int:
     from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
     from fttui.core.experiments.planning import machine_budget, run_plan, write_profile
@@ -156,8 +194,14 @@ def cmd_plan(args, resolve=resolve) -> int:
         from fttui.core.results.prices import load_prices
 
         prices = load_prices(args.prices)
+    link = _link(args, resolved, budget)
     options = run_plan(
-        resolved, budget, effective_batch=args.effective_batch, methods=_methods(args.methods), prices=prices
+        resolved,
+        budget,
+        effective_batch=args.effective_batch,
+        methods=_methods(args.methods),
+        prices=prices,
+        link=link,
     )
     _say_left_out(resolved, budget, args)
     trials: list = []
@@ -199,6 +243,8 @@ def cmd_plan(args, resolve=resolve) -> int:
         for res in verify(resolved, options, args.verify, budget, on_result=said):
             checked[next(i for i, o in enumerate(options) if o.settings() == res["settings"])] = res
     if args.json:
+        for line in _link_lines(link, options):
+            print(line, file=sys.stderr)
         ranks = {t.index: rank for rank, t in enumerate(_reranked(trials), 1)}
         by_index = {t.index: (ranks.get(t.index), t) for t in trials}
         print(
@@ -227,6 +273,8 @@ def cmd_plan(args, resolve=resolve) -> int:
     print(to_text(list(HEADERS), plan_table(options)).rstrip("\n"))
     if options:
         print(f"time: {options[0].mfu_source}")
+    for line in _link_lines(link, options):
+        print(line)
     if trials:
         from fttui.core.experiments.measured import MEASURED_HEADERS, measured_table
 
@@ -287,5 +335,11 @@ def add_parser(sub) -> None:
         "real batch, one recorded run each), rank them by the measured rate; stops when none left can win",
     )
     p.add_argument("--budget", metavar="TIME", help="with --measure: start no trial after this long, e.g. 90s, 10m, 1h")
+    p.add_argument(
+        "--link",
+        action="store_true",
+        help="measure the link between this machine's ranks first (an all-reduce test through torchrun; kept "
+        "per machine set) and time each setup's communication over it",
+    )
     p.add_argument("--json", action="store_true", help="the setups as a JSON list, fastest first")
     p.set_defaults(handler=cmd_plan)

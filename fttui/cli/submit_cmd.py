@@ -42,6 +42,13 @@ def add_parser(sub) -> None:
         metavar="ARG",
         help="another sbatch option, one per flag (e.g. --sbatch-arg=--qos=high); repeatable",
     )
+    p.add_argument(
+        "--no-link-test",
+        dest="link_test",
+        action="store_false",
+        help="leave out the job's first step: the link test (an all-reduce over the nodes, kept per machine set "
+        "for later plans)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the batch script; submit and write nothing")
     p.add_argument("--json", action="store_true", help="print the job id, run id and directory as JSON")
     p.set_defaults(handler=cmd_submit)
@@ -57,6 +64,7 @@ def cmd_submit(args, resolve: Callable = resolve) -> int:
         time=args.time,
         account=args.account,
         sbatch_args=tuple(args.sbatch_args),
+        link_test=args.link_test,
     )
     resolved = resolve(args)
     if args.dry_run:

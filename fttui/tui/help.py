@@ -55,7 +55,11 @@ KEYS = [
         "plan",
         [
             ("enter", "launch the highlighted setup (one predicted not to fit asks first)"),
-            ("escape", "back to the profiles"),
+            (
+                "m",
+                "measure the setups that fit (a short recorded run each, fastest forecast first): the measured column",
+            ),
+            ("escape", "back to the profiles (ends a running trial)"),
         ],
     ),
     (

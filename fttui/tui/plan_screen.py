@@ -1,6 +1,11 @@
 """Plan screen: every setup of the picker's profile on this machine's cards, fastest first (the
 table of ``fttui plan``, :func:`fttui.core.experiments.plan.plan_table`); ``enter`` launches the
-highlighted setup (one predicted not to fit asks first), ``escape`` goes back.
+highlighted setup (one predicted not to fit asks first), ``m`` measures the setups that fit
+(:func:`fttui.core.experiments.measured.measure`, as ``fttui plan --measure``: in forecast order,
+a warm-up step and :data:`MEASURE_STEPS` timed steps each, one recorded run a trial) and fills the
+``measured`` column live, each setup's cell ``running...`` while its trial runs, then its measured
+step and the forecast's error, or its verdict; ``escape`` goes back (and ends a running
+trial: cancelled, its run over).
 
 Opened with ``l`` in the picker, with the picker's overrides. The plan (estimates, forecasts,
 the store's rows, the data's lengths) is made in a thread worker; the cards are the app's sampler's.
@@ -8,7 +13,8 @@ the store's rows, the data's lengths) is made in a thread worker; the cards are 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on, work
@@ -25,9 +31,16 @@ if TYPE_CHECKING:
     from fttui.core.profiles.typed import Profile
 
 
+#: the timed steps of each trial ``m`` runs (after a warm-up step)
+MEASURE_STEPS = 2
+#: the measured column's key and header
+MEASURED = "measured"
+
+
 class PlanScreen(Screen):
     BINDINGS = [
         Binding("enter", "launch", "Launch this setup"),
+        Binding("m", "measure", "Measure"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
@@ -35,9 +48,14 @@ class PlanScreen(Screen):
         super().__init__()
         self.resolved = resolved
         self.options: list | None = None  # fttui.core.experiments.plan.Option, fastest first
-        self.budget = None
+        self.budget: Any = None  # fttui.core.experiments.plan.Budget, once planned
         self.error = ""
         self.described = None  # the setup the words below the table are about
+        self.row_keys: list[Any] = []  # the table's rows, in the plan's order
+        self.trials: list = []  # fttui.core.experiments.measured.Trial, as they end
+        self.measuring = False
+        self.measured_why = ""  # why the measuring stopped, once it has
+        self.stop_measuring = threading.Event()
 
     def compose(self) -> ComposeResult:
         self.sub_title = f"plan: {self.resolved.name or 'profile'}"
@@ -83,12 +101,75 @@ class PlanScreen(Screen):
         rows = [[plain(cell) for cell in row] for row in plan_table(options)]
         for i, head in enumerate(HEADERS):  # widths fixed from the content: drawn once, as they end up
             table.add_column(head, width=max([len(head), *(r[i].cell_len for r in rows)]))
+        self.row_keys = []
         for o, row in zip(options, rows):
             if not o.fits:
                 for cell in row:
                     cell.style = "dim"
-            table.add_row(*row)
+            self.row_keys.append(table.add_row(*row))
         table.focus()
+
+    def action_measure(self) -> None:
+        """``m``: measure the setups that fit, filling the measured column as each trial ends."""
+        if self.options is None or self.budget is None or self.measuring:
+            return
+        if not any(o.fits for o in self.options):
+            self.notify("no setup fits: nothing to measure", severity="warning")
+            return
+        table = self.query_one("#plan-table", DataTable)
+        if MEASURED not in table.columns:
+            table.add_column(MEASURED, key=MEASURED, default=plain("-"))
+        self.measuring, self.trials, self.measured_why = True, [], ""
+        self.query_one("#plan-foot", Static).update(plain("measuring the setups that fit, fastest forecast first..."))
+        self._measure()
+
+    @work(thread=True, exclusive=True, group="measure", exit_on_error=False)
+    def _measure(self) -> None:
+        from fttui.core.experiments.measured import measure
+
+        call = self.app.call_from_thread
+        try:
+            _trials, why = measure(
+                self.resolved,
+                self.options or [],
+                self.budget,
+                MEASURE_STEPS,
+                stop=self.stop_measuring.is_set,
+                on_start=lambda i: call(self._cell, i, plain("running...", "bold")),
+                on_result=lambda t: call(self._trial_ended, t),
+            )
+        except (FttuiError, OSError) as e:
+            why = f"cannot measure: {e}"
+        if not self.stop_measuring.is_set():  # the screen is still shown
+            call(self._measured, why)
+
+    def _cell(self, index: int, text: Text) -> None:
+        if 0 <= index < len(self.row_keys):
+            self.query_one("#plan-table", DataTable).update_cell(
+                self.row_keys[index], MEASURED, text, update_width=True
+            )
+
+    def _trial_ended(self, trial) -> None:
+        self.trials.append(trial)
+        if trial.measured:
+            error = "" if trial.error is None else f" ({trial.error:+.0%} off)"
+            text = plain(f"{trial.step_s:.3g} s/step{error}")
+        else:
+            text = plain(trial.status, "dim")
+        self._cell(trial.index, text)
+
+    def _measured(self, why: str) -> None:
+        from fttui.core.experiments.measured import rerank
+
+        self.measuring, self.measured_why = False, why
+        best = next((t for t in rerank(self.trials) if t.measured), None)
+        line = f"measured {len(self.trials)} setup(s); stopped: {why}"
+        if best is not None:
+            line += f"\nfastest measured: #{best.index + 1} {best.setup}, {best.step_s:.3g} s/step"
+        self.query_one("#plan-foot", Static).update(plain(line, lines=True))
+
+    def on_unmount(self) -> None:
+        self.stop_measuring.set()  # a running trial is ended (cancelled, its run over)
 
     @on(DataTable.RowHighlighted, "#plan-table")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -101,8 +101,9 @@ def test_jobs_complete_pend_cancel_and_time_out(slurm, fttui_home, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     steps = 2
     # the time-limited job and the one to cancel share the cluster (a CPU of each node each)
-    limited = _submit(slurm, "--time", "1", "--set", "max_steps=100000", env=IDLE_STEPS)
-    doomed = _submit(slurm, "--set", "max_steps=100000", env=IDLE_STEPS)
+    # (without the link test, the job's first step: the completing job runs it for all three)
+    limited = _submit(slurm, "--time", "1", "--set", "max_steps=100000", "--no-link-test", env=IDLE_STEPS)
+    doomed = _submit(slurm, "--set", "max_steps=100000", "--no-link-test", env=IDLE_STEPS)
     # the job that completes needs whole nodes: it waits until both are gone
     job = _submit(slurm, "--set", f"max_steps={steps}", "--sbatch-arg=--exclusive")
     for sub in (limited, doomed, job):
@@ -179,7 +180,29 @@ def test_jobs_complete_pend_cancel_and_time_out(slurm, fttui_home, monkeypatch):
         workers = {e["rank"] for e in read_jsonl(Path(row["run_dir"]) / "events.jsonl")
                    if e.get("source") == "worker"}
         assert workers == {i}  # each node's run holds its own rank
+    _the_link_was_measured_first(slurm, job)
     wait_for(slurm.idle, timeout=60, interval=1, what="no job left in the queue")
+
+
+def _the_link_was_measured_first(cluster, job: dict) -> None:
+    """Issue 43 item 2: the completed job's first step was the link test over its two nodes
+    (srun, the job's rendezvous): a bandwidth and a latency, kept for the machine set n1+n2, and a
+    later plan of two nodes times each sharding's communication over it. On one host the loopback
+    carries it: the figure says nothing of a real link between machines (docs/plan.md)."""
+    from fttui.core.experiments import link
+
+    fig = link.parse_result(Path(job["run_dir"]) / "link.json")
+    assert fig.world == 2 and sorted(set(fig.nodes)) == ["n1", "n2"], fig
+    assert fig.bandwidth > 0 and fig.latency_s > 0 and fig.backend == "gloo"
+    assert [r[1] for r in fig.per_rank] == ["n1", "n2"] and len(fig.pairs) == 1
+    assert link.load(link.link_key(["n1", "n2"], link.interconnect("gloo"))) == fig  # kept per machine set
+    out = (Path(job["run_dir"]) / f"slurm-{job['job_id']}.out").read_text()
+    assert "fttui: link of n1, n2 (gloo, 2 ranks): bus bandwidth" in out, out
+    plan = _fttui(cluster, "plan", "--profile", "tiny-full", "--gpus", "0", "--set", "devices.nodes=2",
+                  "--effective-batch", "2", check=True)
+    assert "using the link of n1, n2" in plan.stderr, plan.stderr
+    assert "over this link: " in plan.stdout and "times the DDP step" in plan.stdout, plan.stdout
+    print(f"link test on the loopback Slurm lab: {link.words(fig)}")
 
 
 def test_a_profile_run_by_hand_in_a_job_step_and_on_oom_shrink_refused(slurm, fttui_home, monkeypatch):

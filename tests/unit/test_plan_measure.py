@@ -140,3 +140,106 @@ def test_measure_refuses_an_existing_write_target_before_any_trial(capsys, fttui
     assert rc == 2 and len(err) == 1 and "exists; choose another name" in err[0], err
     assert not (fttui_home / "runs").exists() or not any((fttui_home / "runs").iterdir())  # nothing launched
     assert (tmp_path / "profiles" / "taken.toml").read_text() == "# mine\n"
+
+
+class _FakeTrialRun:
+    """A trial's executor that launches nothing; its start() is where SIGINT lands (``at``:
+    ``start``, inside the launch call; ``wait``, in the first poll of the wait)."""
+
+    at = "start"
+    cancelled: list[str] = []
+
+    def __init__(self, profile, **_kw):
+        self.profile, self.polls = profile, 0
+
+    def start(self):
+        import os
+        import signal
+
+        if self.at == "start":
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs before the next bytecode
+        return self._rd()
+
+    def _rd(self):
+        class Rd:
+            run_id = "fake-run"
+
+            def supervisor(self):
+                return {"pid": 1}
+
+        return Rd()
+
+    def alive(self):
+        import os
+        import signal
+
+        self.polls += 1
+        if self.at == "wait" and self.polls == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return not self.cancelled
+
+    def cancel(self):
+        self.cancelled.append("cancel")
+
+    def final_state(self):
+        return None
+
+
+@pytest.mark.parametrize("at", ["start", "wait"])
+def test_ctrl_c_inside_the_trials_launch_cancels_the_launched_run(at, fttui_home, monkeypatch):
+    """SIGINT that lands inside the launch call of a trial (the supervisor started, its run not yet
+    returned) or in its wait: the launch completes, the run is cancelled, TrialInterrupted carries
+    it; with SIGINT inherited ignored too (a CI script's background job), and the handler before
+    the call is put back."""
+    import signal
+
+    from fttui.core.experiments.planning import TrialInterrupted, machine_budget, run_plan, trial_run
+    from fttui.core.profiles import apply_overrides, load_profile
+    from fttui.core.run.launching import executors
+
+    monkeypatch.setattr(executors, "LocalRun", _FakeTrialRun)
+    monkeypatch.setattr(_FakeTrialRun, "at", at)
+    monkeypatch.setattr(_FakeTrialRun, "cancelled", [])
+    prof = apply_overrides(load_profile("tiny-lora"), ["data.max_seq_len=32"])
+    budget = machine_budget(prof, gpus=0)
+    option = next(o for o in run_plan(prof, budget, effective_batch=2) if o.fits)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(TrialInterrupted) as stop:
+            trial_run(prof, option, budget, 2, group="g", longest=32)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # put back
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert stop.value.rundir.run_id == "fake-run" and _FakeTrialRun.cancelled == ["cancel"]
+
+
+def test_a_stop_asked_before_a_trial_launches_nothing(fttui_home, monkeypatch):
+    """measure() with its stop already asked: no trial launched, the reason says interrupted."""
+    from fttui.core.experiments.measured import measure
+    from fttui.core.experiments.planning import machine_budget, run_plan
+    from fttui.core.profiles import apply_overrides, load_profile
+    from fttui.core.run.launching import executors
+
+    monkeypatch.setattr(executors, "LocalRun", None)  # launching anything would fail loudly
+    prof = apply_overrides(load_profile("tiny-lora"), ["data.max_seq_len=32"])
+    budget = machine_budget(prof, gpus=0)
+    trials, why = measure(prof, run_plan(prof, budget, effective_batch=2), budget, 1, stop=lambda: True)
+    assert trials == [] and why.startswith("interrupted")
+
+
+def test_a_kind_already_measured_is_corrected_by_its_own_error():
+    """Tied forecasts (the uncalibrated forecast does not tell the kinds apart): none measured
+    x2 its forecast, FSDP x3. A left FSDP setup forecast 2% slower than the best's forecast is
+    corrected by FSDP's x3 and ruled out; by the lowest (x2) it would be tried; a left setup of a
+    kind not yet measured still takes the lowest."""
+    def kind(t: Trial, sharding: str) -> Trial:
+        return Trial(index=t.index, setup=t.setup, settings={"sharding": sharding}, forecast_s=t.forecast_s,
+                     step_s=t.step_s, status=t.status, run_id=t.run_id)
+
+    trials = [kind(_t(0, 1.0, 2.0), "none"), kind(_t(1, 1.0, 3.0), "fsdp")]
+    left = [1.02]
+    assert stop_reason(left, trials) is None  # the lowest error: 1.02 x 2 x 0.95 < 2.0
+    why = stop_reason(left, trials, left_kinds=["fsdp"])
+    assert why is not None and "its kind's measured error" in why  # 1.02 x 3 x 0.95 >= 2.0
+    assert stop_reason(left, trials, left_kinds=["zero2"]) is None  # not measured: the lowest, tried
+    assert stop_reason(left, trials, left_kinds=["none"]) is None  # 1.02 x 2 x 0.95 < 2.0

@@ -76,7 +76,18 @@ def test_the_script_parses_back_to_the_directives_and_command_asked_for(fttui_ho
     names = [d[0].split("=", 1)[0] for d in directives]
     assert names == ["--job-name", "--nodes", "--ntasks-per-node", "--output", "--open-mode", "--partition",
                      "--time", "--account", "--qos", "--comment"]
-    assert [c[0] for c in commands] == ["export", "exec"]
+    assert [c[0] for c in commands] == ["export", "srun", "exec"]  # the link test, then the training
     assert commands[0] == [f"FTTUI_HOME={fttui_home}"] or commands[0][1] == f"FTTUI_HOME={fttui_home}"
-    assert commands[1][:4] == ["exec", "srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    assert commands[1][4] == sys.executable and commands[1][5:8] == ["-m", "fttui", "run"]
+    link = commands[1]
+    assert link[:3] == ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"] and link[3] == sys.executable
+    assert link[4:6] == ["-m", "fttui.integrations.linktest"] and "-m" in link[6:]
+    assert "fttui.core.experiments.link" in link and "||" in link  # parsed and kept; a failure goes on
+    assert commands[2][:4] == ["exec", "srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert commands[2][4] == sys.executable and commands[2][5:8] == ["-m", "fttui", "run"]
+
+
+def test_no_link_test_leaves_the_first_step_out(fttui_home):
+    out = run_fttui("submit", "--profile", "tiny-lora", "--nodes", "2", "--no-link-test", "--dry-run", check=True)
+    commands = [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert [shlex.split(c)[0] for c in commands] == ["export", "exec"]
+    assert "linktest" not in out.stdout

@@ -277,13 +277,16 @@ def forecast(
     price_unit: str = "",
     link_bytes: tuple[float, float] = (0.0, 0.0),
     attn_len: float | None = None,
+    link: Any = None,
 ) -> Forecast:
     """The forecast of one profile on ``cards`` x ``card`` (``card == "cpu"``: CPU processes).
     ``attn_len``: the fed tokens' mean padded length, each token weighted (the attention term's
     length; ``fed_tokens_per_sample`` when not given: synthetic data feeds every sample at it).
     ``link_bytes``: :func:`offload_bytes`, the host copies of an offloading sharding, timed at
     :data:`HOST_LINK_BYTES_PER_S` unless the calibrating rows ran the same sharding (their rate
-    has them already)."""
+    has them already). ``link``: a measured :class:`~fttui.core.experiments.link.LinkFigure`; over
+    several ranks the step's communication (:func:`~fttui.core.experiments.comm.comm_per_step`) is
+    added at its bandwidth and latency, unless the calibrating rows ran the same sharding."""
     p = profile
     t = p.train
     world = max(1, cards) * max(1, int(p.devices.nodes or 1))
@@ -365,6 +368,28 @@ def forecast(
         link_s = (accum * link_bytes[0] + link_bytes[1]) / HOST_LINK_BYTES_PER_S
         step_s += link_s
         source += f"; host copies of the offload {link_s:.3g} s/step at {HOST_LINK_BYTES_PER_S / 1e9:g} GB/s (default)"
+    if link is not None and world > 1 and link.bandwidth > 0 and not (chosen and score & 2):
+        from fttui.core.experiments.comm import comm_per_step
+        from fttui.core.experiments.link import us
+
+        comm = comm_per_step(
+            shardings.of(method, p.sharding)[1],
+            shape.params_total,
+            shape.params_trainable,
+            world,
+            accum=accum,
+            checkpointing=gc,
+            layers=shape.layers,
+            precision=precision,
+            bandwidth=link.bandwidth,
+            latency_s=link.latency_s,
+        )
+        step_s += comm.seconds
+        source += (
+            f"; communication {comm.seconds:.3g} s/step ({comm.bytes / 2**20:.3g} MiB a rank, "
+            f"{comm.collectives} collectives) over the measured link ({link.bandwidth / 1e9:.3g} GB/s, "
+            f"{us(link.latency_s)})"
+        )
     run_s = warm + steps * step_s
     cost = None
     if price_per_card_hour is not None:

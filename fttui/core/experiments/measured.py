@@ -120,10 +120,14 @@ def stop_reason(
     elapsed_s: float = 0.0,
     budget_s: float | None = None,
     noise: float = NOISE,
+    left_kinds: Sequence[str] | None = None,
 ) -> str | None:
     """Why to start no further trial, in words, or None to go on. ``left``: the forecast step
     seconds of the setups not yet tried, in order (None: no forecast, never ruled out);
-    ``trials``: those tried; ``elapsed_s`` of ``budget_s`` spent."""
+    ``trials``: those tried; ``elapsed_s`` of ``budget_s`` spent. ``left_kinds``: the left
+    setups' sharding kinds; a left setup of a kind already measured is corrected by that kind's
+    own most favourable error (the uncalibrated forecast does not tell the kinds apart: their
+    errors differ by kind), one of a kind not yet measured by the lowest of all."""
     if not left:
         return "every setup that fits was measured"
     if budget_s is not None and elapsed_s >= budget_s:
@@ -133,11 +137,19 @@ def stop_reason(
     ratio = correction(trials)
     if best is None or ratio is None or any(f is None for f in left):
         return None
-    fastest = min(f for f in left if f is not None) * ratio * (1.0 - noise)
+    kinds: Sequence[str | None] = list(left_kinds) if left_kinds is not None else [None] * len(left)
+    own: dict[str | None, float | None] = {
+        k: correction([t for t in trials if t.settings.get("sharding") == k]) for k in set(kinds) if k is not None
+    }
+    corrected = [f * (own.get(k) or ratio) for f, k in zip(left, kinds) if f is not None]
+    fastest = min(corrected) * (1.0 - noise)
     if fastest >= best:
+        how = (
+            "its kind's measured error (else the lowest)" if any(own.values()) else f"the measured error (x{ratio:.2f})"
+        )
         return (
             f"no setup left can beat the best measured {best:.3g} s/step: the fastest left, forecast with "
-            f"the measured error (x{ratio:.2f}), less {noise:.0%}, is {fastest:.3g} s/step"
+            f"{how}, less {noise:.0%}, is {fastest:.3g} s/step"
         )
     return None
 
@@ -200,13 +212,35 @@ def measure(
     trial_timeout_s: float | None = None,
     on_result: Callable[[Trial], Any] | None = None,
     noise: float = NOISE,
+    stop: Callable[[], bool] | None = None,
+    on_start: Callable[[int], Any] | None = None,
 ) -> tuple[list[Trial], str]:
     """``--measure N``: run the setups that fit in plan order, each ``warmup`` + ``steps`` steps
     (:func:`fttui.core.experiments.planning.trial_run`), until :func:`stop_reason` says stop.
-    Returns the trials (plan order) and why it stopped. Ctrl-C ends the running trial (cancelled)
-    and the measuring, keeping the trials before it."""
+    Returns the trials (plan order) and why it stopped. A stop asked (``stop()`` true; without
+    ``stop``, Ctrl-C during the call, :class:`~fttui.core.experiments.ctrl_c_flag.CtrlCFlag`) ends
+    the running trial (cancelled, its run over, even one being launched) and the measuring,
+    keeping the trials before it. ``on_start(index)`` is called as a trial starts (its place in
+    ``options``), ``on_result(trial)`` as it ends (the app's plan screen fills its column live)."""
+    if stop is None:
+        from fttui.core.experiments.ctrl_c_flag import CtrlCFlag
+
+        with CtrlCFlag() as flag:
+            return measure(
+                profile,
+                options,
+                budget,
+                steps,
+                warmup=warmup,
+                budget_s=budget_s,
+                trial_timeout_s=trial_timeout_s,
+                on_result=on_result,
+                noise=noise,
+                stop=flag,
+                on_start=on_start,
+            )
     from fttui.core.experiments.datalens import data_stats
-    from fttui.core.experiments.planning import trial_group, trial_run
+    from fttui.core.experiments.planning import TrialInterrupted, trial_group, trial_run
     from fttui.core.run.files.events import read_events
 
     if steps < 1:
@@ -220,8 +254,12 @@ def measure(
     trials: list[Trial] = []
     reason = ""
     for n, (i, o) in enumerate(fitting):
+        if stop():  # between two trials
+            reason = "interrupted (Ctrl-C) between two trials"
+            break
         left = [f.step_seconds for _, f in fitting[n:]]
-        why = stop_reason(left, trials, time.monotonic() - started, budget_s, noise)
+        kinds = [f.sharding for _, f in fitting[n:]]
+        why = stop_reason(left, trials, time.monotonic() - started, budget_s, noise, left_kinds=kinds)
         if why is not None:
             reason = why
             break
@@ -229,12 +267,16 @@ def measure(
         if budget_s is not None:
             rest = max(1.0, budget_s - (time.monotonic() - started))
             timeout = rest if timeout is None else min(timeout, rest)
+        if on_start is not None:
+            on_start(i)
         t0 = time.monotonic()
         interrupted = False
         try:
-            rd, status = trial_run(profile, o, budget, warmup + steps, group=group, timeout_s=timeout, longest=longest)
-        except KeyboardInterrupt as stop:
-            rd, status, interrupted = getattr(stop, "rundir", None), "cancelled", True
+            rd, status = trial_run(
+                profile, o, budget, warmup + steps, group=group, timeout_s=timeout, longest=longest, stop=stop
+            )
+        except TrialInterrupted as ended:
+            rd, status, interrupted = ended.rundir, "cancelled", True
         step_s = step_seconds(read_events(rd.events_path), warmup) if rd is not None else None
         trial = Trial(
             index=i,
@@ -254,4 +296,6 @@ def measure(
             break
     else:
         reason = "every setup that fits was measured"
+    if stop() and not reason.startswith("interrupted"):  # asked as the last trial ended
+        reason = f"interrupted (Ctrl-C) after the last trial ({reason})"
     return trials, reason

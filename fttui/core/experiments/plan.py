@@ -242,11 +242,14 @@ def plan(
     price_per_card_hour: float | None = None,
     price_unit: str = "",
     left_out: Sequence[str] = (),
+    link: Any = None,
 ) -> list[Option]:
     """Every setup of ``profile`` on ``budget``'s cards, fitting ones first by predicted time.
     ``stats_for(profile, micro_batch)``: the data's lengths at a micro batch
     (:func:`fttui.core.experiments.datalens.data_stats`). ``left_out``: sharding kinds not to plan (their
-    packages are not installed: :func:`fttui.core.run.launching.extras.uninstalled_shardings`)."""
+    packages are not installed: :func:`fttui.core.run.launching.extras.uninstalled_shardings`).
+    ``link``: the measured link (:class:`~fttui.core.experiments.link.LinkFigure`) each setup's
+    communication is timed over (:mod:`fttui.core.experiments.comm`); None: not counted."""
     base = profile
     nodes = max(1, int(base.devices.nodes or 1))
     on_gpu = budget.gpus > 0
@@ -283,6 +286,7 @@ def plan(
             price_unit=price_unit,
             link_bytes=offload_bytes(e),
             attn_len=s.random_order.get("fed_tokens_x_len", 0) / max(1, s.random_order["fed_tokens"]) or None,
+            link=link,
         )
         breaks = _verdict(e, budget)
         out.append(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -120,12 +120,14 @@ def run_plan(
     methods: Sequence[str] | None = None,
     prices: Any = None,
     tokenise: bool = True,
+    link: Any = None,
 ) -> list[Option]:
     """The plan of ``profile`` on ``budget`` with the store's rows and the data's lengths (measured
     now when not cached; with ``tokenise=False`` the app's screen takes an unmeasured file at
     ``max_seq_len`` per sample and says so); ``prices``
     (:class:`fttui.core.results.prices.Prices`) prices a card-hour. The kinds this installation
-    cannot run (:func:`fttui.core.run.launching.extras.uninstalled_shardings`) are left out."""
+    cannot run (:func:`fttui.core.run.launching.extras.uninstalled_shardings`) are left out.
+    ``link``: the measured link the communication is timed over (:func:`fttui.core.experiments.plan.plan`)."""
     from fttui.core.experiments.datalens import NotCached, data_stats
     from fttui.core.experiments.quick_forecast import NOT_MEASURED, worst_case
     from fttui.core.results.store import Store
@@ -163,6 +165,7 @@ def run_plan(
         price_per_card_hour=price,
         price_unit=prices.unit if prices is not None else "",
         left_out=tuple(uninstalled_shardings()),
+        link=link,
     )
     if unmeasured:
         options = [replace(o, mfu_source=f"{o.mfu_source}; {NOT_MEASURED}") for o in options]
@@ -267,13 +270,23 @@ def trial_run(
     group: str,
     timeout_s: float | None = None,
     longest: int | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[Any, str]:
     """Launch ``option`` for real, one fresh run (``steps`` steps, kind ``sweep`` in ``group``), at
     its micro batch and the data's longest sample after truncation (synthetic samples of that
     length: every batch is the longest real batch), under the profile's memory limits, and wait
     for its verdict: ``completed``, ``oom``, ``failed``..., or ``timeout`` when it ran past
-    ``timeout_s`` (then cancelled). Returns (its run directory, the verdict). Ctrl-C cancels the
-    run, waits for it to end and raises KeyboardInterrupt with the run directory as ``rundir``."""
+    ``timeout_s`` (then cancelled). Returns (its run directory, the verdict). A stop asked
+    (``stop()`` true; without ``stop``, a Ctrl-C during the call,
+    :class:`~fttui.core.experiments.ctrl_c_flag.CtrlCFlag`), even while the run is launched, cancels
+    the run, waits for it to end and raises :class:`TrialInterrupted` with its run directory."""
+    if stop is None:
+        from fttui.core.experiments.ctrl_c_flag import CtrlCFlag
+
+        with CtrlCFlag() as flag:
+            return trial_run(
+                profile, option, budget, steps, group=group, timeout_s=timeout_s, longest=longest, stop=flag
+            )
     import time
     from functools import partial
 
@@ -295,6 +308,8 @@ def trial_run(
     }
     over["devices.gpus" if budget.gpus else "devices.cpu_processes"] = budget.ranks_per_node
     run = apply_overrides(profile, over)
+    if stop():  # asked before anything was launched
+        raise TrialInterrupted(None)
     ex = LocalRun(run, kind="sweep", group=group, forecast=partial(launch_forecast, run))
     rd = ex.start()
     started = time.monotonic()
@@ -306,18 +321,18 @@ def trial_run(
             time.sleep(0.2)
 
     timed_out = False
-    try:  # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
-        while ex.final_state() is None and (
-            ex.alive() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
-        ):
-            if timeout_s is not None and time.monotonic() - started > timeout_s:
-                timed_out = True
-                ended()
-                break
-            time.sleep(0.2)
-    except KeyboardInterrupt as stop:
-        ended()
-        raise TrialInterrupted(rd) from stop
+    # a supervisor slow to start (a loaded machine) is waited for, up to START_WAIT_S
+    while ex.final_state() is None and (
+        ex.alive() if rd.supervisor() is not None else time.monotonic() - started < START_WAIT_S
+    ):
+        if stop():  # first: a stop asked while the run was launched is seen here
+            ended()
+            raise TrialInterrupted(rd)
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            timed_out = True
+            ended()
+            break
+        time.sleep(0.2)
     final = ex.final_state()
     if timed_out and (final is None or final.status != "completed"):
         return rd, "timeout"

@@ -39,6 +39,17 @@ def job_port(job_id: str | int) -> int:
     return PORT_BASE + int(str(job_id).split("_")[0].split(";")[0]) % PORT_SPAN
 
 
+#: the link test's rendezvous port in a job (``fttui submit``'s first step, before the training):
+#: LINK_PORT_BASE + J % PORT_SPAN, below the training's ports
+LINK_PORT_BASE = 10000
+
+
+def link_port(job_id: str | int) -> int:
+    """The link test's rendezvous port in job ``job_id`` (:mod:`fttui.integrations.linktest`):
+    every node computes it alike, never the training's port."""
+    return LINK_PORT_BASE + int(str(job_id).split("_")[0].split(";")[0]) % PORT_SPAN
+
+
 @dataclass(frozen=True)
 class Allocation:
     """This task's place in the job step. ``gpus_per_node`` is ``None`` when the job asked for
@@ -170,6 +181,8 @@ __all__ = [
     "read_allocation",
     "gpus_on_node",
     "job_port",
+    "link_port",
+    "LINK_PORT_BASE",
     "rendezvous_addr",
     "with_allocation",
     "PORT_BASE",

@@ -44,6 +44,7 @@ class SubmitOptions:
     time: str | None = None
     account: str | None = None
     sbatch_args: tuple[str, ...] = field(default_factory=tuple)
+    link_test: bool = True
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -108,6 +109,22 @@ def job_profile(resolved: Profile, opts: SubmitOptions, run_path: Path) -> Profi
     return prof.with_settings(changes)
 
 
+def link_test_lines(run_path: Path, python: str) -> list[str]:
+    """The job's first step (``fttui submit``; ``--no-link-test`` leaves it out): the link test
+    (:mod:`fttui.integrations.linktest`) on every node, one task each, then its result parsed and
+    kept per machine set (:mod:`fttui.core.experiments.link`); a failed test is said in Slurm's
+    output and the training goes on."""
+    q = shlex.quote
+    out = q(str(run_path / "link.json"))
+    return [
+        "# The link test: an all-reduce over the nodes through srun and the job's rendezvous, its figure",
+        "# kept per machine set for later plans (fttui submit --no-link-test leaves it out)",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {q(python)} -m fttui.integrations.linktest --out {out} "
+        f"&& {q(python)} -m fttui.core.experiments.link {out} "
+        "|| echo 'fttui: the link test failed; the training goes on'",
+    ]
+
+
 def script_text(resolved: Profile, opts: SubmitOptions, run_path: Path, python: str | None = None) -> str:
     """The batch script (``job.sbatch``): Slurm's options, then one ``fttui run --job`` per node."""
     q = shlex.quote
@@ -138,9 +155,10 @@ def script_text(resolved: Profile, opts: SubmitOptions, run_path: Path, python: 
         if setting:
             lines.append(f"#SBATCH --{flag}={q(setting)}")
     lines += [f"#SBATCH {q(a)}" for a in opts.sbatch_args]
+    lines += ["", f"export FTTUI_HOME={q(home)}"]
+    if opts.link_test:
+        lines += link_test_lines(run_path, python or sys.executable)
     lines += [
-        "",
-        f"export FTTUI_HOME={q(home)}",
         f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 {q(python or sys.executable)} -m fttui run "
         f"--job {q(run_path.name)}",
         "",
@@ -254,6 +272,7 @@ __all__ = [
     "restart_of",
     "prepare_job",
     "script_text",
+    "link_test_lines",
     "job_profile",
     "check_options",
     "job_nodes",
