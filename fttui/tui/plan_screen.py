@@ -7,7 +7,7 @@ a warm-up step and :data:`MEASURE_STEPS` timed steps each, one recorded run a tr
 step and the forecast's error, or its verdict; ``escape`` goes back (and ends a running
 trial: cancelled, its run over).
 
-Opened with ``l`` in the picker, with the picker's overrides. The plan (estimates, forecasts,
+Opened with ``s`` in the picker, with the picker's overrides. The plan (estimates, forecasts,
 the store's rows, the data's lengths) is made in a thread worker; the cards are the app's sampler's.
 """
 
