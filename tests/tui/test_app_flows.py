@@ -78,7 +78,8 @@ async def test_pick_change_batch_launch_complete_and_result_row(fttui_home):
         await until(pilot, lambda: run.final is not None, timeout=180, what="run end", step=0.25)
         assert _status(app) == "COMPLETED"
         assert run.query_one("#run-summary").display
-        assert "batch_size 32" in _static_text(app, "#run-summary")
+        # the panel is laid out on the next refresh after it is shown (its region was empty once in CI)
+        await until(pilot, lambda: "batch_size 32" in _static_text(app, "#run-summary"), what="the summary's row")
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, ResultsScreen), what="results")
         table = app.screen.query_one(DataTable)
