@@ -63,6 +63,19 @@ if trainer.state.is_world_process_zero:
                    "world_size": trainer.args.world_size}, f)
 if torch.distributed.is_available() and torch.distributed.is_initialized():
     # under torchrun: the script ends its process group itself, as well-behaved scripts do (a gloo
-    # group left to the interpreter's exit can abort a rank there, exit -6 after a completed
-    # training: PyTorch's finalization, seen once in ten runs of the torchrun test)
-    torch.distributed.destroy_process_group()
+    # group left to the interpreter's exit can abort a rank there, "terminate called without an
+    # active exception", exit -6 after a completed training: PyTorch's finalization, seen once in
+    # ten runs of the torchrun test). destroy_process_group alone only unregisters the group: the
+    # DDP wrapper's reducer keeps it alive until the interpreter finalises, where the same abort
+    # came (a CI run, and 1 in 16 runs beside two busy processes), so the Trainer's wrapped model
+    # and optimizer are released first, as fttui's worker does (fttui.worker.train)
+    import gc
+
+    trainer.accelerator.free_memory()
+    trainer.model_wrapped = trainer.model = trainer.optimizer = trainer.lr_scheduler = None
+    gc.collect()
+    try:
+        torch.distributed.barrier()
+    finally:
+        torch.distributed.destroy_process_group()
+    gc.collect()
