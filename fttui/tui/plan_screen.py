@@ -114,7 +114,7 @@ class PlanScreen(Screen):
         if self.options is None or self.budget is None or self.measuring:
             return
         if not any(o.fits for o in self.options):
-            self.notify("no setup fits: nothing to measure", severity="warning")
+            self.notify("no setup fits: nothing to measure", severity="warning", markup=False)
             return
         table = self.query_one("#plan-table", DataTable)
         if MEASURED not in table.columns:
