@@ -21,7 +21,7 @@ from fttui.core.run.fold.ranks import clash_mismatch
 from fttui.core.run.fold.snapshot import RunSnapshot, to_int
 from fttui.core.run.launching.resume import is_checkpoint
 from fttui.core.run.processes.oomkill import KillEvidence, verdict
-from fttui.core.run.row import commerror
+from fttui.core.run.row import commerror, exitabort
 from fttui.core.run.row.row_figures import (
     gpu_figures,
     host_figures,
@@ -117,6 +117,9 @@ def final_status(
         return FinalStatus(
             "failed", rc, sig, error=err.get("message"), error_step=err.get("step"), error_rank=err.get("rank")
         )
+    if rc not in (0, None) and snap.status == "completed" and exitabort.in_log(rd.log_path):
+        # the training ended on every reporting rank, then a rank aborted at its exit
+        return FinalStatus("failed", rc, sig, error=exitabort.text(rc), error_step=snap.step)
     if evidence:
         return FinalStatus(
             "failed",
