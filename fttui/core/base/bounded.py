@@ -30,6 +30,18 @@ def read_text(path: str | os.PathLike[str], limit: int) -> str:
     return data.decode("utf-8")
 
 
+def read_tail(path: str | os.PathLike[str], size: int) -> bytes | None:
+    """The last ``size`` bytes of a file (a log's end, whatever its length); ``None`` when it
+    cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - size))
+            return f.read(size)
+    except OSError:
+        return None
+
+
 def check_tree(obj: object, max_nodes: int = MAX_NODES) -> None:
     """Walk a parsed document: ValueError when it holds more than ``max_nodes`` values (shared
     aliases count each time they are used) or a number that is not finite (``.inf``, ``.nan``)."""
@@ -48,4 +60,4 @@ def check_tree(obj: object, max_nodes: int = MAX_NODES) -> None:
             raise ValueError(f"{node} is not a finite number")
 
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_IMPORT_BYTES", "MAX_NODES", "read_text", "check_tree"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_IMPORT_BYTES", "MAX_NODES", "read_text", "read_tail", "check_tree"]

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fttui.core.base.bounded import read_tail
+
 __all__ = ["CommFailure", "classify", "in_log", "TAIL_BYTES"]
 
 #: the log's tail read for the classification
@@ -123,12 +125,5 @@ def classify(text: str, world_size: int | None = None) -> CommFailure | None:
 
 def in_log(path: Path, world_size: int | None = None) -> CommFailure | None:
     """:func:`classify` of the last :data:`TAIL_BYTES` of a log (``None`` when unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - TAIL_BYTES))
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    return classify(text, world_size)
+    data = read_tail(path, TAIL_BYTES)
+    return None if data is None else classify(data.decode("utf-8", errors="replace"), world_size)

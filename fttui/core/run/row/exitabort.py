@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fttui.core.base.bounded import read_tail
+
 __all__ = ["ABORT_LINE", "in_log", "text"]
 
 #: what the C++ runtime prints when it aborts a process with a live thread at exit
@@ -24,13 +26,8 @@ _TAIL = 64 * 1024
 
 def in_log(path: Path, tail: int = _TAIL) -> bool:
     """Whether the log's last ``tail`` bytes hold :data:`ABORT_LINE`."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - tail))
-            return ABORT_LINE in f.read()
-    except OSError:
-        return False
+    data = read_tail(path, tail)
+    return data is not None and ABORT_LINE in data
 
 
 def text(rc: int | None) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fttui.core.base.bounded import read_tail
+
 __all__ = ["oom_in_text", "oom_in_log", "TAIL_BYTES"]
 
 #: How much of the end of the log is read: a traceback and what follows it.
@@ -45,13 +47,8 @@ def oom_in_text(text: str) -> tuple[str, str] | None:
 
 def oom_in_log(path: Path, tail: int = TAIL_BYTES) -> tuple[str, str] | None:
     """:func:`oom_in_text` of the end of a log file; ``None`` when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            data = f.read()
-    except OSError:
+    data = read_tail(path, tail)
+    if data is None:
         return None
     # progress bars redraw with carriage returns: each redraw is a line of its own
     return oom_in_text(data.decode("utf-8", "replace").replace("\r", "\n"))

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fttui.core.base.bounded import read_tail
 from fttui.core.profiles.stored import stored_profile
 from fttui.core.results.columns import RowInputs, fold_row, rounded
 from fttui.core.results.row_inputs import Cards, Kept, RunFigures, SlurmFacts
@@ -46,15 +47,9 @@ def _signal_name(rc: int | None) -> str | None:
 
 
 def _last_log_line(rd: rundir.RunDir) -> str:
-    try:
-        with open(rd.log_path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - 4096))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-        return lines[-1][:300] if lines else ""
-    except OSError:
-        return ""
+    data = read_tail(rd.log_path, 4096) or b""
+    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def final_status(
