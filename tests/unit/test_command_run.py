@@ -253,3 +253,24 @@ def test_full_disk_log_is_reported_once_and_the_output_still_drained(tmp_path):
     lines = os.read(r, 65536).decode().splitlines()
     os.close(r)
     assert len(lines) == 1 and '"disk full writing train.log"' in lines[0], lines
+
+
+def test_a_failing_source_is_said_once_and_the_others_go_quiet(tmp_path, capsys, monkeypatch):
+    """A source that raises (the event-file poller here) turns the command's progress reading off
+    with one stderr line naming what failed; before, the poller went quiet without a word."""
+    from fttui.core.run.files.rundir import RunDir
+    from fttui.core.run.supervising.logtee import _LogEvents
+
+    monkeypatch.setenv("FTTUI_TB", "0")
+    events = _LogEvents(RunDir(tmp_path), root=tmp_path)
+
+    def broken(t: float) -> list:
+        raise ValueError("a damaged event file")
+
+    monkeypatch.setattr(events.parser, "poll", broken)
+    events.poll()
+    events.poll()
+    events.feed(b"{'loss': 1.0}\n")
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["fttui: reading progress from the event files stopped: ValueError('a damaged event file')"]
+    assert events.off and not (tmp_path / "events.jsonl").exists()

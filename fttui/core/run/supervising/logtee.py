@@ -122,8 +122,13 @@ class _LogEvents:
             try:
                 self._write(self.parser.feed(segment.decode("utf-8", "replace"), time.time()))
             except Exception as e:  # the log matters more than its events
-                self.off = True
-                print(f"fttui: reading progress from the output stopped: {e!r}", file=sys.stderr)
+                self._stop("the output", e)
+
+    def _stop(self, what: str, e: Exception) -> None:
+        """Reading progress is given up, said once on the supervisor's stderr (its log): the
+        command's own output goes on being copied."""
+        self.off = True
+        print(f"fttui: reading progress from {what} stopped: {e!r}", file=sys.stderr)
 
     def poll(self) -> None:
         if self.off:
@@ -134,16 +139,16 @@ class _LogEvents:
         with self.lock:
             try:
                 self._write(self.parser.poll(time.time()))
-            except Exception:
-                self.off = True
+            except Exception as e:
+                self._stop("the event files", e)
 
     def finish(self) -> None:
         if not self.off:
             with self.lock:
                 try:
                     self._write(self.parser.finish(time.time()))
-                except Exception:
-                    pass
+                except Exception as e:
+                    self._stop("the output's last lines", e)
 
 
 def _poll_events(events: _LogEvents, done: threading.Event) -> None:
