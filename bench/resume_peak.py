@@ -13,10 +13,16 @@ step's: the resumed run loads it and trains no step). Per rank, from the events:
   checkpoint's load (the start event's ``begin_peak_rss_mb``, taken at ``on_train_begin``, after the
   Trainer loaded the weights and the optimizer's states).
 
-``resume > train`` means the load's peak exceeds the run's own. Prints a Markdown table (MiB,
-per rank) with the estimate's resume term for the setup beside it (``fttui estimate --json``'s
-``resume``, fttui.core.memory.resume: the worst rank's load peak less its training peak, both
-without the process's own baseline, so only the difference compares).
+``resume > train`` means the load's peak exceeds the run's own. The saves, on the lowest rank
+(the rank that writes: its ``save`` events carry its VmHWM once the save is done):
+
+- ``ckpt save``: the checkpoint of step 2's VmHWM less step 2's (0: the save stayed below the
+  training's peak; steps of synthetic data are all alike);
+- ``final save``: the final model's (``save_model`` after training) less the run's last step's.
+
+Prints a Markdown table (MiB, per rank) with the estimate's resume term for the setup beside it
+(``fttui estimate --json``'s ``resume``, fttui.core.memory.resume: the worst rank's load peak less
+its training peak, both without the process's own baseline, so only the difference compares).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
-from fttui.core.run.files.events import StartEvent, StepEvent, read_events  # noqa: E402
+from fttui.core.run.files.events import SaveEvent, StartEvent, StepEvent, read_events  # noqa: E402
 
 
 def fttui(home: str, *args: str) -> subprocess.CompletedProcess:
@@ -45,14 +51,24 @@ def latest_run(home: str) -> str:
     return os.path.join(home, "runs", runs[-1])
 
 
-def per_rank(run_dir: str) -> tuple[dict[int, float], dict[int, float]]:
-    begin, last = {}, {}
+def per_rank(run_dir: str) -> tuple[dict[int, float], dict[int, float], dict[str, float]]:
+    """Each rank's VmHWM when training began and at its last step; the lowest rank's saves
+    (``ckpt``: the first checkpoint's VmHWM less its step's, ``final``: the final model's less the
+    last step's)."""
+    begin, last, at_step, saves = {}, {}, {}, {}
     for e in read_events(os.path.join(run_dir, "events.jsonl")):
         if isinstance(e, StartEvent) and e.begin_peak_rss_mb is not None and e.rank is not None:
             begin[e.rank] = e.begin_peak_rss_mb
         if isinstance(e, StepEvent) and e.peak_rss_mb is not None and e.rank is not None:
             last[e.rank] = max(last.get(e.rank, 0.0), e.peak_rss_mb)
-    return begin, last
+            if e.rank == 0 and e.step is not None:
+                at_step[e.step] = e.peak_rss_mb
+        if isinstance(e, SaveEvent) and e.peak_rss_mb is not None and e.step is not None:
+            if e.kind == "checkpoint" and "ckpt" not in saves and e.step in at_step:
+                saves["ckpt"] = e.peak_rss_mb - at_step[e.step]
+            elif e.kind == "model" and 0 in last:
+                saves["final"] = e.peak_rss_mb - last[0]
+    return begin, last, saves
 
 
 def main() -> int:
@@ -62,9 +78,9 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=512)
     a = ap.parse_args()
     inter = int(a.hidden * 2.6875)
-    print("| sharding | rank | begin | train (the run's peak) | resume (after the load) | resume - train | "
-          "resume - begin | estimate: resume - train (its rank) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| sharding | rank | begin | train (the run's peak) | ckpt save - its step | final save - train | "
+          "resume (after the load) | resume - train | resume - begin | estimate: resume - train (its rank) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for sharding in a.shardings.split(","):
         sets = [f"sharding={sharding}", f"devices.cpu_processes={a.ranks}", "train.save=steps", "train.save_steps=2",
                 "max_steps=4", "data.source=synthetic", "data.num_samples=64", "data.max_seq_len=128",
@@ -84,8 +100,8 @@ def main() -> int:
             if resumed.returncode != 0 or rd2 == rd1:
                 print(f"| {sharding} | resume failed ({resumed.returncode}): {resumed.stdout[-300:]!r} |")
                 continue
-            b1, t1 = per_rank(rd1)
-            b2, _ = per_rank(rd2)
+            b1, t1, saves = per_rank(rd1)
+            b2, _, _ = per_rank(rd2)
             said = "-"
             try:
                 res = json.loads(est.stdout).get("resume") or {}
@@ -97,7 +113,8 @@ def main() -> int:
                 rs = b2.get(r)
                 d = f"{rs - tr:+.0f}" if rs is not None and tr is not None else "-"
                 db = f"{rs - b1[r]:+.0f}" if rs is not None else "-"
-                print(f"| {sharding} | {r} | {b1[r]:.0f} | {tr if tr is None else f'{tr:.0f}'} | "
+                ck, fin = (f"{saves[k]:+.0f}" if r == 0 and k in saves else "-" for k in ("ckpt", "final"))
+                print(f"| {sharding} | {r} | {b1[r]:.0f} | {tr if tr is None else f'{tr:.0f}'} | {ck} | {fin} | "
                       f"{rs if rs is None else f'{rs:.0f}'} | {d} | {db} | {said} |", flush=True)
     return 0
 

@@ -549,6 +549,7 @@ class FttuiCallback(TrainerCallback):
                     kind="checkpoint",
                     save_time=round(took, 3),
                     path=os.path.join(args.output_dir, f"checkpoint-{state.global_step}"),
+                    peak_rss_mb=_info.proc_memory().get("peak_rss_mb"),
                 )
             )
 

@@ -8,7 +8,15 @@
   accelerate switches to FSDP only for GPU-like device types: on CPU ranks it would silently run
   DDP. :func:`trainer_class` gives the Trainer a subclass whose accelerator, right after it is
   created, is put in FSDP mode with the same plugin when it stayed in CPU DDP mode; accelerate's
-  own ``prepare`` then shards the model (``fully_shard``), nothing else changes.
+  own ``prepare`` then shards the model (``fully_shard``).
+- FSDP's checkpoints are sharded (``SHARDED_STATE_DICT``: each rank writes and reads its own
+  shard of the model and of the optimizer's states through ``torch.distributed.checkpoint``, in
+  ``pytorch_model_fsdp_0/`` and ``optimizer_0/``), so that no rank holds every rank's states at a
+  save or a resume (issue 44, item 3). The same subclass saves the final model whole
+  (``save_model`` outside a checkpoint: the full state dict, gathered on the lowest rank) and
+  resumes a checkpoint in the format it was written in (:func:`fsdp_checkpoint_format`: the full
+  state dict of a run before the change, ``pytorch_model_fsdp.bin`` and ``optimizer.bin``, still
+  loads).
 - :func:`sharding_info` reads back what runs (the DeepSpeed engine's stage and offload devices,
   the FSDP-wrapped module and its offload policy, the parameters this rank holds);
   :func:`check_sharding` fails the run when that is not what the profile asked for.
@@ -18,6 +26,9 @@ Imports nothing heavy at import time.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fttui.core.base import shardings
@@ -32,6 +43,7 @@ __all__ = [
     "deepspeed_config",
     "deepspeed_optimizer",
     "fsdp_arguments",
+    "fsdp_checkpoint_format",
     "trainer_class",
     "sharding_info",
     "check_sharding",
@@ -129,13 +141,22 @@ def deepspeed_optimizer() -> dict[str, Any]:
     return {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
 
 
+#: accelerate's names of the FSDP state dict types (``FullyShardedDataParallelPlugin.state_dict_type``)
+FULL, SHARDED = "FULL_STATE_DICT", "SHARDED_STATE_DICT"
+#: the file of a Trainer's FSDP checkpoint written with the full state dict (accelerate's
+#: ``FSDP_MODEL_NAME``); a sharded one has the folder ``pytorch_model_fsdp_0/`` instead
+_FULL_MODEL_FILE = "pytorch_model_fsdp.bin"
+
+
 def fsdp_arguments(profile: Profile) -> dict[str, Any]:
     """``TrainingArguments`` keys of an ``fsdp*`` sharding: FSDP2, every decoder layer its own
     unit (the model's ``_no_split_modules``), parameters resharded after the forward (full
     sharding of parameters, gradients and optimizer states); ``fsdp-offload`` adds the CPU
     offload policy. ``cpu_ram_efficient_loading``: the lowest rank alone holds the weights
     before sharding, the others build on the meta device (:mod:`.partition`) and receive their
-    shards from it (not for the quantised methods: accelerate broadcasts no 4-bit parameters)."""
+    shards from it (not for the quantised methods: accelerate broadcasts no 4-bit parameters).
+    ``state_dict_type``: the checkpoints' (sharded; the final model is saved whole by
+    :func:`trainer_class`'s subclass)."""
     kind = kind_of(profile)
     if not kind.fsdp:
         raise ConfigError(
@@ -148,7 +169,7 @@ def fsdp_arguments(profile: Profile) -> dict[str, Any]:
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "reshard_after_forward": True,
             "cpu_offload": kind.offload,
-            "state_dict_type": "FULL_STATE_DICT",
+            "state_dict_type": SHARDED,
             "cpu_ram_efficient_loading": not profile.method_kind().quantised,
         },
     }
@@ -178,9 +199,35 @@ def _promote_fsdp(trainer) -> None:
     trainer.is_fsdp_enabled = True
 
 
+def fsdp_checkpoint_format(checkpoint: str) -> str:
+    """The state dict type a Trainer's FSDP checkpoint was written in: :data:`FULL` when it holds
+    ``pytorch_model_fsdp.bin`` (a run of fttui before its checkpoints were sharded), else
+    :data:`SHARDED`."""
+    return FULL if os.path.isfile(os.path.join(checkpoint, _FULL_MODEL_FILE)) else SHARDED
+
+
+@contextmanager
+def _state_dict_type(trainer, kind: str) -> Iterator[None]:
+    """The FSDP plugin's state dict type set to ``kind`` (with that type's default configs, as
+    accelerate builds them) for the block, then restored; nothing without an FSDP plugin."""
+    plugin = getattr(getattr(trainer.accelerator, "state", None), "fsdp_plugin", None)
+    if plugin is None or str(plugin.state_dict_type).endswith(kind):
+        yield
+        return
+    saved = (plugin.state_dict_type, plugin.state_dict_config, plugin.optim_state_dict_config)
+    plugin.state_dict_config = plugin.optim_state_dict_config = None
+    plugin.set_state_dict_type(kind)
+    try:
+        yield
+    finally:
+        plugin.state_dict_type, plugin.state_dict_config, plugin.optim_state_dict_config = saved
+
+
 def trainer_class(base: type, sharding: str) -> type:
     """``base`` (the counting Trainer), or for an FSDP sharding a subclass that keeps FSDP on
-    CPU ranks (:func:`_promote_fsdp`)."""
+    CPU ranks (:func:`_promote_fsdp`), saves the final model whole (the full state dict: a
+    checkpoint's save, ``_internal_call``, stays sharded) and loads a checkpoint in its own
+    format (:func:`fsdp_checkpoint_format`)."""
     if not (shardings.find(sharding) or shardings.NONE).fsdp:
         return base
 
@@ -188,6 +235,22 @@ def trainer_class(base: type, sharding: str) -> type:
         def create_accelerator_and_postprocess(self) -> None:
             super().create_accelerator_and_postprocess()
             _promote_fsdp(self)
+
+        def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+            if _internal_call:
+                return super().save_model(output_dir, _internal_call)
+            with _state_dict_type(self, FULL):
+                return super().save_model(output_dir, _internal_call)
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+            with _state_dict_type(self, fsdp_checkpoint_format(resume_from_checkpoint)):
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+        def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+            if checkpoint is None:
+                return super()._load_optimizer_and_scheduler(checkpoint)
+            with _state_dict_type(self, fsdp_checkpoint_format(checkpoint)):
+                return super()._load_optimizer_and_scheduler(checkpoint)
 
     FsdpTrainer.__name__ = FsdpTrainer.__qualname__ = f"Fsdp{base.__name__}"
     return FsdpTrainer

@@ -165,14 +165,24 @@ def _drop_recovery_checkpoints(run_dir: str, log) -> None:
 def _save_final(trainer, tok, output_dir: str, emit, log) -> None:
     """The trained adapter (peft) or model in ``output_dir``, in the Trainer's format
     (``save_model``: every rank takes part, the lowest writes), with the tokenizer when it is a
-    transformers one; a ``save`` event (``kind`` ``model``) says where and how long it took."""
+    transformers one; a ``save`` event (``kind`` ``model``) says where, how long it took and the
+    lowest rank's peak resident memory after it."""
     t0 = time.perf_counter()
     trainer.save_model(output_dir)
     if trainer.is_world_process_zero():
         if callable(getattr(tok, "save_pretrained", None)):
             tok.save_pretrained(output_dir)
         took = time.perf_counter() - t0
-        emit("save", step=int(trainer.state.global_step), kind="model", path=output_dir, save_time=round(took, 3))
+        from fttui.integrations.hf_info import proc_memory
+
+        emit(
+            "save",
+            step=int(trainer.state.global_step),
+            kind="model",
+            path=output_dir,
+            save_time=round(took, 3),
+            peak_rss_mb=proc_memory().get("peak_rss_mb"),
+        )
         log(f"saved the trained {'adapter' if _is_peft(trainer.model) else 'model'} to {output_dir} ({took:.1f}s)")
 
 

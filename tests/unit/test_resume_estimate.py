@@ -1,6 +1,8 @@
 """A resume's load peak as its own term of the estimate (fttui.core.memory.resume, issue 44 item 3):
 what each sharding holds while the Trainer loads a checkpoint, against the training's peak; the
-note of a run that keeps checkpoints when the resume goes above it (FSDP's lowest rank)."""
+note of a run that keeps checkpoints when the resume goes above it. FSDP's checkpoints are
+sharded: every rank reads its own shard, none goes above (its lowest rank did, reading every
+rank's states, while they were the full state dict)."""
 
 from __future__ import annotations
 
@@ -25,19 +27,18 @@ def test_the_rules_per_sharding_family():
     rank = {"weights": 100.0, "optimizer_states": 200.0, "gradients": 100.0, "activations": 50.0, "cuda_context": 10.0}
     static = sum(rank.get(k, 0) for k in STATIC)
     train = sum(rank.values())
-    ddp = resume_peak(rank, train, DDP, 2, trained_weights=100.0)
+    ddp = resume_peak(rank, train, DDP, trained_weights=100.0)
     assert ddp["peak"] == static + 200 and ddp["rank"] == "every" and ddp["above"] == 0
-    zero = resume_peak(rank, train, DEEPSPEED, 2, trained_weights=200.0)
+    zero = resume_peak(rank, train, DEEPSPEED, trained_weights=200.0)
     assert zero["peak"] == static + 2 * 200 and zero["above"] == max(0, zero["peak"] - train)
-    fsdp = resume_peak(rank, train, FSDP, 4, trained_weights=400.0)
-    assert fsdp["rank"] == "lowest" and fsdp["peak"] == static + 4 * 200 + 200
-    assert fsdp["above"] == fsdp["peak"] - train > 0
-    # one FSDP rank holds everything anyway: the rule of an unsharded run
-    assert resume_peak(rank, train, FSDP, 1, trained_weights=100.0)["rank"] == "every"
+    # FSDP: its own shards; the states made by a step of zero gradients, then read into
+    fsdp = resume_peak(rank, train, FSDP, trained_weights=400.0)
+    assert fsdp["rank"] == "every" and fsdp["peak"] == static + rank["gradients"] + rank["optimizer_states"]
+    assert fsdp["above"] == 0 and fsdp["peak"] < train
 
 
-@pytest.mark.parametrize("sharding", ["none", "zero2", "zero3"])
-def test_ddp_and_zero_resume_below_the_training_peak(sharding):
+@pytest.mark.parametrize("sharding", ["none", "zero2", "zero3", "fsdp"])
+def test_every_sharding_resumes_below_the_training_peak(sharding):
     e = est(sharding)
     r = e.resume
     assert r["train_peak"] == sum(e.rank_breakdown.values())
@@ -45,19 +46,37 @@ def test_ddp_and_zero_resume_below_the_training_peak(sharding):
     assert not any("a resume from a checkpoint" in n for n in e.notes)
 
 
-def test_fsdp_s_lowest_rank_reads_every_rank_s_states_and_goes_above():
+def test_fsdp_every_rank_reads_its_own_shard():
     e = est("fsdp")
     r = e.resume
-    states = e.rank_breakdown["optimizer_states"]
     static = sum(e.rank_breakdown.get(k, 0) for k in STATIC)
-    assert r["rank"] == "lowest"
-    assert r["peak"] >= static + 2 * states + states - 2  # rounding of the per-rank terms
-    assert r["above"] == r["peak"] - r["train_peak"] > 0
-    assert any(n.startswith("a resume from a checkpoint peaks at") and "FSDP full state dict" in n for n in e.notes)
-    # a run that keeps no checkpoint is never resumed: no note (the record stays)
-    quiet = est("fsdp", save="end")
-    assert quiet.resume == r and not any("a resume from a checkpoint" in n for n in quiet.notes)
+    own = static + e.rank_breakdown["gradients"] + e.rank_breakdown["optimizer_states"]
+    assert r["rank"] == "every" and abs(r["peak"] - own) <= 2  # rounding of the per-rank terms
+    # the states of one rank, not of every rank: more ranks, a smaller share each
+    wider = est("fsdp", **{"devices.cpu_processes": 4}).resume
+    assert wider["peak"] < r["peak"]
+    # the record is the estimate's, in its JSON too
     assert est("fsdp").to_dict()["resume"] == r
+
+
+def test_a_resume_above_the_training_peak_is_noted_for_a_run_that_keeps_checkpoints(monkeypatch):
+    # no sharding's rule goes above now (the test above): a rule that would is noted, for a run
+    # that keeps checkpoints only
+    import sys
+
+    module = sys.modules["fttui.core.memory.estimate"]
+    real = module.resume_peak
+
+    def above(*args, **kwargs):
+        r = real(*args, **kwargs)
+        return {**r, "peak": r["train_peak"] + 2**28, "above": 2**28}
+
+    monkeypatch.setattr(module, "resume_peak", above)
+    e = est("fsdp")
+    assert any(n.startswith("a resume from a checkpoint peaks at") and "0.25 GiB above its training peak" in n
+               for n in e.notes), e.notes
+    quiet = est("fsdp", save="end")
+    assert quiet.resume == e.resume and not any("a resume from a checkpoint" in n for n in quiet.notes)
 
 
 def test_an_oom_in_a_resume_s_load_is_set_against_the_resume_term():
@@ -73,11 +92,17 @@ def test_an_oom_in_a_resume_s_load_is_set_against_the_resume_term():
     assert mem["resume"] == e.resume
     events = [ForecastEvent(memory=mem, t=1.0),
               ErrorEvent(kind="oom", oom_kind="cpu", phase="resume-load", phase_step=2, t=2.0)]
-    text = explain(events, 4, 1, 128).text
     r = e.resume
-    assert text.startswith("resume-load of the checkpoint of step 2, longest sequence 128: loading the checkpoint "
-                           f"resumed from: {fmt_bytes(r['peak'])} predicted on the lowest rank, "
-                           f"{fmt_bytes(r['above'])} above its training peak (of limits.host_memory 700MiB)")
+    assert explain(events, 4, 1, 128).text == (
+        "resume-load of the checkpoint of step 2, longest sequence 128: loading the checkpoint resumed from: "
+        f"{fmt_bytes(r['peak'])} predicted on a rank, below its training peak ({fmt_bytes(r['train_peak'])}) "
+        "(of limits.host_memory 700MiB)")
+    # the record of an fttui before FSDP's checkpoints were sharded: its lowest rank read every rank's states
+    older = {**r, "rank": "lowest", "peak": r["train_peak"] + 2**26, "above": 2**26}
+    events[0] = ForecastEvent(memory={**mem, "resume": older}, t=1.0)
+    text = explain(events, 4, 1, 128).text
+    assert (f"{fmt_bytes(older['peak'])} predicted on the lowest rank, {fmt_bytes(2**26)} above its training peak"
+            in text)
     assert text.endswith("; the FSDP full state dict reads every rank's optimizer states there")
     ddp = load_profile("tiny-full", {**WIDE, "sharding": "none", "train.save": "steps"})
     ed = estimate(ddp)

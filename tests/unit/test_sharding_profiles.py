@@ -16,7 +16,7 @@ from fttui.core.profiles import Profile, apply_overrides, load_profile
 from fttui.core.profiles.summary import profile_summary, sharding_label
 from fttui.core.run.launching.launch import build_command
 from fttui.core.run.launching.preflight import preflight
-from fttui.worker.sharding import deepspeed_config, fsdp_arguments, sharding_of
+from fttui.worker.sharding import deepspeed_config, fsdp_arguments, fsdp_checkpoint_format, sharding_of
 from tests.conftest import run_fttui
 from tests.helpers import profile_of
 
@@ -163,6 +163,18 @@ def test_fsdp_arguments():
     for sharding, offload in (("fsdp", False), ("fsdp-offload", True)):
         args = fsdp_arguments(load_profile("tiny-full", [f"sharding={sharding}"]))
         assert args["fsdp_config"]["version"] == 2 and args["fsdp_config"]["cpu_offload"] is offload
+        # checkpoints sharded: no rank gathers every rank's states to save or to resume (issue 44)
+        assert args["fsdp_config"]["state_dict_type"] == "SHARDED_STATE_DICT"
+
+
+def test_an_fsdp_checkpoint_is_resumed_in_the_format_it_was_written_in(tmp_path):
+    sharded = tmp_path / "checkpoint-2"
+    (sharded / "pytorch_model_fsdp_0").mkdir(parents=True)
+    assert fsdp_checkpoint_format(str(sharded)) == "SHARDED_STATE_DICT"
+    older = tmp_path / "checkpoint-4"  # an fttui before the change: the Trainer's full state dict
+    older.mkdir()
+    (older / "pytorch_model_fsdp.bin").write_bytes(b"")
+    assert fsdp_checkpoint_format(str(older)) == "FULL_STATE_DICT"
 
 
 def test_launcher_follows_the_sharding(tmp_path):

@@ -326,6 +326,9 @@ class SaveEvent(Event):
     kind: str | None = None
     path: str | None = None
     save_time: float | None = None
+    #: the saving rank's peak resident memory so far (VmHWM, MiB) once the save is done: above the
+    #: last step's ``peak_rss_mb``, the save went above the training's peak
+    peak_rss_mb: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

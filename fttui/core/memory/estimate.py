@@ -296,13 +296,11 @@ def _resume(c: Setup, rank: dict[str, int], notes: list[str]) -> dict:
     and the resume's peak is above the training's."""
     kind = c.kind.family
     trained = c.a.params * c.wb if c.method.full else c.lora_params * 4
-    got = resume_peak({k: float(v) for k, v in rank.items()}, float(sum(rank.values())), kind, c.world, trained)
+    got = resume_peak({k: float(v) for k, v in rank.items()}, float(sum(rank.values())), kind, trained)
     resumable = c.p.train.save == "steps" or c.p.train.on_oom == "shrink"
     if resumable and got["above"] > 0:
-        where = "the lowest rank" if got["rank"] == "lowest" else "every rank"
         notes.append(
-            f"a resume from a checkpoint peaks at {got['peak'] / GIB:.2f} GiB on {where}, "
+            f"a resume from a checkpoint peaks at {got['peak'] / GIB:.2f} GiB on every rank, "
             f"{got['above'] / GIB:.2f} GiB above its training peak"
-            + (" (the FSDP full state dict: the whole optimizer states are read there)" if c.fsdp else "")
         )
     return got

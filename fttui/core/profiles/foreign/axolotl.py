@@ -147,7 +147,7 @@ def _sharding(m: Mapped) -> None:
 # fsdp_config keys fttui reads (offload, sharding strategy); every other one is listed with why
 _FSDP_READ = {"offload_params", "fsdp_offload_params", "reshard_after_forward", "fsdp_sharding_strategy"}
 _FSDP_WHY = {
-    "state_dict_type": "fttui's FSDP checkpoints are FULL_STATE_DICT, gathered (docs/architecture.md)",
+    "state_dict_type": "fttui's FSDP checkpoints are SHARDED_STATE_DICT, its final model whole (docs/architecture.md)",
     "cpu_ram_efficient_loading": "each rank loads the model itself (fttui has no RAM-efficient loading yet)",
     "sync_module_states": "each rank loads the model itself (fttui has no RAM-efficient loading yet)",
     "auto_wrap_policy": "fttui wraps every decoder layer",

@@ -154,7 +154,7 @@ def _resumed(mem: Mapping[str, Any], card_bytes: float | None) -> str:
         budget, what = card_bytes, f"the card's {fmt_bytes(card_bytes)}"
     if budget:
         text += f" (of {what})"
-    if r.get("rank") == "lowest":
+    if r.get("rank") == "lowest":  # the record of an fttui before FSDP's checkpoints were sharded
         text += "; the FSDP full state dict reads every rank's optimizer states there"
     return text
 
