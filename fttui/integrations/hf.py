@@ -34,7 +34,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from transformers import TrainerCallback
@@ -59,6 +58,7 @@ try:
     from fttui.integrations import commwait as _cw
     from fttui.integrations import hangdump as _hd
     from fttui.integrations import hf_info as _info
+    from fttui.integrations import hf_marks as _marks
     from fttui.integrations import stackdump as _stk
 except ImportError:  # loaded by path into a Python where fttui is not installed
     _ev = _by_path("_fttui_events", os.pardir, "core", "run", "files", "events.py")
@@ -66,6 +66,7 @@ except ImportError:  # loaded by path into a Python where fttui is not installed
     _stk = _by_path("_fttui_stackdump", "stackdump.py")
     _cw = _by_path("_fttui_commwait", "commwait.py")
     _hd = _by_path("_fttui_hangdump", "hangdump.py")
+    _marks = _by_path("_fttui_hf_marks", "hf_marks.py")
 
 __all__ = ["FttuiCallback", "attach", "report_error", "register_stacks", "RUN_DIR_ENV", "CALLBACK_MARK"]
 
@@ -118,51 +119,6 @@ def _world() -> int:
         return 1
 
 
-def _find_trainer():
-    """The Trainer whose training loop calls this callback (a frame above it), else ``None``."""
-    try:
-        from transformers import Trainer
-    except Exception:
-        return None
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(12):
-        if frame is None:
-            return None
-        obj = frame.f_locals.get("self")
-        if isinstance(obj, Trainer):
-            return obj
-        frame = frame.f_back
-    return None
-
-
-def mark_engine_step(trainer, c) -> bool:
-    """Under DeepSpeed the engine steps its optimizer inside accelerate's backward (the Trainer's
-    ``optimizer.step()`` is a no-op there): mark the engine's ``step`` (built in ``train()``,
-    before ``on_train_begin``) as the ``optimizer`` phase, back to the backward after it. False
-    when there is no engine to mark (no DeepSpeed, or marked already)."""
-    engine = getattr(trainer, "model_wrapped", None) if getattr(trainer, "is_deepspeed_enabled", False) else None
-    step = getattr(engine, "step", None)
-    if engine is None or not callable(step) or getattr(step, "_fttui_phase", False):
-        return False
-
-    def wrapped(*args, **kwargs):
-        was = c.enter("optimizer")
-        out = step(*args, **kwargs)  # an error leaves the phase it failed in
-        c.phase = was
-        return out
-
-    setattr(wrapped, "_fttui_phase", True)  # noqa: B010 (a marker on a function: no typed attribute)
-    engine.step = wrapped
-    return True
-
-
-def _resumed_step(c, checkpoint) -> None:
-    """The step a resume continues from (``checkpoint-N``: N), the counters' last finished step."""
-    name = os.path.basename(os.path.normpath(str(checkpoint))) if checkpoint else ""
-    if name.startswith("checkpoint-") and name[len("checkpoint-") :].isdigit():
-        c.step = int(name[len("checkpoint-") :])
-
-
 class FttuiCallback(TrainerCallback):
     """Writes fttui's events for the Trainer it is added to, when ``FTTUI_RUN_DIR`` (or
     ``run_dir``) names a run directory; otherwise it does nothing. One callback reports a trainer:
@@ -208,8 +164,9 @@ class FttuiCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ binding
     def bind(self, trainer) -> bool:
-        """Report ``trainer``: count its micro-batches (its ``training_step`` and
-        ``get_batch_samples``, wrapped on the instance). False when another callback reports it."""
+        """Report ``trainer``: count its micro-batches and mark its training phases (its methods
+        wrapped on the instance: :mod:`fttui.integrations.hf_marks`). False when another callback
+        reports it."""
         owner = getattr(trainer, _CLAIM, None)
         if owner is not None and owner is not self:
             return False
@@ -217,7 +174,6 @@ class FttuiCallback(TrainerCallback):
             return True
         setattr(trainer, _CLAIM, self)
         self.trainer = trainer
-        step_fn, fetch_fn, c = trainer.training_step, trainer.get_batch_samples, self.c
 
         def counted(what: str, fn) -> None:  # counting never stops the training (unless strict)
             try:
@@ -227,86 +183,9 @@ class FttuiCallback(TrainerCallback):
                     raise
                 log_failure(self.run_dir, what, e)
 
-        def training_step(model, inputs, *args, **kwargs):
-            counted("reading a micro-batch's length", lambda: c.feeding(inputs))
-            begun = c.pass_begin()
-            # the phase marks: forward until compute_loss returns, then backward (compute_loss,
-            # wrapped below, moves it); an error leaves the phase it failed in
-            c.phase, c.in_pass = "forward", True
-            try:
-                loss = step_fn(model, inputs, *args, **kwargs)
-            finally:
-                c.in_pass = False
-
-            def count() -> None:
-                c.pass_end(begun)
-                c.add(inputs, loss)
-
-            counted("counting a micro-batch", count)
-            return loss
-
-        def get_batch_samples(*args, **kwargs):
-            c.fetch_t0 = t0 = time.perf_counter()  # a step's batches are fetched before on_step_begin
-            c.phase = "data"
-            try:
-                return fetch_fn(*args, **kwargs)
-            finally:  # the input pipeline's share of the step: the time spent waiting for batches
-                c.data_wait += time.perf_counter() - t0
-
-        trainer.training_step = training_step
-        trainer.get_batch_samples = get_batch_samples
-        self._mark_phases(trainer)
+        _marks.wrap_counting(trainer, self.c, counted)
+        _marks.mark_phases(trainer, self.c)
         return True
-
-    def _mark_phases(self, trainer) -> None:
-        """Wrap, on this Trainer instance, the methods whose time is a phase of its own
-        (:data:`fttui.integrations.hf_info.PHASES`): ``compute_loss`` inside a training step (the
-        forward; what follows it is the backward), ``_clip_grad_norm`` (the optimizer step's first
-        part; the callbacks ``on_pre_optimizer_step`` / ``on_optimizer_step`` mark the rest),
-        ``_save_checkpoint``, ``_load_from_checkpoint`` and ``_load_optimizer_and_scheduler``
-        (resuming) and ``evaluate``. A method this Trainer lacks is left unmarked. One attribute
-        set per boundary: nothing is written (an ``error`` event names the phase it failed in)."""
-        c = self.c
-
-        def compute_loss(fn):
-            def wrapped(*args, **kwargs):
-                out = fn(*args, **kwargs)
-                if c.in_pass:
-                    c.phase = "backward"
-                return out
-
-            return wrapped
-
-        def within(phase: str, restore: bool, fn):
-            def wrapped(*args, **kwargs):
-                was = c.enter(phase)
-                if phase == "resume-load":
-                    _resumed_step(c, args[0] if args else kwargs.get("resume_from_checkpoint"))
-                out = fn(*args, **kwargs)  # an error leaves the phase it failed in
-                c.phase = was if restore else None
-                return out
-
-            return wrapped
-
-        def clip(fn):
-            def wrapped(*args, **kwargs):
-                c.phase = "optimizer"
-                return fn(*args, **kwargs)
-
-            return wrapped
-
-        marks: list[tuple[str, Callable[[Any], Any]]] = [
-            ("compute_loss", compute_loss),
-            ("_clip_grad_norm", clip),
-            ("_save_checkpoint", lambda fn: within("save", True, fn)),
-            ("_load_from_checkpoint", lambda fn: within("resume-load", False, fn)),
-            ("_load_optimizer_and_scheduler", lambda fn: within("resume-load", False, fn)),
-            ("evaluate", lambda fn: within("eval", True, fn)),
-        ]
-        for name, wrap in marks:
-            fn = getattr(trainer, name, None)
-            if callable(fn):
-                setattr(trainer, name, wrap(fn))
 
     def _path(self, name: str) -> str:
         """A file of the run directory (the callback is active only with one)."""
@@ -347,7 +226,7 @@ class FttuiCallback(TrainerCallback):
             return
         register_stacks(self.run_dir)  # `fttui stacks`: this rank's Python stack on SIGUSR1
         try:
-            trainer = self.trainer or _find_trainer()
+            trainer = self.trainer or _marks.find_trainer()
             if trainer is not None and not self.bind(trainer):
                 return  # another fttui callback reports this trainer
             self.active = True
@@ -370,10 +249,10 @@ class FttuiCallback(TrainerCallback):
             log_failure(self.run_dir, "fttui callback start", e)
 
     def _mark_engine(self, trainer) -> None:
-        """DeepSpeed's engine step as the optimizer phase (:func:`mark_engine_step`); a failure
+        """DeepSpeed's engine step as the optimizer phase (:func:`.hf_marks.mark_engine_step`); a failure
         leaves it unmarked, never stops the run (unless strict)."""
         try:
-            mark_engine_step(trainer, self.c)
+            _marks.mark_engine_step(trainer, self.c)
         except Exception as e:
             if self.strict:
                 raise

@@ -53,7 +53,7 @@ def test_wheel_holds_profiles_demo_data_license_and_extras(wheel):
     assert "fttui/tui/app.tcss" in names
     assert "fttui/core/profiles/foreign/known_keys.json" in names  # `--from FILE.yaml` reads it
     # `fttui run -- CMD` puts this folder on the command's PYTHONPATH (docs/commands.md)
-    assert {"fttui/integrations/autoload/sitecustomize.py", "fttui/integrations/hf.py", "fttui/integrations/hf_info.py",
+    assert {"fttui/integrations/autoload/sitecustomize.py", "fttui/integrations/hf.py", "fttui/integrations/hf_info.py", "fttui/integrations/hf_marks.py",
             "fttui/integrations/stackdump.py", "fttui/integrations/commwait.py", "fttui/integrations/reporter.py",
             "fttui/integrations/lightning.py", "fttui/report.py"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from fttui.core.run.files.events import ErrorEvent, StepEvent, read_events  # noqa: E402
-from fttui.integrations import hf  # noqa: E402
+from fttui.integrations import hf, hf_marks  # noqa: E402
 
 
 class Data(torch.utils.data.Dataset):
@@ -194,11 +194,11 @@ def test_deepspeed_engine_step_is_the_optimizer_phase():
 
     c = Counters()
     tr = FakeTrainer()
-    assert hf.mark_engine_step(tr, c) and not hf.mark_engine_step(tr, c)  # once
+    assert hf_marks.mark_engine_step(tr, c) and not hf_marks.mark_engine_step(tr, c)  # once
     c.phase = "backward"
     tr.model_wrapped.step()
     assert seen == ["optimizer"] and c.phase == "backward"  # back to the backward it ran in
     with pytest.raises(MemoryError):
         tr.model_wrapped.step()
     assert c.phase == "optimizer"  # the phase it failed in
-    assert not hf.mark_engine_step(type("Plain", (), {"is_deepspeed_enabled": False, "model_wrapped": Engine()})(), c)
+    assert not hf_marks.mark_engine_step(type("Plain", (), {"is_deepspeed_enabled": False, "model_wrapped": Engine()})(), c)
