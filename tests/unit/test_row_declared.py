@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the three edits that add a measured figure ("fake_longest": here, the samples counted so far)
 EDITS = {
-    "fttui/core/base/event_records.py": ("    peak_rss_mb: float | None = None\n",
-                                 "    peak_rss_mb: float | None = None\n    fake_longest: int | None = None\n"),
+    "fttui/core/base/event_records.py": ("    torch_ooms: int | None = None\n",  # the step event's
+                                 "    torch_ooms: int | None = None\n    fake_longest: int | None = None\n"),
     "fttui/integrations/hf.py": ('peak_rss_mb=mem.get("peak_rss_mb"),',
                                  'peak_rss_mb=mem.get("peak_rss_mb"), fake_longest=self.c.samples,'),
     "fttui/core/results/columns.py": (
