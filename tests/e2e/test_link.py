@@ -44,7 +44,7 @@ def test_a_failed_link_test_is_one_line_and_its_own_exit_code(fttui_home):
     r = run_fttui(*PLAN, "--link", env=fttui_env(GLOO_SOCKET_IFNAME="fttui-none0"), timeout=300)
     assert r.returncode == EXIT_LINK_FAILED == 5, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("fttui: link test failed ("), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("fttui: link test failed (torchrun exit "), r.stderr
     assert "fttui-none0" in lines[0] and not r.stdout, lines
     assert not (fttui_home / "links").exists() or not any((fttui_home / "links").glob("*.json"))
     print(lines[0])

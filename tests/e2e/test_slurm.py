@@ -210,8 +210,9 @@ def test_plan_link_over_two_nodes_is_an_srun_step(slurm, fttui_home):
     Slurm, an srun step of one task per node over two nodes (the step a `fttui submit` job runs
     first, the ranks meeting at the first node on the job's link port), keeps the figure for the
     nodes Slurm gave and forecasts each sharding over it ("ZeRO-3 over this link: N times the DDP
-    step"); a test that cannot run (three nodes asked of the two-node lab) is one line and exit 5,
-    nothing kept. On one host the loopback carries it (docs/plan.md)."""
+    step"); a test that cannot run (three nodes asked of the two-node lab: srun waits in the queue)
+    is ended when its time is up, its job gone from the queue, one line and exit 5, nothing kept.
+    On one host the loopback carries it (docs/plan.md)."""
     from fttui.core.experiments import link
 
     wait_for(slurm.idle, timeout=120, interval=1, what="an idle cluster")
@@ -229,12 +230,14 @@ def test_plan_link_over_two_nodes_is_an_srun_step(slurm, fttui_home):
     wait_for(slurm.idle, timeout=60, interval=1, what="the step's job gone")
     kept = sorted(p.name for p in (fttui_home / "links").iterdir())
 
-    three = _fttui(slurm, *plan, "--set", "devices.nodes=3", timeout=300)
+    # three nodes of the two-node lab: the step waits in Slurm's queue until the test's time is up
+    three = _fttui(slurm, *plan, "--set", "devices.nodes=3", env={"FTTUI_LINK_TIMEOUT": "8"}, timeout=120)
     assert three.returncode == 5, (three.returncode, three.stderr)
     lines = three.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("fttui: link test failed (srun exit "), three.stderr
+    assert len(lines) == 1 and lines[0].startswith("fttui: link test: no result after 8 s, srun ended"), three.stderr
+    assert "queued and waiting for resources" in lines[0] or "srun:" in lines[0], lines
     assert sorted(p.name for p in (fttui_home / "links").iterdir()) == kept  # nothing more kept, no folder left
-    wait_for(slurm.idle, timeout=60, interval=1, what="no job left in the queue")
+    wait_for(slurm.idle, timeout=30, interval=1, what="the waiting step's job gone with srun")
     print(f"plan --link over the lab's two nodes: {link.words(fig)}; {said[0]}; three nodes: {lines[0]}")
 
 

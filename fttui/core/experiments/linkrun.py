@@ -13,7 +13,9 @@ and rendezvous a run of the plan's profile uses, its figure parsed and kept per 
 The test's failure (its launcher's exit, no result, a result that cannot be read) is a
 :class:`~fttui.core.experiments.link.LinkError`: one line, its own exit code
 (:data:`~fttui.core.base.constants.EXIT_LINK_FAILED`). A test that runs past :data:`TIMEOUT_S`
-(Slurm's queue included) is ended, its process group stopped, and is a failure too.
+(``FTTUI_LINK_TIMEOUT``; Slurm's queue included) is ended, its process group stopped (srun then
+gives its nodes, or its place in the queue, back), and is a failure too, with the launcher's last
+words (``srun: job 12 queued and waiting for resources``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["LINKTEST_MODULE", "TIMEOUT_S", "failure_line", "measure_here", "meas
 #: the worker module that runs the test
 LINKTEST_MODULE = "fttui.integrations.linktest"
 #: how long the link test may take (an srun step's wait for its nodes included) before it is ended
-#: and called failed
+#: and called failed; ``FTTUI_LINK_TIMEOUT`` sets another
 TIMEOUT_S = 300.0
 
 #: lines of a launcher's output that say nothing of why it failed
@@ -61,11 +63,13 @@ def failure_line(text: str) -> str:
     return (useful or ["no output"])[-1]
 
 
-def _run_test(argv: list[str], env: dict[str, str], out: Path, source: str) -> LinkFigure:
-    """Run the test's launcher (its own process group: ended with it on a timeout or Ctrl-C),
-    then parse its result file (not kept yet)."""
-    from fttui.core.run.processes.proctree import stop_group
+def _run_test(argv: list[str], env: dict[str, str], out: Path, source: str, launcher: str) -> LinkFigure:
+    """Run the test's ``launcher`` (``argv``, its own process group: ended with it on a timeout or
+    Ctrl-C), then parse its result file (not kept yet)."""
+    from fttui.core.base.envnumbers import env_float
+    from fttui.core.run.processes.proctree import KILLED_WAIT_S, stop_group
 
+    limit = env_float("FTTUI_LINK_TIMEOUT", TIMEOUT_S)
     try:
         proc = subprocess.Popen(
             argv,
@@ -77,17 +81,24 @@ def _run_test(argv: list[str], env: dict[str, str], out: Path, source: str) -> L
             start_new_session=True,
         )
     except OSError as e:
-        raise LinkError(f"link test: {argv[0]}: {e}") from None
+        raise LinkError(f"link test: {launcher}: {e}") from None
     try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        stdout, stderr = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         stop_group(proc)
-        raise LinkError(f"link test: no result after {TIMEOUT_S:.0f} s; {argv[0]} ended") from None
+        try:
+            stdout, stderr = proc.communicate(timeout=KILLED_WAIT_S)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = "", ""
+        raise LinkError(
+            f"link test: no result after {limit:g} s, {launcher} ended (its last words: "
+            f"{failure_line(stderr + stdout)})"
+        ) from None
     except BaseException:  # Ctrl-C: the launcher's group goes with the plan
         stop_group(proc)
         raise
     if proc.returncode != 0:
-        raise LinkError(f"link test failed ({argv[0]} exit {proc.returncode}): {failure_line(stderr + stdout)}")
+        raise LinkError(f"link test failed ({launcher} exit {proc.returncode}): {failure_line(stderr + stdout)}")
     return parse_result(out, source=source)
 
 
@@ -115,7 +126,7 @@ def measure_here(ranks: int, on_gpu: bool, python: str | None = None) -> LinkFig
             "--out",
             str(out),
         ]
-        fig = _run_test(argv, _env(on_gpu), out, "fttui plan --link (torchrun on this machine)")
+        fig = _run_test(argv, _env(on_gpu), out, "fttui plan --link (torchrun on this machine)", "torchrun")
     store(fig)
     return fig
 
@@ -145,7 +156,7 @@ def measure_nodes(nodes: int, on_gpu: bool, gpus_per_node: int = 0, python: str 
     try:
         out = tmp / "link.json"
         argv = link_test_argv(out, python or sys.executable, nodes=nodes, gpus_per_node=gpus_per_node or None)
-        fig = _run_test(argv, _env(on_gpu), out, f"fttui plan --link (srun over {nodes} nodes)")
+        fig = _run_test(argv, _env(on_gpu), out, f"fttui plan --link (srun over {nodes} nodes)", "srun")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if len(set(fig.nodes)) != nodes:  # one node twice: Slurm gave fewer nodes than asked
