@@ -191,7 +191,8 @@ def _the_link_was_measured_first(cluster, job: dict) -> None:
     carries it: the figure says nothing of a real link between machines (docs/plan.md)."""
     from fttui.core.experiments import link
 
-    fig = link.parse_result(Path(job["run_dir"]) / "link.json")
+    fig = link.parse_result(Path(job["run_dir"]) / "link.json",
+                            source=f"fttui submit (Slurm job {job['job_id']}'s first step)")  # what ran it, kept
     assert fig.world == 2 and sorted(set(fig.nodes)) == ["n1", "n2"], fig
     assert fig.bandwidth > 0 and fig.latency_s > 0 and fig.backend == "gloo"
     assert [r[1] for r in fig.per_rank] == ["n1", "n2"] and len(fig.pairs) == 1
@@ -238,7 +239,7 @@ def test_plan_link_over_two_nodes_is_an_srun_step(slurm, fttui_home):
     assert "queued and waiting for resources" in lines[0] or "srun:" in lines[0], lines
     assert sorted(p.name for p in (fttui_home / "links").iterdir()) == kept  # nothing more kept, no folder left
     wait_for(slurm.idle, timeout=30, interval=1, what="the waiting step's job gone with srun")
-    print(f"plan --link over the lab's two nodes: {link.words(fig)}; {said[0]}; three nodes: {lines[0]}")
+    print(f"plan --link over the lab's two nodes: {link.words(fig)}; {'; '.join(said)}; three nodes: {lines[0]}")
 
 
 def test_a_profile_run_by_hand_in_a_job_step_and_on_oom_shrink_refused(slurm, fttui_home, monkeypatch):
