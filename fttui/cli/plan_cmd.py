@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from fttui.cli.common import add_profile_args, resolve
 from fttui.core.base.constants import EXIT_INTERRUPTED
@@ -104,12 +105,13 @@ def _write_measured(args, resolved, options, trials: list, budget) -> None:
     print(f"wrote {path}: {pick.label()} (measured {t.step_s:.3g} s/step)", file=sys.stderr)
 
 
-def _link(args, resolved, budget):
-    """The measured link the plan times communication over: ``--link`` measures it now, through
+def _link(args, resolved, budget) -> tuple[Any, str]:
+    """The measured link the plan times communication over, and the line that says which for
+    stderr once the plan is made (bad input stays one line): ``--link`` measures it now, through
     the launcher a run of the profile uses (torchrun on this machine's ranks; an srun step over
     the profile's nodes) and keeps the figure; otherwise the kept figure of this machine (one node)
-    or the newest of as many nodes, said on stderr with where and when it was measured (and, for
-    several ranks, that none is kept); None without one."""
+    or the newest of as many nodes, with where and when it was measured (for several ranks without
+    one: that none is kept); None without one."""
     from fttui.core.experiments import link
 
     nodes = max(1, int(resolved.devices.nodes or 1))
@@ -122,13 +124,11 @@ def _link(args, resolved, budget):
         else:
             measured = linkrun.measure_here(budget.ranks_per_node, budget.gpus > 0)
         print(f"measured the {link.words(measured)}", file=sys.stderr)
-        return measured
+        return measured, ""
     kept = link.figure_for(nodes, backend)
     if kept is not None:
-        print(f"using the {link.words(kept)} ({link.kept_words(kept)}; --link measures again)", file=sys.stderr)
-    elif budget.ranks_per_node * nodes > 1:
-        print(link.none_kept(nodes, backend), file=sys.stderr)
-    return kept
+        return kept, f"using the {link.words(kept)} ({link.kept_words(kept)}; --link measures again)"
+    return None, link.none_kept(nodes, backend) if budget.ranks_per_node * nodes > 1 else ""
 
 
 def _link_lines(fig, options) -> list[str]:
@@ -193,7 +193,7 @@ def cmd_plan(args, resolve=resolve) -> int:
         from fttui.core.results.prices import load_prices
 
         prices = load_prices(args.prices)
-    link = _link(args, resolved, budget)
+    link, link_said = _link(args, resolved, budget)
     options = run_plan(
         resolved,
         budget,
@@ -202,6 +202,8 @@ def cmd_plan(args, resolve=resolve) -> int:
         prices=prices,
         link=link,
     )
+    if link_said:
+        print(link_said, file=sys.stderr)
     _say_left_out(resolved, budget, args)
     trials: list = []
     interrupted = False
