@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+from typing import Any
 
 from fttui.cli.common import add_profile_args, resolve
 from fttui.core.base.constants import EXIT_INTERRUPTED
@@ -105,31 +105,30 @@ def _write_measured(args, resolved, options, trials: list, budget) -> None:
     print(f"wrote {path}: {pick.label()} (measured {t.step_s:.3g} s/step)", file=sys.stderr)
 
 
-def _link(args, resolved, budget):
-    """The measured link the plan times communication over: ``--link`` measures this machine's
-    ranks now (torchrun, as a run starts them) and keeps the figure; otherwise the kept figure of
-    this machine (one node) or the newest of as many nodes, said on stderr; None without one."""
+def _link(args, resolved, budget) -> tuple[Any, str]:
+    """The measured link the plan times communication over, and the line that says which for
+    stderr once the plan is made (bad input stays one line): ``--link`` measures it now, through
+    the launcher a run of the profile uses (torchrun on this machine's ranks; an srun step over
+    the profile's nodes) and keeps the figure; otherwise the kept figure of this machine (one node)
+    or the newest of as many nodes, with where and when it was measured (for several ranks without
+    one: that none is kept); None without one."""
     from fttui.core.experiments import link
 
     nodes = max(1, int(resolved.devices.nodes or 1))
-    backend = "nccl" if budget.gpus else "gloo"
+    backend = link.backend_for(budget.gpus)
     if args.link:
-        if nodes > 1:
-            raise FttuiError(
-                f"--link: it measures this machine's ranks; the link between the {nodes} nodes is measured by "
-                "fttui submit's first step (kept per machine set, then used by plans of as many nodes)"
-            )
-        import tempfile
+        from fttui.core.experiments import linkrun
 
-        with tempfile.TemporaryDirectory() as tmp:
-            measured = link.measure_here(budget.ranks_per_node, f"{tmp}/link.json", budget.gpus > 0)
+        if nodes > 1:
+            measured = linkrun.measure_nodes(nodes, budget.gpus > 0, budget.gpus)
+        else:
+            measured = linkrun.measure_here(budget.ranks_per_node, budget.gpus > 0)
         print(f"measured the {link.words(measured)}", file=sys.stderr)
-        return measured
+        return measured, ""
     kept = link.figure_for(nodes, backend)
     if kept is not None:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.t))
-        print(f"using the {link.words(kept)} (measured {when}; --link measures again)", file=sys.stderr)
-    return kept
+        return kept, f"using the {link.words(kept)} ({link.kept_words(kept)}; --link measures again)"
+    return None, link.none_kept(nodes, backend) if budget.ranks_per_node * nodes > 1 else ""
 
 
 def _link_lines(fig, options) -> list[str]:
@@ -194,7 +193,7 @@ def cmd_plan(args, resolve=resolve) -> int:
         from fttui.core.results.prices import load_prices
 
         prices = load_prices(args.prices)
-    link = _link(args, resolved, budget)
+    link, link_said = _link(args, resolved, budget)
     options = run_plan(
         resolved,
         budget,
@@ -203,6 +202,8 @@ def cmd_plan(args, resolve=resolve) -> int:
         prices=prices,
         link=link,
     )
+    if link_said:
+        print(link_said, file=sys.stderr)
     _say_left_out(resolved, budget, args)
     trials: list = []
     interrupted = False
@@ -338,8 +339,9 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--link",
         action="store_true",
-        help="measure the link between this machine's ranks first (an all-reduce test through torchrun; kept "
-        "per machine set) and time each setup's communication over it",
+        help="measure the link between the ranks first (an all-reduce test: torchrun on this machine; over "
+        "devices.nodes > 1, an srun step across that many Slurm nodes; kept per machine set) and time each "
+        "setup's communication over it; a failed test exits 5",
     )
     p.add_argument("--json", action="store_true", help="the setups as a JSON list, fastest first")
     p.set_defaults(handler=cmd_plan)

@@ -108,6 +108,14 @@ def have_slurm() -> bool:
     return shutil.which("squeue") is not None
 
 
+def check_controller() -> None:
+    """:class:`SlurmUnavailable` (its one line) unless a Slurm client here reaches the cluster's
+    controller (``scontrol ping``): no client, no configuration (``SLURM_CONF``), the controller down."""
+    text = _run(["scontrol", "ping"])
+    if "DOWN" in text and "UP" not in text:
+        raise SlurmUnavailable(f"scontrol ping: {text.strip().splitlines()[-1] if text.strip() else 'DOWN'}")
+
+
 def _run(argv: list[str], timeout: float = TIMEOUT_S) -> str:
     if shutil.which(argv[0]) is None:
         raise SlurmUnavailable(f"{argv[0]} not found (no Slurm client on this machine)")
@@ -312,6 +320,7 @@ __all__ = [
     "LIVE_STATES",
     "ENDED",
     "have_slurm",
+    "check_controller",
     "job_state",
     "accounting",
     "scontrol_job",

@@ -7,6 +7,12 @@ a warm-up step and :data:`MEASURE_STEPS` timed steps each, one recorded run a tr
 step and the forecast's error, or its verdict; ``escape`` goes back (and ends a running
 trial: cancelled, its run over).
 
+The forecast times each setup's communication over the link figure kept for the setup's machine
+set (:func:`fttui.core.experiments.link.figure_for`: this machine's for one node, the newest of as
+many nodes for several), as ``fttui plan`` does; for several ranks a line below the table says
+the link, where and when it was measured and what it makes of each sharding ("ZeRO-3 over this
+link: N times the DDP step"), or that none is kept (communication not counted).
+
 Opened with ``s`` in the picker, with the picker's overrides. The plan (estimates, forecasts,
 the store's rows, the data's lengths) is made in a thread worker; the cards are the app's sampler's.
 """
@@ -56,12 +62,14 @@ class PlanScreen(Screen):
         self.measuring = False
         self.measured_why = ""  # why the measuring stopped, once it has
         self.stop_measuring = threading.Event()
+        self.kept_link: Any = None  # fttui.core.experiments.link.LinkFigure the forecast used, if one is kept
 
     def compose(self) -> ComposeResult:
         self.sub_title = f"plan: {self.resolved.name or 'profile'}"
         yield Header()
         yield Static(Text("planning: every setup, its memory and time...", style="dim"), id="plan-head")
         yield DataTable(id="plan-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="plan-link")
         yield Static(id="plan-foot")
         yield Footer()
 
@@ -70,26 +78,52 @@ class PlanScreen(Screen):
 
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
     def _plan(self) -> None:
+        from fttui.core.experiments import link
         from fttui.core.experiments.planning import machine_budget, run_plan
         from fttui.monitor import run_cards
 
         try:
             cards = run_cards(host(self).sample_gpus())
             budget = machine_budget(self.resolved, cards=cards)
-            options = run_plan(self.resolved, budget, tokenise=False)  # no tokeniser process from the app
+            kept = link.figure_for(self.plan_nodes(), link.backend_for(budget.gpus))
+            # no tokeniser process from the app
+            options = run_plan(self.resolved, budget, tokenise=False, link=kept)
         except FttuiError as e:
             self.app.call_from_thread(self._failed, str(e))
             return
-        self.app.call_from_thread(self._show, budget, options)
+        self.app.call_from_thread(self._show, budget, options, kept)
+
+    def plan_nodes(self) -> int:
+        return max(1, int(self.resolved.devices.nodes or 1))
+
+    def link_lines(self) -> list[str]:
+        """The link line below the table (several ranks): the kept figure the forecast used, where
+        and when it was measured, what it makes of each sharding; or that none is kept."""
+        from fttui.core.experiments import link
+        from fttui.core.experiments.comm import versus_ddp
+
+        if self.budget is None or self.budget.ranks_per_node * self.plan_nodes() < 2:
+            return []
+        if self.kept_link is None:
+            return [link.none_kept(self.plan_nodes(), link.backend_for(self.budget.gpus))]
+        return [
+            f"forecast over the {link.words(self.kept_link)}",
+            f"  ({link.kept_words(self.kept_link)}; fttui plan --link measures again)",
+            *versus_ddp(self.options or []),
+        ]
 
     def _failed(self, error: str) -> None:
         self.error = error
         self.query_one("#plan-head", Static).update(plain(f"cannot plan: {error}", "bold", lines=True))
 
-    def _show(self, budget, options: list) -> None:
+    def _show(self, budget, options: list, kept: Any = None) -> None:
         from fttui.core.experiments.plan import HEADERS, plan_summary, plan_table
 
-        self.budget, self.options = budget, options
+        self.budget, self.options, self.kept_link = budget, options, kept
+        lines = self.link_lines()
+        said = self.query_one("#plan-link", Static)
+        said.display = bool(lines)
+        said.update(plain("\n".join(lines), lines=True))
         self.query_one("#plan-head", Static).update(
             Text.assemble(  # the profile's and the card's names: inert
                 plain(f"{self.resolved.name}: ", "bold"),

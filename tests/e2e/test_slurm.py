@@ -191,7 +191,8 @@ def _the_link_was_measured_first(cluster, job: dict) -> None:
     carries it: the figure says nothing of a real link between machines (docs/plan.md)."""
     from fttui.core.experiments import link
 
-    fig = link.parse_result(Path(job["run_dir"]) / "link.json")
+    fig = link.parse_result(Path(job["run_dir"]) / "link.json",
+                            source=f"fttui submit (Slurm job {job['job_id']}'s first step)")  # what ran it, kept
     assert fig.world == 2 and sorted(set(fig.nodes)) == ["n1", "n2"], fig
     assert fig.bandwidth > 0 and fig.latency_s > 0 and fig.backend == "gloo"
     assert [r[1] for r in fig.per_rank] == ["n1", "n2"] and len(fig.pairs) == 1
@@ -203,6 +204,42 @@ def _the_link_was_measured_first(cluster, job: dict) -> None:
     assert "using the link of n1, n2" in plan.stderr, plan.stderr
     assert "over this link: " in plan.stdout and "times the DDP step" in plan.stdout, plan.stdout
     print(f"link test on the loopback Slurm lab: {link.words(fig)}")
+
+
+def test_plan_link_over_two_nodes_is_an_srun_step(slurm, fttui_home):
+    """Issue 43 item 2: `fttui plan --link` of a profile of two nodes measures the link through
+    Slurm, an srun step of one task per node over two nodes (the step a `fttui submit` job runs
+    first, the ranks meeting at the first node on the job's link port), keeps the figure for the
+    nodes Slurm gave and forecasts each sharding over it ("ZeRO-3 over this link: N times the DDP
+    step"); a test that cannot run (three nodes asked of the two-node lab: srun waits in the queue)
+    is ended when its time is up, its job gone from the queue, one line and exit 5, nothing kept.
+    On one host the loopback carries it (docs/plan.md)."""
+    from fttui.core.experiments import link
+
+    wait_for(slurm.idle, timeout=120, interval=1, what="an idle cluster")
+    plan = ["plan", "--profile", "tiny-full", "--gpus", "0", "--effective-batch", "2", "--link"]
+    r = _fttui(slurm, *plan, "--set", "devices.nodes=2", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "measured the link of n1, n2 (gloo, 2 ranks): bus bandwidth " in r.stderr, r.stderr
+    fig = link.load(link.link_key(["n1", "n2"], link.interconnect("gloo")))
+    assert fig is not None and fig.world == 2 and fig.bandwidth > 0 and fig.latency_s > 0, fig
+    assert fig.source == "fttui plan --link (srun over 2 nodes)" and [p[1] for p in fig.per_rank] == ["n1", "n2"]
+    assert not list((fttui_home / "links").glob("measuring-*"))  # the result's folder is gone
+    said = [x for x in r.stdout.splitlines() if "over this link: " in x]
+    assert said and all("times the DDP step" in x for x in said), r.stdout
+    assert "over the measured link" in r.stdout  # the forecast's words say what it counted
+    wait_for(slurm.idle, timeout=60, interval=1, what="the step's job gone")
+    kept = sorted(p.name for p in (fttui_home / "links").iterdir())
+
+    # three nodes of the two-node lab: the step waits in Slurm's queue until the test's time is up
+    three = _fttui(slurm, *plan, "--set", "devices.nodes=3", env={"FTTUI_LINK_TIMEOUT": "8"}, timeout=120)
+    assert three.returncode == 5, (three.returncode, three.stderr)
+    lines = three.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fttui: link test: no result after 8 s, srun ended"), three.stderr
+    assert "queued and waiting for resources" in lines[0] or "srun:" in lines[0], lines
+    assert sorted(p.name for p in (fttui_home / "links").iterdir()) == kept  # nothing more kept, no folder left
+    wait_for(slurm.idle, timeout=30, interval=1, what="the waiting step's job gone with srun")
+    print(f"plan --link over the lab's two nodes: {link.words(fig)}; {'; '.join(said)}; three nodes: {lines[0]}")
 
 
 def test_a_profile_run_by_hand_in_a_job_step_and_on_oom_shrink_refused(slurm, fttui_home, monkeypatch):

@@ -140,3 +140,93 @@ def test_zero3_over_a_slow_link_is_the_predicted_factor_of_the_ddp_step(two_node
         assert "communication" in over[key_z3].mfu_source and "measured link" in over[key_z3].mfu_source
         factors.append(predicted)
     assert factors[1] > factors[0] > 1  # a tenth of the bandwidth: ZeRO-3 further behind DDP
+
+
+def test_where_and_when_a_kept_figure_was_measured(tmp_path, fttui_home):
+    """The words a plan (and the app's plan screen) says of a kept figure: what ran the test and
+    when, and where the figure is kept; without one, that communication is not counted."""
+    import time
+
+    fig = link.parse_result(_result(tmp_path, world=2), env={}, source="fttui plan --link (srun over 2 nodes)")
+    path = link.store(fig)
+    kept = link.figure_for(2, "gloo")
+    assert kept is not None and kept.source == "fttui plan --link (srun over 2 nodes)"
+    said = link.kept_words(kept)
+    assert said == (f"measured {time.strftime('%Y-%m-%d %H:%M', time.localtime(fig.t))} by "
+                    f"fttui plan --link (srun over 2 nodes), kept in {path}")
+    none = link.none_kept(3, "nccl")
+    assert none.startswith("no link figure kept for 3 nodes (nccl)") and "fttui plan --link" in none
+    assert link.backend_for(0) == "gloo" and link.backend_for(8) == "nccl"
+
+
+def test_the_srun_step_is_the_one_the_job_runs_first(tmp_path):
+    """`fttui plan --link` over several nodes runs the step a `fttui submit` job runs first, asking
+    srun for the nodes (and the cards a run gets); the job's script holds the same step."""
+    import shlex
+    import sys
+
+    from fttui.core.run.slurm.slurmjob import link_test_argv, link_test_lines
+
+    step = link_test_argv(tmp_path / "link.json", sys.executable)
+    over = link_test_argv(tmp_path / "link.json", sys.executable, nodes=3, gpus_per_node=4)
+    assert over == [*step[:3], "--nodes=3", "--job-name=fttui-link", "--gpus-per-node=4", *step[3:]]
+    assert step[3:] == [sys.executable, "-m", "fttui.integrations.linktest", "--out", str(tmp_path / "link.json")]
+    assert shlex.join(step) in "\n".join(link_test_lines(tmp_path, sys.executable))
+
+
+def test_a_failed_link_test_says_why_in_one_line_and_exits_5():
+    """The line of a failed test's output that says why (a rank's exception under torchrun's
+    frames, srun's error) and the exit code of a link test's failure, not bad input's 2."""
+    from fttui.core.base.constants import EXIT_BAD_INPUT, EXIT_LINK_FAILED
+    from fttui.core.experiments.linkrun import failure_line
+
+    torchrun = "\n".join([
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "linktest.py", line 80, in run',
+        "[rank0]: RuntimeError: [enforce fail at gloo/transport/tcp/device.cc] Unable to find address for: nope0",
+        "E1128 10:21:00 torch/distributed/elastic/multiprocessing/api.py] failed (exitcode: 1) local_rank: 0",
+        "Traceback (most recent call last):",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "fttui.integrations.linktest FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "  <NO_OTHER_FAILURES>",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-11-28_10:21:00",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 123)",
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+        "============================================================",
+    ])
+    assert failure_line(torchrun) == torchrun.splitlines()[2]  # the rank's exception, not torchrun's frames
+    srun = "srun: error: Unable to allocate resources: Requested node configuration is not available\n"
+    assert failure_line(srun) == srun.strip()
+    assert failure_line("") == "no output"
+    assert link.LinkError("x").exit_code == EXIT_LINK_FAILED != EXIT_BAD_INPUT
+
+
+def test_plan_link_over_nodes_without_slurm_is_one_line_and_exit_2(tmp_path, fttui_home, monkeypatch, capsys):
+    """`fttui plan --link` of a profile of several nodes measures through Slurm; where no Slurm
+    client reaches a cluster (none on the PATH; one without a configuration) it is one line and
+    exit 2, nothing measured or kept."""
+    from fttui.cli.main import main
+
+    plan = ["plan", "--profile", "tiny-full", "--gpus", "0", "--set", "devices.nodes=2", "--effective-batch", "2",
+            "--link"]
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert main(plan) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "measured as a Slurm job step (srun)" in err and "scontrol not found" in err, err
+    # a Slurm client that reaches no controller (no configuration), as `scontrol ping` says it
+    fake = empty / "scontrol"
+    fake.write_text("#!/bin/sh\necho 'scontrol: fatal: Could not establish a configuration source' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert main(plan) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Could not establish a configuration source" in err, err
+    assert not (fttui_home / "links").exists() or not list((fttui_home / "links").glob("*.json"))

@@ -52,6 +52,8 @@ EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
 EXIT_OOM = 3
 EXIT_CANCELLED = 4
+#: ``fttui plan --link``: the link test itself failed (its launcher, a rank, its result), not the input
+EXIT_LINK_FAILED = 5
 EXIT_INTERRUPTED = 130
 EXIT_CODES: MappingProxyType[str, int] = MappingProxyType(
     {"completed": EXIT_OK, "failed": EXIT_ERROR, "oom": EXIT_OOM, "cancelled": EXIT_CANCELLED, WATCHED: EXIT_OK}
@@ -86,6 +88,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_OOM",
     "EXIT_CANCELLED",
+    "EXIT_LINK_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_CODES",
     "CUDA_CONTEXT_BYTES",

@@ -34,6 +34,7 @@ ENV_NUMBERS: dict[str, EnvNumber] = {
         EnvNumber("FTTUI_STALL_FLOOR", 0, 30 * 86400, "the automatic stall timeout's floor, in seconds"),
         EnvNumber("FTTUI_KILL_GRACE", 0, 3600, "seconds between SIGTERM and SIGKILL when a run is stopped"),
         EnvNumber("FTTUI_SAMPLE_INTERVAL", 0.05, 60, "seconds between two samples of a run's memory"),
+        EnvNumber("FTTUI_LINK_TIMEOUT", 1, 86400, "seconds fttui plan --link's test may take, Slurm's queue included"),
     )
 }
 

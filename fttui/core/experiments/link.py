@@ -2,10 +2,11 @@
 communication forecast rests on (:mod:`fttui.core.experiments.comm`).
 
 The test itself is :mod:`fttui.integrations.linktest` (the only side that imports torch), started
-through the launcher and rendezvous a run uses: torchrun on this machine (:func:`measure_here`,
-``fttui plan --link``), ``srun`` with one task per node as the first step of a ``fttui submit``
-job (:func:`fttui.core.run.slurm.slurmjob.link_test_lines`; ``python -m
-fttui.core.experiments.link FILE`` then parses and keeps its result). Its raw result file (each
+through the launcher and rendezvous a run uses (:mod:`fttui.core.experiments.linkrun`): torchrun on
+this machine, or an ``srun`` step over the nodes (``fttui plan --link``), and ``srun`` with one
+task per node as the first step of a ``fttui submit`` job
+(:func:`fttui.core.run.slurm.slurmjob.link_test_lines`; ``python -m fttui.core.experiments.link
+FILE`` then parses and keeps its result). Its raw result file (each
 size's and each pair's seconds) is parsed here (:func:`parse_result`) into a :class:`LinkFigure`:
 the bus bandwidth of an all-reduce (bytes x 2(n-1)/n over the seconds, what one rank's link
 carried; a pair: bytes over the seconds), the latency (an all-reduce of one float), per rank and
@@ -22,13 +23,13 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fttui.core.base.constants import EXIT_LINK_FAILED
 from fttui.core.base.errors import FttuiError
 from fttui.core.base.units import MIB
 
@@ -36,29 +37,29 @@ __all__ = [
     "LinkError",
     "LinkFigure",
     "Pair",
+    "backend_for",
     "bad_pairs",
     "figure_for",
     "interconnect",
+    "kept_words",
     "link_key",
     "load",
-    "measure_here",
+    "none_kept",
     "parse_result",
     "store",
     "us",
     "words",
 ]
-
-#: the worker module that runs the test
-LINKTEST_MODULE = "fttui.integrations.linktest"
 #: a pair whose bandwidth is below this share of the pairs' median, or whose latency is above its
 #: inverse times theirs, is named a bad pair
 BAD_SHARE = 0.5
-#: how long the link test may take before it is called failed
-TIMEOUT_S = 300.0
 
 
 class LinkError(FttuiError):
-    """The link test failed or its result file is unreadable (one line)."""
+    """The link test failed or its result file is unreadable (one line; exit
+    :data:`~fttui.core.base.constants.EXIT_LINK_FAILED`, not bad input's 2)."""
+
+    exit_code = EXIT_LINK_FAILED
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class LinkFigure:
     bad: tuple[str, ...] = ()
     t: float = 0.0
     key: str = field(default="")
+    source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +121,7 @@ class LinkFigure:
             bad=tuple(str(b) for b in d.get("bad") or ()),
             t=float(d.get("t") or 0.0),
             key=str(d.get("key") or ""),
+            source=str(d.get("source") or ""),
         )
 
 
@@ -165,9 +168,9 @@ def bad_pairs(pairs: tuple[Pair, ...] | list[Pair], share: float = BAD_SHARE) ->
     return out
 
 
-def parse_result(path: str | os.PathLike[str], env: dict[str, str] | None = None) -> LinkFigure:
-    """The :class:`LinkFigure` of a link test's result file; :class:`LinkError` when it is missing
-    or not one."""
+def parse_result(path: str | os.PathLike[str], env: dict[str, str] | None = None, source: str = "") -> LinkFigure:
+    """The :class:`LinkFigure` of a link test's result file (``source``: what ran it);
+    :class:`LinkError` when it is missing or not one."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
         world = int(raw["world"])
@@ -212,6 +215,7 @@ def parse_result(path: str | os.PathLike[str], env: dict[str, str] | None = None
         bad=tuple(bad_pairs(pairs)),
         t=float(raw.get("t") or time.time()),
         key=link_key(names, inter),
+        source=source,
     )
 
 
@@ -277,36 +281,31 @@ def words(fig: LinkFigure) -> str:
     return line
 
 
-def measure_here(ranks: int, out: str | os.PathLike[str], on_gpu: bool, python: str | None = None) -> LinkFigure:
-    """Run the link test on this machine through torchrun (``ranks`` processes, ``--standalone``
-    as a one-node run's rendezvous), parse and keep its figure."""
-    argv = [
-        python or sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={max(1, ranks)}",
-        "--standalone",
-        "-m",
-        LINKTEST_MODULE,
-        "--out",
-        str(out),
-    ]
-    env = dict(os.environ)
-    if not on_gpu:
-        env["FTTUI_LINK_BACKEND"] = "gloo"
-        env.setdefault("OMP_NUM_THREADS", "1")
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, env=env
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise LinkError(f"link test: {e}") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise LinkError(f"link test failed (exit {proc.returncode}): {tail[-1] if tail else 'no output'}")
-    fig = parse_result(out)
-    store(fig)
-    return fig
+def backend_for(gpus: int) -> str:
+    """The backend a run's ranks talk over: NCCL between cards, gloo between CPU ranks."""
+    return "nccl" if gpus else "gloo"
+
+
+def kept_words(fig: LinkFigure) -> str:
+    """Where a kept figure came from and when: ``measured 2026-11-28 10:02 by fttui plan --link
+    (torchrun on this machine), kept in FTTUI_HOME/links/KEY.json``."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(fig.t)) if fig.t else "at an unknown time"
+    by = f" by {fig.source}" if fig.source else ""
+    return f"measured {when}{by}, kept in {_file(fig.key)}"
+
+
+def none_kept(nodes: int, backend: str) -> str:
+    """The words for a plan with no kept figure for its machine set: communication not counted."""
+    if nodes <= 1:
+        import socket
+
+        where = f"this machine ({socket.gethostname()}, {backend})"
+    else:
+        where = f"{nodes} nodes ({backend})"
+    return (
+        f"no link figure kept for {where}: the forecast counts no communication between ranks "
+        "(fttui plan --link measures it)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m fttui.core.experiments.link RESULT.json", file=sys.stderr)
         return 2
+    job = os.environ.get("SLURM_JOB_ID", "").strip()
     try:
-        fig = parse_result(args[0])
+        fig = parse_result(args[0], source=f"fttui submit (Slurm job {job}'s first step)" if job else "a link test")
     except LinkError as e:
         print(f"fttui: {e}", file=sys.stderr)
         return 1

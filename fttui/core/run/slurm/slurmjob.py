@@ -109,18 +109,33 @@ def job_profile(resolved: Profile, opts: SubmitOptions, run_path: Path) -> Profi
     return prof.with_settings(changes)
 
 
+def link_test_argv(
+    out: str | os.PathLike[str], python: str, nodes: int | None = None, gpus_per_node: int | None = None
+) -> list[str]:
+    """The link test (:mod:`fttui.integrations.linktest`) as an ``srun`` step, one task per node:
+    the job's first step (``fttui submit``, inside the allocation: no ``nodes``), or on its own over
+    ``nodes`` nodes (``fttui plan --link`` of a profile of several nodes: srun asks Slurm for them,
+    or takes them from the allocation it runs in, with ``gpus_per_node`` cards each)."""
+    argv = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    if nodes is not None:
+        argv += [f"--nodes={nodes}", "--job-name=fttui-link"]
+    if gpus_per_node:
+        argv.append(f"--gpus-per-node={gpus_per_node}")
+    return [*argv, python, "-m", "fttui.integrations.linktest", "--out", str(out)]
+
+
 def link_test_lines(run_path: Path, python: str) -> list[str]:
     """The job's first step (``fttui submit``; ``--no-link-test`` leaves it out): the link test
-    (:mod:`fttui.integrations.linktest`) on every node, one task each, then its result parsed and
-    kept per machine set (:mod:`fttui.core.experiments.link`); a failed test is said in Slurm's
-    output and the training goes on."""
+    (:func:`link_test_argv`) on every node, one task each, then its result parsed and kept per
+    machine set (:mod:`fttui.core.experiments.link`); a failed test is said in Slurm's output and
+    the training goes on."""
     q = shlex.quote
-    out = q(str(run_path / "link.json"))
+    out = run_path / "link.json"
     return [
         "# The link test: an all-reduce over the nodes through srun and the job's rendezvous, its figure",
         "# kept per machine set for later plans (fttui submit --no-link-test leaves it out)",
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {q(python)} -m fttui.integrations.linktest --out {out} "
-        f"&& {q(python)} -m fttui.core.experiments.link {out} "
+        f"{shlex.join(link_test_argv(out, python))} "
+        f"&& {q(python)} -m fttui.core.experiments.link {q(str(out))} "
         "|| echo 'fttui: the link test failed; the training goes on'",
     ]
 
@@ -273,6 +288,7 @@ __all__ = [
     "prepare_job",
     "script_text",
     "link_test_lines",
+    "link_test_argv",
     "job_profile",
     "check_options",
     "job_nodes",
