@@ -30,7 +30,7 @@ NOT_A_PROFILE: dict[str, tuple[int, str]] = {
     "fttui/cli/estimate_cmd.py": (1, "the estimate's inputs (Estimate.inputs['model'])"),
     "fttui/cli/insight_lines.py": (2, ROW),
     "fttui/cli/profiles_cmd.py": (1, "profile_summary's model column"),
-    "fttui/core/experiments/forecast.py": (2, ROW + " and the setup key's"),
+    "fttui/core/experiments/calibration.py": (2, ROW + " and the setup key's"),
     "fttui/core/experiments/probed.py": (1, "a probe trial's store row: its limits column"),
     "fttui/core/memory/estimate.py": (2, INPUTS),
     "fttui/core/memory/sharding.py": (1, TERM),

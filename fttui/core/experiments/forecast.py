@@ -12,7 +12,7 @@ loading; the optimizer's share spread over the passes)::
 longest sample: :mod:`fttui.core.data.lengths`); synthetic data feeds exactly ``max_seq_len``.
 ``flops_per_token``: :mod:`fttui.core.models.flops` (the same count as the rows' MFU).
 
-``rate`` (FLOP/s per training process) is calibrated from the store: completed rows of the same
+``rate`` (FLOP/s per training process) is calibrated from the store (:mod:`.calibration`): completed rows of the same
 card, then the nearest in model, method, sharding and precision, each row giving
 ``tokens_padded_per_s x flops_per_token / ranks``; on a GPU it is carried as MFU (rate / the card's
 peak, :mod:`fttui.core.models.peaks`), so rows of another card of known peak still count. Two or
@@ -31,13 +31,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fttui.core.base import shardings
-from fttui.core.base.linefit import line_fit
 from fttui.core.base.methods import Method
+from fttui.core.experiments.calibration import (
+    RANKS_CPU,
+    calibration_rows,
+    fit_fixed,
+    row_rate,
+    warmup_s,
+)
 from fttui.core.experiments.stepmodel import step_model
 from fttui.core.models.flops import ModelShape, flops_per_token
 from fttui.core.models.peaks import find_peak, peak_tflops
@@ -59,7 +65,6 @@ DEFAULT_PASS_S_PER_LAYER = {"cpu": 1.9e-3, "gpu": 5.4e-3}
 #: host <-> card copies of an offloading sharding, bytes/s one way per card: a stated default
 #: (PCIe 4.0 x16: 32 GB/s raw, about 20 in practice), not measured on this project's machines
 HOST_LINK_BYTES_PER_S = 20e9
-RANKS_CPU = "cpu"
 #: the card of a GPU profile when no GPU is visible here and none is named (``--card``)
 NO_CARD = "unknown GPU"
 #: how to name the card a GPU run will use, said wherever a forecast lacks it
@@ -108,12 +113,6 @@ def duration_words(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (math.inf, -math.inf):
-        return None
-    return float(v)
-
-
 def _first(v: Any) -> Any:
     if isinstance(v, str) and v.startswith("["):
         try:
@@ -147,120 +146,6 @@ def planned_steps(profile: Profile, samples: int, world: int) -> int:
     per_step = int(t.batch_size or 1) * int(t.grad_accum or 1) * max(1, world)
     per_epoch = max(1, math.ceil(samples / per_step))
     return max(1, math.ceil(float(t.epochs or 1.0) * per_epoch))
-
-
-def _setup_key(p: Profile) -> dict[str, Any]:
-    return {
-        "model": p.model.name_or_path,
-        "method": p.method,
-        "sharding": p.sharding or shardings.NONE.name,
-        "precision": p.train.precision or "fp32",
-    }
-
-
-def _row_rate(row: Mapping[str, Any]) -> float | None:
-    """FLOP/s per training process of a stored row (padded tokens: what the model computed)."""
-    tps = _num(row.get("tokens_padded_per_s")) or _num(row.get("tokens_per_s"))
-    fpt = _num(row.get("flops_per_token"))
-    ranks = int(_num(row.get("world_size")) or 1)
-    if not tps or not fpt:
-        return None
-    return tps * fpt / max(1, ranks)
-
-
-def _row_accum(row: Mapping[str, Any]) -> int:
-    return max(1, int(_num(row.get("grad_accum")) or 1))
-
-
-def _row_pass_flops(row: Mapping[str, Any]) -> float | None:
-    """FLOPs of one forward and backward pass (one micro batch) on one rank of a stored row."""
-    fpt = _num(row.get("flops_per_token"))
-    steps, tokens = _num(row.get("steps")), _num(row.get("tokens_padded")) or _num(row.get("tokens"))
-    ranks = int(_num(row.get("world_size")) or 1)
-    if not fpt or not steps or not tokens:
-        return None
-    return tokens / steps * fpt / max(1, ranks) / _row_accum(row)
-
-
-def _closeness(row: Mapping[str, Any], key: Mapping[str, Any]) -> int:
-    score = 0
-    score += 8 if row.get("model") == key["model"] else 0
-    score += 4 if row.get("method") == key["method"] else 0
-    score += 2 if (row.get("sharding") or shardings.NONE.name) == key["sharding"] else 0
-    score += 1 if row.get("precision") == key["precision"] else 0
-    return score
-
-
-def calibration_rows(
-    profile: Profile, rows: Iterable[Mapping[str, Any]], card: str
-) -> tuple[list[Mapping[str, Any]], int]:
-    """The completed rows nearest to the profile on ``card`` (``"cpu"`` or an NVML name; rows of
-    other cards of known peak count on a GPU of known peak, scaled by the peaks; a card of no known
-    peak is calibrated by its own rows only), with their closeness (15: same model, method,
-    sharding and precision)."""
-    key = _setup_key(profile)
-    card_peak = None if card == RANKS_CPU else peak_tflops(card, key["precision"])
-    usable = []
-    for r in rows:
-        if r.get("status") != "completed" or r.get("kind") not in ("run", "sweep", None):
-            continue
-        if _row_rate(r) is None:
-            continue
-        rgpu = str(r.get("gpu") or "")
-        if card == RANKS_CPU:
-            if rgpu != RANKS_CPU:
-                continue
-        elif rgpu == RANKS_CPU or (
-            rgpu != card and (card_peak is None or peak_tflops(rgpu, r.get("precision")) is None)
-        ):
-            continue
-        same_card = rgpu == card
-        usable.append(((1 if same_card else 0), _closeness(r, key), r))
-    if not usable:
-        return [], 0
-    best = max((c, s) for c, s, _ in usable)
-    chosen = [r for c, s, r in usable if (c, s) == best]
-    return chosen, best[1]
-
-
-def _steady_step(row: Mapping[str, Any]) -> float | None:
-    """A stored row's optimizer step time in the steady state (its warm-up excluded): padded
-    tokens per step over the steady padded tokens/s; the whole run's average when unknown."""
-    steps = _num(row.get("steps"))
-    tokens, tps = _num(row.get("tokens_padded")), _num(row.get("tokens_padded_per_s"))
-    if steps and tokens and tps:
-        return tokens / steps / tps
-    dur = _num(row.get("duration_s"))
-    return dur / steps if dur and steps else None
-
-
-def _warmup(rows: Sequence[Mapping[str, Any]]) -> float:
-    """Seconds a run takes beyond its steps at the steady rate (the first steps: lazy setup,
-    allocator and thread-pool warm-up), the mean over ``rows``: the training time less steps x
-    the steady step time."""
-    out = []
-    for r in rows:
-        dur, steps, steady = _num(r.get("duration_s")), _num(r.get("steps")), _steady_step(r)
-        if dur and steps and steady:
-            out.append(max(0.0, dur - steps * steady))
-    return sum(out) / len(out) if out else 0.0
-
-
-def _fit_fixed(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, str] | None:
-    """``(seconds per FLOP, fixed seconds per pass, from what)``: by least squares of the time of
-    one forward and backward pass on its FLOPs, from rows at two or more different micro-batch
-    sizes (rows whose steps were not measured by parts: :mod:`.stepmodel`); None when they do not
-    spread."""
-    pts = []
-    for r in rows:
-        flops, steady = _row_pass_flops(r), _steady_step(r)
-        if flops and steady:
-            pts.append((flops, steady / _row_accum(r)))
-    if len({round(x, -3) for x, _ in pts}) >= 2:
-        fit = line_fit(pts)
-        if fit is not None and fit[0] > 0:
-            return fit[0], max(0.0, fit[1]), "fitted over the rows' sizes"
-    return None
 
 
 def forecast(
@@ -302,19 +187,19 @@ def forecast(
     peak = None if card == RANKS_CPU else peak_tflops(card, precision)
     fixed, mfu, warm, model = 0.0, None, 0.0, None
     if chosen:
-        warm = _warmup(chosen)
+        warm = warmup_s(chosen)
         same_card = str(chosen[0].get("gpu")) == card
         model = step_model(chosen, shape, method, overlap=card != RANKS_CPU) if score == 15 and same_card else None
-        fit = _fit_fixed(chosen) if score == 15 and model is None else None
+        fit = fit_fixed(chosen) if score == 15 and model is None else None
         # calibration_rows keeps the rows with a rate, on a GPU those of a card of known peak: none is left out
         if card == RANKS_CPU or peak is None:
-            rates = [row_flops for r in chosen if (row_flops := _row_rate(r)) is not None]
+            rates = [row_flops for r in chosen if (row_flops := row_rate(r)) is not None]
             rate = sum(rates) / len(rates)
         else:
             mfus = [
                 row_flops / (row_peak * 1e12)
                 for r in chosen
-                if (row_flops := _row_rate(r)) is not None
+                if (row_flops := row_rate(r)) is not None
                 and (row_peak := peak_tflops(str(r.get("gpu")), r.get("precision"))) is not None
             ]
             mfu = sum(mfus) / len(mfus)
