@@ -9,7 +9,8 @@ import pytest
 
 from tests.conftest import run_fttui
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # one launch; minutes on a loaded 2-core machine
+# one launch; minutes on a loaded 2-core machine
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_verify_runs_the_fastest_setup_for_real(fttui_home):
