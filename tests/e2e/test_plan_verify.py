@@ -9,8 +9,7 @@ import pytest
 
 from tests.conftest import run_fttui
 
-# one launch; minutes on a loaded 2-core machine
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # one launch; minutes on a loaded 2-core machine
 
 
 def test_verify_runs_the_fastest_setup_for_real(fttui_home):
