@@ -20,8 +20,8 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # The order the tests start in. xdist's `--dist loadgroup` (scripts/test.sh) hands out the xdist
 # groups first, the largest first, then every other test in collection order, two or three queued
 # on each worker: in the folders' alphabetical order the tensor-tracking tests of tests/worker
-# (10-30 s each) and the app's probes came last, and a long test started last adds all of its
-# time to the run's tail. So: the modules with a test marked `slow` first, then the end-to-end
+# (10-30 s each) came last and the app's probes late, and a long test started last adds all of
+# its time to the run's tail. So: the modules with a test marked `slow` first, then the end-to-end
 # tests, the worker's, the app's, the layout checks, the unit tests (the shortest) last. A
 # module's tests stay together and in their order (its module-scoped fixtures are built once).
 _FOLDER_ORDER = ("e2e", "worker", "tui", "arch", "unit")
