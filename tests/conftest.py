@@ -17,27 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["OMP_NUM_THREADS"] = "1"
 
 
-# The order the tests start in. xdist's `--dist loadgroup` (scripts/test.sh) hands out the xdist
-# groups first, the largest first, then every other test in collection order, two or three queued
-# on each worker: in the folders' alphabetical order the tensor-tracking tests of tests/worker
-# (10-30 s each) came last and the app's probes late, and a long test started last adds all of
-# its time to the run's tail. So: the modules with a test marked `slow` first, then the end-to-end
-# tests, the worker's, the app's, the layout checks, the unit tests (the shortest) last. A
-# module's tests stay together and in their order (its module-scoped fixtures are built once).
-_FOLDER_ORDER = ("e2e", "worker", "tui", "arch", "unit")
-
-
-def _module_rank(item: pytest.Item, slow: bool) -> tuple[int, int]:
-    parts = item.nodeid.split("/")
-    folder = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
-    return (0 if slow else 1, _FOLDER_ORDER.index(folder) if folder in _FOLDER_ORDER else len(_FOLDER_ORDER))
-
-
-def pytest_collection_modifyitems(config, items):
-    slow_modules = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: _module_rank(item, item.nodeid.split("::", 1)[0] in slow_modules))
-
-
 LEFT_BEHIND = """{what} left {n} process(es) behind, killed now (every process a test starts must end with it):
 {lines}"""
 

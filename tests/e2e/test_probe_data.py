@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import run_fttui
 from tests.e2e.test_oom_probe import PROBE_LIMIT, _no_process_left, _results
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a --data probe and its fresh checks: about a minute of CPU
+pytestmark = [pytest.mark.e2e]
 
 PROFILE = """description = "tiny-lora on a data set with a long tail (probe --data test)"
 extends = "tiny-lora"

@@ -22,7 +22,7 @@ from fttui.core.experiments.probe import Prober
 from fttui.core.profiles import load_profile
 from fttui.core.run.files.events import read_jsonl
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # five fresh probe processes: 35 s in the suite
+pytestmark = pytest.mark.e2e
 
 MIB = 2**20
 
