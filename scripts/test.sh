@@ -15,8 +15,12 @@ export FTTUI_TEST_RUN=1
 # The type check (mypy, configured in pyproject.toml; about 35 CPU-s cold, most of it reading
 # torch's and transformers' types) runs beside the tests and is reported after them: a type
 # error fails the suite as a failing test does.
+# Its cache lies outside the checkout (FTTUI_MYPY_CACHE, default ~/.cache/fttui/mypy), so a clean
+# clone on a machine that type-checked fttui before analyses again only what changed: 35 CPU-s cold,
+# about 1 warm (docs/benchmarks.md). mypy checks each cached module against its source's hash (an
+# edited or moved file, a changed library, is analysed again), so the check is the same.
 typelog=$(mktemp)
-.venv/bin/mypy >"$typelog" 2>&1 &
+.venv/bin/mypy --cache-dir "${FTTUI_MYPY_CACHE:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/fttui/mypy}" >"$typelog" 2>&1 &
 mypy_pid=$!
 # The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
 .venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }

@@ -151,3 +151,17 @@ def sample_of(obj) -> Sample:
     rec = Sample.from_dict(obj)
     assert rec is not None, obj
     return rec
+
+
+def wikitext_folder(folder: Path) -> Path:
+    """``folder/data/wikitext-2.txt`` as Lightning's ``LightningLSTM`` demo reads it, generated
+    (nothing is downloaded): 600 lines of 12 words drawn from 150, seeded. Returns ``folder``, the
+    folder to run the demo in."""
+    import random
+
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(150)]
+    (folder / "data" / "wikitext-2.txt").write_text(
+        "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(600)) + "\n")
+    return folder

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from fttui.core.run.files.events import read_jsonl
 from tests.conftest import fttui_env, run_fttui
-from tests.helpers import only_run_dir
+from tests.helpers import only_run_dir, wikitext_folder
 
 pytestmark = pytest.mark.e2e
 
@@ -116,12 +115,7 @@ def test_lightning_lstm_logged_train_loss_is_the_rows_loss(tmp_path, fttui_home)
     """Lightning's LightningLSTM on a generated data/wikitext-2.txt: the train_loss it logs at
     each step is the step event's loss, and the last one the row's."""
     pytest.importorskip("lightning")
-    cwd = tmp_path / "work"
-    (cwd / "data").mkdir(parents=True)
-    rng = random.Random(0)
-    words = [f"w{i}" for i in range(150)]
-    (cwd / "data" / "wikitext-2.txt").write_text(
-        "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(600)) + "\n")
+    cwd = wikitext_folder(tmp_path / "work")
     _proc, row = _fttui_run_in(tmp_path, cwd, "lightning_lstm_fit.py", STEPS="10", VOCAB="200")
     state = _lightning_state(tmp_path)
     assert state["global_step"] == 10 and len(state["logged"]) == 10

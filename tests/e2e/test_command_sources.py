@@ -27,7 +27,7 @@ import pytest
 
 from fttui.core.run.files.events import read_jsonl
 from tests.conftest import fttui_env, run_fttui
-from tests.helpers import only_run_dir
+from tests.helpers import only_run_dir, wikitext_folder
 
 pytestmark = pytest.mark.e2e
 
@@ -45,16 +45,6 @@ def _run(tmp_path: Path, cwd: Path, argv: list[str], **env_extra: str):
 
 def _steps(fttui_home) -> list[dict]:
     return [e for e in read_jsonl(only_run_dir(fttui_home) / "events.jsonl") if e.get("event") == "step"]
-
-
-def _wikitext(tmp_path: Path) -> Path:
-    cwd = tmp_path / "work"
-    (cwd / "data").mkdir(parents=True)
-    rng = random.Random(0)
-    words = [f"w{i}" for i in range(150)]
-    (cwd / "data" / "wikitext-2.txt").write_text(
-        "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(600)) + "\n")
-    return cwd
 
 
 def _headless_shows(proc, steps: int, loss: bool) -> None:
@@ -84,7 +74,7 @@ def test_lightning_tqdm_bar_over_epochs_with_validation_gives_the_steps(tmp_path
 def test_lightning_tensorboard_logger_gives_the_exact_loss(tmp_path, fttui_home, bar):
     pytest.importorskip("lightning", reason="SKIPPED LOUDLY: lightning is not installed (test extras)")
     pytest.importorskip("tensorboard", reason="SKIPPED LOUDLY: tensorboard is not installed (test extras)")
-    proc, row, state = _run(tmp_path, _wikitext(tmp_path), [str(SCRIPTS / "lightning_bar_fit.py")],
+    proc, row, state = _run(tmp_path, wikitext_folder(tmp_path / "work"), [str(SCRIPTS / "lightning_bar_fit.py")],
                             FTTUI_INJECT="0", MODEL="lstm", BAR=bar, TB="1", STEPS="10", BATCHES="4")
     logged = state["logged"]
     assert state["global_step"] == len(logged) == 10 and state["epochs"] >= 2

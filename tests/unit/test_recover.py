@@ -259,10 +259,25 @@ def test_a_damaged_run_file_never_breaks_ls_results_attach(fttui_home, name, tex
             f.write('{"event": "step", "step": "two", "t": null, "samples": [1]}\n')
     else:
         (rd.path / name).write_text(text)
+    if name == "supervisor.json":
+        _unreadable_supervisor_json_is_starting_then_lost(rd)
     cmds = [["ls"], ["results"], ["attach", "--headless", rd.run_id], ["cancel", rd.run_id]]
-    if name == "supervisor.json":  # unreadable: the run counts as starting for 30 s, which attach waits out
-        cmds.remove(["attach", "--headless", rd.run_id])
     for args in cmds:
         out = run_fttui(*args, timeout=120)
         err = out.stderr.strip()
         assert "Traceback" not in err and len(err.splitlines()) <= 1 and out.returncode in (0, 1, 2), (args, err)
+
+
+def _unreadable_supervisor_json_is_starting_then_lost(rd: rundir.RunDir) -> None:
+    """A run directory whose supervisor.json cannot be read counts as starting for
+    ``liveness.STARTING_S`` after it was made (what `fttui cancel` and `attach` would wait out,
+    asked here in-process without a crash), then as lost: the directory is dated back past that
+    window, so the commands of the caller see the lost run at once instead of waiting 30 s."""
+    from fttui.core.run.control.executors import executor_for
+
+    assert rd.supervisor() is None and liveness.is_live(rd) and liveness.state_label(rd) == "running"
+    ex = executor_for(rd)
+    assert ex.alive() and ex.final_state() is None and not liveness.supervisor_alive(rd)
+    past = time.time() - 2 * liveness.STARTING_S
+    os.utime(rd.path, (past, past))
+    assert not liveness.is_live(rd) and not executor_for(rd).alive()
