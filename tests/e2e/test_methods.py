@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,10 @@ def test_zero3_offload_runs_on_the_deepspeed_engine(fttui_home):
     zero3_phases_are_said(run_dir, procs[0].stdout)  # the same run (one ZeRO-3 run for both)
     argv = json.loads((run_dir / "command.json").read_text())["argv"]
     assert argv[1:3] == ["-m", "deepspeed.launcher.runner"] and "--num_gpus=1" in argv
+    # DeepSpeed's CPU collectives gave the rank a 66 MB workspace in /dev/shm that DeepSpeed never
+    # unlinks; the supervisor removed it once the run's processes were gone (processes.shmleft)
+    port = next(a.split("=", 1)[1] for a in argv if a.startswith("--master_port="))
+    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
     assert (row["method"], row["sharding"]) == ("full", "zero3-offload")  # read back from the engine
     assert row["params_trainable"] == row["params_total"] == base_params(prof.model.arch_config)
     ds = start["deepspeed"]

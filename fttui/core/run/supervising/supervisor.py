@@ -53,7 +53,7 @@ from fttui.core.run.files.sampling import take_sample
 from fttui.core.run.files.statusfile import FinalStatus
 from fttui.core.run.fold.state import RunState
 from fttui.core.run.launching import oomretry
-from fttui.core.run.processes import cgroup, guard, hang, oomkill, proctree
+from fttui.core.run.processes import cgroup, guard, hang, oomkill, proctree, shmleft
 from fttui.core.run.row.summary import final_status
 from fttui.core.run.supervising.peers import NodePeers
 from fttui.core.run.supervising.recover import finish
@@ -140,6 +140,8 @@ class Supervisor:
                 time.sleep(proctree.POLL_S)
             self.tree.signal(signal.SIGKILL)
         self._end_cgroup()
+        # DeepSpeed's CPU collectives leave each rank's shared-memory workspace behind
+        shmleft.remove_unheld()
 
     def _end_cgroup(self) -> None:
         """Nothing is left in the run's cgroup (cgroup.kill), and the empty cgroup is removed."""
