@@ -356,6 +356,8 @@ def _follow_plain(f: RunFollower, tick=lambda rd: None) -> None:
                 else "resumed: training steps again"
             )
         if f.done or f.lost():
+            if snap.step and snap.step != last_step:  # the last step, come within a second of the one said
+                _say(progress_line(snap))
             _say(status_line(snap).text)
             return
         time.sleep(0.5)

@@ -102,3 +102,30 @@ def test_probe_start_uses_the_first_visible_card(monkeypatch, tmp_path):
     assert start_small is None or start_small < start_big
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert predicted_start(r, "batch_size", 1, 4096) == (None, "no GPU visible: starting at the low end of the range")
+
+
+def test_headless_says_the_last_step_when_it_came_within_a_second_of_the_one_said(tmp_path, monkeypatch, capsys):
+    """A command whose event file flushed 10 steps, then its last 5 as it closed (torch's
+    SummaryWriter: every 10 events): the view said step 10, and the end came before a second had
+    passed; it says step 15 before the verdict (a CI run's headless output lacked it)."""
+    from fttui.cli import live
+    from fttui.core.run.files.rundir import RunDir
+
+    monkeypatch.setattr(live.time, "sleep", lambda s: None)
+    snaps = iter([RunSnapshot(step=10, status="running"), RunSnapshot(step=15, status="completed")])
+
+    class Follower:
+        rd = RunDir(tmp_path)
+        done = False
+
+        def poll(self):
+            snap = next(snaps)
+            self.done = snap.status == "completed"
+            return snap
+
+        def lost(self):
+            return False
+
+    live._follow_plain(Follower())
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in out if line.startswith("step ")] == ["10/?", "15/?"], out
