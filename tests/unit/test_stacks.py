@@ -149,3 +149,17 @@ def test_main_thread_of_a_module_run_with_python_m():
         '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
     )
     assert stacks.main_frame(text) == stacks.Frame("/x/train.py", 7, "training_step")
+
+
+def test_a_rank_in_generated_code_is_named_by_its_source_line():
+    """Caught in a dataclass's generated ``__init__`` (file ``<string>``: a CI run's `fttui stacks`
+    said "<string>:20 in __init__"), the rank is named by the source line that built it."""
+    text = (
+        "Current thread 0x0001 (most recent call first):\n"
+        '  File "<string>", line 20 in __init__\n'
+        '  File "/x/fttui/integrations/hf.py", line 442 in _step\n'
+        '  File "/x/trainer.py", line 9 in train\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    assert stacks.main_frame(text) == stacks.Frame("/x/fttui/integrations/hf.py", 442, "_step")
+    assert stacks.in_source("/x/a.py") and not stacks.in_source("<string>") and not stacks.in_source("<frozen runpy>")

@@ -236,8 +236,10 @@ def ask(run_dir: Path, wait_s: float = stacks.WAIT_S) -> Hang:
         waiting, done = waits_in(got) if got is not None else (None, None)
         stack = (got or {}).get("stack") or []
         frame = function = None
-        if stack and isinstance(stack[0], list) and len(stack[0]) == 3:
-            frame, function = f"{stack[0][0]}:{stack[0][1]} in {stack[0][2]}", str(stack[0][2])
+        entries = [e for e in stack if isinstance(e, list) and len(e) == 3]
+        top = next((e for e in entries if stacks.in_source(str(e[0]))), entries[0] if entries else None)
+        if top is not None:
+            frame, function = f"{top[0]}:{top[1]} in {top[2]}", str(top[2])
         elif d.frame is not None:
             frame, function = d.frame.text(), d.frame.function
         elif not d.answered and not d.gone:

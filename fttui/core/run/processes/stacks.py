@@ -78,10 +78,20 @@ def main_thread(threads: list[Thread]) -> Thread | None:
     return next((t for t in threads if t.current), threads[0] if threads else None)
 
 
+def in_source(file: str) -> bool:
+    """A frame's file is a source file: not code Python made from a string (``<string>``: a
+    dataclass's generated ``__init__``, an ``exec``) or a frozen module (``<frozen ...>``)."""
+    return not file.startswith("<")
+
+
 def main_frame(text: str) -> Frame | None:
-    """The innermost frame of a dump's main thread, or ``None`` (no frame in it)."""
+    """The innermost frame in a source file of a dump's main thread (:func:`in_source`: a rank
+    caught in a dataclass's generated ``__init__`` is named by the line that built it), else its
+    innermost frame, or ``None`` (no frame in it)."""
     t = main_thread(parse_dump(text))
-    return t.frames[0] if t is not None and t.frames else None
+    if t is None or not t.frames:
+        return None
+    return next((f for f in t.frames if in_source(f.file)), t.frames[0])
 
 
 @dataclass
@@ -163,4 +173,4 @@ def ask(run_dir: Path, wait_s: float = WAIT_S) -> list[Rank]:
     return ranks
 
 
-__all__ = ["Frame", "Thread", "Rank", "parse_dump", "main_thread", "main_frame", "ranks_of", "ask"]
+__all__ = ["Frame", "Thread", "Rank", "parse_dump", "main_thread", "main_frame", "in_source", "ranks_of", "ask"]
