@@ -1,6 +1,6 @@
 """End to end, 4 CPU ranks under torchrun (issue 39): one rank slowed from outside (SIGSTOP for
 60% of the time, as a busy host or a slow card would) is named with its node within 20 steps, live
-and in the row; then stopped for good, the stall (15 s) says which rank stopped and the
+and in the row; then stopped for good, the stall (8 s) says which rank stopped and the
 collective the others wait in, the answers and stacks are kept, and `fttui cancel` ends every
 process. Beside it, `fttui attach --headless` prints what a user watching would read."""
 
@@ -49,7 +49,7 @@ def _slow(pid: int, stop: threading.Event, duty: float = 0.6, period: float = 0.
 
 @pytest.mark.alone  # scripts/test.sh runs it after the others: contention makes other ranks late too
 def test_four_ranks_a_slowed_rank_named_then_a_stopped_rank_found(fttui_home):
-    env = fttui_env(FTTUI_STALL_TIMEOUT="15")  # the stall timeout is most of this test's time
+    env = fttui_env(FTTUI_STALL_TIMEOUT="8")  # the stall timeout is most of this test's time (80 steps' worth)
     proc = run_fttui("run", "--profile", "tiny-lora", "--detach", "--set", "devices.gpus=0",
                      "--set", "devices.cpu_processes=4", "--set", "train.max_steps=100000", env=env, check=True)
     run_id = proc.stdout.strip().splitlines()[-1]
@@ -117,7 +117,7 @@ def test_four_ranks_a_slowed_rank_named_then_a_stopped_rank_found(fttui_home):
     wait_for(lambda: not processes_mentioning(str(run_dir)), timeout=20, what="no process left")
     said = watch.communicate(timeout=60)[0]
     assert f"SLOW RANK: rank 3 on {nodes[3]} computes " in said, said[-3000:]
-    assert re.search(r"STALLED: no step for 1[5-9] s", said) and f"; where: {where}" in said, said[-3000:]
+    assert re.search(r"STALLED: no step for ([89]|1[0-2]) s", said) and f"; where: {where}" in said, said[-3000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "cancelled" and f"where: {where}" in status["error"]
     rows = json.loads(run_fttui("results", "--kind", "all", "--json", env=env, check=True).stdout)
