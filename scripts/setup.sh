@@ -47,7 +47,10 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
   fi
 fi
-pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
+# --no-compile: pip would byte-compile every module of every package (transformers' hundreds of
+# model folders, torch's); Python compiles what is imported, once, on first import
+pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check --no-compile)
+took() { echo "setup: $1 (${SECONDS} s since setup began)"; }
 
 if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
   if [ "$has_gpu" = 1 ]; then
@@ -57,6 +60,7 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
     echo "setup: no NVIDIA driver: installing the CPU build ($CPU_TORCH)"
     "${pip[@]}" install "$CPU_TORCH"
   fi
+  took "torch installed"
 fi
 # DeepSpeed's CPU ops compile on first use (2-3 min on two cores, again in every new venv: torch's
 # extension hash covers the venv's include paths): DeepSpeed is installed first (its requirement
@@ -74,6 +78,11 @@ echo "setup: installing fttui and its dependencies into $VENV"
 "${pip[@]}" install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 "$VENV/bin/python" -c 'import fttui, torch, transformers, peft, textual' || {
   echo "setup: the environment is incomplete (see the messages above)" >&2; exit 1; }
+took "fttui and its dependencies installed"
 install_slurm
-if [ -n "$ops" ]; then wait "$ops" || true; fi
+took "slurm-wlm, munge and zsh present"
+if [ -n "$ops" ]; then
+  wait "$ops" || true
+  took "DeepSpeed's CPU ops built"
+fi
 echo "$want" >"$stamp"
