@@ -47,18 +47,16 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
   fi
 fi
-# --no-compile: pip would byte-compile every module of every package (transformers' hundreds of
-# model folders, torch's); Python compiles what is imported, once, on first import
 pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
 took() { echo "setup: $1 (${SECONDS} s since setup began)"; }
 
 if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
   if [ "$has_gpu" = 1 ]; then
     echo "setup: NVIDIA driver found but no CUDA torch: installing torch from the package index"
-    "${pip[@]}" install --no-compile torch
+    "${pip[@]}" install torch
   else
     echo "setup: no NVIDIA driver: installing the CPU build ($CPU_TORCH)"
-    "${pip[@]}" install --no-compile "$CPU_TORCH"
+    "${pip[@]}" install "$CPU_TORCH"
   fi
   took "torch installed"
 fi
@@ -70,12 +68,12 @@ fi
 ops=
 if [ "$has_gpu" = 0 ]; then
   deepspeed_req=$("$VENV/bin/python" -c 'import tomllib; extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(next(r for r in extras["zero3"] if r.startswith("deepspeed")))')
-  if "${pip[@]}" install --no-compile "$deepspeed_req" 2>&1 | grep -v "is ignored: it is neither"; then :; fi
+  if "${pip[@]}" install "$deepspeed_req" 2>&1 | grep -v "is ignored: it is neither"; then :; fi
   PYTHONPATH=. "$VENV/bin/python" scripts/build_ops.py >/dev/null 2>&1 &
   ops=$!
 fi
 echo "setup: installing fttui and its dependencies into $VENV"
-"${pip[@]}" install --no-compile -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+"${pip[@]}" install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 "$VENV/bin/python" -c 'import fttui, torch, transformers, peft, textual' || {
   echo "setup: the environment is incomplete (see the messages above)" >&2; exit 1; }
 took "fttui and its dependencies installed"
