@@ -51,6 +51,10 @@ FUNCTIONS = (
     "_reduce_scatter_base",
     "broadcast",
     "broadcast_object_list",
+    # DDP's buffers (a Llama's rotary inv_freq) sent from rank 0 before every forward
+    # (broadcast_buffers, on by default; Python calls it by this name): untimed, the ranks that
+    # wait there for a late rank counted the wait as their compute and the late rank went unnamed
+    "_broadcast_coalesced",
     "reduce",
     "barrier",
     "monitored_barrier",

@@ -136,7 +136,8 @@ def test_clock_times_calls_and_nesting_once():
 
 
 def test_install_times_a_real_gloo_group_and_ddp_buckets(tmp_path):
-    """One gloo rank: the functions wrapped, the DDP hook timed; nothing installed without a group."""
+    """One gloo rank: the functions wrapped (DDP's buffer broadcast among them), the DDP hook
+    timed; nothing installed without a group."""
     code = textwrap.dedent("""
         import os, torch, torch.distributed as dist
         from fttui.integrations.commwait import CommClock, install
@@ -144,7 +145,9 @@ def test_install_times_a_real_gloo_group_and_ddp_buckets(tmp_path):
         assert install(clock) is None  # no process group yet
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
         dist.init_process_group("gloo", rank=0, world_size=1)
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        lin = torch.nn.Linear(4, 4)
+        lin.register_buffer("inv_freq", torch.ones(2))  # a Llama's rotary buffer: DDP sends it before each forward
+        model = torch.nn.parallel.DistributedDataParallel(lin)
         assert install(clock, model) == "gloo+ddp"
         assert install(clock, model) == "gloo"  # a second hook is not stacked
         t = torch.ones(3)
@@ -165,7 +168,8 @@ def test_install_times_a_real_gloo_group_and_ddp_buckets(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=fttui_env(PORT=str(port)), capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["3", "True", "True"]  # two all_reduce calls and one DDP bucket
+    # two all_reduce calls, the buffers' broadcast before the forward and one DDP bucket
+    assert out.stdout.split() == ["4", "True", "True"]
 
 
 def test_ranks_that_join_later_restart_the_window():
