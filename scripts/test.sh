@@ -14,14 +14,19 @@ export FTTUI_TEST_RUN=1
 .venv/bin/ruff format --no-cache --check fttui || { echo "test.sh: ruff format would change fttui (run: .venv/bin/ruff format fttui)" >&2; exit 1; }
 # The type check (mypy, configured in pyproject.toml; about 35 CPU-s cold, most of it reading
 # torch's and transformers' types) runs beside the tests and is reported after them: a type
-# error fails the suite as a failing test does.
+# error fails the suite as a failing test does. For the whole suite it runs beside the serial
+# `alone` phase, not the parallel one: that phase's ranks wait in collectives and stalls most of
+# its 35 s (one core idle or both, vmstat), where beside the parallel phase (both cores busy) its
+# CPU added some 19 s; the alone test names its slowed rank beside three busy loops too.
 # Its cache lies outside the checkout (FTTUI_MYPY_CACHE, default ~/.cache/fttui/mypy), so a clean
 # clone on a machine that type-checked fttui before analyses again only what changed: 35 CPU-s cold,
 # about 1 warm (docs/benchmarks.md). mypy checks each cached module against its source's hash (an
 # edited or moved file, a changed library, is analysed again), so the check is the same.
 typelog=$(mktemp)
-.venv/bin/mypy --cache-dir "${FTTUI_MYPY_CACHE:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/fttui/mypy}" >"$typelog" 2>&1 &
-mypy_pid=$!
+start_mypy() {
+  .venv/bin/mypy --cache-dir "${FTTUI_MYPY_CACHE:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/fttui/mypy}" >"$typelog" 2>&1 &
+  mypy_pid=$!
+}
 # The import layers first (contracts in pyproject.toml): a broken layer fails fast and loudly.
 .venv/bin/lint-imports --no-cache || { echo "test.sh: import contracts broken (lint-imports)" >&2; exit 1; }
 # A DeepSpeed op build killed in an earlier run leaves a lock that would hang every DeepSpeed test.
@@ -37,6 +42,7 @@ if [ "$#" -eq 0 ]; then
   # machine's own contention makes other ranks late too (docs/benchmarks.md, "The slow rank").
   # Only the files that mark such a test are collected (the whole suite's collection is about
   # 9 CPU-s); none found is a failure, as pytest's exit 5 is.
+  start_mypy
   alone_files=$(grep -rl --include='*.py' 'pytest.mark.alone' tests)
   if [ -n "$alone_files" ]; then
     # shellcheck disable=SC2086  # one argument per file (paths without spaces: tests/...)
@@ -48,6 +54,7 @@ if [ "$#" -eq 0 ]; then
   fi
   if [ "$rc" = 0 ]; then rc=$rc_alone; fi
 else
+  start_mypy
   .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=30 "$@"
   rc=$?
 fi
